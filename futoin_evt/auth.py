@@ -1,0 +1,142 @@
+"""FTN8 basic authentication as the official FutoIn client does it: ``sec = "user:password"``.
+
+Passwords are stored as salted scrypt hashes. Checking one costs tens of milliseconds by
+design, and every FTN3 request carries the password, so a successful check is remembered for a
+short time under a keyed digest of the credentials (never the credentials themselves). A removed
+user or a changed password is therefore refused at most ``cache_seconds`` later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import hashlib
+import hmac
+import os
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from .ftn3.errors import SECURITY_ERROR, FTN3Error
+from .model import UserId
+
+_SCRYPT_N: Final = 2**14
+_SCRYPT_R: Final = 8
+_SCRYPT_P: Final = 1
+_SALT_BYTES: Final = 16
+_HASH_BYTES: Final = 32
+USER_NAME_MAX: Final = 64
+
+
+def hash_password(password: str) -> str:
+    """``scrypt$N$r$p$salt$hash`` with a fresh random salt."""
+    salt = os.urandom(_SALT_BYTES)
+    digest = _scrypt(password, salt, _SCRYPT_N, _SCRYPT_R, _SCRYPT_P)
+    return "$".join(
+        ("scrypt", str(_SCRYPT_N), str(_SCRYPT_R), str(_SCRYPT_P), _b64(salt), _b64(digest))
+    )
+
+
+def verify_password(password: str, stored: str) -> bool:
+    try:
+        scheme, n, r, p, salt, digest = stored.split("$")
+        if scheme != "scrypt":
+            return False
+        expected = base64.b64decode(digest)
+        actual = _scrypt(password, base64.b64decode(salt), int(n), int(r), int(p))
+    except ValueError:
+        return False
+    return hmac.compare_digest(expected, actual)
+
+
+def _scrypt(password: str, salt: bytes, n: int, r: int, p: int) -> bytes:
+    return hashlib.scrypt(
+        password.encode(), salt=salt, n=n, r=r, p=p, dklen=_HASH_BYTES, maxmem=64 * 1024 * 1024
+    )
+
+
+def _b64(raw: bytes) -> str:
+    return base64.b64encode(raw).decode("ascii")
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller."""
+
+    user_id: UserId
+    name: str
+    is_admin: bool
+
+
+class UserSource(Protocol):
+    async def get_user(self, name: str) -> Any: ...
+
+
+class Authenticator:
+    """Turns a request's ``sec`` into a :class:`Principal`, or raises SecurityError."""
+
+    def __init__(
+        self, users: UserSource, *, cache_seconds: float = 30.0, cache_size: int = 10_000
+    ) -> None:
+        self._users = users
+        self._cache_seconds = cache_seconds
+        self._cache_size = cache_size
+        self._key = os.urandom(32)
+        self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
+        self._pending: dict[bytes, asyncio.Future[Principal]] = {}
+
+    async def authenticate(self, sec: str | dict[str, Any]) -> Principal:
+        name, password = _split_credentials(sec)
+        digest = hmac.digest(self._key, f"{name}\0{password}".encode(), "sha256")
+        cached = self._cache.get(digest)
+        now = time.monotonic()
+        if cached is not None and cached[1] > now:
+            self._cache.move_to_end(digest)
+            return cached[0]
+        pending = self._pending.get(digest)
+        if pending is None:
+            # Calls that arrive together with the same credentials share one slow check.
+            pending = asyncio.ensure_future(self._verify(name, password))
+            self._pending[digest] = pending
+            pending.add_done_callback(lambda _f: self._pending.pop(digest, None))
+        principal = await asyncio.shield(pending)
+        self._cache[digest] = (principal, time.monotonic() + self._cache_seconds)
+        while len(self._cache) > self._cache_size:
+            self._cache.popitem(last=False)
+        return principal
+
+    async def _verify(self, name: str, password: str) -> Principal:
+        user = await self._users.get_user(name)
+        if user is None:
+            # Spend the same time as for a known user: no probing for user names.
+            await asyncio.to_thread(verify_password, password, _dummy_hash())
+            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+        if not await asyncio.to_thread(verify_password, password, user.password_hash):
+            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+        return Principal(user.id, user.name, user.is_admin)
+
+    def forget_all(self) -> None:
+        self._cache.clear()
+
+
+def _split_credentials(sec: str | dict[str, Any]) -> tuple[str, str]:
+    if isinstance(sec, dict):
+        name, password = sec.get("user"), sec.get("secret")
+        if not isinstance(name, str) or not isinstance(password, str):
+            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+    else:
+        if sec.startswith("-"):
+            raise FTN3Error(SECURITY_ERROR, "Only basic user:password authentication is supported")
+        name, sep, password = sec.partition(":")
+        if not sep:
+            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+    if not name or len(name) > USER_NAME_MAX:
+        raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+    return name, password
+
+
+@functools.cache
+def _dummy_hash() -> str:
+    return hash_password("futoin-evt: no such user")

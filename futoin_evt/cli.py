@@ -1,0 +1,300 @@
+"""The ``futoin-evt`` command line. The only module that reads argv and the environment."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import ssl
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from . import __version__
+from .auth import hash_password
+from .client.aio import CommError, EventStreamClient, RemoteError
+from .ftn3.messages import decode_json
+from .model import LIVE_COMPONENT
+from .server.app import DEFAULT_DB, EventServer, ServerConfig
+from .server.websocket import TransportConfig
+from .storage.sqlite import Durability, SqliteStore
+
+DEFAULT_PORT: Final = 8480
+DEFAULT_URL: Final = f"ws://127.0.0.1:{DEFAULT_PORT}/"
+ENV_URL: Final = "FUTOIN_EVT_URL"
+ENV_USER: Final = "FUTOIN_EVT_USER"
+ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
+
+log = logging.getLogger("futoin_evt")
+
+
+class CliError(Exception):
+    """A one-sentence error for the user; exits non-zero without a traceback."""
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    if args.log_level != "debug":
+        logging.getLogger("websockets").setLevel(logging.WARNING)
+    try:
+        return int(asyncio.run(args.run(args)) or 0)
+    except CliError as exc:
+        print(f"futoin-evt: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="futoin-evt", description="FutoIn FTN18 event stream server and tools."
+    )
+    parser.add_argument("--version", action="version", version=f"futoin-evt {__version__}")
+    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve = commands.add_parser("serve", help="run the server")
+    _add_db(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    serve.add_argument(
+        "--durability",
+        choices=["full", "normal"],
+        default="full",
+        help="full: acknowledged events survive power loss; normal: a process crash only",
+    )
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: serve wss://")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
+    serve.add_argument(
+        "--trust-channel",
+        action="store_true",
+        help="treat plain ws:// from any peer as secure (TLS ends at a proxy in front)",
+    )
+    serve.set_defaults(run=_serve)
+
+    user = commands.add_parser("user", help="manage users").add_subparsers(
+        dest="user_command", required=True, metavar="ACTION"
+    )
+    add = user.add_parser("add", help="add a user; the password is read from stdin")
+    add.add_argument("name")
+    add.add_argument("--password-stdin", action="store_true", required=True)
+    add.add_argument("--admin", action="store_true", help="may see and manage every consumer")
+    _add_db(add)
+    add.set_defaults(run=_user_add)
+    passwd = user.add_parser("passwd", help="set a user's password from stdin")
+    passwd.add_argument("name")
+    passwd.add_argument("--password-stdin", action="store_true", required=True)
+    _add_db(passwd)
+    passwd.set_defaults(run=_user_passwd)
+    listing = user.add_parser("list", help="list users")
+    _add_db(listing)
+    listing.set_defaults(run=_user_list)
+    remove = user.add_parser("remove", help="remove a user and their consumers")
+    remove.add_argument("name")
+    _add_db(remove)
+    remove.set_defaults(run=_user_remove)
+
+    add_event = commands.add_parser("add", help="add an event through a running server")
+    add_event.add_argument("type", help="event type, e.g. USER_CREATED")
+    add_event.add_argument("data", help="event data as JSON")
+    _add_endpoint(add_event)
+    add_event.set_defaults(run=_add_event)
+
+    poll = commands.add_parser(
+        "poll", help="print events of a consumer as JSON lines, acknowledging what was printed"
+    )
+    poll.add_argument("component", help="consumer component (registered if new), or LIVE")
+    poll.add_argument("--want", help="comma-separated event types")
+    poll.add_argument("--last-id", type=int, help="LIVE only: start after this id")
+    poll.add_argument("--follow", action="store_true", help="keep polling for new events")
+    _add_endpoint(poll)
+    poll.set_defaults(run=_poll)
+    return parser
+
+
+def _add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", type=Path, default=Path(DEFAULT_DB), help="SQLite file")
+
+
+def _add_endpoint(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get(ENV_URL, DEFAULT_URL))
+    parser.add_argument("--user", default=os.environ.get(ENV_USER))
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the password from stdin (default: ${ENV_PASSWORD})",
+    )
+
+
+# -- serve -------------------------------------------------------------------------------------
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    tls = _tls_context(args.tls_cert, args.tls_key)
+    config = ServerConfig(
+        db_path=args.db,
+        durability=Durability(args.durability.upper()),
+        transport=TransportConfig(
+            host=args.host, port=args.port, tls=tls, trust_channel=args.trust_channel
+        ),
+    )
+    try:
+        server = await EventServer.start(config)
+    except OSError as exc:
+        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+    print(f"futoin-evt {__version__} listening on {server.url} (database {args.db})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await server.close()
+    return 0
+
+
+def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise CliError("--tls-cert and --tls-key go together.")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise CliError(f"cannot load the TLS certificate or key: {exc}") from None
+    return context
+
+
+# -- users -------------------------------------------------------------------------------------
+
+
+def _read_password() -> str:
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise CliError("no password on standard input.")
+    return password
+
+
+@contextlib.asynccontextmanager
+async def _open_store(path: Path) -> Any:
+    try:
+        store = await SqliteStore.open(path)
+    except Exception as exc:
+        raise CliError(f"cannot open the database {path}: {exc}") from None
+    async with store:
+        yield store
+
+
+async def _user_add(args: argparse.Namespace) -> int:
+    if not args.name or len(args.name) > 64 or ":" in args.name:
+        raise CliError("a user name is 1 to 64 characters without ':'.")
+    password_hash = hash_password(_read_password())
+    async with _open_store(args.db) as store:
+        try:
+            await store.add_user(args.name, password_hash, is_admin=args.admin)
+        except KeyError:
+            raise CliError(f"user {args.name} exists already.") from None
+    print(f"added user {args.name}")
+    return 0
+
+
+async def _user_passwd(args: argparse.Namespace) -> int:
+    password_hash = hash_password(_read_password())
+    async with _open_store(args.db) as store:
+        if not await store.set_password(args.name, password_hash):
+            raise CliError(f"no user {args.name}.")
+    print(f"password of {args.name} changed")
+    return 0
+
+
+async def _user_list(args: argparse.Namespace) -> int:
+    async with _open_store(args.db) as store:
+        for user in await store.list_users():
+            print(f"{user.name}{' (admin)' if user.is_admin else ''}")
+    return 0
+
+
+async def _user_remove(args: argparse.Namespace) -> int:
+    async with _open_store(args.db) as store:
+        if not await store.remove_user(args.name):
+            raise CliError(f"no user {args.name}.")
+    print(f"removed user {args.name}")
+    return 0
+
+
+# -- small clients -----------------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def _client(args: argparse.Namespace) -> Any:
+    if not args.user:
+        raise CliError(f"no user given: use --user or ${ENV_USER}.")
+    password = _read_password() if args.password_stdin else os.environ.get(ENV_PASSWORD)
+    if password is None:
+        raise CliError(f"no password given: use --password-stdin or ${ENV_PASSWORD}.")
+    try:
+        client = await EventStreamClient.connect(args.url, credentials=f"{args.user}:{password}")
+    except (OSError, TimeoutError) as exc:
+        raise CliError(f"cannot connect to {args.url}: {exc}") from None
+    except Exception as exc:
+        raise CliError(f"cannot connect to {args.url}: {exc}") from None
+    try:
+        async with client:
+            yield client
+    except RemoteError as exc:
+        raise CliError(f"the server refused: {exc.name}: {exc.desc}") from None
+    except CommError as exc:
+        raise CliError(f"lost the connection to {args.url}: {exc}") from None
+
+
+async def _add_event(args: argparse.Namespace) -> int:
+    try:
+        data = decode_json(args.data)
+    except ValueError as exc:
+        raise CliError(f"event data is not valid JSON: {exc}") from None
+    async with _client(args) as client:
+        print(await client.add_event(args.type, data))
+    return 0
+
+
+async def _poll(args: argparse.Namespace) -> int:
+    want = [t for t in args.want.split(",") if t] if args.want else None
+    live = args.component == LIVE_COMPONENT
+    if args.last_id is not None and not live:
+        raise CliError("--last-id is for LIVE; a registered consumer resumes where it stopped.")
+    async with _client(args) as client:
+        if not live:
+            await client.register_consumer(args.component)
+        last_id = args.last_id
+        delay = 0.05
+        while True:
+            events = await client.poll_events(args.component, last_id, want)
+            for event in events:
+                _print_json({"id": str(event.id), "type": event.type, "data": event.data,
+                             "ts": event.ts})
+            sys.stdout.flush()
+            if events:
+                last_id = events[-1].id
+                delay = 0.05
+                continue
+            # The empty poll above acknowledged everything printed so far.
+            if not args.follow:
+                return 0
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+

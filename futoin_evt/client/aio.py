@@ -1,0 +1,225 @@
+"""An asyncio FTN3 client over WebSocket, and the event stream calls on top of it.
+
+Many calls may be in flight on one connection; each reply is matched by ``rid``. Requests the
+server sends to us (``S`` rids, e.g. pushed events) go to handlers registered with
+:meth:`FTN3Client.on_request`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from ..ftn3.errors import FTN3Error, ProtocolViolation
+from ..ftn3.messages import (
+    decode_frame,
+    encode_error,
+    encode_request,
+    encode_result,
+    parse_request,
+    parse_response,
+)
+
+log = logging.getLogger(__name__)
+
+#: Replies up to pollEvents through poll 1.1 (8 MiB) and some room.
+CLIENT_MAX_FRAME_BYTES: Final = 9 * 1024 * 1024
+
+GEN: Final = "futoin.evt.gen:1.1"
+POLL: Final = "futoin.evt.poll:1.1"
+
+RequestHandler = Callable[[dict[str, Any]], Awaitable[Any]]
+
+
+class RemoteError(FTN3Error):
+    """The server answered a call with an FTN3 error."""
+
+
+class CommError(ConnectionError):
+    """The connection went away before the reply came (the call may or may not have run)."""
+
+
+def normalize_url(url: str) -> str:
+    """Accept the official client's ``secure+ws://`` form: it only marks the channel secure."""
+    return url.removeprefix("secure+")
+
+
+class FTN3Client:
+    """One WebSocket connection to an FTN3 server. ``async with await FTN3Client.connect(...)``."""
+
+    def __init__(self, ws: ClientConnection, credentials: str | None) -> None:
+        self._ws = ws
+        self._credentials = credentials
+        self._rids = itertools.count(1)
+        self._pending: dict[str, asyncio.Future[Any]] = {}
+        self._handlers: dict[tuple[str, str], RequestHandler] = {}
+        self._served: set[asyncio.Task[None]] = set()
+        self._reader = asyncio.create_task(self._read_loop(), name="ftn3-client-reader")
+
+    @classmethod
+    async def connect(
+        cls,
+        url: str,
+        *,
+        credentials: str | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+        open_timeout: float = 10.0,
+    ) -> FTN3Client:
+        url = normalize_url(url)
+        ws = await connect(
+            url,
+            max_size=CLIENT_MAX_FRAME_BYTES,
+            compression=None,
+            open_timeout=open_timeout,
+            ssl=ssl_context if url.startswith("wss:") else None,
+        )
+        return cls(ws, credentials)
+
+    async def call(self, iface_version: str, func: str, params: dict[str, Any]) -> Any:
+        """Call ``iface:ver:func``; raises RemoteError for an FTN3 error, CommError on loss."""
+        rid = f"C{next(self._rids)}"
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[rid] = future
+        try:
+            await self._ws.send(
+                encode_request(rid, f"{iface_version}:{func}", params, self._credentials)
+            )
+            return await future
+        except ConnectionClosed as exc:
+            raise CommError(f"connection closed: {exc}") from None
+        finally:
+            self._pending.pop(rid, None)
+
+    def on_request(self, iface: str, func: str, handler: RequestHandler) -> None:
+        """Answer server-initiated calls of ``iface:*:func`` with ``handler(params)``."""
+        self._handlers[(iface, func)] = handler
+
+    async def close(self) -> None:
+        await self._ws.close()
+        await self._reader
+
+    async def wait_closed(self) -> None:
+        await self._reader
+
+    @property
+    def closed(self) -> bool:
+        return self._reader.done()
+
+    async def __aenter__(self) -> FTN3Client:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def _read_loop(self) -> None:
+        try:
+            async for frame in self._ws:
+                try:
+                    msg = decode_frame(frame)
+                except ProtocolViolation as exc:
+                    log.warning("ignoring a frame from the server: %s", exc)
+                    continue
+                if msg["rid"][0] == "S":
+                    task = asyncio.create_task(self._serve(msg))
+                    self._served.add(task)
+                    task.add_done_callback(self._served.discard)
+                    continue
+                response = parse_response(msg)
+                future = self._pending.get(response.rid)
+                if future is None or future.done():
+                    continue
+                if response.error is not None:
+                    future.set_exception(RemoteError(response.error, response.error_desc))
+                else:
+                    future.set_result(response.result)
+        except ConnectionClosed:
+            pass
+        finally:
+            for future in self._pending.values():
+                if not future.done():
+                    future.set_exception(CommError("connection closed before the reply"))
+
+    async def _serve(self, msg: dict[str, Any]) -> None:
+        rid = msg["rid"]
+        try:
+            request = parse_request(msg)
+            handler = self._handlers.get((request.iface, request.func))
+            if handler is None:
+                raise FTN3Error("UnknownInterface", f"Unknown interface: {request.iface}")
+            reply = encode_result(rid, await handler(request.params))
+        except FTN3Error as exc:
+            reply = encode_error(rid, exc.name, exc.desc)
+        except Exception:
+            log.exception("handler for %s failed", msg.get("f"))
+            reply = encode_error(rid, "InternalError", "Internal error")
+        try:
+            await self._ws.send(reply)
+        except ConnectionClosed:
+            pass
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    id: int
+    type: str
+    data: Any
+    ts: str
+
+    @classmethod
+    def from_wire(cls, raw: dict[str, Any]) -> Event:
+        return cls(int(raw["id"]), raw["type"], raw["data"], raw["ts"])
+
+
+class EventStreamClient:
+    """The FTN18 calls: ``add_event``, ``register_consumer``, ``poll_events``, ``ping``."""
+
+    def __init__(self, ftn3: FTN3Client) -> None:
+        self.ftn3 = ftn3
+
+    @classmethod
+    async def connect(cls, url: str, *, credentials: str | None = None) -> EventStreamClient:
+        return cls(await FTN3Client.connect(url, credentials=credentials))
+
+    async def close(self) -> None:
+        await self.ftn3.close()
+
+    async def __aenter__(self) -> EventStreamClient:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def ping(self, echo: int = 1) -> int:
+        result = await self.ftn3.call(GEN, "ping", {"echo": echo})
+        return int(result["echo"])
+
+    async def add_event(self, event_type: str, data: Any) -> int:
+        return int(await self.ftn3.call(GEN, "addEvent", {"type": event_type, "data": data}))
+
+    async def register_consumer(self, component: str) -> bool:
+        return bool(await self.ftn3.call(POLL, "registerConsumer", {"component": component}))
+
+    async def poll_events(
+        self,
+        component: str,
+        last_id: int | None = None,
+        want: Sequence[str] | None = None,
+        *,
+        iface: str = POLL,
+    ) -> list[Event]:
+        params: dict[str, Any] = {"component": component}
+        if last_id:
+            params["last_id"] = str(last_id)
+        if want is not None:
+            params["want"] = list(want)
+        raw = await self.ftn3.call(iface, "pollEvents", params)
+        return [Event.from_wire(item) for item in raw]
+

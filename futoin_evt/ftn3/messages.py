@@ -1,0 +1,164 @@
+"""FTN3 messages: decoding frames, checking requests, encoding replies. No I/O."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .errors import INVALID_REQUEST, FTN3Error, ProtocolViolation
+
+#: Message size limit when a function does not raise it (FTN3).
+DEFAULT_MESSAGE_LIMIT: Final = 64 * 1024
+
+FUNC_RE: Final = re.compile(
+    r"^(?P<iface>[a-z][a-z0-9]*(?:\.[a-z][a-z0-9]*)*):"
+    r"(?P<major>[0-9]+)\.(?P<minor>[0-9]+):(?P<func>[a-z][a-zA-Z0-9]*)\Z"
+)
+PARAM_NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_]*\Z")
+RID_RE: Final = re.compile(r"^[CS][0-9]{1,10}\Z")
+REQUEST_KEYS: Final = frozenset({"f", "p", "rid", "sec", "forcersp", "obf"})
+RESPONSE_KEYS: Final = frozenset({"r", "e", "edesc", "rid", "sec"})
+_SIZE_RE: Final = re.compile(r"^([0-9]+)([KM]?)\Z")
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedJson:
+    """A value already encoded as JSON text, spliced into a message as it is."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    rid: str
+    iface: str
+    major: int
+    minor: int
+    func: str
+    params: dict[str, Any]
+    sec: str | dict[str, Any] | None
+
+    @property
+    def f(self) -> str:
+        return f"{self.iface}:{self.major}.{self.minor}:{self.func}"
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    rid: str
+    result: Any = None
+    error: str | None = None
+    error_desc: str = ""
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_json(data: str | bytes) -> Any:
+    """Strict JSON: no NaN/Infinity; ValueError on anything else that is not JSON."""
+    try:
+        return json.loads(data, parse_constant=_reject_constant)
+    except RecursionError as exc:
+        raise ValueError("JSON nested too deeply") from exc
+
+
+def encode_json(value: Any) -> str:
+    """Compact JSON that always encodes to valid UTF-8 (lone surrogates get escaped)."""
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+    return text
+
+
+def decode_frame(frame: str | bytes) -> dict[str, Any]:
+    """Decode one WebSocket frame into a message object that carries a usable ``rid``."""
+    try:
+        msg = decode_json(frame)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ProtocolViolation(f"frame is not valid JSON: {exc}") from None
+    if not isinstance(msg, dict):
+        raise ProtocolViolation("message is not a JSON object")
+    rid = msg.get("rid")
+    if not isinstance(rid, str) or RID_RE.match(rid) is None:
+        raise ProtocolViolation("message has no valid rid")
+    return msg
+
+
+def is_request(msg: dict[str, Any], *, peer_prefix: str) -> bool:
+    """Requests from a peer carry its own rid prefix (``C`` from a client, ``S`` from a server)."""
+    rid: str = msg["rid"]
+    return rid[0] == peer_prefix
+
+
+def parse_request(msg: dict[str, Any]) -> Request:
+    """Check the envelope of a decoded request; raise InvalidRequest when it is not FTN3."""
+    unknown = msg.keys() - REQUEST_KEYS
+    if unknown:
+        raise FTN3Error(INVALID_REQUEST, f"Unknown request key: {sorted(unknown)[0]}")
+    f = msg.get("f")
+    match = FUNC_RE.match(f) if isinstance(f, str) else None
+    if match is None:
+        raise FTN3Error(INVALID_REQUEST, "Invalid req.f")
+    params = msg.get("p", {})
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise FTN3Error(INVALID_REQUEST, "Invalid req.p")
+    for name in params:
+        if PARAM_NAME_RE.match(name) is None:
+            raise FTN3Error(INVALID_REQUEST, f"Invalid parameter name: {name[:64]}")
+    sec = msg.get("sec")
+    if sec is not None and not isinstance(sec, (str, dict)):
+        raise FTN3Error(INVALID_REQUEST, "Invalid req.sec")
+    return Request(
+        rid=msg["rid"],
+        iface=match["iface"],
+        major=int(match["major"]),
+        minor=int(match["minor"]),
+        func=match["func"],
+        params=params,
+        sec=sec,
+    )
+
+
+def parse_response(msg: dict[str, Any]) -> Response:
+    """A reply to one of our requests; unknown keys make it an InternalError, as FTN3 says."""
+    rid: str = msg["rid"]
+    if msg.keys() - RESPONSE_KEYS:
+        return Response(rid, error="InternalError", error_desc="Unexpected response keys")
+    error = msg.get("e")
+    if error is not None:
+        return Response(rid, error=str(error), error_desc=str(msg.get("edesc", "")))
+    return Response(rid, result=msg.get("r"))
+
+
+def encode_result(rid: str, result: Any) -> bytes:
+    body = result.text if isinstance(result, EncodedJson) else encode_json(result)
+    return f'{{"r":{body},"rid":"{rid}"}}'.encode()
+
+
+def encode_error(rid: str, name: str, desc: str = "") -> bytes:
+    return encode_json({"e": name, "edesc": desc, "rid": rid}).encode()
+
+
+def encode_request(rid: str, f: str, params: dict[str, Any], sec: str | None = None) -> bytes:
+    msg: dict[str, Any] = {"f": f, "p": params, "rid": rid}
+    if sec is not None:
+        msg["sec"] = sec
+    return encode_json(msg).encode()
+
+
+def parse_size(value: str | int) -> int:
+    """``maxreqsize``/``maxrspsize`` values: bytes, or a number with a K or M suffix."""
+    if isinstance(value, int):
+        return value
+    match = _SIZE_RE.match(value)
+    if match is None:
+        raise ValueError(f"invalid message size: {value!r}")
+    scale = {"": 1, "K": 1024, "M": 1024 * 1024}[match[2]]
+    return int(match[1]) * scale

@@ -1,0 +1,50 @@
+"""Domain names and rules of the event stream, shared by services, storage and clients."""
+
+from __future__ import annotations
+
+import re
+import time
+from typing import Any, Final, NewType
+
+from .ftn3.messages import DEFAULT_MESSAGE_LIMIT, encode_json
+
+EventId = NewType("EventId", int)
+Component = NewType("Component", str)
+UserId = NewType("UserId", int)
+
+LIVE_COMPONENT: Final = Component("LIVE")
+MAX_EVENTS_PER_CALL: Final = 1000
+EVENT_TYPE_RE: Final = re.compile(r"^[A-Z_]{1,16}\Z")
+COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
+
+#: Room in a 64 KiB message for an event's id, type, ts and the reply envelope around it.
+_EVENT_ENVELOPE_BYTES: Final = 256
+#: Largest encoded event data: every stored event fits one 64 KiB pollEvents/onEvents reply.
+MAX_EVENT_DATA_BYTES: Final = DEFAULT_MESSAGE_LIMIT - _EVENT_ENVELOPE_BYTES
+
+
+class EventRejected(ValueError):
+    """An event that cannot be stored as given (bad type, data too large, not JSON)."""
+
+
+def encode_event_data(event_type: str, data: Any) -> str:
+    """Check an event and return its data as the JSON text that is stored and sent as is."""
+    if not isinstance(event_type, str) or EVENT_TYPE_RE.match(event_type) is None:
+        raise EventRejected(f"invalid event type: {event_type!r:.40}")
+    try:
+        text = encode_json(data)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise EventRejected(f"event data is not JSON: {exc}") from None
+    if len(text) > MAX_EVENT_DATA_BYTES // 4 and len(text.encode()) > MAX_EVENT_DATA_BYTES:
+        raise EventRejected(f"event data exceeds {MAX_EVENT_DATA_BYTES} bytes")
+    return text
+
+
+def utc_timestamp(epoch_seconds: float | None = None) -> str:
+    """An FTN18 EventTimestamp: ``YYYY-MM-DDTHH:MM:SSZ``."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_seconds))
+
+
+def event_json(event_id: int, event_type: str, data_json: str, ts: str) -> str:
+    """One FTN18 Event as JSON text, with the stored data spliced in without re-encoding."""
+    return f'{{"id":"{event_id}","type":"{event_type}","data":{data_json},"ts":"{ts}"}}'

@@ -1,0 +1,106 @@
+"""The futoin-evt server: the store, the FTN18 services and the WebSocket transport together."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from ..auth import Authenticator
+from ..ftn3.ifaces import IfaceRegistry
+from ..services import GenService, PollService, ping
+from ..storage.sqlite import Durability, SqliteStore
+from .executor import Executor, Routes
+from .websocket import TransportConfig, WebSocketTransport
+
+log = logging.getLogger(__name__)
+
+#: Iface versions served, each with its own limits (poll 1.0 replies within 64 KiB, 1.1 8 MiB).
+SERVED_IFACES: Final = {
+    "futoin.ping": ("1.0",),
+    "futoin.evt.gen": ("1.0", "1.1"),
+    "futoin.evt.poll": ("1.0", "1.1"),
+    "futoin.evt.push": ("1.0", "1.1"),
+}
+DEFAULT_DB: Final = "futoin-evt.sqlite"
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    db_path: Path = Path(DEFAULT_DB)
+    durability: Durability = Durability.FULL
+    transport: TransportConfig = field(default_factory=TransportConfig)
+    #: Check every reply against the iface (tests); peers' input is always checked.
+    check_results: bool = False
+    #: How long a verified password is trusted without checking the hash again.
+    auth_cache_seconds: float = 30.0
+
+
+def build_routes(store: SqliteStore) -> Routes:
+    """The explicit map from wire names to service methods."""
+    gen = GenService(store)
+    poll = PollService(store)
+    consumer = {
+        "ping": ping,
+        "registerConsumer": poll.register_consumer,
+        "pollEvents": poll.poll_events,
+    }
+    return {
+        "futoin.ping": {"ping": ping},
+        "futoin.evt.gen": {"ping": ping, "addEvent": gen.add_event},
+        "futoin.evt.poll": consumer,
+        "futoin.evt.push": consumer,
+    }
+
+
+def build_registry() -> IfaceRegistry:
+    registry = IfaceRegistry()
+    for name, versions in SERVED_IFACES.items():
+        registry.serve(name, versions)
+    return registry
+
+
+class EventServer:
+    """A running server. ``async with EventServer.start(config) as server: ...``"""
+
+    def __init__(self, store: SqliteStore, transport: WebSocketTransport) -> None:
+        self.store = store
+        self._transport = transport
+
+    @classmethod
+    async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
+        store = await SqliteStore.open(config.db_path, durability=config.durability)
+        try:
+            executor = Executor(
+                build_registry(),
+                build_routes(store),
+                Authenticator(store, cache_seconds=config.auth_cache_seconds),
+                check_results=config.check_results,
+            )
+            transport = WebSocketTransport(executor, config.transport)
+            await transport.start()
+        except BaseException:
+            await store.close()
+            raise
+        log.info("serving %s on %s", config.db_path, transport.url)
+        return cls(store, transport)
+
+    @property
+    def url(self) -> str:
+        return self._transport.url
+
+    @property
+    def port(self) -> int:
+        return self._transport.port
+
+    async def close(self) -> None:
+        """Graceful: calls in flight finish, queued writes commit, then the file closes."""
+        await self._transport.close()
+        await self.store.close()
+
+    async def __aenter__(self) -> EventServer:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()

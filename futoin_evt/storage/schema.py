@@ -1,0 +1,49 @@
+"""The SQLite schema, shared by the server's store and the native transactional API."""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Final
+
+SCHEMA_VERSION: Final = 1
+
+SCHEMA: Final = """
+CREATE TABLE IF NOT EXISTS events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids are never reused
+    type TEXT NOT NULL,
+    data TEXT NOT NULL,                    -- JSON text, sent to consumers as stored
+    ts TEXT NOT NULL                       -- YYYY-MM-DDTHH:MM:SSZ
+);
+CREATE TABLE IF NOT EXISTS users (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    password_hash TEXT NOT NULL,
+    is_admin INTEGER NOT NULL DEFAULT 0,
+    created_at TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS consumers (
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    component TEXT NOT NULL,
+    position INTEGER NOT NULL DEFAULT 0,   -- highest acknowledged event id
+    registered_at TEXT NOT NULL,
+    last_seen_at TEXT NOT NULL,
+    PRIMARY KEY (user_id, component)
+) WITHOUT ROWID;
+"""
+
+INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)"
+
+
+def ensure_schema(conn: sqlite3.Connection) -> None:
+    """Create the tables if missing; refuse a database written by a newer futoin-evt."""
+    (version,) = conn.execute("PRAGMA user_version").fetchone()
+    if version > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"database schema version {version} is newer than this futoin-evt "
+            f"(knows {SCHEMA_VERSION})"
+        )
+    # Statement by statement: executescript() would commit the caller's transaction.
+    for statement in SCHEMA.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

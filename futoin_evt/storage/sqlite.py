@@ -1,0 +1,344 @@
+"""The embedded event store: one SQLite file in WAL mode, reached through aiosqlite.
+
+All writes go through one writer task. It takes whatever writes are queued, commits them in
+one transaction (group commit) and only then resolves each caller's future, so:
+
+- event ids are allocated and committed in the same order (a reader at ``id > position``
+  never skips an id that commits late);
+- an ``append`` that returned is durable (``synchronous=FULL`` by default);
+- producers that arrive together share one fsync instead of paying one each.
+
+Reads run on a separate connection and never wait for the writer (WAL).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sqlite3
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Final
+
+import aiosqlite
+
+from ..model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
+from .schema import INSERT_EVENT, ensure_schema
+
+log = logging.getLogger(__name__)
+
+#: Largest number of queued writes committed in one transaction.
+MAX_WRITES_PER_COMMIT: Final = 4096
+
+
+class Durability(Enum):
+    """``FULL``: no acknowledged write is lost even on power loss. ``NORMAL``: survives a crash
+    of the process, may lose the last commits on power loss; several times faster."""
+
+    FULL = "FULL"
+    NORMAL = "NORMAL"
+
+
+class StoreClosed(RuntimeError):
+    """The store was closed before the write could be committed."""
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """Events read for one reply, already encoded as a JSON array."""
+
+    json: str
+    count: int
+    last_id: int
+    #: With a type filter and nothing found: the newest id in the store (to skip ahead to).
+    head_id: int
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: UserId
+    name: str
+    password_hash: str
+    is_admin: bool
+
+
+@dataclass(slots=True)
+class _Append:
+    type: str
+    data: str
+    future: asyncio.Future[EventId]
+
+
+@dataclass(slots=True)
+class _Statement:
+    sql: str
+    params: Sequence[Any]
+    future: asyncio.Future[list[tuple[Any, ...]]]
+
+
+@dataclass(slots=True)
+class _Queue:
+    items: deque[_Append | _Statement] = field(default_factory=deque)
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+
+
+def _prepare_file(path: Path) -> None:
+    """Switch the file to WAL (a persistent setting) and create or check the schema."""
+    conn = sqlite3.connect(path, isolation_level=None, timeout=10)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            ensure_schema(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+    finally:
+        conn.close()
+
+
+class SqliteStore:
+    """Event, consumer and user storage. Create with :meth:`open`; close with :meth:`close`."""
+
+    def __init__(self, path: Path, writer: aiosqlite.Connection, reader: aiosqlite.Connection):
+        self.path = path
+        self._writer = writer
+        self._reader = reader
+        self._queue = _Queue()
+        self._closing = False
+        self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
+
+    @classmethod
+    async def open(
+        cls, path: str | Path, *, durability: Durability = Durability.FULL
+    ) -> SqliteStore:
+        path = Path(path)
+        await asyncio.to_thread(_prepare_file, path)
+        writer = await aiosqlite.connect(path, isolation_level=None)
+        try:
+            await writer.execute(f"PRAGMA synchronous={durability.value}")
+            await writer.execute("PRAGMA busy_timeout=10000")
+            await writer.execute("PRAGMA foreign_keys=ON")
+            reader = await aiosqlite.connect(path, isolation_level=None)
+            await reader.execute("PRAGMA busy_timeout=10000")
+            await reader.execute("PRAGMA query_only=1")
+        except BaseException:
+            await writer.close()
+            raise
+        return cls(path, writer, reader)
+
+    async def close(self) -> None:
+        """Commit what is queued, then close. Writes queued after this call are refused."""
+        if self._closing:
+            return
+        self._closing = True
+        self._queue.ready.set()
+        await self._task
+        await self._reader.close()
+        await self._writer.close()
+
+    async def __aenter__(self) -> SqliteStore:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def append(self, event_type: str, data_json: str) -> EventId:
+        """Store one event (type and data already checked); return its id once durable.
+
+        Cancelling the caller does not cancel the write: the event may still be stored.
+        """
+        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Append(event_type, data_json, future))
+        return await asyncio.shield(future)
+
+    async def read_events(
+        self,
+        after_id: int,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+    ) -> EventPage:
+        """Events with id > ``after_id`` in id order, as many as fit ``limit`` and ``max_bytes``.
+
+        ``max_bytes`` bounds the encoded JSON array (UTF-8). At least one event is returned
+        when there is one: every stored event fits a 64 KiB reply by construction.
+        """
+        sql = "SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events WHERE id > ?"
+        params: list[Any] = [after_id]
+        if types is not None:
+            sql += f" AND type IN ({','.join('?' * len(types))})"
+            params.extend(types)
+        sql += " ORDER BY id LIMIT ?"
+        params.append(limit)
+        if types is not None:
+            # One statement reads one snapshot: the head id is consistent with the filtered rows.
+            sql = (
+                f"SELECT * FROM ({sql}) UNION ALL "
+                "SELECT (SELECT COALESCE(MAX(id), 0) FROM events), NULL, NULL, NULL, NULL"
+            )
+        rows = await self._reader.execute_fetchall(sql, params)
+        head_id = 0
+        parts: list[str] = []
+        size = 2  # the brackets
+        last_id = 0
+        for event_id, event_type, data, ts, data_bytes in rows:
+            if event_type is None:
+                head_id = event_id
+                continue
+            text = event_json(event_id, event_type, data, ts)
+            size += len(text) - len(data) + data_bytes + 1
+            if parts and size > max_bytes:
+                break
+            parts.append(text)
+            last_id = event_id
+        return EventPage("[" + ",".join(parts) + "]", len(parts), last_id, head_id)
+
+    async def newest_event_id(self) -> int:
+        rows = await self._reader.execute_fetchall("SELECT COALESCE(MAX(id), 0) FROM events")
+        return int(next(iter(rows))[0])
+
+    # -- consumers ----------------------------------------------------------------------------
+
+    async def register_consumer(self, user_id: UserId, component: str) -> bool:
+        """Register (idempotent); True when it was new. A new consumer starts before the
+        oldest retained event."""
+        now = utc_timestamp()
+        rows = await self._write(
+            "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
+            " VALUES (?, ?, 0, ?, ?) ON CONFLICT DO UPDATE SET last_seen_at = excluded.last_seen_at"
+            " RETURNING registered_at = last_seen_at",
+            (user_id, component, now, now),
+        )
+        return bool(rows[0][0])
+
+    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
+        """Durably move a consumer's position forward to ``up_to`` (never back).
+
+        Returns the position after the update, or None when the consumer is not registered.
+        """
+        rows = await self._write(
+            "UPDATE consumers SET position = MAX(position, ?), last_seen_at = ?"
+            " WHERE user_id = ? AND component = ? RETURNING position",
+            (up_to, utc_timestamp(), user_id, component),
+        )
+        return int(rows[0][0]) if rows else None
+
+    async def position(self, user_id: UserId, component: str) -> int | None:
+        rows = await self._reader.execute_fetchall(
+            "SELECT position FROM consumers WHERE user_id = ? AND component = ?",
+            (user_id, component),
+        )
+        for (position,) in rows:
+            return int(position)
+        return None
+
+    # -- users --------------------------------------------------------------------------------
+
+    async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
+        rows = await self._write(
+            "INSERT INTO users (name, password_hash, is_admin, created_at) VALUES (?, ?, ?, ?)"
+            " ON CONFLICT (name) DO NOTHING RETURNING id",
+            (name, password_hash, int(is_admin), utc_timestamp()),
+        )
+        if not rows:
+            raise KeyError(f"user {name} exists already")
+        return UserId(rows[0][0])
+
+    async def set_password(self, name: str, password_hash: str) -> bool:
+        rows = await self._write(
+            "UPDATE users SET password_hash = ? WHERE name = ? RETURNING id", (password_hash, name)
+        )
+        return bool(rows)
+
+    async def remove_user(self, name: str) -> bool:
+        """Remove a user and their consumers."""
+        rows = await self._write("DELETE FROM users WHERE name = ? RETURNING id", (name,))
+        return bool(rows)
+
+    async def get_user(self, name: str) -> User | None:
+        rows = await self._reader.execute_fetchall(
+            "SELECT id, name, password_hash, is_admin FROM users WHERE name = ?", (name,)
+        )
+        for row in rows:
+            return User(UserId(row[0]), row[1], row[2], bool(row[3]))
+        return None
+
+    async def list_users(self) -> list[User]:
+        rows = await self._reader.execute_fetchall(
+            "SELECT id, name, password_hash, is_admin FROM users ORDER BY name"
+        )
+        return [User(UserId(r[0]), r[1], r[2], bool(r[3])) for r in rows]
+
+    # -- the writer ---------------------------------------------------------------------------
+
+    async def _write(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        future: asyncio.Future[list[tuple[Any, ...]]] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Statement(sql, params, future))
+        return await asyncio.shield(future)
+
+    def _enqueue(self, item: _Append | _Statement) -> None:
+        if self._closing:
+            raise StoreClosed("the event store is closed")
+        self._queue.items.append(item)
+        self._queue.ready.set()
+
+    async def _write_loop(self) -> None:
+        queue = self._queue
+        while True:
+            if not queue.items:
+                if self._closing:
+                    return
+                queue.ready.clear()
+                await queue.ready.wait()
+                continue
+            batch = [queue.items.popleft() for _ in range(min(len(queue.items), MAX_WRITES_PER_COMMIT))]
+            try:
+                results = await self._commit(batch)
+            except Exception as exc:
+                log.error("commit of %d writes failed: %s", len(batch), exc)
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            for item, result in zip(batch, results, strict=True):
+                if item.future.done():
+                    continue
+                if isinstance(result, Exception):
+                    item.future.set_exception(result)
+                else:
+                    item.future.set_result(result)
+
+    async def _commit(self, batch: list[_Append | _Statement]) -> list[Any]:
+        db = self._writer
+        appends = [item for item in batch if isinstance(item, _Append)]
+        results: dict[int, Any] = {}
+        await db.execute("BEGIN IMMEDIATE")
+        try:
+            if appends:
+                ts = utc_timestamp()
+                await db.executemany(INSERT_EVENT, [(a.type, a.data, ts) for a in appends])
+                rows = await db.execute_fetchall("SELECT last_insert_rowid()")
+                last = int(next(iter(rows))[0])
+                # One writer holds the lock: AUTOINCREMENT gave these rows consecutive ids.
+                for offset, item in enumerate(appends, start=last - len(appends) + 1):
+                    results[id(item)] = EventId(offset)
+            for item in batch:
+                if isinstance(item, _Statement):
+                    try:
+                        results[id(item)] = list(await db.execute_fetchall(item.sql, item.params))
+                    except sqlite3.IntegrityError as exc:
+                        results[id(item)] = exc
+            await db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                await db.execute("ROLLBACK")
+            raise
+        return [results[id(item)] for item in batch]
