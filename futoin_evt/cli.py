@@ -60,7 +60,9 @@ def _parser() -> argparse.ArgumentParser:
         prog="futoin-evt", description="FutoIn FTN18 event stream server and tools."
     )
     parser.add_argument("--version", action="version", version=f"futoin-evt {__version__}")
-    parser.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     serve = commands.add_parser("serve", help="run the server")
@@ -281,8 +283,9 @@ async def _poll(args: argparse.Namespace) -> int:
         while True:
             events = await client.poll_events(args.component, last_id, want)
             for event in events:
-                _print_json({"id": str(event.id), "type": event.type, "data": event.data,
-                             "ts": event.ts})
+                _print_json(
+                    {"id": str(event.id), "type": event.type, "data": event.data, "ts": event.ts}
+                )
             sys.stdout.flush()
             if events:
                 last_id = events[-1].id
@@ -297,4 +300,3 @@ async def _poll(args: argparse.Namespace) -> int:
 
 def _print_json(value: Any) -> None:
     print(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
-

@@ -8,6 +8,7 @@ server sends to us (``S`` rids, e.g. pushed events) go to handlers registered wi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import ssl
@@ -160,10 +161,8 @@ class FTN3Client:
         except Exception:
             log.exception("handler for %s failed", msg.get("f"))
             reply = encode_error(rid, "InternalError", "Internal error")
-        try:
+        with contextlib.suppress(ConnectionClosed):
             await self._ws.send(reply)
-        except ConnectionClosed:
-            pass
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,4 +221,3 @@ class EventStreamClient:
             params["want"] = list(want)
         raw = await self.ftn3.call(iface, "pollEvents", params)
         return [Event.from_wire(item) for item in raw]
-

@@ -237,4 +237,3 @@ class IfaceRegistry:
             max_request_bytes=parse_size(func.get("maxreqsize", DEFAULT_MESSAGE_LIMIT)),
             max_response_bytes=parse_size(func.get("maxrspsize", DEFAULT_MESSAGE_LIMIT)),
         )
-

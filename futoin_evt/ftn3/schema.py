@@ -67,7 +67,9 @@ def _js_pattern(
         yield ValidationError(f"{instance!r:.80} does not match {pattern!r}")
 
 
-_FTN3Validator = validators.extend(Draft202012Validator, {"pattern": _js_pattern})
+_FTN3Validator: Any = validators.extend(  # type: ignore[no-untyped-call]
+    Draft202012Validator, {"pattern": _js_pattern}
+)
 
 
 class TypeCompiler:
@@ -79,14 +81,18 @@ class TypeCompiler:
     def validator(self, ref: Any) -> Validator | None:
         """A validator for a type reference, or None when every value passes (``any``)."""
         schema = self.schema(ref)
-        return _FTN3Validator(schema) if schema else None
+        if not schema:
+            return None
+        validator: Validator = _FTN3Validator(schema)
+        return validator
 
     def map_validator(self, fields: dict[str, Any]) -> Validator:
         """A result given as a map of fields: all present, nothing else."""
         schema = self._fields_schema(fields)
         schema["type"] = "object"
         schema["additionalProperties"] = False
-        return _FTN3Validator(schema)
+        validator: Validator = _FTN3Validator(schema)
+        return validator
 
     def schema(self, ref: Any, _seen: frozenset[str] = frozenset()) -> dict[str, Any]:
         if isinstance(ref, list):

@@ -89,8 +89,10 @@ class _Connection:
                     log.debug("unexpected reply %s from %s", msg["rid"], self._channel.peer)
                     continue
                 await self._slots.acquire()
-                size = len(frame) if isinstance(frame, bytes) or frame.isascii() else len(
-                    frame.encode()
+                size = (
+                    len(frame)
+                    if isinstance(frame, bytes) or frame.isascii()
+                    else len(frame.encode())
                 )
                 task = asyncio.create_task(self._serve(msg, size))
                 self._calls.add(task)
@@ -120,11 +122,12 @@ class _Connection:
         except ConnectionClosed:
             log.debug("reply to %s lost: connection closed", msg["rid"])
 
-    async def drain(self, timeout: float) -> None:
+    async def drain(self, grace_seconds: float) -> None:
         """Stop taking requests, let those in flight reply, then close."""
         self._draining = True
         try:
-            await asyncio.wait_for(self._idle.wait(), timeout)
+            async with asyncio.timeout(grace_seconds):
+                await self._idle.wait()
         except TimeoutError:
             log.warning("%d calls still running at shutdown", len(self._calls))
         await self.ws.close(CLOSE_GOING_AWAY, "server shutting down")

@@ -211,13 +211,17 @@ class SqliteStore:
         """Register (idempotent); True when it was new. A new consumer starts before the
         oldest retained event."""
         now = utc_timestamp()
-        rows = await self._write(
+        created = await self._write(
             "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
-            " VALUES (?, ?, 0, ?, ?) ON CONFLICT DO UPDATE SET last_seen_at = excluded.last_seen_at"
-            " RETURNING registered_at = last_seen_at",
+            " VALUES (?, ?, 0, ?, ?) ON CONFLICT DO NOTHING RETURNING 1",
             (user_id, component, now, now),
         )
-        return bool(rows[0][0])
+        if not created:
+            await self._write(
+                "UPDATE consumers SET last_seen_at = ? WHERE user_id = ? AND component = ?",
+                (now, user_id, component),
+            )
+        return bool(created)
 
     async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
         """Durably move a consumer's position forward to ``up_to`` (never back).
@@ -299,7 +303,8 @@ class SqliteStore:
                 queue.ready.clear()
                 await queue.ready.wait()
                 continue
-            batch = [queue.items.popleft() for _ in range(min(len(queue.items), MAX_WRITES_PER_COMMIT))]
+            count = min(len(queue.items), MAX_WRITES_PER_COMMIT)
+            batch = [queue.items.popleft() for _ in range(count)]
             try:
                 results = await self._commit(batch)
             except Exception as exc:
@@ -330,12 +335,13 @@ class SqliteStore:
                 # One writer holds the lock: AUTOINCREMENT gave these rows consecutive ids.
                 for offset, item in enumerate(appends, start=last - len(appends) + 1):
                     results[id(item)] = EventId(offset)
-            for item in batch:
-                if isinstance(item, _Statement):
+            for statement in batch:
+                if isinstance(statement, _Statement):
                     try:
-                        results[id(item)] = list(await db.execute_fetchall(item.sql, item.params))
+                        rows = await db.execute_fetchall(statement.sql, statement.params)
+                        results[id(statement)] = list(rows)
                     except sqlite3.IntegrityError as exc:
-                        results[id(item)] = exc
+                        results[id(statement)] = exc
             await db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:

@@ -1,0 +1,76 @@
+"""Password hashing and request authentication."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from futoin_evt.auth import Authenticator, hash_password, verify_password
+from futoin_evt.ftn3.errors import FTN3Error
+from futoin_evt.model import UserId
+
+
+def test_hashes_are_salted_and_verify() -> None:
+    first, second = hash_password("pw"), hash_password("pw")
+    assert first != second
+    assert first.startswith("scrypt$")
+    assert "pw" not in first
+    assert verify_password("pw", first)
+    assert not verify_password("pw2", first)
+    assert not verify_password("pw", "garbage")
+
+
+@dataclass
+class _User:
+    id: UserId
+    name: str
+    password_hash: str
+    is_admin: bool = False
+
+
+class _Users:
+    def __init__(self, users: dict[str, _User]) -> None:
+        self.users = users
+        self.lookups = 0
+
+    async def get_user(self, name: str) -> _User | None:
+        self.lookups += 1
+        return self.users.get(name)
+
+
+@pytest.fixture(scope="module")
+def carol() -> _User:
+    return _User(UserId(3), "carol", hash_password("secret"))
+
+
+async def test_basic_credentials(carol: _User) -> None:
+    users = _Users({"carol": carol})
+    auth = Authenticator(users)
+    principal = await auth.authenticate("carol:secret")
+    assert (principal.user_id, principal.name) == (3, "carol")
+    assert await auth.authenticate({"user": "carol", "secret": "secret"}) == principal
+    # a verified password is remembered: no second lookup
+    lookups = users.lookups
+    await auth.authenticate("carol:secret")
+    assert users.lookups == lookups
+
+
+@pytest.mark.parametrize(
+    "sec",
+    ["carol:wrong", "nobody:secret", "carol", ":secret", "-hmac:carol:SHA256:abc", {"user": "carol"}],
+)
+async def test_bad_credentials_are_security_errors(carol: _User, sec: str | dict[str, str]) -> None:
+    auth = Authenticator(_Users({"carol": carol}))
+    with pytest.raises(FTN3Error) as info:
+        await auth.authenticate(sec)
+    assert info.value.name == "SecurityError"
+
+
+async def test_a_removed_user_is_refused_once_the_cache_expires(carol: _User) -> None:
+    users = _Users({"carol": carol})
+    auth = Authenticator(users, cache_seconds=0)
+    await auth.authenticate("carol:secret")
+    del users.users["carol"]
+    with pytest.raises(FTN3Error):
+        await auth.authenticate("carol:secret")
