@@ -7,7 +7,7 @@ import json
 import os
 import shutil
 import subprocess
-from collections.abc import AsyncIterator, Callable, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -110,7 +110,15 @@ def js_peer() -> Path:
     wanted = (JS_DIR / "package.json").read_text()
     if not stamp.exists() or stamp.read_text() != wanted:
         subprocess.run(
-            [npm, "install", "--no-audit", "--no-fund", "--ignore-scripts", "--cache", str(NPM_CACHE)],
+            [
+                npm,
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--ignore-scripts",
+                "--cache",
+                str(NPM_CACHE),
+            ],
             cwd=JS_DIR,
             check=True,
             stdout=subprocess.DEVNULL,

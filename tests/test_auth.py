@@ -58,7 +58,14 @@ async def test_basic_credentials(carol: _User) -> None:
 
 @pytest.mark.parametrize(
     "sec",
-    ["carol:wrong", "nobody:secret", "carol", ":secret", "-hmac:carol:SHA256:abc", {"user": "carol"}],
+    [
+        "carol:wrong",
+        "nobody:secret",
+        "carol",
+        ":secret",
+        "-hmac:carol:SHA256:abc",
+        {"user": "carol"},
+    ],
 )
 async def test_bad_credentials_are_security_errors(carol: _User, sec: str | dict[str, str]) -> None:
     auth = Authenticator(_Users({"carol": carol}))

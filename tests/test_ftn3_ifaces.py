@@ -44,8 +44,20 @@ def test_limits_per_version(registry: IfaceRegistry) -> None:
 @pytest.mark.parametrize(
     ("name", "major", "minor", "error", "desc"),
     [
-        ("futoin.evt.gen", 1, 9, "NotSupportedVersion", "Iface version is too old: futoin.evt.gen:1.9"),
-        ("futoin.evt.gen", 2, 0, "NotSupportedVersion", "Different major version: futoin.evt.gen:2"),
+        (
+            "futoin.evt.gen",
+            1,
+            9,
+            "NotSupportedVersion",
+            "Iface version is too old: futoin.evt.gen:1.9",
+        ),
+        (
+            "futoin.evt.gen",
+            2,
+            0,
+            "NotSupportedVersion",
+            "Different major version: futoin.evt.gen:2",
+        ),
         ("futoin.evt.nope", 1, 0, "UnknownInterface", "Unknown interface: futoin.evt.nope"),
         ("futoin.evt.receiver", 1, 0, "UnknownInterface", "Unknown interface: futoin.evt.receiver"),
     ],
@@ -134,7 +146,9 @@ def _check(registry: IfaceRegistry, func: str, params: dict[str, Any]) -> dict[s
         ),
     ],
 )
-def test_param_errors(registry: IfaceRegistry, func: str, params: dict[str, Any], desc: str) -> None:
+def test_param_errors(
+    registry: IfaceRegistry, func: str, params: dict[str, Any], desc: str
+) -> None:
     with pytest.raises(FTN3Error) as info:
         _check(registry, func, params)
     assert (info.value.name, info.value.desc) == ("InvalidRequest", desc)
@@ -147,7 +161,9 @@ def test_defaults_fill_in_whether_omitted_or_null(registry: IfaceRegistry) -> No
     assert _check(registry, "futoin.evt.poll:1.1:pollEvents", explicit) == expected
 
 
-@pytest.mark.parametrize("data", [None, False, 0, -1.5, "", "text", [], [1, [2]], {"a": {"b": None}}])
+@pytest.mark.parametrize(
+    "data", [None, False, 0, -1.5, "", "text", [], [1, [2]], {"a": {"b": None}}]
+)
 def test_event_data_is_any_json(registry: IfaceRegistry, data: Any) -> None:
     params = _check(registry, "futoin.evt.gen:1.1:addEvent", {"type": "A_B", "data": data})
     assert params["data"] == data

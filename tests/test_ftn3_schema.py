@@ -16,7 +16,11 @@ TYPES: dict[str, Any] = {
     "Either": ["Small", "Name"],
     "Point": {
         "type": "map",
-        "fields": {"x": "number", "y": {"type": "number"}, "label": {"type": "Name", "optional": True}},
+        "fields": {
+            "x": "number",
+            "y": {"type": "number"},
+            "label": {"type": "Name", "optional": True},
+        },
     },
     "Scores": {"type": "map", "elemtype": "Small"},
     "Names": {"type": "array", "elemtype": "Name", "minlen": 1, "maxlen": 2},
@@ -38,7 +42,11 @@ def valid(ref: str, value: Any) -> bool:
         ("Name", ["ab", "abcd"], ["a", "abcde", "AB", "ab1", 5]),
         ("Alias", ["ab"], ["a"]),
         ("Either", [3, "ab"], [20, "A"]),
-        ("Point", [{"x": 1, "y": 2.5}, {"x": 1, "y": 2, "label": None}], [{"x": 1}, {"x": "1", "y": 1}, [], {"x": 1, "y": 1, "label": "A"}]),
+        (
+            "Point",
+            [{"x": 1, "y": 2.5}, {"x": 1, "y": 2, "label": None}],
+            [{"x": 1}, {"x": "1", "y": 1}, [], {"x": 1, "y": 1, "label": "A"}],
+        ),
         ("Scores", [{}, {"a": 1}], [{"a": 0}, {"a": "1"}]),
         ("Names", [["ab"], ["ab", "cd"]], [[], ["ab", "cd", "ef"], ["A"], "ab"]),
         ("Color", ["red"], ["blue"]),

@@ -19,7 +19,20 @@ from .conftest import ClientFactory
 
 pytestmark = pytest.mark.functional
 
-DATA_KINDS: list[Any] = [None, True, False, 0, -7, 3.25, "", "text é ✓", [], [1, "a", None], {}, {"n": {"d": [1]}}]
+DATA_KINDS: list[Any] = [
+    None,
+    True,
+    False,
+    0,
+    -7,
+    3.25,
+    "",
+    "text é ✓",
+    [],
+    [1, "a", None],
+    {},
+    {"n": {"d": [1]}},
+]
 
 
 async def _drain(client: EventStreamClient, component: str, **kw: Any) -> list[Any]:
@@ -146,7 +159,12 @@ async def test_request_over_64k_is_refused_and_connection_lives(alice: EventStre
 
 
 async def test_ping_through_every_iface(alice: EventStreamClient) -> None:
-    for iface in ("futoin.ping:1.0", "futoin.evt.gen:1.0", "futoin.evt.poll:1.1", "futoin.evt.push:1.0"):
+    for iface in (
+        "futoin.ping:1.0",
+        "futoin.evt.gen:1.0",
+        "futoin.evt.poll:1.1",
+        "futoin.evt.push:1.0",
+    ):
         assert await alice.ftn3.call(iface, "ping", {"echo": 42}) == {"echo": 42}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ USER = UserId(1)
 
 
 @pytest.fixture
-async def store(db_path: Path) -> SqliteStore:
+async def store(db_path: Path) -> AsyncIterator[SqliteStore]:
     async with await SqliteStore.open(db_path) as opened:
         yield opened
 
@@ -57,8 +58,9 @@ async def test_events_survive_reopening(db_path: Path) -> None:
 async def test_close_commits_what_is_queued_and_refuses_more(db_path: Path) -> None:
     store = await SqliteStore.open(db_path)
     # gather starts the appends in order before close(): they are queued when it begins
-    *ids, _ = await asyncio.gather(*(store.append("T", "1") for _ in range(50)), store.close())
-    assert sorted(ids) == list(range(1, 51))
+    appends = [asyncio.ensure_future(store.append("T", "1")) for _ in range(50)]
+    await asyncio.gather(*appends, store.close())
+    assert sorted(a.result() for a in appends) == list(range(1, 51))
     with pytest.raises(StoreClosed):
         await store.append("T", "1")
 
@@ -121,10 +123,15 @@ async def test_native_extension_commits_with_the_application(
     with conn:
         conn.execute("UPDATE accounts SET balance = 90 WHERE id = 1")
         event_id = add_event(conn, "XFER", {"amount": -10})
-    with pytest.raises(RuntimeError), conn:
-        conn.execute("UPDATE accounts SET balance = 0 WHERE id = 1")
-        add_event(conn, "XFER", {"amount": -90})
-        raise RuntimeError("the business step failed")
+
+    def failing_transfer() -> None:
+        with conn:
+            conn.execute("UPDATE accounts SET balance = 0 WHERE id = 1")
+            add_event(conn, "XFER", {"amount": -90})
+            raise RuntimeError("the business step failed")
+
+    with pytest.raises(RuntimeError):
+        failing_transfer()
     conn.close()
     page = json.loads((await store.read_events(0, max_bytes=BIG)).json)
     assert [(e["id"], e["data"]) for e in page] == [(str(event_id), {"amount": -10})]

@@ -106,8 +106,11 @@ class IfaceSpec:
 
 
 def default_iface_dir() -> Traversable:
-    """The iface definitions shipped with the package (``ifaces/`` in the source tree)."""
-    return resources.files("futoin_evt.ifaces")
+    """The iface definitions: package data when installed, ``ifaces/`` in a source checkout."""
+    try:
+        return resources.files("futoin_evt.ifaces")
+    except ModuleNotFoundError:
+        return Path(__file__).resolve().parents[2] / "ifaces"
 
 
 class IfaceRegistry:

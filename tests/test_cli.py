@@ -1,0 +1,160 @@
+"""The futoin-evt command line, run as a user runs it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.functional
+
+CLI = [sys.executable, "-m", "futoin_evt"]
+
+
+def run(
+    *args: str, stdin: str = "", env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*CLI, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **(env or {})},
+    )
+
+
+class RunningServer:
+    def __init__(self, db: Path) -> None:
+        self.proc = subprocess.Popen(
+            [*CLI, "serve", "--db", str(db), "--port", "0"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"ws://[^ ]+", line)
+        assert match, (
+            f"no URL in {line!r}; stderr: {self.proc.stderr.read() if self.proc.stderr else ''}"
+        )
+        self.url = match.group(0)
+
+    def stop(self) -> int:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.communicate(timeout=30)  # also closes the pipes
+        return self.proc.returncode
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[RunningServer, dict[str, str]]]:
+    db = tmp_path / "cli.sqlite"
+    assert (
+        run("user", "add", "carol", "--password-stdin", "--db", str(db), stdin="c-pw\n").returncode
+        == 0
+    )
+    server = RunningServer(db)
+    env = {"FUTOIN_EVT_URL": server.url, "FUTOIN_EVT_USER": "carol", "FUTOIN_EVT_PASSWORD": "c-pw"}
+    yield server, env
+    if server.proc.poll() is None:
+        server.stop()
+
+
+def test_users(tmp_path: Path) -> None:
+    db = str(tmp_path / "u.sqlite")
+    assert run("user", "add", "dave", "--password-stdin", "--db", db, stdin="pw\n").returncode == 0
+    assert (
+        run(
+            "user", "add", "erin", "--password-stdin", "--admin", "--db", db, stdin="pw\n"
+        ).returncode
+        == 0
+    )
+    assert run("user", "list", "--db", db).stdout.split("\n")[:2] == ["dave", "erin (admin)"]
+    again = run("user", "add", "dave", "--password-stdin", "--db", db, stdin="pw\n")
+    assert (again.returncode, again.stderr) == (1, "futoin-evt: user dave exists already.\n")
+    empty = run("user", "add", "fay", "--password-stdin", "--db", db, stdin="")
+    assert empty.returncode == 1
+    assert run("user", "remove", "dave", "--db", db).returncode == 0
+    assert run("user", "remove", "dave", "--db", db).returncode == 1
+    # the password is stored hashed, never as given
+    stored = Path(db).read_bytes()
+    assert b"pw\x00" not in stored
+    assert b"\x00pw" not in stored
+
+
+def test_add_and_poll_then_clean_shutdown_keeps_events(
+    served: tuple[RunningServer, dict[str, str]], tmp_path: Path
+) -> None:
+    server, env = served
+    ids = [run("add", "ORDER", json.dumps({"n": n}), env=env).stdout.strip() for n in range(3)]
+    assert ids == ["1", "2", "3"]
+    polled = run("poll", "SHIPPING", env=env)
+    assert polled.returncode == 0, polled.stderr
+    lines = [json.loads(line) for line in polled.stdout.splitlines()]
+    assert [(e["id"], e["data"]) for e in lines] == [
+        ("1", {"n": 0}),
+        ("2", {"n": 1}),
+        ("3", {"n": 2}),
+    ]
+    # printed events were acknowledged: a second run has nothing new
+    assert run("poll", "SHIPPING", env=env).stdout == ""
+    assert server.stop() == 0
+    restarted = RunningServer(tmp_path / "cli.sqlite")
+    try:
+        env = {**env, "FUTOIN_EVT_URL": restarted.url}
+        assert len(run("poll", "LIVE", env=env).stdout.splitlines()) == 3
+        assert run("add", "ORDER", "1", env=env).stdout.strip() == "4"
+    finally:
+        assert restarted.stop() == 0
+
+
+@pytest.mark.parametrize(
+    ("args", "env_change", "message"),
+    [
+        (["add", "ORDER", "{bad"], {}, "event data is not valid JSON"),
+        (["add", "order", "1"], {}, "the server refused: InvalidRequest"),
+        (
+            ["add", "ORDER", "1"],
+            {"FUTOIN_EVT_PASSWORD": "wrong"},
+            "the server refused: SecurityError",
+        ),
+        (["poll", "LIVE", "--want", "a"], {}, "the server refused: InvalidRequest"),
+        (["poll", "C", "--last-id", "3"], {}, "--last-id is for LIVE"),
+        (["add", "ORDER", "1"], {"FUTOIN_EVT_URL": "ws://127.0.0.1:1/"}, "cannot connect"),
+    ],
+)
+def test_errors_are_one_sentence_and_non_zero(
+    served: tuple[RunningServer, dict[str, str]],
+    args: list[str],
+    env_change: dict[str, str],
+    message: str,
+) -> None:
+    _server, env = served
+    result = run(*args, env={**env, **env_change})
+    assert result.returncode == 1
+    assert result.stderr.startswith("futoin-evt: ")
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_port_in_use_is_a_clear_error(
+    served: tuple[RunningServer, dict[str, str]], tmp_path: Path
+) -> None:
+    server, _env = served
+    port = server.url.rsplit(":", 1)[1].strip("/")
+    result = run("serve", "--db", str(tmp_path / "x.sqlite"), "--port", port)
+    assert result.returncode == 1
+    assert "cannot listen" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_version() -> None:
+    assert run("--version").stdout.startswith("futoin-evt ")

@@ -1,0 +1,39 @@
+"""The built package carries what an installed server needs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from .conftest import ROOT
+
+pytestmark = pytest.mark.functional
+
+
+def test_wheel_ships_the_iface_definitions(tmp_path: Path) -> None:
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=300,
+    )
+    (wheel,) = tmp_path.glob("futoin_evt-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    for iface in (ROOT / "ifaces").glob("*-iface.json"):
+        assert f"futoin_evt/ifaces/{iface.name}" in names
+    assert "futoin_evt/py.typed" in names
