@@ -16,9 +16,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed
-
 from ..ftn3.errors import FTN3Error, ProtocolViolation
 from ..ftn3.messages import (
     decode_frame,
@@ -28,6 +25,7 @@ from ..ftn3.messages import (
     parse_request,
     parse_response,
 )
+from ..wsio import ClientIO, ConnectionClosedError, InvalidHandshake, open_client
 
 log = logging.getLogger(__name__)
 
@@ -56,14 +54,15 @@ def normalize_url(url: str) -> str:
 class FTN3Client:
     """One WebSocket connection to an FTN3 server. ``async with await FTN3Client.connect(...)``."""
 
-    def __init__(self, ws: ClientConnection, credentials: str | None) -> None:
-        self._ws = ws
+    def __init__(self, io: ClientIO, credentials: str | None) -> None:
+        self._io = io
         self._credentials = credentials
         self._rids = itertools.count(1)
         self._pending: dict[str, asyncio.Future[Any]] = {}
         self._handlers: dict[tuple[str, str], RequestHandler] = {}
         self._served: set[asyncio.Task[None]] = set()
-        self._reader = asyncio.create_task(self._read_loop(), name="ftn3-client-reader")
+        io.on_message = self._on_message
+        io.closed.add_done_callback(self._on_closed)
 
     @classmethod
     async def connect(
@@ -74,27 +73,32 @@ class FTN3Client:
         ssl_context: ssl.SSLContext | None = None,
         open_timeout: float = 10.0,
     ) -> FTN3Client:
+        """Raises CommError when the server cannot be reached or refuses the handshake."""
         url = normalize_url(url)
-        ws = await connect(
-            url,
-            max_size=CLIENT_MAX_FRAME_BYTES,
-            compression=None,
-            open_timeout=open_timeout,
-            ssl=ssl_context if url.startswith("wss:") else None,
-        )
-        return cls(ws, credentials)
+        try:
+            io = await open_client(
+                url,
+                max_size=CLIENT_MAX_FRAME_BYTES,
+                ssl_context=ssl_context,
+                open_timeout=open_timeout,
+            )
+        except (OSError, TimeoutError, InvalidHandshake, ConnectionClosedError) as exc:
+            raise CommError(f"cannot connect to {url}: {exc or type(exc).__name__}") from exc
+        return cls(io, credentials)
 
     async def call(self, iface_version: str, func: str, params: dict[str, Any]) -> Any:
-        """Call ``iface:ver:func``; raises RemoteError for an FTN3 error, CommError on loss."""
+        """Call ``iface:ver:func``; raises RemoteError for an FTN3 error, CommError on loss.
+
+        Cancelling abandons the reply; the call may still run on the server.
+        """
         rid = f"C{next(self._rids)}"
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            await self._ws.send(
-                encode_request(rid, f"{iface_version}:{func}", params, self._credentials)
-            )
+            await self._io.drain()
+            self._io.send(encode_request(rid, f"{iface_version}:{func}", params, self._credentials))
             return await future
-        except ConnectionClosed as exc:
+        except ConnectionClosedError as exc:
             raise CommError(f"connection closed: {exc}") from None
         finally:
             self._pending.pop(rid, None)
@@ -104,15 +108,15 @@ class FTN3Client:
         self._handlers[(iface, func)] = handler
 
     async def close(self) -> None:
-        await self._ws.close()
-        await self._reader
+        self._io.close()
+        await self._io.closed
 
     async def wait_closed(self) -> None:
-        await self._reader
+        await self._io.closed
 
     @property
     def closed(self) -> bool:
-        return self._reader.done()
+        return self._io.closed.done()
 
     async def __aenter__(self) -> FTN3Client:
         return self
@@ -120,33 +124,30 @@ class FTN3Client:
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
 
-    async def _read_loop(self) -> None:
+    def _on_message(self, frame: bytes) -> None:
         try:
-            async for frame in self._ws:
-                try:
-                    msg = decode_frame(frame)
-                except ProtocolViolation as exc:
-                    log.warning("ignoring a frame from the server: %s", exc)
-                    continue
-                if msg["rid"][0] == "S":
-                    task = asyncio.create_task(self._serve(msg))
-                    self._served.add(task)
-                    task.add_done_callback(self._served.discard)
-                    continue
-                response = parse_response(msg)
-                future = self._pending.get(response.rid)
-                if future is None or future.done():
-                    continue
-                if response.error is not None:
-                    future.set_exception(RemoteError(response.error, response.error_desc))
-                else:
-                    future.set_result(response.result)
-        except ConnectionClosed:
-            pass
-        finally:
-            for future in self._pending.values():
-                if not future.done():
-                    future.set_exception(CommError("connection closed before the reply"))
+            msg = decode_frame(frame)
+        except ProtocolViolation as exc:
+            log.warning("ignoring a frame from the server: %s", exc)
+            return
+        if msg["rid"][0] == "S":
+            task = asyncio.create_task(self._serve(msg))
+            self._served.add(task)
+            task.add_done_callback(self._served.discard)
+            return
+        response = parse_response(msg)
+        future = self._pending.get(response.rid)
+        if future is None or future.done():
+            return
+        if response.error is not None:
+            future.set_exception(RemoteError(response.error, response.error_desc))
+        else:
+            future.set_result(response.result)
+
+    def _on_closed(self, _closed: asyncio.Future[None]) -> None:
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(CommError("connection closed before the reply"))
 
     async def _serve(self, msg: dict[str, Any]) -> None:
         rid = msg["rid"]
@@ -161,8 +162,9 @@ class FTN3Client:
         except Exception:
             log.exception("handler for %s failed", msg.get("f"))
             reply = encode_error(rid, "InternalError", "Internal error")
-        with contextlib.suppress(ConnectionClosed):
-            await self._ws.send(reply)
+        with contextlib.suppress(ConnectionClosedError):
+            await self._io.drain()
+            self._io.send(reply)
 
 
 @dataclass(frozen=True, slots=True)

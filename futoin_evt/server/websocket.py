@@ -1,14 +1,14 @@
-"""FTN3 over WebSocket: the asyncio server, one reader task and many calls per connection.
+"""FTN3 over WebSocket: the asyncio server, many calls in flight per connection.
 
-Each connection reads frames in one loop and runs every request as its own task, so calls
-finish and reply in any order. At ``max_calls_in_flight`` the loop stops reading until a call
-finishes (backpressure instead of unbounded tasks). Replies always go out as binary frames of
-UTF-8 JSON, as the official FutoIn peers send them.
+Every request runs as its own task, so calls finish and reply in any order; replies finished
+in the same loop turn leave in one write. At ``max_calls_in_flight`` the connection is not
+read until a call finishes (backpressure instead of unbounded tasks), and a call whose peer
+does not read its replies waits before queueing more. Replies are binary frames of UTF-8
+JSON, as the official FutoIn peers send them.
 
 A frame that is not an FTN3 message with a usable ``rid`` cannot be answered: the connection
-is closed with code 1008 and the reason, and a log line is written. Frames over
-``max_frame_bytes`` are refused by websockets with close code 1009. Other connections never
-notice either.
+is closed with code 1008 and the reason, and a log line is written. Messages over
+``max_frame_bytes`` close the connection with code 1009. Other connections never notice.
 """
 
 from __future__ import annotations
@@ -20,11 +20,9 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
-
 from ..ftn3.errors import FTN3Error, ProtocolViolation
 from ..ftn3.messages import decode_frame, encode_error, parse_request
+from ..wsio import ConnectionClosedError, ServerIO
 from .executor import Channel, Executor
 
 log = logging.getLogger(__name__)
@@ -64,49 +62,42 @@ def is_loopback(address: Any) -> bool:
 
 
 class _Connection:
-    def __init__(self, ws: ServerConnection, executor: Executor, channel: Channel, limits: Limits):
-        self.ws = ws
+    """The FTN3 side of one server connection."""
+
+    def __init__(self, io: ServerIO, executor: Executor, channel: Channel, limits: Limits):
+        self.io = io
         self._executor = executor
         self._channel = channel
-        self._slots = asyncio.Semaphore(limits.max_calls_in_flight)
+        self._max_calls = limits.max_calls_in_flight
         self._calls: set[asyncio.Task[None]] = set()
         self._draining = False
         self._idle = asyncio.Event()
         self._idle.set()
+        io.on_message = self._on_message
 
-    async def run(self) -> None:
+    def _on_message(self, frame: bytes) -> None:
+        if self._draining:
+            return  # shutting down: unanswered, the caller knows it was not done
         try:
-            async for frame in self.ws:
-                if self._draining:
-                    continue  # shutting down: unanswered, the caller knows it was not done
-                try:
-                    msg = decode_frame(frame)
-                except ProtocolViolation as exc:
-                    log.warning("closing connection from %s: %s", self._channel.peer, exc)
-                    await self.ws.close(CLOSE_POLICY_VIOLATION, str(exc)[:120])
-                    break
-                if msg["rid"][0] != "C":
-                    log.debug("unexpected reply %s from %s", msg["rid"], self._channel.peer)
-                    continue
-                await self._slots.acquire()
-                size = (
-                    len(frame)
-                    if isinstance(frame, bytes) or frame.isascii()
-                    else len(frame.encode())
-                )
-                task = asyncio.create_task(self._serve(msg, size))
-                self._calls.add(task)
-                self._idle.clear()
-                task.add_done_callback(self._call_done)
-        except ConnectionClosed:
-            pass
-        finally:
-            # Calls in flight finish (their writes are durable); their replies may be lost.
-            await self._idle.wait()
+            msg = decode_frame(frame)
+        except ProtocolViolation as exc:
+            log.warning("closing connection from %s: %s", self._channel.peer, exc)
+            self.io.close(CLOSE_POLICY_VIOLATION, str(exc)[:120])
+            return
+        if msg["rid"][0] != "C":
+            log.debug("unexpected reply %s from %s", msg["rid"], self._channel.peer)
+            return
+        task = asyncio.create_task(self._serve(msg, len(frame)))
+        self._calls.add(task)
+        self._idle.clear()
+        task.add_done_callback(self._call_done)
+        if len(self._calls) >= self._max_calls:
+            self.io.pause_reading()
 
     def _call_done(self, task: asyncio.Task[None]) -> None:
         self._calls.discard(task)
-        self._slots.release()
+        if len(self._calls) < self._max_calls and not self._draining:
+            self.io.resume_reading()
         if not self._calls:
             self._idle.set()
 
@@ -118,9 +109,15 @@ class _Connection:
         else:
             reply = await self._executor.call(request, size, self._channel)
         try:
-            await self.ws.send(reply)
-        except ConnectionClosed:
+            await self.io.drain()  # a peer that does not read its replies gets no more
+            self.io.send(reply)
+        except ConnectionClosedError:
             log.debug("reply to %s lost: connection closed", msg["rid"])
+
+    async def wait_closed(self) -> None:
+        """Until the peer is gone and every call it started has finished."""
+        await self.io.closed
+        await self._idle.wait()
 
     async def drain(self, grace_seconds: float) -> None:
         """Stop taking requests, let those in flight reply, then close."""
@@ -130,7 +127,12 @@ class _Connection:
                 await self._idle.wait()
         except TimeoutError:
             log.warning("%d calls still running at shutdown", len(self._calls))
-        await self.ws.close(CLOSE_GOING_AWAY, "server shutting down")
+        self.io.close(CLOSE_GOING_AWAY, "server shutting down")
+        try:
+            async with asyncio.timeout(grace_seconds):
+                await self.io.closed
+        except TimeoutError:
+            self.io.abort()
 
 
 class WebSocketTransport:
@@ -139,17 +141,18 @@ class WebSocketTransport:
     def __init__(self, executor: Executor, config: TransportConfig = TransportConfig()) -> None:
         self._executor = executor
         self._config = config
-        self._server: Server | None = None
+        self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
+        self._watchers: set[asyncio.Task[None]] = set()
 
     async def start(self) -> None:
-        self._server = await serve(
-            self._handle,
+        loop = asyncio.get_running_loop()
+        limits = self._config.limits
+        self._server = await loop.create_server(
+            lambda: ServerIO(limits.max_frame_bytes, self._on_open),
             self._config.host,
             self._config.port,
             ssl=self._config.tls,
-            max_size=self._config.limits.max_frame_bytes,
-            compression=None,
         )
 
     @property
@@ -165,25 +168,30 @@ class WebSocketTransport:
             host = f"[{host}]"
         return f"{scheme}://{host}:{self.port}/"
 
-    async def _handle(self, ws: ServerConnection) -> None:
-        peer = ws.remote_address
+    def _on_open(self, io: ServerIO) -> None:
+        assert io.transport is not None
+        peer = io.transport.get_extra_info("peername")
         secure = self._config.tls is not None or self._config.trust_channel or is_loopback(peer)
-        channel = Channel(peer=f"{peer[0]}:{peer[1]}" if peer else "?", secure=secure)
-        connection = _Connection(ws, self._executor, channel, self._config.limits)
+        channel = Channel(peer=io.peer, secure=secure)
+        connection = _Connection(io, self._executor, channel, self._config.limits)
         self._connections.add(connection)
         log.debug("connection from %s", channel.peer)
-        try:
-            await connection.run()
-        finally:
+        watcher = asyncio.create_task(connection.wait_closed())
+        self._watchers.add(watcher)
+
+        def forget(task: asyncio.Task[None]) -> None:
+            self._watchers.discard(task)
             self._connections.discard(connection)
-            log.debug("connection from %s closed", channel.peer)
+
+        watcher.add_done_callback(forget)
 
     async def close(self) -> None:
         """Stop accepting, let calls in flight finish and reply, then close every connection."""
         if self._server is None:
             return
-        self._server.close(close_connections=False)
+        self._server.close()
         timeout = self._config.limits.drain_seconds
         await asyncio.gather(*(c.drain(timeout) for c in list(self._connections)))
+        await asyncio.gather(*self._watchers)  # calls of peers that left earlier, too
         await self._server.wait_closed()
         self._server = None

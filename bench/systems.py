@@ -1,0 +1,167 @@
+"""Start and stop the systems under test, each as its own process on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from futoin_evt.auth import hash_password
+from futoin_evt.model import utc_timestamp
+from futoin_evt.storage.schema import ensure_schema
+
+BENCH_DIR: Final = Path(__file__).resolve().parent
+JS_DIR: Final = BENCH_DIR / "js"
+NPM_CACHE: Final = BENCH_DIR.parent / ".cache" / "npm"
+USER: Final = "bench"
+PASSWORD: Final = "bench-pw"
+
+
+def payload(i: int) -> dict[str, object]:
+    """About 100 bytes of JSON per event."""
+    return {"order": i, "customer": f"c-{i % 100000:06d}", "amount": "123.45",
+            "currency": "EUR", "note": "benchmark payload"}
+
+
+@dataclass
+class System:
+    name: str
+    url: str
+    credentials: str
+    #: The iface:version a consumer polls through (the reference serves push 1.1 only).
+    poll_iface: str
+    db_path: Path
+    process: asyncio.subprocess.Process
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.terminate()
+            try:
+                async with asyncio.timeout(30):
+                    await self.process.wait()
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+
+    def rss_kib(self) -> int:
+        """Resident memory of the server process (Linux)."""
+        status = Path(f"/proc/{self.process.pid}/status").read_text()
+        for line in status.splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def prefill_rows(count: int) -> list[tuple[str, str, str]]:
+    ts = utc_timestamp()
+    return [("ORDER", json.dumps(payload(i), separators=(",", ":")), ts) for i in range(count)]
+
+
+# -- futoin-evt ----------------------------------------------------------------------------------
+
+
+def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        ensure_schema(conn)
+        conn.execute(
+            "INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)",
+            (USER, hash_password(PASSWORD), utc_timestamp()),
+        )
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", prefill_rows(prefill))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def start_futoin_evt(workdir: Path, *, prefill: int = 0, durability: str = "full") -> System:
+    db = workdir / "futoin-evt.sqlite"
+    prepare_futoin_evt_db(db, prefill)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
+        "--db", str(db), "--port", "0", "--durability", durability,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    line = (await proc.stdout.readline()).decode()
+    url = next(word for word in line.split() if word.startswith("ws://"))
+    return System("futoin-evt", url, f"{USER}:{PASSWORD}", "futoin.evt.poll:1.1", db, proc)
+
+
+# -- the official reference ----------------------------------------------------------------------
+
+
+def install_reference() -> None:
+    """npm packages of the reference server, once (sqlite3 compiles from source: minutes)."""
+    stamp = JS_DIR / "node_modules" / ".installed-from"
+    wanted = (JS_DIR / "package.json").read_text()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm is needed to run the reference server")
+    subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--cache", str(NPM_CACHE)],
+        cwd=JS_DIR, check=True, stdout=subprocess.DEVNULL,
+    )
+    stamp.write_text(wanted)
+
+
+def prepare_reference_db(path: Path, prefill: int) -> None:
+    schema = JS_DIR / "node_modules" / "futoin-eventstream" / "sql" / "active" / "sqlite" / "V18.1__Tables.sql"
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.executescript(schema.read_text())
+        conn.execute("BEGIN")
+        conn.executemany("INSERT INTO evt_queue (type, data, ts) VALUES (?, ?, ?)", [
+            (t, d, ts.replace("T", " ").rstrip("Z")) for t, d, ts in prefill_rows(prefill)
+        ])
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def start_reference(workdir: Path, *, prefill: int = 0) -> System:
+    install_reference()
+    db = workdir / "reference.sqlite"
+    prepare_reference_db(db, prefill)
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        "node", "reference_server.js", str(db), str(port), USER, PASSWORD,
+        cwd=JS_DIR, stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "NODE_NO_WARNINGS": "1"},
+    )
+    assert proc.stdout is not None
+    line = (await proc.stdout.readline()).decode().strip()
+    if line != "READY":
+        await proc.wait()
+        raise RuntimeError(f"the reference server did not start: {line!r}")
+    return System("reference", f"ws://127.0.0.1:{port}/", f"{USER}:{PASSWORD}",
+                  "futoin.evt.push:1.1", db, proc)
+
+
+@contextlib.asynccontextmanager
+async def running(system: System) -> AsyncIterator[System]:
+    try:
+        yield system
+    finally:
+        await system.stop()

@@ -1,0 +1,262 @@
+"""WebSocket connections on websockets' Sans-I/O protocol, shared by the server and the client.
+
+The asyncio layer of websockets writes every message with its own system call and wakes a
+future per received message. Here the FTN3 layer gets whole messages straight from
+``data_received`` and queues replies with :meth:`FrameIO.send`; everything queued during one
+turn of the event loop leaves in one write. That is what lets many calls in flight on one
+connection share system calls, as group commit lets them share an fsync.
+
+Flow control: :meth:`FrameIO.drain` waits while the transport's write buffer is over its high
+mark (a slow reader), and :meth:`FrameIO.pause_reading` stops reading a peer that sends more
+than it should.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import ssl
+from collections.abc import Callable
+from typing import Final
+
+from websockets.client import ClientProtocol
+from websockets.exceptions import InvalidHandshake, InvalidURI
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import SEND_EOF, Protocol, State
+from websockets.server import ServerProtocol
+from websockets.uri import parse_uri
+
+log = logging.getLogger(__name__)
+
+#: How long a peer may take to finish the opening or the closing handshake.
+HANDSHAKE_SECONDS: Final = 10.0
+
+MessageHandler = Callable[[bytes], None]
+
+
+class ConnectionClosedError(ConnectionError):
+    """The WebSocket connection is closed (or closing): nothing more can be sent."""
+
+
+class FrameIO(asyncio.Protocol):
+    """One WebSocket connection: whole messages in, binary messages out, batched per loop turn."""
+
+    def __init__(self, ws: Protocol) -> None:
+        self.ws = ws
+        self.transport: asyncio.Transport | None = None
+        self.on_message: MessageHandler = _drop
+        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._fragments: list[bytes] | None = None
+        self._flush_handle: asyncio.Handle | None = None
+        self._writable = asyncio.Event()
+        self._writable.set()
+        self._timer: asyncio.TimerHandle | None = None
+        self.peer = "?"
+
+    # -- asyncio.Protocol ---------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        if peer:
+            self.peer = f"{peer[0]}:{peer[1]}"
+        self._timer = asyncio.get_running_loop().call_later(HANDSHAKE_SECONDS, self.abort)
+
+    def data_received(self, data: bytes) -> None:
+        self.ws.receive_data(data)
+        self._process()
+
+    def eof_received(self) -> None:
+        self.ws.receive_eof()
+        self._process()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._writable.set()  # wake writers; they find the connection closed
+        if not self.opened.done():
+            self.opened.set_exception(ConnectionClosedError("closed during the handshake"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self._writable.clear()
+
+    def resume_writing(self) -> None:
+        self._writable.set()
+
+    # -- sending ------------------------------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self.ws.state is State.OPEN and not self.closed.done()
+
+    def send(self, message: bytes) -> None:
+        """Queue one binary message; it leaves with the others at the end of this loop turn."""
+        if not self.is_open:
+            raise ConnectionClosedError("the connection is closed")
+        self.ws.send_binary(message)
+        if self._flush_handle is None:
+            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    async def drain(self) -> None:
+        """Wait until the peer has read enough that the write buffer is below its high mark."""
+        await self._writable.wait()
+        if self.closed.done():
+            raise ConnectionClosedError("the connection is closed")
+
+    def write_buffer_size(self) -> int:
+        return self.transport.get_write_buffer_size() if self.transport else 0
+
+    def close(self, code: int = 1000, reason: str = "") -> None:
+        """Start the closing handshake; the transport closes when it ends or times out."""
+        if self.ws.state is State.OPEN:
+            self.ws.send_close(code, reason)
+            self._flush()
+            self._expect_close()
+        elif self.ws.state is State.CONNECTING:
+            self.abort()
+
+    def abort(self) -> None:
+        if self.transport is not None:
+            self.transport.abort()
+
+    def pause_reading(self) -> None:
+        if self.transport is not None and self.transport.is_reading():
+            self.transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        if self.transport is not None and not self.transport.is_reading():
+            self.transport.resume_reading()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _flush(self) -> None:
+        self._flush_handle = None
+        writes = self.ws.data_to_send()
+        if not writes or self.transport is None or self.transport.is_closing():
+            return
+        data = [chunk for chunk in writes if chunk]
+        if data:
+            self.transport.write(b"".join(data) if len(data) > 1 else data[0])
+        if writes[-1] == SEND_EOF and self.transport.can_write_eof():
+            self.transport.write_eof()
+
+    def _process(self) -> None:
+        for event in self.ws.events_received():
+            if isinstance(event, Frame):
+                self._on_frame(event)
+            else:
+                self._on_handshake(event)
+        self._flush()
+        if self.ws.close_expected():
+            self._expect_close()
+        if self.ws.state is State.CLOSED and self.transport is not None:
+            self.transport.close()
+
+    def _on_frame(self, frame: Frame) -> None:
+        if frame.opcode is Opcode.TEXT or frame.opcode is Opcode.BINARY:
+            if frame.fin:
+                self.on_message(bytes(frame.data))
+            else:
+                self._fragments = [bytes(frame.data)]
+        elif frame.opcode is Opcode.CONT and self._fragments is not None:
+            self._fragments.append(bytes(frame.data))
+            if frame.fin:
+                message = b"".join(self._fragments)
+                self._fragments = None
+                self.on_message(message)
+
+    def _on_handshake(self, event: Request | Response) -> None:
+        raise NotImplementedError
+
+    def _handshake_done(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self.opened.done():
+            self.opened.set_result(None)
+
+    def _expect_close(self) -> None:
+        if self._timer is None and self.transport is not None:
+            self._timer = asyncio.get_running_loop().call_later(HANDSHAKE_SECONDS, self.abort)
+
+
+def _drop(_message: bytes) -> None:
+    pass
+
+
+class ServerIO(FrameIO):
+    """The server side: accepts the opening handshake on any path, then calls ``on_open``."""
+
+    def __init__(self, max_size: int, on_open: Callable[[ServerIO], None]) -> None:
+        super().__init__(ServerProtocol(max_size=max_size))
+        self._on_open = on_open
+
+    def _on_handshake(self, event: Request | Response) -> None:
+        assert isinstance(self.ws, ServerProtocol)
+        assert isinstance(event, Request)
+        response = self.ws.accept(event)
+        self.ws.send_response(response)
+        if response.status_code == 101:
+            self._handshake_done()
+            self._on_open(self)
+        else:
+            log.info("refused a handshake from %s: %s", self.peer, self.ws.handshake_exc)
+
+
+class ClientIO(FrameIO):
+    """The client side: sends the opening handshake as soon as TCP is up."""
+
+    def __init__(self, uri: str, max_size: int) -> None:
+        super().__init__(ClientProtocol(parse_uri(uri), max_size=max_size))
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        assert isinstance(self.ws, ClientProtocol)
+        self.ws.send_request(self.ws.connect())
+        self._flush()
+
+    def _on_handshake(self, event: Request | Response) -> None:
+        if self.ws.handshake_exc is not None:
+            if not self.opened.done():
+                self.opened.set_exception(self.ws.handshake_exc)
+            self.abort()
+        else:
+            self._handshake_done()
+
+
+async def open_client(
+    uri: str,
+    *,
+    max_size: int,
+    ssl_context: ssl.SSLContext | None = None,
+    open_timeout: float = 10.0,
+) -> ClientIO:
+    """Connect and complete the opening handshake. Raises OSError, TimeoutError or
+    InvalidHandshake/InvalidURI (from websockets)."""
+    parsed = parse_uri(uri)
+    loop = asyncio.get_running_loop()
+    context = (ssl_context or ssl.create_default_context()) if parsed.secure else None
+    async with asyncio.timeout(open_timeout):
+        _transport, protocol = await loop.create_connection(
+            lambda: ClientIO(uri, max_size), parsed.host, parsed.port, ssl=context
+        )
+        await protocol.opened
+    return protocol
+
+
+__all__ = [
+    "ClientIO",
+    "ConnectionClosedError",
+    "FrameIO",
+    "InvalidHandshake",
+    "InvalidURI",
+    "ServerIO",
+    "open_client",
+]
