@@ -72,8 +72,13 @@ def render(table: dict[str, dict[str, float]], names: list[str]) -> str:
             row.append(f"{ratio:.1f}x")
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [" | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(r, widths)))
-             for r in rows]
+    lines = [
+        " | ".join(
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(r, widths, strict=True))
+        )
+        for r in rows
+    ]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 
@@ -90,11 +95,22 @@ async def main_async(args: argparse.Namespace) -> None:
     print(render(medians, names))
     out = args.json or RESULTS / "latest.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": {"cpus": __import__("os").cpu_count(), "python": platform.python_version()},
-        "sizes": sizes.__dict__, "runs": args.runs, "median": medians, "all": raw,
-    }, indent=2))
+    out.write_text(
+        json.dumps(
+            {
+                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "machine": {
+                    "cpus": __import__("os").cpu_count(),
+                    "python": platform.python_version(),
+                },
+                "sizes": sizes.__dict__,
+                "runs": args.runs,
+                "median": medians,
+                "all": raw,
+            },
+            indent=2,
+        )
+    )
     print(f"# written to {out}")
 
 

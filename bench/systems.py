@@ -29,8 +29,13 @@ PASSWORD: Final = "bench-pw"
 
 def payload(i: int) -> dict[str, object]:
     """About 100 bytes of JSON per event."""
-    return {"order": i, "customer": f"c-{i % 100000:06d}", "amount": "123.45",
-            "currency": "EUR", "note": "benchmark payload"}
+    return {
+        "order": i,
+        "customer": f"c-{i % 100000:06d}",
+        "amount": "123.45",
+        "currency": "EUR",
+        "note": "benchmark payload",
+    }
 
 
 @dataclass
@@ -86,7 +91,9 @@ def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
             (USER, hash_password(PASSWORD), utc_timestamp()),
         )
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", prefill_rows(prefill))
+        conn.executemany(
+            "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", prefill_rows(prefill)
+        )
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -96,8 +103,18 @@ async def start_futoin_evt(workdir: Path, *, prefill: int = 0, durability: str =
     db = workdir / "futoin-evt.sqlite"
     prepare_futoin_evt_db(db, prefill)
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
-        "--db", str(db), "--port", "0", "--durability", durability,
+        sys.executable,
+        "-m",
+        "futoin_evt",
+        "--log-level",
+        "warning",
+        "serve",
+        "--db",
+        str(db),
+        "--port",
+        "0",
+        "--durability",
+        durability,
         stdout=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
@@ -120,21 +137,32 @@ def install_reference() -> None:
         raise RuntimeError("npm is needed to run the reference server")
     subprocess.run(
         [npm, "install", "--no-audit", "--no-fund", "--cache", str(NPM_CACHE)],
-        cwd=JS_DIR, check=True, stdout=subprocess.DEVNULL,
+        cwd=JS_DIR,
+        check=True,
+        stdout=subprocess.DEVNULL,
     )
     stamp.write_text(wanted)
 
 
 def prepare_reference_db(path: Path, prefill: int) -> None:
-    schema = JS_DIR / "node_modules" / "futoin-eventstream" / "sql" / "active" / "sqlite" / "V18.1__Tables.sql"
+    schema = (
+        JS_DIR
+        / "node_modules"
+        / "futoin-eventstream"
+        / "sql"
+        / "active"
+        / "sqlite"
+        / "V18.1__Tables.sql"
+    )
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         conn.executescript(schema.read_text())
         conn.execute("BEGIN")
-        conn.executemany("INSERT INTO evt_queue (type, data, ts) VALUES (?, ?, ?)", [
-            (t, d, ts.replace("T", " ").rstrip("Z")) for t, d, ts in prefill_rows(prefill)
-        ])
+        conn.executemany(
+            "INSERT INTO evt_queue (type, data, ts) VALUES (?, ?, ?)",
+            [(t, d, ts.replace("T", " ").rstrip("Z")) for t, d, ts in prefill_rows(prefill)],
+        )
         conn.execute("COMMIT")
     finally:
         conn.close()
@@ -146,8 +174,14 @@ async def start_reference(workdir: Path, *, prefill: int = 0) -> System:
     prepare_reference_db(db, prefill)
     port = free_port()
     proc = await asyncio.create_subprocess_exec(
-        "node", "reference_server.js", str(db), str(port), USER, PASSWORD,
-        cwd=JS_DIR, stdout=asyncio.subprocess.PIPE,
+        "node",
+        "reference_server.js",
+        str(db),
+        str(port),
+        USER,
+        PASSWORD,
+        cwd=JS_DIR,
+        stdout=asyncio.subprocess.PIPE,
         env={**os.environ, "NODE_NO_WARNINGS": "1"},
     )
     assert proc.stdout is not None
@@ -155,8 +189,14 @@ async def start_reference(workdir: Path, *, prefill: int = 0) -> System:
     if line != "READY":
         await proc.wait()
         raise RuntimeError(f"the reference server did not start: {line!r}")
-    return System("reference", f"ws://127.0.0.1:{port}/", f"{USER}:{PASSWORD}",
-                  "futoin.evt.push:1.1", db, proc)
+    return System(
+        "reference",
+        f"ws://127.0.0.1:{port}/",
+        f"{USER}:{PASSWORD}",
+        "futoin.evt.push:1.1",
+        db,
+        proc,
+    )
 
 
 @contextlib.asynccontextmanager

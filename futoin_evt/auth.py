@@ -2,8 +2,9 @@
 
 Passwords are stored as salted scrypt hashes. Checking one costs tens of milliseconds by
 design, and every FTN3 request carries the password, so a successful check is remembered for a
-short time under a keyed digest of the credentials (never the credentials themselves). A removed
-user or a changed password is therefore refused at most ``cache_seconds`` later.
+short time under a keyed digest of the credentials; the most recent ``sec`` is also kept as
+given, so a connection repeating it skips even the digest. Nothing of it is logged or stored.
+A removed user or a changed password is therefore refused at most ``cache_seconds`` later.
 """
 
 from __future__ import annotations
@@ -86,10 +87,31 @@ class Authenticator:
         self._key = os.urandom(32)
         self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
         self._pending: dict[bytes, asyncio.Future[Principal]] = {}
+        # The most recent credentials, compared as given: most connections repeat one ``sec``.
+        self._last_sec: str | dict[str, Any] | None = None
+        self._last: tuple[Principal, float] = (Principal(UserId(0), "", False), 0.0)
+
+    def cached(self, sec: str | dict[str, Any]) -> Principal | None:
+        """The caller, when these credentials were verified less than ``cache_seconds`` ago."""
+        if sec is self._last_sec or sec == self._last_sec:
+            principal, expires = self._last
+            if expires > time.monotonic():
+                return principal
+        if not isinstance(sec, str):
+            return None
+        name, _, password = sec.partition(":")
+        cached = self._cache.get(self._digest(name, password))
+        if cached is None or cached[1] <= time.monotonic():
+            return None
+        self._last_sec, self._last = sec, cached
+        return cached[0]
+
+    def _digest(self, name: str, password: str) -> bytes:
+        return hmac.digest(self._key, f"{name}\0{password}".encode(), "sha256")
 
     async def authenticate(self, sec: str | dict[str, Any]) -> Principal:
         name, password = _split_credentials(sec)
-        digest = hmac.digest(self._key, f"{name}\0{password}".encode(), "sha256")
+        digest = self._digest(name, password)
         cached = self._cache.get(digest)
         now = time.monotonic()
         if cached is not None and cached[1] > now:
@@ -119,6 +141,7 @@ class Authenticator:
 
     def forget_all(self) -> None:
         self._cache.clear()
+        self._last_sec = None
 
 
 def _split_credentials(sec: str | dict[str, Any]) -> tuple[str, str]:

@@ -5,6 +5,8 @@ Plain classes over the store; the executor maps wire names to these methods.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -21,7 +23,15 @@ LIVE_NOT_ALLOWED: Final = "LiveNotAllowed"
 REPLY_ENVELOPE_BYTES: Final = 64
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
+class Pending:
+    """A result that arrives with ``future``; ``then`` turns its value into the result."""
+
+    future: asyncio.Future[Any]
+    then: Callable[[Any], Any] | None = None
+
+
+@dataclass(slots=True)
 class CallContext:
     """Who calls, and what the reply may weigh."""
 
@@ -35,12 +45,13 @@ class GenService:
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
 
-    async def add_event(self, ctx: CallContext, params: dict[str, Any]) -> str:
+    def add_event(self, ctx: CallContext, params: dict[str, Any]) -> Pending:
+        """The reply (the id as a string) goes out once the event is durable."""
         try:
             data_json = encode_event_data(params["type"], params["data"])
         except EventRejected as exc:
             raise FTN3Error(INVALID_REQUEST, str(exc)) from None
-        return str(await self._store.append(params["type"], data_json))
+        return Pending(self._store.submit_append(params["type"], data_json), str)
 
 
 class PollService:
@@ -67,27 +78,36 @@ class PollService:
         last_id = int(params["last_id"]) if params["last_id"] is not None else 0
         want: list[str] | None = params["want"]
         user_id = ctx.principal.user_id
-        reliable = component != LIVE_COMPONENT
-        if reliable:
-            if last_id:
-                position = await self._store.acknowledge(user_id, component, last_id)
-            else:
-                position = await self._store.position(user_id, component)
-            if position is None:
-                raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
-        else:
-            position = last_id
-        page = await self._store.read_events(
-            position,
+        max_bytes = ctx.max_response_bytes - REPLY_ENVELOPE_BYTES
+        if component == LIVE_COMPONENT:
+            page = await self._store.read_events(
+                last_id, types=want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
+            )
+            return EncodedJson(page.json)
+        # The read starts where the acknowledgement puts the position; both run at once, and
+        # the reply waits until the acknowledgement is durable.
+        read = self._store.read_consumer_events(
+            user_id,
+            component,
+            at_least=last_id,
             types=want,
             limit=MAX_EVENTS_PER_CALL,
-            max_bytes=ctx.max_response_bytes - REPLY_ENVELOPE_BYTES,
+            max_bytes=max_bytes,
         )
-        if reliable and want is not None and page.count == 0 and page.head_id > position:
+        if last_id:
+            consumer_page, _position = await asyncio.gather(
+                read, self._store.acknowledge(user_id, component, last_id)
+            )
+        else:
+            consumer_page = await read
+        if consumer_page is None:
+            raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
+        page = consumer_page
+        if want is not None and page.count == 0 and page.head_id > page.start_id:
             await self._store.acknowledge(user_id, component, page.head_id)
         return EncodedJson(page.json)
 
 
-async def ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+def ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
     """``futoin.ping``: echo."""
     return {"echo": params["echo"]}

@@ -46,6 +46,8 @@ class FrameIO(asyncio.Protocol):
         self.ws = ws
         self.transport: asyncio.Transport | None = None
         self.on_message: MessageHandler = _drop
+        #: Called with True when the write buffer goes over its high mark, False when it drains.
+        self.on_write_pressure: Callable[[bool], None] = _ignore
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._fragments: list[bytes] | None = None
@@ -86,9 +88,11 @@ class FrameIO(asyncio.Protocol):
 
     def pause_writing(self) -> None:
         self._writable.clear()
+        self.on_write_pressure(True)
 
     def resume_writing(self) -> None:
         self._writable.set()
+        self.on_write_pressure(False)
 
     # -- sending ------------------------------------------------------------------------------
 
@@ -103,6 +107,11 @@ class FrameIO(asyncio.Protocol):
         self.ws.send_binary(message)
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+
+    @property
+    def writable(self) -> bool:
+        """False while the write buffer is over its high mark (see :meth:`drain`)."""
+        return self._writable.is_set()
 
     async def drain(self) -> None:
         """Wait until the peer has read enough that the write buffer is below its high mark."""
@@ -188,6 +197,10 @@ class FrameIO(asyncio.Protocol):
 
 
 def _drop(_message: bytes) -> None:
+    pass
+
+
+def _ignore(_pressed: bool) -> None:
     pass
 
 

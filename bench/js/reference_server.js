@@ -4,6 +4,8 @@
 // The database must already have the reference schema (the bench harness creates it).
 // Prints "READY" once it listens on ws://127.0.0.1:PORT/.
 
+// moment (through the SQLite driver) must load before futoin-executor hardens built-in prototypes.
+require( 'futoin-database/SQLiteService' );
 const $as = require( 'futoin-asyncsteps' );
 const { AdvancedCCM } = require( 'futoin-invoker' );
 const NodeExecutor = require( 'futoin-executor/NodeExecutor' );
@@ -32,9 +34,9 @@ $as()
             DBGenService.register( as, executor );
             DBPushService.register( as, executor );
         } );
-        as.add( () => console.log( 'READY' ) );
+        as.add( ( _as ) => console.log( 'READY' ) );
     }, ( as, err ) => {
-        console.error( `reference server failed: ${err}: ${as.state.error_info}` );
+        console.error( `reference server failed: ${err}: ${as.state.error_info}`, as.state.last_exception );
         process.exit( 1 );
     } )
     .execute();

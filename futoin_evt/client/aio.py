@@ -13,8 +13,7 @@ import itertools
 import logging
 import ssl
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from ..ftn3.errors import FTN3Error, ProtocolViolation
 from ..ftn3.messages import (
@@ -95,7 +94,8 @@ class FTN3Client:
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._pending[rid] = future
         try:
-            await self._io.drain()
+            if not self._io.writable:
+                await self._io.drain()
             self._io.send(encode_request(rid, f"{iface_version}:{func}", params, self._credentials))
             return await future
         except ConnectionClosedError as exc:
@@ -167,8 +167,9 @@ class FTN3Client:
             self._io.send(reply)
 
 
-@dataclass(frozen=True, slots=True)
-class Event:
+class Event(NamedTuple):
+    """One event as a consumer sees it (a tuple: cheap to build a thousand at a time)."""
+
     id: int
     type: str
     data: Any
@@ -205,8 +206,8 @@ class EventStreamClient:
     async def add_event(self, event_type: str, data: Any) -> int:
         return int(await self.ftn3.call(GEN, "addEvent", {"type": event_type, "data": data}))
 
-    async def register_consumer(self, component: str) -> bool:
-        return bool(await self.ftn3.call(POLL, "registerConsumer", {"component": component}))
+    async def register_consumer(self, component: str, *, iface: str = POLL) -> bool:
+        return bool(await self.ftn3.call(iface, "registerConsumer", {"component": component}))
 
     async def poll_events(
         self,

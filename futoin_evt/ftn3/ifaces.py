@@ -36,15 +36,34 @@ class IfaceSpecError(Exception):
     """An iface definition on disk is broken (our bug, not the peer's)."""
 
 
+#: Distinct valid string values remembered per param (event types, components repeat).
+_VALID_STRINGS_MEMO: Final = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class ParamSpec:
     name: str
     validator: Validator | None  # None: any value passes
     default: Any = _MISSING
+    #: Strings that passed the validator already; checked again only when the memo is full.
+    valid_strings: set[str] = field(default_factory=set, compare=False, repr=False)
 
     @property
     def optional(self) -> bool:
         return self.default is not _MISSING
+
+    def is_valid(self, value: Any) -> bool:
+        if self.validator is None:
+            return True
+        if type(value) is str:
+            if value in self.valid_strings:
+                return True
+            if not self.validator.is_valid(value):
+                return False
+            if len(self.valid_strings) < _VALID_STRINGS_MEMO:
+                self.valid_strings.add(value)
+            return True
+        return bool(self.validator.is_valid(value))
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +94,7 @@ class FuncSpec:
                     raise FTN3Error(INVALID_REQUEST, f"Missing parameter: {self.f}({name})")
                 checked[name] = spec.default
                 continue
-            if spec.validator is not None and not spec.validator.is_valid(value):
+            if not spec.is_valid(value):
                 raise FTN3Error(INVALID_REQUEST, f"Type mismatch for parameter: {self.f}({name})")
             checked[name] = value
         return checked

@@ -30,7 +30,7 @@ class EncodedJson:
     text: str
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Request:
     rid: str
     iface: str
@@ -57,21 +57,29 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+# Built once: json.loads/json.dumps with options build a new decoder/encoder on every call.
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+_ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+_ASCII_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+
+
 def decode_json(data: str | bytes) -> Any:
-    """Strict JSON: no NaN/Infinity; ValueError on anything else that is not JSON."""
+    """Strict JSON in UTF-8: no NaN/Infinity; ValueError on anything that is not JSON."""
     try:
-        return json.loads(data, parse_constant=_reject_constant)
+        return _DECODER.decode(data if isinstance(data, str) else data.decode("utf-8"))
     except RecursionError as exc:
         raise ValueError("JSON nested too deeply") from exc
 
 
 def encode_json(value: Any) -> str:
     """Compact JSON that always encodes to valid UTF-8 (lone surrogates get escaped)."""
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    text: str = _ENCODER.encode(value)
+    if text.isascii():
+        return text
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False)
+        text = _ASCII_ENCODER.encode(value)
     return text
 
 

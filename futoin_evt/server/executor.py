@@ -4,16 +4,23 @@ Order of checks: credentials, iface/version/function (masked as UnknownInterface
 anonymous caller, so nobody probes without credentials), iface constraints (anonymous,
 secure channel), request size, params. Errors a function does not declare go out as
 InternalError and are logged with their traceback.
+
+Dispatch is synchronous wherever it can be: with credentials already verified, the checks
+and the handler run inside the frame's ``data_received``; a handler that only waits for the
+store returns a :class:`Pending` future and the reply is sent from its done-callback. Only
+handlers written as coroutines, and first-time credentials, get a task. On a hot path such as
+``addEvent`` that saves a task and a chain of coroutine frames per call.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth import Authenticator
+from ..auth import Authenticator, Principal
 from ..ftn3.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -22,15 +29,18 @@ from ..ftn3.errors import (
     UNKNOWN_INTERFACE,
     FTN3Error,
 )
-from ..ftn3.ifaces import ALLOW_ANONYMOUS, BIDIRECT_CHANNEL, SECURE_CHANNEL, IfaceRegistry
+from ..ftn3.ifaces import ALLOW_ANONYMOUS, BIDIRECT_CHANNEL, SECURE_CHANNEL, FuncSpec, IfaceRegistry
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
-from ..services import CallContext
+from ..services import CallContext, Pending
 
 log = logging.getLogger(__name__)
 
-Handler = Callable[[CallContext, dict[str, Any]], Awaitable[Any]]
+#: A handler returns its result, a :class:`Pending` result, or a coroutine.
+Handler = Callable[[CallContext, dict[str, Any]], Any]
 #: iface name -> wire function name -> handler
 Routes = Mapping[str, Mapping[str, Handler]]
+#: Where the encoded reply of a call goes.
+Respond = Callable[[bytes], None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,24 +65,44 @@ class Executor:
         self._routes = routes
         self._auth = authenticator
         self._check_results = check_results
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def dispatch(self, request: Request, size: int, channel: Channel, respond: Respond) -> None:
+        """Run one request; ``respond`` gets the encoded reply exactly once, now or later."""
+        principal = self._auth.cached(request.sec) if request.sec else None
+        if request.sec and principal is None:
+            self._spawn(self._call_slowly(request, size, channel, respond))
+            return
+        try:
+            func, outcome = self._start(request, size, channel, principal)
+        except Exception as exc:
+            respond(self._error_reply(request, None, exc, channel))
+            return
+        if isinstance(outcome, Pending):
+            outcome.future.add_done_callback(
+                lambda done: respond(self._pending_reply(request, func, outcome, done, channel))
+            )
+        elif asyncio.iscoroutine(outcome):
+            self._spawn(self._await_reply(request, func, outcome, channel, respond))
+        else:
+            respond(self._reply(request, func, outcome, channel))
 
     async def call(self, request: Request, size: int, channel: Channel) -> bytes:
-        """Run one request; always returns the encoded reply (result or error)."""
-        try:
-            result, max_response = await self._call(request, size, channel)
-        except FTN3Error as exc:
-            return encode_error(request.rid, exc.name, exc.desc)
-        except Exception:
-            log.exception("%s from %s failed", request.f, channel.peer)
-            return encode_error(request.rid, INTERNAL_ERROR, "Internal error")
-        reply = encode_result(request.rid, result)
-        if len(reply) > max_response:
-            log.error("%s: reply of %d bytes exceeds %d", request.f, len(reply), max_response)
-            return encode_error(request.rid, INTERNAL_ERROR, "Response too large")
-        return reply
+        """:meth:`dispatch` as a coroutine (for callers that are not in a hurry)."""
+        reply: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.dispatch(request, size, channel, reply.set_result)
+        return await reply
 
-    async def _call(self, request: Request, size: int, channel: Channel) -> tuple[Any, int]:
-        principal = await self._auth.authenticate(request.sec) if request.sec else None
+    async def wait_idle(self) -> None:
+        """Until every task the executor started has finished."""
+        while self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    def _start(
+        self, request: Request, size: int, channel: Channel, principal: Principal | None
+    ) -> tuple[FuncSpec, Any]:
         try:
             iface = self._registry.resolve(request.iface, request.major, request.minor)
             func = iface.funcs.get(request.func)
@@ -96,16 +126,84 @@ class Executor:
             raise FTN3Error(NOT_IMPLEMENTED, f"Not implemented: {request.f}")
         assert principal is not None  # no served iface allows anonymous callers
         ctx = CallContext(principal, func.max_response_bytes)
+        return func, handler(ctx, params)
+
+    async def _call_slowly(
+        self, request: Request, size: int, channel: Channel, respond: Respond
+    ) -> None:
+        """First use of some credentials: verify them (slow by design), then run the call."""
+        func: FuncSpec | None = None
         try:
-            result = await handler(ctx, params)
-        except FTN3Error as exc:
-            if not func.may_raise(exc.name):
-                log.error("%s raised undeclared %s: %s", request.f, exc.name, exc.desc)
-                raise FTN3Error(INTERNAL_ERROR, "Internal error") from exc
-            raise
+            assert request.sec is not None
+            principal = await self._auth.authenticate(request.sec)
+            func, outcome = self._start(request, size, channel, principal)
+            if isinstance(outcome, Pending):
+                value = await outcome.future
+                outcome = outcome.then(value) if outcome.then else value
+            elif asyncio.iscoroutine(outcome):
+                outcome = await outcome
+        except Exception as exc:
+            respond(self._error_reply(request, func, exc, channel))
+            return
+        respond(self._reply(request, func, outcome, channel))
+
+    async def _await_reply(
+        self,
+        request: Request,
+        func: FuncSpec,
+        outcome: Coroutine[Any, Any, Any],
+        channel: Channel,
+        respond: Respond,
+    ) -> None:
+        try:
+            result = await outcome
+        except Exception as exc:
+            respond(self._error_reply(request, func, exc, channel))
+            return
+        respond(self._reply(request, func, result, channel))
+
+    def _pending_reply(
+        self,
+        request: Request,
+        func: FuncSpec,
+        pending: Pending,
+        done: asyncio.Future[Any],
+        channel: Channel,
+    ) -> bytes:
+        try:
+            value = done.result()
+            result = pending.then(value) if pending.then else value
+        except BaseException as exc:  # a cancelled future, too
+            return self._error_reply(request, func, exc, channel)
+        return self._reply(request, func, result, channel)
+
+    def _reply(self, request: Request, func: FuncSpec, result: Any, channel: Channel) -> bytes:
         if self._check_results:
             value = decode_json(result.text) if isinstance(result, EncodedJson) else result
             problem = func.result_problem(value)
             if problem is not None:
-                raise AssertionError(problem)
-        return result, func.max_response_bytes
+                return self._error_reply(request, func, AssertionError(problem), channel)
+        reply = encode_result(request.rid, result)
+        if len(reply) > func.max_response_bytes:
+            log.error(
+                "%s: reply of %d bytes exceeds %d", request.f, len(reply), func.max_response_bytes
+            )
+            return encode_error(request.rid, INTERNAL_ERROR, "Response too large")
+        return reply
+
+    @staticmethod
+    def _error_reply(
+        request: Request, func: FuncSpec | None, exc: BaseException, channel: Channel
+    ) -> bytes:
+        if isinstance(exc, FTN3Error):
+            if func is None or func.may_raise(exc.name):
+                return encode_error(request.rid, exc.name, exc.desc)
+            log.error("%s raised undeclared %s: %s", request.f, exc.name, exc.desc)
+        else:
+            log.error("%s from %s failed", request.f, channel.peer, exc_info=exc)
+        return encode_error(request.rid, INTERNAL_ERROR, "Internal error")
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)

@@ -1,10 +1,9 @@
 """FTN3 over WebSocket: the asyncio server, many calls in flight per connection.
 
-Every request runs as its own task, so calls finish and reply in any order; replies finished
-in the same loop turn leave in one write. At ``max_calls_in_flight`` the connection is not
-read until a call finishes (backpressure instead of unbounded tasks), and a call whose peer
-does not read its replies waits before queueing more. Replies are binary frames of UTF-8
-JSON, as the official FutoIn peers send them.
+Calls run concurrently and reply in any order as they finish; replies finished in the same
+loop turn leave in one write. At ``max_calls_in_flight``, or while the peer does not read
+its replies, the connection is not read (backpressure instead of unbounded work). Replies
+are binary frames of UTF-8 JSON, as the official FutoIn peers send them.
 
 A frame that is not an FTN3 message with a usable ``rid`` cannot be answered: the connection
 is closed with code 1008 and the reason, and a log line is written. Messages over
@@ -22,7 +21,7 @@ from typing import Any, Final
 
 from ..ftn3.errors import FTN3Error, ProtocolViolation
 from ..ftn3.messages import decode_frame, encode_error, parse_request
-from ..wsio import ConnectionClosedError, ServerIO
+from ..wsio import ServerIO
 from .executor import Channel, Executor
 
 log = logging.getLogger(__name__)
@@ -69,11 +68,12 @@ class _Connection:
         self._executor = executor
         self._channel = channel
         self._max_calls = limits.max_calls_in_flight
-        self._calls: set[asyncio.Task[None]] = set()
+        self._in_flight = 0
         self._draining = False
         self._idle = asyncio.Event()
         self._idle.set()
         io.on_message = self._on_message
+        io.on_write_pressure = self._on_write_pressure
 
     def _on_message(self, frame: bytes) -> None:
         if self._draining:
@@ -87,32 +87,32 @@ class _Connection:
         if msg["rid"][0] != "C":
             log.debug("unexpected reply %s from %s", msg["rid"], self._channel.peer)
             return
-        task = asyncio.create_task(self._serve(msg, len(frame)))
-        self._calls.add(task)
+        self._in_flight += 1
         self._idle.clear()
-        task.add_done_callback(self._call_done)
-        if len(self._calls) >= self._max_calls:
+        if self._in_flight >= self._max_calls:
             self.io.pause_reading()
-
-    def _call_done(self, task: asyncio.Task[None]) -> None:
-        self._calls.discard(task)
-        if len(self._calls) < self._max_calls and not self._draining:
-            self.io.resume_reading()
-        if not self._calls:
-            self._idle.set()
-
-    async def _serve(self, msg: dict[str, Any], size: int) -> None:
         try:
             request = parse_request(msg)
         except FTN3Error as exc:
-            reply = encode_error(msg["rid"], exc.name, exc.desc)
-        else:
-            reply = await self._executor.call(request, size, self._channel)
-        try:
-            await self.io.drain()  # a peer that does not read its replies gets no more
+            self._respond(encode_error(msg["rid"], exc.name, exc.desc))
+            return
+        self._executor.dispatch(request, len(frame), self._channel, self._respond)
+
+    def _respond(self, reply: bytes) -> None:
+        self._in_flight -= 1
+        if self.io.is_open:
             self.io.send(reply)
-        except ConnectionClosedError:
-            log.debug("reply to %s lost: connection closed", msg["rid"])
+        if self._in_flight < self._max_calls and self.io.writable and not self._draining:
+            self.io.resume_reading()
+        if not self._in_flight:
+            self._idle.set()
+
+    def _on_write_pressure(self, pressed: bool) -> None:
+        """A peer that does not read its replies gets no more requests read until it does."""
+        if pressed:
+            self.io.pause_reading()
+        elif self._in_flight < self._max_calls and not self._draining:
+            self.io.resume_reading()
 
     async def wait_closed(self) -> None:
         """Until the peer is gone and every call it started has finished."""
@@ -126,7 +126,7 @@ class _Connection:
             async with asyncio.timeout(grace_seconds):
                 await self._idle.wait()
         except TimeoutError:
-            log.warning("%d calls still running at shutdown", len(self._calls))
+            log.warning("%d calls still running at shutdown", self._in_flight)
         self.io.close(CLOSE_GOING_AWAY, "server shutting down")
         try:
             async with asyncio.timeout(grace_seconds):

@@ -59,8 +59,10 @@ class EventPage:
     json: str
     count: int
     last_id: int
-    #: With a type filter and nothing found: the newest id in the store (to skip ahead to).
+    #: With a type filter: the newest id in the store (to skip ahead to when nothing matched).
     head_id: int
+    #: The id the read started after.
+    start_id: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,9 +173,13 @@ class SqliteStore:
 
         Cancelling the caller does not cancel the write: the event may still be stored.
         """
+        return await self.submit_append(event_type, data_json)
+
+    def submit_append(self, event_type: str, data_json: str) -> asyncio.Future[EventId]:
+        """Queue one event; the future gets its id once it is durable."""
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._enqueue(_Append(event_type, data_json, future))
-        return await asyncio.shield(future)
+        return future
 
     async def read_events(
         self,
@@ -188,35 +194,73 @@ class SqliteStore:
         ``max_bytes`` bounds the encoded JSON array (UTF-8). At least one event is returned
         when there is one: every stored event fits a 64 KiB reply by construction.
         """
-        sql = "SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events WHERE id > ?"
-        params: list[Any] = [after_id]
+        page = await self._read("?", [after_id], types, limit, max_bytes)
+        assert page is not None
+        return page
+
+    async def read_consumer_events(
+        self,
+        user_id: UserId,
+        component: str,
+        *,
+        at_least: int = 0,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+    ) -> EventPage | None:
+        """Like :meth:`read_events`, after the consumer's position (or ``at_least`` when that is
+        higher), in one statement; None when the consumer is not registered."""
+        position = "(SELECT MAX(position, ?) FROM consumers WHERE user_id = ? AND component = ?)"
+        return await self._read(position, [at_least, user_id, component], types, limit, max_bytes)
+
+    async def _read(
+        self,
+        start_sql: str,
+        start_params: list[Any],
+        types: Sequence[str] | None,
+        limit: int,
+        max_bytes: int,
+    ) -> EventPage | None:
+        # One statement reads one snapshot. Marker rows (type NULL) carry the start position
+        # (NULL: no such consumer) and, with a type filter, the newest id to skip ahead to.
+        sql = f"SELECT -1, NULL, NULL, NULL, {start_sql}"
+        params: list[Any] = list(start_params)
+        inner = (
+            "SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events"
+            f" WHERE id > {start_sql}"
+        )
+        params.extend(start_params)
         if types is not None:
-            sql += f" AND type IN ({','.join('?' * len(types))})"
+            inner += f" AND type IN ({','.join('?' * len(types))})"
             params.extend(types)
-        sql += " ORDER BY id LIMIT ?"
+        sql += f" UNION ALL SELECT * FROM ({inner} ORDER BY id LIMIT ?)"
         params.append(limit)
         if types is not None:
-            # One statement reads one snapshot: the head id is consistent with the filtered rows.
-            sql = (
-                f"SELECT * FROM ({sql}) UNION ALL "
-                "SELECT (SELECT COALESCE(MAX(id), 0) FROM events), NULL, NULL, NULL, NULL"
+            sql += (
+                " UNION ALL SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)"
             )
         rows = await self._reader.execute_fetchall(sql, params)
+        start: int | None = None
         head_id = 0
         parts: list[str] = []
         size = 2  # the brackets
         last_id = 0
-        for event_id, event_type, data, ts, data_bytes in rows:
+        for event_id, event_type, data, ts, extra in rows:
             if event_type is None:
-                head_id = event_id
+                if event_id == -1:
+                    start = extra
+                else:
+                    head_id = extra
                 continue
             text = event_json(event_id, event_type, data, ts)
-            size += len(text) - len(data) + data_bytes + 1
+            size += len(text) - len(data) + extra + 1
             if parts and size > max_bytes:
                 break
             parts.append(text)
             last_id = event_id
-        return EventPage("[" + ",".join(parts) + "]", len(parts), last_id, head_id)
+        if start is None:
+            return None
+        return EventPage("[" + ",".join(parts) + "]", len(parts), last_id, head_id, start)
 
     async def newest_event_id(self) -> int:
         rows = await self._reader.execute_fetchall("SELECT COALESCE(MAX(id), 0) FROM events")
@@ -303,7 +347,7 @@ class SqliteStore:
     async def _write(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         future: asyncio.Future[list[tuple[Any, ...]]] = asyncio.get_running_loop().create_future()
         self._enqueue(_Statement(sql, params, future))
-        return await asyncio.shield(future)
+        return await future
 
     def _enqueue(self, item: _Append | _Statement) -> None:
         if self._closing:
