@@ -6,6 +6,7 @@ Plain classes over the store; the executor maps wire names to these methods.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
@@ -13,8 +14,16 @@ from typing import Any, Final
 from .auth import Principal
 from .ftn3.errors import INVALID_REQUEST, FTN3Error
 from .ftn3.messages import EncodedJson
-from .model import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, EventRejected, encode_event_data
-from .storage.sqlite import SqliteStore
+from .model import (
+    LIVE_COMPONENT,
+    MAX_EVENTS_PER_CALL,
+    EventRejected,
+    UserId,
+    encode_event_data,
+)
+from .storage.sqlite import EventPage, SqliteStore
+
+log = logging.getLogger(__name__)
 
 NOT_REGISTERED: Final = "NotRegistered"
 LIVE_NOT_ALLOWED: Final = "LiveNotAllowed"
@@ -54,6 +63,23 @@ class GenService:
         return Pending(self._store.submit_append(params["type"], data_json), str)
 
 
+#: Read-ahead pages kept at most (one per consumer that is reading through a backlog).
+MAX_READ_AHEADS: Final = 64
+#: An unused read-ahead page is dropped after this long.
+READ_AHEAD_SECONDS: Final = 30.0
+
+
+@dataclass(slots=True)
+class _ReadAhead:
+    """The page a consumer will most likely ask for next, read while it handles this one."""
+
+    after_id: int
+    want: tuple[str, ...] | None
+    max_bytes: int
+    page: asyncio.Task[EventPage]
+    expiry: asyncio.TimerHandle
+
+
 class PollService:
     """``futoin.evt.poll``: consumer registration and polling.
 
@@ -61,10 +87,15 @@ class PollService:
     only moves forward and is durable before the reply. With ``want``, when nothing wanted is
     left the position skips over the unwanted events (FTN18 2.2.3), so they do not hold back
     discarding. LIVE polls store nothing.
+
+    A consumer working through a backlog gets a full page each time; while it processes one,
+    the next is read ahead (events below the newest committed id never change), so a drain
+    costs the consumer's time or the server's, not both.
     """
 
     def __init__(self, store: SqliteStore) -> None:
         self._store = store
+        self._read_aheads: dict[tuple[UserId, str], _ReadAhead] = {}
 
     async def register_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
         component = params["component"]
@@ -84,6 +115,34 @@ class PollService:
                 last_id, types=want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
             )
             return EncodedJson(page.json)
+        consumer = (user_id, component)
+        page = await self._reliable_page(consumer, last_id, want, max_bytes)
+        if want is not None and page.count == 0 and page.head_id > page.start_id:
+            await self._store.acknowledge(user_id, component, page.head_id)
+        if page.count == MAX_EVENTS_PER_CALL or page.truncated:
+            self._read_ahead(consumer, page.last_id, want, max_bytes)
+        return EncodedJson(page.json)
+
+    async def _reliable_page(
+        self, consumer: tuple[UserId, str], last_id: int, want: list[str] | None, max_bytes: int
+    ) -> EventPage:
+        user_id, component = consumer
+        ahead = self._take_read_ahead(consumer, last_id, want, max_bytes)
+        if ahead is not None:
+            position = await self._store.acknowledge(user_id, component, last_id)
+            if position is None:
+                ahead.cancel()
+                raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
+            if position == last_id:
+                try:
+                    page = await ahead
+                except Exception:  # read again below, and fail there if it still fails
+                    log.debug("read-ahead for %s failed", component, exc_info=True)
+                else:
+                    if page.count:
+                        return page
+            else:
+                ahead.cancel()  # another poller moved the position further
         # The read starts where the acknowledgement puts the position; both run at once, and
         # the reply waits until the acknowledgement is durable.
         read = self._store.read_consumer_events(
@@ -102,10 +161,49 @@ class PollService:
             consumer_page = await read
         if consumer_page is None:
             raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
-        page = consumer_page
-        if want is not None and page.count == 0 and page.head_id > page.start_id:
-            await self._store.acknowledge(user_id, component, page.head_id)
-        return EncodedJson(page.json)
+        return consumer_page
+
+    def _read_ahead(
+        self, consumer: tuple[UserId, str], after_id: int, want: list[str] | None, max_bytes: int
+    ) -> None:
+        self._drop_read_ahead(consumer)
+        if len(self._read_aheads) >= MAX_READ_AHEADS:
+            return
+        page = asyncio.ensure_future(
+            self._store.read_events(
+                after_id, types=want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
+            )
+        )
+        page.add_done_callback(_retrieve)  # a page nobody takes may fail unnoticed
+        expiry = asyncio.get_running_loop().call_later(
+            READ_AHEAD_SECONDS, self._drop_read_ahead, consumer
+        )
+        wanted = tuple(want) if want is not None else None
+        self._read_aheads[consumer] = _ReadAhead(after_id, wanted, max_bytes, page, expiry)
+
+    def _take_read_ahead(
+        self, consumer: tuple[UserId, str], last_id: int, want: list[str] | None, max_bytes: int
+    ) -> asyncio.Task[EventPage] | None:
+        ahead = self._read_aheads.pop(consumer, None)
+        if ahead is None:
+            return None
+        ahead.expiry.cancel()
+        wanted = tuple(want) if want is not None else None
+        if (ahead.after_id, ahead.want, ahead.max_bytes) != (last_id, wanted, max_bytes):
+            ahead.page.cancel()
+            return None
+        return ahead.page
+
+    def _drop_read_ahead(self, consumer: tuple[UserId, str]) -> None:
+        ahead = self._read_aheads.pop(consumer, None)
+        if ahead is not None:
+            ahead.expiry.cancel()
+            ahead.page.cancel()
+
+
+def _retrieve(task: asyncio.Task[EventPage]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:

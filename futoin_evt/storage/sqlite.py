@@ -63,6 +63,8 @@ class EventPage:
     head_id: int
     #: The id the read started after.
     start_id: int
+    #: More events were there but did not fit ``max_bytes``.
+    truncated: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,6 +247,7 @@ class SqliteStore:
         parts: list[str] = []
         size = 2  # the brackets
         last_id = 0
+        truncated = False
         for event_id, event_type, data, ts, extra in rows:
             if event_type is None:
                 if event_id == -1:
@@ -255,12 +258,15 @@ class SqliteStore:
             text = event_json(event_id, event_type, data, ts)
             size += len(text) - len(data) + extra + 1
             if parts and size > max_bytes:
+                truncated = True
                 break
             parts.append(text)
             last_id = event_id
         if start is None:
             return None
-        return EventPage("[" + ",".join(parts) + "]", len(parts), last_id, head_id, start)
+        return EventPage(
+            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, start, truncated
+        )
 
     async def newest_event_id(self) -> int:
         rows = await self._reader.execute_fetchall("SELECT COALESCE(MAX(id), 0) FROM events")
