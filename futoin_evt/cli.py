@@ -17,7 +17,8 @@ from typing import Any, Final
 
 from . import __version__
 from .auth import hash_password
-from .client.aio import CommError, EventStreamClient, RemoteError
+from .client.aio import CommError, Event, EventStreamClient, RemoteError
+from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
 from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
@@ -121,6 +122,15 @@ def _parser() -> argparse.ArgumentParser:
     poll.add_argument("--follow", action="store_true", help="keep polling for new events")
     _add_endpoint(poll)
     poll.set_defaults(run=_poll)
+
+    tail = commands.add_parser(
+        "tail", help="print events as they are pushed, as JSON lines, until interrupted"
+    )
+    tail.add_argument("component", nargs="?", help="consumer component (registered if new)")
+    tail.add_argument("--live", action="store_true", help="new events only, no registration")
+    tail.add_argument("--want", help="comma-separated event types")
+    _add_endpoint(tail)
+    tail.set_defaults(run=_tail)
     return parser
 
 
@@ -238,18 +248,23 @@ async def _user_remove(args: argparse.Namespace) -> int:
 # -- small clients -----------------------------------------------------------------------------
 
 
-@contextlib.asynccontextmanager
-async def _client(args: argparse.Namespace) -> Any:
+def _credentials(args: argparse.Namespace) -> str:
     if not args.user:
         raise CliError(f"no user given: use --user or ${ENV_USER}.")
     password = _read_password() if args.password_stdin else os.environ.get(ENV_PASSWORD)
     if password is None:
         raise CliError(f"no password given: use --password-stdin or ${ENV_PASSWORD}.")
+    return f"{args.user}:{password}"
+
+
+@contextlib.asynccontextmanager
+async def _client(args: argparse.Namespace) -> Any:
+    credentials = _credentials(args)
     try:
-        client = await EventStreamClient.connect(args.url, credentials=f"{args.user}:{password}")
-    except (OSError, TimeoutError) as exc:
-        raise CliError(f"cannot connect to {args.url}: {exc}") from None
-    except Exception as exc:
+        client = await EventStreamClient.connect(args.url, credentials=credentials)
+    except CommError as exc:
+        raise CliError(f"{exc}.") from None
+    except Exception as exc:  # a URL that is not ws:// or wss://
         raise CliError(f"cannot connect to {args.url}: {exc}") from None
     try:
         async with client:
@@ -296,6 +311,32 @@ async def _poll(args: argparse.Namespace) -> int:
                 return 0
             await asyncio.sleep(delay)
             delay = min(delay * 2, 2.0)
+
+
+async def _tail(args: argparse.Namespace) -> int:
+    if args.live == bool(args.component):
+        raise CliError("give a COMPONENT, or --live, but not both.")
+    want = [t for t in args.want.split(",") if t] if args.want else None
+    credentials = _credentials(args)
+
+    async def show(events: list[Event]) -> None:
+        for event in events:
+            _print_json({"id": str(event.id), "type": event.type, "data": event.data,
+                         "ts": event.ts})  # fmt: skip
+        sys.stdout.flush()
+
+    receiver: Receiver
+    if args.live:
+        receiver = LiveReceiver(args.url, credentials=credentials, on_events=show, want=want)
+    else:
+        receiver = ReliableReceiver(
+            args.url, credentials=credentials, component=args.component, on_events=show, want=want
+        )
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, receiver.stop)
+    await receiver.run()
+    return 0
 
 
 def _print_json(value: Any) -> None:

@@ -9,11 +9,11 @@ import asyncio
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from .auth import Principal
 from .ftn3.errors import INVALID_REQUEST, FTN3Error
-from .ftn3.messages import EncodedJson
+from .ftn3.messages import EncodedJson, Response
 from .model import (
     LIVE_COMPONENT,
     MAX_EVENTS_PER_CALL,
@@ -40,12 +40,31 @@ class Pending:
     then: Callable[[Any], Any] | None = None
 
 
+class PeerLink(Protocol):
+    """Requests from us to the peer, over a bidirectional connection (``S`` rids)."""
+
+    @property
+    def closed(self) -> asyncio.Future[None]:
+        """Done when the connection is gone."""
+
+    @property
+    def writable(self) -> bool:
+        """False while the peer is not reading what was already sent."""
+
+    def request(self, f: str, params_json: str, timeout: float) -> asyncio.Future[Response]:
+        """Send a request; the future gets the reply, or TimeoutError/ConnectionError."""
+
+    def abort(self) -> None:
+        """Drop the connection at once."""
+
+
 @dataclass(slots=True)
 class CallContext:
-    """Who calls, and what the reply may weigh."""
+    """Who calls, what the reply may weigh, and the way back to the caller (if any)."""
 
     principal: Principal
     max_response_bytes: int
+    link: PeerLink | None = None
 
 
 class GenService:

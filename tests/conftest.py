@@ -5,8 +5,12 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -126,6 +130,44 @@ def js_peer() -> Path:
         )
         stamp.write_text(wanted)
     return JS_DIR
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class ServerProcess:
+    """``futoin-evt serve`` as its own process, as an operator runs it."""
+
+    def __init__(self, db: Path, port: int = 0, *extra: str) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
+             "--db", str(db), "--port", str(port), *extra],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )  # fmt: skip
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        match = re.search(r"ws://[^ ]+", line)
+        if match is None:
+            _out, err = self.proc.communicate(timeout=30)
+            raise AssertionError(f"no URL in {line!r}; stderr: {err}")
+        self.url = match.group(0)
+        self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
+
+    def stop(self) -> int:
+        """SIGTERM, as an operator stops it; returns the exit code."""
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.communicate(timeout=30)  # also closes the pipes
+        return self.proc.returncode
+
+    def kill(self) -> None:
+        """SIGKILL: a crash."""
+        self.proc.kill()
+        self.proc.communicate(timeout=30)
 
 
 async def run_js(js_dir: Path, script: str, scenario: dict[str, Any]) -> list[Any]:

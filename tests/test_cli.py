@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from .conftest import ServerProcess
 
 pytestmark = pytest.mark.functional
 
@@ -31,36 +31,14 @@ def run(
     )
 
 
-class RunningServer:
-    def __init__(self, db: Path) -> None:
-        self.proc = subprocess.Popen(
-            [*CLI, "serve", "--db", str(db), "--port", "0"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        match = re.search(r"ws://[^ ]+", line)
-        assert match, (
-            f"no URL in {line!r}; stderr: {self.proc.stderr.read() if self.proc.stderr else ''}"
-        )
-        self.url = match.group(0)
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.communicate(timeout=30)  # also closes the pipes
-        return self.proc.returncode
-
-
 @pytest.fixture
-def served(tmp_path: Path) -> Iterator[tuple[RunningServer, dict[str, str]]]:
+def served(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
     db = tmp_path / "cli.sqlite"
     assert (
         run("user", "add", "carol", "--password-stdin", "--db", str(db), stdin="c-pw\n").returncode
         == 0
     )
-    server = RunningServer(db)
+    server = ServerProcess(db)
     env = {"FUTOIN_EVT_URL": server.url, "FUTOIN_EVT_USER": "carol", "FUTOIN_EVT_PASSWORD": "c-pw"}
     yield server, env
     if server.proc.poll() is None:
@@ -90,7 +68,7 @@ def test_users(tmp_path: Path) -> None:
 
 
 def test_add_and_poll_then_clean_shutdown_keeps_events(
-    served: tuple[RunningServer, dict[str, str]], tmp_path: Path
+    served: tuple[ServerProcess, dict[str, str]], tmp_path: Path
 ) -> None:
     server, env = served
     ids = [run("add", "ORDER", json.dumps({"n": n}), env=env).stdout.strip() for n in range(3)]
@@ -106,7 +84,7 @@ def test_add_and_poll_then_clean_shutdown_keeps_events(
     # printed events were acknowledged: a second run has nothing new
     assert run("poll", "SHIPPING", env=env).stdout == ""
     assert server.stop() == 0
-    restarted = RunningServer(tmp_path / "cli.sqlite")
+    restarted = ServerProcess(tmp_path / "cli.sqlite")
     try:
         env = {**env, "FUTOIN_EVT_URL": restarted.url}
         assert len(run("poll", "LIVE", env=env).stdout.splitlines()) == 3
@@ -131,7 +109,7 @@ def test_add_and_poll_then_clean_shutdown_keeps_events(
     ],
 )
 def test_errors_are_one_sentence_and_non_zero(
-    served: tuple[RunningServer, dict[str, str]],
+    served: tuple[ServerProcess, dict[str, str]],
     args: list[str],
     env_change: dict[str, str],
     message: str,
@@ -146,7 +124,7 @@ def test_errors_are_one_sentence_and_non_zero(
 
 
 def test_port_in_use_is_a_clear_error(
-    served: tuple[RunningServer, dict[str, str]], tmp_path: Path
+    served: tuple[ServerProcess, dict[str, str]], tmp_path: Path
 ) -> None:
     server, _env = served
     port = server.url.rsplit(":", 1)[1].strip("/")

@@ -111,6 +111,10 @@ class FTN3Client:
         self._io.close()
         await self._io.closed
 
+    def start_closing(self) -> None:
+        """Begin closing without waiting for it (see :meth:`wait_closed`)."""
+        self._io.close()
+
     async def wait_closed(self) -> None:
         await self._io.closed
 

@@ -9,6 +9,7 @@ from typing import Final
 
 from ..auth import Authenticator
 from ..ftn3.ifaces import IfaceRegistry
+from ..push import PushConfig, PushService
 from ..services import GenService, PollService, ping
 from ..storage.sqlite import Durability, SqliteStore
 from .executor import Executor, Routes
@@ -35,9 +36,12 @@ class ServerConfig:
     check_results: bool = False
     #: How long a verified password is trusted without checking the hash again.
     auth_cache_seconds: float = 30.0
+    push: PushConfig = field(default_factory=PushConfig)
+    #: How soon events that other processes add to the file reach push consumers.
+    other_writers_seconds: float = 0.2
 
 
-def build_routes(store: SqliteStore) -> Routes:
+def build_routes(store: SqliteStore, push: PushService) -> Routes:
     """The explicit map from wire names to service methods."""
     gen = GenService(store)
     poll = PollService(store)
@@ -50,7 +54,7 @@ def build_routes(store: SqliteStore) -> Routes:
         "futoin.ping": {"ping": ping},
         "futoin.evt.gen": {"ping": ping, "addEvent": gen.add_event},
         "futoin.evt.poll": consumer,
-        "futoin.evt.push": consumer,
+        "futoin.evt.push": {**consumer, "readyToReceive": push.ready_to_receive},
     }
 
 
@@ -64,17 +68,21 @@ def build_registry() -> IfaceRegistry:
 class EventServer:
     """A running server. ``async with EventServer.start(config) as server: ...``"""
 
-    def __init__(self, store: SqliteStore, transport: WebSocketTransport) -> None:
+    def __init__(
+        self, store: SqliteStore, push: PushService, transport: WebSocketTransport
+    ) -> None:
         self.store = store
+        self.push = push
         self._transport = transport
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
         store = await SqliteStore.open(config.db_path, durability=config.durability)
         try:
+            push = PushService(store, config.push)
             executor = Executor(
                 build_registry(),
-                build_routes(store),
+                build_routes(store, push),
                 Authenticator(store, cache_seconds=config.auth_cache_seconds),
                 check_results=config.check_results,
             )
@@ -83,8 +91,9 @@ class EventServer:
         except BaseException:
             await store.close()
             raise
+        store.watch_other_writers(config.other_writers_seconds)
         log.info("serving %s on %s", config.db_path, transport.url)
-        return cls(store, transport)
+        return cls(store, push, transport)
 
     @property
     def url(self) -> str:
@@ -95,7 +104,8 @@ class EventServer:
         return self._transport.port
 
     async def close(self) -> None:
-        """Graceful: calls in flight finish, queued writes commit, then the file closes."""
+        """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes."""
+        await self.push.close()
         await self._transport.close()
         await self.store.close()
 

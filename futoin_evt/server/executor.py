@@ -31,7 +31,7 @@ from ..ftn3.errors import (
 )
 from ..ftn3.ifaces import ALLOW_ANONYMOUS, BIDIRECT_CHANNEL, SECURE_CHANNEL, FuncSpec, IfaceRegistry
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
-from ..services import CallContext, Pending
+from ..services import CallContext, PeerLink, Pending
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +50,7 @@ class Channel:
     peer: str
     secure: bool
     bidirect: bool = True
+    link: PeerLink | None = None
 
 
 class Executor:
@@ -125,7 +126,7 @@ class Executor:
         if handler is None:
             raise FTN3Error(NOT_IMPLEMENTED, f"Not implemented: {request.f}")
         assert principal is not None  # no served iface allows anonymous callers
-        ctx = CallContext(principal, func.max_response_bytes)
+        ctx = CallContext(principal, func.max_response_bytes, channel.link)
         return func, handler(ctx, params)
 
     async def _call_slowly(

@@ -14,14 +14,15 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import itertools
 import logging
 import ssl
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..ftn3.errors import FTN3Error, ProtocolViolation
-from ..ftn3.messages import decode_frame, encode_error, parse_request
-from ..wsio import ServerIO
+from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
+from ..wsio import ConnectionClosedError, ServerIO
 from .executor import Channel, Executor
 
 log = logging.getLogger(__name__)
@@ -53,6 +54,11 @@ class TransportConfig:
     limits: Limits = field(default=DEFAULT_LIMITS)
 
 
+def _expire(reply: asyncio.Future[Response]) -> None:
+    if not reply.done():
+        reply.set_exception(TimeoutError("no reply in time"))
+
+
 def is_loopback(address: Any) -> bool:
     try:
         return ipaddress.ip_address(address[0]).is_loopback
@@ -63,30 +69,33 @@ def is_loopback(address: Any) -> bool:
 class _Connection:
     """The FTN3 side of one server connection."""
 
-    def __init__(self, io: ServerIO, executor: Executor, channel: Channel, limits: Limits):
+    def __init__(self, io: ServerIO, executor: Executor, limits: Limits):
         self.io = io
         self._executor = executor
-        self._channel = channel
+        self.channel = Channel(peer=io.peer, secure=False)
         self._max_calls = limits.max_calls_in_flight
         self._in_flight = 0
         self._draining = False
         self._idle = asyncio.Event()
         self._idle.set()
+        self._peer_rids = itertools.count(1)
+        self._peer_calls: dict[str, asyncio.Future[Response]] = {}
         io.on_message = self._on_message
         io.on_write_pressure = self._on_write_pressure
+        io.closed.add_done_callback(self._on_closed)
 
     def _on_message(self, frame: bytes) -> None:
-        if self._draining:
-            return  # shutting down: unanswered, the caller knows it was not done
         try:
             msg = decode_frame(frame)
         except ProtocolViolation as exc:
-            log.warning("closing connection from %s: %s", self._channel.peer, exc)
+            log.warning("closing connection from %s: %s", self.channel.peer, exc)
             self.io.close(CLOSE_POLICY_VIOLATION, str(exc)[:120])
             return
         if msg["rid"][0] != "C":
-            log.debug("unexpected reply %s from %s", msg["rid"], self._channel.peer)
+            self._on_peer_reply(msg)
             return
+        if self._draining:
+            return  # shutting down: unanswered, the caller knows it was not done
         self._in_flight += 1
         self._idle.clear()
         if self._in_flight >= self._max_calls:
@@ -96,7 +105,7 @@ class _Connection:
         except FTN3Error as exc:
             self._respond(encode_error(msg["rid"], exc.name, exc.desc))
             return
-        self._executor.dispatch(request, len(frame), self._channel, self._respond)
+        self._executor.dispatch(request, len(frame), self.channel, self._respond)
 
     def _respond(self, reply: bytes) -> None:
         self._in_flight -= 1
@@ -113,6 +122,49 @@ class _Connection:
             self.io.pause_reading()
         elif self._in_flight < self._max_calls and not self._draining:
             self.io.resume_reading()
+
+    # -- requests to the peer (PeerLink) -------------------------------------------------------
+
+    @property
+    def closed(self) -> asyncio.Future[None]:
+        return self.io.closed
+
+    @property
+    def writable(self) -> bool:
+        return self.io.writable
+
+    def request(self, f: str, params_json: str, timeout: float) -> asyncio.Future[Response]:
+        loop = asyncio.get_running_loop()
+        reply: asyncio.Future[Response] = loop.create_future()
+        if not self.io.is_open:
+            reply.set_exception(ConnectionClosedError("the connection is closed"))
+            return reply
+        rid = f"S{next(self._peer_rids)}"
+        self._peer_calls[rid] = reply
+        self.io.send(f'{{"f":"{f}","p":{params_json},"rid":"{rid}"}}'.encode())
+        timer = loop.call_later(timeout, _expire, reply)
+
+        def forget(_reply: asyncio.Future[Response]) -> None:
+            timer.cancel()
+            self._peer_calls.pop(rid, None)
+
+        reply.add_done_callback(forget)
+        return reply
+
+    def abort(self) -> None:
+        self.io.abort()
+
+    def _on_peer_reply(self, msg: dict[str, Any]) -> None:
+        reply = self._peer_calls.get(msg["rid"])
+        if reply is None or reply.done():
+            log.debug("unexpected reply %s from %s", msg["rid"], self.channel.peer)
+            return
+        reply.set_result(parse_response(msg))
+
+    def _on_closed(self, _closed: asyncio.Future[None]) -> None:
+        for reply in list(self._peer_calls.values()):
+            if not reply.done():
+                reply.set_exception(ConnectionClosedError("the connection closed"))
 
     async def wait_closed(self) -> None:
         """Until the peer is gone and every call it started has finished."""
@@ -172,8 +224,9 @@ class WebSocketTransport:
         assert io.transport is not None
         peer = io.transport.get_extra_info("peername")
         secure = self._config.tls is not None or self._config.trust_channel or is_loopback(peer)
-        channel = Channel(peer=io.peer, secure=secure)
-        connection = _Connection(io, self._executor, channel, self._config.limits)
+        connection = _Connection(io, self._executor, self._config.limits)
+        channel = Channel(peer=io.peer, secure=secure, link=connection)
+        connection.channel = channel
         self._connections.add(connection)
         log.debug("connection from %s", channel.peer)
         watcher = asyncio.create_task(connection.wait_closed())

@@ -17,6 +17,7 @@ aiosqlite on a second connection and never wait for the writer (WAL).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sqlite3
 from collections import deque
@@ -30,6 +31,7 @@ from typing import Any, Final
 import aiosqlite
 
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
+from .head import HeadWatch
 from .schema import ensure_schema
 
 log = logging.getLogger(__name__)
@@ -127,7 +129,9 @@ class SqliteStore:
         self._reader = reader
         self._queue = _Queue()
         self._closing = False
+        self.head = HeadWatch()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
+        self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
     async def open(
@@ -149,7 +153,26 @@ class SqliteStore:
             await loop.run_in_executor(write_thread, writer.close)
             write_thread.shutdown()
             raise
-        return cls(path, writer, write_thread, reader)
+        store = cls(path, writer, write_thread, reader)
+        store.head.advance(await store.newest_event_id())
+        return store
+
+    def watch_other_writers(self, interval: float = 0.2) -> None:
+        """Notice events other processes commit (the native API) within ``interval`` seconds.
+
+        Only looks while someone waits for new events.
+        """
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch(interval), name="futoin-evt-watch")
+
+    async def _watch(self, interval: float) -> None:
+        while not self._closing:
+            await asyncio.sleep(interval)
+            if self.head.waiting:
+                try:
+                    self.head.advance(await self.newest_event_id())
+                except Exception as exc:  # the store is closing, or the file is busy
+                    log.debug("checking for new events failed: %s", exc)
 
     async def close(self) -> None:
         """Commit what is queued, then close. Writes queued after this call are refused."""
@@ -158,6 +181,10 @@ class SqliteStore:
         self._closing = True
         self._queue.ready.set()
         await self._task
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
         await self._reader.close()
         await asyncio.get_running_loop().run_in_executor(self._write_thread, self._writer.close)
         self._write_thread.shutdown()
@@ -395,6 +422,8 @@ class SqliteStore:
         first_id, statement_results = await loop.run_in_executor(
             self._write_thread, _commit_sync, self._writer, events, statements
         )
+        if events:
+            self.head.advance(first_id + len(events) - 1)
         next_id = iter(range(first_id, first_id + len(events)))
         next_statement = iter(statement_results)
         return [

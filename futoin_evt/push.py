@@ -1,0 +1,337 @@
+"""Push delivery (``futoin.evt.push`` readyToReceive, ``futoin.evt.receiver`` onEvents).
+
+One :class:`PushStream` per readyToReceive. It reads groups of events from the store and
+sends them to the consumer's own connection as ``onEvents`` requests, several at a time.
+
+Reliable streams start after the consumer's stored position. ``seq`` counts from 0 with no
+gap; a group is acknowledged by any reply that is not an error, and the stored position
+moves (durably, as with pollEvents) to the end of the highest group acknowledged together
+with all before it. An error reply or no reply in time sends the same group again after a
+backoff that doubles up to a cap. A disconnect ends the stream; the next readyToReceive
+resumes from the stored position, so a group that was in flight is sent again.
+
+LIVE streams start at the newest event and store nothing. When the consumer reads slower
+than events come, the oldest queued groups are dropped and ``seq`` skips one number for
+each; replies, errors included, never stop delivery.
+
+Streams wait for new events on the store's head watch: the writer wakes them on commit, and
+no stream polls the database while it is caught up.
+
+One stream per (user, component): a new readyToReceive takes over and the older stream
+stops, so a consumer that restarts is never blocked by its own half-open old connection.
+For LIVE, one stream per connection and user.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections import deque
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from .ftn3.errors import FTN3Error
+from .model import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
+from .services import NOT_REGISTERED, CallContext, PeerLink
+from .storage.head import HeadWatch
+from .storage.sqlite import EventPage, SqliteStore
+
+log = logging.getLogger(__name__)
+
+ON_EVENTS: Final = "futoin.evt.receiver:1.1:onEvents"
+#: ``{"seq":...,"events":`` ... ``}`` and the request envelope around a group.
+_GROUP_ENVELOPE_BYTES: Final = 256
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfig:
+    #: Groups a reliable stream has in flight at once.
+    window: int = 4
+    #: Largest group; receiver 1.1 accepts 8 MiB, smaller groups bound memory per stream.
+    max_group_bytes: int = 1024 * 1024
+    #: How long to wait for more events before sending a group (0: send at once).
+    batch_delay: float = 0.0
+    #: How long a receiver may take to answer onEvents before the group counts as failed.
+    reply_timeout: float = 30.0
+    #: First retry delay of a failed group; doubles on each failure up to ``retry_max``.
+    retry_initial: float = 0.05
+    retry_max: float = 10.0
+    #: LIVE: groups queued for a slow consumer before the oldest are dropped.
+    live_queue_groups: int = 8
+
+
+@dataclass(slots=True)
+class _Group:
+    seq: int
+    last_id: int
+    events_json: str
+    attempts: int = 0
+    retry: asyncio.TimerHandle | None = None
+
+
+@dataclass(slots=True)
+class StreamStats:
+    """What an operator sees of a stream (consumer info)."""
+
+    groups_sent: int = 0
+    groups_acked: int = 0
+    groups_failed: int = 0
+    groups_dropped: int = 0
+    #: Failures in a row of the group now being retried (0: nothing failing).
+    retrying: int = 0
+
+
+@dataclass(slots=True)
+class PushStream:
+    service: PushService
+    key: Hashable
+    link: PeerLink
+    user_id: UserId
+    component: str
+    want: list[str] | None
+    reliable: bool
+    next_id: int
+    stats: StreamStats = field(default_factory=StreamStats)
+    _seq: itertools.count[int] = field(default_factory=itertools.count)
+    _in_flight: dict[int, _Group] = field(default_factory=dict)
+    _queued: deque[_Group] = field(default_factory=deque)
+    #: Acknowledged groups (seq -> last id) waiting for a lower seq to be acknowledged.
+    _acked: dict[int, int] = field(default_factory=dict)
+    _next_contiguous: int = 0
+    _acked_to: int = 0
+    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    _task: asyncio.Task[None] | None = None
+    #: The stored (durable) position, as this stream moved it.
+    durable: HeadWatch = field(default_factory=HeadWatch)
+
+    @property
+    def config(self) -> PushConfig:
+        return self.service.config
+
+    def start(self) -> None:
+        self._acked_to = self.next_id
+        self._task = asyncio.create_task(self._run(), name=f"push {self.component}")
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+        for group in self._in_flight.values():
+            if group.retry is not None:
+                group.retry.cancel()
+
+    @property
+    def in_flight(self) -> int:
+        return len(self._in_flight)
+
+    @property
+    def queued(self) -> int:
+        return len(self._queued)
+
+    async def _run(self) -> None:
+        try:
+            await self._deliver()
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("push stream %s of user %s failed", self.component, self.user_id)
+        finally:
+            self.service.forget(self)
+
+    async def _deliver(self) -> None:
+        store = self.service.store
+        closed = self.link.closed
+        while not closed.done():
+            if self._room_for_more():
+                page = await self._read()
+                if page.count:
+                    self._enqueue(page)
+                    self._send_queued()
+                    continue
+                if self.reliable and self.want is not None and not self._in_flight:
+                    await self._skip_unwanted(page)
+            self._send_queued()
+            self._wake.clear()
+            waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
+            if self._room_for_more():
+                waits.append(asyncio.ensure_future(store.head.wait_beyond(self.next_id)))
+            try:
+                await asyncio.wait([*waits, closed], return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                for waiter in waits:
+                    waiter.cancel()
+            if self.config.batch_delay and store.head.head > self.next_id:
+                await asyncio.sleep(self.config.batch_delay)
+
+    def _room_for_more(self) -> bool:
+        if self.reliable:
+            return len(self._in_flight) + len(self._queued) < self.config.window
+        return True  # LIVE keeps reading and drops the oldest queued groups instead
+
+    async def _read(self) -> EventPage:
+        max_bytes = min(self.config.max_group_bytes, self.service.max_group_bytes)
+        return await self.service.store.read_events(
+            self.next_id, types=self.want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
+        )
+
+    async def _skip_unwanted(self, page: EventPage) -> None:
+        """Nothing wanted is left: the unwanted tail counts as delivered (FTN18 2.2.3)."""
+        if page.head_id > self.next_id:
+            self.next_id = page.head_id
+            self._advance_position(page.head_id)
+
+    def _enqueue(self, page: EventPage) -> None:
+        group = _Group(next(self._seq), page.last_id, page.json)
+        self.next_id = page.last_id
+        self._queued.append(group)
+        if not self.reliable:
+            while len(self._queued) > self.config.live_queue_groups:
+                self._queued.popleft()  # its seq is skipped: the receiver sees the gap
+                self.stats.groups_dropped += 1
+
+    def _send_queued(self) -> None:
+        while self._queued and self.link.writable and not self.link.closed.done():
+            if self.reliable and len(self._in_flight) >= self.config.window:
+                return
+            self._send(self._queued.popleft())
+
+    def _send(self, group: _Group) -> None:
+        group.attempts += 1
+        self.stats.groups_sent += 1
+        self._in_flight[group.seq] = group
+        params = f'{{"seq":{group.seq},"events":{group.events_json}}}'
+        reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout)
+        reply.add_done_callback(lambda done: self._on_reply(group, done))
+
+    def _on_reply(self, group: _Group, done: asyncio.Future[Any]) -> None:
+        if self._task is None or self._task.done():
+            return  # stopped: a newer stream or a closed connection owns the consumer now
+        failure = _failure(done)
+        if failure is not None and self.reliable:
+            if not self.link.closed.done():
+                self._schedule_retry(group, failure)
+            return
+        del self._in_flight[group.seq]
+        self.stats.groups_acked += 1
+        self.stats.retrying = 0
+        if self.reliable:
+            self._acked[group.seq] = group.last_id
+            last_id = 0
+            while self._next_contiguous in self._acked:
+                last_id = self._acked.pop(self._next_contiguous)
+                self._next_contiguous += 1
+            if last_id:
+                self._advance_position(last_id)
+        self._wake.set()
+
+    def _schedule_retry(self, group: _Group, failure: str) -> None:
+        self.stats.groups_failed += 1
+        self.stats.retrying = group.attempts
+        delay = min(self.config.retry_initial * 2 ** (group.attempts - 1), self.config.retry_max)
+        log.warning(
+            "onEvents seq %d to user %s %s failed (%s); retry %d in %.2fs",
+            group.seq, self.user_id, self.component, failure, group.attempts, delay,
+        )  # fmt: skip
+        group.retry = asyncio.get_running_loop().call_later(delay, self._retry, group)
+
+    def _retry(self, group: _Group) -> None:
+        group.retry = None
+        if self._task is None or self._task.done() or self.link.closed.done():
+            return
+        del self._in_flight[group.seq]
+        self._send(group)
+
+    def _advance_position(self, last_id: int) -> None:
+        if last_id > self._acked_to:
+            self._acked_to = last_id
+            self.service.acknowledge(self, last_id)
+
+
+def _failure(reply: asyncio.Future[Any]) -> str | None:
+    """Why an onEvents reply does not acknowledge its group, or None when it does."""
+    if reply.cancelled():
+        return "cancelled"
+    exc = reply.exception()
+    if exc is not None:
+        return str(exc) or type(exc).__name__
+    error: str | None = reply.result().error
+    return error
+
+
+class PushService:
+    """``readyToReceive``: starts, and takes over, push streams."""
+
+    def __init__(self, store: SqliteStore, config: PushConfig = PushConfig()) -> None:
+        self.store = store
+        self.config = config
+        #: Receiver 1.1 accepts 8 MiB; stay below whatever the config says.
+        self.max_group_bytes = 8 * 1024 * 1024 - _GROUP_ENVELOPE_BYTES
+        self._streams: dict[Hashable, PushStream] = {}
+        self._acks: set[asyncio.Task[Any]] = set()
+
+    @property
+    def streams(self) -> list[PushStream]:
+        return list(self._streams.values())
+
+    async def ready_to_receive(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+        if ctx.link is None:
+            raise FTN3Error("SecurityError", "Bi-directional channel is required")
+        component: str = params["component"]
+        user_id = ctx.principal.user_id
+        reliable = component != LIVE_COMPONENT
+        key: Hashable
+        if reliable:
+            position = await self.store.position(user_id, component)
+            if position is None:
+                raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
+            key = (user_id, component)
+        else:
+            position = self.store.head.head
+            key = (user_id, component, id(ctx.link))
+        previous = self._streams.pop(key, None)
+        if previous is not None:
+            log.info("push stream %s of user %s taken over", component, user_id)
+            previous.stop()
+        stream = PushStream(
+            service=self,
+            key=key,
+            link=ctx.link,
+            user_id=user_id,
+            component=component,
+            want=params["want"],
+            reliable=reliable,
+            next_id=position,
+        )
+        self._streams[key] = stream
+        stream.start()
+        return True
+
+    def acknowledge(self, stream: PushStream, last_id: int) -> None:
+        task = asyncio.ensure_future(
+            self.store.acknowledge(stream.user_id, stream.component, last_id)
+        )
+        self._acks.add(task)
+
+        def done(task: asyncio.Task[Any]) -> None:
+            self._acks.discard(task)
+            if task.cancelled():
+                return
+            if task.exception() is not None:
+                log.error("storing a push acknowledgement failed: %s", task.exception())
+            else:
+                stream.durable.advance(last_id)
+
+        task.add_done_callback(done)
+
+    def forget(self, stream: PushStream) -> None:
+        if self._streams.get(stream.key) is stream:
+            del self._streams[stream.key]
+
+    async def close(self) -> None:
+        """Stop every stream and let stored acknowledgements finish."""
+        for stream in list(self._streams.values()):
+            stream.stop()
+        self._streams.clear()
+        if self._acks:
+            await asyncio.gather(*self._acks, return_exceptions=True)

@@ -1,0 +1,40 @@
+"""Who is waiting for new events, and waking them when the newest event id moves."""
+
+from __future__ import annotations
+
+import asyncio
+
+
+class HeadWatch:
+    """A growing id (the newest committed event, a durable position) and its waiters.
+
+    The store's writer advances it after each commit, so waiters wake without polling the
+    database; a watcher advances it for events other processes commit to the same file.
+    """
+
+    def __init__(self, head: int = 0) -> None:
+        self.head = head
+        self._waiters: set[asyncio.Future[None]] = set()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiters)
+
+    def advance(self, head: int) -> None:
+        if head <= self.head:
+            return
+        self.head = head
+        waiters, self._waiters = self._waiters, set()
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    async def wait_beyond(self, event_id: int) -> None:
+        """Return once the head is above ``event_id``."""
+        while self.head <= event_id:
+            waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._waiters.add(waiter)
+            try:
+                await waiter
+            finally:
+                self._waiters.discard(waiter)
