@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import platform
 import statistics
@@ -29,10 +30,13 @@ class Sizes:
     add_serial: int
     add_in_flight: int
     drain: int
+    latency_events: int
 
 
-FULL: Final = Sizes(add_serial=3_000, add_in_flight=30_000, drain=100_000)
-QUICK: Final = Sizes(add_serial=500, add_in_flight=5_000, drain=20_000)
+FULL: Final = Sizes(add_serial=3_000, add_in_flight=30_000, drain=100_000, latency_events=3_000)
+QUICK: Final = Sizes(add_serial=500, add_in_flight=5_000, drain=20_000, latency_events=1_000)
+#: Rows where less is better.
+LATENCY_ROWS: Final = ("push latency p50 (ms)", "push latency p99 (ms)", "push latency max (ms)")
 
 Starter = Callable[..., Awaitable[System]]
 STARTERS: Final[dict[str, Starter]] = {
@@ -47,28 +51,41 @@ async def measure_system(name: str, sizes: Sizes, runs: int) -> dict[str, list[f
     with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
         async with systems.running(await start(Path(tmp), prefill=sizes.drain)) as system:
             for _ in range(runs):
-                results.setdefault("poll drain (events/s)", []).append(
-                    await workloads.poll_drain(system, sizes.drain)
+                record = functools.partial(_record, results)
+                record("poll drain (events/s)", await workloads.poll_drain(system, sizes.drain))
+                record(
+                    "push catch-up (events/s)", await workloads.push_catch_up(system, sizes.drain)
                 )
-                results.setdefault("addEvent, 1 at a time (calls/s)", []).append(
-                    await workloads.add_serial(system, sizes.add_serial)
+                record(
+                    "addEvent, 1 at a time (calls/s)",
+                    await workloads.add_serial(system, sizes.add_serial),
                 )
-                results.setdefault("addEvent, 32 in flight (calls/s)", []).append(
-                    await workloads.add_in_flight(system, sizes.add_in_flight)
+                record(
+                    "addEvent, 32 in flight (calls/s)",
+                    await workloads.add_in_flight(system, sizes.add_in_flight),
                 )
+                latency = await workloads.push_latency(system, sizes.latency_events)
+                for row, key in zip(LATENCY_ROWS, ("p50", "p99", "max"), strict=True):
+                    record(row, latency[key])
     return results
+
+
+def _record(results: dict[str, list[float]], row: str, value: float) -> None:
+    results.setdefault(row, []).append(value)
 
 
 def render(table: dict[str, dict[str, float]], names: list[str]) -> str:
     workloads_seen = list(dict.fromkeys(w for per in table.values() for w in per))
     header = ["workload", *names]
     if "futoin-evt" in names and "reference" in names:
-        header.append("futoin-evt/reference")
+        header.append("futoin-evt advantage")
     rows = [header]
     for workload in workloads_seen:
-        row = [workload] + [f"{table[n].get(workload, float('nan')):,.0f}" for n in names]
+        digits = 2 if workload in LATENCY_ROWS else 0
+        row = [workload] + [f"{table[n].get(workload, float('nan')):,.{digits}f}" for n in names]
         if len(header) > len(names) + 1:
-            ratio = table["futoin-evt"][workload] / table["reference"][workload]
+            ours, theirs = table["futoin-evt"][workload], table["reference"][workload]
+            ratio = theirs / ours if workload in LATENCY_ROWS else ours / theirs
             row.append(f"{ratio:.1f}x")
         rows.append(row)
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+from collections.abc import Callable
 from typing import Any
 
 from futoin_evt.client.aio import CLIENT_MAX_FRAME_BYTES, normalize_url
@@ -17,12 +18,17 @@ class LoadError(RuntimeError):
     """The server answered a load request with an error."""
 
 
+#: Handles a request from the server (pushed events): gets the decoded message, returns ``r``.
+PushHandler = Callable[[dict[str, Any]], Any]
+
+
 class LoadClient:
     def __init__(self, io: ClientIO, credentials: str) -> None:
         self._io = io
         self._sec = json.dumps(credentials)
         self._rids = itertools.count(1)
         self._pending: dict[str, asyncio.Future[Any]] = {}
+        self.on_push: PushHandler | None = None
         io.on_message = self._on_message
 
     @classmethod
@@ -42,6 +48,10 @@ class LoadClient:
 
     def _on_message(self, frame: bytes) -> None:
         msg = json.loads(frame)
+        if msg["rid"][0] == "S":
+            result = self.on_push(msg) if self.on_push is not None else None
+            self._io.send(json.dumps({"r": result, "rid": msg["rid"]}).encode())
+            return
         future = self._pending.pop(msg["rid"], None)
         if future is None:
             return

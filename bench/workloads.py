@@ -10,6 +10,7 @@ import asyncio
 import itertools
 import json
 import time
+from typing import Any
 
 from .loadgen import LoadClient
 from .systems import System, payload
@@ -82,3 +83,79 @@ async def poll_drain(system: System, expected: int) -> float:
         return seen / (time.perf_counter() - start)
     finally:
         await client.close()
+
+
+async def push_catch_up(system: System, expected: int) -> float:
+    """Events/s pushed to a new reliable consumer from a prefilled store (it acks each group)."""
+    component = f"PUSH{next(_components)}"
+    push = "futoin.evt.push:1.1"
+    client = await connect(system)
+    received = 0
+    done = asyncio.get_running_loop().create_future()
+
+    def on_events(msg: dict[str, Any]) -> bool:
+        nonlocal received
+        received += len(msg["p"]["events"])
+        if received >= expected and not done.done():
+            done.set_result(None)
+        return True
+
+    client.on_push = on_events
+    try:
+        await client.call(f"{push}:registerConsumer", json.dumps({"component": component}))
+        start = time.perf_counter()
+        await client.call(f"{push}:readyToReceive", json.dumps({"component": component}))
+        async with asyncio.timeout(600):
+            await done
+        return received / (time.perf_counter() - start)
+    finally:
+        await client.close()
+
+
+async def push_latency(system: System, count: int, rate: float = 1000.0) -> dict[str, float]:
+    """addEvent -> reliable receiver latency (ms) with events added at ``rate`` per second."""
+    component = f"LAT{next(_components)}"
+    push = "futoin.evt.push:1.1"
+    receiver = await connect(system)
+    producer = await connect(system)
+    latencies: list[float] = []
+    done = asyncio.get_running_loop().create_future()
+
+    def on_events(msg: dict[str, Any]) -> bool:
+        now = time.perf_counter()
+        for event in msg["p"]["events"]:
+            if event["type"] == "LATENCY":
+                latencies.append((now - event["data"]["t"]) * 1000)
+        if len(latencies) >= count and not done.done():
+            done.set_result(None)
+        return True
+
+    receiver.on_push = on_events
+    try:
+        await receiver.call(f"{push}:registerConsumer", json.dumps({"component": component}))
+        # start at the newest event: acknowledge everything earlier workloads added
+        newest = await producer.call(f"{GEN}:addEvent", '{"type":"MARK","data":null}')
+        ack = {"component": component, "last_id": newest}
+        await receiver.call(f"{push}:pollEvents", json.dumps(ack))
+        await receiver.call(f"{push}:readyToReceive", json.dumps({"component": component}))
+        start = time.perf_counter()
+        in_flight: set[asyncio.Future[Any]] = set()
+        for i in range(count):
+            delay = start + i / rate - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)  # pacing the producer, not synchronisation
+            params = json.dumps({"type": "LATENCY", "data": {"t": time.perf_counter(), "i": i}})
+            call = asyncio.ensure_future(producer.call(f"{GEN}:addEvent", params))
+            in_flight.add(call)
+            call.add_done_callback(in_flight.discard)
+        async with asyncio.timeout(120):
+            await done
+        ordered = sorted(latencies[:count])
+        return {
+            "p50": ordered[len(ordered) // 2],
+            "p99": ordered[int(len(ordered) * 0.99)],
+            "max": ordered[-1],
+        }
+    finally:
+        await receiver.close()
+        await producer.close()

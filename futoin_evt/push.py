@@ -101,6 +101,8 @@ class PushStream:
     _acked: dict[int, int] = field(default_factory=dict)
     _next_contiguous: int = 0
     _acked_to: int = 0
+    #: Read past unwanted events up to here; acknowledged once nothing is in flight.
+    _skip_to: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
     #: The stored (durable) position, as this stream moved it.
@@ -140,29 +142,31 @@ class PushStream:
             self.service.forget(self)
 
     async def _deliver(self) -> None:
-        store = self.service.store
+        head = self.service.store.head
         closed = self.link.closed
-        while not closed.done():
-            if self._room_for_more():
-                page = await self._read()
-                if page.count:
-                    self._enqueue(page)
-                    self._send_queued()
-                    continue
-                if self.reliable and self.want is not None and not self._in_flight:
-                    await self._skip_unwanted(page)
-            self._send_queued()
-            self._wake.clear()
-            waits: list[asyncio.Future[Any]] = [asyncio.ensure_future(self._wake.wait())]
-            if self._room_for_more():
-                waits.append(asyncio.ensure_future(store.head.wait_beyond(self.next_id)))
-            try:
-                await asyncio.wait([*waits, closed], return_when=asyncio.FIRST_COMPLETED)
-            finally:
-                for waiter in waits:
-                    waiter.cancel()
-            if self.config.batch_delay and store.head.head > self.next_id:
-                await asyncio.sleep(self.config.batch_delay)
+        stop_listening = head.listen(self._wake.set)
+        closed.add_done_callback(lambda _closed: self._wake.set())
+        try:
+            while not closed.done():
+                if self._room_for_more() and head.head > self.next_id:
+                    page = await self._read()
+                    if page.count:
+                        self._enqueue(page)
+                        self._send_queued()
+                        continue
+                    if page.head_id > self.next_id:  # nothing wanted up to the head
+                        self.next_id = page.head_id
+                        self._skip_to = page.head_id
+                self._skip_unwanted()
+                self._send_queued()
+                self._wake.clear()
+                if self._room_for_more() and head.head > self.next_id:
+                    continue  # more came while this turn ran
+                await self._wake.wait()
+                if self.config.batch_delay and head.head > self.next_id:
+                    await asyncio.sleep(self.config.batch_delay)
+        finally:
+            stop_listening()
 
     def _room_for_more(self) -> bool:
         if self.reliable:
@@ -175,11 +179,12 @@ class PushStream:
             self.next_id, types=self.want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
         )
 
-    async def _skip_unwanted(self, page: EventPage) -> None:
-        """Nothing wanted is left: the unwanted tail counts as delivered (FTN18 2.2.3)."""
-        if page.head_id > self.next_id:
-            self.next_id = page.head_id
-            self._advance_position(page.head_id)
+    def _skip_unwanted(self) -> None:
+        """Nothing wanted was left: once every group before is acknowledged, the unwanted
+        tail counts as delivered too (FTN18 2.2.3)."""
+        if self.reliable and self._skip_to and not self._in_flight and not self._queued:
+            self._advance_position(self._skip_to)
+            self._skip_to = 0
 
     def _enqueue(self, page: EventPage) -> None:
         group = _Group(next(self._seq), page.last_id, page.json)

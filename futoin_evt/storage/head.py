@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 
 class HeadWatch:
@@ -15,15 +16,23 @@ class HeadWatch:
     def __init__(self, head: int = 0) -> None:
         self.head = head
         self._waiters: set[asyncio.Future[None]] = set()
+        self._listeners: set[Callable[[], None]] = set()
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` whenever the head moves; returns the function that stops it."""
+        self._listeners.add(callback)
+        return lambda: self._listeners.discard(callback)
 
     @property
     def waiting(self) -> int:
-        return len(self._waiters)
+        return len(self._waiters) + len(self._listeners)
 
     def advance(self, head: int) -> None:
         if head <= self.head:
             return
         self.head = head
+        for listener in list(self._listeners):
+            listener()
         waiters, self._waiters = self._waiters, set()
         for waiter in waiters:
             if not waiter.done():

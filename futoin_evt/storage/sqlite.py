@@ -22,7 +22,6 @@ import logging
 import sqlite3
 from collections import deque
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -32,7 +31,9 @@ import aiosqlite
 
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
 from .head import HeadWatch
+from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
+from .thread import WorkerThread
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +121,7 @@ class SqliteStore:
         self,
         path: Path,
         writer: sqlite3.Connection,
-        write_thread: ThreadPoolExecutor,
+        write_thread: WorkerThread,
         reader: aiosqlite.Connection,
     ) -> None:
         self.path = path
@@ -130,6 +131,7 @@ class SqliteStore:
         self._queue = _Queue()
         self._closing = False
         self.head = HeadWatch()
+        self.recent = RecentEvents()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
         self._watcher: asyncio.Task[None] | None = None
 
@@ -138,20 +140,19 @@ class SqliteStore:
         cls, path: str | Path, *, durability: Durability = Durability.FULL
     ) -> SqliteStore:
         path = Path(path)
-        write_thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="futoin-evt-writer")
-        loop = asyncio.get_running_loop()
+        write_thread = WorkerThread("futoin-evt-writer")
         try:
-            writer = await loop.run_in_executor(write_thread, _open_writer, path, durability)
+            writer = await write_thread.run(_open_writer, path, durability)
         except BaseException:
-            write_thread.shutdown()
+            write_thread.stop()
             raise
         try:
             reader = await aiosqlite.connect(path, isolation_level=None)
             await reader.execute("PRAGMA busy_timeout=10000")
             await reader.execute("PRAGMA query_only=1")
         except BaseException:
-            await loop.run_in_executor(write_thread, writer.close)
-            write_thread.shutdown()
+            await write_thread.run(writer.close)
+            write_thread.stop()
             raise
         store = cls(path, writer, write_thread, reader)
         store.head.advance(await store.newest_event_id())
@@ -186,8 +187,8 @@ class SqliteStore:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._reader.close()
-        await asyncio.get_running_loop().run_in_executor(self._write_thread, self._writer.close)
-        self._write_thread.shutdown()
+        await self._write_thread.run(self._writer.close)
+        self._write_thread.stop()
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -223,9 +224,35 @@ class SqliteStore:
         ``max_bytes`` bounds the encoded JSON array (UTF-8). At least one event is returned
         when there is one: every stored event fits a 64 KiB reply by construction.
         """
+        if self.recent.covers(after_id):
+            return self._page_from_recent(after_id, types, limit, max_bytes)
         page = await self._read("?", [after_id], types, limit, max_bytes)
         assert page is not None
         return page
+
+    def _page_from_recent(
+        self, after_id: int, types: Sequence[str] | None, limit: int, max_bytes: int
+    ) -> EventPage:
+        wanted = set(types) if types is not None else None
+        parts: list[str] = []
+        size = 2
+        last_id = 0
+        truncated = False
+        for event in self.recent.after(after_id):
+            if wanted is not None and event.type not in wanted:
+                continue
+            size += event.size + 1
+            if parts and size > max_bytes:
+                truncated = True
+                break
+            parts.append(event.json)
+            last_id = event.id
+            if len(parts) == limit:
+                break
+        head_id = self.recent.last_id if types is not None else 0
+        return EventPage(
+            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, after_id, truncated
+        )
 
     async def read_consumer_events(
         self,
@@ -418,11 +445,16 @@ class SqliteStore:
     async def _commit(self, batch: list[_Append | _Statement]) -> list[Any]:
         events = [(item.type, item.data) for item in batch if isinstance(item, _Append)]
         statements = [(item.sql, item.params) for item in batch if isinstance(item, _Statement)]
-        loop = asyncio.get_running_loop()
-        first_id, statement_results = await loop.run_in_executor(
-            self._write_thread, _commit_sync, self._writer, events, statements
+        first_id, ts, statement_results = await self._write_thread.run(
+            _commit_sync, self._writer, events, statements
         )
         if events:
+            recent = []
+            for event_id, (event_type, data) in enumerate(events, start=first_id):
+                text = event_json(event_id, event_type, data, ts)
+                size = len(text) if text.isascii() else len(text.encode())
+                recent.append(RecentEvent(event_id, event_type, text, size))
+            self.recent.extend(recent)
             self.head.advance(first_id + len(events) - 1)
         next_id = iter(range(first_id, first_id + len(events)))
         next_statement = iter(statement_results)
@@ -445,17 +477,17 @@ def _commit_sync(
     conn: sqlite3.Connection,
     events: list[tuple[str, str]],
     statements: list[tuple[str, Sequence[Any]]],
-) -> tuple[int, list[Any]]:
+) -> tuple[int, str, list[Any]]:
     """One transaction on the writer thread: events first, then statements in order.
 
     Returns the first new event id (one writer holds the lock, so AUTOINCREMENT gives the
-    events consecutive ids) and each statement's rows, or its IntegrityError.
+    events consecutive ids), their timestamp, and each statement's rows or IntegrityError.
     """
+    ts = utc_timestamp()
     conn.execute("BEGIN IMMEDIATE")
     try:
         first_id = 0
         if events:
-            ts = utc_timestamp()
             for start in range(0, len(events), _ROWS_PER_INSERT):
                 chunk = events[start : start + _ROWS_PER_INSERT]
                 sql = "INSERT INTO events (type, data, ts) VALUES " + ",".join(
@@ -476,4 +508,4 @@ def _commit_sync(
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return first_id, results
+    return first_id, ts, results
