@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -136,3 +137,36 @@ def test_port_in_use_is_a_clear_error(
 
 def test_version() -> None:
     assert run("--version").stdout.startswith("futoin-evt ")
+
+
+def test_tail_prints_pushed_events_until_interrupted(
+    served: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    _server, env = served
+    assert run("add", "BEFORE", "1", env=env).returncode == 0
+    tail = subprocess.Popen(
+        [*CLI, "tail", "TAILER", "--want", "BEFORE,AFTER"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    try:
+        assert tail.stdout is not None
+        first = json.loads(tail.stdout.readline())
+        assert (first["id"], first["type"]) == ("1", "BEFORE")
+        assert run("add", "OTHER", "2", env=env).returncode == 0
+        assert run("add", "AFTER", '{"x": 3}', env=env).returncode == 0
+        second = json.loads(tail.stdout.readline())
+        assert (second["id"], second["type"], second["data"]) == ("3", "AFTER", {"x": 3})
+    finally:
+        tail.send_signal(signal.SIGTERM)
+        tail.communicate(timeout=30)
+    assert tail.returncode == 0
+
+
+def test_tail_needs_a_component_or_live(served: tuple[ServerProcess, dict[str, str]]) -> None:
+    _server, env = served
+    result = run("tail", env=env)
+    assert result.returncode == 1
+    assert "COMPONENT" in result.stderr
