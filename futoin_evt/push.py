@@ -145,6 +145,7 @@ class PushStream:
         head = self.service.store.head
         closed = self.link.closed
         stop_listening = head.listen(self._wake.set)
+        stop_waiting = self.link.on_writable(self._wake.set)
         closed.add_done_callback(lambda _closed: self._wake.set())
         try:
             while not closed.done():
@@ -167,6 +168,7 @@ class PushStream:
                     await asyncio.sleep(self.config.batch_delay)
         finally:
             stop_listening()
+            stop_waiting()
 
     def _room_for_more(self) -> bool:
         if self.reliable:
@@ -196,7 +198,7 @@ class PushStream:
                 self.stats.groups_dropped += 1
 
     def _send_queued(self) -> None:
-        while self._queued and self.link.writable and not self.link.closed.done():
+        while self._queued and self.link.writable and self.link.is_open:
             if self.reliable and len(self._in_flight) >= self.config.window:
                 return
             self._send(self._queued.popleft())
@@ -214,7 +216,7 @@ class PushStream:
             return  # stopped: a newer stream or a closed connection owns the consumer now
         failure = _failure(done)
         if failure is not None and self.reliable:
-            if not self.link.closed.done():
+            if self.link.is_open:  # else the stream ends; the next one starts over
                 self._schedule_retry(group, failure)
             return
         del self._in_flight[group.seq]

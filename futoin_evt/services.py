@@ -48,8 +48,15 @@ class PeerLink(Protocol):
         """Done when the connection is gone."""
 
     @property
+    def is_open(self) -> bool:
+        """False once the connection is closing."""
+
+    @property
     def writable(self) -> bool:
         """False while the peer is not reading what was already sent."""
+
+    def on_writable(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the peer has caught up again; returns how to stop."""
 
     def request(self, f: str, params_json: str, timeout: float) -> asyncio.Future[Response]:
         """Send a request; the future gets the reply, or TimeoutError/ConnectionError."""

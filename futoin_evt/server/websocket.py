@@ -1,9 +1,10 @@
 """FTN3 over WebSocket: the asyncio server, many calls in flight per connection.
 
 Calls run concurrently and reply in any order as they finish; replies finished in the same
-loop turn leave in one write. At ``max_calls_in_flight``, or while the peer does not read
-its replies, the connection is not read (backpressure instead of unbounded work). Replies
-are binary frames of UTF-8 JSON, as the official FutoIn peers send them.
+loop turn leave in one write. At ``max_calls_in_flight`` the connection is not read until a
+call finishes (backpressure instead of unbounded work); a peer that leaves more than
+``max_unread_bytes`` unread is disconnected. Replies are binary frames of UTF-8 JSON, as
+the official FutoIn peers send them.
 
 A frame that is not an FTN3 message with a usable ``rid`` cannot be answered: the connection
 is closed with code 1008 and the reason, and a log line is written. Messages over
@@ -17,6 +18,7 @@ import ipaddress
 import itertools
 import logging
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -37,6 +39,8 @@ class Limits:
     max_frame_bytes: int = 1024 * 1024
     #: Requests run at once per connection; above it the connection is not read.
     max_calls_in_flight: int = 256
+    #: A peer that leaves more than this of replies and pushes unread is disconnected.
+    max_unread_bytes: int = 64 * 1024 * 1024
     #: How long shutdown waits for calls in flight.
     drain_seconds: float = 10.0
 
@@ -74,6 +78,8 @@ class _Connection:
         self._executor = executor
         self.channel = Channel(peer=io.peer, secure=False)
         self._max_calls = limits.max_calls_in_flight
+        self._max_unread = limits.max_unread_bytes
+        self._writable_listeners: set[Callable[[], None]] = set()
         self._in_flight = 0
         self._draining = False
         self._idle = asyncio.Event()
@@ -111,19 +117,34 @@ class _Connection:
         self._in_flight -= 1
         if self.io.is_open:
             self.io.send(reply)
-        if self._in_flight < self._max_calls and self.io.writable and not self._draining:
+            self._check_unread()
+        if self._in_flight < self._max_calls and not self._draining:
             self.io.resume_reading()
         if not self._in_flight:
             self._idle.set()
 
+    def _check_unread(self) -> None:
+        """Reading stays on (so a close is always seen); a peer that leaves too much unread
+        is dropped instead. Pushes wait for room, so this catches replies piling up."""
+        unread = self.io.write_buffer_size()
+        if unread > self._max_unread:
+            log.warning("dropping %s: %d bytes unread", self.channel.peer, unread)
+            self.io.abort()
+
     def _on_write_pressure(self, pressed: bool) -> None:
-        """A peer that does not read its replies gets no more requests read until it does."""
-        if pressed:
-            self.io.pause_reading()
-        elif self._in_flight < self._max_calls and not self._draining:
-            self.io.resume_reading()
+        if not pressed:
+            for listener in list(self._writable_listeners):
+                listener()
 
     # -- requests to the peer (PeerLink) -------------------------------------------------------
+
+    @property
+    def is_open(self) -> bool:
+        return self.io.is_open
+
+    def on_writable(self, callback: Callable[[], None]) -> Callable[[], None]:
+        self._writable_listeners.add(callback)
+        return lambda: self._writable_listeners.discard(callback)
 
     @property
     def closed(self) -> asyncio.Future[None]:
@@ -142,6 +163,7 @@ class _Connection:
         rid = f"S{next(self._peer_rids)}"
         self._peer_calls[rid] = reply
         self.io.send(f'{{"f":"{f}","p":{params_json},"rid":"{rid}"}}'.encode())
+        self._check_unread()
         timer = loop.call_later(timeout, _expire, reply)
 
         def forget(_reply: asyncio.Future[Response]) -> None:
