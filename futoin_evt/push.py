@@ -212,9 +212,9 @@ class PushStream:
         reply.add_done_callback(lambda done: self._on_reply(group, done))
 
     def _on_reply(self, group: _Group, done: asyncio.Future[Any]) -> None:
+        failure = _failure(done)  # always look: an unread exception would be logged as lost
         if self._task is None or self._task.done():
             return  # stopped: a newer stream or a closed connection owns the consumer now
-        failure = _failure(done)
         if failure is not None and self.reliable:
             if self.link.is_open:  # else the stream ends; the next one starts over
                 self._schedule_retry(group, failure)
