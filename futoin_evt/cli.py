@@ -21,6 +21,7 @@ from .client.aio import CommError, Event, EventStreamClient, RemoteError
 from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
 from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
+from .retention import RetentionConfig
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.websocket import TransportConfig
 from .storage.sqlite import Durability, SqliteStore
@@ -83,6 +84,22 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="treat plain ws:// from any peer as secure (TLS ends at a proxy in front)",
     )
+    keep = serve.add_argument_group(
+        "retention",
+        "Events every registered consumer has read are discarded. Without registered consumers "
+        "nothing is discarded, unless a --keep-* policy is set.",
+    )
+    keep.add_argument("--keep-events", type=int, metavar="N", help="always keep the newest N")
+    keep.add_argument(
+        "--keep-seconds", type=float, metavar="T", help="always keep events younger than T"
+    )
+    keep.add_argument(
+        "--expire-consumers-after",
+        type=float,
+        metavar="T",
+        help="drop consumers not seen for T seconds",
+    )
+    keep.add_argument("--discard-interval", type=float, default=1.0, metavar="T")
     serve.set_defaults(run=_serve)
 
     user = commands.add_parser("user", help="manage users").add_subparsers(
@@ -131,6 +148,24 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("--want", help="comma-separated event types")
     _add_endpoint(tail)
     tail.set_defaults(run=_tail)
+
+    info = commands.add_parser("info", help="stream and consumer information (lag, who holds back)")
+    info.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    _add_endpoint(info)
+    info.set_defaults(run=_info)
+
+    consumer = commands.add_parser("consumer", help="list or drop consumers").add_subparsers(
+        dest="consumer_command", required=True, metavar="ACTION"
+    )
+    listing = consumer.add_parser("list", help="your consumers (an admin sees all)")
+    listing.add_argument("--json", action="store_true")
+    _add_endpoint(listing)
+    listing.set_defaults(run=_consumer_list)
+    drop = consumer.add_parser("drop", help="unregister a consumer")
+    drop.add_argument("user")
+    drop.add_argument("component")
+    _add_endpoint(drop)
+    drop.set_defaults(run=_consumer_drop)
     return parser
 
 
@@ -153,11 +188,22 @@ def _add_endpoint(parser: argparse.ArgumentParser) -> None:
 
 async def _serve(args: argparse.Namespace) -> int:
     tls = _tls_context(args.tls_cert, args.tls_key)
+    for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            raise CliError(f"--{name.replace('_', '-')} cannot be negative.")
+    if args.discard_interval <= 0:
+        raise CliError("--discard-interval must be above 0.")
     config = ServerConfig(
         db_path=args.db,
         durability=Durability(args.durability.upper()),
         transport=TransportConfig(
             host=args.host, port=args.port, tls=tls, trust_channel=args.trust_channel
+        ),
+        retention=RetentionConfig(
+            interval=args.discard_interval,
+            keep_events=args.keep_events,
+            keep_seconds=args.keep_seconds,
+            expire_consumers_after=args.expire_consumers_after,
         ),
     )
     try:
@@ -336,6 +382,77 @@ async def _tail(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, receiver.stop)
     await receiver.run()
+    return 0
+
+
+OPS: Final = "futoinevt.ops:1.0"
+
+
+async def _info(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        stream = await client.ftn3.call(OPS, "streamInfo", {})
+        consumers = await client.ftn3.call(OPS, "listConsumers", {})
+    if args.json:
+        _print_json({"stream": stream, "consumers": consumers})
+        return 0
+    held = stream.get("held_back_by")
+    print(
+        f"events {stream['events']}: ids {stream.get('first_id', '-')} .. "
+        f"{stream.get('last_id', '-')} ({stream.get('first_ts', '-')} .. "
+        f"{stream.get('last_ts', '-')})"
+    )
+    print(
+        f"discarded {stream['discarded_total']}; may discard up to "
+        f"{stream.get('discard_up_to', '-')}; held back by "
+        f"{held['user'] + '/' + held['component'] if held else '-'}"
+    )
+    for expired in stream["expired_consumers"]:
+        print(f"expired: {expired['user']}/{expired['component']}")
+    print()
+    _print_consumers(consumers)
+    return 0
+
+
+def _print_consumers(consumers: list[dict[str, Any]]) -> None:
+    header = (
+        "USER", "COMPONENT", "POSITION", "BEHIND", "OLDEST_UNREAD_S", "LAST_SEEN", "PUSH",
+        "RETRYING",
+    )  # fmt: skip
+    rows = [header] + [_consumer_row(c) for c in consumers]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    for row in rows:
+        print("  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)))
+
+
+def _consumer_row(c: dict[str, Any]) -> tuple[str, ...]:
+    return (
+        c["user"],
+        c["component"],
+        c.get("position", "-"),
+        str(c["behind"]),
+        str(c.get("oldest_unread_age", "-")),
+        c["last_seen"],
+        "connected" if c["push_connected"] else "-",
+        str(c["push_retrying"]),
+    )
+
+
+async def _consumer_list(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        consumers = await client.ftn3.call(OPS, "listConsumers", {})
+    if args.json:
+        _print_json(consumers)
+    else:
+        _print_consumers(consumers)
+    return 0
+
+
+async def _consumer_drop(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        await client.ftn3.call(
+            OPS, "dropConsumer", {"user": args.user, "component": args.component}
+        )
+    print(f"dropped consumer {args.component} of user {args.user}")
     return 0
 
 

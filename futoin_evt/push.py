@@ -331,6 +331,14 @@ class PushService:
 
         task.add_done_callback(done)
 
+    def stop_stream(self, user_id: UserId, component: str) -> None:
+        """Stop a consumer's stream and drop its connection, so its receiver reconnects and
+        starts from the stored position (after a seek or a drop)."""
+        stream = self._streams.pop((user_id, component), None)
+        if stream is not None:
+            stream.stop()
+            stream.link.abort()
+
     def forget(self, stream: PushStream) -> None:
         if self._streams.get(stream.key) is stream:
             del self._streams[stream.key]

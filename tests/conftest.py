@@ -19,6 +19,7 @@ import pytest
 
 from futoin_evt.auth import hash_password
 from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 
@@ -53,6 +54,8 @@ async def start_server(
             db_path=db_path,
             transport=TransportConfig(port=0, **transport),
             check_results=True,
+            # discarding runs when a test asks for it (server.discarder.discard())
+            retention=RetentionConfig(interval=3600),
         )
         server = await EventServer.start(config)
         started.append(server)

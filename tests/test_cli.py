@@ -84,12 +84,16 @@ def test_add_and_poll_then_clean_shutdown_keeps_events(
     ]
     # printed events were acknowledged: a second run has nothing new
     assert run("poll", "SHIPPING", env=env).stdout == ""
+    assert run("add", "ORDER", '{"n": 3}', env=env).stdout.strip() == "4"
     assert server.stop() == 0
     restarted = ServerProcess(tmp_path / "cli.sqlite")
     try:
         env = {**env, "FUTOIN_EVT_URL": restarted.url}
-        assert len(run("poll", "LIVE", env=env).stdout.splitlines()) == 3
-        assert run("add", "ORDER", "1", env=env).stdout.strip() == "4"
+        # the position survived the restart: only the unread event comes
+        after = [json.loads(line) for line in run("poll", "SHIPPING", env=env).stdout.splitlines()]
+        assert [e["id"] for e in after] == ["4"]
+        # read events were discarded, ids are never reused
+        assert run("add", "ORDER", "1", env=env).stdout.strip() == "5"
     finally:
         assert restarted.stop() == 0
 

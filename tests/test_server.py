@@ -195,7 +195,9 @@ async def test_security_and_probing(
 async def test_gen_needs_a_secure_channel(server: EventServer) -> None:
     """Plain ws from a peer that is not on loopback (and not trusted) may not add events."""
     executor = Executor(
-        build_registry(), build_routes(server.store, server.push), Authenticator(server.store)
+        build_registry(),
+        build_routes(server.store, server.push, server.discarder),
+        Authenticator(server.store),
     )
     remote = Channel(peer="192.0.2.7:40000", secure=False)
 

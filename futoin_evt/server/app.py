@@ -9,7 +9,9 @@ from typing import Final
 
 from ..auth import Authenticator
 from ..ftn3.ifaces import IfaceRegistry
+from ..ops import OpsService
 from ..push import PushConfig, PushService
+from ..retention import Discarder, RetentionConfig
 from ..services import GenService, PollService, ping
 from ..storage.sqlite import Durability, SqliteStore
 from .executor import Executor, Routes
@@ -23,6 +25,7 @@ SERVED_IFACES: Final = {
     "futoin.evt.gen": ("1.0", "1.1"),
     "futoin.evt.poll": ("1.0", "1.1"),
     "futoin.evt.push": ("1.0", "1.1"),
+    "futoinevt.ops": ("1.0",),
 }
 DEFAULT_DB: Final = "futoin-evt.sqlite"
 
@@ -37,14 +40,16 @@ class ServerConfig:
     #: How long a verified password is trusted without checking the hash again.
     auth_cache_seconds: float = 30.0
     push: PushConfig = field(default_factory=PushConfig)
+    retention: RetentionConfig = field(default_factory=RetentionConfig)
     #: How soon events that other processes add to the file reach push consumers.
     other_writers_seconds: float = 0.2
 
 
-def build_routes(store: SqliteStore, push: PushService) -> Routes:
+def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) -> Routes:
     """The explicit map from wire names to service methods."""
     gen = GenService(store)
     poll = PollService(store)
+    ops = OpsService(store, push, discarder)
     consumer = {
         "ping": ping,
         "registerConsumer": poll.register_consumer,
@@ -55,6 +60,14 @@ def build_routes(store: SqliteStore, push: PushService) -> Routes:
         "futoin.evt.gen": {"ping": ping, "addEvent": gen.add_event},
         "futoin.evt.poll": consumer,
         "futoin.evt.push": {**consumer, "readyToReceive": push.ready_to_receive},
+        "futoinevt.ops": {
+            "ping": ping,
+            "streamInfo": ops.stream_info,
+            "listConsumers": ops.list_consumers,
+            "dropConsumer": ops.drop_consumer,
+            "seekConsumer": ops.seek_consumer,
+            "idBefore": ops.id_before,
+        },
     }
 
 
@@ -69,10 +82,15 @@ class EventServer:
     """A running server. ``async with EventServer.start(config) as server: ...``"""
 
     def __init__(
-        self, store: SqliteStore, push: PushService, transport: WebSocketTransport
+        self,
+        store: SqliteStore,
+        push: PushService,
+        discarder: Discarder,
+        transport: WebSocketTransport,
     ) -> None:
         self.store = store
         self.push = push
+        self.discarder = discarder
         self._transport = transport
 
     @classmethod
@@ -80,9 +98,10 @@ class EventServer:
         store = await SqliteStore.open(config.db_path, durability=config.durability)
         try:
             push = PushService(store, config.push)
+            discarder = Discarder(store, push, config.retention)
             executor = Executor(
                 build_registry(),
-                build_routes(store, push),
+                build_routes(store, push, discarder),
                 Authenticator(store, cache_seconds=config.auth_cache_seconds),
                 check_results=config.check_results,
             )
@@ -92,8 +111,9 @@ class EventServer:
             await store.close()
             raise
         store.watch_other_writers(config.other_writers_seconds)
+        discarder.start()
         log.info("serving %s on %s", config.db_path, transport.url)
-        return cls(store, push, transport)
+        return cls(store, push, discarder, transport)
 
     @property
     def url(self) -> str:
@@ -105,6 +125,7 @@ class EventServer:
 
     async def close(self) -> None:
         """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes."""
+        await self.discarder.close()
         await self.push.close()
         await self._transport.close()
         await self.store.close()

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import aiosqlite
 
@@ -68,6 +68,34 @@ class EventPage:
     start_id: int
     #: More events were there but did not fit ``max_bytes``.
     truncated: bool = False
+
+
+class ConsumerRow(NamedTuple):
+    user: str
+    user_id: UserId
+    component: str
+    position: int
+    registered_at: str
+    last_seen_at: str
+    behind: int
+    oldest_unread_ts: str | None
+
+
+class StreamBounds(NamedTuple):
+    first_id: int | None
+    first_ts: str | None
+    last_id: int | None
+    last_ts: str | None
+    events: int
+
+
+class DiscardLimits(NamedTuple):
+    #: The lowest consumer position, or None without consumers.
+    lowest_position: int | None
+    newest_id: int
+    oldest_id: int
+    #: The newest id older than the time retention keeps (None: no such event or no policy).
+    older_than_kept: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -364,6 +392,103 @@ class SqliteStore:
         for (position,) in rows:
             return int(position)
         return None
+
+    async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
+        """Put a consumer's position anywhere (an operator's seek, not an acknowledgement)."""
+        rows = await self._write(
+            "UPDATE consumers SET position = ?, last_seen_at = ?"
+            " WHERE user_id = ? AND component = ? RETURNING 1",
+            (position, utc_timestamp(), user_id, component),
+        )
+        return bool(rows)
+
+    async def drop_consumer(self, user_id: UserId, component: str) -> bool:
+        rows = await self._write(
+            "DELETE FROM consumers WHERE user_id = ? AND component = ? RETURNING 1",
+            (user_id, component),
+        )
+        return bool(rows)
+
+    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
+        """Registered consumers (of one user, or all) with how far behind each is."""
+        sql = (
+            "SELECT u.name, c.user_id, c.component, c.position, c.registered_at, c.last_seen_at,"
+            " (SELECT COUNT(*) FROM events WHERE id > c.position),"
+            " (SELECT ts FROM events WHERE id > c.position ORDER BY id LIMIT 1)"
+            " FROM consumers c JOIN users u ON u.id = c.user_id"
+        )
+        params: list[Any] = []
+        if user_id is not None:
+            sql += " WHERE c.user_id = ?"
+            params.append(user_id)
+        sql += " ORDER BY u.name, c.component"
+        rows = await self._reader.execute_fetchall(sql, params)
+        return [ConsumerRow(*row) for row in rows]
+
+    async def stream_bounds(self) -> StreamBounds:
+        rows = await self._reader.execute_fetchall(
+            "SELECT (SELECT id FROM events ORDER BY id LIMIT 1),"
+            " (SELECT ts FROM events ORDER BY id LIMIT 1),"
+            " (SELECT id FROM events ORDER BY id DESC LIMIT 1),"
+            " (SELECT ts FROM events ORDER BY id DESC LIMIT 1),"
+            " (SELECT COUNT(*) FROM events)"
+        )
+        return StreamBounds(*next(iter(rows)))
+
+    async def id_before(self, ts: str) -> int | None:
+        """The newest id before the first event at or after ``ts``; None when that is the
+        oldest retained event (or there are no events)."""
+        rows = await self._reader.execute_fetchall(
+            "SELECT (SELECT MAX(id) FROM events WHERE ts < ?), (SELECT MIN(id) FROM events)",
+            (ts,),
+        )
+        before, first = next(iter(rows))
+        if before is not None:
+            return int(before)
+        return int(first) - 1 if first is not None and first > 1 else None
+
+    async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
+        """What bounds discarding, read in one snapshot."""
+        keep_sql = "(SELECT MAX(id) FROM events WHERE ts < ?)" if keep_since_ts else "NULL"
+        params = [keep_since_ts] if keep_since_ts else []
+        rows = await self._reader.execute_fetchall(
+            "SELECT (SELECT MIN(position) FROM consumers),"
+            " (SELECT COALESCE(MAX(id), 0) FROM events),"
+            " (SELECT COALESCE(MIN(id), 0) FROM events),"
+            f" {keep_sql}",
+            params,
+        )
+        return DiscardLimits(*next(iter(rows)))
+
+    async def delete_events(self, up_to: int, limit: int) -> int:
+        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many went.
+
+        Ids are never reused (AUTOINCREMENT), so deleting never frees an id.
+        """
+        rows = await self._write(
+            "DELETE FROM events WHERE id IN"
+            " (SELECT id FROM events WHERE id <= ? ORDER BY id LIMIT ?) RETURNING 1",
+            (up_to, limit),
+        )
+        return len(rows)
+
+    async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:
+        """Drop consumers not seen since ``seen_before``; returns (user, component) of each."""
+        rows = await self._write(
+            "DELETE FROM consumers WHERE last_seen_at < ?"
+            " RETURNING (SELECT name FROM users WHERE id = user_id), component",
+            (seen_before,),
+        )
+        return [(str(user), str(component)) for user, component in rows]
+
+    async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
+        """Mark consumers as seen now (push streams that are connected but idle)."""
+        now = utc_timestamp()
+        for user_id, component in keys:
+            await self._write(
+                "UPDATE consumers SET last_seen_at = ? WHERE user_id = ? AND component = ?",
+                (now, user_id, component),
+            )
 
     # -- users --------------------------------------------------------------------------------
 

@@ -1,0 +1,111 @@
+"""``futoinevt.ops``: stream and consumer information, consumer administration, seeking.
+
+Our own iface beside FTN18. A user sees, drops and seeks only their own consumers; an admin
+user sees and drops all. Another user's consumer is answered as UnknownConsumer, the same as
+one that does not exist.
+"""
+
+from __future__ import annotations
+
+import calendar
+import time
+from typing import Any, Final
+
+from .ftn3.errors import FTN3Error
+from .push import PushService
+from .retention import Discarder
+from .services import CallContext
+from .storage.sqlite import SqliteStore
+
+UNKNOWN_CONSUMER: Final = "UnknownConsumer"
+
+
+def _age_seconds(ts: str | None) -> int | None:
+    if ts is None:
+        return None
+    return max(int(time.time()) - calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")), 0)
+
+
+def _event_id(value: int | None) -> str | None:
+    return str(value) if value else None
+
+
+def _without_none(fields: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in fields.items() if v is not None}
+
+
+class OpsService:
+    def __init__(self, store: SqliteStore, push: PushService, discarder: Discarder) -> None:
+        self._store = store
+        self._push = push
+        self._discarder = discarder
+
+    async def stream_info(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+        bounds = await self._store.stream_bounds()
+        consumers = await self._store.consumers()
+        lowest = min(consumers, key=lambda c: c.position, default=None)
+        held_back_by = None
+        visible = lowest is not None and (
+            ctx.principal.is_admin or lowest.user_id == ctx.principal.user_id
+        )
+        if lowest is not None and visible:
+            held_back_by = {"user": lowest.user, "component": lowest.component}
+        expired = [
+            {"user": user, "component": component}
+            for user, component in self._discarder.expired
+            if ctx.principal.is_admin or user == ctx.principal.name
+        ]
+        return _without_none({
+            "first_id": _event_id(bounds.first_id),
+            "first_ts": bounds.first_ts,
+            "last_id": _event_id(bounds.last_id),
+            "last_ts": bounds.last_ts,
+            "events": bounds.events,
+            "discard_up_to": _event_id(await self._discarder.bound()),
+            "held_back_by": held_back_by,
+            "discarded_total": self._discarder.discarded_total,
+            "expired_consumers": expired,
+        })  # fmt: skip
+
+    async def list_consumers(self, ctx: CallContext, params: dict[str, Any]) -> list[Any]:
+        principal = ctx.principal
+        rows = await self._store.consumers(None if principal.is_admin else principal.user_id)
+        streams = {(s.user_id, s.component): s for s in self._push.streams if s.reliable}
+        out = []
+        for row in rows:
+            stream = streams.get((row.user_id, row.component))
+            out.append(_without_none({
+                "user": row.user,
+                "component": row.component,
+                "position": _event_id(row.position),
+                "behind": row.behind,
+                "oldest_unread_age": _age_seconds(row.oldest_unread_ts),
+                "registered": row.registered_at,
+                "last_seen": row.last_seen_at,
+                "push_connected": stream is not None,
+                "push_retrying": stream.stats.retrying if stream else 0,
+                "push_failures": stream.stats.groups_failed if stream else 0,
+            }))  # fmt: skip
+        return out
+
+    async def drop_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+        principal = ctx.principal
+        if params["user"] != principal.name and not principal.is_admin:
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        user = await self._store.get_user(params["user"])
+        if user is None or not await self._store.drop_consumer(user.id, params["component"]):
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        self._push.stop_stream(user.id, params["component"])
+        return True
+
+    async def seek_consumer(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+        position = await self._store.id_before(params["ts"]) or 0
+        user_id = ctx.principal.user_id
+        if not await self._store.set_position(user_id, params["component"], position):
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        self._push.stop_stream(user_id, params["component"])
+        return str(position) if position else False
+
+    async def id_before(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+        position = await self._store.id_before(params["ts"])
+        return str(position) if position else False
