@@ -46,6 +46,11 @@ class RecentEvents:
     def clear(self) -> None:
         self._ring.clear()
 
+    def forget_up_to(self, event_id: int) -> None:
+        """Discarded events: readers must not get them from here either."""
+        while self._ring and self._ring[0].id <= event_id:
+            self._ring.popleft()
+
     def covers(self, after_id: int) -> bool:
         """True when every event after ``after_id`` up to :attr:`last_id` is here, and there
         is at least one (an empty answer could miss events from other processes)."""

@@ -467,9 +467,11 @@ class SqliteStore:
         """
         rows = await self._write(
             "DELETE FROM events WHERE id IN"
-            " (SELECT id FROM events WHERE id <= ? ORDER BY id LIMIT ?) RETURNING 1",
+            " (SELECT id FROM events WHERE id <= ? ORDER BY id LIMIT ?) RETURNING id",
             (up_to, limit),
         )
+        if rows:
+            self.recent.forget_up_to(max(row[0] for row in rows))
         return len(rows)
 
     async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:

@@ -1,0 +1,229 @@
+"""Discarding read events, retention policies, consumer expiry, seeking, and who sees what."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from futoin_evt.auth import hash_password
+from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
+from futoin_evt.retention import Discarder, RetentionConfig
+from futoin_evt.server.app import EventServer
+
+from .conftest import ClientFactory, ServerProcess
+
+pytestmark = pytest.mark.functional
+
+OPS = "futoinevt.ops:1.0"
+
+
+async def ops(client: EventStreamClient, func: str, **params: Any) -> Any:
+    return await client.ftn3.call(OPS, func, params)
+
+
+def set_ts(db: Path, up_to_id: int, ts: str) -> None:
+    """Backdate events (as if they had been added at ``ts``)."""
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE events SET ts = ? WHERE id <= ?", (ts, up_to_id))
+
+
+async def policy(server: EventServer, **config: Any) -> Discarder:
+    """The server's discarder, run by hand with another retention config."""
+    return Discarder(server.store, server.push, RetentionConfig(interval=3600, **config))
+
+
+@pytest.fixture
+async def admin(server: EventServer) -> EventStreamClient:
+    await server.store.add_user("root", hash_password("root-pw"), is_admin=True)
+    return await EventStreamClient.connect(server.url, credentials="root:root-pw")
+
+
+async def test_discards_only_what_every_consumer_read(
+    server: EventServer, alice: EventStreamClient, bob: EventStreamClient
+) -> None:
+    ids = [await alice.add_event("E", i) for i in range(100)]
+    await alice.register_consumer("A")
+    await bob.register_consumer("B")
+    await alice.poll_events("A", last_id=ids[-1])
+    await bob.poll_events("B", last_id=ids[39])
+    assert await server.discarder.discard() == 40
+    info = await ops(alice, "streamInfo")
+    assert (info["first_id"], info["last_id"], info["events"]) == ("41", "100", 60)
+    assert info["discarded_total"] == 40
+    assert "held_back_by" not in info  # bob's consumer: not alice's to see
+    assert (await ops(bob, "streamInfo"))["held_back_by"] == {"user": "bob", "component": "B"}
+    # bob still reads everything he has not acknowledged
+    assert [e.id for e in await bob.poll_events("B")] == ids[40:]
+    await bob.poll_events("B", last_id=ids[-1])
+    assert await server.discarder.discard() == 60
+    assert await alice.add_event("E", "after") == 101  # ids are never reused
+
+
+async def test_without_consumers_or_policy_nothing_is_discarded(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    for i in range(20):
+        await alice.add_event("E", i)
+    assert await server.discarder.discard() == 0
+    keep_five = await policy(server, keep_events=5)
+    assert await keep_five.discard() == 15
+    assert [e.id for e in await alice.poll_events("LIVE")] == [16, 17, 18, 19, 20]
+
+
+async def test_time_policy_keeps_young_events_even_when_read(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    ids = [await alice.add_event("E", i) for i in range(10)]
+    set_ts(server.store.path, ids[3], "2001-01-01T00:00:00Z")
+    await alice.register_consumer("ALL_READ")
+    await alice.poll_events("ALL_READ", last_id=ids[-1])
+    keep_an_hour = await policy(server, keep_seconds=3600)
+    assert await keep_an_hour.discard() == 4
+    assert [e.id for e in await alice.poll_events("LIVE")] == ids[4:]
+
+
+async def test_discarding_in_chunks_while_producers_run(
+    server: EventServer, connect: ClientFactory
+) -> None:
+    producer = await connect("alice")
+    await producer.register_consumer("FAST")
+    first = [await producer.add_event("E", i) for i in range(3000)]
+    await producer.poll_events("FAST", last_id=first[-1])
+    small_chunks = await policy(server, chunk=100)
+
+    async def produce() -> list[int]:
+        ids: list[int] = []
+        for start in range(0, 1000, 50):
+            ids.extend(
+                await asyncio.gather(
+                    *(producer.add_event("N", i) for i in range(start, start + 50))
+                )
+            )
+        return ids
+
+    deleted, added = await asyncio.gather(small_chunks.discard(), produce())
+    assert deleted == 3000
+    assert sorted(added) == list(range(3001, 4001))
+    assert [e.id for e in await producer.poll_events("FAST")][:3] == [3001, 3002, 3003]
+
+
+async def test_consumer_information_and_who_sees_it(
+    server: EventServer, alice: EventStreamClient, bob: EventStreamClient, admin: EventStreamClient
+) -> None:
+    ids = [await alice.add_event("E", i) for i in range(10)]
+    await alice.register_consumer("MINE")
+    await alice.poll_events("MINE", last_id=ids[3])
+    await bob.register_consumer("HIS")
+    set_ts(server.store.path, ids[4], "2001-01-01T00:00:00Z")
+    (mine,) = await ops(alice, "listConsumers")
+    assert (mine["user"], mine["component"], mine["position"], mine["behind"]) == (
+        "alice", "MINE", str(ids[3]), 6,
+    )  # fmt: skip
+    assert mine["oldest_unread_age"] > 3600 * 24 * 365  # event 5 was backdated
+    assert mine["push_connected"] is False
+    assert [c["component"] for c in await ops(bob, "listConsumers")] == ["HIS"]
+    assert [c["component"] for c in await ops(admin, "listConsumers")] == ["MINE", "HIS"]
+    assert (await ops(admin, "streamInfo"))["held_back_by"] == {"user": "bob", "component": "HIS"}
+
+
+async def test_dropping_consumers(
+    server: EventServer, alice: EventStreamClient, bob: EventStreamClient, admin: EventStreamClient
+) -> None:
+    await alice.register_consumer("A1")
+    await alice.register_consumer("A2")
+    for caller, target in ((bob, "A1"), (alice, "NOPE")):
+        with pytest.raises(RemoteError) as info:
+            await ops(caller, "dropConsumer", user="alice", component=target)
+        assert info.value.name == "UnknownConsumer"
+    assert await ops(alice, "dropConsumer", user="alice", component="A1") is True
+    assert await ops(admin, "dropConsumer", user="alice", component="A2") is True
+    assert await ops(alice, "listConsumers") == []
+
+
+async def test_wrong_credentials_never_reach_a_service(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    await alice.register_consumer("KEEP")
+    async with await FTN3Client.connect(server.url, credentials="alice:wrong") as intruder:
+        with pytest.raises(RemoteError) as info:
+            await intruder.call(OPS, "dropConsumer", {"user": "alice", "component": "KEEP"})
+        assert info.value.name == "SecurityError"
+    async with await FTN3Client.connect(server.url) as anonymous:
+        with pytest.raises(RemoteError) as info:
+            await anonymous.call(OPS, "listConsumers", {})
+        assert info.value.name == "SecurityError"
+    assert [c["component"] for c in await ops(alice, "listConsumers")] == ["KEEP"]
+
+
+async def test_dead_consumers_expire_and_are_listed(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    await alice.register_consumer("DEAD")
+    await alice.register_consumer("ALIVE")
+    with sqlite3.connect(server.store.path) as conn:
+        conn.execute(
+            "UPDATE consumers SET last_seen_at = '2001-01-01T00:00:00Z' WHERE component = 'DEAD'"
+        )
+    expiring = await policy(server, expire_consumers_after=60)
+    await expiring.expire_consumers()
+    assert [c["component"] for c in await ops(alice, "listConsumers")] == ["ALIVE"]
+    assert list(expiring.expired) == [("alice", "DEAD")]
+
+
+async def test_start_from_a_point_in_time(server: EventServer, alice: EventStreamClient) -> None:
+    ids = [await alice.add_event("E", i) for i in range(6)]
+    set_ts(server.store.path, ids[1], "2020-01-01T00:00:00Z")
+    with sqlite3.connect(server.store.path) as conn:
+        conn.execute("UPDATE events SET ts = '2021-06-01T00:00:00Z' WHERE id IN (3, 4)")
+    await alice.register_consumer("REPLAY")
+    await alice.poll_events("REPLAY", last_id=ids[-1])  # everything read already
+    assert await ops(alice, "seekConsumer", component="REPLAY", ts="2021-01-01T00:00:00Z") == "2"
+    assert [e.id for e in await alice.poll_events("REPLAY")] == ids[2:]
+    assert await ops(alice, "seekConsumer", component="REPLAY", ts="2000-01-01T00:00:00Z") is False
+    assert [e.id for e in await alice.poll_events("REPLAY")] == ids
+    live_from = await ops(alice, "idBefore", ts="2021-06-01T00:00:00Z")
+    assert [e.id for e in await alice.poll_events("LIVE", last_id=int(live_from))] == ids[2:]
+    with pytest.raises(RemoteError) as info:
+        await ops(alice, "seekConsumer", component="NOPE", ts="2021-01-01T00:00:00Z")
+    assert info.value.name == "UnknownConsumer"
+
+
+def test_info_command_shows_lag_on_a_running_server(tmp_path: Path) -> None:
+    from .test_cli import run
+
+    db = tmp_path / "info.sqlite"
+    assert (
+        run(
+            "user", "add", "ops", "--password-stdin", "--admin", "--db", str(db), stdin="pw\n"
+        ).returncode
+        == 0
+    )
+    server = ServerProcess(db)
+    try:
+        env = {"FUTOIN_EVT_URL": server.url, "FUTOIN_EVT_USER": "ops", "FUTOIN_EVT_PASSWORD": "pw"}
+        for i in range(5):
+            assert run("add", "ORDER", str(i), env=env).returncode == 0
+        with_lag = run("poll", "SLOW", env=env)  # registers and reads all 5 ...
+        assert len(with_lag.stdout.splitlines()) == 5
+        for i in range(3):
+            assert run("add", "ORDER", str(i), env=env).returncode == 0  # ... then 3 more come
+        table = run("info", env=env)
+        assert table.returncode == 0, table.stderr
+        (row,) = [line.split() for line in table.stdout.splitlines() if line.startswith("ops ")]
+        assert row[:4] == ["ops", "SLOW", "5", "3"]
+        data = json.loads(run("info", "--json", env=env).stdout)
+        assert data["stream"]["last_id"] == "8"
+        assert data["consumers"][0]["behind"] == 3
+        listed = json.loads(run("consumer", "list", "--json", env=env).stdout)
+        assert [c["component"] for c in listed] == ["SLOW"]
+        assert run("consumer", "drop", "ops", "SLOW", env=env).returncode == 0
+        gone = run("consumer", "drop", "ops", "SLOW", env=env)
+        assert gone.returncode == 1
+        assert "UnknownConsumer" in gone.stderr
+    finally:
+        assert server.stop() == 0
