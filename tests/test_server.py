@@ -235,11 +235,12 @@ async def test_eight_producers_and_a_poller_see_every_id_once_in_order(
         seen: list[int] = []
         last_id = None
         while True:
+            producers_done = done.is_set()  # before the poll: its reply then sees them all
             events = await consumer.poll_events("ORDERED", last_id)
             seen.extend(e.id for e in events)
             if events:
                 last_id = events[-1].id
-            elif done.is_set():
+            elif producers_done:
                 return seen
 
     consumer_task = asyncio.create_task(consume())
