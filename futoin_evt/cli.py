@@ -9,6 +9,7 @@ import json
 import logging
 import os
 import signal
+import sqlite3
 import ssl
 import sys
 from collections.abc import Sequence
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from . import __version__
+from .archive import RemoteArchiver
 from .auth import hash_password
 from .client.aio import CommError, Event, EventStreamClient, RemoteError
 from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
@@ -23,7 +25,7 @@ from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
 from .retention import RetentionConfig
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
-from .server.websocket import TransportConfig
+from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from .storage.sqlite import Durability, SqliteStore
 
 DEFAULT_PORT: Final = 8480
@@ -83,6 +85,28 @@ def _parser() -> argparse.ArgumentParser:
         "--trust-channel",
         action="store_true",
         help="treat plain ws:// from any peer as secure (TLS ends at a proxy in front)",
+    )
+    limits = serve.add_argument_group("limits")
+    limits.add_argument(
+        "--max-connections", type=int, default=DEFAULT_LIMITS.max_connections, metavar="N"
+    )
+    limits.add_argument(
+        "--max-calls-in-flight",
+        type=int,
+        default=DEFAULT_LIMITS.max_calls_in_flight,
+        metavar="N",
+        help="calls run at once per connection; more wait unread",
+    )
+    limits.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        default=DEFAULT_LIMITS.max_frame_bytes,
+        metavar="N",
+        help="a larger WebSocket message closes the connection (each function has its own, "
+        "smaller limit: 64 KiB unless its iface says more)",
+    )
+    serve.add_argument(
+        "--archive", type=Path, metavar="PATH", help="copy every event to this SQLite file"
     )
     keep = serve.add_argument_group(
         "retention",
@@ -149,6 +173,14 @@ def _parser() -> argparse.ArgumentParser:
     _add_endpoint(tail)
     tail.set_defaults(run=_tail)
 
+    archive = commands.add_parser(
+        "archive", help="copy every event from a running server to an archive SQLite file"
+    )
+    archive.add_argument("--out", type=Path, required=True, metavar="PATH")
+    archive.add_argument("--component", default="ARCHIVE")
+    _add_endpoint(archive)
+    archive.set_defaults(run=_archive)
+
     info = commands.add_parser("info", help="stream and consumer information (lag, who holds back)")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_endpoint(info)
@@ -193,12 +225,24 @@ async def _serve(args: argparse.Namespace) -> int:
             raise CliError(f"--{name.replace('_', '-')} cannot be negative.")
     if args.discard_interval <= 0:
         raise CliError("--discard-interval must be above 0.")
+    for name in ("max_connections", "max_calls_in_flight", "max_frame_bytes"):
+        if getattr(args, name) < 1:
+            raise CliError(f"--{name.replace('_', '-')} must be at least 1.")
     config = ServerConfig(
         db_path=args.db,
         durability=Durability(args.durability.upper()),
         transport=TransportConfig(
-            host=args.host, port=args.port, tls=tls, trust_channel=args.trust_channel
+            host=args.host,
+            port=args.port,
+            tls=tls,
+            trust_channel=args.trust_channel,
+            limits=Limits(
+                max_frame_bytes=args.max_frame_bytes,
+                max_connections=args.max_connections,
+                max_calls_in_flight=args.max_calls_in_flight,
+            ),
         ),
+        archive_path=args.archive,
         retention=RetentionConfig(
             interval=args.discard_interval,
             keep_events=args.keep_events,
@@ -382,6 +426,18 @@ async def _tail(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, receiver.stop)
     await receiver.run()
+    return 0
+
+
+async def _archive(args: argparse.Namespace) -> int:
+    try:
+        archiver = RemoteArchiver(args.url, _credentials(args), args.out, args.component)
+    except sqlite3.Error as exc:
+        raise CliError(f"cannot open the archive {args.out}: {exc}") from None
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, archiver.stop)
+    await archiver.run()
     return 0
 
 

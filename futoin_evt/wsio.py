@@ -207,14 +207,25 @@ def _ignore(_pressed: bool) -> None:
 class ServerIO(FrameIO):
     """The server side: accepts the opening handshake on any path, then calls ``on_open``."""
 
-    def __init__(self, max_size: int, on_open: Callable[[ServerIO], None]) -> None:
+    def __init__(
+        self,
+        max_size: int,
+        on_open: Callable[[ServerIO], None],
+        admit: Callable[[], str | None] = lambda: None,
+    ) -> None:
         super().__init__(ServerProtocol(max_size=max_size))
         self._on_open = on_open
+        self._admit = admit
 
     def _on_handshake(self, event: Request | Response) -> None:
         assert isinstance(self.ws, ServerProtocol)
         assert isinstance(event, Request)
-        response = self.ws.accept(event)
+        refusal = self._admit()
+        if refusal is not None:
+            log.warning("refused a connection from %s: %s", self.peer, refusal)
+            response = self.ws.reject(503, refusal + "\n")
+        else:
+            response = self.ws.accept(event)
         self.ws.send_response(response)
         if response.status_code == 101:
             self._handshake_done()

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 JS_DIR = ROOT / "tests" / "js"
 NPM_CACHE = ROOT / ".cache" / "npm"
 USERS = {"alice": "alice-pw", "bob": "bob-pw"}
+TRANSPORT_OPTIONS = {"host", "tls", "trust_channel", "limits"}
 
 
 @pytest.fixture(scope="session")
@@ -49,13 +50,16 @@ async def start_server(
     """Start servers on free ports (closed at the end); users alice and bob exist."""
     started: list[EventServer] = []
 
-    async def start(**transport: Any) -> EventServer:
+    async def start(**options: Any) -> EventServer:
+        """Options of TransportConfig (host, limits, ...) or of ServerConfig."""
+        transport = {k: options.pop(k) for k in list(options) if k in TRANSPORT_OPTIONS}
         config = ServerConfig(
             db_path=db_path,
             transport=TransportConfig(port=0, **transport),
             check_results=True,
             # discarding runs when a test asks for it (server.discarder.discard())
             retention=RetentionConfig(interval=3600),
+            **options,
         )
         server = await EventServer.start(config)
         started.append(server)

@@ -36,6 +36,7 @@ from typing import Any, Final
 
 from ..ftn3.errors import FTN3Error
 from ..model import LIVE_COMPONENT
+from ..storage.head import HeadWatch
 from .aio import CommError, Event, FTN3Client, RemoteError
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,8 @@ class Receiver:
         self._client: FTN3Client | None = None
         #: Highest event id handed to the callback; older ones sent again are left out.
         self.last_id = 0
+        #: :attr:`last_id` to wait on (``await receiver.progress.wait_beyond(id - 1)``).
+        self.progress = HeadWatch()
         #: How many times the receiver (re)connected and called readyToReceive.
         self.sessions = 0
         self.ready = asyncio.Event()
@@ -166,6 +169,7 @@ class Receiver:
                 await self._on_events(events)  # an exception here: the server sends it again
             if events:
                 self.last_id = events[-1].id
+                self.progress.advance(self.last_id)
             self._next_seq = seq + 1
             self._turn.notify_all()
         return True

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ..archive import InProcessArchiver
 from ..auth import Authenticator
 from ..ftn3.ifaces import IfaceRegistry
 from ..ops import OpsService
@@ -43,6 +44,8 @@ class ServerConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     #: How soon events that other processes add to the file reach push consumers.
     other_writers_seconds: float = 0.2
+    #: Archive every event to this SQLite file (a reliable consumer inside the server).
+    archive_path: Path | None = None
 
 
 def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) -> Routes:
@@ -91,6 +94,7 @@ class EventServer:
         self.store = store
         self.push = push
         self.discarder = discarder
+        self.archiver: InProcessArchiver | None = None
         self._transport = transport
 
     @classmethod
@@ -111,9 +115,15 @@ class EventServer:
             await store.close()
             raise
         store.watch_other_writers(config.other_writers_seconds)
+        archiver = None
+        if config.archive_path is not None:
+            archiver = InProcessArchiver(store, config.archive_path)
+            await archiver.start()
         discarder.start()
         log.info("serving %s on %s", config.db_path, transport.url)
-        return cls(store, push, discarder, transport)
+        server = cls(store, push, discarder, transport)
+        server.archiver = archiver
+        return server
 
     @property
     def url(self) -> str:
@@ -126,6 +136,8 @@ class EventServer:
     async def close(self) -> None:
         """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes."""
         await self.discarder.close()
+        if self.archiver is not None:
+            await self.archiver.close()
         await self.push.close()
         await self._transport.close()
         await self.store.close()

@@ -37,6 +37,8 @@ CLOSE_GOING_AWAY: Final = 1001
 class Limits:
     #: Frames above this close the connection (1009); per-function limits apply below it.
     max_frame_bytes: int = 1024 * 1024
+    #: Connections at once; more are refused in the handshake with HTTP 503.
+    max_connections: int = 10_000
     #: Requests run at once per connection; above it the connection is not read.
     max_calls_in_flight: int = 256
     #: A peer that leaves more than this of replies and pushes unread is disconnected.
@@ -223,7 +225,7 @@ class WebSocketTransport:
         loop = asyncio.get_running_loop()
         limits = self._config.limits
         self._server = await loop.create_server(
-            lambda: ServerIO(limits.max_frame_bytes, self._on_open),
+            lambda: ServerIO(limits.max_frame_bytes, self._on_open, self._admit),
             self._config.host,
             self._config.port,
             ssl=self._config.tls,
@@ -241,6 +243,12 @@ class WebSocketTransport:
         if ":" in host:
             host = f"[{host}]"
         return f"{scheme}://{host}:{self.port}/"
+
+    def _admit(self) -> str | None:
+        """Why a new connection is refused (HTTP 503 in the handshake), or None."""
+        if len(self._connections) >= self._config.limits.max_connections:
+            return "too many connections"
+        return None
 
     def _on_open(self, io: ServerIO) -> None:
         assert io.transport is not None

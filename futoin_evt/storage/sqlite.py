@@ -350,6 +350,14 @@ class SqliteStore:
             "[" + ",".join(parts) + "]", len(parts), last_id, head_id, start, truncated
         )
 
+    async def read_rows(self, after_id: int, *, limit: int) -> list[tuple[int, str, str, str]]:
+        """Stored events as (id, type, data JSON, ts), for copying them elsewhere."""
+        rows = await self._reader.execute_fetchall(
+            "SELECT id, type, data, ts FROM events WHERE id > ? ORDER BY id LIMIT ?",
+            (after_id, limit),
+        )
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
     async def newest_event_id(self) -> int:
         rows = await self._reader.execute_fetchall("SELECT COALESCE(MAX(id), 0) FROM events")
         return int(next(iter(rows))[0])
