@@ -2,7 +2,8 @@
 
 FTN18 keeps an event in the active store until the last registered reliable consumer has
 read it (2.3.1). The discarder deletes events at or below the lowest consumer position, in
-chunks that each hold the write lock only briefly, so producers keep going. Without any
+chunks that each hold the write lock only briefly, and pauses between chunks (``duty``), so
+producers keep going at most of their speed while a large backlog is deleted. Without any
 registered consumer nothing is discarded, unless a retention policy is set: then events
 are deleted once they are outside the policy. A policy also always keeps the newest
 ``keep_events`` events and those younger than ``keep_seconds``, whatever was read.
@@ -36,7 +37,10 @@ class RetentionConfig:
     #: Seconds between discard passes.
     interval: float = 1.0
     #: Events deleted per transaction.
-    chunk: int = 2000
+    chunk: int = 1000
+    #: Share of the time a discard pass may keep the writer busy; it pauses between chunks
+    #: for the rest, so producers keep most of their throughput during a big discard.
+    duty: float = 0.3
     keep_events: int | None = None
     keep_seconds: float | None = None
     expire_consumers_after: float | None = None
@@ -99,11 +103,14 @@ class Discarder:
         """One pass: delete everything that may go now, chunk by chunk."""
         bound = await self.bound()
         deleted = 0
+        pause_per_busy = (1 - self.config.duty) / self.config.duty
         while bound:
+            started = time.monotonic()
             count = await self._store.delete_events(bound, self.config.chunk)
             deleted += count
             if count < self.config.chunk:
                 break
+            await asyncio.sleep((time.monotonic() - started) * pause_per_busy)
         if deleted:
             self.discarded_total += deleted
             log.debug("discarded %d events up to id %d", deleted, bound)
