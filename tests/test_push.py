@@ -328,3 +328,14 @@ async def test_reliable_receiver_survives_a_server_crash(
     await stop(receiver, task)
     assert receiver.sessions >= 2
     assert app.ids == before + after
+
+
+async def test_a_user_cannot_receive_another_users_consumer(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    await alice.register_consumer("PRIVATE")
+    async with await FTN3Client.connect(server.url, credentials="bob:bob-pw") as bob:
+        with pytest.raises(RemoteError) as info:
+            await bob.call("futoin.evt.push:1.1", "readyToReceive", {"component": "PRIVATE"})
+        assert info.value.name == "NotRegistered"
+    assert server.push.streams == []
