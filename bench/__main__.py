@@ -1,28 +1,46 @@
 """``python -m bench [--quick] [--only NAME ...] [--runs N] [--json PATH]``
 
-Starts each system itself on 127.0.0.1, runs every workload ``--runs`` times, and prints the
-median of each beside the others, with the ratio futoin-evt / reference.
+Starts each system itself on 127.0.0.1 (futoin-evt, the official FutoIn reference server;
+NATS JetStream is the machine's server, started if it is down), runs every workload
+``--runs`` times, and prints the median of each beside the others: futoin-evt, reference,
+JetStream, the raw limit of the parts futoin-evt builds on, and the ratios
+futoin-evt/reference and futoin-evt/raw limit. ``--quick`` uses small sizes and one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import json
+import math
+import os
 import platform
 import statistics
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from . import systems, workloads
+from . import others, systems, workloads
 from .systems import System
 
 RESULTS: Final = Path(__file__).resolve().parent / "results"
+
+ADD_SERIAL: Final = "addEvent, 1 at a time (calls/s)"
+ADD_32: Final = "addEvent, 32 in flight on 1 connection (calls/s)"
+ADD_8: Final = "addEvent, 8 connections x 4 in flight (calls/s)"
+DRAIN: Final = "poll drain (events/s)"
+CATCH_UP: Final = "push catch-up (events/s)"
+P50: Final = "push latency at 1,000/s p50 (ms)"
+P99: Final = "push latency at 1,000/s p99 (ms)"
+PMAX: Final = "push latency at 1,000/s max (ms)"
+RSS_IDLE: Final = "server RSS, 1,000 idle connections (MB)"
+RSS_LIVE: Final = "server RSS, 100 LIVE push consumers (MB)"
+#: Rows where less is better: their ratios read "how many times lower".
+LOWER_IS_BETTER: Final = (P50, P99, PMAX, RSS_IDLE, RSS_LIVE)
+SYSTEMS: Final = ("futoin-evt", "reference", "JetStream", "raw limit")
 
 
 @dataclass(frozen=True)
@@ -31,111 +49,149 @@ class Sizes:
     add_in_flight: int
     drain: int
     latency_events: int
+    idle_connections: int
+    live_consumers: int
 
 
-FULL: Final = Sizes(add_serial=3_000, add_in_flight=30_000, drain=100_000, latency_events=3_000)
-QUICK: Final = Sizes(add_serial=500, add_in_flight=5_000, drain=20_000, latency_events=1_000)
-#: Rows where less is better.
-LATENCY_ROWS: Final = ("push latency p50 (ms)", "push latency p99 (ms)", "push latency max (ms)")
+FULL: Final = Sizes(3_000, 30_000, 100_000, 3_000, 1_000, 100)
+QUICK: Final = Sizes(300, 3_000, 10_000, 500, 1_000, 100)
 
-Starter = Callable[..., Awaitable[System]]
-STARTERS: Final[dict[str, Starter]] = {
-    "futoin-evt": systems.start_futoin_evt,
-    "reference": systems.start_reference,
-}
+Results = dict[str, list[float]]
+Record = Callable[[str, float], None]
 
 
-async def measure_system(name: str, sizes: Sizes, runs: int) -> dict[str, list[float]]:
-    start = STARTERS[name]
-    results: dict[str, list[float]] = {}
-    with tempfile.TemporaryDirectory(prefix=f"bench-{name}-") as tmp:
+async def measure_ftn3(start: Callable[..., Awaitable[System]], sizes: Sizes, runs: int) -> Results:
+    results: Results = {}
+    record = _recorder(results)
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         async with systems.running(await start(Path(tmp), prefill=sizes.drain)) as system:
             for _ in range(runs):
-                record = functools.partial(_record, results)
-                record("poll drain (events/s)", await workloads.poll_drain(system, sizes.drain))
-                record(
-                    "push catch-up (events/s)", await workloads.push_catch_up(system, sizes.drain)
-                )
-                record(
-                    "addEvent, 1 at a time (calls/s)",
-                    await workloads.add_serial(system, sizes.add_serial),
-                )
-                record(
-                    "addEvent, 32 in flight (calls/s)",
-                    await workloads.add_in_flight(system, sizes.add_in_flight),
-                )
-                latency = await workloads.push_latency(system, sizes.latency_events)
-                for row, key in zip(LATENCY_ROWS, ("p50", "p99", "max"), strict=True):
-                    record(row, latency[key])
+                record(DRAIN, await workloads.poll_drain(system, sizes.drain))
+                record(CATCH_UP, await workloads.push_catch_up(system, sizes.drain))
+                record(ADD_SERIAL, await workloads.add_serial(system, sizes.add_serial))
+                record(ADD_32, await workloads.add_in_flight(system, sizes.add_in_flight))
+                record(ADD_8, await workloads.add_from_connections(system, sizes.add_in_flight))
+                _record_latency(record, await workloads.push_latency(system, sizes.latency_events))
+                record(RSS_IDLE, await workloads.rss_idle(system, sizes.idle_connections))
+                record(RSS_LIVE, await workloads.rss_live_consumers(system, sizes.live_consumers))
     return results
 
 
-def _record(results: dict[str, list[float]], row: str, value: float) -> None:
-    results.setdefault(row, []).append(value)
+async def measure_jetstream(sizes: Sizes, runs: int) -> Results:
+    others.ensure_nats()
+    target = others.JetStream()
+    results: Results = {}
+    record = _recorder(results)
+    for _ in range(runs):
+        record(DRAIN, await target.poll_drain(sizes.drain))
+        record(CATCH_UP, await target.push_catch_up(sizes.drain))
+        record(ADD_SERIAL, await target.add_serial(sizes.add_serial))
+        record(ADD_32, await target.add_in_flight(sizes.add_in_flight))
+        record(ADD_8, await target.add_from_connections(sizes.add_in_flight))
+        _record_latency(record, await target.push_latency(sizes.latency_events))
+    return results
 
 
-def render(table: dict[str, dict[str, float]], names: list[str]) -> str:
-    workloads_seen = list(dict.fromkeys(w for per in table.values() for w in per))
-    header = ["workload", *names]
-    if "futoin-evt" in names and "reference" in names:
-        header.append("futoin-evt advantage")
+async def measure_raw(sizes: Sizes, runs: int) -> Results:
+    target = others.RawLimits()
+    results: Results = {}
+    record = _recorder(results)
+    for _ in range(runs):
+        record(DRAIN, await target.poll_drain(sizes.drain))
+        record(CATCH_UP, await target.push_catch_up(sizes.drain))
+        record(ADD_SERIAL, await target.add_serial(sizes.add_serial))
+        record(ADD_32, await target.add_in_flight(sizes.add_in_flight))
+        record(ADD_8, await target.add_from_connections(sizes.add_in_flight))
+    return results
+
+
+def _recorder(results: Results) -> Record:
+    def record(row: str, value: float) -> None:
+        results.setdefault(row, []).append(value)
+
+    return record
+
+
+def _record_latency(record: Record, latency: dict[str, float]) -> None:
+    record(P50, latency["p50"])
+    record(P99, latency["p99"])
+    record(PMAX, latency["max"])
+
+
+async def measure(name: str, sizes: Sizes, runs: int) -> Results:
+    if name == "futoin-evt":
+        return await measure_ftn3(systems.start_futoin_evt, sizes, runs)
+    if name == "reference":
+        return await measure_ftn3(systems.start_reference, sizes, runs)
+    if name == "JetStream":
+        return await measure_jetstream(sizes, runs)
+    return await measure_raw(sizes, runs)
+
+
+def _ratio(row: str, ours: float, theirs: float) -> str:
+    if math.isnan(ours) or math.isnan(theirs) or not ours or not theirs:
+        return "-"
+    ratio = theirs / ours if row in LOWER_IS_BETTER else ours / theirs
+    return f"{ratio:.2f}x"
+
+
+def render(table: dict[str, dict[str, float]]) -> str:
+    names = [n for n in SYSTEMS if n in table]
+    rows_seen = list(dict.fromkeys(r for per in table.values() for r in per))
+    header = ["workload", *names, "evt/reference", "evt/raw"]
     rows = [header]
-    for workload in workloads_seen:
-        digits = 2 if workload in LATENCY_ROWS else 0
-        row = [workload] + [f"{table[n].get(workload, float('nan')):,.{digits}f}" for n in names]
-        if len(header) > len(names) + 1:
-            ours, theirs = table["futoin-evt"][workload], table["reference"][workload]
-            ratio = theirs / ours if workload in LATENCY_ROWS else ours / theirs
-            row.append(f"{ratio:.1f}x")
-        rows.append(row)
+    for row in rows_seen:
+        digits = 2 if row in LOWER_IS_BETTER else 0
+        values = {n: table[n].get(row, math.nan) for n in names}
+        cells = ["-" if math.isnan(v) else f"{v:,.{digits}f}" for v in values.values()]
+        ours = values.get("futoin-evt", math.nan)
+        rows.append([
+            row, *cells,
+            _ratio(row, ours, values.get("reference", math.nan)),
+            _ratio(row, ours, values.get("raw limit", math.nan)),
+        ])  # fmt: skip
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
-    lines = [
-        " | ".join(
-            c.ljust(w) if i == 0 else c.rjust(w)
-            for i, (c, w) in enumerate(zip(r, widths, strict=True))
-        )
-        for r in rows
-    ]
+    lines = [" | ".join(_aligned(r, widths)) for r in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
     return "\n".join(lines)
 
 
+def _aligned(row: list[str], widths: list[int]) -> list[str]:
+    return [
+        c.ljust(w) if i == 0 else c.rjust(w)
+        for i, (c, w) in enumerate(zip(row, widths, strict=True))
+    ]
+
+
 async def main_async(args: argparse.Namespace) -> None:
     sizes = QUICK if args.quick else FULL
-    names = args.only or list(STARTERS)
-    raw: dict[str, dict[str, list[float]]] = {}
-    for name in names:
+    runs = args.runs or (1 if args.quick else 3)
+    raw: dict[str, Results] = {}
+    for name in args.only or SYSTEMS:
         started = time.perf_counter()
-        raw[name] = await measure_system(name, sizes, args.runs)
+        raw[name] = await measure(name, sizes, runs)
         print(f"# {name}: {time.perf_counter() - started:.0f} s", flush=True)
     medians = {n: {w: statistics.median(v) for w, v in per.items()} for n, per in raw.items()}
-    print(render(medians, names))
+    print(render(medians))
     out = args.json or RESULTS / "latest.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(
-        json.dumps(
-            {
-                "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "machine": {
-                    "cpus": __import__("os").cpu_count(),
-                    "python": platform.python_version(),
-                },
-                "sizes": sizes.__dict__,
-                "runs": args.runs,
-                "median": medians,
-                "all": raw,
-            },
-            indent=2,
-        )
-    )
+    report: dict[str, Any] = {
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "sizes": asdict(sizes),
+        "runs": runs,
+        "median": medians,
+        "all": raw,
+    }
+    out.write_text(json.dumps(report, indent=2))
     print(f"# written to {out}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="smaller sizes (CI)")
-    parser.add_argument("--only", nargs="+", choices=list(STARTERS))
-    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--quick", action="store_true", help="small sizes, one run (CI)")
+    parser.add_argument("--only", nargs="+", choices=SYSTEMS)
+    parser.add_argument("--runs", type=int, help="runs per workload (default 3; --quick: 1)")
     parser.add_argument("--json", type=Path)
     asyncio.run(main_async(parser.parse_args()))
 

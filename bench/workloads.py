@@ -159,3 +159,48 @@ async def push_latency(system: System, count: int, rate: float = 1000.0) -> dict
     finally:
         await receiver.close()
         await producer.close()
+
+
+async def add_from_connections(system: System, count: int, connections: int = 8) -> float:
+    """addEvent calls/s from ``connections`` connections, 4 in flight on each."""
+    per_worker = count // (connections * 4)
+    params = add_params(per_worker)
+    clients = [await connect(system) for _ in range(connections)]
+
+    async def worker(client: LoadClient) -> None:
+        for p in params:
+            await client.call(f"{GEN}:addEvent", p)
+
+    try:
+        start = time.perf_counter()
+        await asyncio.gather(*(worker(c) for c in clients for _ in range(4)))
+        return per_worker * connections * 4 / (time.perf_counter() - start)
+    finally:
+        for client in clients:
+            await client.close()
+
+
+async def rss_idle(system: System, connections: int) -> float:
+    """Server RSS (MB) with ``connections`` open, authenticated, idle connections."""
+    clients = [await connect(system) for _ in range(connections)]
+    try:
+        return system.rss_kib() / 1024
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))
+
+
+async def rss_live_consumers(system: System, consumers: int) -> float:
+    """Server RSS (MB) with ``consumers`` LIVE push consumers while events flow."""
+    push = "futoin.evt.push:1.1"
+    clients = [await connect(system) for _ in range(consumers)]
+    try:
+        for client in clients:
+            client.on_push = lambda _msg: True
+            await client.call(f"{push}:readyToReceive", '{"component":"LIVE"}')
+        producer = clients[0]
+        for batch in range(10):
+            await asyncio.gather(*(producer.call(f"{GEN}:addEvent", p) for p in add_params(100)))
+            del batch
+        return system.rss_kib() / 1024
+    finally:
+        await asyncio.gather(*(c.close() for c in clients))

@@ -1,0 +1,222 @@
+"""What futoin-evt is measured against besides the reference: NATS JetStream with a durable
+consumer, and the raw limits of the parts it builds on (bare SQLite inserts, a bare websockets
+send/ack loop). Each method returns the same unit as the futoin-evt workload of that name."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sqlite3
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
+from websockets.asyncio.client import connect as ws_connect
+from websockets.asyncio.server import ServerConnection
+from websockets.asyncio.server import serve as ws_serve
+
+from .systems import payload
+from .workloads import add_params
+
+NATS_URL = "nats://127.0.0.1:4222"
+
+
+def ensure_nats() -> None:
+    """Start the machine's NATS server (with JetStream) if it is not running."""
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", 4222), timeout=1):
+        return
+    subprocess.run(
+        ["start-stop-daemon", "--start", "--oknodo", "--background", "--exec",
+         "/usr/sbin/nats-server", "--", "-a", "127.0.0.1", "-p", "4222", "-js", "-sd",
+         "/var/lib/nats-server", "-l", "/var/log/nats-server.log"],
+        check=True,
+    )  # fmt: skip
+
+
+def _payloads(count: int) -> list[bytes]:
+    return [json.dumps({"type": "ORDER", "data": payload(i)}).encode() for i in range(count)]
+
+
+class JetStream:
+    """A stream per measurement, file storage, a durable consumer acknowledging what it read."""
+
+    name = "JetStream"
+
+    @contextlib.asynccontextmanager
+    async def _stream(self, prefill: int = 0) -> AsyncIterator[tuple[Any, Any, str]]:
+        nc = await nats.connect(NATS_URL)
+        js = nc.jetstream()
+        name = f"BENCH{uuid.uuid4().hex[:12].upper()}"
+        subject = f"bench.{name.lower()}"
+        await js.add_stream(StreamConfig(name=name, subjects=[subject], storage=StorageType.FILE))
+        try:
+            if prefill:
+                await self._publish(js, subject, _payloads(prefill), 32)
+            yield nc, js, subject
+        finally:
+            await js.delete_stream(name)
+            await nc.close()
+
+    @staticmethod
+    async def _publish(js: Any, subject: str, messages: list[bytes], window: int) -> float:
+        """Publish all of ``messages``, ``window`` at a time, each waiting for its ack."""
+        start = time.perf_counter()
+
+        async def worker(w: int) -> None:
+            for m in messages[w::window]:
+                await js.publish(subject, m)
+
+        await asyncio.gather(*(worker(w) for w in range(window)))
+        return len(messages) / (time.perf_counter() - start)
+
+    async def add_serial(self, count: int) -> float:
+        async with self._stream() as (_nc, js, subject):
+            return await self._publish(js, subject, _payloads(count), 1)
+
+    async def add_in_flight(self, count: int) -> float:
+        async with self._stream() as (_nc, js, subject):
+            return await self._publish(js, subject, _payloads(count), 32)
+
+    async def add_from_connections(self, count: int) -> float:
+        async with self._stream() as (_nc, _js, subject):
+            conns = [await nats.connect(NATS_URL) for _ in range(8)]
+            try:
+                rates = await asyncio.gather(*(
+                    self._publish(c.jetstream(), subject, _payloads(count // 8), 4) for c in conns
+                ))  # fmt: skip
+                return sum(rates)
+            finally:
+                for c in conns:
+                    await c.close()
+
+    async def poll_drain(self, count: int) -> float:
+        async with self._stream(prefill=count) as (_nc, js, subject):
+            config = ConsumerConfig(ack_policy=AckPolicy.ALL, max_ack_pending=-1)
+            sub = await js.pull_subscribe(subject, durable="drain", config=config)
+            seen = 0
+            start = time.perf_counter()
+            while seen < count:
+                msgs = await sub.fetch(1000, timeout=10)
+                seen += len(msgs)
+                await msgs[-1].ack()  # acknowledges the batch (AckPolicy.ALL)
+            return seen / (time.perf_counter() - start)
+
+    async def push_catch_up(self, count: int) -> float:
+        async with self._stream(prefill=count) as (_nc, js, subject):
+            done = asyncio.get_running_loop().create_future()
+            seen = 0
+
+            async def on_message(msg: Any) -> None:
+                nonlocal seen
+                seen += 1
+                if seen % 1000 == 0 or seen == count:
+                    await msg.ack()
+                if seen >= count and not done.done():
+                    done.set_result(None)
+
+            config = ConsumerConfig(ack_policy=AckPolicy.ALL, max_ack_pending=-1)
+            start = time.perf_counter()
+            sub = await js.subscribe(subject, durable="push", cb=on_message, config=config,
+                                     pending_msgs_limit=-1)  # fmt: skip
+            await asyncio.wait_for(done, 600)
+            rate = seen / (time.perf_counter() - start)
+            await sub.unsubscribe()
+            return rate
+
+    async def push_latency(self, count: int, rate: float = 1000.0) -> dict[str, float]:
+        async with self._stream() as (_nc, js, subject):
+            latencies: list[float] = []
+            done = asyncio.get_running_loop().create_future()
+
+            async def on_message(msg: Any) -> None:
+                latencies.append((time.perf_counter() - json.loads(msg.data)["t"]) * 1000)
+                await msg.ack()
+                if len(latencies) >= count and not done.done():
+                    done.set_result(None)
+
+            sub = await js.subscribe(subject, durable="lat", cb=on_message)
+            start = time.perf_counter()
+            pending = set()
+            for i in range(count):
+                delay = start + i / rate - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # pacing the producer
+                data = json.dumps({"t": time.perf_counter(), "i": i}).encode()
+                task = asyncio.ensure_future(js.publish(subject, data))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            await asyncio.wait_for(done, 120)
+            await sub.unsubscribe()
+            ordered = sorted(latencies[:count])
+            return {"p50": ordered[len(ordered) // 2], "p99": ordered[int(len(ordered) * 0.99)],
+                    "max": ordered[-1]}  # fmt: skip
+
+
+class RawLimits:
+    """The parts alone: SQLite inserts in one process, a websockets send/ack loop."""
+
+    name = "raw limit"
+
+    async def add_serial(self, count: int) -> float:
+        return await asyncio.to_thread(self._sqlite_inserts, count)
+
+    async def add_in_flight(self, count: int) -> float:
+        return await asyncio.to_thread(self._sqlite_inserts, count)
+
+    async def add_from_connections(self, count: int) -> float:
+        return await asyncio.to_thread(self._sqlite_inserts, count)
+
+    @staticmethod
+    def _sqlite_inserts(count: int) -> float:
+        """Single-row inserts, one commit each, WAL with synchronous=FULL (the default)."""
+        count = min(count, 5000)
+        with tempfile.TemporaryDirectory() as tmp:
+            conn = sqlite3.connect(Path(tmp) / "raw.sqlite", isolation_level=None)
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute("PRAGMA synchronous=FULL")
+            conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                         " type TEXT, data TEXT, ts TEXT)")  # fmt: skip
+            rows = [json.loads(p) for p in add_params(count)]
+            start = time.perf_counter()
+            for row in rows:
+                values = (row["type"], json.dumps(row["data"]), "2026-01-01T00:00:00Z")
+                conn.execute("INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", values)
+            rate = count / (time.perf_counter() - start)
+            conn.close()
+            return rate
+
+    async def poll_drain(self, count: int) -> float:
+        return await self._ws_groups(count)
+
+    async def push_catch_up(self, count: int) -> float:
+        return await self._ws_groups(count)
+
+    @staticmethod
+    async def _ws_groups(count: int, group: int = 1000) -> float:
+        """A bare websockets server sends groups of events; the client acks each group."""
+        events = [{"id": str(i), "type": "ORDER", "data": payload(i), "ts": "2026-01-01T00:00:00Z"}
+                  for i in range(group)]  # fmt: skip
+        frame = json.dumps({"f": "x", "p": {"seq": 0, "events": events}, "rid": "S1"}).encode()
+        groups = count // group
+
+        async def handler(ws: ServerConnection) -> None:
+            for _ in range(groups):
+                await ws.send(frame)
+                await ws.recv()
+
+        async with ws_serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
+            port = server.sockets[0].getsockname()[1]
+            async with ws_connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
+                start = time.perf_counter()
+                for _ in range(groups):
+                    json.loads(await ws.recv())
+                    await ws.send(b'{"r":true,"rid":"S1"}')
+                return groups * group / (time.perf_counter() - start)
