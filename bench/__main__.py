@@ -77,9 +77,10 @@ async def measure_ftn3(start: Callable[..., Awaitable[System]], sizes: Sizes, ru
     return results
 
 
-async def measure_jetstream(sizes: Sizes, runs: int) -> Results:
-    others.ensure_nats()
-    target = others.JetStream()
+async def measure_other(
+    target: others.JetStream | others.RawLimits, sizes: Sizes, runs: int
+) -> Results:
+    """The workloads a system besides the FutoIn servers has (raw limits have no latency)."""
     results: Results = {}
     record = _recorder(results)
     for _ in range(runs):
@@ -88,20 +89,8 @@ async def measure_jetstream(sizes: Sizes, runs: int) -> Results:
         record(ADD_SERIAL, await target.add_serial(sizes.add_serial))
         record(ADD_32, await target.add_in_flight(sizes.add_in_flight))
         record(ADD_8, await target.add_from_connections(sizes.add_in_flight))
-        _record_latency(record, await target.push_latency(sizes.latency_events))
-    return results
-
-
-async def measure_raw(sizes: Sizes, runs: int) -> Results:
-    target = others.RawLimits()
-    results: Results = {}
-    record = _recorder(results)
-    for _ in range(runs):
-        record(DRAIN, await target.poll_drain(sizes.drain))
-        record(CATCH_UP, await target.push_catch_up(sizes.drain))
-        record(ADD_SERIAL, await target.add_serial(sizes.add_serial))
-        record(ADD_32, await target.add_in_flight(sizes.add_in_flight))
-        record(ADD_8, await target.add_from_connections(sizes.add_in_flight))
+        if isinstance(target, others.JetStream):
+            _record_latency(record, await target.push_latency(sizes.latency_events))
     return results
 
 
@@ -124,8 +113,9 @@ async def measure(name: str, sizes: Sizes, runs: int) -> Results:
     if name == "reference":
         return await measure_ftn3(systems.start_reference, sizes, runs)
     if name == "JetStream":
-        return await measure_jetstream(sizes, runs)
-    return await measure_raw(sizes, runs)
+        others.ensure_nats()
+        return await measure_other(others.JetStream(), sizes, runs)
+    return await measure_other(others.RawLimits(), sizes, runs)
 
 
 def _ratio(row: str, ours: float, theirs: float) -> str:

@@ -64,18 +64,19 @@ async def test_remote_archiver(
     server: EventServer, alice: EventStreamClient, tmp_path: Path
 ) -> None:
     archive = tmp_path / "remote-archive.sqlite"
+
+    async def archive_up_to(last_id: int) -> None:
+        """Run the archiver (a process of its own, in life) until it has ``last_id``."""
+        archiver = RemoteArchiver(server.url, ALICE, archive, "ARCHIVE")
+        task = asyncio.create_task(archiver.run())
+        await asyncio.wait_for(archiver.receiver.progress.wait_beyond(last_id - 1), 30)
+        archiver.stop()
+        await asyncio.wait_for(task, 30)
+
     ids = [await alice.add_event("R", i) for i in range(100)]
-    archiver = RemoteArchiver(server.url, ALICE, archive, "ARCHIVE")
-    task = asyncio.create_task(archiver.run())
-    await asyncio.wait_for(archiver.receiver.progress.wait_beyond(ids[-1] - 1), 30)
-    archiver.stop()
-    await asyncio.wait_for(task, 30)
+    await archive_up_to(ids[-1])
     more = [await alice.add_event("R", i) for i in range(50)]
-    again = RemoteArchiver(server.url, ALICE, archive, "ARCHIVE")
-    task = asyncio.create_task(again.run())
-    await asyncio.wait_for(again.receiver.progress.wait_beyond(more[-1] - 1), 30)
-    again.stop()
-    await asyncio.wait_for(task, 30)
+    await archive_up_to(more[-1])  # resumes: nothing archived twice
     assert [i for i, _ in archived(archive)] == ids + more
 
 
