@@ -339,3 +339,28 @@ async def test_a_user_cannot_receive_another_users_consumer(
             await bob.call("futoin.evt.push:1.1", "readyToReceive", {"component": "PRIVATE"})
         assert info.value.name == "NotRegistered"
     assert server.push.streams == []
+
+
+async def test_events_another_process_commits_reach_receivers_and_readers(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    """The native API from another connection (an application's own transaction)."""
+    import sqlite3
+
+    from futoin_evt.storage.native import add_event
+
+    first = await alice.add_event("OURS", 1)
+    app = Collector()
+    receiver = ReliableReceiver(server.url, credentials=ALICE, component="NATIVE", on_events=app)
+    task = await running(receiver)
+    with sqlite3.connect(server.store.path) as conn:  # commits on leaving the block
+        conn.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")
+        conn.execute("INSERT INTO orders DEFAULT VALUES")
+        theirs = add_event(conn, "THEIRS", {"order": 1})
+    await app.wait_for(theirs)  # noticed within the watcher's interval, with no new write of ours
+    ours_again = await alice.add_event("OURS", 2)
+    await app.wait_for(ours_again)
+    await stop(receiver, task)
+    assert app.ids == [first, theirs, ours_again]
+    # the recent-events ring never hides the other process's event from a reader
+    assert [e.id for e in await alice.poll_events("LIVE", last_id=first)] == [theirs, ours_again]
