@@ -139,10 +139,6 @@ class Authenticator:
             raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
         return Principal(user.id, user.name, user.is_admin)
 
-    def forget_all(self) -> None:
-        self._cache.clear()
-        self._last_sec = None
-
 
 def _split_credentials(sec: str | dict[str, Any]) -> tuple[str, str]:
     if isinstance(sec, dict):

@@ -15,7 +15,6 @@ UserId = NewType("UserId", int)
 LIVE_COMPONENT: Final = Component("LIVE")
 MAX_EVENTS_PER_CALL: Final = 1000
 EVENT_TYPE_RE: Final = re.compile(r"^[A-Z_]{1,16}\Z")
-COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
 
 #: Room in a 64 KiB message for an event's id, type, ts and the reply envelope around it.
 _EVENT_ENVELOPE_BYTES: Final = 256
