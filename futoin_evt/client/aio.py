@@ -221,10 +221,15 @@ class EventStreamClient:
         *,
         iface: str = POLL,
     ) -> list[Event]:
-        params: dict[str, Any] = {"component": component}
-        if last_id:
-            params["last_id"] = str(last_id)
-        if want is not None:
-            params["want"] = list(want)
-        raw = await self.ftn3.call(iface, "pollEvents", params)
+        raw = await self.ftn3.call(iface, "pollEvents", poll_params(component, last_id, want))
         return [Event.from_wire(item) for item in raw]
+
+
+def poll_params(component: str, last_id: int | None, want: Sequence[str] | None) -> dict[str, Any]:
+    """pollEvents params as FTN18 has them (ids as strings, no ``last_id`` for "from the start")."""
+    params: dict[str, Any] = {"component": component}
+    if last_id:
+        params["last_id"] = str(last_id)
+    if want is not None:
+        params["want"] = list(want)
+    return params
