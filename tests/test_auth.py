@@ -12,13 +12,14 @@ from futoin_evt.model import UserId
 
 
 def test_hashes_are_salted_and_verify() -> None:
-    first, second = hash_password("pw"), hash_password("pw")
+    password = "correct horse battery staple"
+    first, second = hash_password(password), hash_password(password)
     assert first != second
     assert first.startswith("scrypt$")
-    assert "pw" not in first
-    assert verify_password("pw", first)
-    assert not verify_password("pw2", first)
-    assert not verify_password("pw", "garbage")
+    assert password not in first  # only the salted hash is kept
+    assert verify_password(password, first)
+    assert not verify_password(password + "!", first)
+    assert not verify_password(password, "garbage")
 
 
 @dataclass
