@@ -267,7 +267,7 @@ async def test_a_live_consumer_that_stops_reading_is_bounded_and_harms_nobody(
     assert await stalled.call("futoin.evt.push:1.1", "readyToReceive", {"component": "LIVE"})
     stalled._io.pause_reading()
     padding = "x" * 2000
-    ids = await add_many(producer, 6000, pad=padding)
+    ids = await add_many(producer, 10_000, pad=padding)  # far more than socket buffers hold
     await app.wait_for(ids[-1])
     (live,) = [s for s in server.push.streams if s.component == "LIVE"]
     assert live.queued <= server.push.config.live_queue_groups
