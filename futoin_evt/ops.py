@@ -106,6 +106,14 @@ class OpsService:
         self._push.stop_stream(user_id, params["component"])
         return str(position) if position else False
 
+    async def acknowledge(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+        position = await self._store.acknowledge(
+            ctx.principal.user_id, params["component"], int(params["last_id"])
+        )
+        if position is None:
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        return str(position) if position else False
+
     async def id_before(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
         position = await self._store.id_before(params["ts"])
         return str(position) if position else False

@@ -227,3 +227,19 @@ def test_info_command_shows_lag_on_a_running_server(tmp_path: Path) -> None:
         assert "UnknownConsumer" in gone.stderr
     finally:
         assert server.stop() == 0
+
+
+async def test_acknowledging_without_reading(
+    server: EventServer, alice: EventStreamClient, bob: EventStreamClient
+) -> None:
+    ids = [await alice.add_event("E", i) for i in range(10)]
+    await alice.register_consumer("BULK")
+    # a bulk reader takes ranges with LIVE polls (no position moves) ...
+    assert [e.id for e in await alice.poll_events("LIVE", last_id=ids[2])][:2] == ids[3:5]
+    # ... and acknowledges once what it read is durable on its side
+    assert await ops(alice, "acknowledge", component="BULK", last_id=str(ids[5])) == str(ids[5])
+    assert await ops(alice, "acknowledge", component="BULK", last_id=str(ids[1])) == str(ids[5])
+    assert [e.id for e in await alice.poll_events("BULK")] == ids[6:]
+    with pytest.raises(RemoteError) as info:
+        await ops(bob, "acknowledge", component="BULK", last_id=str(ids[9]))
+    assert info.value.name == "UnknownConsumer"

@@ -69,6 +69,7 @@ def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) ->
             "listConsumers": ops.list_consumers,
             "dropConsumer": ops.drop_consumer,
             "seekConsumer": ops.seek_consumer,
+            "acknowledge": ops.acknowledge,
             "idBefore": ops.id_before,
         },
     }
