@@ -42,14 +42,10 @@ class OpsService:
 
     async def stream_info(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         bounds = await self._store.stream_bounds()
-        consumers = await self._store.consumers()
-        lowest = min(consumers, key=lambda c: c.position, default=None)
+        lowest = await self._store.lowest_consumer()
         held_back_by = None
-        visible = lowest is not None and (
-            ctx.principal.is_admin or lowest.user_id == ctx.principal.user_id
-        )
-        if lowest is not None and visible:
-            held_back_by = {"user": lowest.user, "component": lowest.component}
+        if lowest is not None and (ctx.principal.is_admin or lowest[1] == ctx.principal.user_id):
+            held_back_by = {"user": lowest[0], "component": lowest[2]}
         expired = [
             {"user": user, "component": component}
             for user, component in self._discarder.expired

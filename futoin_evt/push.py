@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 ON_EVENTS: Final = "futoin.evt.receiver:1.1:onEvents"
 #: ``{"seq":...,"events":`` ... ``}`` and the request envelope around a group.
 _GROUP_ENVELOPE_BYTES: Final = 256
+#: onEvents of receiver 1.1 accepts 8 MiB: no configured group size goes above it.
+_RECEIVER_MAX_GROUP_BYTES: Final = 8 * 1024 * 1024 - _GROUP_ENVELOPE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +178,7 @@ class PushStream:
         return True  # LIVE keeps reading and drops the oldest queued groups instead
 
     async def _read(self) -> EventPage:
-        max_bytes = min(self.config.max_group_bytes, self.service.max_group_bytes)
+        max_bytes = min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
         return await self.service.store.read_events(
             self.next_id, types=self.want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
         )
@@ -272,8 +274,6 @@ class PushService:
     def __init__(self, store: SqliteStore, config: PushConfig = PushConfig()) -> None:
         self.store = store
         self.config = config
-        #: Receiver 1.1 accepts 8 MiB; stay below whatever the config says.
-        self.max_group_bytes = 8 * 1024 * 1024 - _GROUP_ENVELOPE_BYTES
         self._streams: dict[Hashable, PushStream] = {}
         self._acks: set[asyncio.Task[Any]] = set()
 

@@ -493,12 +493,23 @@ class SqliteStore:
 
     async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
         """Mark consumers as seen now (push streams that are connected but idle)."""
-        now = utc_timestamp()
-        for user_id, component in keys:
-            await self._write(
-                "UPDATE consumers SET last_seen_at = ? WHERE user_id = ? AND component = ?",
-                (now, user_id, component),
-            )
+        if not keys:
+            return
+        pairs = ",".join(["(?, ?)"] * len(keys))
+        await self._write(  # one statement for all of them
+            f"UPDATE consumers SET last_seen_at = ? WHERE (user_id, component) IN (VALUES {pairs})",
+            [utc_timestamp(), *(v for key in keys for v in key)],
+        )
+
+    async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
+        """(user, user id, component) of the consumer with the lowest position."""
+        rows = await self._reader.execute_fetchall(
+            "SELECT u.name, c.user_id, c.component FROM consumers c"
+            " JOIN users u ON u.id = c.user_id ORDER BY c.position LIMIT 1"
+        )
+        for name, user_id, component in rows:
+            return str(name), UserId(user_id), str(component)
+        return None
 
     # -- users --------------------------------------------------------------------------------
 
