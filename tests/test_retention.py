@@ -12,6 +12,7 @@ import pytest
 
 from futoin_evt.auth import hash_password
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
+from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.retention import Discarder, RetentionConfig
 from futoin_evt.server.app import EventServer
 
@@ -165,14 +166,21 @@ async def test_dead_consumers_expire_and_are_listed(
 ) -> None:
     await alice.register_consumer("DEAD")
     await alice.register_consumer("ALIVE")
-    with sqlite3.connect(server.store.path) as conn:
+    pushed = ReliableReceiver(server.url, credentials="alice:alice-pw", component="PUSHED")
+    receiver_task = asyncio.create_task(pushed.run())
+    await asyncio.wait_for(pushed.ready.wait(), 30)
+    with sqlite3.connect(server.store.path) as conn:  # neither polled nor acknowledged since
         conn.execute(
-            "UPDATE consumers SET last_seen_at = '2001-01-01T00:00:00Z' WHERE component = 'DEAD'"
+            "UPDATE consumers SET last_seen_at = '2001-01-01T00:00:00Z'"
+            " WHERE component IN ('DEAD', 'PUSHED')"
         )
     expiring = await policy(server, expire_consumers_after=60)
     await expiring.expire_consumers()
-    assert [c["component"] for c in await ops(alice, "listConsumers")] == ["ALIVE"]
+    # a connected push stream counts as seen
+    assert [c["component"] for c in await ops(alice, "listConsumers")] == ["ALIVE", "PUSHED"]
     assert list(expiring.expired) == [("alice", "DEAD")]
+    pushed.stop()
+    await asyncio.wait_for(receiver_task, 30)
 
 
 async def test_start_from_a_point_in_time(server: EventServer, alice: EventStreamClient) -> None:
