@@ -19,7 +19,7 @@ from typing import Any, Final
 from . import __version__
 from .archive import RemoteArchiver
 from .auth import hash_password
-from .client.aio import CommError, Event, EventStreamClient, RemoteError
+from .client.aio import OPS, CommError, Event, EventStreamClient, RemoteError
 from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
 from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
@@ -439,9 +439,6 @@ async def _archive(args: argparse.Namespace) -> int:
         loop.add_signal_handler(sig, archiver.stop)
     await archiver.run()
     return 0
-
-
-OPS: Final = "futoinevt.ops:1.0"
 
 
 async def _info(args: argparse.Namespace) -> int:

@@ -12,12 +12,14 @@ import time
 from typing import Any, Final
 
 from .ftn3.errors import FTN3Error
+from .ftn3.messages import EncodedJson
 from .push import PushService
 from .retention import Discarder
-from .services import CallContext
+from .services import REPLY_ENVELOPE_BYTES, CallContext
 from .storage.sqlite import SqliteStore
 
 UNKNOWN_CONSUMER: Final = "UnknownConsumer"
+ALREADY_ACKNOWLEDGED: Final = "AlreadyAcknowledged"
 
 
 def _age_seconds(ts: str | None) -> int | None:
@@ -113,3 +115,30 @@ class OpsService:
     async def id_before(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
         position = await self._store.id_before(params["ts"])
         return str(position) if position else False
+
+    async def consumer_state(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, str]:
+        state = await self._store.consumer_state(ctx.principal.user_id, params["component"])
+        if state is None:
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        return {"position": str(state[0]), "head_id": str(state[1])}
+
+    async def read_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+        after_id = int(params["after_id"])
+        upto_id = int(params["upto_id"]) if params["upto_id"] is not None else None
+        page = await self._store.read_range(
+            ctx.principal.user_id,
+            params["component"],
+            after_id,
+            upto_id,
+            types=params["want"],
+            max_bytes=ctx.max_response_bytes - REPLY_ENVELOPE_BYTES,
+        )
+        if page is None:
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        if page.start_id > after_id:
+            raise FTN3Error(
+                ALREADY_ACKNOWLEDGED,
+                f"Events up to {page.start_id} are acknowledged and may be discarded;"
+                f" read after {page.start_id}",
+            )
+        return EncodedJson(page.json)

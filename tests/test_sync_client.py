@@ -46,3 +46,57 @@ async def test_blocking_errors(server: EventServer) -> None:
     assert await asyncio.to_thread(wrong_password) == "SecurityError"
     with pytest.raises(CommError):
         await asyncio.to_thread(BlockingClient, "ws://127.0.0.1:1/")
+
+
+def range_session(url: str) -> dict[str, object]:
+    with BlockingClient(url, credentials="alice:alice-pw") as client:
+        ids = [client.add_event("ODD" if i % 2 else "EVEN", {"i": i}) for i in range(2500)]
+        client.register_consumer("BULK")
+        start, head = client.consumer_state("BULK")
+        read: list[int] = []
+        after = start
+        while page := client.read_events("BULK", after, upto_id=ids[2099]):
+            read.extend(int(e["id"]) for e in page)
+            after = read[-1]
+        odd = client.read_events("BULK", ids[0] - 1, upto_id=ids[9], want=["ODD"])
+        unmoved, _head = client.consumer_state("BULK")
+        acked = client.acknowledge("BULK", ids[999])
+        try:
+            client.read_events("BULK", ids[500])
+            below = "accepted"
+        except RemoteError as exc:
+            below = exc.name
+        rest = client.read_events("BULK", ids[999])
+    with BlockingClient(url, credentials="bob:bob-pw") as other:
+        try:
+            other.read_events("BULK", 0)
+            foreign = "accepted"
+        except RemoteError as exc:
+            foreign = exc.name
+    return {
+        "ids": ids,
+        "start": start,
+        "head": head,
+        "read": read,
+        "odd": [e["data"]["i"] for e in odd],
+        "unmoved": unmoved,
+        "acked": acked,
+        "below": below,
+        "rest": int(rest[0]["id"]),
+        "foreign": foreign,
+    }
+
+
+async def test_range_reads_leave_the_position_alone(server: EventServer) -> None:
+    result = await asyncio.to_thread(range_session, server.url)
+    ids = result["ids"]
+    assert isinstance(ids, list)
+    assert result["start"] < ids[0]
+    assert result["head"] == ids[-1]
+    assert result["read"] == ids[:2100]  # several replies, none past upto_id
+    assert result["odd"] == [1, 3, 5, 7, 9]
+    assert result["unmoved"] == result["start"]
+    assert result["acked"] == ids[999]
+    assert result["below"] == "AlreadyAcknowledged"
+    assert result["rest"] == ids[1000]
+    assert result["foreign"] == "UnknownConsumer"

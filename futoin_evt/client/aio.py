@@ -33,6 +33,7 @@ CLIENT_MAX_FRAME_BYTES: Final = 9 * 1024 * 1024
 
 GEN: Final = "futoin.evt.gen:1.1"
 POLL: Final = "futoin.evt.poll:1.1"
+OPS: Final = "futoinevt.ops:1.0"
 
 RequestHandler = Callable[[dict[str, Any]], Awaitable[Any]]
 

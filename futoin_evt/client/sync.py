@@ -26,6 +26,7 @@ from ..ftn3.messages import (
 from .aio import (
     CLIENT_MAX_FRAME_BYTES,
     GEN,
+    OPS,
     POLL,
     CommError,
     Event,
@@ -115,3 +116,34 @@ class BlockingClient:
     ) -> list[Event]:
         raw = self.call(iface, "pollEvents", poll_params(component, last_id, want))
         return [Event.from_wire(item) for item in raw]
+
+    # -- futoinevt.ops calls for bulk consumers --------------------------------------------
+
+    def stream_info(self) -> dict[str, Any]:
+        return dict(self.call(OPS, "streamInfo", {}))
+
+    def consumer_state(self, component: str) -> tuple[int, int]:
+        """(position, newest event id): everything up to the position is acknowledged."""
+        state = self.call(OPS, "consumerState", {"component": component})
+        return int(state["position"]), int(state["head_id"])
+
+    def acknowledge(self, component: str, last_id: int) -> int:
+        """Move the consumer forward to ``last_id`` (never back); returns its position."""
+        result = self.call(OPS, "acknowledge", {"component": component, "last_id": str(last_id)})
+        return int(result) if result else 0
+
+    def read_events(
+        self,
+        component: str,
+        after_id: int,
+        upto_id: int | None = None,
+        want: Sequence[str] | None = None,
+    ) -> list[dict[str, Any]]:
+        """One reply's worth of events in ``(after_id, upto_id]`` as sent (ids are strings);
+        an empty list means the range is exhausted. The position does not move."""
+        params: dict[str, Any] = {"component": component, "after_id": str(after_id)}
+        if upto_id is not None:
+            params["upto_id"] = str(upto_id)
+        if want is not None:
+            params["want"] = list(want)
+        return list(self.call(OPS, "readEvents", params))

@@ -71,6 +71,8 @@ def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) ->
             "seekConsumer": ops.seek_consumer,
             "acknowledge": ops.acknowledge,
             "idBefore": ops.id_before,
+            "consumerState": ops.consumer_state,
+            "readEvents": ops.read_events,
         },
     }
 

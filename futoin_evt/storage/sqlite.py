@@ -254,7 +254,7 @@ class SqliteStore:
         """
         if self.recent.covers(after_id):
             return self._page_from_recent(after_id, types, limit, max_bytes)
-        page = await self._read("?", [after_id], types, limit, max_bytes)
+        page = await self._read("?", [after_id], "", [], types, limit, max_bytes)
         assert page is not None
         return page
 
@@ -295,25 +295,57 @@ class SqliteStore:
         """Like :meth:`read_events`, after the consumer's position (or ``at_least`` when that is
         higher), in one statement; None when the consumer is not registered."""
         position = "(SELECT MAX(position, ?) FROM consumers WHERE user_id = ? AND component = ?)"
-        return await self._read(position, [at_least, user_id, component], types, limit, max_bytes)
+        params = [at_least, user_id, component]
+        return await self._read(position, params, "", [], types, limit, max_bytes)
+
+    async def read_range(
+        self,
+        user_id: UserId,
+        component: str,
+        after_id: int,
+        upto_id: int | None,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+    ) -> EventPage | None:
+        """Events with ``after_id < id <= upto_id`` for a registered consumer, whose position
+        is left alone. ``start_id`` of the page is the consumer's position, read in the same
+        snapshot (the caller refuses a range below it); None when it is not registered."""
+        position = "(SELECT position FROM consumers WHERE user_id = ? AND component = ?)"
+        upper = " AND id <= ?" if upto_id is not None else ""
+        return await self._read(
+            position,
+            [user_id, component],
+            f" AND id > ?{upper}",
+            [after_id] if upto_id is None else [after_id, upto_id],
+            types,
+            limit,
+            max_bytes,
+        )
 
     async def _read(
         self,
         start_sql: str,
         start_params: list[Any],
+        range_sql: str,
+        range_params: list[Any],
         types: Sequence[str] | None,
         limit: int,
         max_bytes: int,
     ) -> EventPage | None:
         # One statement reads one snapshot. Marker rows (type NULL) carry the start position
         # (NULL: no such consumer) and, with a type filter, the newest id to skip ahead to.
+        # Events are read after the start position, or in ``range_sql`` when it is given.
         sql = f"SELECT -1, NULL, NULL, NULL, {start_sql}"
         params: list[Any] = list(start_params)
-        inner = (
-            "SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events"
-            f" WHERE id > {start_sql}"
-        )
-        params.extend(start_params)
+        inner = "SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events WHERE 1"
+        if range_sql:
+            inner += range_sql
+            params.extend(range_params)
+        else:
+            inner += f" AND id > {start_sql}"
+            params.extend(start_params)
         if types is not None:
             inner += f" AND type IN ({','.join('?' * len(types))})"
             params.extend(types)
@@ -399,6 +431,17 @@ class SqliteStore:
         )
         for (position,) in rows:
             return int(position)
+        return None
+
+    async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """(position, newest event id) in one snapshot; None when it is not registered."""
+        rows = await self._reader.execute_fetchall(
+            "SELECT position, (SELECT COALESCE(MAX(id), 0) FROM events) FROM consumers"
+            " WHERE user_id = ? AND component = ?",
+            (user_id, component),
+        )
+        for position, head_id in rows:
+            return int(position), int(head_id)
         return None
 
     async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
