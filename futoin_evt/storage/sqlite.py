@@ -434,9 +434,11 @@ class SqliteStore:
         return None
 
     async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
-        """(position, newest event id) in one snapshot; None when it is not registered."""
+        """(position, newest event id) in one snapshot; None when it is not registered.
+        The newest id is the last one ever given, even when it has been discarded."""
         rows = await self._reader.execute_fetchall(
-            "SELECT position, (SELECT COALESCE(MAX(id), 0) FROM events) FROM consumers"
+            "SELECT position, (SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence"
+            " WHERE name = 'events') FROM consumers"
             " WHERE user_id = ? AND component = ?",
             (user_id, component),
         )

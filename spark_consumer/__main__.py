@@ -1,0 +1,3 @@
+from spark_consumer.cli import main
+
+raise SystemExit(main())
