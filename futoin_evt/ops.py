@@ -132,6 +132,7 @@ class OpsService:
             upto_id,
             types=params["want"],
             max_bytes=ctx.max_response_bytes - REPLY_ENVELOPE_BYTES,
+            data_as_text=params["data_as_text"],
         )
         if page is None:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")

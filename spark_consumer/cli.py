@@ -76,8 +76,12 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument("--once", action="store_true", help="archive what is there, then stop")
     archive.add_argument("--interval", default="10 seconds", help="micro-batch interval")
     archive.add_argument("--want", help="only these event types, comma-separated")
-    archive.add_argument("--max-events-per-batch", type=_positive_int, default=100_000)
-    archive.add_argument("--events-per-partition", type=_positive_int, default=25_000)
+    archive.add_argument(
+        "--max-events-per-batch", type=_positive_int, help="default: 1000000 (id range)"
+    )
+    archive.add_argument(
+        "--events-per-partition", type=_positive_int, help="default: 50000 (id range)"
+    )
     archive.add_argument("--user", default=os.environ.get(ENV_USER))
     archive.add_argument("--password-stdin", action="store_true")
     archive.set_defaults(run=_archive)
@@ -116,9 +120,11 @@ def _archive(args: argparse.Namespace) -> int:
         "user": args.user or "",
         "password": _password(args),
         "component": args.component,
-        "maxEventsPerBatch": str(args.max_events_per_batch),
-        "eventsPerPartition": str(args.events_per_partition),
     }
+    if args.max_events_per_batch:
+        options["maxEventsPerBatch"] = str(args.max_events_per_batch)
+    if args.events_per_partition:
+        options["eventsPerPartition"] = str(args.events_per_partition)
     if not args.user:
         raise CliError(f"no user given: use --user or ${ENV_USER}.")
     if args.want:

@@ -59,6 +59,7 @@ def range_session(url: str) -> dict[str, object]:
             read.extend(int(e["id"]) for e in page)
             after = read[-1]
         odd = client.read_events("BULK", ids[0] - 1, upto_id=ids[9], want=["ODD"])
+        as_text = client.read_events("BULK", ids[0] - 1, upto_id=ids[0], data_as_text=True)
         unmoved, _head = client.consumer_state("BULK")
         acked = client.acknowledge("BULK", ids[999])
         try:
@@ -79,6 +80,7 @@ def range_session(url: str) -> dict[str, object]:
         "head": head,
         "read": read,
         "odd": [e["data"]["i"] for e in odd],
+        "as_text": as_text[0]["data"],
         "unmoved": unmoved,
         "acked": acked,
         "below": below,
@@ -95,6 +97,7 @@ async def test_range_reads_leave_the_position_alone(server: EventServer) -> None
     assert result["head"] == ids[-1]
     assert result["read"] == ids[:2100]  # several replies, none past upto_id
     assert result["odd"] == [1, 3, 5, 7, 9]
+    assert result["as_text"] == '{"i":0}'  # the stored JSON text
     assert result["unmoved"] == result["start"]
     assert result["acked"] == ids[999]
     assert result["below"] == "AlreadyAcknowledged"

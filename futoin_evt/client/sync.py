@@ -138,10 +138,15 @@ class BlockingClient:
         after_id: int,
         upto_id: int | None = None,
         want: Sequence[str] | None = None,
+        *,
+        data_as_text: bool = False,
     ) -> list[dict[str, Any]]:
         """One reply's worth of events in ``(after_id, upto_id]`` as sent (ids are strings);
-        an empty list means the range is exhausted. The position does not move."""
+        an empty list means the range is exhausted. The position does not move. With
+        ``data_as_text``, each event's data is its JSON text, not decoded."""
         params: dict[str, Any] = {"component": component, "after_id": str(after_id)}
+        if data_as_text:
+            params["data_as_text"] = True
         if upto_id is not None:
             params["upto_id"] = str(upto_id)
         if want is not None:

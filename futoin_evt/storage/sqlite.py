@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sqlite3
 from collections import deque
@@ -308,10 +309,12 @@ class SqliteStore:
         types: Sequence[str] | None = None,
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
+        data_as_text: bool = False,
     ) -> EventPage | None:
         """Events with ``after_id < id <= upto_id`` for a registered consumer, whose position
         is left alone. ``start_id`` of the page is the consumer's position, read in the same
-        snapshot (the caller refuses a range below it); None when it is not registered."""
+        snapshot (the caller refuses a range below it); None when it is not registered.
+        With ``data_as_text``, each event's data is a string holding its JSON text."""
         position = "(SELECT position FROM consumers WHERE user_id = ? AND component = ?)"
         upper = " AND id <= ?" if upto_id is not None else ""
         return await self._read(
@@ -322,6 +325,7 @@ class SqliteStore:
             types,
             limit,
             max_bytes,
+            data_as_text,
         )
 
     async def _read(
@@ -333,6 +337,7 @@ class SqliteStore:
         types: Sequence[str] | None,
         limit: int,
         max_bytes: int,
+        data_as_text: bool = False,
     ) -> EventPage | None:
         # One statement reads one snapshot. Marker rows (type NULL) carry the start position
         # (NULL: no such consumer) and, with a type filter, the newest id to skip ahead to.
@@ -369,6 +374,9 @@ class SqliteStore:
                 else:
                     head_id = extra
                 continue
+            if data_as_text:
+                data = json.dumps(data)  # ASCII: its length is its size
+                extra = len(data)
             text = event_json(event_id, event_type, data, ts)
             size += len(text) - len(data) + extra + 1
             if parts and size > max_bytes:
