@@ -25,6 +25,7 @@ from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
 from .retention import RetentionConfig
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
+from .server.http import DEFAULT_FEED_PATH, FeedConfig
 from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from .storage.sqlite import Durability, SqliteStore
 
@@ -107,6 +108,18 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--archive", type=Path, metavar="PATH", help="copy every event to this SQLite file"
+    )
+    feed = serve.add_argument_group(
+        "HTTP feed",
+        "FeedAPI v2 and ZeroEventHub v1 over plain HTTP GET on the same port (HTTP Basic "
+        "auth with the same users).",
+    )
+    feed.add_argument(
+        "--feed-path", default=DEFAULT_FEED_PATH, metavar="PATH", help="where it is served"
+    )
+    feed.add_argument("--no-feed", action="store_true", help="do not serve the HTTP feed")
+    feed.add_argument(
+        "--feed-users", metavar="U1,U2", help="only these users may read it (default: all)"
     )
     keep = serve.add_argument_group(
         "retention",
@@ -228,6 +241,11 @@ async def _serve(args: argparse.Namespace) -> int:
     for name in ("max_connections", "max_calls_in_flight", "max_frame_bytes"):
         if getattr(args, name) < 1:
             raise CliError(f"--{name.replace('_', '-')} must be at least 1.")
+    if not args.feed_path.startswith("/") or "?" in args.feed_path:
+        raise CliError(f"--feed-path must be a path starting with /, not {args.feed_path!r}.")
+    feed_users = None
+    if args.feed_users is not None:
+        feed_users = frozenset(u for u in args.feed_users.split(",") if u)
     config = ServerConfig(
         db_path=args.db,
         durability=Durability(args.durability.upper()),
@@ -243,6 +261,7 @@ async def _serve(args: argparse.Namespace) -> int:
             ),
         ),
         archive_path=args.archive,
+        feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
         retention=RetentionConfig(
             interval=args.discard_interval,
             keep_events=args.keep_events,

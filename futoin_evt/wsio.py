@@ -34,6 +34,9 @@ HANDSHAKE_SECONDS: Final = 10.0
 
 MessageHandler = Callable[[bytes], None]
 
+#: What a peer may send while its HTTP response is being written, before reading pauses.
+HTTP_HELD_BYTES: Final = 64 * 1024
+
 
 class ConnectionClosedError(ConnectionError):
     """The WebSocket connection is closed (or closing): nothing more can be sent."""
@@ -55,6 +58,8 @@ class FrameIO(asyncio.Protocol):
         self._writable = asyncio.Event()
         self._writable.set()
         self._timer: asyncio.TimerHandle | None = None
+        #: True while the connection carries something other than WebSocket (an HTTP response).
+        self._detached = False
         self.peer = "?"
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
@@ -162,6 +167,8 @@ class FrameIO(asyncio.Protocol):
                 self._on_frame(event)
             else:
                 self._on_handshake(event)
+            if self._detached:
+                return  # anything after an HTTP request is not WebSocket's to answer
         self._flush()
         if self.ws.close_expected():
             self._expect_close()
@@ -205,21 +212,65 @@ def _ignore(_pressed: bool) -> None:
 
 
 class ServerIO(FrameIO):
-    """The server side: accepts the opening handshake on any path, then calls ``on_open``."""
+    """The server side: accepts the opening handshake on any path, then calls ``on_open``.
+
+    A plain HTTP GET (no WebSocket upgrade) goes to ``on_http`` when given; if that takes
+    it, the connection carries HTTP/1.1 until :meth:`http_done`: bytes that arrive meanwhile
+    wait, and the next request on a kept-alive connection starts a fresh handshake parser.
+    """
 
     def __init__(
         self,
         max_size: int,
         on_open: Callable[[ServerIO], None],
         admit: Callable[[], str | None] = lambda: None,
+        on_http: Callable[[ServerIO, Request], bool] | None = None,
     ) -> None:
         super().__init__(ServerProtocol(max_size=max_size))
+        self._max_size = max_size
         self._on_open = on_open
         self._admit = admit
+        self._on_http = on_http
+        self._held = bytearray()
+
+    def data_received(self, data: bytes) -> None:
+        if self._detached:
+            self._held += data
+            if len(self._held) > HTTP_HELD_BYTES:
+                self.pause_reading()
+            return
+        super().data_received(data)
+
+    def write_raw(self, data: bytes) -> None:
+        """Write bytes as they are (an HTTP response)."""
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def http_done(self, keep_alive: bool) -> None:
+        """The HTTP response is complete: read the next request on this connection, or close."""
+        if not self._detached:
+            return
+        if not keep_alive or self.transport is None or self.transport.is_closing():
+            if self.transport is not None:
+                self.transport.close()
+            return
+        self._detached = False
+        self.ws = ServerProtocol(max_size=self._max_size)
+        held, self._held = bytes(self._held), bytearray()
+        self.resume_reading()
+        self._timer = asyncio.get_running_loop().call_later(HANDSHAKE_SECONDS, self.abort)
+        if held:
+            self.data_received(held)
 
     def _on_handshake(self, event: Request | Response) -> None:
         assert isinstance(self.ws, ServerProtocol)
         assert isinstance(event, Request)
+        if self._on_http is not None and "upgrade" not in event.headers:
+            self._detached = True
+            if self._on_http(self, event):
+                self._handshake_done()
+                return
+            self._detached = False
         refusal = self._admit()
         if refusal is not None:
             log.warning("refused a connection from %s: %s", self.peer, refusal)

@@ -9,6 +9,7 @@ from typing import Final
 
 from ..archive import InProcessArchiver
 from ..auth import Authenticator
+from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ops import OpsService
 from ..push import PushConfig, PushService
@@ -16,6 +17,7 @@ from ..retention import Discarder, RetentionConfig
 from ..services import GenService, PollService, ping
 from ..storage.sqlite import Durability, SqliteStore
 from .executor import Executor, Routes
+from .http import FeedConfig, FeedEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 log = logging.getLogger(__name__)
@@ -46,6 +48,8 @@ class ServerConfig:
     other_writers_seconds: float = 0.2
     #: Archive every event to this SQLite file (a reliable consumer inside the server).
     archive_path: Path | None = None
+    #: The HTTP feed (FeedAPI v2, ZeroEventHub v1) on the same port.
+    feed: FeedConfig = field(default_factory=FeedConfig)
 
 
 def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) -> Routes:
@@ -98,6 +102,7 @@ class EventServer:
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
+        self.feed: FeedEndpoint | None = None
         self._transport = transport
 
     @classmethod
@@ -106,13 +111,19 @@ class EventServer:
         try:
             push = PushService(store, config.push)
             discarder = Discarder(store, push, config.retention)
+            authenticator = Authenticator(store, cache_seconds=config.auth_cache_seconds)
             executor = Executor(
                 build_registry(),
                 build_routes(store, push, discarder),
-                Authenticator(store, cache_seconds=config.auth_cache_seconds),
+                authenticator,
                 check_results=config.check_results,
             )
             transport = WebSocketTransport(executor, config.transport)
+            feed = None
+            if config.feed.path is not None:
+                service = await FeedService.open(store)
+                feed = FeedEndpoint(service, authenticator, config.feed, transport.is_secure)
+                transport.http_handler = feed.take
             await transport.start()
         except BaseException:
             await store.close()
@@ -126,7 +137,18 @@ class EventServer:
         log.info("serving %s on %s", config.db_path, transport.url)
         server = cls(store, push, discarder, transport)
         server.archiver = archiver
+        server.feed = feed
+        if server.feed_url is not None:
+            log.info("HTTP feed on %s", server.feed_url)
         return server
+
+    @property
+    def feed_url(self) -> str | None:
+        """``http(s)://host:port/feed``, or None when the feed is off."""
+        if self.feed is None:
+            return None
+        base = self._transport.url.replace("ws", "http", 1).rstrip("/")
+        return base + self.feed.path
 
     @property
     def url(self) -> str:
@@ -142,6 +164,8 @@ class EventServer:
         if self.archiver is not None:
             await self.archiver.close()
         await self.push.close()
+        if self.feed is not None:
+            await self.feed.close()
         await self._transport.close()
         await self.store.close()
 

@@ -22,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from websockets.http11 import Request
+
 from ..ftn3.errors import FTN3Error, ProtocolViolation
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
 from ..wsio import ConnectionClosedError, ServerIO
@@ -220,16 +222,41 @@ class WebSocketTransport:
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._watchers: set[asyncio.Task[None]] = set()
+        #: Plain HTTP requests go here (the feed); it returns False for those it does not serve.
+        self.http_handler: Callable[[ServerIO, Request], bool] | None = None
+        self._http_connections: set[ServerIO] = set()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         limits = self._config.limits
         self._server = await loop.create_server(
-            lambda: ServerIO(limits.max_frame_bytes, self._on_open, self._admit),
+            lambda: ServerIO(
+                limits.max_frame_bytes,
+                self._on_open,
+                self._admit,
+                self._on_http if self.http_handler is not None else None,
+            ),
             self._config.host,
             self._config.port,
             ssl=self._config.tls,
         )
+
+    def is_secure(self, io: ServerIO) -> bool:
+        """TLS, a loopback peer, or a channel the operator said to trust (FTN3 SecureChannel)."""
+        assert io.transport is not None
+        peer = io.transport.get_extra_info("peername")
+        return self._config.tls is not None or self._config.trust_channel or is_loopback(peer)
+
+    def _on_http(self, io: ServerIO, request: Request) -> bool:
+        if io not in self._http_connections and self._admit() is not None:
+            return False  # the WebSocket path answers 503
+        assert self.http_handler is not None
+        if not self.http_handler(io, request):
+            return False
+        if io not in self._http_connections:
+            self._http_connections.add(io)
+            io.closed.add_done_callback(lambda _f: self._http_connections.discard(io))
+        return True
 
     @property
     def port(self) -> int:
@@ -246,16 +273,14 @@ class WebSocketTransport:
 
     def _admit(self) -> str | None:
         """Why a new connection is refused (HTTP 503 in the handshake), or None."""
-        if len(self._connections) >= self._config.limits.max_connections:
+        connections = len(self._connections) + len(self._http_connections)
+        if connections >= self._config.limits.max_connections:
             return "too many connections"
         return None
 
     def _on_open(self, io: ServerIO) -> None:
-        assert io.transport is not None
-        peer = io.transport.get_extra_info("peername")
-        secure = self._config.tls is not None or self._config.trust_channel or is_loopback(peer)
         connection = _Connection(io, self._executor, self._config.limits)
-        channel = Channel(peer=io.peer, secure=secure, link=connection)
+        channel = Channel(peer=io.peer, secure=self.is_secure(io), link=connection)
         connection.channel = channel
         self._connections.add(connection)
         log.debug("connection from %s", channel.peer)
@@ -273,6 +298,8 @@ class WebSocketTransport:
         if self._server is None:
             return
         self._server.close()
+        for io in list(self._http_connections):
+            io.abort()  # idle between requests: the feed has ended its responses already
         timeout = self._config.limits.drain_seconds
         await asyncio.gather(*(c.drain(timeout) for c in list(self._connections)))
         await asyncio.gather(*self._watchers)  # calls of peers that left earlier, too

@@ -29,6 +29,12 @@ CREATE TABLE IF NOT EXISTS consumers (
     last_seen_at TEXT NOT NULL,
     PRIMARY KEY (user_id, component)
 ) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value TEXT NOT NULL
+) WITHOUT ROWID;
+-- Names this stream: HTTP feed clients learn of a new database (ids start again) by it.
+INSERT OR IGNORE INTO meta (key, value) VALUES ('stream_id', lower(hex(randomblob(8))));
 """
 
 INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)"

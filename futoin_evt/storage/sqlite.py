@@ -69,6 +69,8 @@ class EventPage:
     start_id: int
     #: More events were there but did not fit ``max_bytes``.
     truncated: bool = False
+    #: Each event's JSON text (``json`` is these, joined into an array).
+    items: Sequence[str] = ()
 
 
 class ConsumerRow(NamedTuple):
@@ -280,7 +282,7 @@ class SqliteStore:
                 break
         head_id = self.recent.last_id if types is not None else 0
         return EventPage(
-            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, after_id, truncated
+            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, after_id, truncated, parts
         )
 
     async def read_consumer_events(
@@ -387,7 +389,7 @@ class SqliteStore:
         if start is None:
             return None
         return EventPage(
-            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, start, truncated
+            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, start, truncated, parts
         )
 
     async def read_rows(self, after_id: int, *, limit: int) -> list[tuple[int, str, str, str]]:
@@ -397,6 +399,17 @@ class SqliteStore:
             (after_id, limit),
         )
         return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+
+    async def last_given_id(self) -> int:
+        """The newest id ever given to an event, even if that event is discarded."""
+        rows = await self._reader.execute_fetchall(
+            "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
+        )
+        return int(next(iter(rows))[0])
+
+    async def stream_id(self) -> str:
+        rows = await self._reader.execute_fetchall("SELECT value FROM meta WHERE key = 'stream_id'")
+        return str(next(iter(rows))[0])
 
     async def newest_event_id(self) -> int:
         rows = await self._reader.execute_fetchall("SELECT COALESCE(MAX(id), 0) FROM events")

@@ -1,0 +1,216 @@
+"""HTTP event feeds over the store: FeedAPI v2 and its predecessor ZeroEventHub v1.
+
+No sockets here: :func:`parse_feed_request` turns a path and query into a request (or a
+:class:`FeedError` with its HTTP status), and :class:`FeedService` writes the NDJSON lines of
+a response through a callback, a few events at a time, so memory stays bounded whatever page
+size is asked for.
+
+The feed has one partition, ``"0"``. A cursor is the id of the last event it covers, as a
+decimal string: ``_first`` is before the oldest retained event, ``_last`` is after the newest
+one (only events added later follow). Each line's ``data`` is the event as FTN18 has it:
+``{"id": "17", "type": "ORDER", "data": {...}, "ts": "2026-11-22T10:00:00Z"}``. Cursors
+belong to the clients: reading the feed moves no consumer's position, and does not hold
+back discarding.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from .storage.sqlite import SqliteStore
+
+PARTITION: Final = "0"
+FIRST: Final = "_first"
+LAST: Final = "_last"
+#: The most events one response carries, whatever ``pagesizehint`` asks for.
+MAX_PAGE: Final = 1000
+#: Events read from the store per step of a response.
+CHUNK: Final = 100
+#: The longest a caught-up client may ask to wait for new events (``wait`` seconds).
+MAX_WAIT_SECONDS: Final = 60.0
+#: Bounds one chunk's read (100 events of at most 64 KiB each fit).
+CHUNK_BYTES: Final = 8 * 1024 * 1024
+
+_EVENT_TYPE = re.compile(r"[A-Z_]{1,16}")
+_CURSOR = re.compile(r"0|[1-9][0-9]{0,17}")
+
+
+class FeedError(Exception):
+    """A request the feed refuses, with its HTTP status and a one-sentence reason."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass(frozen=True)
+class Discovery:
+    """FeedAPI v2: ``GET /feed`` with no arguments."""
+
+
+@dataclass(frozen=True)
+class EventsRequest:
+    #: 1: ZeroEventHub (``n``, ``cursor0``, lines carry ``"partition": 0``); 2: FeedAPI.
+    version: int
+    cursor: str
+    page_size: int
+    types: tuple[str, ...] | None
+    wait_seconds: float
+
+
+def parse_feed_request(
+    subpath: str, query: Mapping[str, Sequence[str]], token: str
+) -> Discovery | EventsRequest:
+    """``subpath`` is what follows the feed's path: ``""`` or ``"/events"``."""
+    args = {key: values[-1] for key, values in query.items()}
+    if subpath in ("", "/"):
+        if "n" in args:
+            return _zeroeventhub(args)
+        if args:
+            raise FeedError(400, "Fetch events at the feed's /events path (FeedAPI v2).")
+        return Discovery()
+    if subpath == "/events":
+        return _feedapi(args, token)
+    raise FeedError(404, "No such resource in this feed.")
+
+
+def _zeroeventhub(args: Mapping[str, str]) -> EventsRequest:
+    if args["n"] != "1":
+        raise FeedError(400, "n must be 1: this feed has one partition.")
+    extra = [k for k in args if k.startswith("cursor") and k != "cursor0"]
+    if extra:
+        raise FeedError(400, f"Unknown partition in {extra[0]}: this feed has partition 0 only.")
+    if "cursor0" not in args:
+        raise FeedError(400, "No cursors given: pass cursor0.")
+    return EventsRequest(1, _cursor(args["cursor0"]), _page_size(args), None, _wait(args))
+
+
+def _feedapi(args: Mapping[str, str], token: str) -> EventsRequest:
+    if "token" not in args:
+        raise FeedError(400, "No token given: discover the feed first.")
+    if args["token"] != token:
+        raise FeedError(409, "The feed's token has changed: discover the feed again.")
+    if args.get("partition") != PARTITION:
+        raise FeedError(400, f"Unknown partition {args.get('partition')!r}: use partition 0.")
+    if "cursor" not in args:
+        raise FeedError(400, "No cursor given: use _first, _last or a cursor from the feed.")
+    types = None
+    if "event-types" in args:
+        types = tuple(t for t in args["event-types"].split(";") if t)
+        bad = [t for t in types if not _EVENT_TYPE.fullmatch(t)]
+        if bad or not types:
+            raise FeedError(400, f"Bad event-types {args['event-types']!r}: use TYPE_A;TYPE_B.")
+    return EventsRequest(2, _cursor(args["cursor"]), _page_size(args), types, _wait(args))
+
+
+def _cursor(raw: str) -> str:
+    if raw in (FIRST, LAST) or _CURSOR.fullmatch(raw):
+        return raw
+    raise FeedError(400, f"Bad cursor {raw[:40]!r}: use _first, _last or a cursor from the feed.")
+
+
+def _page_size(args: Mapping[str, str]) -> int:
+    raw = args.get("pagesizehint")
+    if raw is None:
+        return MAX_PAGE
+    if not raw.isdigit() or int(raw) < 1:
+        raise FeedError(400, f"Bad pagesizehint {raw[:20]!r}: use a positive integer.")
+    return min(int(raw), MAX_PAGE)
+
+
+def _wait(args: Mapping[str, str]) -> float:
+    raw = args.get("wait")
+    if raw is None:
+        return 0.0
+    try:
+        seconds = float(raw)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds <= MAX_WAIT_SECONDS:
+        raise FeedError(400, f"Bad wait {raw[:20]!r}: use 0 to {MAX_WAIT_SECONDS:g} seconds.")
+    return seconds
+
+
+Write = Callable[[bytes], Awaitable[None]]
+
+
+class FeedService:
+    """Serves feed responses from the store."""
+
+    def __init__(self, store: SqliteStore, token: str) -> None:
+        self._store = store
+        self.token = token
+        #: Set when the server shuts down: waiting responses end at once.
+        self.closing = asyncio.Event()
+
+    @classmethod
+    async def open(cls, store: SqliteStore) -> FeedService:
+        return cls(store, await store.stream_id())
+
+    def discovery(self) -> bytes:
+        return json.dumps({
+            "token": self.token,
+            "partitions": [{"id": PARTITION}],
+            "exactlyOnce": True,
+        }, separators=(",", ":")).encode()  # fmt: skip
+
+    async def events(self, request: EventsRequest, write: Write) -> None:
+        """Write the response's NDJSON lines: events after the cursor, a cursor line after
+        each chunk, and always at least one cursor line."""
+        newest = await self._store.last_given_id()
+        if request.cursor == FIRST:
+            after_id = 0
+        elif request.cursor == LAST:
+            after_id = newest
+        else:
+            after_id = int(request.cursor)
+            if after_id > newest:
+                raise FeedError(400, f"Cursor {after_id} is beyond the newest event ({newest}).")
+        if request.wait_seconds and self._store.head.head <= after_id:
+            await self._wait_beyond(after_id, request.wait_seconds)
+        prefix, cursor_prefix = _line_prefixes(request.version)
+        sent = 0
+        cursor_written = False
+        while sent < request.page_size:
+            limit = min(CHUNK, request.page_size - sent)
+            page = await self._store.read_events(
+                after_id, types=request.types, limit=limit, max_bytes=CHUNK_BYTES
+            )
+            done = page.count < limit and not page.truncated
+            new_after = page.last_id if page.count else after_id
+            if request.types is not None and done:
+                new_after = max(new_after, page.head_id)  # skip what the filter left out
+            if not page.count and new_after == after_id and cursor_written:
+                break
+            lines = [prefix + item.encode() + b"}\n" for item in page.items]
+            lines.append(cursor_prefix + str(new_after).encode() + b'"}\n')
+            await write(b"".join(lines))
+            cursor_written = True
+            sent += page.count
+            after_id = new_after
+            if done:
+                break
+
+    async def _wait_beyond(self, after_id: int, seconds: float) -> None:
+        head = asyncio.ensure_future(self._store.head.wait_beyond(after_id))
+        closing = asyncio.ensure_future(self.closing.wait())
+        try:
+            await asyncio.wait({head, closing}, timeout=seconds, return_when="FIRST_COMPLETED")
+        finally:
+            for waiter in (head, closing):
+                waiter.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await waiter
+
+
+def _line_prefixes(version: int) -> tuple[bytes, bytes]:
+    if version == 1:
+        return b'{"partition":0,"data":', b'{"partition":0,"cursor":"'
+    return b'{"data":', b'{"cursor":"'

@@ -1,0 +1,195 @@
+"""The HTTP feed endpoint: plain GETs on the WebSocket port, under the feed's path.
+
+Requests arrive through :class:`futoin_evt.wsio.ServerIO` (the same port and TLS as the
+WebSocket endpoint). Each response is HTTP/1.1; an events response is streamed with chunked
+transfer encoding, waiting for the peer to read between chunks, and the connection is kept
+alive for the next request unless the client asks to close it.
+
+Authentication is HTTP Basic with the server's users: 401 without valid credentials, 403
+when the user may not read the feed or the channel is neither TLS nor loopback nor trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http import HTTPStatus
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.http11 import Request
+
+from ..auth import Authenticator
+from ..feed import Discovery, FeedError, FeedService, parse_feed_request
+from ..ftn3.errors import FTN3Error
+from ..wsio import ServerIO
+
+log = logging.getLogger(__name__)
+
+DEFAULT_FEED_PATH = "/feed"
+
+
+@dataclass(frozen=True)
+class FeedConfig:
+    #: Where the feed is served; None: no HTTP feed.
+    path: str | None = DEFAULT_FEED_PATH
+    #: Users who may read the feed; None: every user.
+    users: frozenset[str] | None = None
+
+
+class Exchange:
+    """One HTTP response on a connection taken over from the WebSocket handshake."""
+
+    def __init__(self, io: ServerIO, keep_alive: bool) -> None:
+        self._io = io
+        self._keep_alive = keep_alive
+        self._started = False
+
+    @property
+    def started(self) -> bool:
+        return self._started
+
+    def _head(self, status: int, headers: Iterable[tuple[str, str]]) -> bytes:
+        self._started = True
+        lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
+        lines += [f"{name}: {value}" for name, value in headers]
+        if not self._keep_alive:
+            lines.append("Connection: close")
+        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+    def respond(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str = "text/plain; charset=utf-8",
+        headers: Iterable[tuple[str, str]] = (),
+    ) -> None:
+        head = self._head(
+            status,
+            [("Content-Type", content_type), ("Content-Length", str(len(body))), *headers],
+        )
+        self._io.write_raw(head + body)
+        self._io.http_done(self._keep_alive)
+
+    def start_stream(self, content_type: str) -> None:
+        self._io.write_raw(
+            self._head(200, [("Content-Type", content_type), ("Transfer-Encoding", "chunked")])
+        )
+
+    async def write(self, data: bytes) -> None:
+        """One chunk; waits while the peer has not read what was sent before."""
+        if self._io.closed.done():
+            raise ConnectionResetError("the client went away")
+        self._io.write_raw(b"%x\r\n%s\r\n" % (len(data), data))
+        await self._io.drain()
+
+    def end_stream(self) -> None:
+        self._io.write_raw(b"0\r\n\r\n")
+        self._io.http_done(self._keep_alive)
+
+    def abort(self) -> None:
+        self._io.abort()
+
+
+class FeedEndpoint:
+    """Routes plain HTTP requests under the feed's path to :class:`FeedService`."""
+
+    def __init__(
+        self,
+        feed: FeedService,
+        authenticator: Authenticator,
+        config: FeedConfig,
+        secure: Callable[[ServerIO], bool],
+    ) -> None:
+        assert config.path is not None
+        self._feed = feed
+        self._auth = authenticator
+        #: The feed's path, without a trailing slash.
+        self.path = config.path.rstrip("/") or "/"
+        self._users = config.users
+        self._secure = secure
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def take(self, io: ServerIO, request: Request) -> bool:
+        """Called for each plain HTTP request; True when this feed serves it."""
+        path = urlsplit(request.path).path
+        if path != self.path and not path.startswith(self.path + "/"):
+            return False
+        task = asyncio.create_task(self._serve(io, request))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def close(self) -> None:
+        """End waiting responses and let the ones being written finish."""
+        self._feed.closing.set()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _serve(self, io: ServerIO, request: Request) -> None:
+        keep_alive = request.headers.get("Connection", "").lower() != "close"
+        exchange = Exchange(io, keep_alive and not self._feed.closing.is_set())
+        try:
+            await self._handle(io, request, exchange)
+        except FeedError as exc:
+            if exchange.started:
+                exchange.abort()  # the status line is out: cut the response short
+            else:
+                exchange.respond(
+                    exc.status, (exc.message + "\n").encode(), headers=_error_headers(exc)
+                )
+        except (ConnectionError, asyncio.CancelledError):
+            exchange.abort()
+        except Exception:
+            log.exception("feed request %s failed", request.path)
+            if exchange.started:
+                exchange.abort()
+            else:
+                exchange.respond(500, b"Internal error.\n")
+
+    async def _handle(self, io: ServerIO, request: Request, exchange: Exchange) -> None:
+        await self._authorize(io, request)
+        url = urlsplit(request.path)
+        subpath = url.path[len(self.path) :] if self.path != "/" else url.path
+        query = parse_qs(url.query, keep_blank_values=True)
+        parsed = parse_feed_request(subpath, query, self._feed.token)
+        if isinstance(parsed, Discovery):
+            exchange.respond(200, self._feed.discovery(), "application/json")
+            return
+        started = False
+
+        async def write(data: bytes) -> None:
+            nonlocal started
+            if not started:
+                exchange.start_stream("application/x-ndjson")
+                started = True
+            await exchange.write(data)
+
+        await self._feed.events(parsed, write)
+        exchange.end_stream()
+
+    async def _authorize(self, io: ServerIO, request: Request) -> None:
+        header = request.headers.get("Authorization", "")
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() != "basic" or not encoded:
+            raise FeedError(401, "Credentials required (HTTP Basic).")
+        try:
+            credentials = base64.b64decode(encoded.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise FeedError(401, "Malformed Basic credentials.") from None
+        if not self._secure(io):
+            raise FeedError(403, "Credentials are accepted only over TLS or loopback.")
+        try:
+            principal = await self._auth.authenticate(credentials)
+        except FTN3Error:
+            raise FeedError(401, "Invalid credentials.") from None
+        if self._users is not None and principal.name not in self._users:
+            raise FeedError(403, f"User {principal.name} may not read this feed.")
+
+
+def _error_headers(exc: FeedError) -> list[tuple[str, str]]:
+    if exc.status == 401:
+        return [("WWW-Authenticate", 'Basic realm="futoin-evt feed", charset="UTF-8"')]
+    return []
