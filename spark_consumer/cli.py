@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Final
 
 from futoin_evt.client.aio import CommError, RemoteError
 from futoin_evt.client.sync import BlockingClient
+from futoin_evt.ftn3.ifaces import default_iface_dir
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -190,13 +191,12 @@ def _package_files(package: str) -> Iterator[tuple[str, bytes]]:
         folder, prefix = stack.pop()
         for entry in folder.iterdir():
             if entry.is_dir():
-                if entry.name != "__pycache__":
+                if entry.name != "__pycache__" and f"{prefix}/{entry.name}" != "futoin_evt/ifaces":
                     stack.append((entry, f"{prefix}/{entry.name}"))
             elif entry.name.endswith((".py", ".json", "py.typed")):
                 yield f"{prefix}/{entry.name}", entry.read_bytes()
     if package == "futoin_evt":  # package_dir maps futoin_evt.ifaces to the top-level ifaces/
-        ifaces = resources.files("futoin_evt.ifaces")
-        for entry in ifaces.iterdir():
+        for entry in default_iface_dir().iterdir():
             if entry.name.endswith((".py", ".json")):
                 yield f"futoin_evt/ifaces/{entry.name}", entry.read_bytes()
 

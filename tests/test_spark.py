@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
@@ -294,6 +295,10 @@ def test_spark_submit_to_a_standalone_cluster_archives_the_same(
     dist = tmp_path / "dist"
     subprocess.run([sys.executable, "-m", "spark_consumer", "package", "--out", str(dist)],
                    check=True, capture_output=True)  # fmt: skip
+    shipped = zipfile.ZipFile(dist / "futoin-evt-spark.zip").namelist()
+    assert {"spark_consumer/source.py", "futoin_evt/ifaces/futoin.evt.types-1.0-iface.json"} <= set(
+        shipped
+    )
     cluster = Cluster(tmp_path / "cluster")
     cluster_out = tmp_path / "cluster-archive"
     try:
