@@ -11,8 +11,8 @@ stored, with registered consumers that have read none of them. Then, one after t
 - Spark: the archive job (``local[cores]``, Trigger.AvailableNow) into Parquet partitioned by
   date and type, timed from the query's start to its end, twice: as the first query of a new
   JVM (a ``--once`` job), then again as another consumer (a long-running job, JIT-compiled).
-  The session start-up is reported on its own. Memory: the peak RSS of the driver JVM, of the Python workers Spark starts,
-  and of this (driver) Python process.
+  The session start-up is reported on its own. Memory: the peak RSS of the driver JVM, of
+  the Python workers Spark starts, and of this (driver) Python process.
 """
 
 from __future__ import annotations
