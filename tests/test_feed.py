@@ -4,6 +4,7 @@ FeedAPI v2 client written here from the spec, and the errors both protocols defi
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from pathlib import Path
 from typing import Any
@@ -289,3 +290,28 @@ async def test_no_feed_when_turned_off(start_server: ServerFactory) -> None:
     async with httpx.AsyncClient(auth=ALICE) as http:
         response = await http.get(server.url.replace("ws", "http", 1) + "feed")
         assert response.status_code == 426
+
+
+async def test_other_methods_and_http_1_0(
+    server: EventServer, alice: EventStreamClient, http: httpx.AsyncClient
+) -> None:
+    url = feed_url(server)
+    response = await http.request("DELETE", url)
+    assert (response.status_code, response.headers["allow"]) == (405, "GET")
+    ids = await add_events(alice, 3, ("ORDER",))
+    token = (await http.get(url)).json()["token"]
+    # HTTP/1.0 has no chunked encoding: the body ends when the server closes the connection
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    credentials = base64.b64encode(":".join(ALICE).encode()).decode()
+    writer.write(
+        f"GET /feed/events?token={token}&partition=0&cursor=_first HTTP/1.0\r\n"
+        f"Authorization: Basic {credentials}\r\n\r\n".encode()
+    )
+    raw = await reader.read()  # to EOF
+    writer.close()
+    head, _, body = raw.decode().partition("\r\n\r\n")
+    assert head.startswith("HTTP/1.1 200")
+    assert "chunked" not in head
+    lines = [json.loads(line) for line in body.splitlines()]
+    assert [int(line["data"]["id"]) for line in lines[:-1]] == ids
+    assert lines[-1] == {"cursor": str(ids[-1])}

@@ -43,9 +43,11 @@ class FeedConfig:
 class Exchange:
     """One HTTP response on a connection taken over from the WebSocket handshake."""
 
-    def __init__(self, io: ServerIO, keep_alive: bool) -> None:
+    def __init__(self, io: ServerIO, keep_alive: bool, chunked: bool = True) -> None:
         self._io = io
-        self._keep_alive = keep_alive
+        #: HTTP/1.0 has no chunked encoding: a stream ends when the connection closes.
+        self._chunked = chunked
+        self._keep_alive = keep_alive and chunked
         self._started = False
 
     @property
@@ -75,19 +77,21 @@ class Exchange:
         self._io.http_done(self._keep_alive)
 
     def start_stream(self, content_type: str) -> None:
-        self._io.write_raw(
-            self._head(200, [("Content-Type", content_type), ("Transfer-Encoding", "chunked")])
-        )
+        headers = [("Content-Type", content_type)]
+        if self._chunked:
+            headers.append(("Transfer-Encoding", "chunked"))
+        self._io.write_raw(self._head(200, headers))
 
     async def write(self, data: bytes) -> None:
         """One chunk; waits while the peer has not read what was sent before."""
         if self._io.closed.done():
             raise ConnectionResetError("the client went away")
-        self._io.write_raw(b"%x\r\n%s\r\n" % (len(data), data))
+        self._io.write_raw(b"%x\r\n%s\r\n" % (len(data), data) if self._chunked else data)
         await self._io.drain()
 
     def end_stream(self) -> None:
-        self._io.write_raw(b"0\r\n\r\n")
+        if self._chunked:
+            self._io.write_raw(b"0\r\n\r\n")
         self._io.http_done(self._keep_alive)
 
     def abort(self) -> None:
@@ -130,8 +134,12 @@ class FeedEndpoint:
 
     async def _serve(self, io: ServerIO, request: Request) -> None:
         keep_alive = request.headers.get("Connection", "").lower() != "close"
-        exchange = Exchange(io, keep_alive and not self._feed.closing.is_set())
+        exchange = Exchange(
+            io, keep_alive and not self._feed.closing.is_set(), request.protocol == "HTTP/1.1"
+        )
         try:
+            if request.method != "GET":
+                raise FeedError(405, "The feed serves GET only.")
             await self._handle(io, request, exchange)
         except FeedError as exc:
             if exchange.started:
@@ -192,4 +200,6 @@ class FeedEndpoint:
 def _error_headers(exc: FeedError) -> list[tuple[str, str]]:
     if exc.status == 401:
         return [("WWW-Authenticate", 'Basic realm="futoin-evt feed", charset="UTF-8"')]
+    if exc.status == 405:
+        return [("Allow", "GET")]
     return []
