@@ -133,7 +133,10 @@ class FeedEndpoint:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def _serve(self, io: ServerIO, request: Request) -> None:
-        keep_alive = request.headers.get("Connection", "").lower() != "close"
+        # After anything but a GET (a HEAD expects no body), the connection ends.
+        keep_alive = (
+            request.method == "GET" and request.headers.get("Connection", "").lower() != "close"
+        )
         exchange = Exchange(
             io, keep_alive and not self._feed.closing.is_set(), request.protocol == "HTTP/1.1"
         )
