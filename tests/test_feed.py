@@ -17,7 +17,7 @@ from zeroeventhub import Cursor, Event
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.http import FeedConfig
-from futoin_evt.server.websocket import TransportConfig
+from futoin_evt.server.websocket import Limits, TransportConfig
 
 from .conftest import USERS, ServerFactory
 
@@ -26,12 +26,14 @@ pytestmark = pytest.mark.functional
 ALICE = ("alice", USERS["alice"])
 
 
-async def add_events(client: EventStreamClient, count: int, types: tuple[str, ...]) -> list[int]:
+async def add_events(
+    client: EventStreamClient, count: int, types: tuple[str, ...], data: str | None = None
+) -> list[int]:
     ids: list[int] = []
     for start in range(0, count, 200):
         batch = range(start, min(start + 200, count))
         ids += await asyncio.gather(
-            *(client.add_event(types[i % len(types)], {"n": i}) for i in batch)
+            *(client.add_event(types[i % len(types)], data or {"n": i}) for i in batch)
         )
     return ids
 
@@ -315,3 +317,25 @@ async def test_other_methods_and_http_1_0(
     lines = [json.loads(line) for line in body.splitlines()]
     assert [int(line["data"]["id"]) for line in lines[:-1]] == ids
     assert lines[-1] == {"cursor": str(ids[-1])}
+
+
+async def test_a_client_that_stops_reading_does_not_hold_up_shutdown(
+    tmp_path: Path, password_hashes: dict[str, str]
+) -> None:
+    limits = Limits(drain_seconds=0.5)
+    transport = TransportConfig(port=0, limits=limits)
+    server = await EventServer.start(ServerConfig(tmp_path / "db.sqlite", transport=transport))
+    await server.store.add_user("alice", password_hashes["alice"])
+    async with await EventStreamClient.connect(server.url, credentials=":".join(ALICE)) as alice:
+        await add_events(alice, 400, ("BIG",), data="x" * 60_000)  # 24 MB of events
+    async with httpx.AsyncClient(auth=ALICE) as http:
+        token = (await http.get(feed_url(server))).json()["token"]
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    credentials = base64.b64encode(":".join(ALICE).encode()).decode()
+    writer.write(
+        f"GET /feed/events?token={token}&partition=0&cursor=_first HTTP/1.1\r\n"
+        f"Authorization: Basic {credentials}\r\n\r\n".encode()
+    )
+    assert (await reader.readline()).startswith(b"HTTP/1.1 200")  # streaming, then unread
+    await asyncio.wait_for(server.close(), timeout=60)
+    writer.close()

@@ -165,7 +165,7 @@ class EventServer:
             await self.archiver.close()
         await self.push.close()
         if self.feed is not None:
-            await self.feed.close()
+            await self.feed.close(self._transport.limits.drain_seconds)
         await self._transport.close()
         await self.store.close()
 

@@ -127,10 +127,16 @@ class FeedEndpoint:
         task.add_done_callback(self._tasks.discard)
         return True
 
-    async def close(self) -> None:
-        """End waiting responses and let the ones being written finish."""
+    async def close(self, grace_seconds: float = 5.0) -> None:
+        """End waiting responses, give the ones being written a moment, then cut them off
+        (a client that stopped reading must not hold up the shutdown)."""
         self._feed.closing.set()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if not self._tasks:
+            return
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
 
     async def _serve(self, io: ServerIO, request: Request) -> None:
         # After anything but a GET (a HEAD expects no body), the connection ends.

@@ -241,6 +241,10 @@ class WebSocketTransport:
             ssl=self._config.tls,
         )
 
+    @property
+    def limits(self) -> Limits:
+        return self._config.limits
+
     def is_secure(self, io: ServerIO) -> bool:
         """TLS, a loopback peer, or a channel the operator said to trust (FTN3 SecureChannel)."""
         assert io.transport is not None
