@@ -329,3 +329,32 @@ def test_spark_submit_to_a_standalone_cluster_archives_the_same(
     assert [r.id for r in cluster_rows] == ids
     assert cluster_rows == local_rows
     assert position(evt, "CLUSTER") == ids[-1]
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "message"),
+    [
+        (["--endpoint", "ws://127.0.0.1:1/"], {"FUTOIN_EVT_USER": USER,
+          "FUTOIN_EVT_PASSWORD": PASSWORD}, "cannot connect to ws://127.0.0.1:1/"),
+        ([], {"FUTOIN_EVT_USER": USER}, "no password given"),
+        ([], {"FUTOIN_EVT_PASSWORD": PASSWORD}, "no user given"),
+        ([], {"FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": "wrong"}, "SecurityError"),
+        (["--component", "LIVE"], {"FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": PASSWORD},
+         "LiveNotAllowed"),
+    ],
+)  # fmt: skip
+def test_archive_command_fails_early_with_one_sentence(
+    evt: ServerProcess, tmp_path: Path, argv: list[str], env: dict[str, str], message: str
+) -> None:
+    """Bad settings are reported before Spark starts, on one line, with a non-zero exit."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("FUTOIN_EVT_")}
+    result = subprocess.run(
+        [sys.executable, "-m", "spark_consumer", "archive", "--endpoint", evt.url,
+         "--out", str(tmp_path / "a"), "--checkpoint", str(tmp_path / "c"), *argv],
+        env={**base, **env}, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 1
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("futoin-evt-spark: ")
+    assert message in line
+    assert PASSWORD not in result.stderr
