@@ -17,7 +17,7 @@ from pathlib import Path
 
 import httpx
 
-from .spark import plain_consumer, start_server
+from .spark import plain_consumer, print_figures, start_server
 from .systems import PASSWORD, USER, prepare_futoin_evt_db
 
 
@@ -72,10 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.terminate()
             server.wait()
-    width = max(len(k) for k in results)
-    print(f"{args.events:,} events")
-    for key, value in results.items():
-        print(f"{key:<{width}}  {value:>12,.1f}")
+    print_figures(f"{args.events:,} events", results)
     return 0
 
 

@@ -52,6 +52,13 @@ def start_server(db: Path) -> tuple[subprocess.Popen[str], str]:
     return proc, url
 
 
+def print_figures(title: str, figures: dict[str, float]) -> None:
+    width = max(len(k) for k in figures)
+    print(title)
+    for key, value in figures.items():
+        print(f"{key:<{width}}  {value:>12,.1f}")
+
+
 def plain_consumer(url: str, component: str, expected: int, parquet_dir: Path | None) -> float:
     """Events/s of a poll loop, optionally writing Parquet files of 100,000 events."""
     with BlockingClient(url, credentials=f"{USER}:{PASSWORD}") as client:
@@ -221,10 +228,7 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             server.terminate()
             server.wait()
-    width = max(len(k) for k in results)
-    print(f"{args.events:,} events, Spark local[{args.cores}]")
-    for key, value in results.items():
-        print(f"{key:<{width}}  {value:>12,.1f}")
+    print_figures(f"{args.events:,} events, Spark local[{args.cores}]", results)
     RESULTS.parent.mkdir(exist_ok=True)
     RESULTS.write_text(json.dumps({"events": args.events, "cores": args.cores, **results}) + "\n")
     return 0
