@@ -45,10 +45,7 @@ class CliError(Exception):
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level)
     if args.log_level != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)
     try:
@@ -357,13 +354,27 @@ async def _user_remove(args: argparse.Namespace) -> int:
 # -- small clients -----------------------------------------------------------------------------
 
 
-def _credentials(args: argparse.Namespace) -> str:
+def configure_logging(level: str) -> None:
+    """Log lines on stderr at ``level`` (debug, info, warning); shared by the commands."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def read_credentials(args: argparse.Namespace) -> tuple[str, str]:
+    """(user, password) from ``--user``/``$FUTOIN_EVT_USER`` and ``--password-stdin``/
+    ``$FUTOIN_EVT_PASSWORD``; CliError when either is missing."""
     if not args.user:
         raise CliError(f"no user given: use --user or ${ENV_USER}.")
     password = _read_password() if args.password_stdin else os.environ.get(ENV_PASSWORD)
     if password is None:
         raise CliError(f"no password given: use --password-stdin or ${ENV_PASSWORD}.")
-    return f"{args.user}:{password}"
+    return args.user, password
+
+
+def _credentials(args: argparse.Namespace) -> str:
+    return ":".join(read_credentials(args))
 
 
 @contextlib.asynccontextmanager

@@ -161,18 +161,21 @@ class FeedService:
             "exactlyOnce": True,
         }, separators=(",", ":")).encode()  # fmt: skip
 
-    async def events(self, request: EventsRequest, write: Write) -> None:
-        """Write the response's NDJSON lines: events after the cursor, a cursor line after
-        each chunk, and always at least one cursor line."""
-        newest = await self._store.last_given_id()
+    async def start_after(self, request: EventsRequest) -> int:
+        """The id the response starts after; FeedError for a cursor beyond the newest event."""
         if request.cursor == FIRST:
-            after_id = 0
-        elif request.cursor == LAST:
-            after_id = newest
-        else:
-            after_id = int(request.cursor)
-            if after_id > newest:
-                raise FeedError(400, f"Cursor {after_id} is beyond the newest event ({newest}).")
+            return 0
+        newest = await self._store.last_given_id()
+        if request.cursor == LAST:
+            return newest
+        after_id = int(request.cursor)
+        if after_id > newest:
+            raise FeedError(400, f"Cursor {after_id} is beyond the newest event ({newest}).")
+        return after_id
+
+    async def events(self, request: EventsRequest, after_id: int, write: Write) -> None:
+        """Write the response's NDJSON lines: events after ``after_id`` (from
+        :meth:`start_after`), a cursor line after each chunk, and always at least one."""
         if request.wait_seconds and self._store.head.head <= after_id:
             await self._wait_beyond(after_id, request.wait_seconds)
         prefix, cursor_prefix = _line_prefixes(request.version)

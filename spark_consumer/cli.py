@@ -16,6 +16,7 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from futoin_evt.cli import ENV_PASSWORD, ENV_USER, CliError, configure_logging, read_credentials
 from futoin_evt.client.aio import CommError, RemoteError
 from futoin_evt.client.sync import BlockingClient
 from futoin_evt.ftn3.ifaces import default_iface_dir
@@ -23,8 +24,6 @@ from futoin_evt.ftn3.ifaces import default_iface_dir
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ENV_USER: Final = "FUTOIN_EVT_USER"
-ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
 DEFAULT_ENDPOINT: Final = "ws://127.0.0.1:8480/"
 PACKAGE_ZIP: Final = "futoin-evt-spark.zip"
 MAIN_SCRIPT: Final = "futoin_evt_spark_main.py"
@@ -32,16 +31,9 @@ MAIN_SCRIPT: Final = "futoin_evt_spark_main.py"
 log = logging.getLogger("spark_consumer")
 
 
-class CliError(Exception):
-    """A one-sentence message for the user; the command exits with status 1."""
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure_logging(args.log_level)
     logging.getLogger("py4j").setLevel(logging.WARNING)
     try:
         result: int = args.run(args)
@@ -116,18 +108,17 @@ def _positive_int(raw: str) -> int:
 def _archive(args: argparse.Namespace) -> int:
     from .jobs import ArchiveJob, ProgressLog, flush_listeners, start_archive
 
+    user, password = read_credentials(args)
     options = {
         "endpoint": args.endpoint,
-        "user": args.user or "",
-        "password": _password(args),
+        "user": user,
+        "password": password,
         "component": args.component,
     }
     if args.max_events_per_batch:
         options["maxEventsPerBatch"] = str(args.max_events_per_batch)
     if args.events_per_partition:
         options["eventsPerPartition"] = str(args.events_per_partition)
-    if not args.user:
-        raise CliError(f"no user given: use --user or ${ENV_USER}.")
     if args.want:
         options["want"] = args.want
     _check_consumer(options)
@@ -199,16 +190,6 @@ def _package_files(package: str) -> Iterator[tuple[str, bytes]]:
         for entry in default_iface_dir().iterdir():
             if entry.name.endswith((".py", ".json")):
                 yield f"futoin_evt/ifaces/{entry.name}", entry.read_bytes()
-
-
-def _password(args: argparse.Namespace) -> str:
-    if args.password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-    else:
-        password = os.environ.get(ENV_PASSWORD, "")
-    if not password:
-        raise CliError(f"no password given: set ${ENV_PASSWORD} or use --password-stdin.")
-    return password
 
 
 def _check_consumer(options: dict[str, str]) -> None:

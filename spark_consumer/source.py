@@ -22,9 +22,9 @@ the newest event).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -42,6 +42,8 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from futoin_evt.client.sync import BlockingClient
+
+T = TypeVar("T")
 
 FORMAT: Final = "futoin-evt"
 
@@ -181,27 +183,27 @@ class _Consumer:
     def __getstate__(self) -> dict[str, Any]:
         return {"options": self.options, "_client": None, "_acknowledged": 0}
 
-    def call(self, method: str, *args: Any) -> Any:
-        """Call a BlockingClient method; reconnect once if the connection was lost."""
-        for attempt in (1, 2):
-            if self._client is None:
-                self._client = self.options.connect()
-                self._client.register_consumer(self.options.component)
-            try:
-                return getattr(self._client, method)(*args)
-            except ConnectionError:
-                self.close()
-                if attempt == 2:
-                    raise
-        raise AssertionError("unreachable")
+    def _call(self, call: Callable[[BlockingClient, str], T]) -> T:
+        """Run ``call(client, component)``; reconnect once if the connection was lost."""
+        component = self.options.component
+        try:
+            return call(self._connected(), component)
+        except ConnectionError:
+            self.close()
+        return call(self._connected(), component)
+
+    def _connected(self) -> BlockingClient:
+        if self._client is None:
+            self._client = self.options.connect()
+            self._client.register_consumer(self.options.component)
+        return self._client
 
     def state(self) -> tuple[int, int]:
-        position, head_id = self.call("consumer_state", self.options.component)
-        return int(position), int(head_id)
+        return self._call(BlockingClient.consumer_state)
 
     def acknowledge(self, event_id: int) -> None:
         if event_id > self._acknowledged:
-            self._acknowledged = int(self.call("acknowledge", self.options.component, event_id))
+            self._acknowledged = self._call(lambda c, comp: c.acknowledge(comp, event_id))
 
     def close(self) -> None:
         if self._client is not None:

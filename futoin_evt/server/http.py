@@ -175,16 +175,9 @@ class FeedEndpoint:
         if isinstance(parsed, Discovery):
             exchange.respond(200, self._feed.discovery(), "application/json")
             return
-        started = False
-
-        async def write(data: bytes) -> None:
-            nonlocal started
-            if not started:
-                exchange.start_stream("application/x-ndjson")
-                started = True
-            await exchange.write(data)
-
-        await self._feed.events(parsed, write)
+        after_id = await self._feed.start_after(parsed)
+        exchange.start_stream("application/x-ndjson")
+        await self._feed.events(parsed, after_id, exchange.write)
         exchange.end_stream()
 
     async def _authorize(self, io: ServerIO, request: Request) -> None:

@@ -52,6 +52,10 @@ class Durability(Enum):
     NORMAL = "NORMAL"
 
 
+#: The newest id ever given to an event (AUTOINCREMENT keeps it after a discard).
+_LAST_GIVEN_ID: Final = "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
+
+
 class StoreClosed(RuntimeError):
     """The store was closed before the write could be committed."""
 
@@ -402,9 +406,7 @@ class SqliteStore:
 
     async def last_given_id(self) -> int:
         """The newest id ever given to an event, even if that event is discarded."""
-        rows = await self._reader.execute_fetchall(
-            "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
-        )
+        rows = await self._reader.execute_fetchall(_LAST_GIVEN_ID)
         return int(next(iter(rows))[0])
 
     async def stream_id(self) -> str:
@@ -458,8 +460,7 @@ class SqliteStore:
         """(position, newest event id) in one snapshot; None when it is not registered.
         The newest id is the last one ever given, even when it has been discarded."""
         rows = await self._reader.execute_fetchall(
-            "SELECT position, (SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence"
-            " WHERE name = 'events') FROM consumers"
+            f"SELECT position, ({_LAST_GIVEN_ID}) FROM consumers"
             " WHERE user_id = ? AND component = ?",
             (user_id, component),
         )
