@@ -5,6 +5,10 @@ design, and every FTN3 request carries the password, so a successful check is re
 short time under a keyed digest of the credentials; the most recent ``sec`` is also kept as
 given, so a connection repeating it skips even the digest. Nothing of it is logged or stored.
 A removed user or a changed password is therefore refused at most ``cache_seconds`` later.
+
+Checks are limited per peer address: one hash at a time, and at most
+:data:`MAX_WAITING_CHECKS` waiting behind it; more are refused at once. A peer that floods
+wrong passwords slows only itself, and holds one thread of the pool at most.
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ _SCRYPT_P: Final = 1
 _SALT_BYTES: Final = 16
 _HASH_BYTES: Final = 32
 USER_NAME_MAX: Final = 64
+#: Password checks one peer address may have waiting while one of its checks runs.
+MAX_WAITING_CHECKS: Final = 8
 
 
 def hash_password(password: str) -> str:
@@ -62,6 +68,16 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
+class _PeerChecks:
+    """The password checks of one peer address: one runs, a few wait."""
+
+    __slots__ = ("lock", "queued")
+
+    def __init__(self) -> None:
+        self.lock = asyncio.Lock()
+        self.queued = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Principal:
     """An authenticated caller."""
@@ -87,6 +103,7 @@ class Authenticator:
         self._key = os.urandom(32)
         self._cache: OrderedDict[bytes, tuple[Principal, float]] = OrderedDict()
         self._pending: dict[bytes, asyncio.Future[Principal]] = {}
+        self._checks_by_peer: dict[str, _PeerChecks] = {}
         # The most recent credentials, compared as given: most connections repeat one ``sec``.
         self._last_sec: str | dict[str, Any] | None = None
         self._last: tuple[Principal, float] = (Principal(UserId(0), "", False), 0.0)
@@ -107,9 +124,16 @@ class Authenticator:
         return cached[0]
 
     def _digest(self, name: str, password: str) -> bytes:
-        return hmac.digest(self._key, f"{name}\0{password}".encode(), "sha256")
+        # surrogatepass: a lookup never fails; _split_credentials refuses such text anyway
+        key = f"{name}\0{password}".encode("utf-8", "surrogatepass")
+        return hmac.digest(self._key, key, "sha256")
 
-    async def authenticate(self, sec: str | dict[str, Any]) -> Principal:
+    async def authenticate(self, sec: str | dict[str, Any], peer: str = "") -> Principal:
+        """The caller with these credentials; ``peer`` is the address the check counts against.
+
+        Raises FTN3Error(SecurityError) for wrong credentials and for a peer with too many
+        checks at once.
+        """
         name, password = _split_credentials(sec)
         digest = self._digest(name, password)
         cached = self._cache.get(digest)
@@ -120,7 +144,7 @@ class Authenticator:
         pending = self._pending.get(digest)
         if pending is None:
             # Calls that arrive together with the same credentials share one slow check.
-            pending = asyncio.ensure_future(self._verify(name, password))
+            pending = asyncio.ensure_future(self._verify_for(peer, name, password))
             self._pending[digest] = pending
             pending.add_done_callback(lambda _f: self._pending.pop(digest, None))
         principal = await asyncio.shield(pending)
@@ -128,6 +152,21 @@ class Authenticator:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return principal
+
+    async def _verify_for(self, peer: str, name: str, password: str) -> Principal:
+        checks = self._checks_by_peer.get(peer)
+        if checks is None:
+            checks = self._checks_by_peer[peer] = _PeerChecks()
+        elif checks.queued > MAX_WAITING_CHECKS:
+            raise FTN3Error(SECURITY_ERROR, "Too many credential checks at once from this address")
+        checks.queued += 1
+        try:
+            async with checks.lock:
+                return await self._verify(name, password)
+        finally:
+            checks.queued -= 1
+            if not checks.queued:
+                del self._checks_by_peer[peer]
 
     async def _verify(self, name: str, password: str) -> Principal:
         user = await self._users.get_user(name)
@@ -151,9 +190,18 @@ def _split_credentials(sec: str | dict[str, Any]) -> tuple[str, str]:
         name, sep, password = sec.partition(":")
         if not sep:
             raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
-    if not name or len(name) > USER_NAME_MAX:
+    if not name or len(name) > USER_NAME_MAX or not _is_unicode(name + password):
         raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
     return name, password
+
+
+def _is_unicode(text: str) -> bool:
+    """False for text with lone surrogates, which has no UTF-8 form to hash."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @functools.cache

@@ -14,7 +14,7 @@ import ssl
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, NoReturn
 
 from . import __version__
 from .archive import RemoteArchiver
@@ -39,7 +39,16 @@ log = logging.getLogger("futoin_evt")
 
 
 class CliError(Exception):
-    """A one-sentence error for the user; exits non-zero without a traceback."""
+    """A one-sentence error for the user; exits with ``exit_status`` without a traceback."""
+
+    exit_status = 1
+
+
+class BadSetting(CliError):
+    """A setting the command cannot run with (an option, a file, the database): exit
+    status 2, as for arguments argparse refuses."""
+
+    exit_status = 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,15 +61,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(asyncio.run(args.run(args)) or 0)
     except CliError as exc:
         print(f"futoin-evt: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_status
     except KeyboardInterrupt:
         return 130
 
 
+class _Parser(argparse.ArgumentParser):
+    """Bad arguments: one sentence and exit status 2 (argparse prints its usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}; see --help.\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="futoin-evt", description="FutoIn FTN18 event stream server and tools."
-    )
+    parser = _Parser(prog="futoin-evt", description="FutoIn FTN18 event stream server and tools.")
     parser.add_argument("--version", action="version", version=f"futoin-evt {__version__}")
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
@@ -232,14 +246,16 @@ async def _serve(args: argparse.Namespace) -> int:
     tls = _tls_context(args.tls_cert, args.tls_key)
     for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
-            raise CliError(f"--{name.replace('_', '-')} cannot be negative.")
+            raise BadSetting(f"--{name.replace('_', '-')} cannot be negative.")
     if args.discard_interval <= 0:
-        raise CliError("--discard-interval must be above 0.")
+        raise BadSetting("--discard-interval must be above 0.")
+    if not 0 <= args.port <= 65535:
+        raise BadSetting(f"--port must be 0 to 65535, not {args.port}.")
     for name in ("max_connections", "max_calls_in_flight", "max_frame_bytes"):
         if getattr(args, name) < 1:
-            raise CliError(f"--{name.replace('_', '-')} must be at least 1.")
+            raise BadSetting(f"--{name.replace('_', '-')} must be at least 1.")
     if not args.feed_path.startswith("/") or "?" in args.feed_path:
-        raise CliError(f"--feed-path must be a path starting with /, not {args.feed_path!r}.")
+        raise BadSetting(f"--feed-path must be a path starting with /, not {args.feed_path!r}.")
     feed_users = None
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
@@ -268,8 +284,12 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     try:
         server = await EventServer.start(config)
+    except sqlite3.Error as exc:
+        raise BadSetting(f"cannot open the database {args.db}: {exc}.") from None
     except OSError as exc:
-        raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
+        raise BadSetting(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+        ) from None
     print(f"futoin-evt {__version__} listening on {server.url} (database {args.db})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -285,12 +305,12 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     if cert is None and key is None:
         return None
     if cert is None or key is None:
-        raise CliError("--tls-cert and --tls-key go together.")
+        raise BadSetting("--tls-cert and --tls-key go together.")
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     try:
         context.load_cert_chain(cert, key)
     except (OSError, ssl.SSLError) as exc:
-        raise CliError(f"cannot load the TLS certificate or key: {exc}") from None
+        raise BadSetting(f"cannot load the TLS certificate or key: {exc}") from None
     return context
 
 
@@ -309,7 +329,7 @@ async def _open_store(path: Path) -> Any:
     try:
         store = await SqliteStore.open(path)
     except Exception as exc:
-        raise CliError(f"cannot open the database {path}: {exc}") from None
+        raise BadSetting(f"cannot open the database {path}: {exc}") from None
     async with store:
         yield store
 
@@ -463,7 +483,7 @@ async def _archive(args: argparse.Namespace) -> int:
     try:
         archiver = RemoteArchiver(args.url, _credentials(args), args.out, args.component)
     except sqlite3.Error as exc:
-        raise CliError(f"cannot open the archive {args.out}: {exc}") from None
+        raise BadSetting(f"cannot open the archive {args.out}: {exc}") from None
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, archiver.stop)

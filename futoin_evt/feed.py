@@ -34,11 +34,15 @@ MAX_PAGE: Final = 1000
 CHUNK: Final = 100
 #: The longest a caught-up client may ask to wait for new events (``wait`` seconds).
 MAX_WAIT_SECONDS: Final = 60.0
-#: Bounds one chunk's read (100 events of at most 64 KiB each fit).
-CHUNK_BYTES: Final = 8 * 1024 * 1024
+#: Bounds one chunk's read, and so what a client that stops reading holds in server memory
+#: (one chunk, or one event when a single event is larger).
+CHUNK_BYTES: Final = 1024 * 1024
 
+# [0-9], not str.isdigit() or float(): those take other scripts' digits, which int() may not.
 _EVENT_TYPE = re.compile(r"[A-Z_]{1,16}")
 _CURSOR = re.compile(r"0|[1-9][0-9]{0,17}")
+_PAGE_SIZE = re.compile(r"0{0,8}[1-9][0-9]{0,8}")
+_SECONDS = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
 
 
 class FeedError(Exception):
@@ -120,7 +124,7 @@ def _page_size(args: Mapping[str, str]) -> int:
     raw = args.get("pagesizehint")
     if raw is None:
         return MAX_PAGE
-    if not raw.isdigit() or int(raw) < 1:
+    if _PAGE_SIZE.fullmatch(raw) is None:
         raise FeedError(400, f"Bad pagesizehint {raw[:20]!r}: use a positive integer.")
     return min(int(raw), MAX_PAGE)
 
@@ -129,13 +133,9 @@ def _wait(args: Mapping[str, str]) -> float:
     raw = args.get("wait")
     if raw is None:
         return 0.0
-    try:
-        seconds = float(raw)
-    except ValueError:
-        seconds = -1.0
-    if not 0 <= seconds <= MAX_WAIT_SECONDS:
+    if _SECONDS.fullmatch(raw) is None or float(raw) > MAX_WAIT_SECONDS:
         raise FeedError(400, f"Bad wait {raw[:20]!r}: use 0 to {MAX_WAIT_SECONDS:g} seconds.")
-    return seconds
+    return float(raw)
 
 
 Write = Callable[[bytes], Awaitable[None]]

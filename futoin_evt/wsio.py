@@ -9,6 +9,11 @@ connection share system calls, as group commit lets them share an fsync.
 Flow control: :meth:`FrameIO.drain` waits while the transport's write buffer is over its high
 mark (a slow reader), and :meth:`FrameIO.pause_reading` stops reading a peer that sends more
 than it should.
+
+Every callback from the transport goes through one guard: whatever a handler raises is logged
+once with its traceback and ends that connection the ordinary way (``connection_lost``, the
+``closed`` future and everything hanging on it), never the event loop's "fatal error" path
+that would skip it.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import ssl
+import time
 from collections.abc import Callable
 from typing import Final
 
@@ -36,6 +42,9 @@ MessageHandler = Callable[[bytes], None]
 
 #: What a peer may send while its HTTP response is being written, before reading pauses.
 HTTP_HELD_BYTES: Final = 64 * 1024
+#: The longest HTTP request line read before the method is known.
+REQUEST_LINE_BYTES: Final = 8 * 1024
+CLOSE_INTERNAL_ERROR: Final = 1011
 
 
 class ConnectionClosedError(ConnectionError):
@@ -73,12 +82,18 @@ class FrameIO(asyncio.Protocol):
         self._timer = asyncio.get_running_loop().call_later(HANDSHAKE_SECONDS, self.abort)
 
     def data_received(self, data: bytes) -> None:
-        self.ws.receive_data(data)
-        self._process()
+        try:
+            self.ws.receive_data(data)
+            self._process()
+        except Exception:
+            self._fail_unexpectedly()
 
     def eof_received(self) -> None:
-        self.ws.receive_eof()
-        self._process()
+        try:
+            self.ws.receive_eof()
+            self._process()
+        except Exception:
+            self._fail_unexpectedly()
 
     def connection_lost(self, exc: Exception | None) -> None:
         if self._timer is not None:
@@ -88,8 +103,20 @@ class FrameIO(asyncio.Protocol):
         self._writable.set()  # wake writers; they find the connection closed
         if not self.opened.done():
             self.opened.set_exception(ConnectionClosedError("closed during the handshake"))
+            # Only a client waits for it; on the server side, nobody is there to retrieve it.
+            self.opened.exception()
         if not self.closed.done():
             self.closed.set_result(None)
+
+    def _fail_unexpectedly(self) -> None:
+        """The boundary guard: a bug met this connection's input. Log it, close with 1011."""
+        log.exception("closing the connection from %s after an unexpected error", self.peer)
+        if self.ws.state is State.OPEN:
+            self.ws.send_close(CLOSE_INTERNAL_ERROR, "internal error")
+            self._flush()
+        if self.transport is not None:
+            self.transport.close()  # connection_lost follows, and with it the cleanup
+            self._expect_close()
 
     def pause_writing(self) -> None:
         self._writable.clear()
@@ -225,6 +252,7 @@ class ServerIO(FrameIO):
         on_open: Callable[[ServerIO], None],
         admit: Callable[[], str | None] = lambda: None,
         on_http: Callable[[ServerIO, Request], bool] | None = None,
+        sockets: set[ServerIO] | None = None,
     ) -> None:
         super().__init__(ServerProtocol(max_size=max_size))
         self._max_size = max_size
@@ -232,6 +260,18 @@ class ServerIO(FrameIO):
         self._admit = admit
         self._on_http = on_http
         self._held = bytearray()
+        #: The server's open sockets: this one is in it from connection_made to connection_lost.
+        self._sockets = sockets if sockets is not None else set()
+        #: The start of a request, until its method is known (None: known).
+        self._request_line: bytearray | None = bytearray()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._sockets.add(self)
+        super().connection_made(transport)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._sockets.discard(self)
+        super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if self._detached:
@@ -239,7 +279,40 @@ class ServerIO(FrameIO):
             if len(self._held) > HTTP_HELD_BYTES:
                 self.pause_reading()
             return
+        if self._request_line is not None:
+            data = self._read_method(data)
+            if not data:
+                return
         super().data_received(data)
+
+    def _read_method(self, data: bytes) -> bytes:
+        """Hold bytes until the request line is in; answer what is not a GET ourselves
+        (websockets would drop the connection without a word). Returns what to pass on."""
+        assert self._request_line is not None
+        self._request_line += data
+        line, crlf, _rest = self._request_line.partition(b"\r\n")
+        if not crlf and len(self._request_line) <= REQUEST_LINE_BYTES:
+            return b""
+        held, self._request_line = bytes(self._request_line), None
+        method = line.split(b" ", 1)[0]
+        if crlf and method != b"GET":
+            allowed = method.isalpha() and method.isupper()
+            status = b"405 Method Not Allowed" if allowed else b"400 Bad Request"
+            body = b"Only GET is served here.\n" if allowed else b"Not an HTTP request.\n"
+            log.debug("refused a request from %s: not a GET", self.peer)
+            self.write_raw(
+                b"HTTP/1.1 %s\r\nAllow: GET\r\nContent-Type: text/plain\r\n"
+                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (status, len(body), body)
+            )
+            if self.transport is not None:
+                self.transport.close()
+            return b""
+        return held
+
+    @property
+    def serving_http(self) -> bool:
+        """True while an HTTP response is being written on this connection."""
+        return self._detached
 
     def write_raw(self, data: bytes) -> None:
         """Write bytes as they are (an HTTP response)."""
@@ -256,6 +329,7 @@ class ServerIO(FrameIO):
             return
         self._detached = False
         self.ws = ServerProtocol(max_size=self._max_size)
+        self._request_line = bytearray()
         held, self._held = bytes(self._held), bytearray()
         self.resume_reading()
         self._timer = asyncio.get_running_loop().call_later(HANDSHAKE_SECONDS, self.abort)
@@ -273,7 +347,7 @@ class ServerIO(FrameIO):
             self._detached = False
         refusal = self._admit()
         if refusal is not None:
-            log.warning("refused a connection from %s: %s", self.peer, refusal)
+            _refusals.note(self.peer, refusal)
             response = self.ws.reject(503, refusal + "\n")
         else:
             response = self.ws.accept(event)
@@ -282,7 +356,28 @@ class ServerIO(FrameIO):
             self._handshake_done()
             self._on_open(self)
         else:
-            log.info("refused a handshake from %s: %s", self.peer, self.ws.handshake_exc)
+            log.debug("refused a handshake from %s: %s", self.peer, self.ws.handshake_exc)
+
+
+class _RefusalLog:
+    """Connections refused at the limit: a warning at most every ``interval`` seconds, with
+    the count since the last one, so that a flood of peers cannot flood the log."""
+
+    def __init__(self, interval: float = 10.0) -> None:
+        self._interval = interval
+        self._next = 0.0
+        self._count = 0
+
+    def note(self, peer: str, reason: str) -> None:
+        self._count += 1
+        now = time.monotonic()
+        if now >= self._next:
+            log.warning("refused %d connection(s), the last from %s: %s", self._count, peer, reason)
+            self._count = 0
+            self._next = now + self._interval
+
+
+_refusals: Final = _RefusalLog()
 
 
 class ClientIO(FrameIO):

@@ -138,7 +138,7 @@ def test_port_in_use_is_a_clear_error(
     server, _env = served
     port = server.url.rsplit(":", 1)[1].strip("/")
     result = run("serve", "--db", str(tmp_path / "x.sqlite"), "--port", port)
-    assert result.returncode == 1
+    assert result.returncode == 2
     assert "cannot listen" in result.stderr
     assert "Traceback" not in result.stderr
 

@@ -4,6 +4,8 @@ Exception tree::
 
     FTN3Error               an error that goes to the peer under an FTN3 error name
     ProtocolViolation       the peer broke the message framing; the connection is closed
+      RefusedMessage        valid JSON with a rid, but content no FTN3 peer may send;
+                            a request is answered with an error, the connection stays
 
 ``FTN3Error.name`` is the wire name (``e``) and ``FTN3Error.desc`` the text (``edesc``).
 """
@@ -49,3 +51,14 @@ class FTN3Error(Exception):
 
 class ProtocolViolation(Exception):
     """The peer sent something that is not an FTN3 message at all (no ``rid`` to answer)."""
+
+
+class RefusedMessage(ProtocolViolation):
+    """A message with a readable ``rid`` whose content is refused as a whole (an integer too
+    long to keep, a lone surrogate): a request gets the FTN3 error ``name``."""
+
+    def __init__(self, rid: str, name: str, desc: str) -> None:
+        super().__init__(f"{name}: {desc}")
+        self.rid = rid
+        self.name = name
+        self.desc = desc

@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import json
+import math
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .errors import INVALID_REQUEST, FTN3Error, ProtocolViolation
+from .errors import INVALID_REQUEST, FTN3Error, ProtocolViolation, RefusedMessage
 
 #: Message size limit when a function does not raise it (FTN3).
 DEFAULT_MESSAGE_LIMIT: Final = 64 * 1024
 
+#: Version parts are small numbers; longer ones are not FTN3 (and would cost to convert).
 FUNC_RE: Final = re.compile(
     r"^(?P<iface>[a-z][a-z0-9]*(?:\.[a-z][a-z0-9]*)*):"
-    r"(?P<major>[0-9]+)\.(?P<minor>[0-9]+):(?P<func>[a-z][a-zA-Z0-9]*)\Z"
+    r"(?P<major>[0-9]{1,9})\.(?P<minor>[0-9]{1,9}):(?P<func>[a-z][a-zA-Z0-9]*)\Z"
 )
 PARAM_NAME_RE: Final = re.compile(r"^[a-z][a-z0-9_]*\Z")
 RID_RE: Final = re.compile(r"^[CS][0-9]{1,10}\Z")
@@ -53,12 +56,29 @@ class Response:
     error_desc: str = ""
 
 
+#: The longest integer literal accepted: Python's own limit for converting decimal text.
+MAX_INT_DIGITS: Final = sys.get_int_max_str_digits() or 4300
+#: Only where a frame holds one of these can a decoded string hold a lone surrogate.
+_SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+class _NumberRefused(ValueError):
+    """JSON that holds a number this server cannot keep exactly."""
+
+
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise _NumberRefused(f"the number {text[:40]} is out of range for a 64-bit float")
+    return value
+
+
 # Built once: json.loads/json.dumps with options build a new decoder/encoder on every call.
-_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant)
+_DECODER: Final = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite_float)
 _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 _ASCII_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
@@ -84,17 +104,82 @@ def encode_json(value: Any) -> str:
 
 
 def decode_frame(frame: str | bytes) -> dict[str, Any]:
-    """Decode one WebSocket frame into a message object that carries a usable ``rid``."""
+    """Decode one WebSocket frame into a message object that carries a usable ``rid``.
+
+    Raises :class:`RefusedMessage` for valid JSON that this server does not take (integers
+    over :data:`MAX_INT_DIGITS` digits, floats out of range, lone surrogates), so that the
+    sender gets an answer, and :class:`ProtocolViolation` when there is nobody to answer.
+    """
     try:
-        msg = decode_json(frame)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ProtocolViolation(f"frame is not valid JSON: {exc}") from None
+        text = frame if isinstance(frame, str) else frame.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProtocolViolation(f"frame is not valid UTF-8: {exc.reason}") from None
+    try:
+        msg = decode_json(text)
+    except ValueError as exc:
+        raise _refusal(text, exc) from None
+    rid = _rid_of(msg)
+    if _SURROGATE_ESCAPE.search(text) is not None and _holds_lone_surrogate(msg):
+        raise RefusedMessage(rid, INVALID_REQUEST, "Text with a lone surrogate is not Unicode")
+    message: dict[str, Any] = msg
+    return message
+
+
+def _rid_of(msg: Any) -> str:
     if not isinstance(msg, dict):
         raise ProtocolViolation("message is not a JSON object")
     rid = msg.get("rid")
     if not isinstance(rid, str) or RID_RE.match(rid) is None:
         raise ProtocolViolation("message has no valid rid")
-    return msg
+    return rid
+
+
+def _refusal(text: str, exc: ValueError) -> ProtocolViolation:
+    """What to raise for a frame the strict decoder refused: a :class:`RefusedMessage` when it
+    is JSON with numbers out of bounds and a rid to answer, else a close."""
+    too_long: list[int] = []
+
+    def any_int(digits: str) -> int:
+        if len(digits.lstrip("-")) > MAX_INT_DIGITS:
+            too_long.append(len(digits))
+            return 0
+        return int(digits)
+
+    lenient = json.JSONDecoder(parse_constant=_reject_constant, parse_int=any_int)
+    try:
+        msg = lenient.decode(text)
+    except (ValueError, RecursionError):
+        return ProtocolViolation(f"frame is not valid JSON: {exc}")
+    rid = _rid_of(msg)
+    if too_long:
+        reason = f"Integers of more than {MAX_INT_DIGITS} digits are not accepted"
+    elif isinstance(exc, _NumberRefused):
+        reason = str(exc).capitalize()
+    else:
+        return ProtocolViolation(f"frame is not valid JSON: {exc}")
+    return RefusedMessage(rid, INVALID_REQUEST, reason)
+
+
+def _holds_lone_surrogate(value: Any) -> bool:
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            strings: list[Any] = [item]
+        elif isinstance(item, dict):
+            strings = list(item)
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+            continue
+        else:
+            continue
+        for string in strings:
+            try:
+                string.encode("utf-8")
+            except UnicodeEncodeError:
+                return True
+    return False
 
 
 def is_request(msg: dict[str, Any], *, peer_prefix: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,14 +160,20 @@ class EventServer:
         return self._transport.port
 
     async def close(self) -> None:
-        """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes."""
+        """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes.
+
+        Connections get one drain grace (``Limits.drain_seconds``) in total: the WebSocket
+        connections, the feed's responses and the push streams wind down side by side.
+        """
+        deadline = asyncio.get_running_loop().time() + self._transport.limits.drain_seconds
         await self.discarder.close()
         if self.archiver is not None:
             await self.archiver.close()
-        await self.push.close()
+        endings = [self.push.close(), self._transport.close(deadline)]
         if self.feed is not None:
-            await self.feed.close(self._transport.limits.drain_seconds)
-        await self._transport.close()
+            endings.append(self.feed.close(deadline))
+        await asyncio.gather(*endings)
+        self._transport.abort_all()
         await self.store.close()
 
     async def __aenter__(self) -> EventServer:

@@ -43,6 +43,11 @@ Routes = Mapping[str, Mapping[str, Handler]]
 Respond = Callable[[bytes], None]
 
 
+def peer_host(peer: str) -> str:
+    """The address part of ``host:port`` (work is limited per address, not per port)."""
+    return peer.rpartition(":")[0] or peer
+
+
 @dataclass(frozen=True, slots=True)
 class Channel:
     """What the executor needs to know about the connection a request came on."""
@@ -69,12 +74,16 @@ class Executor:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def dispatch(self, request: Request, size: int, channel: Channel, respond: Respond) -> None:
-        """Run one request; ``respond`` gets the encoded reply exactly once, now or later."""
-        principal = self._auth.cached(request.sec) if request.sec else None
-        if request.sec and principal is None:
-            self._spawn(self._call_slowly(request, size, channel, respond))
-            return
+        """Run one request; ``respond`` gets the encoded reply exactly once, now or later.
+
+        Never raises: whatever fails becomes the error reply, so the caller's count of calls
+        in flight always comes back down.
+        """
         try:
+            principal = self._auth.cached(request.sec) if request.sec else None
+            if request.sec and principal is None:
+                self._spawn(self._call_slowly(request, size, channel, respond))
+                return
             func, outcome = self._start(request, size, channel, principal)
         except Exception as exc:
             respond(self._error_reply(request, None, exc, channel))
@@ -136,7 +145,7 @@ class Executor:
         func: FuncSpec | None = None
         try:
             assert request.sec is not None
-            principal = await self._auth.authenticate(request.sec)
+            principal = await self._auth.authenticate(request.sec, peer_host(channel.peer))
             func, outcome = self._start(request, size, channel, principal)
             if isinstance(outcome, Pending):
                 value = await outcome.future

@@ -127,13 +127,14 @@ class FeedEndpoint:
         task.add_done_callback(self._tasks.discard)
         return True
 
-    async def close(self, grace_seconds: float = 5.0) -> None:
-        """End waiting responses, give the ones being written a moment, then cut them off
-        (a client that stopped reading must not hold up the shutdown)."""
+    async def close(self, deadline: float) -> None:
+        """End waiting responses, let the ones being written go on until ``deadline`` (loop
+        time), then cut them off (a client that stopped reading must not hold up shutdown)."""
         self._feed.closing.set()
         if not self._tasks:
             return
-        _done, pending = await asyncio.wait(set(self._tasks), timeout=grace_seconds)
+        timeout = max(deadline - asyncio.get_running_loop().time(), 0.0)
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from websockets.http11 import Request
 
-from ..ftn3.errors import FTN3Error, ProtocolViolation
+from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
 from ..wsio import ConnectionClosedError, ServerIO
 from .executor import Channel, Executor
@@ -97,9 +97,15 @@ class _Connection:
     def _on_message(self, frame: bytes) -> None:
         try:
             msg = decode_frame(frame)
+        except RefusedMessage as exc:
+            if exc.rid[0] == "C" and not self._draining:
+                self.io.send(encode_error(exc.rid, exc.name, exc.desc))
+                self._check_unread()
+            else:
+                self._close_for(exc)
+            return
         except ProtocolViolation as exc:
-            log.warning("closing connection from %s: %s", self.channel.peer, exc)
-            self.io.close(CLOSE_POLICY_VIOLATION, str(exc)[:120])
+            self._close_for(exc)
             return
         if msg["rid"][0] != "C":
             self._on_peer_reply(msg)
@@ -116,6 +122,10 @@ class _Connection:
             self._respond(encode_error(msg["rid"], exc.name, exc.desc))
             return
         self._executor.dispatch(request, len(frame), self.channel, self._respond)
+
+    def _close_for(self, violation: ProtocolViolation) -> None:
+        log.warning("closing connection from %s: %s", self.channel.peer, violation)
+        self.io.close(CLOSE_POLICY_VIOLATION, str(violation)[:120])
 
     def _respond(self, reply: bytes) -> None:
         self._in_flight -= 1
@@ -197,17 +207,18 @@ class _Connection:
         await self.io.closed
         await self._idle.wait()
 
-    async def drain(self, grace_seconds: float) -> None:
-        """Stop taking requests, let those in flight reply, then close."""
+    async def drain(self, deadline: float) -> None:
+        """Stop taking requests, let those in flight reply, then close; by ``deadline`` (loop
+        time) the connection is gone, whatever the peer does."""
         self._draining = True
         try:
-            async with asyncio.timeout(grace_seconds):
+            async with asyncio.timeout_at(deadline):
                 await self._idle.wait()
         except TimeoutError:
             log.warning("%d calls still running at shutdown", self._in_flight)
         self.io.close(CLOSE_GOING_AWAY, "server shutting down")
         try:
-            async with asyncio.timeout(grace_seconds):
+            async with asyncio.timeout_at(deadline):
                 await self.io.closed
         except TimeoutError:
             self.io.abort()
@@ -224,7 +235,8 @@ class WebSocketTransport:
         self._watchers: set[asyncio.Task[None]] = set()
         #: Plain HTTP requests go here (the feed); it returns False for those it does not serve.
         self.http_handler: Callable[[ServerIO, Request], bool] | None = None
-        self._http_connections: set[ServerIO] = set()
+        #: Every open socket, whatever it carries or however far its handshake got: the slots.
+        self._sockets: set[ServerIO] = set()
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -235,6 +247,7 @@ class WebSocketTransport:
                 self._on_open,
                 self._admit,
                 self._on_http if self.http_handler is not None else None,
+                self._sockets,
             ),
             self._config.host,
             self._config.port,
@@ -252,15 +265,15 @@ class WebSocketTransport:
         return self._config.tls is not None or self._config.trust_channel or is_loopback(peer)
 
     def _on_http(self, io: ServerIO, request: Request) -> bool:
-        if io not in self._http_connections and self._admit() is not None:
+        if self._admit() is not None:
             return False  # the WebSocket path answers 503
         assert self.http_handler is not None
-        if not self.http_handler(io, request):
-            return False
-        if io not in self._http_connections:
-            self._http_connections.add(io)
-            io.closed.add_done_callback(lambda _f: self._http_connections.discard(io))
-        return True
+        return self.http_handler(io, request)
+
+    @property
+    def open_sockets(self) -> int:
+        """Connections open now, in any state: what ``max_connections`` limits."""
+        return len(self._sockets)
 
     @property
     def port(self) -> int:
@@ -276,9 +289,9 @@ class WebSocketTransport:
         return f"{scheme}://{host}:{self.port}/"
 
     def _admit(self) -> str | None:
-        """Why a new connection is refused (HTTP 503 in the handshake), or None."""
-        connections = len(self._connections) + len(self._http_connections)
-        if connections >= self._config.limits.max_connections:
+        """Why a connection is refused (HTTP 503 in the handshake), or None. The one asking
+        is among the open sockets already."""
+        if len(self._sockets) > self._config.limits.max_connections:
             return "too many connections"
         return None
 
@@ -297,15 +310,38 @@ class WebSocketTransport:
 
         watcher.add_done_callback(forget)
 
-    async def close(self) -> None:
-        """Stop accepting, let calls in flight finish and reply, then close every connection."""
+    async def close(self, deadline: float | None = None) -> None:
+        """Stop accepting, let calls in flight finish and reply, then close every connection.
+
+        Everything is over by ``deadline`` (loop time; default: ``drain_seconds`` from now).
+        Calls still running then go on to their end (a queued write still commits), but
+        their connections are gone, so nothing is acknowledged that was not done.
+        """
         if self._server is None:
             return
+        if deadline is None:
+            deadline = asyncio.get_running_loop().time() + self._config.limits.drain_seconds
         self._server.close()
-        for io in list(self._http_connections):
-            io.abort()  # idle between requests: the feed has ended its responses already
-        timeout = self._config.limits.drain_seconds
-        await asyncio.gather(*(c.drain(timeout) for c in list(self._connections)))
-        await asyncio.gather(*self._watchers)  # calls of peers that left earlier, too
+        self._abort_idle()
+        await asyncio.gather(*(c.drain(deadline) for c in list(self._connections)))
+        try:
+            async with asyncio.timeout_at(deadline):
+                await asyncio.gather(*self._watchers)  # calls of peers that left earlier, too
+        except TimeoutError:
+            log.warning("%d connections had calls running at shutdown", len(self._watchers))
+        self._abort_idle()
         await self._server.wait_closed()
         self._server = None
+
+    def _abort_idle(self) -> None:
+        """Cut sockets that carry neither a WebSocket nor an HTTP response (a handshake not
+        yet complete, a kept-alive HTTP connection between requests)."""
+        websockets = {c.io for c in self._connections}
+        for io in list(self._sockets - websockets):
+            if not io.serving_http:
+                io.abort()
+
+    def abort_all(self) -> None:
+        """Cut every socket still open (the last step of a shutdown)."""
+        for io in list(self._sockets):
+            io.abort()

@@ -14,6 +14,8 @@ from collections.abc import Iterator, Sequence
 from typing import Final, NamedTuple
 
 DEFAULT_CAPACITY: Final = 8192
+#: The ring's bound in bytes of event JSON, whatever the count (large events keep fewer).
+DEFAULT_MAX_BYTES: Final = 32 * 1024 * 1024
 
 
 class RecentEvent(NamedTuple):
@@ -25,8 +27,13 @@ class RecentEvent(NamedTuple):
 
 
 class RecentEvents:
-    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
-        self._ring: deque[RecentEvent] = deque(maxlen=capacity)
+    def __init__(
+        self, capacity: int = DEFAULT_CAPACITY, max_bytes: int = DEFAULT_MAX_BYTES
+    ) -> None:
+        self._ring: deque[RecentEvent] = deque()
+        self._capacity = capacity
+        self._max_bytes = max_bytes
+        self._bytes = 0
 
     @property
     def first_id(self) -> int:
@@ -40,16 +47,24 @@ class RecentEvents:
         if not events:
             return
         if self._ring and events[0].id != self._ring[-1].id + 1:
-            self._ring.clear()  # a gap: someone else committed in between
+            self.clear()  # a gap: someone else committed in between
         self._ring.extend(events)
+        self._bytes += sum(event.size for event in events)
+        while len(self._ring) > self._capacity or self._bytes > self._max_bytes:
+            self._bytes -= self._ring.popleft().size
 
     def clear(self) -> None:
         self._ring.clear()
+        self._bytes = 0
+
+    @property
+    def size_bytes(self) -> int:
+        return self._bytes
 
     def forget_up_to(self, event_id: int) -> None:
         """Discarded events: readers must not get them from here either."""
         while self._ring and self._ring[0].id <= event_id:
-            self._ring.popleft()
+            self._bytes -= self._ring.popleft().size
 
     def covers(self, after_id: int) -> bool:
         """True when every event after ``after_id`` up to :attr:`last_id` is here, and there
