@@ -294,11 +294,11 @@ class ServerIO(FrameIO):
         if not crlf and len(self._request_line) <= REQUEST_LINE_BYTES:
             return b""
         held, self._request_line = bytes(self._request_line), None
-        method = line.split(b" ", 1)[0]
+        method, _, target_and_version = bytes(line).partition(b" ")
         if crlf and method != b"GET":
-            allowed = method.isalpha() and method.isupper()
-            status = b"405 Method Not Allowed" if allowed else b"400 Bad Request"
-            body = b"Only GET is served here.\n" if allowed else b"Not an HTTP request.\n"
+            is_http = method.isalpha() and target_and_version.count(b" HTTP/1.") == 1
+            status = b"405 Method Not Allowed" if is_http else b"400 Bad Request"
+            body = b"Only GET is served here.\n" if is_http else b"Not an HTTP request.\n"
             log.debug("refused a request from %s: not a GET", self.peer)
             self.write_raw(
                 b"HTTP/1.1 %s\r\nAllow: GET\r\nContent-Type: text/plain\r\n"

@@ -1,0 +1,333 @@
+"""Hostile input on real sockets: each case gets a reply, a 400 or a clean close, and after it
+another client is served, every slot is free, nothing acknowledged is lost and SIGTERM stops
+the server."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gc
+import json
+import logging
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.ftn3.messages import MAX_INT_DIGITS
+from futoin_evt.server.app import EventServer
+from futoin_evt.server.websocket import Limits
+
+from .conftest import USERS, ServerFactory, ServerProcess
+
+pytestmark = pytest.mark.functional
+
+SEC = "alice:alice-pw"
+GEN = "futoin.evt.gen:1.1"
+MAX_CONNECTIONS = 3
+#: A second loopback address: password checks are limited per peer address.
+OTHER_LOOPBACK = "127.0.0.2"
+
+
+def call_frame(rid: int, f: str, params: dict[str, Any] | str, sec: str = SEC) -> str:
+    """A request as text; ``params`` given as text is spliced in as it is."""
+    p = params if isinstance(params, str) else json.dumps(params)
+    return f'{{"rid":"C{rid}","f":"{f}","p":{p},"sec":{json.dumps(sec)}}}'
+
+
+async def exchange(ws: ClientConnection, frame: str | bytes) -> dict[str, Any]:
+    await ws.send(frame)
+    async with asyncio.timeout(30):
+        reply: dict[str, Any] = json.loads(await ws.recv())
+    return reply
+
+
+async def still_served(ws: ClientConnection, rid: int = 99) -> None:
+    """The same connection answers a good call afterwards."""
+    reply = await exchange(ws, call_frame(rid, f"{GEN}:ping", {"echo": rid}))
+    assert reply == {"r": {"echo": rid}, "rid": f"C{rid}"}
+
+
+# -- in one process: replies, slots, log lines -------------------------------------------------
+
+
+@pytest.fixture
+async def small_server(start_server: ServerFactory) -> EventServer:
+    return await start_server(limits=Limits(max_connections=MAX_CONNECTIONS))
+
+
+async def assert_slots_free(server: EventServer) -> None:
+    """Every slot can be taken again, and the one after them is refused."""
+    clients = [
+        await EventStreamClient.connect(server.url, credentials=SEC) for _ in range(MAX_CONNECTIONS)
+    ]
+    try:
+        assert [await c.ping(i) for i, c in enumerate(clients)] == list(range(MAX_CONNECTIONS))
+        with pytest.raises(InvalidStatus) as refused:
+            async with connect(server.url):
+                pass
+        assert refused.value.response.status_code == 503
+    finally:
+        for client in clients:
+            await client.close()
+
+
+HOSTILE_FRAMES = {
+    "version of 5000 digits": (
+        f'{{"rid":"C1","f":"futoin.ping:1{"0" * 5000}:ping","p":{{"echo":1}},"sec":"{SEC}"}}',
+        "Invalid req.f",
+    ),
+    "lone surrogate in sec": (call_frame(1, f"{GEN}:ping", {"echo": 1}, "\ud800:pw"), "surrogate"),
+    "lone surrogate in params": (
+        call_frame(1, f"{GEN}:addEvent", '{"type":"A","data":"\\udc00"}'),
+        "surrogate",
+    ),
+    "event data with a 5000-digit integer": (
+        call_frame(1, f"{GEN}:addEvent", '{"type":"A","data":' + "7" * 5000 + "}"),
+        f"more than {MAX_INT_DIGITS} digits",
+    ),
+    "event data out of float range": (
+        call_frame(1, f"{GEN}:addEvent", '{"type":"A","data":[1e999]}'),
+        "out of range",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(HOSTILE_FRAMES))
+async def test_hostile_values_get_invalid_request_and_the_connection_stays(
+    small_server: EventServer, case: str
+) -> None:
+    frame, reason = HOSTILE_FRAMES[case]
+    for _ in range(MAX_CONNECTIONS):  # more times than there are slots
+        async with connect(small_server.url) as ws:
+            reply = await exchange(ws, frame)
+            assert (reply["rid"], reply["e"]) == ("C1", "InvalidRequest")
+            assert reason in reply["edesc"]
+            await still_served(ws)
+    await assert_slots_free(small_server)
+    bounds = await small_server.store.stream_bounds()
+    assert bounds.events == 0  # nothing of the refused events was stored
+
+
+async def test_a_lone_surrogate_in_a_frame_without_rid_closes_with_1008(
+    small_server: EventServer,
+) -> None:
+    async with connect(small_server.url) as ws:
+        await ws.send('{"f":"\\ud800","rid":"nope"}')
+        with pytest.raises(ConnectionClosed):
+            async with asyncio.timeout(30):
+                await ws.recv()
+        assert ws.close_code == 1008
+    await assert_slots_free(small_server)
+
+
+async def test_connections_ended_in_every_way_free_their_slots(
+    small_server: EventServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    port = small_server.port
+    raw_requests = [
+        b"GARBAGE\r\n\r\n",  # not HTTP
+        b"GET / HTTP/1.1\r\nHost: x\r\n" + b"X-Big: " + b"a" * 9000 + b"\r\n\r\n",  # 431
+        b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n",  # line too long
+        b"GET / HTTP/1.1\r\nHost: x\r\n\r\n",  # no upgrade: 426
+        b"POST / HTTP/1.1\r\nContent-Length: 3\r\n\r\nabc",  # not a GET: 405
+        b"GET / HTTP/1.1\r\nHost: x\r\nUpgr",  # cut off mid-header
+    ]
+    with caplog.at_level(logging.DEBUG):
+        for raw in raw_requests * 2:
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(raw)
+            await writer.drain()
+            writer.write_eof()
+            async with asyncio.timeout(30):
+                answer = await reader.read()
+            writer.close()
+            await writer.wait_closed()
+            if raw.startswith(b"POST"):
+                assert answer.startswith(b"HTTP/1.1 405 ")
+                assert b"\r\nAllow: GET\r\n" in answer
+        # a peer reset in the middle of a WebSocket connection
+        async with connect(small_server.url) as ws:
+            await still_served(ws)
+            transport = ws.transport
+            transport.abort()
+        await assert_slots_free(small_server)
+        gc.collect()  # a future nobody retrieved would be reported now
+    problems = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert problems == []
+    assert "never retrieved" not in caplog.text
+
+
+async def test_unknown_methods_get_405_on_every_path(small_server: EventServer) -> None:
+    base = small_server.url.replace("ws", "http", 1)
+    async with httpx.AsyncClient() as http:
+        for path in ("", "feed", "anything"):
+            response = await http.post(base + path, content=b'{"x": 1}')
+            assert (response.status_code, response.headers["allow"]) == (405, "GET")
+    await assert_slots_free(small_server)
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "pagesizehint=%C2%B2",  # superscript two: isdigit() says yes, int() says no
+        "pagesizehint=%D9%A3",  # Arabic-Indic three
+        "pagesizehint=0",
+        "pagesizehint=1" + "0" * 5000,
+        "wait=%D9%A3",
+        "wait=nan",
+        "wait=1e1",
+        "wait=-1",
+        "cursor=%D9%A3",
+        "cursor=" + "1" * 5000,
+    ],
+)
+async def test_feed_parameters_are_parsed_strictly(small_server: EventServer, query: str) -> None:
+    base = small_server.url.replace("ws", "http", 1) + "feed"
+    async with httpx.AsyncClient(auth=("alice", USERS["alice"])) as http:
+        token = (await http.get(base)).json()["token"]
+        params = f"token={token}&partition=0&cursor=_first"
+        response = await http.get(f"{base}/events?{params}&{query}")
+        assert response.status_code == 400
+        assert len(response.text.strip().splitlines()) == 1
+        zeh = await http.get(f"{base}?n=1&cursor0=_first&{query.replace('cursor=', 'cursor0=')}")
+        assert zeh.status_code == 400
+    await assert_slots_free(small_server)
+
+
+async def test_a_wrong_password_flood_slows_only_its_sender(small_server: EventServer) -> None:
+    """200 different wrong passwords pipelined on one connection: a few are checked one at a
+    time, the rest refused at once; a user on another address logs in meanwhile."""
+    flood = 200
+    async with connect(small_server.url, local_addr=(OTHER_LOOPBACK, 0)) as attacker:
+        for i in range(flood):
+            await attacker.send(call_frame(i, f"{GEN}:ping", {"echo": i}, f"alice:wrong-{i}"))
+        # the flood is queued: a first answer is in
+        async with asyncio.timeout(30):
+            replies = [json.loads(await attacker.recv())]
+        bob = await EventStreamClient.connect(small_server.url, credentials="bob:bob-pw")
+        try:
+            assert await bob.ping(7) == 7
+        finally:
+            await bob.close()
+        async with asyncio.timeout(60):
+            while len(replies) < flood:
+                replies.append(json.loads(await attacker.recv()))
+        assert {r["e"] for r in replies} == {"SecurityError"}
+        refused = [r for r in replies if "Too many" in r["edesc"]]
+        assert len(refused) >= flood - 20
+        await still_served(attacker)  # right credentials on the same connection still work
+
+
+async def test_recent_ring_is_bounded_in_bytes(small_server: EventServer) -> None:
+    async with await EventStreamClient.connect(small_server.url, credentials=SEC) as alice:
+        big = "x" * 60_000
+        await asyncio.gather(*(alice.add_event("BIG", big) for _ in range(1000)))
+        ring = small_server.store.recent
+        assert ring.size_bytes <= 32 * 1024 * 1024
+        assert ring.last_id == 1000
+        events = await alice.poll_events("LIVE", 990)
+        assert [e.id for e in events] == list(range(991, 1001))
+
+
+# -- as its own process: SIGTERM, stalled readers, nothing lost -----------------------------------
+
+
+@pytest.fixture
+def db_with_users(tmp_path: Path) -> Path:
+    db = tmp_path / "hostile.sqlite"
+    for name, password in USERS.items():
+        subprocess.run(
+            [sys.executable, "-m", "futoin_evt", "user", "add", name, "--password-stdin",
+             "--db", str(db)],
+            input=password + "\n", text=True, check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
+    return db
+
+
+@pytest.fixture
+def process(db_with_users: Path) -> Iterator[ServerProcess]:
+    server = ServerProcess(
+        db_with_users, 0, "--max-connections", str(MAX_CONNECTIONS), "--max-frame-bytes", "8388608"
+    )
+    yield server
+    if server.proc.poll() is None:
+        server.kill()
+
+
+def stored_ids(db: Path) -> set[int]:
+    with sqlite3.connect(db) as conn:
+        return {row[0] for row in conn.execute("SELECT id FROM events")}
+
+
+def stop_cleanly(server: ServerProcess) -> str:
+    """SIGTERM: the process ends by itself with status 0; returns what it logged."""
+    server.proc.send_signal(signal.SIGTERM)
+    _out, logged = server.proc.communicate(timeout=60)
+    assert server.proc.returncode == 0, logged
+    return logged
+
+
+async def test_after_every_hostile_frame_sigterm_stops_and_nothing_is_lost(
+    process: ServerProcess,
+) -> None:
+    async with await EventStreamClient.connect(process.url, credentials=SEC) as alice:
+        acknowledged = {await alice.add_event("BEFORE", i) for i in range(5)}
+        for frame, _reason in HOSTILE_FRAMES.values():
+            async with connect(process.url) as ws:
+                assert (await exchange(ws, frame))["e"] == "InvalidRequest"
+        acknowledged.add(await alice.add_event("AFTER", None))
+    stop_cleanly(process)
+    assert acknowledged <= stored_ids(process.db)
+
+
+async def _stalled_feed_reader(url: str) -> asyncio.StreamWriter:
+    """A feed client that asks for a response far larger than socket buffers and reads none."""
+    host, port = url.removeprefix("ws://").rstrip("/").rsplit(":", 1)
+    credentials = base64.b64encode(f"alice:{USERS['alice']}".encode()).decode()
+    reader, writer = await asyncio.open_connection(host, int(port))
+    writer.write(
+        b"GET /feed?n=1&cursor0=_first HTTP/1.1\r\nHost: x\r\n"
+        + f"Authorization: Basic {credentials}\r\n\r\n".encode()
+    )
+    await writer.drain()
+    async with asyncio.timeout(30):
+        await reader.readuntil(b"\r\n\r\n")  # the response has started; nothing more is read
+    return writer
+
+
+@pytest.fixture
+async def stalled_push(process: ServerProcess) -> AsyncIterator[ClientConnection]:
+    async with connect(process.url, max_size=None) as ws:
+        push = "futoin.evt.push:1.1"
+        assert (await exchange(ws, call_frame(1, f"{push}:registerConsumer", {"component": "S"})))[
+            "r"
+        ] is True
+        reply = await exchange(ws, call_frame(2, f"{push}:readyToReceive", {"component": "S"}))
+        assert reply["r"] is True
+        # from here on, the pushes that follow are not read
+        yield ws
+
+
+async def test_sigterm_with_stalled_readers_stops_the_server(
+    process: ServerProcess, stalled_push: ClientConnection
+) -> None:
+    async with await EventStreamClient.connect(process.url, credentials=SEC) as alice:
+        big = "y" * 60_000
+        ids = await asyncio.gather(*(alice.add_event("BIG", big) for _ in range(600)))
+    feed = await _stalled_feed_reader(process.url)
+    try:
+        logged = stop_cleanly(process)
+    finally:
+        feed.close()
+    assert "Traceback" not in logged
+    assert set(ids) <= stored_ids(process.db)
