@@ -161,7 +161,7 @@ class FeedEndpoint:
         except (ConnectionError, asyncio.CancelledError):
             exchange.abort()
         except Exception:
-            log.exception("feed request %s failed", request.path)
+            log.exception("feed request %s failed", request.path[:200])
             if exchange.started:
                 exchange.abort()
             else:
