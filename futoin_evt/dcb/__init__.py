@@ -1,0 +1,1 @@
+"""Dynamic Consistency Boundaries over the one log: tagged events, queries, conditional append."""

@@ -1,0 +1,351 @@
+"""The DCB model: events with tags, queries, append conditions. No I/O.
+
+Two request forms map onto one model. The current one (``{"items": [{"types", "tags"}]}``
+and ``{"failIfEventsMatch", "after"}``), which eventsourcing's ``eventsourcing.dcb`` and UmaDB
+speak, and the first draft's (``{"version": "1.0", "criteria": [...]}`` and
+``expectedHighestSequenceNumber``). In the draft, a criterion's tag without ``:value`` matches
+every value of that key: :attr:`QueryItem.tag_keys`.
+
+Every parse error is a :class:`DcbInputError` that names the field, so each door can answer
+"400, field X: why" without knowing the rules.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..ftn3.messages import encode_json
+
+TYPE_RE: Final = re.compile(r"[\w.:\-]{1,200}", re.ASCII)
+EVENT_ID_RE: Final = re.compile(r"[\w\-]{1,100}", re.ASCII)
+TAG_PART_RE: Final = re.compile(r"[a-zA-Z0-9\-_]{1,50}")
+#: Bounds on one request, so a query or a batch cannot cost without limit.
+MAX_EVENTS_PER_APPEND: Final = 1000
+MAX_QUERY_ITEMS: Final = 100
+MAX_ITEM_VALUES: Final = 100
+MAX_TAGS_PER_EVENT: Final = 100
+#: The largest JSON text of one event's data.
+MAX_DATA_BYTES: Final = 1024 * 1024
+DRAFT_VERSION: Final = "1.0"
+
+
+class DcbInputError(ValueError):
+    """A request the DCB API refuses; ``field`` is where in the request the fault is."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+class AppendConditionFailed(Exception):
+    """An event matching the condition's query exists after its ``after`` position."""
+
+    def __init__(self, position: int) -> None:
+        super().__init__(f"an event at position {position} matches the append condition")
+        self.position = position
+
+
+class EventIdConflict(Exception):
+    """An event id that is stored already, with other content."""
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(f"event id {event_id} is stored already with other content")
+        self.event_id = event_id
+
+
+@dataclass(frozen=True, slots=True)
+class QueryItem:
+    """Matches an event whose type is one of ``types`` (any, when empty) and which carries
+    every tag in ``tags`` and, for each of ``tag_keys``, some tag of that key."""
+
+    types: frozenset[str] = frozenset()
+    tags: frozenset[str] = frozenset()
+    tag_keys: frozenset[str] = frozenset()
+
+    def matches(self, event_type: str, event_tags: frozenset[str]) -> bool:
+        if self.types and event_type not in self.types:
+            return False
+        if not self.tags <= event_tags:
+            return False
+        return all(
+            any(tag == key or tag.startswith(key + ":") for tag in event_tags)
+            for key in self.tag_keys
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Query:
+    """A disjunction of items; no items match every event."""
+
+    items: tuple[QueryItem, ...] = ()
+
+    @property
+    def matches_all(self) -> bool:
+        return not self.items or any(not (i.types or i.tags or i.tag_keys) for i in self.items)
+
+    def matches(self, event_type: str, event_tags: Iterable[str]) -> bool:
+        tags = frozenset(event_tags)
+        return self.matches_all or any(item.matches(event_type, tags) for item in self.items)
+
+
+MATCH_ALL: Final = Query()
+
+
+@dataclass(frozen=True, slots=True)
+class AppendCondition:
+    """Fail when an event after ``after`` (any event, when None) matches the query."""
+
+    fail_if_events_match: Query
+    after: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event to append. ``data_json`` is the stored JSON text of the data; for opaque bytes
+    (``is_bytes``) it is a JSON string of their base64."""
+
+    type: str
+    data_json: str
+    tags: tuple[str, ...] = ()
+    id: str | None = None
+    is_bytes: bool = False
+
+    def same_content(self, other: NewEvent) -> bool:
+        """An idempotent retry: the same id with the same type, data and tags."""
+        return (self.type, self.data_json, sorted(self.tags), self.is_bytes) == (
+            other.type,
+            other.data_json,
+            sorted(other.tags),
+            other.is_bytes,
+        )
+
+    @property
+    def data_bytes(self) -> bytes:
+        """The data as bytes: the opaque bytes given, or the JSON text in UTF-8."""
+        if self.is_bytes:
+            return base64.b64decode(self.data_json[1:-1])
+        return self.data_json.encode()
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    """An event read back, with its position in the one log."""
+
+    position: int
+    type: str
+    data_json: str
+    tags: tuple[str, ...]
+    ts: str
+    id: str | None = None
+    is_bytes: bool = False
+
+    def to_json(self) -> str:
+        """The wire form: ``{"position", "type", "data", "tags", "id"?, "ts"}``, data spliced."""
+        extra = f',"id":{encode_json(self.id)}' if self.id is not None else ""
+        return (
+            f'{{"position":{self.position},"type":{encode_json(self.type)},'
+            f'"data":{self.data_json},"tags":{encode_json(list(self.tags))}{extra},'
+            f'"ts":"{self.ts}"}}'
+        )
+
+
+# -- parsing requests ---------------------------------------------------------------------------
+
+
+def new_event(
+    event_type: str, data: Any, tags: Sequence[str] = (), event_id: str | None = None
+) -> NewEvent:
+    """Check one event; ``data`` is any JSON value, or ``bytes`` kept exactly."""
+    check_type(event_type, "type")
+    if event_id is not None and (
+        not isinstance(event_id, str) or EVENT_ID_RE.fullmatch(event_id) is None
+    ):
+        raise DcbInputError("id", f"{_show(event_id)} does not match {EVENT_ID_RE.pattern}")
+    checked_tags = check_tags(tags, "tags", allow_empty=True)
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        text = '"' + base64.b64encode(bytes(data)).decode("ascii") + '"'
+        is_bytes = True
+    else:
+        try:
+            text = encode_json(data)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise DcbInputError("data", f"not JSON: {exc}") from None
+        is_bytes = False
+    if len(text) > MAX_DATA_BYTES // 4 and len(text.encode()) > MAX_DATA_BYTES:
+        raise DcbInputError("data", f"larger than {MAX_DATA_BYTES} bytes")
+    return NewEvent(event_type, text, checked_tags, event_id, is_bytes)
+
+
+def parse_events(value: Any, field: str = "events") -> list[NewEvent]:
+    """A JSON list of ``{"type", "data", "tags"?, "id"?}``; at least one."""
+    if not isinstance(value, list) or not value:
+        raise DcbInputError(field, "a non-empty list of events is needed")
+    if len(value) > MAX_EVENTS_PER_APPEND:
+        raise DcbInputError(field, f"at most {MAX_EVENTS_PER_APPEND} events per append")
+    events = []
+    for index, raw in enumerate(value):
+        where = f"{field}[{index}]"
+        if not isinstance(raw, dict):
+            raise DcbInputError(where, "an event is an object")
+        unknown = raw.keys() - {"type", "data", "tags", "id"}
+        if unknown:
+            raise DcbInputError(f"{where}.{sorted(unknown)[0]}", "unknown field")
+        if "type" not in raw:
+            raise DcbInputError(f"{where}.type", "missing")
+        try:
+            events.append(
+                new_event(raw["type"], raw.get("data"), raw.get("tags", []), raw.get("id"))
+            )
+        except DcbInputError as exc:
+            raise DcbInputError(f"{where}.{exc.field}", exc.message) from None
+    ids = [e.id for e in events if e.id is not None]
+    if len(ids) != len(set(ids)):
+        raise DcbInputError(field, "the same event id twice in one append")
+    return events
+
+
+def parse_query(value: Any, field: str = "query") -> Query:
+    """``{"items": [...]}``, the draft's ``{"version": "1.0", "criteria": [...]}``, or None."""
+    if value is None:
+        return MATCH_ALL
+    if not isinstance(value, dict):
+        raise DcbInputError(field, "a query is an object")
+    if "criteria" in value:
+        return _parse_draft_query(value, field)
+    unknown = value.keys() - {"items"}
+    if unknown:
+        raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
+    items = _list(value.get("items", []), f"{field}.items", MAX_QUERY_ITEMS)
+    parsed = []
+    for index, raw in enumerate(items):
+        where = f"{field}.items[{index}]"
+        if not isinstance(raw, dict):
+            raise DcbInputError(where, "a query item is an object")
+        unknown = raw.keys() - {"types", "tags"}
+        if unknown:
+            raise DcbInputError(f"{where}.{sorted(unknown)[0]}", "unknown field")
+        types = _types(raw.get("types", []), f"{where}.types")
+        tags = check_tags(raw.get("tags", []), f"{where}.tags", allow_empty=True)
+        parsed.append(QueryItem(types=frozenset(types), tags=frozenset(tags)))
+    return Query(tuple(parsed))
+
+
+def _parse_draft_query(value: Mapping[str, Any], field: str) -> Query:
+    if value.get("version", DRAFT_VERSION) != DRAFT_VERSION:
+        raise DcbInputError(f"{field}.version", f"only version {DRAFT_VERSION} is known")
+    unknown = value.keys() - {"version", "criteria"}
+    if unknown:
+        raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
+    criteria = _list(value["criteria"], f"{field}.criteria", MAX_QUERY_ITEMS)
+    items = []
+    for index, raw in enumerate(criteria):
+        where = f"{field}.criteria[{index}]"
+        if not isinstance(raw, dict) or not isinstance(raw.get("properties"), dict):
+            raise DcbInputError(where, 'a criterion is {"type": ..., "properties": {...}}')
+        kind, properties = raw.get("type"), raw["properties"]
+        types: list[str] = []
+        tags: tuple[str, ...] = ()
+        if kind in ("EventTypes", "EventTypesAndTags"):
+            types = _types(properties.get("event_types"), f"{where}.properties.event_types")
+            if not types:
+                raise DcbInputError(f"{where}.properties.event_types", "at least one type")
+        if kind in ("Tags", "EventTypesAndTags"):
+            tags = check_tags(properties.get("tags"), f"{where}.properties.tags")
+        if kind not in ("EventTypes", "Tags", "EventTypesAndTags"):
+            raise DcbInputError(f"{where}.type", f"unknown criterion type {_show(kind)}")
+        items.append(
+            QueryItem(
+                types=frozenset(types),
+                tags=frozenset(t for t in tags if ":" in t),
+                tag_keys=frozenset(t for t in tags if ":" not in t),
+            )
+        )
+    return Query(tuple(items))
+
+
+def parse_condition(value: Any, field: str = "condition") -> AppendCondition | None:
+    """``{"failIfEventsMatch": QUERY, "after": N?}``, or the draft's ``{"query": QUERY,
+    "expectedHighestSequenceNumber": N | "NONE" | "ANY"}``; None: no condition."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise DcbInputError(field, "a condition is an object")
+    if "expectedHighestSequenceNumber" in value:
+        unknown = value.keys() - {"query", "expectedHighestSequenceNumber"}
+        if unknown:
+            raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
+        expected = value["expectedHighestSequenceNumber"]
+        query = parse_query(value.get("query"), f"{field}.query")
+        if expected == "ANY":
+            return None
+        if expected == "NONE":
+            return AppendCondition(query, None)
+        return AppendCondition(query, position(expected, f"{field}.expectedHighestSequenceNumber"))
+    unknown = value.keys() - {"failIfEventsMatch", "after"}
+    if unknown:
+        raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
+    if "failIfEventsMatch" not in value:
+        raise DcbInputError(f"{field}.failIfEventsMatch", "missing")
+    query = parse_query(value["failIfEventsMatch"], f"{field}.failIfEventsMatch")
+    after = value.get("after")
+    return AppendCondition(query, None if after is None else position(after, f"{field}.after"))
+
+
+def position(value: Any, field: str) -> int:
+    """A position: an integer from 0 (before the first event) up."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise DcbInputError(field, f"{_show(value)} is not a position (an integer from 0)")
+    return value
+
+
+def limit_value(value: Any, field: str = "limit") -> int | None:
+    if value is None:
+        return None
+    return position(value, field)
+
+
+def check_type(value: Any, field: str) -> str:
+    if not isinstance(value, str) or TYPE_RE.fullmatch(value) is None:
+        raise DcbInputError(field, f"{_show(value)} does not match ^{TYPE_RE.pattern}$")
+    return value
+
+
+def check_tags(value: Any, field: str, *, allow_empty: bool = False) -> tuple[str, ...]:
+    tags = _list(value, field, MAX_TAGS_PER_EVENT)
+    if not tags and not allow_empty:
+        raise DcbInputError(field, "at least one tag")
+    for index, tag in enumerate(tags):
+        if not isinstance(tag, str) or not all(
+            TAG_PART_RE.fullmatch(part) for part in tag.split(":", 1)
+        ):
+            raise DcbInputError(
+                f"{field}[{index}]", f"{_show(tag)} is not key or key:value ({TAG_PART_RE.pattern})"
+            )
+    return tuple(dict.fromkeys(tags))  # a repeated tag counts once
+
+
+def _types(value: Any, field: str) -> list[str]:
+    types = _list(value, field, MAX_ITEM_VALUES)
+    for index, event_type in enumerate(types):
+        check_type(event_type, f"{field}[{index}]")
+    return types
+
+
+def _list(value: Any, field: str, most: int) -> list[Any]:
+    if isinstance(value, tuple):
+        value = list(value)  # from the Python API
+    if not isinstance(value, list):
+        raise DcbInputError(field, "a list is needed")
+    if len(value) > most:
+        raise DcbInputError(field, f"at most {most} entries")
+    return value
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
