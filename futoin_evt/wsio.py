@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 import time
 from collections.abc import Callable
+from http import HTTPStatus
 from typing import Final
 
 from websockets.client import ClientProtocol
+from websockets.datastructures import Headers
 from websockets.exceptions import InvalidHandshake, InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
@@ -39,11 +42,17 @@ log = logging.getLogger(__name__)
 HANDSHAKE_SECONDS: Final = 10.0
 
 MessageHandler = Callable[[bytes], None]
+#: Takes a plain HTTP request (with its body; empty for a GET) and returns True when it
+#: serves it; the connection then carries that response until ``http_done``.
+HttpHandler = Callable[["ServerIO", Request, bytes], bool]
 
 #: What a peer may send while its HTTP response is being written, before reading pauses.
 HTTP_HELD_BYTES: Final = 64 * 1024
 #: The longest HTTP request line read before the method is known.
 REQUEST_LINE_BYTES: Final = 8 * 1024
+#: The most a request's line and headers may take (a body is bounded by ``max_size``).
+REQUEST_HEAD_BYTES: Final = 16 * 1024
+_TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 CLOSE_INTERNAL_ERROR: Final = 1011
 
 
@@ -83,10 +92,13 @@ class FrameIO(asyncio.Protocol):
 
     def data_received(self, data: bytes) -> None:
         try:
-            self.ws.receive_data(data)
-            self._process()
+            self._receive(data)
         except Exception:
             self._fail_unexpectedly()
+
+    def _receive(self, data: bytes) -> None:
+        self.ws.receive_data(data)
+        self._process()
 
     def eof_received(self) -> None:
         try:
@@ -251,7 +263,7 @@ class ServerIO(FrameIO):
         max_size: int,
         on_open: Callable[[ServerIO], None],
         admit: Callable[[], str | None] = lambda: None,
-        on_http: Callable[[ServerIO, Request], bool] | None = None,
+        on_http: HttpHandler | None = None,
         sockets: set[ServerIO] | None = None,
     ) -> None:
         super().__init__(ServerProtocol(max_size=max_size))
@@ -262,8 +274,8 @@ class ServerIO(FrameIO):
         self._held = bytearray()
         #: The server's open sockets: this one is in it from connection_made to connection_lost.
         self._sockets = sockets if sockets is not None else set()
-        #: The start of a request, until its method is known (None: known).
-        self._request_line: bytearray | None = bytearray()
+        #: The start of a request until websockets takes it, or the whole of one with a body.
+        self._head: bytearray | None = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._sockets.add(self)
@@ -273,41 +285,91 @@ class ServerIO(FrameIO):
         self._sockets.discard(self)
         super().connection_lost(exc)
 
-    def data_received(self, data: bytes) -> None:
+    def _receive(self, data: bytes) -> None:
         if self._detached:
             self._held += data
             if len(self._held) > HTTP_HELD_BYTES:
                 self.pause_reading()
             return
-        if self._request_line is not None:
-            data = self._read_method(data)
+        if self._head is not None:
+            data = self._read_head(data)
             if not data:
                 return
-        super().data_received(data)
+        super()._receive(data)
 
-    def _read_method(self, data: bytes) -> bytes:
-        """Hold bytes until the request line is in; answer what is not a GET ourselves
-        (websockets would drop the connection without a word). Returns what to pass on."""
-        assert self._request_line is not None
-        self._request_line += data
-        line, crlf, _rest = self._request_line.partition(b"\r\n")
-        if not crlf and len(self._request_line) <= REQUEST_LINE_BYTES:
+    def _read_head(self, data: bytes) -> bytes:
+        """Hold bytes until the request's method is known. A GET goes on to websockets (a
+        WebSocket handshake or a feed request); any other method is read here, body and all,
+        since websockets takes no request body. Returns what to pass on to websockets."""
+        assert self._head is not None
+        self._head += data
+        line, crlf, _rest = self._head.partition(b"\r\n")
+        if not crlf and len(self._head) <= REQUEST_LINE_BYTES:
             return b""
-        held, self._request_line = bytes(self._request_line), None
         method, _, target_and_version = bytes(line).partition(b" ")
-        if crlf and method != b"GET":
-            is_http = method.isalpha() and target_and_version.count(b" HTTP/1.") == 1
-            status = b"405 Method Not Allowed" if is_http else b"400 Bad Request"
-            body = b"Only GET is served here.\n" if is_http else b"Not an HTTP request.\n"
-            log.debug("refused a request from %s: not a GET", self.peer)
-            self.write_raw(
-                b"HTTP/1.1 %s\r\nAllow: GET\r\nContent-Type: text/plain\r\n"
-                b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (status, len(body), body)
-            )
-            if self.transport is not None:
-                self.transport.close()
+        if not crlf or method == b"GET":
+            held, self._head = bytes(self._head), None
+            return held  # websockets answers an overlong line itself
+        target, _, version = target_and_version.partition(b" ")
+        if not method.isalpha() or not target or version not in (b"HTTP/1.1", b"HTTP/1.0"):
+            self._refuse(400, "Not an HTTP request.")
             return b""
-        return held
+        head_end = self._head.find(b"\r\n\r\n", 0, REQUEST_HEAD_BYTES)
+        if head_end < 0:
+            if len(self._head) >= REQUEST_HEAD_BYTES:
+                self._refuse(431, "Request headers too large.")
+            return b""
+        try:
+            headers = _parse_headers(bytes(self._head[len(line) + 2 : head_end + 2]))
+            length = _content_length(headers)
+        except ValueError as exc:
+            self._refuse(400, f"{exc}.")
+            return b""
+        if "Transfer-Encoding" in headers:
+            self._refuse(411, "Send the body with a Content-Length.")
+            return b""
+        if length > self._max_size:
+            self._refuse(413, f"The body exceeds {self._max_size} bytes.")
+            return b""
+        body_start = head_end + 4
+        if len(self._head) < body_start + length:
+            return b""
+        body = bytes(self._head[body_start : body_start + length])
+        self._held = bytearray(self._head[body_start + length :])
+        self._head = None
+        request = Request(
+            target.decode("ascii", "replace"),
+            headers,
+            method.decode("ascii"),
+            version.decode("ascii"),
+        )
+        refusal = self._admit()
+        if refusal is not None:
+            _refusals.note(self.peer, refusal)
+            self._refuse(503, refusal)
+            return b""
+        self._detached = True
+        if self._on_http is None or not self._on_http(self, request, body):
+            self._detached = False
+            self._refuse(405, "Only GET is served here.")
+            return b""
+        self._handshake_done()
+        return b""
+
+    def _refuse(self, status: int, reason: str) -> None:
+        """Answer an HTTP request this connection does not serve, then close it."""
+        log.debug("refused an HTTP request from %s: %d", self.peer, status)
+        body = (reason + "\n").encode()
+        allow = "Allow: GET\r\n" if status == 405 else ""
+        self.write_raw(
+            f"HTTP/1.1 {status} {HTTPStatus(status).phrase}\r\n{allow}"
+            f"Content-Type: text/plain; charset=utf-8\r\nContent-Length: {len(body)}\r\n"
+            "Connection: close\r\n\r\n".encode()
+            + body
+        )
+        self._head = None
+        if self.transport is not None:
+            self.transport.close()
 
     @property
     def serving_http(self) -> bool:
@@ -329,7 +391,7 @@ class ServerIO(FrameIO):
             return
         self._detached = False
         self.ws = ServerProtocol(max_size=self._max_size)
-        self._request_line = bytearray()
+        self._head = bytearray()
         held, self._held = bytes(self._held), bytearray()
         self.resume_reading()
         self._timer = asyncio.get_running_loop().call_later(HANDSHAKE_SECONDS, self.abort)
@@ -341,7 +403,7 @@ class ServerIO(FrameIO):
         assert isinstance(event, Request)
         if self._on_http is not None and "upgrade" not in event.headers:
             self._detached = True
-            if self._on_http(self, event):
+            if self._on_http(self, event, b""):
                 self._handshake_done()
                 return
             self._detached = False
@@ -357,6 +419,27 @@ class ServerIO(FrameIO):
             self._on_open(self)
         else:
             log.debug("refused a handshake from %s: %s", self.peer, self.ws.handshake_exc)
+
+
+def _parse_headers(raw: bytes) -> Headers:
+    headers = Headers()
+    for line in raw.split(b"\r\n"):
+        if not line:
+            continue
+        name, colon, value = line.partition(b":")
+        if not colon or _TOKEN.fullmatch(name) is None:
+            raise ValueError("Malformed header line")
+        headers[name.decode("ascii")] = value.strip(b" \t").decode("latin-1")
+    return headers
+
+
+def _content_length(headers: Headers) -> int:
+    values = headers.get_all("Content-Length")
+    if not values:
+        return 0
+    if len(set(values)) != 1 or not re.fullmatch(r"[0-9]{1,12}", values[0]):
+        raise ValueError("Bad Content-Length")
+    return int(values[0])
 
 
 class _RefusalLog:

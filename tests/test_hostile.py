@@ -331,3 +331,31 @@ async def test_sigterm_with_stalled_readers_stops_the_server(
         feed.close()
     assert "Traceback" not in logged
     assert set(ids) <= stored_ids(process.db)
+
+
+@pytest.mark.parametrize(
+    ("raw", "status"),
+    [
+        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n", 411),
+        (b"POST /x HTTP/1.1\r\nContent-Length: 99999999\r\n\r\n", 413),
+        (b"POST /x HTTP/1.1\r\nContent-Length: 1e3\r\n\r\n", 400),
+        (b"POST /x HTTP/1.1\r\nContent-Length: 1\r\nContent-Length: 2\r\n\r\nab", 400),
+        (b"POST /x HTTP/1.1\r\nBad Header Line\r\n\r\n", 400),
+        (b"POST /x HTTP/1.1\r\nX: " + b"a" * 20_000 + b"\r\n\r\n", 431),
+        (b"POST /x SMTP/1.0\r\n\r\n", 400),
+        (b"PUT /x HTTP/1.1\r\nContent-Length: 2\r\n\r\nab", 405),
+    ],
+)
+async def test_requests_with_bodies_are_read_strictly(
+    small_server: EventServer, raw: bytes, status: int
+) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", small_server.port)
+    writer.write(raw)
+    await writer.drain()
+    async with asyncio.timeout(30):
+        answer = await reader.read()
+    writer.close()
+    await writer.wait_closed()
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode())
+    assert answer.count(b"\r\n\r\n") == 1  # one response, then the connection closed
+    await assert_slots_free(small_server)

@@ -117,7 +117,7 @@ class FeedEndpoint:
         self._secure = secure
         self._tasks: set[asyncio.Task[None]] = set()
 
-    def take(self, io: ServerIO, request: Request) -> bool:
+    def take(self, io: ServerIO, request: Request, _body: bytes) -> bool:
         """Called for each plain HTTP request; True when this feed serves it."""
         path = urlsplit(request.path).path
         if path != self.path and not path.startswith(self.path + "/"):

@@ -26,7 +26,7 @@ from websockets.http11 import Request
 
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
-from ..wsio import ConnectionClosedError, ServerIO
+from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
 
 log = logging.getLogger(__name__)
@@ -233,8 +233,8 @@ class WebSocketTransport:
         self._server: asyncio.Server | None = None
         self._connections: set[_Connection] = set()
         self._watchers: set[asyncio.Task[None]] = set()
-        #: Plain HTTP requests go here (the feed); it returns False for those it does not serve.
-        self.http_handler: Callable[[ServerIO, Request], bool] | None = None
+        #: Plain HTTP requests go here (the feed, DCB); False for those it does not serve.
+        self.http_handler: HttpHandler | None = None
         #: Every open socket, whatever it carries or however far its handshake got: the slots.
         self._sockets: set[ServerIO] = set()
 
@@ -264,11 +264,11 @@ class WebSocketTransport:
         peer = io.transport.get_extra_info("peername")
         return self._config.tls is not None or self._config.trust_channel or is_loopback(peer)
 
-    def _on_http(self, io: ServerIO, request: Request) -> bool:
+    def _on_http(self, io: ServerIO, request: Request, body: bytes) -> bool:
         if self._admit() is not None:
             return False  # the WebSocket path answers 503
         assert self.http_handler is not None
-        return self.http_handler(io, request)
+        return self.http_handler(io, request, body)
 
     @property
     def open_sockets(self) -> int:
