@@ -86,7 +86,9 @@ async def stall_readers(url: str) -> list[object]:
         _frame(1, "futoin.evt.push:1.1:registerConsumer", {"component": "S"}, credentials)
     )
     await push.recv()
-    await push.send(_frame(2, "futoin.evt.push:1.1:readyToReceive", {"component": "S"}, credentials))
+    await push.send(
+        _frame(2, "futoin.evt.push:1.1:readyToReceive", {"component": "S"}, credentials)
+    )
     await push.recv()
     host, port = url.removeprefix("ws://").rstrip("/").rsplit(":", 1)
     reader, writer = await asyncio.open_connection(host, int(port))
