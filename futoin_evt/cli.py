@@ -12,7 +12,7 @@ import signal
 import sqlite3
 import ssl
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -27,13 +27,15 @@ from .retention import RetentionConfig
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.http import DEFAULT_FEED_PATH, FeedConfig
 from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
-from .storage.sqlite import Durability, SqliteStore
+from .storage import open_store
+from .storage.base import Durability, EventStore, StoreUnavailable
 
 DEFAULT_PORT: Final = 8480
 DEFAULT_URL: Final = f"ws://127.0.0.1:{DEFAULT_PORT}/"
 ENV_URL: Final = "FUTOIN_EVT_URL"
 ENV_USER: Final = "FUTOIN_EVT_USER"
 ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
+ENV_DB: Final = "FUTOIN_EVT_DB"
 
 log = logging.getLogger("futoin_evt")
 
@@ -226,7 +228,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", type=Path, default=Path(DEFAULT_DB), help="SQLite file")
+    parser.add_argument(
+        "--db",
+        default=os.environ.get(ENV_DB, DEFAULT_DB),
+        help=f"a SQLite file or postgresql://user@host/db (default: ${ENV_DB} or {DEFAULT_DB})",
+    )
 
 
 def _add_endpoint(parser: argparse.ArgumentParser) -> None:
@@ -284,8 +290,8 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     try:
         server = await EventServer.start(config)
-    except sqlite3.Error as exc:
-        raise BadSetting(f"cannot open the database {args.db}: {exc}.") from None
+    except StoreUnavailable as exc:
+        raise BadSetting(f"{exc}.") from None
     except OSError as exc:
         raise BadSetting(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
@@ -325,13 +331,15 @@ def _read_password() -> str:
 
 
 @contextlib.asynccontextmanager
-async def _open_store(path: Path) -> Any:
+async def _open_store(db: str) -> AsyncIterator[EventStore]:
     try:
-        store = await SqliteStore.open(path)
-    except Exception as exc:
-        raise BadSetting(f"cannot open the database {path}: {exc}") from None
-    async with store:
+        store = await open_store(db)
+    except StoreUnavailable as exc:
+        raise BadSetting(f"{exc}.") from None
+    try:
         yield store
+    finally:
+        await store.close()
 
 
 async def _user_add(args: argparse.Namespace) -> int:

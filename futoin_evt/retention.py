@@ -24,7 +24,7 @@ from typing import Final
 
 from .model import utc_timestamp
 from .push import PushService
-from .storage.sqlite import DiscardLimits, SqliteStore
+from .storage.base import DiscardLimits, EventStore
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def discard_bound(limits: DiscardLimits, config: RetentionConfig) -> int:
 
 
 class Discarder:
-    def __init__(self, store: SqliteStore, push: PushService, config: RetentionConfig) -> None:
+    def __init__(self, store: EventStore, push: PushService, config: RetentionConfig) -> None:
         self._store = store
         self._push = push
         self.config = config

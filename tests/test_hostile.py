@@ -26,6 +26,7 @@ from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.ftn3.messages import MAX_INT_DIGITS
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
+from futoin_evt.storage.sqlite import SqliteStore
 
 from .conftest import USERS, ServerFactory, ServerProcess
 
@@ -232,6 +233,7 @@ async def test_recent_ring_is_bounded_in_bytes(small_server: EventServer) -> Non
     async with await EventStreamClient.connect(small_server.url, credentials=SEC) as alice:
         big = "x" * 60_000
         await asyncio.gather(*(alice.add_event("BIG", big) for _ in range(1000)))
+        assert isinstance(small_server.store, SqliteStore)
         ring = small_server.store.recent
         assert ring.size_bytes <= 32 * 1024 * 1024
         assert ring.last_id == 1000

@@ -37,7 +37,7 @@ def archived(path: Path) -> list[tuple[int, str]]:
 
 
 async def test_in_process_archive_exactly_once_across_restarts(
-    start_server: ServerFactory, tmp_path: Path
+    db_path: Path, start_server: ServerFactory, tmp_path: Path
 ) -> None:
     archive = tmp_path / "archive.sqlite"
     server = await start_server(archive_path=archive)
@@ -47,7 +47,7 @@ async def test_in_process_archive_exactly_once_across_restarts(
     await asyncio.wait_for(server.archiver.archived_to.wait_beyond(first[-1] - 1), 30)
     await server.close()
     # as after a crash between archiving and acknowledging: the position is behind the archive
-    with sqlite3.connect(server.store.path) as conn:
+    with sqlite3.connect(db_path) as conn:
         conn.execute("UPDATE consumers SET position = 100 WHERE component = 'ARCHIVE'")
     server = await start_server(archive_path=archive)
     async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:

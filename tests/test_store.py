@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from futoin_evt.model import EventRejected, UserId
+from futoin_evt.storage.base import StoreClosed
 from futoin_evt.storage.native import add_event, add_event_async
-from futoin_evt.storage.sqlite import SqliteStore, StoreClosed
+from futoin_evt.storage.sqlite import SqliteStore
 
 pytestmark = pytest.mark.functional
 

@@ -16,7 +16,8 @@ from ..ops import OpsService
 from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
 from ..services import GenService, PollService, ping
-from ..storage.sqlite import Durability, SqliteStore
+from ..storage import open_store
+from ..storage.base import Durability, EventStore
 from .executor import Executor, Routes
 from .http import FeedConfig, FeedEndpoint
 from .websocket import TransportConfig, WebSocketTransport
@@ -36,7 +37,8 @@ DEFAULT_DB: Final = "futoin-evt.sqlite"
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    db_path: Path = Path(DEFAULT_DB)
+    #: A SQLite file, or a ``postgresql://`` URL.
+    db_path: str | Path = Path(DEFAULT_DB)
     durability: Durability = Durability.FULL
     transport: TransportConfig = field(default_factory=TransportConfig)
     #: Check every reply against the iface (tests); peers' input is always checked.
@@ -53,7 +55,7 @@ class ServerConfig:
     feed: FeedConfig = field(default_factory=FeedConfig)
 
 
-def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) -> Routes:
+def build_routes(store: EventStore, push: PushService, discarder: Discarder) -> Routes:
     """The explicit map from wire names to service methods."""
     gen = GenService(store)
     poll = PollService(store)
@@ -94,7 +96,7 @@ class EventServer:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: EventStore,
         push: PushService,
         discarder: Discarder,
         transport: WebSocketTransport,
@@ -108,7 +110,7 @@ class EventServer:
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
-        store = await SqliteStore.open(config.db_path, durability=config.durability)
+        store = await open_store(config.db_path, durability=config.durability)
         try:
             push = PushService(store, config.push)
             discarder = Discarder(store, push, config.retention)

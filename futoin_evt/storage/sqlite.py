@@ -24,13 +24,21 @@ import sqlite3
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import aiosqlite
 
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
+from .base import (
+    ConsumerRow,
+    DiscardLimits,
+    Durability,
+    EventPage,
+    StoreClosed,
+    StreamBounds,
+    User,
+)
 from .head import HeadWatch
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
@@ -44,73 +52,8 @@ MAX_WRITES_PER_COMMIT: Final = 4096
 _ROWS_PER_INSERT: Final = 500
 
 
-class Durability(Enum):
-    """``FULL``: no acknowledged write is lost even on power loss. ``NORMAL``: survives a crash
-    of the process, may lose the last commits on power loss; several times faster."""
-
-    FULL = "FULL"
-    NORMAL = "NORMAL"
-
-
 #: The newest id ever given to an event (AUTOINCREMENT keeps it after a discard).
 _LAST_GIVEN_ID: Final = "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
-
-
-class StoreClosed(RuntimeError):
-    """The store was closed before the write could be committed."""
-
-
-@dataclass(frozen=True, slots=True)
-class EventPage:
-    """Events read for one reply, already encoded as a JSON array."""
-
-    json: str
-    count: int
-    last_id: int
-    #: With a type filter: the newest id in the store (to skip ahead to when nothing matched).
-    head_id: int
-    #: The id the read started after.
-    start_id: int
-    #: More events were there but did not fit ``max_bytes``.
-    truncated: bool = False
-    #: Each event's JSON text (``json`` is these, joined into an array).
-    items: Sequence[str] = ()
-
-
-class ConsumerRow(NamedTuple):
-    user: str
-    user_id: UserId
-    component: str
-    position: int
-    registered_at: str
-    last_seen_at: str
-    behind: int
-    oldest_unread_ts: str | None
-
-
-class StreamBounds(NamedTuple):
-    first_id: int | None
-    first_ts: str | None
-    last_id: int | None
-    last_ts: str | None
-    events: int
-
-
-class DiscardLimits(NamedTuple):
-    #: The lowest consumer position, or None without consumers.
-    lowest_position: int | None
-    newest_id: int
-    oldest_id: int
-    #: The newest id older than the time retention keeps (None: no such event or no policy).
-    older_than_kept: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class User:
-    id: UserId
-    name: str
-    password_hash: str
-    is_admin: bool
 
 
 @dataclass(slots=True)
