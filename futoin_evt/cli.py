@@ -25,6 +25,7 @@ from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
 from .retention import RetentionConfig
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
+from .server.dcb_http import DCB_PATH
 from .server.http import DEFAULT_FEED_PATH, FeedConfig
 from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from .storage import open_store
@@ -150,6 +151,15 @@ def _parser() -> argparse.ArgumentParser:
         help="drop consumers not seen for T seconds",
     )
     keep.add_argument("--discard-interval", type=float, default=1.0, metavar="T")
+    keep.add_argument(
+        "--discard-dcb-events",
+        action="store_true",
+        help="discard events appended through DCB too (kept by default: they are the record)",
+    )
+    serve.add_argument(
+        "--dcb-path", default=DCB_PATH, metavar="PATH", help="where the DCB HTTP API is served"
+    )
+    serve.add_argument("--no-dcb", action="store_true", help="do not serve the DCB HTTP API")
     serve.set_defaults(run=_serve)
 
     user = commands.add_parser("user", help="manage users").add_subparsers(
@@ -260,8 +270,15 @@ async def _serve(args: argparse.Namespace) -> int:
     for name in ("max_connections", "max_calls_in_flight", "max_frame_bytes"):
         if getattr(args, name) < 1:
             raise BadSetting(f"--{name.replace('_', '-')} must be at least 1.")
-    if not args.feed_path.startswith("/") or "?" in args.feed_path:
-        raise BadSetting(f"--feed-path must be a path starting with /, not {args.feed_path!r}.")
+    for option, value in (("--feed-path", args.feed_path), ("--dcb-path", args.dcb_path)):
+        if not value.startswith("/") or "?" in value:
+            raise BadSetting(f"{option} must be a path starting with /, not {value!r}.")
+    if (
+        not args.no_feed
+        and not args.no_dcb
+        and args.dcb_path.rstrip("/") == args.feed_path.rstrip("/")
+    ):
+        raise BadSetting("--dcb-path and --feed-path must differ.")
     feed_users = None
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
@@ -281,11 +298,13 @@ async def _serve(args: argparse.Namespace) -> int:
         ),
         archive_path=args.archive,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
+        dcb_path=None if args.no_dcb else args.dcb_path,
         retention=RetentionConfig(
             interval=args.discard_interval,
             keep_events=args.keep_events,
             keep_seconds=args.keep_seconds,
             expire_consumers_after=args.expire_consumers_after,
+            discard_dcb_events=args.discard_dcb_events,
         ),
     )
     try:

@@ -180,7 +180,11 @@ class PushStream:
     async def _read(self) -> EventPage:
         max_bytes = min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
         return await self.service.store.read_events(
-            self.next_id, types=self.want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
+            self.next_id,
+            types=self.want,
+            limit=MAX_EVENTS_PER_CALL,
+            max_bytes=max_bytes,
+            ftn18_only=True,
         )
 
     def _skip_unwanted(self) -> None:

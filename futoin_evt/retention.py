@@ -44,6 +44,8 @@ class RetentionConfig:
     keep_events: int | None = None
     keep_seconds: float | None = None
     expire_consumers_after: float | None = None
+    #: Events appended through DCB are the system of record: discarded only when set.
+    discard_dcb_events: bool = False
 
     @property
     def has_policy(self) -> bool:
@@ -106,7 +108,9 @@ class Discarder:
         pause_per_busy = (1 - self.config.duty) / self.config.duty
         while bound:
             started = time.monotonic()
-            count = await self._store.delete_events(bound, self.config.chunk)
+            count = await self._store.delete_events(
+                bound, self.config.chunk, dcb_events=self.config.discard_dcb_events
+            )
             deleted += count
             if count < self.config.chunk:
                 break

@@ -138,12 +138,12 @@ class PollService:
         max_bytes = ctx.max_response_bytes - REPLY_ENVELOPE_BYTES
         if component == LIVE_COMPONENT:
             page = await self._store.read_events(
-                last_id, types=want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
+                last_id, types=want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes, ftn18_only=True
             )
             return EncodedJson(page.json)
         consumer = (user_id, component)
         page = await self._reliable_page(consumer, last_id, want, max_bytes)
-        if want is not None and page.count == 0 and page.head_id > page.start_id:
+        if page.count == 0 and page.head_id > page.start_id:  # all filtered out: skip them
             await self._store.acknowledge(user_id, component, page.head_id)
         if page.count == MAX_EVENTS_PER_CALL or page.truncated:
             self._read_ahead(consumer, page.last_id, want, max_bytes)
@@ -178,6 +178,7 @@ class PollService:
             types=want,
             limit=MAX_EVENTS_PER_CALL,
             max_bytes=max_bytes,
+            ftn18_only=True,
         )
         if last_id:
             consumer_page, _position = await asyncio.gather(
@@ -197,7 +198,11 @@ class PollService:
             return
         page = asyncio.ensure_future(
             self._store.read_events(
-                after_id, types=want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes
+                after_id,
+                types=want,
+                limit=MAX_EVENTS_PER_CALL,
+                max_bytes=max_bytes,
+                ftn18_only=True,
             )
         )
         page.add_done_callback(_retrieve)  # a page nobody takes may fail unnoticed

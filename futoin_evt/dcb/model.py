@@ -13,6 +13,7 @@ Every parse error is a :class:`DcbInputError` that names the field, so each door
 from __future__ import annotations
 
 import base64
+import binascii
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -145,8 +146,11 @@ class StoredEvent:
     is_bytes: bool = False
 
     def to_json(self) -> str:
-        """The wire form: ``{"position", "type", "data", "tags", "id"?, "ts"}``, data spliced."""
+        """The wire form: ``{"position", "type", "data", "tags", "id"?, "bytes"?, "ts"}``, the
+        data spliced in as stored (opaque bytes: base64 text, with ``"bytes": true``)."""
         extra = f',"id":{encode_json(self.id)}' if self.id is not None else ""
+        if self.is_bytes:
+            extra += ',"bytes":true'
         return (
             f'{{"position":{self.position},"type":{encode_json(self.type)},'
             f'"data":{self.data_json},"tags":{encode_json(list(self.tags))}{extra},'
@@ -192,21 +196,32 @@ def parse_events(value: Any, field: str = "events") -> list[NewEvent]:
         where = f"{field}[{index}]"
         if not isinstance(raw, dict):
             raise DcbInputError(where, "an event is an object")
-        unknown = raw.keys() - {"type", "data", "tags", "id"}
+        unknown = raw.keys() - {"type", "data", "tags", "id", "bytes"}
         if unknown:
             raise DcbInputError(f"{where}.{sorted(unknown)[0]}", "unknown field")
         if "type" not in raw:
             raise DcbInputError(f"{where}.type", "missing")
+        data = raw.get("data")
+        if raw.get("bytes", False) is not False:
+            data = _base64_data(raw.get("bytes"), data, f"{where}.data")
         try:
-            events.append(
-                new_event(raw["type"], raw.get("data"), raw.get("tags", []), raw.get("id"))
-            )
+            events.append(new_event(raw["type"], data, raw.get("tags", []), raw.get("id")))
         except DcbInputError as exc:
             raise DcbInputError(f"{where}.{exc.field}", exc.message) from None
     ids = [e.id for e in events if e.id is not None]
     if len(ids) != len(set(ids)):
         raise DcbInputError(field, "the same event id twice in one append")
     return events
+
+
+def _base64_data(flag: Any, data: Any, field: str) -> bytes:
+    """``"bytes": true`` carries opaque bytes as base64 text in ``data``."""
+    if flag is not True or not isinstance(data, str):
+        raise DcbInputError(field, 'with "bytes": true, data is a base64 string')
+    try:
+        return base64.b64decode(data, validate=True)
+    except binascii.Error:
+        raise DcbInputError(field, "not base64") from None
 
 
 def parse_query(value: Any, field: str = "query") -> Query:

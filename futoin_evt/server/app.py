@@ -8,8 +8,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from websockets.http11 import Request
+
 from ..archive import InProcessArchiver
 from ..auth import Authenticator
+from ..dcb.service import DcbService
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ops import OpsService
@@ -18,8 +21,10 @@ from ..retention import Discarder, RetentionConfig
 from ..services import GenService, PollService, ping
 from ..storage import open_store
 from ..storage.base import Durability, EventStore
+from ..wsio import HttpHandler, ServerIO
+from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor, Routes
-from .http import FeedConfig, FeedEndpoint
+from .http import FeedConfig, FeedEndpoint, HttpEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 log = logging.getLogger(__name__)
@@ -53,6 +58,8 @@ class ServerConfig:
     archive_path: Path | None = None
     #: The HTTP feed (FeedAPI v2, ZeroEventHub v1) on the same port.
     feed: FeedConfig = field(default_factory=FeedConfig)
+    #: Where the DCB API is served over HTTP; None: not at all.
+    dcb_path: str | None = DCB_PATH
 
 
 def build_routes(store: EventStore, push: PushService, discarder: Discarder) -> Routes:
@@ -91,6 +98,15 @@ def build_registry() -> IfaceRegistry:
     return registry
 
 
+def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
+    """One handler for the transport: the first endpoint whose path fits takes the request."""
+
+    def take(io: ServerIO, request: Request, body: bytes) -> bool:
+        return any(endpoint.take(io, request, body) for endpoint in endpoints)
+
+    return take
+
+
 class EventServer:
     """A running server. ``async with EventServer.start(config) as server: ...``"""
 
@@ -106,6 +122,7 @@ class EventServer:
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
         self.feed: FeedEndpoint | None = None
+        self.http_endpoints: list[HttpEndpoint] = []
         self._transport = transport
 
     @classmethod
@@ -123,10 +140,18 @@ class EventServer:
             )
             transport = WebSocketTransport(executor, config.transport)
             feed = None
+            endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
                 service = await FeedService.open(store)
                 feed = FeedEndpoint(service, authenticator, config.feed, transport.is_secure)
-                transport.http_handler = feed.take
+                endpoints.append(feed)
+            if config.dcb_path is not None:
+                dcb = DcbEndpoint(
+                    DcbService(store), authenticator, transport.is_secure, config.dcb_path
+                )
+                endpoints.append(dcb)
+            if endpoints:
+                transport.http_handler = _route(endpoints)
             await transport.start()
         except BaseException:
             await store.close()
@@ -141,6 +166,7 @@ class EventServer:
         server = cls(store, push, discarder, transport)
         server.archiver = archiver
         server.feed = feed
+        server.http_endpoints = endpoints
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
         return server
@@ -172,8 +198,7 @@ class EventServer:
         if self.archiver is not None:
             await self.archiver.close()
         endings = [self.push.close(), self._transport.close(deadline)]
-        if self.feed is not None:
-            endings.append(self.feed.close(deadline))
+        endings += [endpoint.close(deadline) for endpoint in self.http_endpoints]
         await asyncio.gather(*endings)
         self._transport.abort_all()
         await self.store.close()

@@ -22,10 +22,11 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.http11 import Request
 
-from ..auth import Authenticator
+from ..auth import Authenticator, Principal
 from ..feed import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
 from ..wsio import ServerIO
+from .executor import peer_host
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,130 @@ class Exchange:
         self._io.abort()
 
 
-class FeedEndpoint:
-    """Routes plain HTTP requests under the feed's path to :class:`FeedService`."""
+class HttpError(Exception):
+    """A request refused with an HTTP status; ``body`` is sent as it is (plain text unless
+    ``content_type`` says otherwise)."""
+
+    def __init__(
+        self, status: int, message: str, body: bytes | None = None, content_type: str = ""
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.body = body if body is not None else (message + "\n").encode()
+        self.content_type = content_type or "text/plain; charset=utf-8"
+
+
+class HttpEndpoint:
+    """Plain HTTP requests under one path, each served by a task of its own.
+
+    Subclasses implement :meth:`handle`. Refusals are :class:`HttpError`; anything else is
+    logged and answered 500 (or cuts the response short once it has started).
+    """
+
+    #: Methods served; others get 405.
+    methods: tuple[str, ...] = ("GET",)
+    #: What the 401 challenge names.
+    realm = "futoin-evt"
+
+    def __init__(
+        self, path: str, authenticator: Authenticator, secure: Callable[[ServerIO], bool]
+    ) -> None:
+        #: The path served, without a trailing slash.
+        self.path = path.rstrip("/") or "/"
+        self._auth = authenticator
+        self._secure = secure
+        self._tasks: set[asyncio.Task[None]] = set()
+        #: Set when the server shuts down: waiting responses end at once.
+        self.closing = asyncio.Event()
+
+    def take(self, io: ServerIO, request: Request, body: bytes) -> bool:
+        """Called for each plain HTTP request; True when this endpoint serves it."""
+        path = urlsplit(request.path).path
+        if path != self.path and not path.startswith(self.path + "/"):
+            return False
+        task = asyncio.create_task(self._serve(io, request, body))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def close(self, deadline: float) -> None:
+        """End waiting responses, let the ones being written go on until ``deadline`` (loop
+        time), then cut them off (a client that stopped reading must not hold up shutdown)."""
+        self.closing.set()
+        if not self._tasks:
+            return
+        timeout = max(deadline - asyncio.get_running_loop().time(), 0.0)
+        _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+    def subpath(self, request: Request) -> str:
+        """What follows the endpoint's path: ``""``, ``"/events"``..."""
+        path = urlsplit(request.path).path
+        return path[len(self.path) :] if self.path != "/" else path
+
+    async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
+        raise NotImplementedError
+
+    async def _serve(self, io: ServerIO, request: Request, body: bytes) -> None:
+        keep_alive = (
+            request.method in self.methods
+            and request.headers.get("Connection", "").lower() != "close"
+        )
+        exchange = Exchange(
+            io, keep_alive and not self.closing.is_set(), request.protocol == "HTTP/1.1"
+        )
+        try:
+            if request.method not in self.methods:
+                raise HttpError(405, f"This path serves {', '.join(self.methods)} only.")
+            await self.handle(io, request, body, exchange)
+        except HttpError as exc:
+            if exchange.started:
+                exchange.abort()  # the status line is out: cut the response short
+            else:
+                exchange.respond(
+                    exc.status, exc.body, exc.content_type, headers=self._error_headers(exc)
+                )
+        except (ConnectionError, asyncio.CancelledError):
+            exchange.abort()
+        except Exception:
+            log.exception("HTTP request %s failed", request.path[:200])
+            if exchange.started:
+                exchange.abort()
+            else:
+                exchange.respond(500, b"Internal error.\n")
+
+    async def authorize(self, io: ServerIO, request: Request) -> Principal:
+        """The caller, from HTTP Basic credentials over a secure channel."""
+        header = request.headers.get("Authorization", "")
+        scheme, _, encoded = header.partition(" ")
+        if scheme.lower() != "basic" or not encoded:
+            raise HttpError(401, "Credentials required (HTTP Basic).")
+        try:
+            credentials = base64.b64decode(encoded.strip(), validate=True).decode()
+        except (binascii.Error, UnicodeDecodeError):
+            raise HttpError(401, "Malformed Basic credentials.") from None
+        if not self._secure(io):
+            raise HttpError(403, "Credentials are accepted only over TLS or loopback.")
+        try:
+            return await self._auth.authenticate(credentials, peer_host(io.peer))
+        except FTN3Error as exc:
+            raise HttpError(401, exc.desc + ".") from None
+
+    def _error_headers(self, exc: HttpError) -> list[tuple[str, str]]:
+        if exc.status == 401:
+            return [("WWW-Authenticate", f'Basic realm="{self.realm}", charset="UTF-8"')]
+        if exc.status == 405:
+            return [("Allow", ", ".join(self.methods))]
+        return []
+
+
+class FeedEndpoint(HttpEndpoint):
+    """The HTTP feed: GETs under the feed's path, served by :class:`FeedService`."""
+
+    realm = "futoin-evt feed"
 
     def __init__(
         self,
@@ -109,70 +232,26 @@ class FeedEndpoint:
         secure: Callable[[ServerIO], bool],
     ) -> None:
         assert config.path is not None
+        super().__init__(config.path, authenticator, secure)
         self._feed = feed
-        self._auth = authenticator
-        #: The feed's path, without a trailing slash.
-        self.path = config.path.rstrip("/") or "/"
         self._users = config.users
-        self._secure = secure
-        self._tasks: set[asyncio.Task[None]] = set()
+        self.closing = feed.closing
 
-    def take(self, io: ServerIO, request: Request, _body: bytes) -> bool:
-        """Called for each plain HTTP request; True when this feed serves it."""
-        path = urlsplit(request.path).path
-        if path != self.path and not path.startswith(self.path + "/"):
-            return False
-        task = asyncio.create_task(self._serve(io, request))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return True
-
-    async def close(self, deadline: float) -> None:
-        """End waiting responses, let the ones being written go on until ``deadline`` (loop
-        time), then cut them off (a client that stopped reading must not hold up shutdown)."""
-        self._feed.closing.set()
-        if not self._tasks:
-            return
-        timeout = max(deadline - asyncio.get_running_loop().time(), 0.0)
-        _done, pending = await asyncio.wait(set(self._tasks), timeout=timeout)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-
-    async def _serve(self, io: ServerIO, request: Request) -> None:
-        # After anything but a GET (a HEAD expects no body), the connection ends.
-        keep_alive = (
-            request.method == "GET" and request.headers.get("Connection", "").lower() != "close"
-        )
-        exchange = Exchange(
-            io, keep_alive and not self._feed.closing.is_set(), request.protocol == "HTTP/1.1"
-        )
+    async def handle(
+        self, io: ServerIO, request: Request, _body: bytes, exchange: Exchange
+    ) -> None:
         try:
-            if request.method != "GET":
-                raise FeedError(405, "The feed serves GET only.")
             await self._handle(io, request, exchange)
         except FeedError as exc:
-            if exchange.started:
-                exchange.abort()  # the status line is out: cut the response short
-            else:
-                exchange.respond(
-                    exc.status, (exc.message + "\n").encode(), headers=_error_headers(exc)
-                )
-        except (ConnectionError, asyncio.CancelledError):
-            exchange.abort()
-        except Exception:
-            log.exception("feed request %s failed", request.path[:200])
-            if exchange.started:
-                exchange.abort()
-            else:
-                exchange.respond(500, b"Internal error.\n")
+            raise HttpError(exc.status, exc.message) from None
 
     async def _handle(self, io: ServerIO, request: Request, exchange: Exchange) -> None:
-        await self._authorize(io, request)
+        principal = await self.authorize(io, request)
+        if self._users is not None and principal.name not in self._users:
+            raise FeedError(403, f"User {principal.name} may not read this feed.")
         url = urlsplit(request.path)
-        subpath = url.path[len(self.path) :] if self.path != "/" else url.path
         query = parse_qs(url.query, keep_blank_values=True)
-        parsed = parse_feed_request(subpath, query, self._feed.token)
+        parsed = parse_feed_request(self.subpath(request), query, self._feed.token)
         if isinstance(parsed, Discovery):
             exchange.respond(200, self._feed.discovery(), "application/json")
             return
@@ -180,29 +259,3 @@ class FeedEndpoint:
         exchange.start_stream("application/x-ndjson")
         await self._feed.events(parsed, after_id, exchange.write)
         exchange.end_stream()
-
-    async def _authorize(self, io: ServerIO, request: Request) -> None:
-        header = request.headers.get("Authorization", "")
-        scheme, _, encoded = header.partition(" ")
-        if scheme.lower() != "basic" or not encoded:
-            raise FeedError(401, "Credentials required (HTTP Basic).")
-        try:
-            credentials = base64.b64decode(encoded.strip(), validate=True).decode()
-        except (binascii.Error, UnicodeDecodeError):
-            raise FeedError(401, "Malformed Basic credentials.") from None
-        if not self._secure(io):
-            raise FeedError(403, "Credentials are accepted only over TLS or loopback.")
-        try:
-            principal = await self._auth.authenticate(credentials)
-        except FTN3Error:
-            raise FeedError(401, "Invalid credentials.") from None
-        if self._users is not None and principal.name not in self._users:
-            raise FeedError(403, f"User {principal.name} may not read this feed.")
-
-
-def _error_headers(exc: FeedError) -> list[tuple[str, str]]:
-    if exc.status == 401:
-        return [("WWW-Authenticate", 'Basic realm="futoin-evt feed", charset="UTF-8"')]
-    if exc.status == 405:
-        return [("Allow", "GET")]
-    return []

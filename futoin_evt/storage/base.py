@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple, Protocol
 
+from ..dcb.model import AppendCondition, NewEvent, Query, StoredEvent
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId
 from .head import HeadWatch
 
@@ -123,9 +124,15 @@ class EventStore(Protocol):
         types: Sequence[str] | None = None,
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
+        ftn18_only: bool = False,
     ) -> EventPage:
         """Events with id > ``after_id`` in id order, within ``limit`` and ``max_bytes`` (at
-        least one event when there is one)."""
+        least one event when there is one).
+
+        ``types`` keeps those types only; ``ftn18_only`` keeps events whose type is an FTN18
+        EventType (what FTN18 consumers may receive). With either filter, ``head_id`` is the
+        newest id, so that a reader can skip what the filter left out.
+        """
 
     async def read_consumer_events(
         self,
@@ -136,6 +143,7 @@ class EventStore(Protocol):
         types: Sequence[str] | None = None,
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
+        ftn18_only: bool = False,
     ) -> EventPage | None:
         """:meth:`read_events` after the consumer's position (or ``at_least`` when higher),
         in one snapshot; None when the consumer is not registered."""
@@ -154,6 +162,22 @@ class EventStore(Protocol):
     ) -> EventPage | None:
         """Events with ``after_id < id <= upto_id`` of a registered consumer whose position is
         at most ``after_id`` (``start_id`` is -1 when it is past it); None: not registered."""
+
+    async def dcb_append(
+        self, events: Sequence[NewEvent], condition: AppendCondition | None
+    ) -> int:
+        """Append DCB events atomically; the position of the last. The condition is checked in
+        the same write transaction, against every event committed before, those of earlier
+        appends in the same group commit included. Raises AppendConditionFailed or
+        EventIdConflict; a retry of a stored batch (same ids, same content) stores nothing
+        and returns the stored position."""
+
+    async def dcb_read(
+        self, query: Query, *, after: int | None, before: int | None, limit: int
+    ) -> tuple[list[StoredEvent], int]:
+        """Events matching ``query`` (every event of the log, with or without tags) after
+        ``after`` in id order, or before ``before`` newest first; at most ``limit``. Also the
+        newest position of the store, read in the same snapshot."""
 
     async def read_rows(self, after_id: int, *, limit: int) -> list[tuple[int, str, str, str]]:
         """Stored events as (id, type, data JSON, ts), for copying them elsewhere."""
@@ -208,8 +232,9 @@ class EventStore(Protocol):
     async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
         """What bounds discarding, read in one snapshot."""
 
-    async def delete_events(self, up_to: int, limit: int) -> int:
-        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many."""
+    async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
+        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many.
+        Events appended through DCB stay unless ``dcb_events``."""
 
     # -- users ----------------------------------------------------------------------------------
 

@@ -24,6 +24,8 @@ class RecentEvent(NamedTuple):
     json: str
     #: UTF-8 length of ``json``.
     size: int
+    #: The type is an FTN18 EventType (FTN18 consumers see no other events).
+    ftn18: bool = True
 
 
 class RecentEvents:

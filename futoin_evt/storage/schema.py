@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 SCHEMA: Final = """
 CREATE TABLE IF NOT EXISTS events (
@@ -37,6 +37,25 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta (key, value) VALUES ('stream_id', lower(hex(randomblob(8))));
 """
 
+#: Version 2: events appended through DCB (tags, client ids) and lookups by type.
+SCHEMA_V2: Final = """
+-- No foreign keys to events: a cascade would search event_tags on every discard. Rows here
+-- go with their events only when the operator lets the discarder take DCB events.
+CREATE TABLE IF NOT EXISTS dcb_events (
+    event_id INTEGER PRIMARY KEY,
+    client_id TEXT UNIQUE,                 -- the appender's id: makes a retry idempotent
+    tags TEXT NOT NULL,                    -- JSON list, as given
+    is_bytes INTEGER NOT NULL DEFAULT 0    -- data is a JSON string of base64 bytes
+);
+CREATE TABLE IF NOT EXISTS event_tags (
+    tag TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    PRIMARY KEY (tag, event_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS event_tags_by_event ON event_tags (event_id);
+CREATE INDEX IF NOT EXISTS events_by_type ON events (type, id);
+"""
+
 INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)"
 
 
@@ -49,7 +68,7 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
             f"(knows {SCHEMA_VERSION})"
         )
     # Statement by statement: executescript() would commit the caller's transaction.
-    for statement in SCHEMA.split(";"):
+    for statement in (SCHEMA + SCHEMA_V2).split(";"):
         if statement.strip():
             conn.execute(statement)
     conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")

@@ -22,13 +22,22 @@ import json
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
 import aiosqlite
 
+from ..dcb.model import (
+    AppendCondition,
+    AppendConditionFailed,
+    EventIdConflict,
+    NewEvent,
+    Query,
+    StoredEvent,
+)
+from ..ftn3.messages import encode_json
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
 from .base import (
     ConsumerRow,
@@ -39,6 +48,7 @@ from .base import (
     StreamBounds,
     User,
 )
+from .dcb_sql import SQLITE_FTN18_TYPE, condition_sql, is_ftn18_type, read_sql
 from .head import HeadWatch
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
@@ -71,8 +81,21 @@ class _Statement:
 
 
 @dataclass(slots=True)
+class _Command:
+    """Work that runs inside the writer's transaction, in queue order, on the writer thread:
+    ``apply(conn, ts)`` returns its result and the events it inserted (id, type, data) or
+    raises; a failure undoes only its own writes (a savepoint)."""
+
+    apply: Callable[[sqlite3.Connection, str], tuple[Any, list[tuple[int, str, str]]]]
+    future: asyncio.Future[Any]
+
+
+_Write = _Append | _Statement | _Command
+
+
+@dataclass(slots=True)
 class _Queue:
-    items: deque[_Append | _Statement] = field(default_factory=deque)
+    items: deque[_Write] = field(default_factory=deque)
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
@@ -196,6 +219,7 @@ class SqliteStore:
         types: Sequence[str] | None = None,
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
+        ftn18_only: bool = False,
     ) -> EventPage:
         """Events with id > ``after_id`` in id order, as many as fit ``limit`` and ``max_bytes``.
 
@@ -203,13 +227,18 @@ class SqliteStore:
         when there is one: every stored event fits a 64 KiB reply by construction.
         """
         if self.recent.covers(after_id):
-            return self._page_from_recent(after_id, types, limit, max_bytes)
-        page = await self._read("?", [after_id], "", [], types, limit, max_bytes)
+            return self._page_from_recent(after_id, types, limit, max_bytes, ftn18_only)
+        page = await self._read("?", [after_id], "", [], types, limit, max_bytes, ftn18_only)
         assert page is not None
         return page
 
     def _page_from_recent(
-        self, after_id: int, types: Sequence[str] | None, limit: int, max_bytes: int
+        self,
+        after_id: int,
+        types: Sequence[str] | None,
+        limit: int,
+        max_bytes: int,
+        ftn18_only: bool,
     ) -> EventPage:
         wanted = set(types) if types is not None else None
         parts: list[str] = []
@@ -217,7 +246,9 @@ class SqliteStore:
         last_id = 0
         truncated = False
         for event in self.recent.after(after_id):
-            if wanted is not None and event.type not in wanted:
+            if (wanted is not None and event.type not in wanted) or (
+                ftn18_only and not event.ftn18
+            ):
                 continue
             size += event.size + 1
             if parts and size > max_bytes:
@@ -227,7 +258,7 @@ class SqliteStore:
             last_id = event.id
             if len(parts) == limit:
                 break
-        head_id = self.recent.last_id if types is not None else 0
+        head_id = self.recent.last_id if types is not None or ftn18_only else 0
         return EventPage(
             "[" + ",".join(parts) + "]", len(parts), last_id, head_id, after_id, truncated, parts
         )
@@ -241,12 +272,15 @@ class SqliteStore:
         types: Sequence[str] | None = None,
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
+        ftn18_only: bool = False,
     ) -> EventPage | None:
         """Like :meth:`read_events`, after the consumer's position (or ``at_least`` when that is
         higher), in one statement; None when the consumer is not registered."""
         position = "(SELECT MAX(position, ?) FROM consumers WHERE user_id = ? AND component = ?)"
         params = [at_least, user_id, component]
-        return await self._read(position, params, "", [], types, limit, max_bytes)
+        return await self._read(
+            position, params, "", [], types, limit, max_bytes, ftn18_only=ftn18_only
+        )
 
     async def read_range(
         self,
@@ -274,7 +308,7 @@ class SqliteStore:
             types,
             limit,
             max_bytes,
-            data_as_text,
+            data_as_text=data_as_text,
         )
 
     async def _read(
@@ -286,6 +320,7 @@ class SqliteStore:
         types: Sequence[str] | None,
         limit: int,
         max_bytes: int,
+        ftn18_only: bool = False,
         data_as_text: bool = False,
     ) -> EventPage | None:
         # One statement reads one snapshot. Marker rows (type NULL) carry the start position
@@ -303,9 +338,11 @@ class SqliteStore:
         if types is not None:
             inner += f" AND type IN ({','.join('?' * len(types))})"
             params.extend(types)
+        if ftn18_only:
+            inner += f" AND {SQLITE_FTN18_TYPE}"
         sql += f" UNION ALL SELECT * FROM ({inner} ORDER BY id LIMIT ?)"
         params.append(limit)
-        if types is not None:
+        if types is not None or ftn18_only:
             sql += (
                 " UNION ALL SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)"
             )
@@ -478,19 +515,67 @@ class SqliteStore:
         )
         return DiscardLimits(*next(iter(rows)))
 
-    async def delete_events(self, up_to: int, limit: int) -> int:
+    async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
         """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many went.
 
-        Ids are never reused (AUTOINCREMENT), so deleting never frees an id.
+        Ids are never reused (AUTOINCREMENT), so deleting never frees an id. Events appended
+        through DCB are the system of record: they stay unless ``dcb_events``.
         """
-        rows = await self._write(
-            "DELETE FROM events WHERE id IN"
-            " (SELECT id FROM events WHERE id <= ? ORDER BY id LIMIT ?) RETURNING id",
-            (up_to, limit),
-        )
-        if rows:
-            self.recent.forget_up_to(max(row[0] for row in rows))
-        return len(rows)
+        if dcb_events:
+            count = await self._submit(_delete_with_dcb_rows, up_to, limit)
+        else:
+            rows = await self._write(
+                "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE id <= ?"
+                " AND id NOT IN (SELECT event_id FROM dcb_events) ORDER BY id LIMIT ?)"
+                " RETURNING id",
+                (up_to, limit),
+            )
+            count = len(rows)
+        if count:
+            self.recent.forget_up_to(up_to)
+        return int(count)
+
+    # -- DCB -----------------------------------------------------------------------------------
+
+    async def dcb_append(
+        self, events: Sequence[NewEvent], condition: AppendCondition | None
+    ) -> int:
+        position: int = await self._submit(_dcb_append_sync, events, condition)
+        return position
+
+    async def dcb_read(
+        self, query: Query, *, after: int | None, before: int | None, limit: int
+    ) -> tuple[list[StoredEvent], int]:
+        sql, params = read_sql(query, after=after, before=before, limit=limit)
+        # one statement, one snapshot: the head rides on every row, and on a marker row
+        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+        sql = f"SELECT r.*, ({_LAST_GIVEN_ID}) FROM ({sql}) AS r"
+        rows = await self._reader.execute_fetchall(sql, params)
+        events = [
+            StoredEvent(
+                position=int(r[0]),
+                type=str(r[1]),
+                data_json=str(r[2]),
+                tags=tuple(json.loads(r[5])) if r[5] is not None else (),
+                ts=str(r[3]),
+                id=r[4],
+                is_bytes=bool(r[6]),
+            )
+            for r in rows
+            if r[0] is not None
+        ]
+        if before is not None:
+            events.sort(key=lambda e: -e.position)
+        else:
+            events.sort(key=lambda e: e.position)
+        head = int(next(iter(rows))[7]) if rows else await self.last_given_id()
+        return events, head
+
+    async def _submit(self, work: Callable[..., Any], *args: Any) -> Any:
+        """Run ``work(conn, ts, *args)`` inside the writer's transaction, in queue order."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Command(lambda conn, ts: work(conn, ts, *args), future))
+        return await future
 
     async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:
         """Drop consumers not seen since ``seen_before``; returns (user, component) of each."""
@@ -565,7 +650,7 @@ class SqliteStore:
         self._enqueue(_Statement(sql, params, future))
         return await future
 
-    def _enqueue(self, item: _Append | _Statement) -> None:
+    def _enqueue(self, item: _Write) -> None:
         if self._closing:
             raise StoreClosed("the event store is closed")
         self._queue.items.append(item)
@@ -598,26 +683,19 @@ class SqliteStore:
                 else:
                     item.future.set_result(result)
 
-    async def _commit(self, batch: list[_Append | _Statement]) -> list[Any]:
-        events = [(item.type, item.data) for item in batch if isinstance(item, _Append)]
-        statements = [(item.sql, item.params) for item in batch if isinstance(item, _Statement)]
-        first_id, ts, statement_results = await self._write_thread.run(
-            _commit_sync, self._writer, events, statements
-        )
-        if events:
+    async def _commit(self, batch: list[_Write]) -> list[Any]:
+        ts, inserted, results = await self._write_thread.run(_commit_sync, self._writer, batch)
+        if inserted:
             recent = []
-            for event_id, (event_type, data) in enumerate(events, start=first_id):
+            for event_id, event_type, data in inserted:
                 text = event_json(event_id, event_type, data, ts)
                 size = len(text) if text.isascii() else len(text.encode())
-                recent.append(RecentEvent(event_id, event_type, text, size))
+                recent.append(
+                    RecentEvent(event_id, event_type, text, size, is_ftn18_type(event_type))
+                )
             self.recent.extend(recent)
-            self.head.advance(first_id + len(events) - 1)
-        next_id = iter(range(first_id, first_id + len(events)))
-        next_statement = iter(statement_results)
-        return [
-            EventId(next(next_id)) if isinstance(item, _Append) else next(next_statement)
-            for item in batch
-        ]
+            self.head.advance(inserted[-1][0])
+        return results
 
 
 def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
@@ -629,39 +707,136 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
     return conn
 
 
-def _commit_sync(
-    conn: sqlite3.Connection,
-    events: list[tuple[str, str]],
-    statements: list[tuple[str, Sequence[Any]]],
-) -> tuple[int, str, list[Any]]:
-    """One transaction on the writer thread: events first, then statements in order.
+def _commit_sync(conn: sqlite3.Connection, batch: list[_Write]) -> tuple[str, list[Any], list[Any]]:
+    """One transaction on the writer thread, the writes in queue order; runs of appends go in
+    multi-row INSERTs.
 
-    Returns the first new event id (one writer holds the lock, so AUTOINCREMENT gives the
-    events consecutive ids), their timestamp, and each statement's rows or IntegrityError.
+    Returns the timestamp of the new events, the events inserted as (id, type, data) in id
+    order (one writer holds the lock, so AUTOINCREMENT gives consecutive ids), and each
+    write's result: an id, a statement's rows, a command's result, or the exception that
+    failed that write alone (an IntegrityError, a refused command).
     """
     ts = utc_timestamp()
+    inserted: list[tuple[int, str, str]] = []
+    results: list[Any] = []
     conn.execute("BEGIN IMMEDIATE")
     try:
-        first_id = 0
-        if events:
-            for start in range(0, len(events), _ROWS_PER_INSERT):
-                chunk = events[start : start + _ROWS_PER_INSERT]
-                sql = "INSERT INTO events (type, data, ts) VALUES " + ",".join(
-                    ["(?, ?, ?)"] * len(chunk)
-                )
-                cursor = conn.execute(sql, [v for t, d in chunk for v in (t, d, ts)])
-                assert cursor.lastrowid is not None
-                if start == 0:
-                    first_id = cursor.lastrowid - len(chunk) + 1
-        results: list[Any] = []
-        for sql, params in statements:
-            try:
-                results.append(conn.execute(sql, params).fetchall())
-            except sqlite3.IntegrityError as exc:
-                results.append(exc)
+        index = 0
+        while index < len(batch):
+            item = batch[index]
+            if isinstance(item, _Append):
+                end = index
+                while end < len(batch) and isinstance(batch[end], _Append):
+                    end += 1
+                run = [(a.type, a.data) for a in batch[index:end] if isinstance(a, _Append)]
+                first_id = _insert_events(conn, run, ts)
+                for offset, (event_type, data) in enumerate(run):
+                    inserted.append((first_id + offset, event_type, data))
+                    results.append(EventId(first_id + offset))
+                index = end
+                continue
+            if isinstance(item, _Statement):
+                try:
+                    results.append(conn.execute(item.sql, item.params).fetchall())
+                except sqlite3.IntegrityError as exc:
+                    results.append(exc)
+            else:
+                conn.execute("SAVEPOINT command")
+                try:
+                    result, events = item.apply(conn, ts)
+                except Exception as exc:
+                    conn.execute("ROLLBACK TO command")
+                    results.append(exc)
+                else:
+                    inserted.extend(events)
+                    results.append(result)
+                conn.execute("RELEASE command")
+            index += 1
         conn.execute("COMMIT")
     except BaseException:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
-    return first_id, ts, results
+    return ts, inserted, results
+
+
+def _insert_events(conn: sqlite3.Connection, events: Sequence[tuple[str, str]], ts: str) -> int:
+    """Insert events in multi-row statements; the first new id (the rest follow it)."""
+    first_id = 0
+    for start in range(0, len(events), _ROWS_PER_INSERT):
+        chunk = events[start : start + _ROWS_PER_INSERT]
+        sql = "INSERT INTO events (type, data, ts) VALUES " + ",".join(["(?, ?, ?)"] * len(chunk))
+        cursor = conn.execute(sql, [v for t, d in chunk for v in (t, d, ts)])
+        assert cursor.lastrowid is not None
+        if start == 0:
+            first_id = cursor.lastrowid - len(chunk) + 1
+    return first_id
+
+
+def _dcb_append_sync(
+    conn: sqlite3.Connection,
+    ts: str,
+    events: Sequence[NewEvent],
+    condition: AppendCondition | None,
+) -> tuple[int, list[tuple[int, str, str]]]:
+    """A DCB append inside the writer's transaction: an idempotent retry returns the stored
+    positions; a failed condition raises; else the events go in with their tags."""
+    client_ids = [e.id for e in events if e.id is not None]
+    if client_ids:
+        rows = conn.execute(
+            "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
+            " FROM dcb_events d JOIN events e ON e.id = d.event_id"
+            f" WHERE d.client_id IN ({','.join('?' * len(client_ids))})",
+            client_ids,
+        ).fetchall()
+        if rows:
+            return _retried(events, rows), []
+    if condition is not None:
+        sql, params = condition_sql(condition.fail_if_events_match, condition.after)
+        row = conn.execute(sql, params).fetchone()
+        if row is not None:
+            raise AppendConditionFailed(int(row[0]))
+    first_id = _insert_events(conn, [(e.type, e.data_json) for e in events], ts)
+    placed = [(first_id + offset, event) for offset, event in enumerate(events)]
+    conn.executemany(
+        "INSERT INTO dcb_events (event_id, client_id, tags, is_bytes) VALUES (?, ?, ?, ?)",
+        [(p, e.id, encode_json(list(e.tags)), int(e.is_bytes)) for p, e in placed],
+    )
+    conn.executemany(
+        "INSERT INTO event_tags (tag, event_id) VALUES (?, ?)",
+        [(tag, p) for p, e in placed for tag in e.tags],
+    )
+    return placed[-1][0], [(p, e.type, e.data_json) for p, e in placed]
+
+
+def _delete_with_dcb_rows(
+    conn: sqlite3.Connection, _ts: str, up_to: int, limit: int
+) -> tuple[int, list[tuple[int, str, str]]]:
+    ids = [
+        row[0]
+        for row in conn.execute(
+            "SELECT id FROM events WHERE id <= ? ORDER BY id LIMIT ?", (up_to, limit)
+        )
+    ]
+    if ids:
+        low, high = ids[0], ids[-1]
+        conn.execute("DELETE FROM event_tags WHERE event_id BETWEEN ? AND ?", (low, high))
+        conn.execute("DELETE FROM dcb_events WHERE event_id BETWEEN ? AND ?", (low, high))
+        conn.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (low, high))
+    return len(ids), []
+
+
+def _retried(events: Sequence[NewEvent], rows: Sequence[tuple[Any, ...]]) -> int:
+    """The last stored position when ``events`` is a batch stored before with the same ids
+    and content; EventIdConflict otherwise."""
+    stored = {
+        client_id: (position, NewEvent(t, data, tuple(json.loads(tags)), client_id, bool(b)))
+        for client_id, position, t, data, tags, b in rows
+    }
+    last = 0
+    for event in events:
+        found = stored.get(event.id) if event.id is not None else None
+        if found is None or not found[1].same_content(event):
+            raise EventIdConflict(event.id or next(iter(stored)))
+        last = max(last, found[0])
+    return last

@@ -1,0 +1,105 @@
+"""The DCB service: conditional appends and query reads over the one log. No wire format.
+
+Every door (HTTP, FTN3, Python) parses its requests with :mod:`futoin_evt.dcb.model` and
+calls this; the rules (atomic batches, conditions checked in the write transaction, the
+snapshot a read answers from) live in the store behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from ..storage.base import EventStore
+from .model import AppendCondition, NewEvent, Query, StoredEvent
+
+#: Events read from the store per step of a read.
+PAGE_SIZE: Final = 1000
+#: The longest a reader may ask to wait for a first matching event.
+MAX_WAIT_SECONDS: Final = 60.0
+_NO_POSITION: Final = 2**63 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    query: Query
+    #: Forwards: events after this position; backwards: events before it (None: from the end).
+    after: int | None = None
+    limit: int | None = None
+    backwards: bool = False
+    #: Seconds to wait for a matching event when there is none yet (forwards only).
+    wait_seconds: float = 0.0
+
+
+class DcbReadResult:
+    """A read: ``head`` is the store's newest position when the read began (a writer passes
+    it as ``after`` in its condition); :meth:`pages` yields the events, a page at a time,
+    never past ``head``."""
+
+    def __init__(
+        self, store: EventStore, request: ReadRequest, head: int, first: list[StoredEvent]
+    ) -> None:
+        self.head = head
+        self._store = store
+        self._request = request
+        self._first = first
+
+    async def pages(self) -> AsyncIterator[list[StoredEvent]]:
+        request, page = self._request, self._first
+        remaining = request.limit if request.limit is not None else _NO_POSITION
+        while page:
+            yield page
+            remaining -= len(page)
+            if remaining <= 0 or len(page) < min(PAGE_SIZE, remaining + len(page)):
+                return
+            cursor = page[-1].position
+            size = min(PAGE_SIZE, remaining)
+            if request.backwards:
+                page, _head = await self._store.dcb_read(
+                    request.query, after=None, before=cursor, limit=size
+                )
+            else:
+                page, _head = await self._store.dcb_read(
+                    request.query, after=cursor, before=None, limit=size
+                )
+                page = [e for e in page if e.position <= self.head]
+
+    async def all(self) -> list[StoredEvent]:
+        return [event async for page in self.pages() for event in page]
+
+
+class DcbService:
+    def __init__(self, store: EventStore) -> None:
+        self._store = store
+
+    async def append(self, events: Sequence[NewEvent], condition: AppendCondition | None) -> int:
+        """The position of the last event; AppendConditionFailed, EventIdConflict."""
+        return await self._store.dcb_append(events, condition)
+
+    async def read(self, request: ReadRequest) -> DcbReadResult:
+        result = await self._first_page(request)
+        if request.wait_seconds and not result._first and not request.backwards:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(min(request.wait_seconds, MAX_WAIT_SECONDS)):
+                    while not result._first:
+                        await self._store.head.wait_beyond(result.head)
+                        result = await self._first_page(request)
+        return result
+
+    async def _first_page(self, request: ReadRequest) -> DcbReadResult:
+        size = min(PAGE_SIZE, request.limit if request.limit is not None else PAGE_SIZE)
+        if size == 0:
+            return DcbReadResult(self._store, request, await self._store.last_given_id(), [])
+        if request.backwards:
+            before = request.after if request.after is not None else _NO_POSITION
+            first, head = await self._store.dcb_read(
+                request.query, after=None, before=before, limit=size
+            )
+        else:
+            first, head = await self._store.dcb_read(
+                request.query, after=request.after, before=None, limit=size
+            )
+        return DcbReadResult(self._store, request, head, first)

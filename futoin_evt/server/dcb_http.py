@@ -1,0 +1,130 @@
+"""The DCB API over HTTP: ``POST /dcb/v1/append`` and ``POST /dcb/v1/read`` with JSON bodies.
+
+Authentication is HTTP Basic with the server's users, as on the feed. Errors are
+``{"error": NAME, "message": ...}`` with 400 (the message names the field), 401, 409
+(``AppendConditionFailed``, ``EventIdConflict``) or 413. A read streams its answer a page
+at a time: ``{"events": [...], "head": N}``, or NDJSON (one event a line, then
+``{"head": N}``) when the request asks for ``Accept: application/x-ndjson``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from websockets.http11 import Request
+
+from ..auth import Authenticator
+from ..dcb.model import (
+    AppendConditionFailed,
+    DcbInputError,
+    EventIdConflict,
+    limit_value,
+    parse_condition,
+    parse_events,
+    parse_query,
+    position,
+)
+from ..dcb.service import MAX_WAIT_SECONDS, DcbService, ReadRequest
+from ..ftn3.messages import decode_json, encode_json
+from ..wsio import ServerIO
+from .http import Exchange, HttpEndpoint, HttpError
+
+DCB_PATH: Final = "/dcb/v1"
+NDJSON: Final = "application/x-ndjson"
+JSON: Final = "application/json"
+
+
+def refusal(status: int, error: str, message: str) -> HttpError:
+    body = encode_json({"error": error, "message": message}).encode()
+    return HttpError(status, message, body, JSON)
+
+
+class DcbEndpoint(HttpEndpoint):
+    methods = ("POST",)
+    realm = "futoin-evt DCB"
+
+    def __init__(
+        self,
+        service: DcbService,
+        authenticator: Authenticator,
+        secure: Callable[[ServerIO], bool],
+        path: str = DCB_PATH,
+    ) -> None:
+        super().__init__(path, authenticator, secure)
+        self._service = service
+
+    async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
+        await self.authorize(io, request)
+        action = self.subpath(request)
+        if action not in ("/append", "/read"):
+            raise refusal(404, "NotFound", f"No such resource: {DCB_PATH}/append and /read are.")
+        try:
+            document = decode_json(body) if body else {}
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise refusal(400, "InvalidRequest", f"The body is not JSON: {exc}.") from None
+        if not isinstance(document, dict):
+            raise refusal(400, "InvalidRequest", "The body is a JSON object.")
+        try:
+            if action == "/append":
+                await self._append(document, exchange)
+            else:
+                await self._read(document, request, exchange)
+        except DcbInputError as exc:
+            raise refusal(400, "InvalidRequest", f"{exc.field}: {exc.message}.") from None
+        except AppendConditionFailed as exc:
+            raise refusal(409, "AppendConditionFailed", f"{exc}.") from None
+        except EventIdConflict as exc:
+            raise refusal(409, "EventIdConflict", f"{exc}.") from None
+
+    async def _append(self, document: dict[str, Any], exchange: Exchange) -> None:
+        _only(document, {"events", "condition"})
+        events = parse_events(document.get("events"))
+        condition = parse_condition(document.get("condition"))
+        last = await self._service.append(events, condition)
+        exchange.respond(200, f'{{"position":{last}}}'.encode(), JSON)
+
+    async def _read(self, document: dict[str, Any], request: Request, exchange: Exchange) -> None:
+        _only(document, {"query", "after", "backwards", "limit", "wait"})
+        after = document.get("after")
+        backwards = document.get("backwards", False)
+        if not isinstance(backwards, bool):
+            raise DcbInputError("backwards", "true or false")
+        wait = document.get("wait", 0)
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, (int, float))
+            or not (0 <= wait <= MAX_WAIT_SECONDS)
+        ):
+            raise DcbInputError("wait", f"seconds from 0 to {MAX_WAIT_SECONDS:g}")
+        read = await self._service.read(
+            ReadRequest(
+                query=parse_query(document.get("query")),
+                after=None if after is None else position(after, "after"),
+                limit=limit_value(document.get("limit")),
+                backwards=backwards,
+                wait_seconds=float(wait),
+            )
+        )
+        ndjson = NDJSON in request.headers.get("Accept", "")
+        exchange.start_stream(NDJSON if ndjson else JSON)
+        separator = b"" if ndjson else b'{"events":['
+        async for page in read.pages():
+            if ndjson:
+                chunk = b"".join(event.to_json().encode() + b"\n" for event in page)
+            else:
+                chunk = separator + b",".join(event.to_json().encode() for event in page)
+                separator = b","
+            await exchange.write(chunk)
+        if ndjson:
+            await exchange.write(f'{{"head":{read.head}}}\n'.encode())
+        else:
+            opening = b'{"events":[' if separator != b"," else b""
+            await exchange.write(opening + f'],"head":{read.head}}}'.encode())
+        exchange.end_stream()
+
+
+def _only(document: dict[str, Any], fields: set[str]) -> None:
+    unknown = document.keys() - fields
+    if unknown:
+        raise DcbInputError(sorted(unknown)[0], "unknown field")

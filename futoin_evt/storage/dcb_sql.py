@@ -1,0 +1,120 @@
+"""SQL for DCB queries, shared by the backends (only the placeholder differs). No I/O.
+
+A query becomes the set of matching event ids: one ``SELECT`` per query item, joined by
+``UNION``. An item with tags is driven by the ``event_tags`` index on its first tag (or tag
+key), so it costs what matches that tag, not the size of the log; an item with types only
+uses the ``(type, id)`` index of ``events``. A query that matches everything has no set.
+
+Nothing from a request is put into the SQL text: every value is a parameter.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from typing import Any, Final
+
+from ..dcb.model import Query, QueryItem
+
+#: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes.
+READ_COLUMNS: Final = "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes"
+#: FTN18 EventType (``^[A-Z_]{1,16}$``) in SQLite: its consumers see only such events.
+SQLITE_FTN18_TYPE: Final = "(length(type) BETWEEN 1 AND 16 AND type NOT GLOB '*[^A-Z_]*')"
+FTN18_TYPE_RE: Final = re.compile(r"[A-Z_]{1,16}")
+
+
+def is_ftn18_type(event_type: str) -> bool:
+    return FTN18_TYPE_RE.fullmatch(event_type) is not None
+
+
+def _key_range(key: str) -> list[Any]:
+    """A bare ``key`` tag, or any ``key:value`` (``:`` is just below ``;``)."""
+    return [key, key + ":", key + ";"]
+
+
+def _in(values: Sequence[Any], mark: str) -> str:
+    return ",".join([mark] * len(values))
+
+
+def _item_sql(item: QueryItem, bound: str, bound_value: int, mark: str) -> tuple[str, list[Any]]:
+    params: list[Any] = []
+    tags = sorted(item.tags)
+    keys = sorted(item.tag_keys)
+    if tags or keys:
+        if tags:
+            sql = f"SELECT t.event_id AS id FROM event_tags t WHERE t.tag = {mark}"
+            params.append(tags[0])
+            rest_tags, rest_keys = tags[1:], keys
+        else:
+            sql = (
+                "SELECT DISTINCT t.event_id AS id FROM event_tags t"
+                f" WHERE (t.tag = {mark} OR (t.tag > {mark} AND t.tag < {mark}))"
+            )
+            params.extend(_key_range(keys[0]))
+            rest_tags, rest_keys = [], keys[1:]
+        sql += f" AND t.event_id {bound} {mark}"
+        params.append(bound_value)
+        for tag in rest_tags:
+            sql += (
+                " AND EXISTS (SELECT 1 FROM event_tags o"
+                f" WHERE o.tag = {mark} AND o.event_id = t.event_id)"
+            )
+            params.append(tag)
+        for key in rest_keys:
+            sql += (
+                " AND EXISTS (SELECT 1 FROM event_tags o WHERE o.event_id = t.event_id"
+                f" AND (o.tag = {mark} OR (o.tag > {mark} AND o.tag < {mark})))"
+            )
+            params.extend(_key_range(key))
+        if item.types:
+            types = sorted(item.types)
+            sql += (
+                " AND EXISTS (SELECT 1 FROM events x WHERE x.id = t.event_id"
+                f" AND x.type IN ({_in(types, mark)}))"
+            )
+            params.extend(types)
+        return sql, params
+    types = sorted(item.types)
+    sql = f"SELECT id FROM events WHERE type IN ({_in(types, mark)}) AND id {bound} {mark}"
+    return sql, [*types, bound_value]
+
+
+def matching_ids(
+    query: Query, bound: str, bound_value: int, mark: str = "?"
+) -> tuple[str, list[Any]] | None:
+    """``SELECT id ...`` of the events matching ``query`` with ``id <bound> bound_value``
+    (``bound`` is ``>`` or ``<``); None when the query matches every event."""
+    if query.matches_all:
+        return None
+    parts = [_item_sql(item, bound, bound_value, mark) for item in query.items]
+    return " UNION ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
+
+
+def read_sql(
+    query: Query, *, after: int | None, before: int | None, limit: int, mark: str = "?"
+) -> tuple[str, list[Any]]:
+    """Events matching ``query`` after ``after`` in id order, or, with ``before``, before it
+    newest first; at most ``limit``."""
+    backwards = before is not None
+    bound, value = ("<", before) if backwards else (">", after or 0)
+    assert value is not None
+    sql = f"SELECT {READ_COLUMNS} FROM events e LEFT JOIN dcb_events d ON d.event_id = e.id"
+    ids = matching_ids(query, bound, value, mark)
+    if ids is None:
+        sql += f" WHERE e.id {bound} {mark}"
+        params: list[Any] = [value]
+    else:
+        sql += f" WHERE e.id IN ({ids[0]})"
+        params = ids[1]
+    sql += f" ORDER BY e.id {'DESC' if backwards else 'ASC'} LIMIT {mark}"
+    params.append(limit)
+    return sql, params
+
+
+def condition_sql(query: Query, after: int | None, mark: str = "?") -> tuple[str, list[Any]]:
+    """The first position after ``after`` (any, when None) of an event matching ``query``;
+    no row when there is none."""
+    ids = matching_ids(query, ">", after or 0, mark)
+    if ids is None:
+        return f"SELECT id FROM events WHERE id > {mark} ORDER BY id LIMIT 1", [after or 0]
+    return f"SELECT MIN(id) FROM ({ids[0]}) AS m HAVING MIN(id) IS NOT NULL", ids[1]
