@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.dcb.client import (
     AppendConditionFailed,
     AsyncDcbClient,
@@ -329,3 +329,57 @@ async def test_python_clients_round_trip_bytes_json_and_subscribe(server: EventS
             live = await pending
         assert (live.type, live.data, live.position) == ("Live", 2, 4)
         await stream.aclose()
+
+
+DCB_IFACE = "futoin.evt.dcb:1.0"
+
+
+async def test_the_ftn3_iface_shares_the_log_and_the_rules(
+    alice: EventStreamClient, http: httpx.AsyncClient
+) -> None:
+    call = alice.ftn3.call
+    c1 = {"items": [{"tags": ["course:c1"]}]}
+    first = await call(DCB_IFACE, "append", {"events": [subscribed("s1")]})
+    assert first == 1
+    over_http = await append(http, [subscribed("s2")])
+    assert over_http.json() == {"position": 2}
+    seen = await call(DCB_IFACE, "read", {"query": c1})
+    assert [e["position"] for e in seen["events"]] == [1, 2]
+    assert seen["head"] == 2
+    assert "next" not in seen
+    backwards = await call(DCB_IFACE, "readBackwards", {"query": c1, "limit": 1})
+    assert [e["position"] for e in backwards["events"]] == [2]
+    with pytest.raises(RemoteError) as failed:
+        await call(
+            DCB_IFACE,
+            "append",
+            {"events": [subscribed("s3")], "condition": {"failIfEventsMatch": c1, "after": 1}},
+        )
+    assert failed.value.name == "AppendConditionFailed"
+    with pytest.raises(RemoteError) as bad:
+        await call(DCB_IFACE, "append", {"events": [{"type": "A", "tags": ["x y"]}]})
+    assert (bad.value.name, bad.value.desc.split(":")[0]) == ("InvalidRequest", "events[0].tags[0]")
+    with pytest.raises(RemoteError) as empty:
+        await call(DCB_IFACE, "append", {"events": []})
+    assert empty.value.name == "InvalidRequest"
+
+
+async def test_the_ftn3_iface_pages_large_reads(alice: EventStreamClient) -> None:
+    big = "x" * 60_000
+    for _ in range(15):  # 9 MB: more than one 8 MiB reply
+        batch = [{"type": "Big", "data": big, "tags": ["big"]} for _ in range(10)]
+        await alice.ftn3.call(DCB_IFACE, "append", {"events": batch})
+    positions: list[int] = []
+    replies = 0
+    after = 0
+    while True:
+        reply = await alice.ftn3.call(
+            DCB_IFACE, "read", {"query": {"items": [{"tags": ["big"]}]}, "after": after}
+        )
+        positions += [e["position"] for e in reply["events"]]
+        replies += 1
+        if "next" not in reply:
+            break
+        after = reply["next"]
+    assert positions == list(range(1, 151))
+    assert replies == 2

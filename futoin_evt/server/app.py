@@ -12,6 +12,7 @@ from websockets.http11 import Request
 
 from ..archive import InProcessArchiver
 from ..auth import Authenticator
+from ..dcb.calls import DcbCalls
 from ..dcb.service import DcbService
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
@@ -36,6 +37,7 @@ SERVED_IFACES: Final = {
     "futoin.evt.poll": ("1.0", "1.1"),
     "futoin.evt.push": ("1.0", "1.1"),
     "futoinevt.ops": ("1.0",),
+    "futoin.evt.dcb": ("1.0",),
 }
 DEFAULT_DB: Final = "futoin-evt.sqlite"
 
@@ -65,6 +67,7 @@ class ServerConfig:
 def build_routes(store: EventStore, push: PushService, discarder: Discarder) -> Routes:
     """The explicit map from wire names to service methods."""
     gen = GenService(store)
+    dcb = DcbCalls(DcbService(store))
     poll = PollService(store)
     ops = OpsService(store, push, discarder)
     consumer = {
@@ -77,6 +80,12 @@ def build_routes(store: EventStore, push: PushService, discarder: Discarder) -> 
         "futoin.evt.gen": {"ping": ping, "addEvent": gen.add_event},
         "futoin.evt.poll": consumer,
         "futoin.evt.push": {**consumer, "readyToReceive": push.ready_to_receive},
+        "futoin.evt.dcb": {
+            "ping": ping,
+            "append": dcb.append,
+            "read": dcb.read,
+            "readBackwards": dcb.read_backwards,
+        },
         "futoinevt.ops": {
             "ping": ping,
             "streamInfo": ops.stream_info,

@@ -1,0 +1,90 @@
+"""The DCB API as FTN3 calls (iface ``futoin.evt.dcb:1.0``): params in, results out.
+
+Input the iface types cannot express (the query and event rules) is checked by the model,
+and its errors become ``InvalidRequest`` naming the field.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+from ..ftn3.errors import INVALID_REQUEST, FTN3Error
+from ..ftn3.messages import EncodedJson
+from ..services import REPLY_ENVELOPE_BYTES, CallContext
+from .model import (
+    AppendConditionFailed,
+    DcbInputError,
+    EventIdConflict,
+    parse_condition,
+    parse_events,
+    parse_query,
+)
+from .service import DcbService, ReadRequest
+
+APPEND_CONDITION_FAILED: Final = "AppendConditionFailed"
+EVENT_ID_CONFLICT: Final = "EventIdConflict"
+#: Room for the reply's ``head`` and ``next`` around the events.
+_RESULT_ENVELOPE_BYTES: Final = 128
+
+T = TypeVar("T")
+
+
+async def _checked(call: Callable[[], Awaitable[T]]) -> T:
+    """Domain errors to FTN3 error names, in one place."""
+    try:
+        return await call()
+    except DcbInputError as exc:
+        raise FTN3Error(INVALID_REQUEST, f"{exc.field}: {exc.message}") from None
+    except AppendConditionFailed as exc:
+        raise FTN3Error(APPEND_CONDITION_FAILED, str(exc)) from None
+    except EventIdConflict as exc:
+        raise FTN3Error(EVENT_ID_CONFLICT, str(exc)) from None
+
+
+class DcbCalls:
+    def __init__(self, service: DcbService) -> None:
+        self._service = service
+
+    async def append(self, _ctx: CallContext, params: dict[str, Any]) -> int:
+        async def run() -> int:
+            events = parse_events(params["events"])
+            condition = parse_condition(params["condition"])
+            return await self._service.append(events, condition)
+
+        return await _checked(run)
+
+    async def read(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+        return await _checked(lambda: self._read(ctx, params, params["after"], False))
+
+    async def read_backwards(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+        return await _checked(lambda: self._read(ctx, params, params["before"], True))
+
+    async def _read(
+        self, ctx: CallContext, params: dict[str, Any], position: int | None, backwards: bool
+    ) -> EncodedJson:
+        request = ReadRequest(
+            query=parse_query(params["query"]),
+            after=position,
+            limit=params["limit"],
+            backwards=backwards,
+        )
+        read = await self._service.read(request)
+        budget = ctx.max_response_bytes - REPLY_ENVELOPE_BYTES - _RESULT_ENVELOPE_BYTES
+        parts: list[str] = []
+        size = 0
+        last_position = 0
+        next_position: int | None = None
+        async for page in read.pages():
+            for event in page:
+                text = event.to_json()
+                size += len(text.encode()) + 1
+                if parts and size > budget:
+                    next_position = last_position  # more than fits: go on from here
+                    break
+                parts.append(text)
+                last_position = event.position
+            if next_position is not None:
+                break
+        more = f',"next":{next_position}' if next_position is not None else ""
+        return EncodedJson(f'{{"events":[{",".join(parts)}],"head":{read.head}{more}}}')
