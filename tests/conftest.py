@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from futoin_evt.auth import hash_password
 from futoin_evt.client.aio import EventStreamClient
@@ -193,3 +194,9 @@ async def run_js(js_dir: Path, script: str, scenario: dict[str, Any]) -> list[An
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+
+
+# -- property-based tests -----------------------------------------------------------------------
+
+# The default profile keeps CI bounded; `pytest --hypothesis-profile=long` explores much more.
+settings.register_profile("long", max_examples=2000)
