@@ -42,34 +42,39 @@ def _item_sql(item: QueryItem, bound: str, bound_value: int, mark: str) -> tuple
     keys = sorted(item.tag_keys)
     if tags or keys:
         if tags:
+            ref = "t.event_id"
             sql = f"SELECT t.event_id AS id FROM event_tags t WHERE t.tag = {mark}"
-            params.append(tags[0])
+            sql += f" AND t.event_id {bound} {mark}"
+            params += [tags[0], bound_value]
             rest_tags, rest_keys = tags[1:], keys
         else:
+            # two index ranges: the bare key, and every key:value
+            ref = "t.id"
             sql = (
-                "SELECT DISTINCT t.event_id AS id FROM event_tags t"
-                f" WHERE (t.tag = {mark} OR (t.tag > {mark} AND t.tag < {mark}))"
+                f"SELECT t.id AS id FROM (SELECT event_id AS id FROM event_tags"
+                f" WHERE tag = {mark} AND event_id {bound} {mark}"
+                f" UNION SELECT event_id FROM event_tags"
+                f" WHERE tag > {mark} AND tag < {mark} AND event_id {bound} {mark}) AS t WHERE 1"
             )
-            params.extend(_key_range(keys[0]))
+            key, low, high = _key_range(keys[0])
+            params += [key, bound_value, low, high, bound_value]
             rest_tags, rest_keys = [], keys[1:]
-        sql += f" AND t.event_id {bound} {mark}"
-        params.append(bound_value)
         for tag in rest_tags:
             sql += (
                 " AND EXISTS (SELECT 1 FROM event_tags o"
-                f" WHERE o.tag = {mark} AND o.event_id = t.event_id)"
+                f" WHERE o.tag = {mark} AND o.event_id = {ref})"
             )
             params.append(tag)
         for key in rest_keys:
             sql += (
-                " AND EXISTS (SELECT 1 FROM event_tags o WHERE o.event_id = t.event_id"
+                f" AND EXISTS (SELECT 1 FROM event_tags o WHERE o.event_id = {ref}"
                 f" AND (o.tag = {mark} OR (o.tag > {mark} AND o.tag < {mark})))"
             )
             params.extend(_key_range(key))
         if item.types:
             types = sorted(item.types)
             sql += (
-                " AND EXISTS (SELECT 1 FROM events x WHERE x.id = t.event_id"
+                f" AND EXISTS (SELECT 1 FROM events x WHERE x.id = {ref}"
                 f" AND x.type IN ({_in(types, mark)}))"
             )
             params.extend(types)
