@@ -98,11 +98,11 @@ class _Connection:
         try:
             msg = decode_frame(frame)
         except RefusedMessage as exc:
-            if exc.rid[0] == "C" and not self._draining:
+            if exc.rid[0] != "C":
+                self._close_for(exc)
+            elif self.io.is_open and not self._draining:
                 self.io.send(encode_error(exc.rid, exc.name, exc.desc))
                 self._check_unread()
-            else:
-                self._close_for(exc)
             return
         except ProtocolViolation as exc:
             self._close_for(exc)
