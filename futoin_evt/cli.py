@@ -27,13 +27,15 @@ from .retention import RetentionConfig
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.http import DEFAULT_FEED_PATH, FeedConfig
 from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
-from .storage.sqlite import Durability, SqliteStore
+from .storage import open_store
+from .storage.base import Durability, StoreError
 
 DEFAULT_PORT: Final = 8480
 DEFAULT_URL: Final = f"ws://127.0.0.1:{DEFAULT_PORT}/"
 ENV_URL: Final = "FUTOIN_EVT_URL"
 ENV_USER: Final = "FUTOIN_EVT_USER"
 ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
+ENV_DB: Final = "FUTOIN_EVT_DB"
 
 log = logging.getLogger("futoin_evt")
 
@@ -53,6 +55,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"futoin-evt: {exc}", file=sys.stderr)
         return 1
+    except StoreError as exc:  # the database cannot be opened or has a newer schema
+        print(f"futoin-evt: {exc}.", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -212,7 +217,11 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _add_db(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--db", type=Path, default=Path(DEFAULT_DB), help="SQLite file")
+    parser.add_argument(
+        "--db",
+        default=os.environ.get(ENV_DB, DEFAULT_DB),
+        help=f"SQLite file, or postgresql://user[:password]@host[:port]/dbname (${ENV_DB})",
+    )
 
 
 def _add_endpoint(parser: argparse.ArgumentParser) -> None:
@@ -244,7 +253,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
     config = ServerConfig(
-        db_path=args.db,
+        db=args.db,
         durability=Durability(args.durability.upper()),
         transport=TransportConfig(
             host=args.host,
@@ -270,7 +279,8 @@ async def _serve(args: argparse.Namespace) -> int:
         server = await EventServer.start(config)
     except OSError as exc:
         raise CliError(f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}") from None
-    print(f"futoin-evt {__version__} listening on {server.url} (database {args.db})", flush=True)
+    where = server.store.description
+    print(f"futoin-evt {__version__} listening on {server.url} (database {where})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -305,12 +315,8 @@ def _read_password() -> str:
 
 
 @contextlib.asynccontextmanager
-async def _open_store(path: Path) -> Any:
-    try:
-        store = await SqliteStore.open(path)
-    except Exception as exc:
-        raise CliError(f"cannot open the database {path}: {exc}") from None
-    async with store:
+async def _open_store(db: str) -> Any:
+    async with await open_store(db) as store:
         yield store
 
 

@@ -35,8 +35,8 @@ from typing import Any, Final
 from .ftn3.errors import FTN3Error
 from .model import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
 from .services import NOT_REGISTERED, CallContext, PeerLink
+from .storage.base import ConsumerLog, EventPage
 from .storage.head import HeadWatch
-from .storage.sqlite import EventPage, SqliteStore
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +271,7 @@ def _failure(reply: asyncio.Future[Any]) -> str | None:
 class PushService:
     """``readyToReceive``: starts, and takes over, push streams."""
 
-    def __init__(self, store: SqliteStore, config: PushConfig = PushConfig()) -> None:
+    def __init__(self, store: ConsumerLog, config: PushConfig = PushConfig()) -> None:
         self.store = store
         self.config = config
         self._streams: dict[Hashable, PushStream] = {}

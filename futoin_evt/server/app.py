@@ -15,7 +15,8 @@ from ..ops import OpsService
 from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
 from ..services import GenService, PollService, ping
-from ..storage.sqlite import Durability, SqliteStore
+from ..storage import open_store
+from ..storage.base import Durability, Store
 from .executor import Executor, Routes
 from .http import FeedConfig, FeedEndpoint
 from .websocket import TransportConfig, WebSocketTransport
@@ -35,7 +36,8 @@ DEFAULT_DB: Final = "futoin-evt.sqlite"
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    db_path: Path = Path(DEFAULT_DB)
+    #: A SQLite file path, or a ``postgresql://`` URL.
+    db: str | Path = DEFAULT_DB
     durability: Durability = Durability.FULL
     transport: TransportConfig = field(default_factory=TransportConfig)
     #: Check every reply against the iface (tests); peers' input is always checked.
@@ -52,7 +54,7 @@ class ServerConfig:
     feed: FeedConfig = field(default_factory=FeedConfig)
 
 
-def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) -> Routes:
+def build_routes(store: Store, push: PushService, discarder: Discarder) -> Routes:
     """The explicit map from wire names to service methods."""
     gen = GenService(store)
     poll = PollService(store)
@@ -93,12 +95,14 @@ class EventServer:
 
     def __init__(
         self,
-        store: SqliteStore,
+        store: Store,
         push: PushService,
         discarder: Discarder,
         transport: WebSocketTransport,
     ) -> None:
         self.store = store
+        #: The database as configured: a SQLite path or a PostgreSQL URL.
+        self.db: str | Path = DEFAULT_DB
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
@@ -107,7 +111,7 @@ class EventServer:
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
-        store = await SqliteStore.open(config.db_path, durability=config.durability)
+        store = await open_store(config.db, durability=config.durability)
         try:
             push = PushService(store, config.push)
             discarder = Discarder(store, push, config.retention)
@@ -134,9 +138,10 @@ class EventServer:
             archiver = InProcessArchiver(store, config.archive_path)
             await archiver.start()
         discarder.start()
-        log.info("serving %s on %s", config.db_path, transport.url)
+        log.info("serving %s on %s", store.description, transport.url)
         server = cls(store, push, discarder, transport)
         server.archiver = archiver
+        server.db = config.db
         server.feed = feed
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)

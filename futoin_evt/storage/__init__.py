@@ -1,0 +1,33 @@
+"""Event storage: the contract (:mod:`.base`) and its backends, chosen by :func:`open_store`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Final
+
+from .base import Durability, Store, StoreUnavailable
+
+POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
+
+
+def is_postgres_url(db: str | Path) -> bool:
+    return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
+
+
+async def open_store(db: str | Path, *, durability: Durability = Durability.FULL) -> Store:
+    """Open (and create or migrate) the store ``db`` names: a ``postgresql://`` or
+    ``postgres://`` URL for PostgreSQL, anything else a SQLite file path.
+
+    Raises :class:`~.base.StoreUnavailable` (one sentence) when it cannot be opened.
+    """
+    if is_postgres_url(db):
+        try:
+            from .postgres import PostgresStore
+        except ImportError as exc:
+            raise StoreUnavailable(
+                f"a PostgreSQL database needs psycopg: pip install 'futoin-evt[postgres]' ({exc})"
+            ) from None
+        return await PostgresStore.open(str(db), durability=durability)
+    from .sqlite import SqliteStore
+
+    return await SqliteStore.open(db, durability=durability)

@@ -18,20 +18,30 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 import aiosqlite
 
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
+from .base import (
+    ConsumerRow,
+    DiscardLimits,
+    Durability,
+    EventPage,
+    EventRow,
+    StoreClosed,
+    StoreUnavailable,
+    StreamBounds,
+    User,
+)
 from .head import HeadWatch
+from .pages import page_from_recent, page_from_rows
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
 from .thread import WorkerThread
@@ -44,73 +54,8 @@ MAX_WRITES_PER_COMMIT: Final = 4096
 _ROWS_PER_INSERT: Final = 500
 
 
-class Durability(Enum):
-    """``FULL``: no acknowledged write is lost even on power loss. ``NORMAL``: survives a crash
-    of the process, may lose the last commits on power loss; several times faster."""
-
-    FULL = "FULL"
-    NORMAL = "NORMAL"
-
-
 #: The newest id ever given to an event (AUTOINCREMENT keeps it after a discard).
 _LAST_GIVEN_ID: Final = "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
-
-
-class StoreClosed(RuntimeError):
-    """The store was closed before the write could be committed."""
-
-
-@dataclass(frozen=True, slots=True)
-class EventPage:
-    """Events read for one reply, already encoded as a JSON array."""
-
-    json: str
-    count: int
-    last_id: int
-    #: With a type filter: the newest id in the store (to skip ahead to when nothing matched).
-    head_id: int
-    #: The id the read started after.
-    start_id: int
-    #: More events were there but did not fit ``max_bytes``.
-    truncated: bool = False
-    #: Each event's JSON text (``json`` is these, joined into an array).
-    items: Sequence[str] = ()
-
-
-class ConsumerRow(NamedTuple):
-    user: str
-    user_id: UserId
-    component: str
-    position: int
-    registered_at: str
-    last_seen_at: str
-    behind: int
-    oldest_unread_ts: str | None
-
-
-class StreamBounds(NamedTuple):
-    first_id: int | None
-    first_ts: str | None
-    last_id: int | None
-    last_ts: str | None
-    events: int
-
-
-class DiscardLimits(NamedTuple):
-    #: The lowest consumer position, or None without consumers.
-    lowest_position: int | None
-    newest_id: int
-    oldest_id: int
-    #: The newest id older than the time retention keeps (None: no such event or no policy).
-    older_than_kept: int | None
-
-
-@dataclass(frozen=True, slots=True)
-class User:
-    id: UserId
-    name: str
-    password_hash: str
-    is_admin: bool
 
 
 @dataclass(slots=True)
@@ -160,6 +105,7 @@ class SqliteStore:
         reader: aiosqlite.Connection,
     ) -> None:
         self.path = path
+        self.description = str(path)
         self._writer = writer
         self._write_thread = write_thread
         self._reader = reader
@@ -178,6 +124,9 @@ class SqliteStore:
         write_thread = WorkerThread("futoin-evt-writer")
         try:
             writer = await write_thread.run(_open_writer, path, durability)
+        except (sqlite3.Error, OSError) as exc:
+            write_thread.stop()
+            raise StoreUnavailable(f"cannot open the database {path}: {exc}") from None
         except BaseException:
             write_thread.stop()
             raise
@@ -260,34 +209,10 @@ class SqliteStore:
         when there is one: every stored event fits a 64 KiB reply by construction.
         """
         if self.recent.covers(after_id):
-            return self._page_from_recent(after_id, types, limit, max_bytes)
+            return page_from_recent(self.recent, after_id, types, limit, max_bytes)
         page = await self._read("?", [after_id], "", [], types, limit, max_bytes)
         assert page is not None
         return page
-
-    def _page_from_recent(
-        self, after_id: int, types: Sequence[str] | None, limit: int, max_bytes: int
-    ) -> EventPage:
-        wanted = set(types) if types is not None else None
-        parts: list[str] = []
-        size = 2
-        last_id = 0
-        truncated = False
-        for event in self.recent.after(after_id):
-            if wanted is not None and event.type not in wanted:
-                continue
-            size += event.size + 1
-            if parts and size > max_bytes:
-                truncated = True
-                break
-            parts.append(event.json)
-            last_id = event.id
-            if len(parts) == limit:
-                break
-        head_id = self.recent.last_id if types is not None else 0
-        return EventPage(
-            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, after_id, truncated, parts
-        )
 
     async def read_consumer_events(
         self,
@@ -367,36 +292,9 @@ class SqliteStore:
                 " UNION ALL SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)"
             )
         rows = await self._reader.execute_fetchall(sql, params)
-        start: int | None = None
-        head_id = 0
-        parts: list[str] = []
-        size = 2  # the brackets
-        last_id = 0
-        truncated = False
-        for event_id, event_type, data, ts, extra in rows:
-            if event_type is None:
-                if event_id == -1:
-                    start = extra
-                else:
-                    head_id = extra
-                continue
-            if data_as_text:
-                data = json.dumps(data)  # ASCII: its length is its size
-                extra = len(data)
-            text = event_json(event_id, event_type, data, ts)
-            size += len(text) - len(data) + extra + 1
-            if parts and size > max_bytes:
-                truncated = True
-                break
-            parts.append(text)
-            last_id = event_id
-        if start is None:
-            return None
-        return EventPage(
-            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, start, truncated, parts
-        )
+        return page_from_rows(rows, max_bytes, data_as_text)
 
-    async def read_rows(self, after_id: int, *, limit: int) -> list[tuple[int, str, str, str]]:
+    async def read_rows(self, after_id: int, *, limit: int) -> list[EventRow]:
         """Stored events as (id, type, data JSON, ts), for copying them elsewhere."""
         rows = await self._reader.execute_fetchall(
             "SELECT id, type, data, ts FROM events WHERE id > ? ORDER BY id LIMIT ?",

@@ -1,0 +1,293 @@
+"""The storage contract: value types, errors and the roles a store plays. No I/O here.
+
+Every backend (``SqliteStore``, ``PostgresStore``) implements :class:`Store`; code above
+``storage/`` depends on these Protocols only, each part on the narrowest role it needs, and
+gets a store from :func:`futoin_evt.storage.open_store`.
+
+The ordering rule every backend keeps (the point of the contract):
+
+    Event ids grow in commit order. Once a reader has seen id ``p`` committed, no event with
+    an id ``<= p`` commits later. So a reader that asks for ``id > p`` never skips an event
+    that commits after it asked, and a reliable consumer at position ``p`` never misses one.
+
+Ids are never reused, not even after the newest events are discarded. An ``append`` that
+returned is durable; acknowledgements only move a position forward.
+
+Errors::
+
+    StoreError
+    ├── StoreClosed        the store was closed before a write could commit
+    ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
+    └── SchemaTooNew       the database was written by a newer futoin-evt
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass
+from enum import Enum
+from typing import Final, NamedTuple, Protocol
+
+from ..model import MAX_EVENTS_PER_CALL, EventId, UserId
+from .head import HeadWatch
+
+#: The schema version this futoin-evt writes; both backends number their migrations alike.
+SCHEMA_VERSION: Final = 1
+
+
+class StoreError(Exception):
+    """Root of the storage errors."""
+
+
+class StoreClosed(StoreError, RuntimeError):
+    """The store was closed before the write could be committed."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be opened; the message is one sentence for the user."""
+
+
+class SchemaTooNew(StoreError):
+    """The database schema is newer than this futoin-evt knows."""
+
+    def __init__(self, found: int, known: int = SCHEMA_VERSION) -> None:
+        super().__init__(
+            f"the database has schema version {found}, newer than this futoin-evt knows "
+            f"({known}); upgrade futoin-evt"
+        )
+        self.found = found
+        self.known = known
+
+
+def migrations_to_run(current: int, known: int = SCHEMA_VERSION) -> range:
+    """The migration steps from ``current`` up to ``known`` (step ``n`` makes version ``n``).
+
+    Version 0 is an empty database. Raises :class:`SchemaTooNew` for a newer schema.
+    """
+    if current > known:
+        raise SchemaTooNew(current, known)
+    return range(current + 1, known + 1)
+
+
+class Durability(Enum):
+    """``FULL``: no acknowledged write is lost even on power loss. ``NORMAL``: survives a crash
+    of the process, may lose the last commits on power loss; several times faster."""
+
+    FULL = "FULL"
+    NORMAL = "NORMAL"
+
+
+@dataclass(frozen=True, slots=True)
+class EventPage:
+    """Events read for one reply, already encoded as a JSON array."""
+
+    json: str
+    count: int
+    last_id: int
+    #: With a type filter: the newest id in the store (to skip ahead to when nothing matched).
+    head_id: int
+    #: The id the read started after.
+    start_id: int
+    #: More events were there but did not fit ``max_bytes``.
+    truncated: bool = False
+    #: Each event's JSON text (``json`` is these, joined into an array).
+    items: Sequence[str] = ()
+
+
+class ConsumerRow(NamedTuple):
+    user: str
+    user_id: UserId
+    component: str
+    position: int
+    registered_at: str
+    last_seen_at: str
+    behind: int
+    oldest_unread_ts: str | None
+
+
+class StreamBounds(NamedTuple):
+    first_id: int | None
+    first_ts: str | None
+    last_id: int | None
+    last_ts: str | None
+    events: int
+
+
+class DiscardLimits(NamedTuple):
+    #: The lowest consumer position, or None without consumers.
+    lowest_position: int | None
+    newest_id: int
+    oldest_id: int
+    #: The newest id older than the time retention keeps (None: no such event or no policy).
+    older_than_kept: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class User:
+    id: UserId
+    name: str
+    password_hash: str
+    is_admin: bool
+
+
+#: A stored event as (id, type, data JSON, ts), for copying it elsewhere.
+EventRow = tuple[int, str, str, str]
+
+
+class EventLog(Protocol):
+    """The ordered log: append, read, and the head that wakes waiting readers."""
+
+    @property
+    def head(self) -> HeadWatch:
+        """The newest committed id this process knows of (other processes' commits reach it
+        within the backend's wake-up delay) and its waiters."""
+
+    async def append(self, event_type: str, data_json: str) -> EventId:
+        """Store one event (type and data already checked); its id once durable.
+        Cancelling the caller does not cancel the write."""
+
+    def submit_append(self, event_type: str, data_json: str) -> asyncio.Future[EventId]:
+        """Queue one event; the future gets its id once it is durable."""
+
+    async def read_events(
+        self,
+        after_id: int,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+    ) -> EventPage:
+        """Events with id > ``after_id`` in id order, as many as fit ``limit`` and
+        ``max_bytes`` (the encoded array, UTF-8); at least one when there is one. With
+        ``types``, ``head_id`` is the newest id to skip ahead to."""
+
+    async def read_rows(self, after_id: int, *, limit: int) -> list[EventRow]:
+        """Stored events after ``after_id`` as (id, type, data JSON, ts)."""
+
+    async def newest_event_id(self) -> int:
+        """The newest stored event's id (0 when there is none)."""
+
+    async def last_given_id(self) -> int:
+        """The newest id ever given to an event, even if that event is discarded."""
+
+    async def stream_id(self) -> str:
+        """A random name of this database: ids start again in another one."""
+
+
+class Consumers(Protocol):
+    """Registered reliable consumers and their positions (highest acknowledged id)."""
+
+    async def register_consumer(self, user_id: UserId, component: str) -> bool:
+        """Register (idempotent; marks it seen); True when it was new. A new consumer starts
+        before the oldest retained event."""
+
+    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
+        """Durably move a position forward to ``up_to`` (never back); the position after,
+        or None when the consumer is not registered."""
+
+    async def position(self, user_id: UserId, component: str) -> int | None: ...
+
+    async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """(position, last given id) in one snapshot; None when not registered."""
+
+    async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
+        """Put a position anywhere (an operator's seek, not an acknowledgement)."""
+
+    async def drop_consumer(self, user_id: UserId, component: str) -> bool: ...
+
+    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
+        """Registered consumers (of one user, or all) with how far behind each is."""
+
+    async def read_consumer_events(
+        self,
+        user_id: UserId,
+        component: str,
+        *,
+        at_least: int = 0,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+    ) -> EventPage | None:
+        """Like ``read_events`` after the consumer's position (or ``at_least`` when higher),
+        in one snapshot; None when the consumer is not registered."""
+
+    async def read_range(
+        self,
+        user_id: UserId,
+        component: str,
+        after_id: int,
+        upto_id: int | None,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+        data_as_text: bool = False,
+    ) -> EventPage | None:
+        """Events with ``after_id < id <= upto_id``, the position left alone; the page's
+        ``start_id`` is the position read in the same snapshot. None when not registered.
+        With ``data_as_text`` each event's data is a string holding its JSON text."""
+
+    async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
+        """Mark consumers as seen now (connected push streams)."""
+
+    async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:
+        """Drop consumers not seen since ``seen_before``; (user, component) of each."""
+
+    async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
+        """(user, user id, component) of the consumer with the lowest position."""
+
+
+class Retention(Protocol):
+    """What discarding needs: its limits, the deletion, and the stream's extent."""
+
+    async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
+        """What bounds discarding, read in one snapshot."""
+
+    async def delete_events(self, up_to: int, limit: int) -> int:
+        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many.
+        Callers pass a bound at or below every consumer's position (``discard_limits``)."""
+
+    async def stream_bounds(self) -> StreamBounds: ...
+
+    async def id_before(self, ts: str) -> int | None:
+        """The newest id before the first event at or after ``ts``; None when that is the
+        oldest retained event (or there are none)."""
+
+
+class Users(Protocol):
+    """Users and their password hashes (hashed by the caller)."""
+
+    async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
+        """Raises KeyError when the name is taken."""
+
+    async def set_password(self, name: str, password_hash: str) -> bool: ...
+
+    async def remove_user(self, name: str) -> bool:
+        """Remove a user and their consumers."""
+
+    async def get_user(self, name: str) -> User | None: ...
+
+    async def list_users(self) -> list[User]: ...
+
+
+class ConsumerLog(EventLog, Consumers, Protocol):
+    """The log with its consumers: what polling and pushing need."""
+
+
+class Store(ConsumerLog, Retention, Users, Protocol):
+    """A whole backend, opened by :func:`futoin_evt.storage.open_store`."""
+
+    @property
+    def description(self) -> str:
+        """Where the data is, for logs (a path, or a URL without its password)."""
+
+    def watch_other_writers(self, interval: float) -> None:
+        """Notice events other processes commit within ``interval`` seconds (at the latest)."""
+
+    async def close(self) -> None:
+        """Commit what is queued, then close; later writes raise :class:`StoreClosed`."""
+
+    async def __aenter__(self) -> Store: ...
+
+    async def __aexit__(self, *_exc: object) -> None: ...
