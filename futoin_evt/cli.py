@@ -56,7 +56,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"futoin-evt: {exc}", file=sys.stderr)
         return 1
     except StoreError as exc:  # the database cannot be opened or has a newer schema
-        print(f"futoin-evt: {exc}.", file=sys.stderr)
+        print(f"futoin-evt: {str(exc).rstrip('.')}.", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130

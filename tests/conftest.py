@@ -151,7 +151,7 @@ def free_port() -> int:
 class ServerProcess:
     """``futoin-evt serve`` as its own process, as an operator runs it."""
 
-    def __init__(self, db: Path, port: int = 0, *extra: str) -> None:
+    def __init__(self, db: str | Path, port: int = 0, *extra: str) -> None:
         self.db = db
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",

@@ -23,9 +23,9 @@ async def open_store(db: str | Path, *, durability: Durability = Durability.FULL
     if is_postgres_url(db):
         try:
             from .postgres import PostgresStore
-        except ImportError as exc:
+        except ImportError:
             raise StoreUnavailable(
-                f"a PostgreSQL database needs psycopg: pip install 'futoin-evt[postgres]' ({exc})"
+                "a PostgreSQL database needs the driver: pip install 'futoin-evt[postgres]'"
             ) from None
         return await PostgresStore.open(str(db), durability=durability)
     from .sqlite import SqliteStore
