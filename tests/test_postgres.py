@@ -307,3 +307,41 @@ async def test_sigkill_of_one_process_loses_nothing_acknowledged(servers: Server
     assert on_b.ids == sorted(set(on_b.ids))
     # the second session starts at the stored position: no gap between the two sessions
     assert on_a_again.ids[0] <= (on_a.ids[-1] if on_a.ids else 0) + 1
+
+
+async def test_a_newer_receiver_on_another_process_takes_the_consumer_over(
+    servers: ServersFactory,
+) -> None:
+    a, b = servers(2)
+    async with await connect(a.url) as producer:
+        await producer.register_consumer("TAKEN")
+        first = [await producer.add_event("T", i) for i in range(10)]
+        old = Collector(a.url, "TAKEN")
+        await old.wait_for(first[-1])
+        new = Collector(b.url, "TAKEN")
+        async with asyncio.timeout(30):
+            await new.receiver.ready.wait()
+        later = [await producer.add_event("T", i) for i in range(20)]
+        await new.wait_for(later[-1])
+        # The stream on process a ends: its acknowledgements are fenced off by the epoch.
+        async with asyncio.timeout(30):
+            while await push_connected(a.url, "TAKEN"):
+                await producer.add_event("T", "more")
+        last = await producer.add_event("T", "last")
+        await new.wait_for(last)
+    await old.stop()
+    await new.stop()
+    # from the claimed position on (what the old stream had not acknowledged comes again)
+    assert set(later) <= set(new.ids)
+    assert new.ids == sorted(set(new.ids))
+
+
+async def consumer_info(url: str, component: str) -> dict[str, Any]:
+    async with await connect(url) as client:
+        consumers = await client.ftn3.call("futoinevt.ops:1.0", "listConsumers", {})
+    (info,) = [c for c in consumers if c["component"] == component]
+    return dict(info)
+
+
+async def push_connected(url: str, component: str) -> bool:
+    return bool((await consumer_info(url, component))["push_connected"])

@@ -103,7 +103,8 @@ async def test_a_newer_schema_is_refused(store_db: str) -> None:
     async with await open_store(store_db):
         pass
     execute_sql(store_db, "UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
-    with pytest.raises(SchemaTooNew, match=r"schema version 2, newer than this futoin-evt"):
+    newer = f"schema version {SCHEMA_VERSION + 1}, newer than this futoin-evt"
+    with pytest.raises(SchemaTooNew, match=newer):
         await open_store(store_db)
 
 
@@ -175,6 +176,24 @@ async def test_consumer_positions_move_only_forward(store: Store) -> None:
     assert await store.set_position(user, "C", 2)
     assert await store.position(user, "C") == 2
     assert not await store.set_position(user, "OTHER", 2)
+
+
+async def test_a_claim_fences_acknowledgements_of_older_claims(store: Store) -> None:
+    user = await store.add_user("u", "hash")
+    assert await store.claim_consumer(user, "C") is None
+    await store.register_consumer(user, "C")
+    await store.acknowledge(user, "C", 2)
+    first = await store.claim_consumer(user, "C")
+    assert first is not None
+    assert first[1] == 2
+    assert await store.acknowledge(user, "C", 4, epoch=first[0]) == 4
+    second = await store.claim_consumer(user, "C")
+    assert second is not None
+    assert second == (first[0] + 1, 4)
+    assert await store.acknowledge(user, "C", 9, epoch=first[0]) is None  # the older stream
+    assert await store.position(user, "C") == 4
+    assert await store.acknowledge(user, "C", 9, epoch=second[0]) == 9
+    assert await store.acknowledge(user, "C", 10) == 10  # a poll is not fenced
 
 
 async def test_consumer_reads_start_at_the_position_or_later(store: Store) -> None:

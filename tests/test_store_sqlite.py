@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from futoin_evt.model import EventRejected
+from futoin_evt.model import EventRejected, UserId
+from futoin_evt.storage.base import SCHEMA_VERSION
 from futoin_evt.storage.native import add_event, add_event_async
+from futoin_evt.storage.schema import MIGRATIONS
 from futoin_evt.storage.sqlite import SqliteStore
 
 pytestmark = pytest.mark.functional
@@ -25,6 +27,20 @@ BIG = 1 << 20
 async def store(db_path: Path) -> AsyncIterator[SqliteStore]:
     async with await SqliteStore.open(db_path) as opened:
         yield opened
+
+
+async def test_a_version_1_file_is_migrated_and_keeps_its_data(db_path: Path) -> None:
+    """Files from before the schema_version table carry version 1 in PRAGMA user_version."""
+    with sqlite3.connect(db_path) as conn:
+        for statement in MIGRATIONS[1].split(";"):
+            conn.execute(statement)
+        conn.execute("INSERT INTO users (name, password_hash, created_at) VALUES ('u', 'h', 't')")
+        conn.execute("INSERT INTO consumers VALUES (1, 'C', 7, 't', 't')")
+        conn.execute("PRAGMA user_version = 1")
+    async with await SqliteStore.open(db_path) as store:
+        assert await store.claim_consumer(UserId(1), "C") == (1, 7)
+    with sqlite3.connect(db_path) as conn:
+        assert conn.execute("SELECT version FROM schema_version").fetchall() == [(SCHEMA_VERSION,)]
 
 
 async def test_native_extension_commits_with_the_application(

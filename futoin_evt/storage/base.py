@@ -33,7 +33,7 @@ from ..model import MAX_EVENTS_PER_CALL, EventId, UserId
 from .head import HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 1
+SCHEMA_VERSION: Final = 2
 
 
 class StoreError(Exception):
@@ -182,11 +182,19 @@ class Consumers(Protocol):
         """Register (idempotent; marks it seen); True when it was new. A new consumer starts
         before the oldest retained event."""
 
-    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
+    async def acknowledge(
+        self, user_id: UserId, component: str, up_to: int, *, epoch: int | None = None
+    ) -> int | None:
         """Durably move a position forward to ``up_to`` (never back); the position after,
-        or None when the consumer is not registered."""
+        or None when the consumer is not registered, or (with ``epoch``) when its epoch has
+        moved on: another stream claimed it."""
 
     async def position(self, user_id: UserId, component: str) -> int | None: ...
+
+    async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """Make the caller the consumer's one push stream in the whole cluster: bump its
+        epoch and return (new epoch, position), or None when it is not registered.
+        Acknowledgements with an older epoch no longer move the position."""
 
     async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
         """(position, last given id) in one snapshot; None when not registered."""

@@ -46,7 +46,12 @@ INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)"
 
 
 #: Migration steps by the version they make.
-MIGRATIONS: Final = {1: _VERSION_1}
+_VERSION_2: Final = """
+-- Bumped by each push stream that claims the consumer: older streams' acks are fenced off.
+ALTER TABLE consumers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0
+"""
+
+MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2}
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:

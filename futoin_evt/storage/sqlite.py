@@ -333,17 +333,29 @@ class SqliteStore:
             )
         return bool(created)
 
-    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
+    async def acknowledge(
+        self, user_id: UserId, component: str, up_to: int, *, epoch: int | None = None
+    ) -> int | None:
         """Durably move a consumer's position forward to ``up_to`` (never back).
 
-        Returns the position after the update, or None when the consumer is not registered.
+        Returns the position after the update, or None when the consumer is not registered
+        (or, with ``epoch``, claimed by another stream since).
         """
+        fence = " AND epoch = ?" if epoch is not None else ""
         rows = await self._write(
             "UPDATE consumers SET position = MAX(position, ?), last_seen_at = ?"
-            " WHERE user_id = ? AND component = ? RETURNING position",
-            (up_to, utc_timestamp(), user_id, component),
+            f" WHERE user_id = ? AND component = ?{fence} RETURNING position",
+            (up_to, utc_timestamp(), user_id, component, *([epoch] if fence else [])),
         )
         return int(rows[0][0]) if rows else None
+
+    async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        rows = await self._write(
+            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = ?"
+            " WHERE user_id = ? AND component = ? RETURNING epoch, position",
+            (utc_timestamp(), user_id, component),
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         rows = await self._reader.execute_fetchall(

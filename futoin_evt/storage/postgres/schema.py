@@ -54,7 +54,12 @@ _VERSION_1: Final = (
 )
 
 #: Migration steps by the version they make.
-MIGRATIONS: Final = {1: _VERSION_1}
+_VERSION_2: Final = (
+    # Bumped by each push stream that claims the consumer; fences older streams' acks.
+    "ALTER TABLE consumers ADD COLUMN epoch BIGINT NOT NULL DEFAULT 0",
+)
+
+MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2}
 
 INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (%s, %s, %s) RETURNING id"
 TAKE_APPEND_LOCK: Final = f"SELECT pg_advisory_xact_lock({LOCK_NAMESPACE}, {APPEND_LOCK})"

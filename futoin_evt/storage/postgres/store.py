@@ -422,13 +422,24 @@ class PostgresStore:
         )
         return bool(created)
 
-    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
+    async def acknowledge(
+        self, user_id: UserId, component: str, up_to: int, *, epoch: int | None = None
+    ) -> int | None:
+        fence = " AND epoch = %s" if epoch is not None else ""
         rows = await self._fetch(
             "UPDATE consumers SET position = GREATEST(position, %s), last_seen_at = %s"
-            " WHERE user_id = %s AND component = %s RETURNING position",
-            (up_to, utc_timestamp(), user_id, component),
+            f" WHERE user_id = %s AND component = %s{fence} RETURNING position",
+            (up_to, utc_timestamp(), user_id, component, *([epoch] if fence else [])),
         )
         return int(rows[0][0]) if rows else None
+
+    async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        rows = await self._fetch(
+            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
+            " WHERE user_id = %s AND component = %s RETURNING epoch, position",
+            (utc_timestamp(), user_id, component),
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         rows = await self._fetch(
