@@ -19,6 +19,7 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.model import EventRejected
 from futoin_evt.storage import open_store
 from futoin_evt.storage.postgres import add_event, add_event_async
+from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK
 
 from .conftest import USERS, ServerProcess, execute_sql, free_port, run_js
 from .test_cli import run
@@ -345,3 +346,22 @@ async def consumer_info(url: str, component: str) -> dict[str, Any]:
 
 async def push_connected(url: str, component: str) -> bool:
     return bool((await consumer_info(url, component))["push_connected"])
+
+
+async def test_one_process_discards_at_a_time_and_never_past_a_consumer(pg_url: str) -> None:
+    async with await open_store(pg_url) as first, await open_store(pg_url) as second:
+        for _ in range(10):
+            await first.append("T", "1")
+        user = await first.add_user("u", "h")
+        await first.register_consumer(user, "SLOW")
+        await second.acknowledge(user, "SLOW", 4)
+        # Another process holds the retention lock: this one deletes nothing meanwhile.
+        other = await psycopg.AsyncConnection.connect(pg_url)
+        async with other, other.transaction():
+            await other.execute(f"SELECT pg_advisory_xact_lock({LOCK_NAMESPACE}, {RETENTION_LOCK})")
+            assert await first.delete_events(10, 100) == 0
+        # The lock ends with its holder's transaction (or connection, when a process dies).
+        # A bound past the slow consumer's position deletes only what it acknowledged.
+        assert await second.delete_events(10, 100) == 4
+        assert (await first.stream_bounds()).first_id == 5
+        assert await first.last_given_id() == 10
