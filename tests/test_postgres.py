@@ -259,6 +259,11 @@ async def test_four_processes_eight_producers_each_two_consumers_see_every_id_in
         runs = [produce(p.url, n) for n, p in enumerate(processes) for _ in range(8)]
         return list(itertools.chain.from_iterable(await asyncio.gather(*runs)))
 
+    # Both register before any event exists: events every registered consumer has read are
+    # discarded, and a consumer registered later starts after them.
+    async with await connect(processes[1].url) as client:
+        await client.register_consumer("FIRST")
+        await client.register_consumer("SECOND")
     production = asyncio.ensure_future(produce_all())
     first, second = await asyncio.gather(
         poll_all(processes[0].url, "FIRST", production),
