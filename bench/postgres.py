@@ -24,8 +24,9 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -94,6 +95,40 @@ async def start_servers(url: str, count: int) -> list[System]:
         )  # fmt: skip
         started.append(system)
     return started
+
+
+@dataclass
+class PostgresSystem(System):
+    """A futoin-evt server on a database of its own, dropped when the server stops."""
+
+    drop: Callable[[], Awaitable[None]] | None = None
+
+    async def stop(self) -> None:
+        await super().stop()
+        if self.drop is not None:
+            await self.drop()
+
+
+async def start_futoin_evt_pg(workdir: Path, *, prefill: int = 0) -> System:
+    """For ``python -m bench``: one server process on a new PostgreSQL database."""
+    del workdir  # the data lives in PostgreSQL
+    admin_url = os.environ.get("FUTOIN_EVT_TEST_PG", DEFAULT_PG)
+    owner = database(admin_url)
+    url = await owner.__aenter__()
+    try:
+        await prepare(url, prefill)
+        (server,) = await start_servers(url, 1)
+    except BaseException:
+        await owner.__aexit__(None, None, None)
+        raise
+
+    async def drop() -> None:
+        await owner.__aexit__(None, None, None)
+
+    return PostgresSystem(
+        "futoin-evt pg", server.url, server.credentials, server.poll_iface, Path(),
+        server.process, drop,
+    )  # fmt: skip
 
 
 async def producers(targets: list[System], adds: int) -> float:
