@@ -1,7 +1,8 @@
 """``python -m bench [--quick] [--only NAME ...] [--runs N] [--json PATH]``
 
-Starts each system itself on 127.0.0.1 (futoin-evt, the official FutoIn reference server;
-NATS JetStream is the machine's server, started if it is down), runs every workload
+Starts each system itself on 127.0.0.1 (futoin-evt on SQLite and on a new PostgreSQL
+database, the official FutoIn reference server; NATS JetStream is the machine's server,
+started if it is down), runs every workload
 ``--runs`` times, and prints the median of each beside the others: futoin-evt, reference,
 JetStream, the raw limit of the parts futoin-evt builds on, and the ratios
 futoin-evt/reference and futoin-evt/raw limit. ``--quick`` uses small sizes and one run.
@@ -23,7 +24,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import others, systems, workloads
+from . import others, postgres, systems, workloads
 from .systems import System
 
 RESULTS: Final = Path(__file__).resolve().parent / "results"
@@ -40,7 +41,7 @@ RSS_IDLE: Final = "server RSS, 1,000 idle connections (MB)"
 RSS_LIVE: Final = "server RSS, 100 LIVE push consumers (MB)"
 #: Rows where less is better: their ratios read "how many times lower".
 LOWER_IS_BETTER: Final = (P50, P99, PMAX, RSS_IDLE, RSS_LIVE)
-SYSTEMS: Final = ("futoin-evt", "reference", "JetStream", "raw limit")
+SYSTEMS: Final = ("futoin-evt", "futoin-evt pg", "reference", "JetStream", "raw limit")
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ def _record_latency(record: Record, latency: dict[str, float]) -> None:
 async def measure(name: str, sizes: Sizes, runs: int) -> Results:
     if name == "futoin-evt":
         return await measure_ftn3(systems.start_futoin_evt, sizes, runs)
+    if name == "futoin-evt pg":
+        return await measure_ftn3(postgres.start_futoin_evt_pg, sizes, runs)
     if name == "reference":
         return await measure_ftn3(systems.start_reference, sizes, runs)
     if name == "JetStream":

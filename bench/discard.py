@@ -62,7 +62,7 @@ async def measure(events: int, adds: int) -> dict[str, float]:
                 " '2099-01-01T00:00:00Z')"
             )
         config = ServerConfig(
-            db_path=db,
+            db=db,
             transport=TransportConfig(port=0),
             retention=RetentionConfig(interval=3600),  # started by hand below
         )

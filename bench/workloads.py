@@ -112,12 +112,15 @@ async def push_catch_up(system: System, expected: int) -> float:
         await client.close()
 
 
-async def push_latency(system: System, count: int, rate: float = 1000.0) -> dict[str, float]:
-    """addEvent -> reliable receiver latency (ms) with events added at ``rate`` per second."""
+async def push_latency(
+    system: System, count: int, rate: float = 1000.0, *, add_to: System | None = None
+) -> dict[str, float]:
+    """addEvent -> reliable receiver latency (ms) with events added at ``rate`` per second;
+    added through ``add_to`` when given (another server process on the same database)."""
     component = f"LAT{next(_components)}"
     push = "futoin.evt.push:1.1"
     receiver = await connect(system)
-    producer = await connect(system)
+    producer = await connect(add_to or system)
     latencies: list[float] = []
     done = asyncio.get_running_loop().create_future()
 

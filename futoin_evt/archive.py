@@ -23,7 +23,7 @@ from .client.aio import Event
 from .client.receiver import ReliableReceiver
 from .ftn3.messages import encode_json
 from .model import MAX_EVENTS_PER_CALL, UserId
-from .storage.base import EventStore
+from .storage.base import Store
 from .storage.head import HeadWatch
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class ArchiveFile:
 class InProcessArchiver:
     """Copies the server's own store into an archive file (``serve --archive PATH``)."""
 
-    def __init__(self, store: EventStore, path: Path) -> None:
+    def __init__(self, store: Store, path: Path) -> None:
         self._store = store
         self._file = ArchiveFile(path)
         self._task: asyncio.Task[None] | None = None

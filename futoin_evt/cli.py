@@ -29,7 +29,7 @@ from .server.dcb_http import DCB_PATH
 from .server.http import DEFAULT_FEED_PATH, FeedConfig
 from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from .storage import open_store
-from .storage.base import Durability, EventStore, StoreUnavailable
+from .storage.base import Durability, Store, StoreError
 
 DEFAULT_PORT: Final = 8480
 DEFAULT_URL: Final = f"ws://127.0.0.1:{DEFAULT_PORT}/"
@@ -65,6 +65,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except CliError as exc:
         print(f"futoin-evt: {exc}", file=sys.stderr)
         return exc.exit_status
+    except StoreError as exc:  # the database cannot be opened or has a newer schema
+        print(f"futoin-evt: {str(exc).rstrip('.')}.", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 
@@ -241,7 +244,7 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         default=os.environ.get(ENV_DB, DEFAULT_DB),
-        help=f"a SQLite file or postgresql://user@host/db (default: ${ENV_DB} or {DEFAULT_DB})",
+        help=f"SQLite file, or postgresql://user[:password]@host[:port]/dbname (${ENV_DB})",
     )
 
 
@@ -283,7 +286,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
     config = ServerConfig(
-        db_path=args.db,
+        db=args.db,
         durability=Durability(args.durability.upper()),
         transport=TransportConfig(
             host=args.host,
@@ -309,13 +312,12 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     try:
         server = await EventServer.start(config)
-    except StoreUnavailable as exc:
-        raise BadSetting(f"{exc}.") from None
     except OSError as exc:
         raise BadSetting(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
-    print(f"futoin-evt {__version__} listening on {server.url} (database {args.db})", flush=True)
+    where = server.store.description
+    print(f"futoin-evt {__version__} listening on {server.url} (database {where})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -350,15 +352,9 @@ def _read_password() -> str:
 
 
 @contextlib.asynccontextmanager
-async def _open_store(db: str) -> AsyncIterator[EventStore]:
-    try:
-        store = await open_store(db)
-    except StoreUnavailable as exc:
-        raise BadSetting(f"{exc}.") from None
-    try:
+async def _open_store(db: str) -> AsyncIterator[Store]:
+    async with await open_store(db) as store:
         yield store
-    finally:
-        await store.close()
 
 
 async def _user_add(args: argparse.Namespace) -> int:

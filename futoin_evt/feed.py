@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from .storage.base import EventStore
+from .storage.base import EventLog
 
 PARTITION: Final = "0"
 FIRST: Final = "_first"
@@ -144,14 +144,14 @@ Write = Callable[[bytes], Awaitable[None]]
 class FeedService:
     """Serves feed responses from the store."""
 
-    def __init__(self, store: EventStore, token: str) -> None:
+    def __init__(self, store: EventLog, token: str) -> None:
         self._store = store
         self.token = token
         #: Set when the server shuts down: waiting responses end at once.
         self.closing = asyncio.Event()
 
     @classmethod
-    async def open(cls, store: EventStore) -> FeedService:
+    async def open(cls, store: EventLog) -> FeedService:
         return cls(store, await store.stream_id())
 
     def discovery(self) -> bytes:

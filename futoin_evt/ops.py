@@ -16,7 +16,7 @@ from .ftn3.messages import EncodedJson
 from .push import PushService
 from .retention import Discarder
 from .services import REPLY_ENVELOPE_BYTES, CallContext
-from .storage.base import EventStore
+from .storage.base import Store
 
 UNKNOWN_CONSUMER: Final = "UnknownConsumer"
 ALREADY_ACKNOWLEDGED: Final = "AlreadyAcknowledged"
@@ -37,7 +37,7 @@ def _without_none(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 class OpsService:
-    def __init__(self, store: EventStore, push: PushService, discarder: Discarder) -> None:
+    def __init__(self, store: Store, push: PushService, discarder: Discarder) -> None:
         self._store = store
         self._push = push
         self._discarder = discarder

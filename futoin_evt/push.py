@@ -35,7 +35,7 @@ from typing import Any, Final
 from .ftn3.errors import FTN3Error
 from .model import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
 from .services import NOT_REGISTERED, CallContext, PeerLink
-from .storage.base import EventPage, EventStore
+from .storage.base import ConsumerLog, EventPage
 from .storage.head import HeadWatch
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,8 @@ class PushStream:
     want: list[str] | None
     reliable: bool
     next_id: int
+    #: The consumer's epoch when this stream claimed it (reliable streams).
+    epoch: int = 0
     stats: StreamStats = field(default_factory=StreamStats)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _in_flight: dict[int, _Group] = field(default_factory=dict)
@@ -275,7 +277,7 @@ def _failure(reply: asyncio.Future[Any]) -> str | None:
 class PushService:
     """``readyToReceive``: starts, and takes over, push streams."""
 
-    def __init__(self, store: EventStore, config: PushConfig = PushConfig()) -> None:
+    def __init__(self, store: ConsumerLog, config: PushConfig = PushConfig()) -> None:
         self.store = store
         self.config = config
         self._streams: dict[Hashable, PushStream] = {}
@@ -292,10 +294,13 @@ class PushService:
         user_id = ctx.principal.user_id
         reliable = component != LIVE_COMPONENT
         key: Hashable
+        epoch = 0
         if reliable:
-            position = await self.store.position(user_id, component)
-            if position is None:
+            # The stream owns the consumer in the whole cluster until another one claims it.
+            claimed = await self.store.claim_consumer(user_id, component)
+            if claimed is None:
                 raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
+            epoch, position = claimed
             key = (user_id, component)
         else:
             position = self.store.head.head
@@ -313,6 +318,7 @@ class PushService:
             want=params["want"],
             reliable=reliable,
             next_id=position,
+            epoch=epoch,
         )
         self._streams[key] = stream
         stream.start()
@@ -320,7 +326,7 @@ class PushService:
 
     def acknowledge(self, stream: PushStream, last_id: int) -> None:
         task = asyncio.ensure_future(
-            self.store.acknowledge(stream.user_id, stream.component, last_id)
+            self.store.acknowledge(stream.user_id, stream.component, last_id, epoch=stream.epoch)
         )
         self._acks.add(task)
 
@@ -330,6 +336,12 @@ class PushService:
                 return
             if task.exception() is not None:
                 log.error("storing a push acknowledgement failed: %s", task.exception())
+            elif task.result() is None:
+                # Claimed by a newer stream (perhaps on another process), or dropped.
+                log.info("push stream %s of user %s taken over", stream.component,
+                         stream.user_id)  # fmt: skip
+                self.forget(stream)
+                stream.stop()
             else:
                 stream.durable.advance(last_id)
 

@@ -20,13 +20,18 @@ import logging
 import time
 from collections import deque
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from .model import utc_timestamp
 from .push import PushService
-from .storage.base import DiscardLimits, EventStore
+from .storage.base import Consumers, DiscardLimits, Retention
 
 log = logging.getLogger(__name__)
+
+
+class RetentionStore(Retention, Consumers, Protocol):
+    """Discarding and expiring consumers."""
+
 
 #: Expired consumers remembered for the stream information.
 _EXPIRED_SHOWN: Final = 100
@@ -68,7 +73,7 @@ def discard_bound(limits: DiscardLimits, config: RetentionConfig) -> int:
 
 
 class Discarder:
-    def __init__(self, store: EventStore, push: PushService, config: RetentionConfig) -> None:
+    def __init__(self, store: RetentionStore, push: PushService, config: RetentionConfig) -> None:
         self._store = store
         self._push = push
         self.config = config

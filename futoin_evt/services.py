@@ -21,7 +21,7 @@ from .model import (
     UserId,
     encode_event_data,
 )
-from .storage.base import EventPage, EventStore
+from .storage.base import ConsumerLog, EventLog, EventPage
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +77,7 @@ class CallContext:
 class GenService:
     """``futoin.evt.gen``: add events."""
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: EventLog) -> None:
         self._store = store
 
     def add_event(self, ctx: CallContext, params: dict[str, Any]) -> Pending:
@@ -119,7 +119,7 @@ class PollService:
     costs the consumer's time or the server's, not both.
     """
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: ConsumerLog) -> None:
         self._store = store
         self._read_aheads: dict[tuple[UserId, str], _ReadAhead] = {}
 

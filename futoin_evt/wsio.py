@@ -198,7 +198,10 @@ class FrameIO(asyncio.Protocol):
         if data:
             self.transport.write(b"".join(data) if len(data) > 1 else data[0])
         if writes[-1] == SEND_EOF and self.transport.can_write_eof():
-            self.transport.write_eof()
+            try:
+                self.transport.write_eof()
+            except OSError:  # the peer is gone already
+                self.transport.abort()
 
     def _process(self) -> None:
         for event in self.ws.events_received():

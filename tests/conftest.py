@@ -6,14 +6,17 @@ import asyncio
 import json
 import os
 import re
+import secrets
 import shutil
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from hypothesis import settings
@@ -55,7 +58,7 @@ async def start_server(
         """Options of TransportConfig (host, limits, ...) or of ServerConfig."""
         transport = {k: options.pop(k) for k in list(options) if k in TRANSPORT_OPTIONS}
         config = ServerConfig(
-            db_path=db_path,
+            db=db_path,
             transport=TransportConfig(port=0, **transport),
             check_results=True,
             # discarding runs when a test asks for it (server.discarder.discard())
@@ -149,7 +152,7 @@ def free_port() -> int:
 class ServerProcess:
     """``futoin-evt serve`` as its own process, as an operator runs it."""
 
-    def __init__(self, db: Path, port: int = 0, *extra: str) -> None:
+    def __init__(self, db: str | Path, port: int = 0, *extra: str) -> None:
         self.db = db
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
@@ -194,6 +197,71 @@ async def run_js(js_dir: Path, script: str, scenario: dict[str, Any]) -> list[An
         out, err = await proc.communicate()
     assert proc.returncode == 0, err.decode()
     return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
+
+
+# -- PostgreSQL ----------------------------------------------------------------------------------
+
+PG_ENV = "FUTOIN_EVT_TEST_PG"
+DEFAULT_PG = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+@pytest.fixture(scope="session")
+def pg_database() -> Iterator[str]:
+    """A new database with a random name on the PostgreSQL that ``$FUTOIN_EVT_TEST_PG`` names
+    (default: 127.0.0.1:5432, user postgres), dropped at the end. Skips when none is
+    reachable, except under CI, where PostgreSQL tests must run."""
+    import psycopg
+
+    admin = os.environ.get(PG_ENV, DEFAULT_PG)
+    try:
+        conn = psycopg.connect(admin, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        message = (
+            f"PostgreSQL is not reachable ({reason}): start it with `pg_ctlcluster "
+            f"--skip-systemctl-redirect <version> main start` or set {PG_ENV} to a URL"
+        )
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    name = f"futoin_evt_test_{secrets.token_hex(6)}"
+    with conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield urlunsplit(urlsplit(admin)._replace(path="/" + name))
+        finally:
+            conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def pg_url(pg_database: str) -> str:
+    """The test database, emptied: each test starts without tables."""
+    import psycopg
+
+    with psycopg.connect(pg_database, autocommit=True) as conn:
+        conn.execute("DROP SCHEMA public CASCADE")
+        conn.execute("CREATE SCHEMA public")
+    return pg_database
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_db(request: pytest.FixtureRequest, db_path: Path) -> str:
+    """A database for each backend: a new SQLite file, or an empty PostgreSQL database."""
+    if request.param == "sqlite":
+        return str(db_path)
+    return str(request.getfixturevalue("pg_url"))
+
+
+def execute_sql(db: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+    """Run one statement on the database outside any store (``?`` placeholders)."""
+    if db.startswith(("postgresql://", "postgres://")):
+        import psycopg
+
+        with psycopg.connect(db, autocommit=True) as conn:
+            cursor = conn.execute(sql.replace("?", "%s"), params)
+            return cursor.fetchall() if cursor.description is not None else []
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        return conn.execute(sql, params).fetchall()
 
 
 # -- property-based tests -----------------------------------------------------------------------

@@ -178,7 +178,7 @@ async def test_a_changed_token_is_409_and_the_client_discovers_again(
     """A client that knew another stream (the database was replaced) gets 409, discovers the
     feed again, and reads on with the new token."""
     other = await EventServer.start(
-        ServerConfig(db_path=tmp_path / "other.sqlite", transport=TransportConfig(port=0))
+        ServerConfig(db=tmp_path / "other.sqlite", transport=TransportConfig(port=0))
     )
     try:
         await other.store.add_user("alice", password_hashes["alice"])

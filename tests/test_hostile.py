@@ -266,7 +266,7 @@ def process(db_with_users: Path) -> Iterator[ServerProcess]:
         server.kill()
 
 
-def stored_ids(db: Path) -> set[int]:
+def stored_ids(db: str | Path) -> set[int]:
     with sqlite3.connect(db) as conn:
         return {row[0] for row in conn.execute("SELECT id FROM events")}
 

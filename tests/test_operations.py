@@ -47,7 +47,7 @@ async def test_in_process_archive_exactly_once_across_restarts(
     await asyncio.wait_for(server.archiver.archived_to.wait_beyond(first[-1] - 1), 30)
     await server.close()
     # as after a crash between archiving and acknowledging: the position is behind the archive
-    with sqlite3.connect(db_path) as conn:
+    with sqlite3.connect(server.db) as conn:
         conn.execute("UPDATE consumers SET position = 100 WHERE component = 'ARCHIVE'")
     server = await start_server(archive_path=archive)
     async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:
@@ -200,7 +200,7 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[
 
     async def start() -> tuple[EventServer, EventStreamClient]:
         config = ServerConfig(
-            db_path=tmp_path_factory.mktemp("fuzz") / "fuzz.sqlite",
+            db=tmp_path_factory.mktemp("fuzz") / "fuzz.sqlite",
             transport=TransportConfig(port=0),
             retention=RetentionConfig(interval=3600),
         )

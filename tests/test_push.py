@@ -353,7 +353,7 @@ async def test_events_another_process_commits_reach_receivers_and_readers(
     app = Collector()
     receiver = ReliableReceiver(server.url, credentials=ALICE, component="NATIVE", on_events=app)
     task = await running(receiver)
-    with sqlite3.connect(db_path) as conn:  # commits on leaving the block
+    with sqlite3.connect(server.db) as conn:  # commits on leaving the block
         conn.execute("CREATE TABLE IF NOT EXISTS orders (id INTEGER PRIMARY KEY)")
         conn.execute("INSERT INTO orders DEFAULT VALUES")
         theirs = add_event(conn, "THEIRS", {"order": 1})

@@ -27,7 +27,7 @@ async def ops(client: EventStreamClient, func: str, **params: Any) -> Any:
     return await client.ftn3.call(OPS, func, params)
 
 
-def set_ts(db: Path, up_to_id: int, ts: str) -> None:
+def set_ts(db: str | Path, up_to_id: int, ts: str) -> None:
     """Backdate events (as if they had been added at ``ts``)."""
     with sqlite3.connect(db) as conn:
         conn.execute("UPDATE events SET ts = ? WHERE id <= ?", (ts, up_to_id))
@@ -80,7 +80,7 @@ async def test_time_policy_keeps_young_events_even_when_read(
     db_path: Path, server: EventServer, alice: EventStreamClient
 ) -> None:
     ids = [await alice.add_event("E", i) for i in range(10)]
-    set_ts(db_path, ids[3], "2001-01-01T00:00:00Z")
+    set_ts(server.db, ids[3], "2001-01-01T00:00:00Z")
     await alice.register_consumer("ALL_READ")
     await alice.poll_events("ALL_READ", last_id=ids[-1])
     keep_an_hour = await policy(server, keep_seconds=3600)
@@ -124,7 +124,7 @@ async def test_consumer_information_and_who_sees_it(
     await alice.register_consumer("MINE")
     await alice.poll_events("MINE", last_id=ids[3])
     await bob.register_consumer("HIS")
-    set_ts(db_path, ids[4], "2001-01-01T00:00:00Z")
+    set_ts(server.db, ids[4], "2001-01-01T00:00:00Z")
     (mine,) = await ops(alice, "listConsumers")
     assert (mine["user"], mine["component"], mine["position"], mine["behind"]) == (
         "alice", "MINE", str(ids[3]), 6,
@@ -173,7 +173,7 @@ async def test_dead_consumers_expire_and_are_listed(
     pushed = ReliableReceiver(server.url, credentials="alice:alice-pw", component="PUSHED")
     receiver_task = asyncio.create_task(pushed.run())
     await asyncio.wait_for(pushed.ready.wait(), 30)
-    with sqlite3.connect(db_path) as conn:  # neither polled nor acknowledged since
+    with sqlite3.connect(server.db) as conn:  # neither polled nor acknowledged since
         conn.execute(
             "UPDATE consumers SET last_seen_at = '2001-01-01T00:00:00Z'"
             " WHERE component IN ('DEAD', 'PUSHED')"
@@ -191,8 +191,8 @@ async def test_start_from_a_point_in_time(
     db_path: Path, server: EventServer, alice: EventStreamClient
 ) -> None:
     ids = [await alice.add_event("E", i) for i in range(6)]
-    set_ts(db_path, ids[1], "2020-01-01T00:00:00Z")
-    with sqlite3.connect(db_path) as conn:
+    set_ts(server.db, ids[1], "2020-01-01T00:00:00Z")
+    with sqlite3.connect(server.db) as conn:
         conn.execute("UPDATE events SET ts = '2021-06-01T00:00:00Z' WHERE id IN (3, 4)")
     await alice.register_consumer("REPLAY")
     await alice.poll_events("REPLAY", last_id=ids[-1])  # everything read already

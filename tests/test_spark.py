@@ -75,7 +75,7 @@ def evt(tmp_path: Path) -> Iterator[ServerProcess]:
 
 
 def add_natively(
-    db: Path, count: int, types: tuple[str, ...] = ("ORDER", "PAYMENT", "REFUND")
+    db: str | Path, count: int, types: tuple[str, ...] = ("ORDER", "PAYMENT", "REFUND")
 ) -> list[int]:
     """Add events in one transaction of the application's own (FTN18's native extension)."""
     with sqlite3.connect(db) as conn:

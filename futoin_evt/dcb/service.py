@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..storage.base import EventStore
+from ..storage.base import DcbLog
 from .model import AppendCondition, NewEvent, Query, StoredEvent
 
 #: Events read from the store per step of a read.
@@ -40,7 +40,7 @@ class DcbReadResult:
     never past ``head``."""
 
     def __init__(
-        self, store: EventStore, request: ReadRequest, head: int, first: list[StoredEvent]
+        self, store: DcbLog, request: ReadRequest, head: int, first: list[StoredEvent]
     ) -> None:
         self.head = head
         self._store = store
@@ -72,7 +72,7 @@ class DcbReadResult:
 
 
 class DcbService:
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: DcbLog) -> None:
         self._store = store
 
     async def append(self, events: Sequence[NewEvent], condition: AppendCondition | None) -> int:

@@ -21,7 +21,7 @@ from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
 from ..services import GenService, PollService, ping
 from ..storage import open_store
-from ..storage.base import Durability, EventStore
+from ..storage.base import Durability, Store
 from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor, Routes
@@ -44,8 +44,8 @@ DEFAULT_DB: Final = "futoin-evt.sqlite"
 
 @dataclass(frozen=True, slots=True)
 class ServerConfig:
-    #: A SQLite file, or a ``postgresql://`` URL.
-    db_path: str | Path = Path(DEFAULT_DB)
+    #: A SQLite file path, or a ``postgresql://`` URL.
+    db: str | Path = DEFAULT_DB
     durability: Durability = Durability.FULL
     transport: TransportConfig = field(default_factory=TransportConfig)
     #: Check every reply against the iface (tests); peers' input is always checked.
@@ -64,7 +64,7 @@ class ServerConfig:
     dcb_path: str | None = DCB_PATH
 
 
-def build_routes(store: EventStore, push: PushService, discarder: Discarder) -> Routes:
+def build_routes(store: Store, push: PushService, discarder: Discarder) -> Routes:
     """The explicit map from wire names to service methods."""
     gen = GenService(store)
     dcb = DcbCalls(DcbService(store))
@@ -121,12 +121,14 @@ class EventServer:
 
     def __init__(
         self,
-        store: EventStore,
+        store: Store,
         push: PushService,
         discarder: Discarder,
         transport: WebSocketTransport,
     ) -> None:
         self.store = store
+        #: The database as configured: a SQLite path or a PostgreSQL URL.
+        self.db: str | Path = DEFAULT_DB
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
@@ -136,7 +138,7 @@ class EventServer:
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
-        store = await open_store(config.db_path, durability=config.durability)
+        store = await open_store(config.db, durability=config.durability)
         try:
             push = PushService(store, config.push)
             discarder = Discarder(store, push, config.retention)
@@ -171,9 +173,10 @@ class EventServer:
             archiver = InProcessArchiver(store, config.archive_path)
             await archiver.start()
         discarder.start()
-        log.info("serving %s on %s", config.db_path, transport.url)
+        log.info("serving %s on %s", store.description, transport.url)
         server = cls(store, push, discarder, transport)
         server.archiver = archiver
+        server.db = config.db
         server.feed = feed
         server.http_endpoints = endpoints
         if server.feed_url is not None:

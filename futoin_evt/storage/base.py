@@ -1,18 +1,24 @@
-"""The storage contract: what the layers above storage may ask of a store. No I/O.
+"""The storage contract: value types, errors and the roles a store plays. No I/O here.
 
-Everything above ``storage/`` depends on :class:`EventStore` (and the value types here), never
-on a backend class; :func:`futoin_evt.storage.open_store` picks the backend from the ``--db``
-value. Each backend keeps these rules:
+Every backend (``SqliteStore``, ``PostgresStore``) implements :class:`Store`; code above
+``storage/`` depends on these Protocols only, each part on the narrowest role it needs, and
+gets a store from :func:`futoin_evt.storage.open_store`.
 
-- **Commit order.** Event ids increase in commit order: once a reader has seen id ``N``, no
-  event with an id below ``N`` commits later. A reader at ``id > position`` therefore never
-  skips an event, however many writers (threads, processes) there are.
-- **Durability.** :meth:`EventStore.append` returns (and a submitted future resolves) only
-  once the event is committed at the store's durability.
-- **Positions only move forward** through :meth:`EventStore.acknowledge`; only an operator's
-  :meth:`EventStore.set_position` moves one anywhere.
-- **Ids are never reused**, even after their events are discarded.
-- :attr:`EventStore.head` tells waiters about every commit, this process's and others'.
+The ordering rule every backend keeps (the point of the contract):
+
+    Event ids grow in commit order. Once a reader has seen id ``p`` committed, no event with
+    an id ``<= p`` commits later. So a reader that asks for ``id > p`` never skips an event
+    that commits after it asked, and a reliable consumer at position ``p`` never misses one.
+
+Ids are never reused, not even after the newest events are discarded. An ``append`` that
+returned is durable; acknowledgements only move a position forward.
+
+Errors::
+
+    StoreError
+    ├── StoreClosed        the store was closed before a write could commit
+    ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
+    └── SchemaTooNew       the database was written by a newer futoin-evt
 """
 
 from __future__ import annotations
@@ -21,11 +27,48 @@ import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import Enum
-from typing import NamedTuple, Protocol
+from typing import Final, NamedTuple, Protocol
 
 from ..dcb.model import AppendCondition, NewEvent, Query, StoredEvent
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId
 from .head import HeadWatch
+
+#: The schema version this futoin-evt writes; both backends number their migrations alike.
+SCHEMA_VERSION: Final = 3
+
+
+class StoreError(Exception):
+    """Root of the storage errors."""
+
+
+class StoreClosed(StoreError, RuntimeError):
+    """The store was closed before the write could be committed."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be opened; the message is one sentence for the user."""
+
+
+class SchemaTooNew(StoreError):
+    """The database schema is newer than this futoin-evt knows."""
+
+    def __init__(self, found: int, known: int = SCHEMA_VERSION) -> None:
+        super().__init__(
+            f"the database has schema version {found}, newer than this futoin-evt knows "
+            f"({known}); upgrade futoin-evt"
+        )
+        self.found = found
+        self.known = known
+
+
+def migrations_to_run(current: int, known: int = SCHEMA_VERSION) -> range:
+    """The migration steps from ``current`` up to ``known`` (step ``n`` makes version ``n``).
+
+    Version 0 is an empty database. Raises :class:`SchemaTooNew` for a newer schema.
+    """
+    if current > known:
+        raise SchemaTooNew(current, known)
+    return range(current + 1, known + 1)
 
 
 class Durability(Enum):
@@ -34,14 +77,6 @@ class Durability(Enum):
 
     FULL = "FULL"
     NORMAL = "NORMAL"
-
-
-class StoreUnavailable(Exception):
-    """The database cannot be opened or used as configured (a one-sentence reason)."""
-
-
-class StoreClosed(RuntimeError):
-    """The store was closed before the write could be committed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,25 +132,24 @@ class User:
     is_admin: bool
 
 
-class EventStore(Protocol):
-    """Events, consumers and users in one store (see the module docstring for the rules)."""
+#: A stored event as (id, type, data JSON, ts), for copying it elsewhere.
+EventRow = tuple[int, str, str, str]
 
-    #: Wakes waiters when events commit (in this process or, once noticed, in another).
-    head: HeadWatch
 
-    async def close(self) -> None:
-        """Commit what is queued, then close; later writes raise :class:`StoreClosed`."""
+class EventLog(Protocol):
+    """The ordered log: append, read, and the head that wakes waiting readers."""
 
-    def watch_other_writers(self, interval: float = 0.2) -> None:
-        """Notice commits of other processes within ``interval`` seconds while someone waits."""
-
-    # -- the log --------------------------------------------------------------------------------
+    @property
+    def head(self) -> HeadWatch:
+        """The newest committed id this process knows of (other processes' commits reach it
+        within the backend's wake-up delay) and its waiters."""
 
     async def append(self, event_type: str, data_json: str) -> EventId:
-        """Store one checked event; its id once it is durable. Cancelling does not unstore it."""
+        """Store one event (type and data already checked); its id once durable.
+        Cancelling the caller does not cancel the write."""
 
     def submit_append(self, event_type: str, data_json: str) -> asyncio.Future[EventId]:
-        """Queue one event (group commit); the future gets its id once it is durable."""
+        """Queue one event; the future gets its id once it is durable."""
 
     async def read_events(
         self,
@@ -126,13 +160,58 @@ class EventStore(Protocol):
         max_bytes: int,
         ftn18_only: bool = False,
     ) -> EventPage:
-        """Events with id > ``after_id`` in id order, within ``limit`` and ``max_bytes`` (at
-        least one event when there is one).
+        """Events with id > ``after_id`` in id order, as many as fit ``limit`` and
+        ``max_bytes`` (the encoded array, UTF-8); at least one when there is one.
 
-        ``types`` keeps those types only; ``ftn18_only`` keeps events whose type is an FTN18
-        EventType (what FTN18 consumers may receive). With either filter, ``head_id`` is the
-        newest id, so that a reader can skip what the filter left out.
+        ``types`` keeps those types; ``ftn18_only`` keeps the events whose type is an FTN18
+        EventType (all that FTN18 consumers may receive; DCB and AMQP types may not be).
+        With either filter, ``head_id`` is the newest id, to skip what the filter left out.
         """
+
+    async def read_rows(self, after_id: int, *, limit: int) -> list[EventRow]:
+        """Stored events after ``after_id`` as (id, type, data JSON, ts)."""
+
+    async def newest_event_id(self) -> int:
+        """The newest stored event's id (0 when there is none)."""
+
+    async def last_given_id(self) -> int:
+        """The newest id ever given to an event, even if that event is discarded."""
+
+    async def stream_id(self) -> str:
+        """A random name of this database: ids start again in another one."""
+
+
+class Consumers(Protocol):
+    """Registered reliable consumers and their positions (highest acknowledged id)."""
+
+    async def register_consumer(self, user_id: UserId, component: str) -> bool:
+        """Register (idempotent; marks it seen); True when it was new. A new consumer starts
+        before the oldest retained event."""
+
+    async def acknowledge(
+        self, user_id: UserId, component: str, up_to: int, *, epoch: int | None = None
+    ) -> int | None:
+        """Durably move a position forward to ``up_to`` (never back); the position after,
+        or None when the consumer is not registered, or (with ``epoch``) when its epoch has
+        moved on: another stream claimed it."""
+
+    async def position(self, user_id: UserId, component: str) -> int | None: ...
+
+    async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """Make the caller the consumer's one push stream in the whole cluster: bump its
+        epoch and return (new epoch, position), or None when it is not registered.
+        Acknowledgements with an older epoch no longer move the position."""
+
+    async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """(position, last given id) in one snapshot; None when not registered."""
+
+    async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
+        """Put a position anywhere (an operator's seek, not an acknowledgement)."""
+
+    async def drop_consumer(self, user_id: UserId, component: str) -> bool: ...
+
+    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
+        """Registered consumers (of one user, or all) with how far behind each is."""
 
     async def read_consumer_events(
         self,
@@ -145,7 +224,7 @@ class EventStore(Protocol):
         max_bytes: int,
         ftn18_only: bool = False,
     ) -> EventPage | None:
-        """:meth:`read_events` after the consumer's position (or ``at_least`` when higher),
+        """Like ``read_events`` after the consumer's position (or ``at_least`` when higher),
         in one snapshot; None when the consumer is not registered."""
 
     async def read_range(
@@ -160,57 +239,9 @@ class EventStore(Protocol):
         max_bytes: int,
         data_as_text: bool = False,
     ) -> EventPage | None:
-        """Events with ``after_id < id <= upto_id`` of a registered consumer whose position is
-        at most ``after_id`` (``start_id`` is -1 when it is past it); None: not registered."""
-
-    async def dcb_append(
-        self, events: Sequence[NewEvent], condition: AppendCondition | None
-    ) -> int:
-        """Append DCB events atomically; the position of the last. The condition is checked in
-        the same write transaction, against every event committed before, those of earlier
-        appends in the same group commit included. Raises AppendConditionFailed or
-        EventIdConflict; a retry of a stored batch (same ids, same content) stores nothing
-        and returns the stored position."""
-
-    async def dcb_read(
-        self, query: Query, *, after: int | None, before: int | None, limit: int
-    ) -> tuple[list[StoredEvent], int]:
-        """Events matching ``query`` (every event of the log, with or without tags) after
-        ``after`` in id order, or before ``before`` newest first; at most ``limit``. Also the
-        newest position of the store, read in the same snapshot."""
-
-    async def read_rows(self, after_id: int, *, limit: int) -> list[tuple[int, str, str, str]]:
-        """Stored events as (id, type, data JSON, ts), for copying them elsewhere."""
-
-    async def last_given_id(self) -> int:
-        """The newest id ever given to an event, even if that event is discarded."""
-
-    async def newest_event_id(self) -> int:
-        """The newest stored event's id; 0 when there is none."""
-
-    async def stream_id(self) -> str:
-        """A random id of this store, fixed when it was created."""
-
-    # -- consumers ------------------------------------------------------------------------------
-
-    async def register_consumer(self, user_id: UserId, component: str) -> bool:
-        """Register (idempotent); True when new. It starts before the oldest retained event."""
-
-    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
-        """Move a position forward to ``up_to`` (never back); the position, or None."""
-
-    async def position(self, user_id: UserId, component: str) -> int | None: ...
-
-    async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
-        """(position, last given id) in one snapshot; None when not registered."""
-
-    async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
-        """Put a position anywhere (an operator's seek, not an acknowledgement)."""
-
-    async def drop_consumer(self, user_id: UserId, component: str) -> bool: ...
-
-    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
-        """Registered consumers (of one user, or all) with how far behind each is."""
+        """Events with ``after_id < id <= upto_id``, the position left alone; the page's
+        ``start_id`` is the position read in the same snapshot. None when not registered.
+        With ``data_as_text`` each event's data is a string holding its JSON text."""
 
     async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
         """Mark consumers as seen now (connected push streams)."""
@@ -221,7 +252,18 @@ class EventStore(Protocol):
     async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
         """(user, user id, component) of the consumer with the lowest position."""
 
-    # -- retention ------------------------------------------------------------------------------
+
+class Retention(Protocol):
+    """What discarding needs: its limits, the deletion, and the stream's extent."""
+
+    async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
+        """What bounds discarding, read in one snapshot."""
+
+    async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
+        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many.
+        Callers pass a bound at or below every consumer's position (``discard_limits``).
+        Events appended through DCB are the system of record: they stay unless
+        ``dcb_events``."""
 
     async def stream_bounds(self) -> StreamBounds: ...
 
@@ -229,17 +271,12 @@ class EventStore(Protocol):
         """The newest id before the first event at or after ``ts``; None when that is the
         oldest retained event (or there are none)."""
 
-    async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
-        """What bounds discarding, read in one snapshot."""
 
-    async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
-        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many.
-        Events appended through DCB stay unless ``dcb_events``."""
-
-    # -- users ----------------------------------------------------------------------------------
+class Users(Protocol):
+    """Users and their password hashes (hashed by the caller)."""
 
     async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
-        """The new user's id; KeyError when the name is taken."""
+        """Raises KeyError when the name is taken."""
 
     async def set_password(self, name: str, password_hash: str) -> bool: ...
 
@@ -249,3 +286,45 @@ class EventStore(Protocol):
     async def get_user(self, name: str) -> User | None: ...
 
     async def list_users(self) -> list[User]: ...
+
+
+class ConsumerLog(EventLog, Consumers, Protocol):
+    """The log with its consumers: what polling and pushing need."""
+
+
+class DcbLog(EventLog, Protocol):
+    """The log as a DCB event store: events with tags, queries, conditional appends."""
+
+    async def dcb_append(
+        self, events: Sequence[NewEvent], condition: AppendCondition | None
+    ) -> int:
+        """Append atomically; the position of the last event. The condition is checked in
+        the write transaction, against every event committed before (those of earlier appends
+        in the same group commit included). Raises AppendConditionFailed or EventIdConflict;
+        a retry of a stored batch (same ids, same content) stores nothing and returns the
+        stored position."""
+
+    async def dcb_read(
+        self, query: Query, *, after: int | None, before: int | None, limit: int
+    ) -> tuple[list[StoredEvent], int]:
+        """Events of the whole log matching ``query``, after ``after`` in id order, or before
+        ``before`` newest first; at most ``limit``. Also the newest position given, read in
+        the same snapshot."""
+
+
+class Store(ConsumerLog, DcbLog, Retention, Users, Protocol):
+    """A whole backend, opened by :func:`futoin_evt.storage.open_store`."""
+
+    @property
+    def description(self) -> str:
+        """Where the data is, for logs (a path, or a URL without its password)."""
+
+    def watch_other_writers(self, interval: float) -> None:
+        """Notice events other processes commit within ``interval`` seconds (at the latest)."""
+
+    async def close(self) -> None:
+        """Commit what is queued, then close; later writes raise :class:`StoreClosed`."""
+
+    async def __aenter__(self) -> Store: ...
+
+    async def __aexit__(self, *_exc: object) -> None: ...

@@ -10,16 +10,18 @@ Nothing from a request is put into the SQL text: every value is a parameter.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ..dcb.model import Query, QueryItem
+from ..dcb.model import EventIdConflict, NewEvent, Query, QueryItem, StoredEvent
 
 #: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes.
 READ_COLUMNS: Final = "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes"
 #: FTN18 EventType (``^[A-Z_]{1,16}$``) in SQLite: its consumers see only such events.
 SQLITE_FTN18_TYPE: Final = "(length(type) BETWEEN 1 AND 16 AND type NOT GLOB '*[^A-Z_]*')"
+PG_FTN18_TYPE: Final = """(type COLLATE "C" ~ '^[A-Z_]{1,16}$')"""
 FTN18_TYPE_RE: Final = re.compile(r"[A-Z_]{1,16}")
 
 
@@ -123,3 +125,34 @@ def condition_sql(query: Query, after: int | None, mark: str = "?") -> tuple[str
     if ids is None:
         return f"SELECT id FROM events WHERE id > {mark} ORDER BY id LIMIT 1", [after or 0]
     return f"SELECT MIN(id) FROM ({ids[0]}) AS m HAVING MIN(id) IS NOT NULL", ids[1]
+
+
+def stored_event(row: Sequence[Any]) -> StoredEvent:
+    """A row of :func:`read_sql` (the columns of :data:`READ_COLUMNS`)."""
+    position, event_type, data, ts, client_id, tags, is_bytes = row[:7]
+    return StoredEvent(
+        position=int(position),
+        type=str(event_type),
+        data_json=str(data),
+        tags=tuple(json.loads(tags)) if tags is not None else (),
+        ts=str(ts),
+        id=client_id,
+        is_bytes=bool(is_bytes),
+    )
+
+
+def stored_retry(events: Sequence[NewEvent], rows: Sequence[Sequence[Any]]) -> int:
+    """The last stored position when ``events`` is a batch stored before with the same ids
+    and content (rows: client id, position, type, data, tags JSON, is_bytes); raises
+    EventIdConflict otherwise."""
+    stored = {
+        client_id: (int(position), NewEvent(t, data, tuple(json.loads(tags)), client_id, bool(b)))
+        for client_id, position, t, data, tags, b in rows
+    }
+    last = 0
+    for event in events:
+        found = stored.get(event.id) if event.id is not None else None
+        if found is None or not found[1].same_content(event):
+            raise EventIdConflict(event.id or next(iter(stored)))
+        last = max(last, found[0])
+    return last

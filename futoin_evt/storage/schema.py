@@ -1,13 +1,18 @@
-"""The SQLite schema, shared by the server's store and the native transactional API."""
+"""The SQLite schema, shared by the server's store and the native transactional API.
+
+Versioned like the PostgreSQL one: table ``schema_version`` holds the version, and step ``n``
+of :data:`MIGRATIONS` turns version ``n - 1`` into ``n``. Files written before the table
+existed carry their version in ``PRAGMA user_version``.
+"""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Final
 
-SCHEMA_VERSION: Final = 2
+from .base import migrations_to_run
 
-SCHEMA: Final = """
+_VERSION_1: Final = """
 CREATE TABLE IF NOT EXISTS events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,  -- AUTOINCREMENT: ids are never reused
     type TEXT NOT NULL,
@@ -37,8 +42,8 @@ CREATE TABLE IF NOT EXISTS meta (
 INSERT OR IGNORE INTO meta (key, value) VALUES ('stream_id', lower(hex(randomblob(8))));
 """
 
-#: Version 2: events appended through DCB (tags, client ids) and lookups by type.
-SCHEMA_V2: Final = """
+#: Version 3: events appended through DCB (tags, client ids) and lookups by type.
+_VERSION_3: Final = """
 -- No foreign keys to events: a cascade would search event_tags on every discard. Rows here
 -- go with their events only when the operator lets the discarder take DCB events.
 CREATE TABLE IF NOT EXISTS dcb_events (
@@ -59,16 +64,27 @@ CREATE INDEX IF NOT EXISTS events_by_type ON events (type, id);
 INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)"
 
 
+#: Migration steps by the version they make.
+_VERSION_2: Final = """
+-- Bumped by each push stream that claims the consumer: older streams' acks are fenced off.
+ALTER TABLE consumers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0
+"""
+
+MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2, 3: _VERSION_3}
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
-    """Create the tables if missing; refuse a database written by a newer futoin-evt."""
-    (version,) = conn.execute("PRAGMA user_version").fetchone()
-    if version > SCHEMA_VERSION:
-        raise RuntimeError(
-            f"database schema version {version} is newer than this futoin-evt "
-            f"(knows {SCHEMA_VERSION})"
-        )
+    """Create or migrate the tables (in the caller's transaction); refuse a database written
+    by a newer futoin-evt with :class:`~futoin_evt.storage.base.SchemaTooNew`."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    current = row[0] if row[0] is not None else conn.execute("PRAGMA user_version").fetchone()[0]
+    steps = migrations_to_run(current)
     # Statement by statement: executescript() would commit the caller's transaction.
-    for statement in (SCHEMA + SCHEMA_V2).split(";"):
-        if statement.strip():
-            conn.execute(statement)
-    conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+    for version in steps:
+        for statement in MIGRATIONS[version].split(";"):
+            if statement.strip():
+                conn.execute(statement)
+    if steps or row[0] is None:
+        conn.execute("DELETE FROM schema_version")
+        conn.execute("INSERT INTO schema_version (version) VALUES (?)", (steps.stop - 1,))

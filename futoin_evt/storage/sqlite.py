@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import sqlite3
 from collections import deque
@@ -32,7 +31,6 @@ import aiosqlite
 from ..dcb.model import (
     AppendCondition,
     AppendConditionFailed,
-    EventIdConflict,
     NewEvent,
     Query,
     StoredEvent,
@@ -44,12 +42,22 @@ from .base import (
     DiscardLimits,
     Durability,
     EventPage,
+    EventRow,
     StoreClosed,
+    StoreUnavailable,
     StreamBounds,
     User,
 )
-from .dcb_sql import SQLITE_FTN18_TYPE, condition_sql, is_ftn18_type, read_sql
+from .dcb_sql import (
+    SQLITE_FTN18_TYPE,
+    condition_sql,
+    is_ftn18_type,
+    read_sql,
+    stored_event,
+    stored_retry,
+)
 from .head import HeadWatch
+from .pages import page_from_recent, page_from_rows
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
 from .thread import WorkerThread
@@ -126,6 +134,7 @@ class SqliteStore:
         reader: aiosqlite.Connection,
     ) -> None:
         self.path = path
+        self.description = str(path)
         self._writer = writer
         self._write_thread = write_thread
         self._reader = reader
@@ -144,6 +153,9 @@ class SqliteStore:
         write_thread = WorkerThread("futoin-evt-writer")
         try:
             writer = await write_thread.run(_open_writer, path, durability)
+        except (sqlite3.Error, OSError) as exc:
+            write_thread.stop()
+            raise StoreUnavailable(f"cannot open the database {path}: {exc}") from None
         except BaseException:
             write_thread.stop()
             raise
@@ -227,41 +239,10 @@ class SqliteStore:
         when there is one: every stored event fits a 64 KiB reply by construction.
         """
         if self.recent.covers(after_id):
-            return self._page_from_recent(after_id, types, limit, max_bytes, ftn18_only)
+            return page_from_recent(self.recent, after_id, types, limit, max_bytes, ftn18_only)
         page = await self._read("?", [after_id], "", [], types, limit, max_bytes, ftn18_only)
         assert page is not None
         return page
-
-    def _page_from_recent(
-        self,
-        after_id: int,
-        types: Sequence[str] | None,
-        limit: int,
-        max_bytes: int,
-        ftn18_only: bool,
-    ) -> EventPage:
-        wanted = set(types) if types is not None else None
-        parts: list[str] = []
-        size = 2
-        last_id = 0
-        truncated = False
-        for event in self.recent.after(after_id):
-            if (wanted is not None and event.type not in wanted) or (
-                ftn18_only and not event.ftn18
-            ):
-                continue
-            size += event.size + 1
-            if parts and size > max_bytes:
-                truncated = True
-                break
-            parts.append(event.json)
-            last_id = event.id
-            if len(parts) == limit:
-                break
-        head_id = self.recent.last_id if types is not None or ftn18_only else 0
-        return EventPage(
-            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, after_id, truncated, parts
-        )
 
     async def read_consumer_events(
         self,
@@ -347,36 +328,9 @@ class SqliteStore:
                 " UNION ALL SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)"
             )
         rows = await self._reader.execute_fetchall(sql, params)
-        start: int | None = None
-        head_id = 0
-        parts: list[str] = []
-        size = 2  # the brackets
-        last_id = 0
-        truncated = False
-        for event_id, event_type, data, ts, extra in rows:
-            if event_type is None:
-                if event_id == -1:
-                    start = extra
-                else:
-                    head_id = extra
-                continue
-            if data_as_text:
-                data = json.dumps(data)  # ASCII: its length is its size
-                extra = len(data)
-            text = event_json(event_id, event_type, data, ts)
-            size += len(text) - len(data) + extra + 1
-            if parts and size > max_bytes:
-                truncated = True
-                break
-            parts.append(text)
-            last_id = event_id
-        if start is None:
-            return None
-        return EventPage(
-            "[" + ",".join(parts) + "]", len(parts), last_id, head_id, start, truncated, parts
-        )
+        return page_from_rows(rows, max_bytes, data_as_text)
 
-    async def read_rows(self, after_id: int, *, limit: int) -> list[tuple[int, str, str, str]]:
+    async def read_rows(self, after_id: int, *, limit: int) -> list[EventRow]:
         """Stored events as (id, type, data JSON, ts), for copying them elsewhere."""
         rows = await self._reader.execute_fetchall(
             "SELECT id, type, data, ts FROM events WHERE id > ? ORDER BY id LIMIT ?",
@@ -415,17 +369,29 @@ class SqliteStore:
             )
         return bool(created)
 
-    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
+    async def acknowledge(
+        self, user_id: UserId, component: str, up_to: int, *, epoch: int | None = None
+    ) -> int | None:
         """Durably move a consumer's position forward to ``up_to`` (never back).
 
-        Returns the position after the update, or None when the consumer is not registered.
+        Returns the position after the update, or None when the consumer is not registered
+        (or, with ``epoch``, claimed by another stream since).
         """
+        fence = " AND epoch = ?" if epoch is not None else ""
         rows = await self._write(
             "UPDATE consumers SET position = MAX(position, ?), last_seen_at = ?"
-            " WHERE user_id = ? AND component = ? RETURNING position",
-            (up_to, utc_timestamp(), user_id, component),
+            f" WHERE user_id = ? AND component = ?{fence} RETURNING position",
+            (up_to, utc_timestamp(), user_id, component, *([epoch] if fence else [])),
         )
         return int(rows[0][0]) if rows else None
+
+    async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        rows = await self._write(
+            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = ?"
+            " WHERE user_id = ? AND component = ? RETURNING epoch, position",
+            (utc_timestamp(), user_id, component),
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         rows = await self._reader.execute_fetchall(
@@ -551,19 +517,7 @@ class SqliteStore:
         sql = f"SELECT * FROM ({sql}) UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL"
         sql = f"SELECT r.*, ({_LAST_GIVEN_ID}) FROM ({sql}) AS r"
         rows = await self._reader.execute_fetchall(sql, params)
-        events = [
-            StoredEvent(
-                position=int(r[0]),
-                type=str(r[1]),
-                data_json=str(r[2]),
-                tags=tuple(json.loads(r[5])) if r[5] is not None else (),
-                ts=str(r[3]),
-                id=r[4],
-                is_bytes=bool(r[6]),
-            )
-            for r in rows
-            if r[0] is not None
-        ]
+        events = [stored_event(r) for r in rows if r[0] is not None]
         if before is not None:
             events.sort(key=lambda e: -e.position)
         else:
@@ -790,7 +744,7 @@ def _dcb_append_sync(
             client_ids,
         ).fetchall()
         if rows:
-            return _retried(events, rows), []
+            return stored_retry(events, rows), []
     if condition is not None:
         sql, params = condition_sql(condition.fail_if_events_match, condition.after)
         row = conn.execute(sql, params).fetchone()
@@ -824,19 +778,3 @@ def _delete_with_dcb_rows(
         conn.execute("DELETE FROM dcb_events WHERE event_id BETWEEN ? AND ?", (low, high))
         conn.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (low, high))
     return len(ids), []
-
-
-def _retried(events: Sequence[NewEvent], rows: Sequence[tuple[Any, ...]]) -> int:
-    """The last stored position when ``events`` is a batch stored before with the same ids
-    and content; EventIdConflict otherwise."""
-    stored = {
-        client_id: (position, NewEvent(t, data, tuple(json.loads(tags)), client_id, bool(b)))
-        for client_id, position, t, data, tags, b in rows
-    }
-    last = 0
-    for event in events:
-        found = stored.get(event.id) if event.id is not None else None
-        if found is None or not found[1].same_content(event):
-            raise EventIdConflict(event.id or next(iter(stored)))
-        last = max(last, found[0])
-    return last

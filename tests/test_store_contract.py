@@ -1,0 +1,297 @@
+"""The storage contract, run against every backend: a SQLite file and a PostgreSQL database.
+
+Only what truly differs between backends is tested elsewhere (test_store_sqlite.py,
+test_postgres.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+
+from futoin_evt.model import UserId, utc_timestamp
+from futoin_evt.storage import open_store
+from futoin_evt.storage.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreClosed
+
+from .conftest import execute_sql
+
+pytestmark = pytest.mark.functional
+
+BIG = 1 << 20
+TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\Z")
+
+
+@pytest.fixture
+async def store(store_db: str) -> AsyncIterator[Store]:
+    async with await open_store(store_db) as opened:
+        yield opened
+
+
+def ids_of(page_json: str) -> list[int]:
+    return [int(event["id"]) for event in json.loads(page_json)]
+
+
+async def test_ids_follow_commit_order_and_writes_are_durable_on_return(
+    store: Store, store_db: str
+) -> None:
+    ids = await asyncio.gather(*(store.append("T", json.dumps(i)) for i in range(500)))
+    assert ids == list(range(1, 501))
+    # Every returned id is visible to an independent connection right away, with its data.
+    rows = execute_sql(store_db, "SELECT id, data FROM events ORDER BY id")
+    assert rows == [(i + 1, json.dumps(i)) for i in range(500)]
+
+
+async def test_concurrent_writers_on_one_database_never_let_a_reader_skip_an_id(
+    store: Store, store_db: str
+) -> None:
+    """Two stores (as two processes would) add at once; a reader that always asks for
+    ``id > last seen`` sees every id once, in order, and none it passed appears later."""
+    async with await open_store(store_db) as other:
+        producing = asyncio.gather(
+            *(writer.append("T", str(i)) for i in range(300) for writer in (store, other))
+        )
+        seen: list[int] = []
+        while not producing.done() or (seen and seen[-1] < await store.newest_event_id()):
+            page = await store.read_events(seen[-1] if seen else 0, max_bytes=BIG)
+            seen.extend(ids_of(page.json))
+            await asyncio.sleep(0)  # let the producers run between reads
+        added = await producing
+    assert seen == sorted(added)
+    assert len(set(added)) == 600
+
+
+async def test_another_writer_wakes_waiting_readers(store: Store, store_db: str) -> None:
+    store.watch_other_writers(0.05)
+    waiting = asyncio.ensure_future(store.head.wait_beyond(store.head.head))
+    async with await open_store(store_db) as other:
+        new_id = await other.append("T", "1")
+    async with asyncio.timeout(30):
+        await waiting
+    assert store.head.head == new_id
+
+
+async def test_ids_are_never_reused(store: Store) -> None:
+    for _ in range(3):
+        await store.append("T", "1")
+    user = await store.add_user("u", "h")
+    await store.register_consumer(user, "C")
+    await store.acknowledge(user, "C", 3)
+    assert await store.delete_events(3, 100) == 3
+    assert await store.last_given_id() == 3
+    assert await store.consumer_state(user, "C") == (3, 3)
+    assert await store.append("T", "1") == 4
+
+
+async def test_events_and_the_stream_name_survive_reopening(store_db: str) -> None:
+    async with await open_store(store_db) as store:
+        await store.append("A", '{"k":[1,2]}')
+        name = await store.stream_id()
+    async with await open_store(store_db) as store:
+        page = await store.read_events(0, max_bytes=BIG)
+        assert await store.stream_id() == name
+        assert store.head.head == 1
+    assert json.loads(page.json)[0]["data"] == {"k": [1, 2]}
+    assert re.fullmatch(r"[0-9a-f]{16}", name)
+
+
+async def test_a_newer_schema_is_refused(store_db: str) -> None:
+    async with await open_store(store_db):
+        pass
+    execute_sql(store_db, "UPDATE schema_version SET version = ?", (SCHEMA_VERSION + 1,))
+    newer = f"schema version {SCHEMA_VERSION + 1}, newer than this futoin-evt"
+    with pytest.raises(SchemaTooNew, match=newer):
+        await open_store(store_db)
+
+
+async def test_close_commits_what_is_queued_and_refuses_more(store_db: str) -> None:
+    store = await open_store(store_db)
+    # gather starts the appends in order before close(): they are queued when it begins
+    appends = [asyncio.ensure_future(store.append("T", "1")) for _ in range(50)]
+    await asyncio.gather(*appends, store.close())
+    assert sorted(a.result() for a in appends) == list(range(1, 51))
+    with pytest.raises(StoreClosed):
+        await store.append("T", "1")
+
+
+async def test_read_pages_respect_limit_bytes_and_types(store: Store) -> None:
+    for i in range(10):
+        await store.append("EVEN" if i % 2 == 0 else "ODD", json.dumps("x" * 100))
+    page = await store.read_events(0, limit=3, max_bytes=BIG)
+    assert ids_of(page.json) == [1, 2, 3]
+    assert (page.last_id, page.count, page.start_id, page.truncated) == (3, 3, 0, False)
+    small = await store.read_events(0, max_bytes=400)
+    assert 1 <= small.count < 10
+    assert small.truncated
+    assert len(small.json.encode()) <= 400
+    odd = await store.read_events(0, types=["ODD"], max_bytes=BIG)
+    assert ids_of(odd.json) == [2, 4, 6, 8, 10]
+    none = await store.read_events(0, types=["OTHER"], max_bytes=BIG)
+    assert (none.count, none.head_id) == (0, 10)
+    assert (await store.read_events(10, max_bytes=BIG)).count == 0
+    rows = await store.read_rows(8, limit=5)
+    assert [row[:2] for row in rows] == [(9, "EVEN"), (10, "ODD")]
+    assert rows[0][2] == json.dumps("x" * 100)
+
+
+async def test_byte_limit_counts_utf8(store: Store) -> None:
+    for _ in range(4):
+        await store.append("T", json.dumps("é" * 100, ensure_ascii=False))
+    page = await store.read_events(0, max_bytes=500)
+    assert len(page.json.encode()) <= 500
+    assert page.count == 1
+    # a fresh store reads from the database, not from what it added itself
+    assert page.items == [json.dumps(json.loads(page.json)[0], ensure_ascii=False,
+                                     separators=(",", ":"))]  # fmt: skip
+
+
+async def test_timestamps_are_utc_seconds_of_the_commit(store: Store) -> None:
+    before = utc_timestamp(time.time() - 1)
+    await store.append("T", "1")
+    (event,) = json.loads((await store.read_events(0, max_bytes=BIG)).json)
+    assert TS_RE.match(event["ts"])
+    assert before <= event["ts"] <= utc_timestamp(time.time() + 1)
+    assert await store.id_before(utc_timestamp(time.time() + 5)) == 1
+    assert await store.id_before("2000-01-01T00:00:00Z") is None
+    bounds = await store.stream_bounds()
+    assert (bounds.first_id, bounds.last_id, bounds.events) == (1, 1, 1)
+    assert bounds.first_ts == bounds.last_ts == event["ts"]
+
+
+async def test_consumer_positions_move_only_forward(store: Store) -> None:
+    user = await store.add_user("u", "hash")
+    assert await store.position(user, "C") is None
+    assert await store.acknowledge(user, "C", 5) is None
+    assert await store.register_consumer(user, "C") is True
+    assert await store.register_consumer(user, "C") is False
+    assert await store.position(user, "C") == 0
+    assert await store.acknowledge(user, "C", 5) == 5
+    assert await store.acknowledge(user, "C", 3) == 5
+    assert await store.position(user, "C") == 5
+    # an operator's seek may go back
+    assert await store.set_position(user, "C", 2)
+    assert await store.position(user, "C") == 2
+    assert not await store.set_position(user, "OTHER", 2)
+
+
+async def test_a_claim_fences_acknowledgements_of_older_claims(store: Store) -> None:
+    user = await store.add_user("u", "hash")
+    assert await store.claim_consumer(user, "C") is None
+    await store.register_consumer(user, "C")
+    await store.acknowledge(user, "C", 2)
+    first = await store.claim_consumer(user, "C")
+    assert first is not None
+    assert first[1] == 2
+    assert await store.acknowledge(user, "C", 4, epoch=first[0]) == 4
+    second = await store.claim_consumer(user, "C")
+    assert second is not None
+    assert second == (first[0] + 1, 4)
+    assert await store.acknowledge(user, "C", 9, epoch=first[0]) is None  # the older stream
+    assert await store.position(user, "C") == 4
+    assert await store.acknowledge(user, "C", 9, epoch=second[0]) == 9
+    assert await store.acknowledge(user, "C", 10) == 10  # a poll is not fenced
+
+
+async def test_consumer_reads_start_at_the_position_or_later(store: Store) -> None:
+    user = await store.add_user("u", "hash")
+    for i in range(6):
+        await store.append("A" if i % 2 else "B", str(i))
+    assert await store.read_consumer_events(user, "C", max_bytes=BIG) is None
+    await store.register_consumer(user, "C")
+    await store.acknowledge(user, "C", 2)
+    page = await store.read_consumer_events(user, "C", max_bytes=BIG)
+    assert page is not None
+    assert (ids_of(page.json), page.start_id) == ([3, 4, 5, 6], 2)
+    page = await store.read_consumer_events(user, "C", at_least=4, types=["A"], max_bytes=BIG)
+    assert page is not None
+    assert (ids_of(page.json), page.start_id, page.head_id) == ([6], 4, 6)
+    ranged = await store.read_range(user, "C", 3, 5, max_bytes=BIG, data_as_text=True)
+    assert ranged is not None
+    assert [(e["id"], e["data"]) for e in json.loads(ranged.json)] == [("4", "3"), ("5", "4")]
+    assert ranged.start_id == 2
+    assert await store.position(user, "C") == 2  # reading never moves it
+    assert await store.read_range(user, "NONE", 0, None, max_bytes=BIG) is None
+
+
+async def test_consumer_listing_lag_and_dropping(store: Store) -> None:
+    alice = await store.add_user("alice", "h")
+    bob = await store.add_user("bob", "h")
+    await store.register_consumer(alice, "A")
+    await store.register_consumer(bob, "B")
+    for _ in range(4):
+        await store.append("T", "1")
+    await store.acknowledge(alice, "A", 3)
+    rows = await store.consumers()
+    assert [(r.user, r.user_id, r.component, r.position, r.behind) for r in rows] == [
+        ("alice", alice, "A", 3, 1),
+        ("bob", bob, "B", 0, 4),
+    ]
+    assert rows[0].oldest_unread_ts is not None
+    assert TS_RE.match(rows[0].registered_at)
+    assert TS_RE.match(rows[0].last_seen_at)
+    assert [r.component for r in await store.consumers(bob)] == ["B"]
+    assert await store.lowest_consumer() == ("bob", bob, "B")
+    assert await store.consumer_state(alice, "A") == (3, 4)
+    assert await store.drop_consumer(bob, "B")
+    assert not await store.drop_consumer(bob, "B")
+    assert await store.lowest_consumer() == ("alice", alice, "A")
+
+
+async def test_consumers_not_seen_expire_unless_touched(store: Store, store_db: str) -> None:
+    user = await store.add_user("u", "h")
+    await store.register_consumer(user, "OLD")
+    await store.register_consumer(user, "SEEN")
+    await store.register_consumer(user, "CONNECTED")
+    long_ago = "2001-01-01T00:00:00Z"
+    execute_sql(store_db, "UPDATE consumers SET last_seen_at = ?", (long_ago,))
+    await store.register_consumer(user, "SEEN")  # registering again counts as seen
+    await store.touch_consumers([(user, "CONNECTED"), (UserId(user + 100), "NONE")])
+    await store.touch_consumers([])
+    assert await store.expire_consumers(long_ago) == []
+    assert await store.expire_consumers("2002-01-01T00:00:00Z") == [("u", "OLD")]
+    assert [r.component for r in await store.consumers()] == ["CONNECTED", "SEEN"]
+
+
+async def test_discard_limits_and_deleting_the_oldest(store: Store) -> None:
+    limits = await store.discard_limits(None)
+    assert tuple(limits) == (None, 0, 0, None)
+    for _ in range(10):
+        await store.append("T", "1")
+    user = await store.add_user("u", "h")
+    await store.register_consumer(user, "C")
+    await store.acknowledge(user, "C", 6)
+    limits = await store.discard_limits(utc_timestamp(time.time() + 5))
+    assert tuple(limits) == (6, 10, 1, 10)
+    assert (await store.discard_limits("2000-01-01T00:00:00Z")).older_than_kept is None
+    assert await store.delete_events(4, 3) == 3  # the oldest three, within the bound
+    assert await store.delete_events(4, 3) == 1
+    assert await store.delete_events(4, 3) == 0
+    assert (await store.stream_bounds()).first_id == 5
+    assert ids_of((await store.read_events(0, max_bytes=BIG)).json)[0] == 5
+    assert await store.id_before("2000-01-01T00:00:00Z") == 4
+
+
+async def test_users(store: Store) -> None:
+    first = await store.add_user("u", "h1")
+    with pytest.raises(KeyError):
+        await store.add_user("u", "h2")
+    admin = await store.add_user("root", "h", is_admin=True)
+    assert first != admin
+    assert await store.set_password("u", "h3")
+    assert not await store.set_password("nobody", "h3")
+    user = await store.get_user("u")
+    assert user is not None
+    assert (user.id, user.name, user.password_hash, user.is_admin) == (first, "u", "h3", False)
+    assert [(u.name, u.is_admin) for u in await store.list_users()] == [
+        ("root", True),
+        ("u", False),
+    ]
+    await store.register_consumer(user.id, "C")
+    assert await store.remove_user("u")
+    assert not await store.remove_user("u")
+    assert await store.get_user("u") is None
+    assert await store.position(user.id, "C") is None  # consumers go with their user
