@@ -5,10 +5,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ..archive import InProcessArchiver
 from ..auth import Authenticator
+from ..eventlog import EventLog
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ops import OpsService
@@ -16,9 +17,13 @@ from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
 from ..services import GenService, PollService, ping
 from ..storage.sqlite import Durability, SqliteStore
+from .amqp import AmqpConfig
 from .executor import Executor, Routes
 from .http import FeedConfig, FeedEndpoint
 from .websocket import TransportConfig, WebSocketTransport
+
+if TYPE_CHECKING:
+    from .amqp.listener import AmqpListener
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +55,8 @@ class ServerConfig:
     archive_path: Path | None = None
     #: The HTTP feed (FeedAPI v2, ZeroEventHub v1) on the same port.
     feed: FeedConfig = field(default_factory=FeedConfig)
+    #: The AMQP 1.0 listener (off when None).
+    amqp: AmqpConfig | None = None
 
 
 def build_routes(store: SqliteStore, push: PushService, discarder: Discarder) -> Routes:
@@ -88,6 +95,20 @@ def build_registry() -> IfaceRegistry:
     return registry
 
 
+async def _start_amqp(
+    store: SqliteStore, authenticator: Authenticator, config: AmqpConfig
+) -> AmqpListener:
+    """The AMQP listener (imported here: proton is an optional dependency)."""
+    from .amqp.listener import AmqpListener
+    from .amqp.node import EventLogNode
+
+    listener = AmqpListener(
+        EventLogNode(EventLog(store), config.limits.node), authenticator, config
+    )
+    await listener.start()
+    return listener
+
+
 class EventServer:
     """A running server. ``async with EventServer.start(config) as server: ...``"""
 
@@ -103,6 +124,7 @@ class EventServer:
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
         self.feed: FeedEndpoint | None = None
+        self.amqp: AmqpListener | None = None
         self._transport = transport
 
     @classmethod
@@ -125,6 +147,13 @@ class EventServer:
                 feed = FeedEndpoint(service, authenticator, config.feed, transport.is_secure)
                 transport.http_handler = feed.take
             await transport.start()
+            amqp = None
+            if config.amqp is not None:
+                try:
+                    amqp = await _start_amqp(store, authenticator, config.amqp)
+                except BaseException:
+                    await transport.close()
+                    raise
         except BaseException:
             await store.close()
             raise
@@ -138,8 +167,11 @@ class EventServer:
         server = cls(store, push, discarder, transport)
         server.archiver = archiver
         server.feed = feed
+        server.amqp = amqp
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
+        if amqp is not None:
+            log.info("AMQP on %s", amqp.url)
         return server
 
     @property
@@ -155,11 +187,18 @@ class EventServer:
         return self._transport.url
 
     @property
+    def amqp_url(self) -> str | None:
+        """``amqp(s)://host:port``, or None when the AMQP listener is off."""
+        return self.amqp.url if self.amqp is not None else None
+
+    @property
     def port(self) -> int:
         return self._transport.port
 
     async def close(self) -> None:
         """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes."""
+        if self.amqp is not None:
+            await self.amqp.close()
         await self.discarder.close()
         if self.archiver is not None:
             await self.archiver.close()

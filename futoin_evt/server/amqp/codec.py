@@ -1,0 +1,204 @@
+"""AMQP messages to events and back; offsets; the event-streams delivery-annotations filter.
+
+No I/O. An event's type is the message ``subject``; its data is the ``amqp-value`` body (any
+AMQP value JSON can hold), a ``data`` section with ``application/json``, or opaque bytes. Opaque
+bytes are stored as ``{"$binary": "<base64>"}`` and go back out as the same ``data`` section.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from proton import Described, Message, symbol, timestamp, ulong
+
+from ...eventlog import StoredEvent
+
+#: Width of ``event-streams-offset``: every event id fits, so text order is id order.
+OFFSET_WIDTH: Final = 20
+EARLIEST: Final = "@earliest"
+LATEST: Final = "@latest"
+BINARY_KEY: Final = "$binary"
+JSON_CONTENT_TYPE: Final = "application/json"
+
+OFFSET_ANNOTATION: Final = symbol("event-streams-offset")
+TIMESTAMP_ANNOTATION: Final = symbol("event-streams-timestamp")
+EH_OFFSET: Final = symbol("x-opt-offset")
+EH_SEQUENCE: Final = symbol("x-opt-sequence-number")
+EH_ENQUEUED: Final = symbol("x-opt-enqueued-time")
+
+DELIVERY_ANNOTATIONS_FILTER: Final = (
+    0x0000_0000_0000_0200,
+    "amqp:event-streams-delivery-annotations-filter",
+)
+SQL_FILTER: Final = (0x0000_0000_0000_0201, "amqp:event-streams-sql-filter")
+SELECTOR_FILTER: Final = (0x0000_0468_C000_0004, "apache.org:selector-filter:string")
+
+
+class BadMessage(ValueError):
+    """A message that cannot become an event; ``condition`` is the AMQP error to reject with."""
+
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+
+
+class BadFilter(ValueError):
+    """A source filter we cannot honour (``amqp:invalid-field``)."""
+
+
+def format_offset(event_id: int) -> str:
+    return f"{event_id:0{OFFSET_WIDTH}d}"
+
+
+def parse_offset(text: str, *, head: int) -> int:
+    """An offset (ours, or ``@earliest``/``@latest``) as the id to read after."""
+    if text == EARLIEST:
+        return 0
+    if text == LATEST:
+        return head
+    if not text.isdigit() or len(text) > OFFSET_WIDTH:
+        raise BadFilter(f"not an offset of this log: {text!r:.40}")
+    return int(text)
+
+
+# -- message -> event ---------------------------------------------------------------------------
+
+
+def message_to_event(message: Message) -> tuple[str, Any]:
+    """(type, data) of a received message; raises :class:`BadMessage`."""
+    event_type = message.subject
+    if not isinstance(event_type, str) or not event_type:
+        raise BadMessage("amqp:invalid-field", "the message subject (the event type) is missing")
+    body = message.body
+    if message.inferred and isinstance(body, bytes | memoryview):
+        raw = bytes(body)
+        if str(message.content_type or "").split(";")[0].strip() == JSON_CONTENT_TYPE:
+            try:
+                return event_type, json.loads(raw)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise BadMessage(
+                    "amqp:decode-error", f"the data section is not JSON: {exc}"
+                ) from None
+        return event_type, {BINARY_KEY: base64.b64encode(raw).decode("ascii")}
+    if message.inferred:
+        raise BadMessage("amqp:invalid-field", "amqp-sequence bodies are not supported")
+    return event_type, to_json(body)
+
+
+def to_json(value: Any, depth: int = 0) -> Any:
+    """An AMQP value as JSON data; raises :class:`BadMessage` for what JSON cannot hold."""
+    if depth > 64:
+        raise BadMessage("amqp:invalid-field", "the body nests too deep")
+    if value is None or isinstance(value, bool | str):
+        return str(value) if isinstance(value, str) else value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadMessage("amqp:invalid-field", "the body holds a non-finite number")
+        return float(value)
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, Mapping):
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise BadMessage("amqp:invalid-field", "map keys in the body must be strings")
+            result[str(key)] = to_json(item, depth + 1)
+        return result
+    if isinstance(value, list | tuple):
+        return [to_json(item, depth + 1) for item in value]
+    if hasattr(value, "elements") and not isinstance(value, Described):  # an AMQP array
+        return [to_json(item, depth + 1) for item in value.elements]
+    raise BadMessage(
+        "amqp:invalid-field", f"the body holds a {type(value).__name__}, which JSON cannot hold"
+    )
+
+
+# -- event -> message ---------------------------------------------------------------------------
+
+
+def event_to_message(event: StoredEvent) -> Message:
+    data = json.loads(event.data_json)
+    enqueued = timestamp(event.timestamp_ms)
+    offset = format_offset(event.id)
+    message = Message(subject=event.type)
+    binary = _binary(data)
+    if binary is not None:
+        message.inferred = True
+        message.body = binary
+    else:
+        message.body = data
+    message.instructions = {OFFSET_ANNOTATION: symbol(offset), TIMESTAMP_ANNOTATION: enqueued}
+    message.annotations = {
+        EH_OFFSET: str(event.id),
+        EH_SEQUENCE: event.id,
+        EH_ENQUEUED: enqueued,
+    }
+    return message
+
+
+def _binary(data: Any) -> bytes | None:
+    if isinstance(data, dict) and len(data) == 1 and isinstance(data.get(BINARY_KEY), str):
+        try:
+            return base64.b64decode(data[BINARY_KEY], validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    return None
+
+
+# -- filters ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a consumer starts: after ``after_id`` and after ``after_ms``, plus a predicate."""
+
+    after_id: int
+    #: Only events added after this instant (ms since the epoch), when given.
+    after_ms: int | None = None
+    matches: Callable[[StoredEvent], bool] | None = None
+
+
+def filter_kind(descriptor: object) -> tuple[int, str] | None:
+    for kind in (DELIVERY_ANNOTATIONS_FILTER, SQL_FILTER, SELECTOR_FILTER):
+        if descriptor == kind[0] or (isinstance(descriptor, str) and descriptor == kind[1]):
+            return kind
+    return None
+
+
+def delivery_annotations_start(value: object, *, head: int) -> Position:
+    """The ``event-streams-delivery-annotations`` filter: events whose offset and timestamp
+    are both greater than the given ones."""
+    if not isinstance(value, Mapping) or not value:
+        raise BadFilter("the delivery-annotations filter must be a non-empty map")
+    after_id = 0
+    after_ms: int | None = None
+    for key, item in value.items():
+        if key == OFFSET_ANNOTATION:
+            if not isinstance(item, str):
+                raise BadFilter("event-streams-offset must be a symbol or string")
+            after_id = parse_offset(str(item), head=head)
+        elif key == TIMESTAMP_ANNOTATION:
+            if not isinstance(item, int) or isinstance(item, bool):
+                raise BadFilter("event-streams-timestamp must be a timestamp")
+            after_ms = int(item)
+        else:
+            raise BadFilter(f"cannot filter on {key!r:.60}")
+    return Position(after_id, after_ms)
+
+
+def described_filter(value: object) -> tuple[object, object]:
+    """(descriptor, value) of one filter-set entry."""
+    if isinstance(value, Described):
+        descriptor = value.descriptor
+        return (int(descriptor) if isinstance(descriptor, ulong | int) else descriptor), value.value
+    raise BadFilter("filter entries must be described values")

@@ -1,0 +1,347 @@
+"""The event log node ``events`` (one partition, ``"0"``) and its ``$info`` source.
+
+A link is taken by :meth:`EventLogNode.attach`, which checks the address, the caller and the
+link properties and returns the handler that then serves it: :class:`ProducerLink` for
+messages sent to the node, :class:`ConsumerLink` for events read from it, :class:`InfoLink`
+for the runtime information. Handlers call the event log, never the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Final
+
+from proton import Condition, Delivery, Link, Message, MessageException, symbol
+
+from ...eventlog import EventLog
+from ...model import EventRejected
+from .codec import (
+    DELIVERY_ANNOTATIONS_FILTER,
+    BadFilter,
+    BadMessage,
+    Position,
+    delivery_annotations_start,
+    described_filter,
+    event_to_message,
+    filter_kind,
+    format_offset,
+    message_to_event,
+)
+from .config import DEFAULT_NODE_LIMITS, NodeLimits
+from .connection import LinkRefused
+
+if TYPE_CHECKING:
+    from .connection import AmqpConnection
+
+log = logging.getLogger(__name__)
+
+NODE: Final = "events"
+INFO: Final = "events/$info"
+PARTITION: Final = "0"
+PARTITION_PROPERTY: Final = symbol("event-streams-partition")
+#: Events read from the store for a consumer at once (less when its credit is lower).
+READ_BATCH: Final = 1000
+
+NOT_FOUND: Final = "amqp:not-found"
+INVALID_FIELD: Final = "amqp:invalid-field"
+UNAUTHORIZED: Final = "amqp:unauthorized-access"
+DECODE_ERROR: Final = "amqp:decode-error"
+INTERNAL_ERROR: Final = "amqp:internal-error"
+MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
+
+
+class EventLogNode:
+    """Routes attaches to the handlers of the one event log."""
+
+    def __init__(self, events: EventLog, limits: NodeLimits = DEFAULT_NODE_LIMITS) -> None:
+        self.events = events
+        self.limits = limits
+
+    def attach(self, conn: AmqpConnection, link: Link) -> Any:
+        """The handler for a new link, or :class:`LinkRefused`."""
+        terminus = link.remote_target if link.is_receiver else link.remote_source
+        address = terminus.address if terminus is not None else None
+        if conn.principal is None:
+            raise LinkRefused(UNAUTHORIZED, "log in with SASL PLAIN as a user of this server")
+        if address not in (NODE, INFO):
+            raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
+        _check_partition(_link_properties(link))
+        if address == INFO:
+            if link.is_receiver:
+                raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
+            return InfoLink(conn, link, self.events)
+        if link.is_receiver:
+            return ProducerLink(conn, link, self.events, self.limits)
+        start = _start_position(link, self.events.head)
+        return ConsumerLink(conn, link, self.events, start)
+
+
+def _link_properties(link: Link) -> Mapping[Any, Any]:
+    properties = link.remote_properties
+    if properties is None:
+        return {}
+    if not isinstance(properties, Mapping):
+        raise LinkRefused(INVALID_FIELD, "link properties must be a map")
+    return properties
+
+
+def _check_partition(properties: Mapping[Any, Any]) -> None:
+    partition = properties.get(PARTITION_PROPERTY)
+    if partition is None:
+        return
+    if not isinstance(partition, str):
+        raise LinkRefused(INVALID_FIELD, "event-streams-partition must be a symbol")
+    if partition != PARTITION:
+        raise LinkRefused(NOT_FOUND, f"no such partition: {partition!r:.40} (there is only '0')")
+
+
+def _start_position(link: Link, head: int) -> Position:
+    """The consumer's start from its source filter; no filter: events added from now on."""
+    filters = _filter_set(link)
+    if not filters:
+        return Position(head)
+    if not isinstance(filters, Mapping):
+        raise LinkRefused(INVALID_FIELD, "the source filter must be a map")
+    position: Position | None = None
+    try:
+        for value in filters.values():
+            descriptor, argument = described_filter(value)
+            kind = filter_kind(descriptor)
+            if kind == DELIVERY_ANNOTATIONS_FILTER:
+                position = delivery_annotations_start(argument, head=head)
+            else:
+                raise BadFilter(f"filter not supported: {descriptor!r:.60}")
+    except BadFilter as exc:
+        raise LinkRefused(INVALID_FIELD, str(exc)) from None
+    return position if position is not None else Position(head)
+
+
+def _filter_set(link: Link) -> Any:
+    source = link.remote_source
+    if source is None:
+        return None
+    data = source.filter
+    data.rewind()
+    return data.get_object() if data.next() is not None else None
+
+
+def _open_like_peer(link: Link) -> None:
+    link.source.copy(link.remote_source)
+    link.target.copy(link.remote_target)
+    link.properties = {PARTITION_PROPERTY: symbol(PARTITION)}
+
+
+def _reject(delivery: Delivery, condition: str, description: str) -> None:
+    delivery.local.condition = Condition(condition, description)
+    delivery.update(Delivery.REJECTED)
+    delivery.settle()
+
+
+class ProducerLink:
+    """Messages to the node become events; each is settled ``accepted`` once it is durable.
+
+    Credit is kept at the window less the messages still on their way to the store, so a
+    producer only waits for credit when the store falls behind.
+    """
+
+    def __init__(self, conn: AmqpConnection, link: Link, events: EventLog, limits: NodeLimits):
+        self._conn = conn
+        self._link = link
+        self._events = events
+        self._limits = limits
+        self._in_store = 0
+        self._closed = False
+        _open_like_peer(link)
+        link.max_message_size = limits.max_message_bytes
+        link.open()
+        self._top_up()
+
+    def on_flow(self) -> None:
+        pass
+
+    def on_writable(self) -> None:
+        pass
+
+    def on_closed(self) -> None:
+        self._closed = True
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        link = self._link
+        if delivery.aborted:
+            delivery.settle()
+            return
+        if delivery.pending > self._limits.max_message_bytes:
+            self._conn.detach(
+                link,
+                MESSAGE_SIZE_EXCEEDED,
+                f"message larger than {self._limits.max_message_bytes} bytes",
+            )
+            return
+        if delivery.partial:
+            return
+        raw = link.recv(delivery.pending) or b""
+        link.advance()
+        try:
+            future = self._append(raw)
+        except BadMessage as exc:
+            _reject(delivery, exc.condition, str(exc))
+        else:
+            self._in_store += 1
+            future.add_done_callback(lambda done: self._stored(delivery, done))
+        self._top_up()
+
+    def _append(self, raw: bytes) -> asyncio.Future[Any]:
+        message = Message()
+        try:
+            message.decode(raw)
+        except MessageException as exc:
+            raise BadMessage(DECODE_ERROR, f"undecodable message: {exc}") from None
+        event_type, data = message_to_event(message)
+        try:
+            return self._events.append(event_type, data)
+        except EventRejected as exc:
+            raise BadMessage(INVALID_FIELD, str(exc)) from None
+
+    def _stored(self, delivery: Delivery, done: asyncio.Future[Any]) -> None:
+        self._in_store -= 1
+        if self._closed:
+            if not done.cancelled():
+                done.exception()  # retrieved: nobody is left to tell
+            return
+        if done.cancelled() or done.exception() is not None:
+            _reject(delivery, INTERNAL_ERROR, "the event could not be stored")
+        else:
+            delivery.update(Delivery.ACCEPTED)
+            delivery.settle()
+        self._top_up()
+        self._conn.wake()
+
+    def _top_up(self) -> None:
+        if self._closed:
+            return
+        window = self._limits.credit_window
+        room = window - self._link.credit - self._in_store
+        if room >= window // 2 or (room > 0 and self._link.credit == 0):
+            self._link.flow(room)
+
+
+class _SourceLink:
+    """A link the node sends on: a task that waits for credit and something to send."""
+
+    def __init__(self, conn: AmqpConnection, link: Link, events: EventLog) -> None:
+        self._conn = conn
+        self._link = link
+        self._events = events
+        self._wake = asyncio.Event()
+        self._closed = False
+        _open_like_peer(link)
+        link.snd_settle_mode = link.remote_snd_settle_mode
+        link.open()
+        self._task = asyncio.ensure_future(self._run())
+        self._task.add_done_callback(self._finished)
+
+    async def _run(self) -> None:
+        raise NotImplementedError
+
+    def _finished(self, task: asyncio.Future[None]) -> None:
+        if task.cancelled() or self._closed:
+            return
+        exc = task.exception()
+        if exc is not None:
+            log.error("AMQP link failed", exc_info=exc)
+            self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")
+
+    def _send(self, message: Message, tag: str) -> None:
+        link = self._link
+        delivery = link.delivery(tag)
+        link.send(message.encode())
+        link.advance()
+        if link.snd_settle_mode == Link.SND_SETTLED:
+            delivery.settle()
+
+    def on_flow(self) -> None:
+        self._wake.set()
+
+    def on_writable(self) -> None:
+        self._wake.set()
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        """The consumer's disposition: settle our side too."""
+        if delivery.remote_state or delivery.settled:
+            delivery.settle()
+
+    def on_closed(self) -> None:
+        self._closed = True
+        self._task.cancel()
+
+
+class ConsumerLink(_SourceLink):
+    """Events after the start position, one per unit of credit, in id order."""
+
+    def __init__(self, conn: AmqpConnection, link: Link, events: EventLog, start: Position) -> None:
+        self._start = start
+        self._stop_listening = events.listen(self._on_head)
+        super().__init__(conn, link, events)
+
+    def _on_head(self) -> None:
+        self._wake.set()
+
+    def on_closed(self) -> None:
+        self._stop_listening()
+        super().on_closed()
+
+    async def _run(self) -> None:
+        after = self._start.after_id
+        if self._start.after_ms is not None:
+            after = max(after, await self._events.id_before_ms(self._start.after_ms))
+        link = self._link
+        matches = self._start.matches
+        while True:
+            self._wake.clear()
+            if link.credit > 0 and self._conn.writable and self._events.head > after:
+                batch = await self._events.read_after(after, min(link.credit, READ_BATCH))
+                for event in batch:
+                    if link.credit <= 0:
+                        break
+                    after = event.id
+                    if matches is None or matches(event):
+                        self._send(event_to_message(event), str(event.id))
+                if batch:
+                    self._conn.wake()
+                    continue
+            if link.credit > 0 and link.drain_mode and self._events.head <= after:
+                link.drained()
+                self._conn.wake()
+            await self._wake.wait()
+
+
+class InfoLink(_SourceLink):
+    """``events/$info``: one message with the partition bounds per unit of credit."""
+
+    async def _run(self) -> None:
+        link = self._link
+        while True:
+            self._wake.clear()
+            while link.credit > 0:
+                bounds = await self._events.bounds()
+                self._send(Message(body=_info(bounds.first_id, bounds.last_id)), "info")
+                self._conn.wake()
+            await self._wake.wait()
+
+
+def _info(first_id: int | None, last_id: int | None) -> dict[Any, Any]:
+    def offset(event_id: int | None) -> Any:
+        return symbol(format_offset(event_id)) if event_id is not None else None
+
+    return {
+        symbol("partitions"): [
+            {
+                symbol("partition"): symbol(PARTITION),
+                symbol("earliest-offset"): offset(first_id),
+                symbol("latest-offset"): offset(last_id),
+            }
+        ],
+        symbol("futoin-evt:head-id"): last_id or 0,
+    }

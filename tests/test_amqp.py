@@ -1,0 +1,385 @@
+"""The AMQP 1.0 door, driven by python-qpid-proton's own blocking client over real sockets."""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import logging
+import sqlite3
+import ssl
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import pytest
+import trustme
+from proton import (
+    ConnectionException,
+    Delivery,
+    Described,
+    LinkException,
+    Message,
+    SSLDomain,
+    symbol,
+    timestamp,
+    ulong,
+)
+from proton.reactor import Filter, LinkOption
+from proton.utils import (
+    BlockingConnection,
+    LinkDetached,
+)
+
+from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.server.amqp import AmqpConfig
+from futoin_evt.server.amqp.codec import format_offset
+from futoin_evt.server.app import EventServer
+
+from .conftest import USERS, ServerFactory
+
+pytestmark = pytest.mark.functional
+
+T = TypeVar("T")
+OFFSET = symbol("event-streams-offset")
+TIMESTAMP = symbol("event-streams-timestamp")
+ANNOTATIONS_FILTER = ulong(0x200)
+
+
+class LinkProperties(LinkOption):
+    def __init__(self, **properties: Any) -> None:
+        self.properties = {symbol(k.replace("_", "-")): v for k, v in properties.items()}
+
+    def apply(self, link: Any) -> None:
+        link.properties = self.properties
+
+
+def annotations_filter(**values: Any) -> Filter:
+    described = {symbol(f"event-streams-{k}"): v for k, v in values.items()}
+    return Filter({symbol("offset"): Described(ANNOTATIONS_FILTER, cast(Any, described))})
+
+
+@pytest.fixture
+async def amqp_server(start_server: ServerFactory) -> EventServer:
+    return await start_server(amqp=AmqpConfig(port=0))
+
+
+def delivery_annotations(message: Message) -> dict[Any, Any]:
+    assert message.instructions is not None
+    return dict(message.instructions)
+
+
+def message_annotations(message: Message) -> dict[Any, Any]:
+    assert message.annotations is not None
+    return dict(message.annotations)
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Blocking clients run beside the server's loop."""
+    return await asyncio.to_thread(fn, *args)
+
+
+@contextmanager
+def connected(
+    url: str, user: str = "alice", password: str | None = None, **kw: Any
+) -> Iterator[BlockingConnection]:
+    conn = BlockingConnection(
+        url,
+        user=user,
+        password=USERS[user] if password is None else password,
+        allowed_mechs="PLAIN",
+        timeout=30,
+        **kw,
+    )
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def produce(url: str, bodies: list[Any], event_type: str = "T") -> None:
+    with connected(url) as conn:
+        sender = conn.create_sender("events")
+        for body in bodies:
+            sender.send(Message(subject=event_type, body=body))
+
+
+def consume(url: str, count: int, options: Any = None, credit: int = 500) -> list[Message]:
+    with connected(url) as conn:
+        receiver = conn.create_receiver("events", credit=credit, options=options)
+        messages = []
+        for _ in range(count):
+            messages.append(receiver.receive())
+            receiver.accept()
+        return messages
+
+
+async def test_login_and_capability(amqp_server: EventServer) -> None:
+    assert amqp_server.amqp_url is not None
+
+    def capabilities() -> Any:
+        with connected(amqp_server.amqp_url or "") as conn:
+            assert conn.conn is not None
+            return list(conn.conn.remote_offered_capabilities or [])
+
+    assert symbol("AMQP_EVENT_STREAMS_V1_0") in await in_thread(capabilities)
+
+
+async def test_wrong_password_is_refused_and_not_logged(
+    amqp_server: EventServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+
+    def login() -> None:
+        with connected(amqp_server.amqp_url or "", password="not-the-password"):
+            pass
+
+    with pytest.raises(ConnectionException):
+        await in_thread(login)
+    failures = [r.getMessage() for r in caplog.records if "login failed" in r.getMessage()]
+    assert failures
+    assert "'alice'" in failures[0]
+    assert all("not-the-password" not in r.getMessage() for r in caplog.records)
+
+
+async def test_anonymous_login_may_not_use_the_node(amqp_server: EventServer) -> None:
+    def attach() -> None:
+        conn = BlockingConnection(amqp_server.amqp_url or "", allowed_mechs="ANONYMOUS", timeout=30)
+        try:
+            conn.create_receiver("events")
+        finally:
+            conn.close()
+
+    with pytest.raises(LinkException, match="unauthorized-access"):
+        await in_thread(attach)
+
+
+async def test_produce_and_consume_ten_thousand(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+    count = 10_000
+    await in_thread(produce, url, [{"n": n} for n in range(count)])
+    messages = await in_thread(
+        consume, url, count, annotations_filter(offset=symbol("@earliest")), 1000
+    )
+    assert [m.body for m in messages] == [{"n": n} for n in range(count)]
+    assert all(m.subject == "T" for m in messages)
+    offsets = [delivery_annotations(m)[OFFSET] for m in messages]
+    assert offsets == sorted(offsets)
+    assert len(set(offsets)) == count
+    assert offsets[0] == format_offset(1)
+    first = messages[0]
+    assert message_annotations(first)[symbol("x-opt-sequence-number")] == 1
+    assert message_annotations(first)[symbol("x-opt-offset")] == "1"
+    assert (
+        delivery_annotations(first)[TIMESTAMP]
+        == message_annotations(first)[symbol("x-opt-enqueued-time")]
+    )
+    # the same events over FTN3
+    rows = await amqp_server.store.read_rows(0, limit=3)
+    assert [(r[1], r[2]) for r in rows] == [("T", '{"n":0}'), ("T", '{"n":1}'), ("T", '{"n":2}')]
+
+
+async def test_consume_after_an_offset(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+    await in_thread(produce, url, list(range(10)))
+    messages = await in_thread(consume, url, 3, annotations_filter(offset=format_offset(7)))
+    assert [m.body for m in messages] == [7, 8, 9]  # ids 8, 9, 10
+
+
+async def test_consume_after_a_timestamp(amqp_server: EventServer, db_path: Path) -> None:
+    url = amqp_server.amqp_url or ""
+    await in_thread(produce, url, ["old", "new"])
+    # The first event was added long ago (stored times are whole seconds, UTC).
+    with sqlite3.connect(db_path) as db:
+        db.execute("UPDATE events SET ts = '2020-01-01T00:00:00Z' WHERE id = 1")
+    old_ms = calendar.timegm((2020, 1, 1, 0, 0, 0)) * 1000
+    after_old = await in_thread(consume, url, 1, annotations_filter(timestamp=timestamp(old_ms)))
+    assert after_old[0].body == "new"
+    before_old = await in_thread(
+        consume, url, 1, annotations_filter(timestamp=timestamp(old_ms - 1))
+    )
+    assert before_old[0].body == "old"
+    assert delivery_annotations(before_old[0])[TIMESTAMP] == old_ms
+
+
+async def test_credit_is_honoured_exactly(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+    await in_thread(produce, url, list(range(10)))
+
+    def take() -> tuple[list[Any], int, list[Any]]:
+        with connected(url) as conn:
+            receiver = conn.create_receiver(
+                "events", credit=0, options=annotations_filter(offset="@earliest")
+            )
+            fetcher = receiver.fetcher
+            assert fetcher is not None
+            receiver.link.flow(3)
+            conn.wait(lambda: fetcher.has_message >= 3)
+            # A round trip on the same connection: anything sent beyond the credit is in by now.
+            info = conn.create_receiver("events/$info", credit=1)
+            info.receive()
+            queued = fetcher.has_message
+            first = [receiver.receive().body for _ in range(3)]
+            receiver.link.flow(2)
+            more = [receiver.receive().body for _ in range(2)]
+            return first, queued, more
+
+    first, queued, more = await in_thread(take)
+    assert (first, queued, more) == ([0, 1, 2], 3, [3, 4])
+
+
+async def test_no_filter_gets_only_new_events(amqp_server: EventServer, alice: Any) -> None:
+    url = amqp_server.amqp_url or ""
+    await in_thread(produce, url, ["before"])
+    ready = asyncio.Event()
+    loop = asyncio.get_running_loop()
+
+    def new_only() -> Message:
+        with connected(url) as conn:
+            receiver = conn.create_receiver("events", credit=10)
+            loop.call_soon_threadsafe(ready.set)
+            message = receiver.receive()
+            receiver.accept()
+            return message
+
+    consumer = asyncio.ensure_future(in_thread(new_only))
+    await ready.wait()
+    # added over FTN3: the same log
+    await alice.add_event("T", "after")
+    message = await consumer
+    assert message.body == "after"
+
+
+async def test_added_over_amqp_is_polled_over_ftn3(
+    amqp_server: EventServer, alice: EventStreamClient
+) -> None:
+    await in_thread(produce, amqp_server.amqp_url or "", [{"via": "amqp"}], "AMQP_EVT")
+    await alice.register_consumer("c1")
+    events = await alice.poll_events("c1")
+    assert [(e.type, e.data) for e in events] == [("AMQP_EVT", {"via": "amqp"})]
+
+
+async def test_data_sections(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+
+    def send() -> None:
+        with connected(url) as conn:
+            sender = conn.create_sender("events")
+            json_body = Message(subject="J", body=b'{"a": [1, 2]}', inferred=True)
+            json_body.content_type = "application/json"
+            sender.send(json_body)
+            sender.send(Message(subject="B", body=b"\x00\xffraw", inferred=True))
+
+    await in_thread(send)
+    messages = await in_thread(consume, url, 2, annotations_filter(offset="@earliest"))
+    assert messages[0].body == {"a": [1, 2]}
+    assert messages[1].inferred
+    assert messages[1].body == b"\x00\xffraw"
+
+
+def send_outcome(sender: Any, message: Message) -> tuple[int, str | None]:
+    """Send and wait for the server's outcome: (state, error condition)."""
+    delivery = sender.link.send(message)
+    sender.connection.wait(lambda: delivery.remote_state != 0)
+    condition = delivery.remote.condition
+    return delivery.remote_state, condition.name if condition is not None else None
+
+
+@pytest.mark.parametrize(
+    ("message", "condition"),
+    [
+        (Message(body=1), "amqp:invalid-field"),  # no subject: no event type
+        (Message(subject="lower", body=1), "amqp:invalid-field"),  # not an FTN18 type
+        (Message(subject="T", body=b"x"), "amqp:invalid-field"),  # binary amqp-value
+        (Message(subject="T", body={1: 2}), "amqp:invalid-field"),  # non-string map keys
+        (
+            Message(subject="T", body=b"{no json", inferred=True, content_type="application/json"),
+            "amqp:decode-error",
+        ),
+    ],
+)
+async def test_messages_that_cannot_be_events_are_rejected(
+    amqp_server: EventServer, message: Message, condition: str
+) -> None:
+    def send() -> tuple[int, str | None]:
+        with connected(amqp_server.amqp_url or "") as conn:
+            sender = conn.create_sender("events")
+            outcome = send_outcome(sender, message)
+            sender.send(Message(subject="OK", body=1))  # the link goes on
+            return outcome
+
+    assert await in_thread(send) == (Delivery.REJECTED, condition)
+    rows = await amqp_server.store.read_rows(0, limit=10)
+    assert [r[1] for r in rows] == ["OK"]
+
+
+async def test_info(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+
+    def info() -> Any:
+        with connected(url) as conn:
+            receiver = conn.create_receiver("events/$info", credit=1)
+            message = receiver.receive()
+            receiver.accept()
+            return message.body
+
+    empty = await in_thread(info)
+    assert empty[symbol("partitions")] == [
+        {symbol("partition"): "0", symbol("earliest-offset"): None, symbol("latest-offset"): None}
+    ]
+    await in_thread(produce, url, [1, 2, 3])
+    partition = (await in_thread(info))[symbol("partitions")][0]
+    assert partition[symbol("earliest-offset")] == format_offset(1)
+    assert partition[symbol("latest-offset")] == format_offset(3)
+
+
+@pytest.mark.parametrize(
+    ("address", "options", "condition"),
+    [
+        ("nowhere", None, "amqp:not-found"),
+        ("events", LinkProperties(event_streams_partition=symbol("1")), "amqp:not-found"),
+        ("events", LinkProperties(event_streams_partition=7), "amqp:invalid-field"),
+        ("events", annotations_filter(offset="not-an-offset"), "amqp:invalid-field"),
+        ("events", annotations_filter(colour="red"), "amqp:invalid-field"),
+    ],
+)
+async def test_refused_links(
+    amqp_server: EventServer, address: str, options: Any, condition: str
+) -> None:
+    url = amqp_server.amqp_url or ""
+
+    def attach() -> None:
+        with connected(url) as conn:
+            conn.create_receiver(address, options=options)
+
+    with pytest.raises((LinkDetached, LinkException), match=condition):
+        await in_thread(attach)
+    # the connection's peers are unaffected
+    await in_thread(produce, url, [1])
+
+
+async def test_tls(start_server: ServerFactory, tmp_path: Path) -> None:
+    authority = trustme.CA()
+    cert = authority.issue_cert("futoin-evt.test")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(context)
+    server = await start_server(amqp=AmqpConfig(port=0, tls=context))
+    assert server.amqp_url is not None
+    assert server.amqp_url.startswith("amqps://")
+    ca_file = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(ca_file))
+    domain = SSLDomain(SSLDomain.MODE_CLIENT)
+    domain.set_trusted_ca_db(str(ca_file))
+    domain.set_peer_authentication(SSLDomain.VERIFY_PEER_NAME)
+
+    def round_trip() -> Any:
+        with connected(server.amqp_url or "", ssl_domain=domain, sni="futoin-evt.test") as conn:
+            conn.create_sender("events").send(Message(subject="TLS", body="secret"))
+            receiver = conn.create_receiver(
+                "events", credit=1, options=annotations_filter(offset="@earliest")
+            )
+            message = receiver.receive()
+            receiver.accept()
+            return message.body
+
+    assert await in_thread(round_trip) == "secret"
