@@ -26,14 +26,12 @@ from proton import (
     ulong,
 )
 from proton.reactor import Filter, LinkOption
-from proton.utils import (
-    BlockingConnection,
-    LinkDetached,
-)
+from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from futoin_evt.client.aio import EventStreamClient
-from futoin_evt.server.amqp import AmqpConfig
+from futoin_evt.server.amqp import AmqpConfig, AmqpLimits, NodeLimits
 from futoin_evt.server.amqp.codec import format_offset
+from futoin_evt.server.amqp.sasl import SASL_HEADER
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
@@ -383,3 +381,165 @@ async def test_tls(start_server: ServerFactory, tmp_path: Path) -> None:
             return message.body
 
     assert await in_thread(round_trip) == "secret"
+
+
+async def test_connections_over_the_limit_are_refused(start_server: ServerFactory) -> None:
+    server = await start_server(amqp=AmqpConfig(port=0, limits=AmqpLimits(max_connections=1)))
+    url = server.amqp_url or ""
+
+    def second_while_first_open() -> None:
+        with connected(url), connected(url):
+            pass
+
+    with pytest.raises(ConnectionException):
+        await in_thread(second_while_first_open)
+    await in_thread(produce, url, [1])  # the slot is free again
+
+
+async def test_silent_peers_are_disconnected(start_server: ServerFactory) -> None:
+    server = await start_server(amqp=AmqpConfig(port=0, limits=AmqpLimits(idle_timeout=0.2)))
+    assert server.amqp is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.amqp.port)
+    writer.write(SASL_HEADER)  # ... and then nothing
+    assert (await reader.read(8)) == SASL_HEADER
+    async with asyncio.timeout(30):
+        while await reader.read(4096):
+            pass  # the mechanisms, then the end of the stream
+    writer.close()
+
+
+async def test_a_message_over_the_size_limit_detaches_the_link(
+    start_server: ServerFactory,
+) -> None:
+    limits = AmqpLimits(node=NodeLimits(max_message_bytes=10_000))
+    server = await start_server(amqp=AmqpConfig(port=0, limits=limits))
+    url = server.amqp_url or ""
+
+    def send_large() -> None:
+        with connected(url) as conn:
+            sender = conn.create_sender("events")
+            sender.send(Message(subject="BIG", body="x" * 20_000))
+
+    with pytest.raises((LinkDetached, SendException), match="message-size-exceeded"):
+        await in_thread(send_large)
+    await in_thread(produce, url, ["small"])
+    rows = await server.store.read_rows(0, limit=10)
+    assert [r[1] for r in rows] == ["T"]
+
+
+GROUP = symbol("event-streams-consumer-group")
+EPOCH = symbol("event-streams-epoch")
+SQL_FILTER = ulong(0x201)
+SELECTOR = symbol("apache.org:selector-filter:string")
+
+
+def sql_filter(text: str, descriptor: Any = SQL_FILTER) -> Filter:
+    return Filter({symbol("sql"): Described(descriptor, text)})
+
+
+def produce_unsettled(url: str, bodies: list[Any]) -> None:
+    """Send everything without waiting for each outcome; return once all are accepted."""
+    with connected(url) as conn:
+        sender = conn.create_sender("events")
+        link: Any = sender.link
+        deliveries = [link.send(Message(subject="T", body=body)) for body in bodies]
+        conn.wait(lambda: all(d.remote_state for d in deliveries), timeout=120)
+        assert {d.remote_state for d in deliveries} == {Delivery.ACCEPTED}
+
+
+async def test_sql_and_selector_filters(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+    await in_thread(produce_unsettled, url, list(range(1, 10_001)))
+    between = sql_filter(
+        f"d.event-streams-offset > '{format_offset(9000)}'"
+        f" AND d.event-streams-offset <= '{format_offset(9003)}' OR FALSE"
+    )
+    messages = await in_thread(consume, url, 3, between)
+    assert [m.body for m in messages] == [9001, 9002, 9003]
+    selector = sql_filter("amqp.annotation.x-opt-offset > '9997'", SELECTOR)
+    messages = await in_thread(consume, url, 3, selector)
+    assert [m.body for m in messages] == [9998, 9999, 10000]
+
+
+async def test_bad_sql_filter_is_refused(amqp_server: EventServer) -> None:
+    def attach() -> None:
+        with connected(amqp_server.amqp_url or "") as conn:
+            conn.create_receiver("events", options=sql_filter("d.event-streams-offset >"))
+
+    with pytest.raises((LinkDetached, LinkException), match="invalid-field"):
+        await in_thread(attach)
+
+
+async def test_consumer_group_epochs(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+
+    def scenario() -> dict[str, Any]:
+        outcome: dict[str, Any] = {}
+        with connected(url) as first_conn, connected(url) as second_conn:
+            first = first_conn.create_receiver(
+                "events", credit=1, options=LinkProperties(event_streams_consumer_group="g")
+            )
+            outcome["first epoch"] = first.link.remote_properties[EPOCH]
+            for epoch in (None, 0):
+                try:
+                    options = LinkProperties(event_streams_consumer_group="g")
+                    if epoch is not None:
+                        options.properties[EPOCH] = epoch
+                    second_conn.create_receiver(
+                        "events", credit=1, name=f"epoch-{epoch}", options=options
+                    )
+                except (LinkDetached, LinkException) as exc:
+                    outcome[f"epoch {epoch}"] = str(exc)
+            newer = second_conn.create_receiver(
+                "events",
+                credit=1,
+                name="newer",
+                options=LinkProperties(event_streams_consumer_group="g", event_streams_epoch=5),
+            )
+            outcome["newer epoch"] = newer.link.remote_properties[EPOCH]
+            with pytest.raises(LinkDetached) as stolen:
+                first.receive()
+            outcome["first closed with"] = stolen.value.condition
+            # another user's group of the same name is another group
+        with connected(url, "bob") as bob:
+            bob.create_receiver(
+                "events", credit=1, options=LinkProperties(event_streams_consumer_group="g")
+            )
+        return outcome
+
+    outcome = await in_thread(scenario)
+    assert outcome["first epoch"] == 0
+    assert "amqp:resource-locked" in outcome["epoch None"]
+    assert "amqp:resource-locked" in outcome["epoch 0"]
+    assert outcome["newer epoch"] == 5
+    assert outcome["first closed with"] == "amqp:link:stolen"
+
+
+async def test_group_bound_to_a_registered_consumer(
+    amqp_server: EventServer, alice: EventStreamClient
+) -> None:
+    url = amqp_server.amqp_url or ""
+    await in_thread(produce, url, [1, 2, 3, 4, 5])
+    group = LinkProperties(event_streams_consumer_group="ftn18:billing")
+
+    def take_three_accept_two() -> list[Any]:
+        with connected(url) as conn:
+            receiver = conn.create_receiver("events", credit=0, options=group)
+            receiver.link.flow(3)
+            bodies = [receiver.receive().body for _ in range(3)]
+            receiver.accept()
+            receiver.accept()  # the third stays unsettled
+            receiver.close()  # type: ignore[no-untyped-call]  # answered once the position is stored
+            return bodies
+
+    # a new consumer starts before the oldest event, as over FTN3
+    assert await in_thread(take_three_accept_two) == [1, 2, 3]
+    user = await amqp_server.store.get_user("alice")
+    assert user is not None
+    assert await amqp_server.store.position(user.id, "billing") == 2
+    # FTN3 sees the same consumer: the next poll starts after the stored position
+    events = await alice.poll_events("billing")
+    assert [e.data for e in events] == [3, 4, 5]
+    # ... and so does a new link of the group: the unsettled event comes again
+    again = await in_thread(consume, url, 1, group)
+    assert [m.body for m in again] == [3]

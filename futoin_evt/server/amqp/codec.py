@@ -167,6 +167,17 @@ class Position:
     after_ms: int | None = None
     matches: Callable[[StoredEvent], bool] | None = None
 
+    def both(self, other: Position) -> Position:
+        """Events that both positions let through (several filters on one link)."""
+        after_ms = self.after_ms
+        if other.after_ms is not None:
+            after_ms = other.after_ms if after_ms is None else max(after_ms, other.after_ms)
+        first, second = self.matches, other.matches
+        matches = first or second
+        if first is not None and second is not None:
+            matches = lambda event: first(event) and second(event)  # noqa: E731
+        return Position(max(self.after_id, other.after_id), after_ms, matches)
+
 
 def filter_kind(descriptor: object) -> tuple[int, str] | None:
     for kind in (DELIVERY_ANNOTATIONS_FILTER, SQL_FILTER, SELECTOR_FILTER):

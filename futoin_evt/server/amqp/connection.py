@@ -49,7 +49,8 @@ class LinkHandler(Protocol):
 
     def on_writable(self) -> None: ...
 
-    def on_closed(self) -> None: ...
+    def on_closed(self) -> asyncio.Future[None] | None:
+        """The link is gone; a future returned delays answering the peer's detach."""
 
 
 class AmqpConnection(asyncio.Protocol):
@@ -288,10 +289,13 @@ class AmqpConnection(asyncio.Protocol):
             self._attach(link)
         elif kind in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
             handler = self._handlers.pop(link, None)
-            if handler is not None:
-                handler.on_closed()
-            if link.state & Endpoint.LOCAL_ACTIVE:
+            finishing = handler.on_closed() if handler is not None else None
+            if not link.state & Endpoint.LOCAL_ACTIVE:
+                return
+            if finishing is None or finishing.done():
                 link.close()
+            else:
+                finishing.add_done_callback(lambda _done: self._close_link(link))
         elif (handler := self._handlers.get(link)) is not None:
             if kind == Event.LINK_FLOW:
                 handler.on_flow()
@@ -305,6 +309,11 @@ class AmqpConnection(asyncio.Protocol):
             refuse_link(link, exc.condition, str(exc))
             return
         self._handlers[link] = handler
+
+    def _close_link(self, link: Link) -> None:
+        if self._engine is not None and link.state & Endpoint.LOCAL_ACTIVE:
+            link.close()
+            self.wake()
 
     def detach(self, link: Link, condition: str, description: str) -> None:
         """Close one of our links with an error (the link's handler is told)."""

@@ -10,15 +10,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
 from ...eventlog import EventLog
-from ...model import EventRejected
+from ...model import LIVE_COMPONENT, EventRejected, UserId
 from .codec import (
     DELIVERY_ANNOTATIONS_FILTER,
+    SELECTOR_FILTER,
+    SQL_FILTER,
     BadFilter,
     BadMessage,
     Position,
@@ -31,6 +35,7 @@ from .codec import (
 )
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
 from .connection import LinkRefused
+from .filters import compile_filter
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
@@ -41,6 +46,11 @@ NODE: Final = "events"
 INFO: Final = "events/$info"
 PARTITION: Final = "0"
 PARTITION_PROPERTY: Final = symbol("event-streams-partition")
+GROUP_PROPERTY: Final = symbol("event-streams-consumer-group")
+EPOCH_PROPERTY: Final = symbol("event-streams-epoch")
+#: A consumer group named ``ftn18:<component>`` keeps its position as the user's registered
+#: FTN18 consumer ``<component>`` (registered on attach if need be).
+FTN18_GROUP_PREFIX: Final = "ftn18:"
 #: Events read from the store for a consumer at once (less when its credit is lower).
 READ_BATCH: Final = 1000
 
@@ -50,6 +60,17 @@ UNAUTHORIZED: Final = "amqp:unauthorized-access"
 DECODE_ERROR: Final = "amqp:decode-error"
 INTERNAL_ERROR: Final = "amqp:internal-error"
 MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
+LINK_STOLEN: Final = "amqp:link:stolen"
+RESOURCE_LOCKED: Final = "amqp:resource-locked"
+
+
+@dataclass(slots=True)
+class _Owner:
+    """The active receive link of a consumer group, and its epoch."""
+
+    epoch: int
+    conn: AmqpConnection
+    link: Link
 
 
 class EventLogNode:
@@ -58,6 +79,7 @@ class EventLogNode:
     def __init__(self, events: EventLog, limits: NodeLimits = DEFAULT_NODE_LIMITS) -> None:
         self.events = events
         self.limits = limits
+        self._groups: dict[tuple[UserId, str], _Owner] = {}
 
     def attach(self, conn: AmqpConnection, link: Link) -> Any:
         """The handler for a new link, or :class:`LinkRefused`."""
@@ -67,7 +89,8 @@ class EventLogNode:
             raise LinkRefused(UNAUTHORIZED, "log in with SASL PLAIN as a user of this server")
         if address not in (NODE, INFO):
             raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
-        _check_partition(_link_properties(link))
+        properties = _link_properties(link)
+        _check_partition(properties)
         if address == INFO:
             if link.is_receiver:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
@@ -75,7 +98,54 @@ class EventLogNode:
         if link.is_receiver:
             return ProducerLink(conn, link, self.events, self.limits)
         start = _start_position(link, self.events.head)
-        return ConsumerLink(conn, link, self.events, start)
+        group = properties.get(GROUP_PROPERTY)
+        if group is None:
+            return ConsumerLink(conn, link, self.events, start)
+        return self._attach_group(conn, link, start, group, properties.get(EPOCH_PROPERTY))
+
+    def _attach_group(
+        self, conn: AmqpConnection, link: Link, start: Position | None, group: Any, epoch: Any
+    ) -> ConsumerLink:
+        """One active link per group (of this user); a higher epoch takes over (seed 4.5.2)."""
+        if not isinstance(group, str) or not group:
+            raise LinkRefused(INVALID_FIELD, "event-streams-consumer-group must be a string")
+        if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool)):
+            raise LinkRefused(INVALID_FIELD, "event-streams-epoch must be a long")
+        assert conn.principal is not None
+        user_id = conn.principal.user_id
+        binding = None
+        if group.startswith(FTN18_GROUP_PREFIX):
+            component = group[len(FTN18_GROUP_PREFIX) :]
+            if not component or component == LIVE_COMPONENT:
+                raise LinkRefused(INVALID_FIELD, f"not a consumer to bind to: {group!r:.80}")
+            binding = (user_id, component)
+        key = (user_id, group)
+        owner = self._groups.get(key)
+        new_epoch = int(epoch) if epoch is not None else 0
+        if owner is not None:
+            if epoch is None or new_epoch <= owner.epoch:
+                raise LinkRefused(
+                    RESOURCE_LOCKED,
+                    f"consumer group {group!r:.80} has an active link with epoch {owner.epoch};"
+                    " attach with a higher event-streams-epoch to take over",
+                )
+            owner.conn.detach(owner.link, LINK_STOLEN, f"taken over with epoch {new_epoch}")
+        self._groups[key] = _Owner(new_epoch, conn, link)
+
+        def release() -> None:
+            current = self._groups.get(key)
+            if current is not None and current.link is link:
+                del self._groups[key]
+
+        return ConsumerLink(
+            conn,
+            link,
+            self.events,
+            start,
+            properties={GROUP_PROPERTY: group, EPOCH_PROPERTY: new_epoch},
+            binding=binding,
+            on_closed=release,
+        )
 
 
 def _link_properties(link: Link) -> Mapping[Any, Any]:
@@ -97,11 +167,11 @@ def _check_partition(properties: Mapping[Any, Any]) -> None:
         raise LinkRefused(NOT_FOUND, f"no such partition: {partition!r:.40} (there is only '0')")
 
 
-def _start_position(link: Link, head: int) -> Position:
-    """The consumer's start from its source filter; no filter: events added from now on."""
+def _start_position(link: Link, head: int) -> Position | None:
+    """The consumer's start from its source filters; None without a filter."""
     filters = _filter_set(link)
     if not filters:
-        return Position(head)
+        return None
     if not isinstance(filters, Mapping):
         raise LinkRefused(INVALID_FIELD, "the source filter must be a map")
     position: Position | None = None
@@ -110,12 +180,17 @@ def _start_position(link: Link, head: int) -> Position:
             descriptor, argument = described_filter(value)
             kind = filter_kind(descriptor)
             if kind == DELIVERY_ANNOTATIONS_FILTER:
-                position = delivery_annotations_start(argument, head=head)
+                this = delivery_annotations_start(argument, head=head)
+            elif kind in (SQL_FILTER, SELECTOR_FILTER):
+                if not isinstance(argument, str):
+                    raise BadFilter("an SQL or selector filter is a string")
+                this = compile_filter(argument, head=head)
             else:
                 raise BadFilter(f"filter not supported: {descriptor!r:.60}")
+            position = this if position is None else position.both(this)
     except BadFilter as exc:
         raise LinkRefused(INVALID_FIELD, str(exc)) from None
-    return position if position is not None else Position(head)
+    return position
 
 
 def _filter_set(link: Link) -> Any:
@@ -127,10 +202,10 @@ def _filter_set(link: Link) -> Any:
     return data.get_object() if data.next() is not None else None
 
 
-def _open_like_peer(link: Link) -> None:
+def _open_like_peer(link: Link, properties: Mapping[Any, Any] | None = None) -> None:
     link.source.copy(link.remote_source)
     link.target.copy(link.remote_target)
-    link.properties = {PARTITION_PROPERTY: symbol(PARTITION)}
+    link.properties = {PARTITION_PROPERTY: symbol(PARTITION), **(properties or {})}
 
 
 def _reject(delivery: Delivery, condition: str, description: str) -> None:
@@ -164,8 +239,9 @@ class ProducerLink:
     def on_writable(self) -> None:
         pass
 
-    def on_closed(self) -> None:
+    def on_closed(self) -> asyncio.Future[None] | None:
         self._closed = True
+        return None
 
     def on_delivery(self, delivery: Delivery) -> None:
         link = self._link
@@ -230,13 +306,19 @@ class ProducerLink:
 class _SourceLink:
     """A link the node sends on: a task that waits for credit and something to send."""
 
-    def __init__(self, conn: AmqpConnection, link: Link, events: EventLog) -> None:
+    def __init__(
+        self,
+        conn: AmqpConnection,
+        link: Link,
+        events: EventLog,
+        properties: Mapping[Any, Any] | None = None,
+    ) -> None:
         self._conn = conn
         self._link = link
         self._events = events
         self._wake = asyncio.Event()
         self._closed = False
-        _open_like_peer(link)
+        _open_like_peer(link, properties)
         link.snd_settle_mode = link.remote_snd_settle_mode
         link.open()
         self._task = asyncio.ensure_future(self._run())
@@ -253,13 +335,16 @@ class _SourceLink:
             log.error("AMQP link failed", exc_info=exc)
             self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")
 
-    def _send(self, message: Message, tag: str) -> None:
+    def _send(self, message: Message, tag: str) -> bool:
+        """Send one message; True when it is settled already (the peer asked for that)."""
         link = self._link
         delivery = link.delivery(tag)
         link.send(message.encode())
         link.advance()
         if link.snd_settle_mode == Link.SND_SETTLED:
             delivery.settle()
+            return True
+        return False
 
     def on_flow(self) -> None:
         self._wake.set()
@@ -272,30 +357,70 @@ class _SourceLink:
         if delivery.remote_state or delivery.settled:
             delivery.settle()
 
-    def on_closed(self) -> None:
+    def on_closed(self) -> asyncio.Future[None] | None:
         self._closed = True
+        return None
         self._task.cancel()
 
 
 class ConsumerLink(_SourceLink):
-    """Events after the start position, one per unit of credit, in id order."""
+    """Events after the start position, one per unit of credit, in id order.
 
-    def __init__(self, conn: AmqpConnection, link: Link, events: EventLog, start: Position) -> None:
-        self._start = start
+    Bound to a registered consumer, the link starts at its stored position when it has no
+    filter, and moves that position as the consumer settles what it was sent: up to just
+    before the oldest delivery not yet accepted (or rejected), in one write at a time.
+    """
+
+    def __init__(
+        self,
+        conn: AmqpConnection,
+        link: Link,
+        events: EventLog,
+        start: Position | None,
+        *,
+        properties: Mapping[Any, Any] | None = None,
+        binding: tuple[UserId, str] | None = None,
+        on_closed: Callable[[], None] | None = None,
+    ) -> None:
+        #: No filter: events added from now on (seed 3.2), or the bound consumer's position.
+        self._start = start if start is not None else Position(events.head)
+        self._filtered = start is not None
+        self._binding = binding
+        self._released = on_closed
+        self._after = 0
+        self._unsettled: deque[int] = deque()
+        self._done: set[int] = set()
+        self._ack_wanted = 0
+        self._acked = 0
+        self._acking: asyncio.Task[None] | None = None
         self._stop_listening = events.listen(self._on_head)
-        super().__init__(conn, link, events)
+        super().__init__(conn, link, events, properties)
 
     def _on_head(self) -> None:
         self._wake.set()
 
-    def on_closed(self) -> None:
+    def on_closed(self) -> asyncio.Future[None] | None:
+        """The detach is answered once the accepted part of what was sent is stored."""
         self._stop_listening()
+        if self._released is not None:
+            self._released()
         super().on_closed()
+        return self._acking
 
-    async def _run(self) -> None:
+    async def _start_after(self) -> int:
         after = self._start.after_id
+        if self._binding is not None:
+            user_id, component = self._binding
+            await self._events.register(user_id, component)
+            position = await self._events.position(user_id, component)
+            if not self._filtered and position is not None:
+                after = position
         if self._start.after_ms is not None:
             after = max(after, await self._events.id_before_ms(self._start.after_ms))
+        return after
+
+    async def _run(self) -> None:
+        self._after = self._acked = after = await self._start_after()
         link = self._link
         matches = self._start.matches
         while True:
@@ -307,14 +432,51 @@ class ConsumerLink(_SourceLink):
                         break
                     after = event.id
                     if matches is None or matches(event):
-                        self._send(event_to_message(event), str(event.id))
+                        settled = self._send(event_to_message(event), str(event.id))
+                        if self._binding is not None and not settled:
+                            self._unsettled.append(event.id)
+                self._after = after
                 if batch:
+                    self._acknowledge()
                     self._conn.wake()
                     continue
             if link.credit > 0 and link.drain_mode and self._events.head <= after:
                 link.drained()
                 self._conn.wake()
             await self._wake.wait()
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        if self._binding is not None and delivery.remote_state in (
+            Delivery.ACCEPTED,
+            Delivery.REJECTED,
+        ):
+            self._done.add(int(delivery.tag))
+            self._acknowledge()
+        super().on_delivery(delivery)
+
+    def _acknowledge(self) -> None:
+        """Move the bound consumer's position over what is settled or was skipped."""
+        if self._binding is None:
+            return
+        unsettled = self._unsettled
+        while unsettled and unsettled[0] in self._done:
+            self._done.discard(unsettled.popleft())
+        self._ack_wanted = unsettled[0] - 1 if unsettled else self._after
+        if self._acking is None or self._acking.done():
+            self._acking = asyncio.ensure_future(self._write_position())
+
+    async def _write_position(self) -> None:
+        # Not cancelled with the link: what the consumer accepted is stored even if it leaves.
+        assert self._binding is not None
+        user_id, component = self._binding
+        while self._ack_wanted > self._acked:
+            wanted = self._ack_wanted
+            try:
+                await self._events.acknowledge(user_id, component, wanted)
+            except Exception:
+                log.exception("storing the position of %s failed", component)
+                return
+            self._acked = wanted
 
 
 class InfoLink(_SourceLink):
