@@ -10,13 +10,22 @@ from __future__ import annotations
 import asyncio
 import calendar
 import functools
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
-from .model import EventId, UserId, encode_event_data, utc_timestamp
+from .model import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
 from .storage.sqlite import SqliteStore, StreamBounds
+
+#: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
+COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
+
+
+def is_registrable(component: str) -> bool:
+    """A name a reliable consumer can be registered under (LIVE is not one)."""
+    return COMPONENT_RE.match(component) is not None and component != LIVE_COMPONENT
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,13 +28,14 @@ from proton import (
 from proton.reactor import Filter, LinkOption
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
-from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.client.aio import Event, EventStreamClient
+from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.amqp import AmqpConfig, AmqpLimits, NodeLimits
 from futoin_evt.server.amqp.codec import format_offset
 from futoin_evt.server.amqp.sasl import SASL_HEADER
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory
+from .conftest import USERS, ServerFactory, run_js
 
 pytestmark = pytest.mark.functional
 
@@ -543,3 +544,40 @@ async def test_group_bound_to_a_registered_consumer(
     # ... and so does a new link of the group: the unsettled event comes again
     again = await in_thread(consume, url, 1, group)
     assert [m.body for m in again] == [3]
+
+
+async def test_added_over_amqp_is_pushed_over_ftn3(amqp_server: EventServer) -> None:
+    await in_thread(produce, amqp_server.amqp_url or "", [{"n": 1}, {"n": 2}], "PUSHED")
+    received: list[Event] = []
+
+    async def on_events(events: list[Event]) -> None:
+        received.extend(events)
+
+    receiver = ReliableReceiver(
+        amqp_server.url, credentials="alice:alice-pw", component="PUSH", on_events=on_events
+    )
+    task = asyncio.ensure_future(receiver.run())
+    await asyncio.wait_for(receiver.progress.wait_beyond(1), 30)
+    receiver.stop()
+    await task
+    assert [(e.type, e.data) for e in received] == [("PUSHED", {"n": 1}), ("PUSHED", {"n": 2})]
+
+
+@pytest.mark.interop
+async def test_added_over_amqp_reaches_the_official_js_client(
+    js_peer: Path, amqp_server: EventServer
+) -> None:
+    await in_thread(produce, amqp_server.amqp_url or "", [{"via": "amqp"}], "FROM_AMQP")
+    scenario = {
+        "endpoint": "secure+" + amqp_server.url,
+        "credentials": "alice:alice-pw",
+        "calls": [
+            {"face": "poll", "version": "1.1", "method": m, "args": a}
+            for m, a in (("registerConsumer", ["JS"]), ("pollEvents", ["JS", None, None]))
+        ],
+    }
+    out = await run_js(js_peer, "calls.js", scenario)
+    events = out[-1]["ok"]
+    assert [(e["id"], e["type"], e["data"]) for e in events] == [
+        ("1", "FROM_AMQP", {"via": "amqp"})
+    ]

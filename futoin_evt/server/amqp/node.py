@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
-from ...eventlog import EventLog
-from ...model import LIVE_COMPONENT, EventRejected, UserId
+from ...eventlog import EventLog, is_registrable
+from ...model import EventRejected, UserId
 from .codec import (
     DELIVERY_ANNOTATIONS_FILTER,
     SELECTOR_FILTER,
@@ -34,7 +34,7 @@ from .codec import (
     message_to_event,
 )
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
-from .connection import LinkRefused
+from .connection import LinkHandler, LinkRefused
 from .filters import compile_filter
 
 if TYPE_CHECKING:
@@ -51,6 +51,7 @@ EPOCH_PROPERTY: Final = symbol("event-streams-epoch")
 #: A consumer group named ``ftn18:<component>`` keeps its position as the user's registered
 #: FTN18 consumer ``<component>`` (registered on attach if need be).
 FTN18_GROUP_PREFIX: Final = "ftn18:"
+MAX_GROUP_CHARS: Final = 256
 #: Events read from the store for a consumer at once (less when its credit is lower).
 READ_BATCH: Final = 1000
 
@@ -81,7 +82,7 @@ class EventLogNode:
         self.limits = limits
         self._groups: dict[tuple[UserId, str], _Owner] = {}
 
-    def attach(self, conn: AmqpConnection, link: Link) -> Any:
+    def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
         terminus = link.remote_target if link.is_receiver else link.remote_source
         address = terminus.address if terminus is not None else None
@@ -107,8 +108,11 @@ class EventLogNode:
         self, conn: AmqpConnection, link: Link, start: Position | None, group: Any, epoch: Any
     ) -> ConsumerLink:
         """One active link per group (of this user); a higher epoch takes over (seed 4.5.2)."""
-        if not isinstance(group, str) or not group:
-            raise LinkRefused(INVALID_FIELD, "event-streams-consumer-group must be a string")
+        if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
+            raise LinkRefused(
+                INVALID_FIELD,
+                f"event-streams-consumer-group must be a string of 1-{MAX_GROUP_CHARS} characters",
+            )
         if epoch is not None and (not isinstance(epoch, int) or isinstance(epoch, bool)):
             raise LinkRefused(INVALID_FIELD, "event-streams-epoch must be a long")
         assert conn.principal is not None
@@ -116,8 +120,10 @@ class EventLogNode:
         binding = None
         if group.startswith(FTN18_GROUP_PREFIX):
             component = group[len(FTN18_GROUP_PREFIX) :]
-            if not component or component == LIVE_COMPONENT:
-                raise LinkRefused(INVALID_FIELD, f"not a consumer to bind to: {group!r:.80}")
+            if not is_registrable(component):
+                raise LinkRefused(
+                    INVALID_FIELD, f"not a consumer name (A-Z, a-z, 0-9, _; 1-16): {group!r:.80}"
+                )
             binding = (user_id, component)
         key = (user_id, group)
         owner = self._groups.get(key)
@@ -359,8 +365,8 @@ class _SourceLink:
 
     def on_closed(self) -> asyncio.Future[None] | None:
         self._closed = True
-        return None
         self._task.cancel()
+        return None
 
 
 class ConsumerLink(_SourceLink):
