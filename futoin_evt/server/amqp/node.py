@@ -490,11 +490,13 @@ class InfoLink(_SourceLink):
 
     async def _run(self) -> None:
         link = self._link
+        sent = 0
         while True:
             self._wake.clear()
             while link.credit > 0:
                 bounds = await self._events.bounds()
-                self._send(Message(body=_info(bounds.first_id, bounds.last_id)), "info")
+                sent += 1
+                self._send(Message(body=_info(bounds.first_id, bounds.last_id)), str(sent))
                 self._conn.wake()
             await self._wake.wait()
 
