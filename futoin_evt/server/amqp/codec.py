@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from proton import Described, Message, symbol, timestamp, ulong
+from proton import Data, DataException, Described, Message, symbol, timestamp, ulong
 
 from ...eventlog import StoredEvent
 
@@ -126,24 +126,116 @@ def to_json(value: Any, depth: int = 0) -> Any:
 # -- event -> message ---------------------------------------------------------------------------
 
 
-def event_to_message(event: StoredEvent) -> Message:
-    data = json.loads(event.data_json)
-    enqueued = timestamp(event.timestamp_ms)
-    offset = format_offset(event.id)
-    message = Message(subject=event.type)
-    binary = _binary(data)
-    if binary is not None:
-        message.inferred = True
-        message.body = binary
-    else:
-        message.body = data
-    message.instructions = {OFFSET_ANNOTATION: symbol(offset), TIMESTAMP_ANNOTATION: enqueued}
-    message.annotations = {
-        EH_OFFSET: str(event.id),
-        EH_SEQUENCE: event.id,
-        EH_ENQUEUED: enqueued,
-    }
-    return message
+class EventEncoder:
+    """Events as encoded messages, one per delivery, without building a ``Message`` each time.
+
+    proton encodes every section. The two annotation sections come from a template encoded
+    once, whose fixed-width fields (the offsets, the sequence number, the timestamps) are
+    filled in per event; the properties section (the subject) is kept per event type. Only
+    the body is encoded per event: the data as ``amqp-value``, opaque bytes as a ``data``
+    section, and data proton cannot hold (an integer beyond 64 bits) as the stored JSON in
+    a ``data`` section with ``content-type: application/json``.
+    """
+
+    _OFFSET = b"@" * OFFSET_WIDTH
+    _EH_OFFSET = b"#" * OFFSET_WIDTH
+    _TIMESTAMP = 0x1111_1111_1111_1111
+    _SEQUENCE = 0x2222_2222_2222_2222
+    _EH_TIMESTAMP = 0x3333_3333_3333_3333
+
+    def __init__(self) -> None:
+        annotations = Data()
+        annotations.put_object(
+            Described(
+                ulong(0x71),
+                {
+                    OFFSET_ANNOTATION: symbol(self._OFFSET.decode()),
+                    TIMESTAMP_ANNOTATION: timestamp(self._TIMESTAMP),
+                },
+            )
+        )
+        annotations.put_object(
+            Described(
+                ulong(0x72),
+                {
+                    EH_OFFSET: self._EH_OFFSET.decode(),
+                    EH_SEQUENCE: self._SEQUENCE,
+                    EH_ENQUEUED: timestamp(self._EH_TIMESTAMP),
+                },
+            )
+        )
+        template = bytes(annotations.encode())
+        holes = sorted(
+            (_find_once(template, marker), len(marker), kind)
+            for marker, kind in (
+                (self._OFFSET, "offset"),
+                (self._EH_OFFSET, "offset"),
+                (self._TIMESTAMP.to_bytes(8, "big"), "timestamp"),
+                (self._EH_TIMESTAMP.to_bytes(8, "big"), "timestamp"),
+                (self._SEQUENCE.to_bytes(8, "big"), "sequence"),
+            )
+        )
+        self._pieces: list[bytes] = []
+        self._kinds: list[str] = []
+        start = 0
+        for position, size, kind in holes:
+            self._pieces.append(template[start:position])
+            self._kinds.append(kind)
+            start = position + size
+        self._tail = template[start:]
+        self._properties: dict[tuple[str, bool], bytes] = {}
+
+    def encode(self, event: StoredEvent) -> bytes:
+        values = {
+            "offset": format_offset(event.id).encode(),
+            "timestamp": event.timestamp_ms.to_bytes(8, "big", signed=True),
+            "sequence": event.id.to_bytes(8, "big", signed=True),
+        }
+        parts: list[bytes] = []
+        for piece, kind in zip(self._pieces, self._kinds, strict=True):
+            parts.append(piece)
+            parts.append(values[kind])
+        parts.append(self._tail)
+        body, is_json_text = self._body(event.data_json)
+        parts.append(self._properties_of(event.type, is_json_text))
+        parts.append(body)
+        return b"".join(parts)
+
+    def _properties_of(self, event_type: str, json_text: bool) -> bytes:
+        key = (event_type, json_text)
+        encoded = self._properties.get(key)
+        if encoded is None:
+            # message-id, user-id, to, subject, reply-to, correlation-id, content-type
+            fields: list[Any] = [None, None, None, event_type]
+            if json_text:
+                fields += [None, None, symbol(JSON_CONTENT_TYPE)]
+            section = Data()
+            section.put_object(Described(ulong(0x73), fields))
+            encoded = self._properties[key] = bytes(section.encode())
+        return encoded
+
+    @staticmethod
+    def _body(data_json: str) -> tuple[bytes, bool]:
+        data = json.loads(data_json)
+        binary = _binary(data)
+        section = Data()
+        try:
+            if binary is not None:
+                section.put_object(Described(ulong(0x75), binary))
+            else:
+                section.put_object(Described(ulong(0x77), data))
+        except (OverflowError, DataException):  # an integer beyond 64 bits
+            section = Data()
+            section.put_object(Described(ulong(0x75), data_json.encode()))
+            return bytes(section.encode()), True
+        return bytes(section.encode()), False
+
+
+def _find_once(template: bytes, marker: bytes) -> int:
+    position = template.find(marker)
+    if position < 0 or template.find(marker, position + 1) >= 0:
+        raise AssertionError("each placeholder must be in the template once")
+    return position
 
 
 def _binary(data: Any) -> bytes | None:

@@ -25,10 +25,10 @@ from .codec import (
     SQL_FILTER,
     BadFilter,
     BadMessage,
+    EventEncoder,
     Position,
     delivery_annotations_start,
     described_filter,
-    event_to_message,
     filter_kind,
     format_offset,
     message_to_event,
@@ -54,6 +54,8 @@ FTN18_GROUP_PREFIX: Final = "ftn18:"
 MAX_GROUP_CHARS: Final = 256
 #: Events read from the store for a consumer at once (less when its credit is lower).
 READ_BATCH: Final = 1000
+
+_ENCODER: Final = EventEncoder()
 
 NOT_FOUND: Final = "amqp:not-found"
 INVALID_FIELD: Final = "amqp:invalid-field"
@@ -341,11 +343,11 @@ class _SourceLink:
             log.error("AMQP link failed", exc_info=exc)
             self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")
 
-    def _send(self, message: Message, tag: str) -> bool:
+    def _send(self, encoded: bytes, tag: str) -> bool:
         """Send one message; True when it is settled already (the peer asked for that)."""
         link = self._link
         delivery = link.delivery(tag)
-        link.send(message.encode())
+        link.send(encoded)
         link.advance()
         if link.snd_settle_mode == Link.SND_SETTLED:
             delivery.settle()
@@ -429,6 +431,7 @@ class ConsumerLink(_SourceLink):
         self._after = self._acked = after = await self._start_after()
         link = self._link
         matches = self._start.matches
+        encoder = _ENCODER
         while True:
             self._wake.clear()
             if link.credit > 0 and self._conn.writable and self._events.head > after:
@@ -438,7 +441,7 @@ class ConsumerLink(_SourceLink):
                         break
                     after = event.id
                     if matches is None or matches(event):
-                        settled = self._send(event_to_message(event), str(event.id))
+                        settled = self._send(encoder.encode(event), str(event.id))
                         if self._binding is not None and not settled:
                             self._unsettled.append(event.id)
                 self._after = after
@@ -496,7 +499,8 @@ class InfoLink(_SourceLink):
             while link.credit > 0:
                 bounds = await self._events.bounds()
                 sent += 1
-                self._send(Message(body=_info(bounds.first_id, bounds.last_id)), str(sent))
+                info = Message(body=_info(bounds.first_id, bounds.last_id))
+                self._send(info.encode(), str(sent))
                 self._conn.wake()
             await self._wake.wait()
 
