@@ -5,8 +5,11 @@ from __future__ import annotations
 import asyncio
 import calendar
 import logging
+import socket
 import sqlite3
 import ssl
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -581,3 +584,27 @@ async def test_added_over_amqp_reaches_the_official_js_client(
     assert [(e["id"], e["type"], e["data"]) for e in events] == [
         ("1", "FROM_AMQP", {"via": "amqp"})
     ]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--amqp", "nowhere"], "--amqp must be HOST:PORT"),
+        (["--amqp", "127.0.0.1:99999"], "--amqp must be HOST:PORT"),
+        (["--amqp", "127.0.0.1:0", "--amqp-idle-timeout", "0"], "must be above 0"),
+        (["--amqp", "127.0.0.1:{busy}"], "AMQP on 127.0.0.1:{busy}: "),
+    ],
+)
+def test_serve_amqp_option_errors(tmp_path: Path, args: list[str], message: str) -> None:
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = str(busy.getsockname()[1])
+        result = subprocess.run(
+            [sys.executable, "-m", "futoin_evt", "serve", "--db", str(tmp_path / "x.sqlite"),
+             "--port", "0", *(a.replace("{busy}", port) for a in args)],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+    assert result.returncode == 1
+    assert message.replace("{busy}", port) in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

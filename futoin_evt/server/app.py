@@ -105,7 +105,11 @@ async def _start_amqp(
     listener = AmqpListener(
         EventLogNode(EventLog(store), config.limits.node), authenticator, config
     )
-    await listener.start()
+    try:
+        await listener.start()
+    except OSError as exc:  # say which of the listeners could not start
+        where = f"AMQP on {config.host}:{config.port}"
+        raise OSError(exc.errno, f"{where}: {exc.strerror or exc}") from None
     return listener
 
 
