@@ -37,6 +37,8 @@ from .systems import (
 )
 
 WINDOW = 1000
+RAW_PRODUCE = "raw: proton produce to proton echo, window 1000 (msg/s)"
+RAW_CONSUME = "raw: proton consume from proton echo, credit 1000 (msg/s)"
 EARLIEST = Filter(
     {symbol("f"): Described(ulong(0x200), {symbol("event-streams-offset"): symbol("@earliest")})}
 )
@@ -166,12 +168,8 @@ def raw_limits(produce: int, catch_up: int) -> dict[str, float]:
         for _ in range(100):  # until it listens
             try:
                 return {
-                    "raw: proton produce to proton echo, window 1000 (msg/s)": run(
-                        Producer(url, produce, sasl_enabled=False)
-                    ),
-                    "raw: proton consume from proton echo, credit 1000 (msg/s)": run(
-                        Consumer(url, catch_up, sasl_enabled=False)
-                    ),
+                    RAW_PRODUCE: run(Producer(url, produce, sasl_enabled=False)),
+                    RAW_CONSUME: run(Consumer(url, catch_up, sasl_enabled=False)),
                 }
             except Exception:  # the echo node is still starting
                 time.sleep(0.1)

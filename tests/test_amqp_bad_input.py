@@ -272,3 +272,28 @@ def read_all(url: str) -> list[int]:
         return bodies
     finally:
         conn.close()
+
+
+@pytest.mark.parametrize(
+    ("frame", "condition"),
+    [
+        (struct.pack(">IBBH", 10, 2, 0, 0) + b"\xff\xff", b"amqp:decode-error"),
+        (struct.pack(">IBBH", 200_000, 2, 0, 0), b"amqp:connection:framing-error"),
+        (amqp_frame(0x99, []), b"amqp:"),
+    ],
+)
+async def test_malformed_frames_close_the_connection_with_a_condition(
+    start_server: Any, frame: bytes, condition: bytes
+) -> None:
+    server = await start_server(amqp=AmqpConfig(port=0))
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.amqp.port)
+    writer.write(login() + OPEN + frame)
+    received = b""
+    async with asyncio.timeout(30):
+        while chunk := await reader.read(65536):
+            received += chunk
+    writer.close()
+    close = received.rfind(b"\x00\x53\x18")  # the close performative
+    assert close > 0
+    assert condition in received[close:]
+    assert await handshake_works(server.amqp.port)  # the server goes on

@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 CAPABILITY: Final = symbol("AMQP_EVENT_STREAMS_V1_0")
 CONTAINER_ID: Final = "futoin-evt"
 MECHANISMS: Final = ("PLAIN", "ANONYMOUS")
+DECODE_ERROR: Final = "amqp:decode-error"
 
 
 class LinkHandler(Protocol):
@@ -277,12 +278,27 @@ class AmqpConnection(asyncio.Protocol):
                 session.open()
             else:
                 session.close()
+        elif kind == Event.TRANSPORT_TAIL_CLOSED:
+            self._input_ended(connection)
         elif kind == Event.TRANSPORT_ERROR:
             engine = event.transport
             condition = engine.condition if engine is not None else None
             log.info("AMQP connection from %s: %s", _peer(self._peer), condition)
         elif (link := event.link) is not None:
             self._dispatch_link(kind, link, event)
+
+    def _input_ended(self, connection: Connection) -> None:
+        """Nothing more comes from the peer: close our side too. proton ends the input on a
+        frame it cannot decode, sometimes without closing the connection itself."""
+        if connection.state & Endpoint.LOCAL_CLOSED:
+            return
+        if not connection.state & Endpoint.REMOTE_CLOSED and connection.condition is None:
+            engine = self._engine
+            known = engine.condition if engine is not None else None
+            connection.condition = known or Condition(DECODE_ERROR, "a frame could not be decoded")
+        if connection.state & Endpoint.LOCAL_UNINIT:
+            connection.open()
+        connection.close()
 
     def _dispatch_link(self, kind: object, link: Link, event: Event) -> None:
         if kind == Event.LINK_REMOTE_OPEN:
