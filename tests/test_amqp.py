@@ -608,3 +608,16 @@ def test_serve_amqp_option_errors(tmp_path: Path, args: list[str], message: str)
     assert result.returncode == 1
     assert message.replace("{busy}", port) in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
+
+
+async def test_links_per_connection_are_limited(start_server: ServerFactory) -> None:
+    server = await start_server(amqp=AmqpConfig(port=0, limits=AmqpLimits(max_links=2)))
+    url = server.amqp_url or ""
+
+    def attach_three() -> None:
+        with connected(url) as conn:
+            for n in range(3):
+                conn.create_receiver("events", name=f"r{n}")
+
+    with pytest.raises((LinkDetached, LinkException), match="resource-limit-exceeded"):
+        await in_thread(attach_three)

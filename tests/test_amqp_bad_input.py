@@ -297,3 +297,15 @@ async def test_malformed_frames_close_the_connection_with_a_condition(
     assert close > 0
     assert condition in received[close:]
     assert await handshake_works(server.amqp.port)  # the server goes on
+
+
+async def test_a_peer_silent_after_open_is_closed_for_idleness(start_server: Any) -> None:
+    server = await start_server(amqp=AmqpConfig(port=0, limits=AmqpLimits(idle_timeout=0.3)))
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.amqp.port)
+    writer.write(login() + OPEN)  # and then silence
+    received = b""
+    async with asyncio.timeout(30):
+        while chunk := await reader.read(65536):
+            received += chunk
+    writer.close()
+    assert b"amqp:resource-limit-exceeded" in received

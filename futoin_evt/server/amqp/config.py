@@ -29,6 +29,8 @@ class AmqpLimits:
     max_frame_bytes: int = 64 * 1024
     #: A peer that leaves more than this unread stops getting events until it reads.
     max_unread_bytes: int = 4 * 1024 * 1024
+    #: Links open at once per connection; more are refused (amqp:resource-limit-exceeded).
+    max_links: int = 256
     node: NodeLimits = field(default_factory=NodeLimits)
 
 

@@ -39,6 +39,7 @@ CAPABILITY: Final = symbol("AMQP_EVENT_STREAMS_V1_0")
 CONTAINER_ID: Final = "futoin-evt"
 MECHANISMS: Final = ("PLAIN", "ANONYMOUS")
 DECODE_ERROR: Final = "amqp:decode-error"
+RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
 
 
 class LinkHandler(Protocol):
@@ -319,6 +320,10 @@ class AmqpConnection(asyncio.Protocol):
                 handler.on_delivery(event.delivery)
 
     def _attach(self, link: Link) -> None:
+        if len(self._handlers) >= self._limits.max_links:
+            limit = self._limits.max_links
+            refuse_link(link, RESOURCE_LIMIT, f"at most {limit} links per connection")
+            return
         try:
             handler = self._listener.node.attach(self, link)
         except LinkRefused as exc:
