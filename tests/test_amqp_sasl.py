@@ -10,6 +10,7 @@ from proton import Data, Described, symbol, ulong
 
 from futoin_evt.server.amqp.sasl import (
     AMQP_HEADER,
+    MAX_PIPELINED,
     MAX_SASL_FRAME,
     SASL_HEADER,
     Outcome,
@@ -65,6 +66,23 @@ def test_frames_may_arrive_byte_by_byte() -> None:
     inits = [server.receive(bytes([b])) for b in SASL_HEADER + init_frame("PLAIN", b"\0a\0b")]
     assert inits[-1] == SaslInit("PLAIN", b"\0a\0b")
     assert inits[:-1] == [None] * (len(inits) - 1)
+
+
+def test_a_peer_may_not_pile_up_data_while_its_login_is_checked() -> None:
+    server = SaslServer(["PLAIN"])
+    assert server.receive(SASL_HEADER + init_frame("PLAIN", b"\0a\0b")) is not None
+    assert server.receive(AMQP_HEADER + b"x" * 1000) is None  # pipelined: kept
+    with pytest.raises(SaslError, match="too much data"):
+        server.receive(b"x" * MAX_PIPELINED)
+    assert server.failed
+
+
+def test_what_follows_a_successful_login_must_be_amqp() -> None:
+    server = SaslServer(["PLAIN"])
+    server.receive(SASL_HEADER + init_frame("PLAIN", b"\0a\0b") + b"GET / HTTP/1.1")
+    with pytest.raises(SaslError, match="AMQP protocol header"):
+        server.outcome(Outcome.OK)
+    assert server.failed
 
 
 def test_failed_login_ends_the_exchange() -> None:

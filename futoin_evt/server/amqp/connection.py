@@ -66,9 +66,8 @@ class AmqpConnection(asyncio.Protocol):
         self._socket: asyncio.Transport | None = None
         self._peer: Any = None
         self._refused = False
+        #: The user logged in with PLAIN; None before that and after ANONYMOUS.
         self.principal: Principal | None = None
-        #: Logged in with ANONYMOUS: only claims-based auth ($cbs) may follow.
-        self.anonymous = False
         self._engine: Transport | None = None
         self._connection: Connection | None = None
         self._collector = Collector()
@@ -140,35 +139,44 @@ class AmqpConnection(asyncio.Protocol):
     # -- login ----------------------------------------------------------------------------------
 
     async def _login(self, init: SaslInit) -> None:
-        outcome = Outcome.AUTH
         if self._refused:
             outcome = Outcome.SYS_TEMP
             log.warning("AMQP connection from %s refused: too many connections", _peer(self._peer))
         elif init.mechanism == "ANONYMOUS":
-            self.anonymous = True
+            # Allowed in, but the node refuses every link to a connection without a user.
             outcome = Outcome.OK
         else:
-            credentials = parse_plain(init.initial_response)
-            if credentials is not None:
-                try:
-                    self.principal = await self._authenticator.authenticate(
-                        f"{credentials[0]}:{credentials[1]}"
-                    )
-                    outcome = Outcome.OK
-                except FTN3Error:
-                    pass
-            if outcome is not Outcome.OK:
-                user = credentials[0] if credentials else "?"
-                log.warning("AMQP login failed for %r from %s", user[:64], _peer(self._peer))
+            outcome = await self._check_plain(init.initial_response)
         if self._socket is None or self._socket.is_closing():
             return
-        self._sasl.outcome(outcome)
+        try:
+            self._sasl.outcome(outcome)
+        except SaslError as exc:  # what the peer sent on after its init is not AMQP
+            log.info("AMQP connection from %s: %s", _peer(self._peer), exc)
+            outcome = Outcome.AUTH
         self._write(self._sasl.data_to_send())
         if outcome is not Outcome.OK:
             self._close_socket()
             return
         if self._sasl.done:
             self._start_engine(self._sasl.take_rest())
+
+    async def _check_plain(self, response: bytes) -> Outcome:
+        credentials = parse_plain(response)
+        if credentials is not None:
+            user, password = credentials
+            try:
+                self.principal = await self._authenticator.authenticate(f"{user}:{password}")
+            except FTN3Error:
+                pass
+            except Exception:  # the user store failed (the server is closing, say)
+                log.exception("AMQP login of %r could not be checked", user[:64])
+                return Outcome.SYS_TEMP
+            else:
+                return Outcome.OK
+        user = credentials[0] if credentials else "?"
+        log.warning("AMQP login failed for %r from %s", user[:64], _peer(self._peer))
+        return Outcome.AUTH
 
     def _start_engine(self, rest: bytes) -> None:
         if self._timer is not None:

@@ -28,6 +28,8 @@ _INIT: Final = 0x41
 _OUTCOME: Final = 0x44
 #: SASL frames are small; a larger one is an attack or a bug (the spec's minimum is 512).
 MAX_SASL_FRAME: Final = 4096
+#: What a peer may send ahead of the outcome (its AMQP header and first frames).
+MAX_PIPELINED: Final = 64 * 1024
 _FRAME_HEADER: Final = struct.Struct(">IBBH")
 
 
@@ -97,6 +99,9 @@ class SaslServer:
         if self._state is _State.FAILED:
             return None
         self._buffer += data
+        if len(self._buffer) > MAX_PIPELINED and self._state is not _State.DONE:
+            self._state = _State.FAILED
+            raise SaslError("too much data before the SASL outcome")
         try:
             return self._advance()
         except SaslError:
@@ -115,7 +120,11 @@ class SaslServer:
         self._out += encode_sasl_frame(_OUTCOME, [ubyte(int(code))])
         if code is Outcome.OK:
             self._state = _State.AMQP_HEADER
-            self._advance()
+            try:
+                self._advance()
+            except SaslError:
+                self._state = _State.FAILED
+                raise
         else:
             self._state = _State.FAILED
 
