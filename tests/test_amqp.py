@@ -621,3 +621,40 @@ async def test_links_per_connection_are_limited(start_server: ServerFactory) -> 
 
     with pytest.raises((LinkDetached, LinkException), match="resource-limit-exceeded"):
         await in_thread(attach_three)
+
+
+async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+
+    def scenario() -> dict[str, Any]:
+        outcome: dict[str, Any] = {}
+        with connected(url) as conn:
+            conn.create_sender("events/Partitions/0").send(Message(subject="EH", body=1))
+            for name, address in (
+                ("default", "events/ConsumerGroups/$Default/Partitions/0"),
+                ("plain", "events/Partitions/0"),
+            ):
+                receiver = conn.create_receiver(
+                    address, name=name, credit=1, options=annotations_filter(offset="@earliest")
+                )
+                outcome[name] = receiver.receive().body
+                receiver.accept()
+            conn.create_receiver("events/ConsumerGroups/shop/Partitions/0", name="g1")
+            try:
+                conn.create_receiver("events/ConsumerGroups/shop/Partitions/0", name="g2")
+            except (LinkDetached, LinkException) as exc:
+                outcome["second in group"] = str(exc)
+            for n, address in enumerate(
+                ("events/Partitions/1", "events/ConsumerGroups/x/Partitions/7", "events/x/0")
+            ):
+                try:
+                    conn.create_receiver(address, name=f"bad{n}")
+                except (LinkDetached, LinkException) as exc:
+                    outcome[address] = str(exc)
+        return outcome
+
+    outcome = await in_thread(scenario)
+    assert outcome["default"] == outcome["plain"] == 1
+    assert "amqp:resource-locked" in outcome["second in group"]
+    for address in ("events/Partitions/1", "events/ConsumerGroups/x/Partitions/7", "events/x/0"):
+        assert "amqp:not-found" in outcome[address]

@@ -52,6 +52,8 @@ EPOCH_PROPERTY: Final = symbol("event-streams-epoch")
 #: FTN18 consumer ``<component>`` (registered on attach if need be).
 FTN18_GROUP_PREFIX: Final = "ftn18:"
 MAX_GROUP_CHARS: Final = 256
+#: Event Hubs' default consumer group: in an address, the same as no group.
+DEFAULT_GROUP: Final = "$Default"
 #: Events read from the store for a consumer at once (less when its credit is lower).
 READ_BATCH: Final = 1000
 
@@ -90,18 +92,18 @@ class EventLogNode:
         address = terminus.address if terminus is not None else None
         if conn.principal is None:
             raise LinkRefused(UNAUTHORIZED, "log in with SASL PLAIN as a user of this server")
-        if address not in (NODE, INFO):
-            raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
-        properties = _link_properties(link)
-        _check_partition(properties)
         if address == INFO:
             if link.is_receiver:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
+            _check_partition(_link_properties(link))
             return InfoLink(conn, link, self.events)
+        address_group = _parse_address(address)
+        properties = _link_properties(link)
+        _check_partition(properties)
         if link.is_receiver:
             return ProducerLink(conn, link, self.events, self.limits)
         start = _start_position(link, self.events.head)
-        group = properties.get(GROUP_PROPERTY)
+        group = properties.get(GROUP_PROPERTY, address_group)
         if group is None:
             return ConsumerLink(conn, link, self.events, start)
         return self._attach_group(conn, link, start, group, properties.get(EPOCH_PROPERTY))
@@ -154,6 +156,27 @@ class EventLogNode:
             binding=binding,
             on_closed=release,
         )
+
+
+def _parse_address(address: str | None) -> str | None:
+    """The consumer group an address names, if any: ``events``, ``events/Partitions/0`` and
+    ``events/ConsumerGroups/<group>/Partitions/0`` (Event Hubs' form; its default group
+    ``$Default`` is no group). Raises :class:`LinkRefused` for any other address."""
+    parts = (address or "").split("/")
+    if parts[0] != NODE or len(parts) not in (1, 3, 5):
+        raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
+    group = None
+    if len(parts) == 5:
+        if parts[1] != "ConsumerGroups" or not parts[2]:
+            raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
+        group = None if parts[2] == DEFAULT_GROUP else parts[2]
+        parts = [parts[0], *parts[3:]]
+    if len(parts) == 3:
+        if parts[1] != "Partitions":
+            raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
+        if parts[2] != PARTITION:
+            raise LinkRefused(NOT_FOUND, f"no such partition: {parts[2]!r:.40} (only '0')")
+    return group
 
 
 def _link_properties(link: Link) -> Mapping[Any, Any]:
