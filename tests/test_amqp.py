@@ -658,3 +658,53 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
     assert "amqp:resource-locked" in outcome["second in group"]
     for address in ("events/Partitions/1", "events/ConsumerGroups/x/Partitions/7", "events/x/0"):
         assert "amqp:not-found" in outcome[address]
+
+
+class ReplyTarget(LinkOption):
+    def __init__(self, address: str) -> None:
+        self.address = address
+
+    def apply(self, link: Any) -> None:
+        link.target.address = self.address
+
+
+def management_requests(url: str, requests: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
+    """(application properties, body) of each reply, asked as Event Hubs clients ask."""
+    with connected(url) as conn:
+        sender = conn.create_sender("$management")
+        receiver = conn.create_receiver("$management", credit=10, options=ReplyTarget("me-1"))
+        replies = []
+        for n, properties in enumerate(requests):
+            request = Message(id=f"req-{n}", reply_to="me-1", properties=properties, body={})
+            sender.send(request)
+            reply = receiver.receive()  # settled by the server as it is sent
+            assert reply.correlation_id == f"req-{n}"
+            replies.append((reply.properties, reply.body))
+        return replies
+
+
+async def test_management_reads_the_hub_and_its_partition(amqp_server: EventServer) -> None:
+    url = amqp_server.amqp_url or ""
+    await in_thread(produce, url, [1, 2, 3])
+    read = {"operation": "READ", "name": "events"}
+    replies = await in_thread(
+        management_requests,
+        url,
+        [
+            {**read, "type": "com.microsoft:eventhub"},
+            {**read, "type": "com.microsoft:partition", "partition": "0"},
+            {**read, "type": "com.microsoft:partition", "partition": "1"},
+            {**read, "name": "other", "type": "com.microsoft:eventhub"},
+            {"operation": "DELETE", "name": "events", "type": "com.microsoft:eventhub"},
+        ],
+    )
+    (hub_status, hub), (partition_status, partition), *refusals = replies
+    assert hub_status["status-code"] == 200
+    assert hub["partition_ids"] == ["0"]
+    assert hub["partition_count"] == 1
+    assert partition_status["status-code"] == 200
+    assert partition["begin_sequence_number"] == 1
+    assert partition["last_enqueued_sequence_number"] == 3
+    assert partition["last_enqueued_offset"] == format_offset(3)
+    assert partition["is_partition_empty"] is False
+    assert [status["status-code"] for status, _body in refusals] == [404, 404, 400]

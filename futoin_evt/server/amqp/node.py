@@ -36,6 +36,7 @@ from .codec import (
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
 from .connection import LinkHandler, LinkRefused
 from .filters import compile_filter
+from .management import MANAGEMENT, ManagementNode
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
@@ -85,6 +86,7 @@ class EventLogNode:
         self.events = events
         self.limits = limits
         self._groups: dict[tuple[UserId, str], _Owner] = {}
+        self._management = ManagementNode(events, NODE, PARTITION)
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
@@ -92,6 +94,8 @@ class EventLogNode:
         address = terminus.address if terminus is not None else None
         if conn.principal is None:
             raise LinkRefused(UNAUTHORIZED, "log in with SASL PLAIN as a user of this server")
+        if address == MANAGEMENT:
+            return self._management.attach(conn, link)
         if address == INFO:
             if link.is_receiver:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
