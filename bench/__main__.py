@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import math
 import os
@@ -39,6 +40,8 @@ P99: Final = "push latency at 1,000/s p99 (ms)"
 PMAX: Final = "push latency at 1,000/s max (ms)"
 RSS_IDLE: Final = "server RSS, 1,000 idle connections (MB)"
 RSS_LIVE: Final = "server RSS, 100 LIVE push consumers (MB)"
+AMQP_PRODUCE: Final = "AMQP produce, 1 link, 1000 unsettled (msg/s)"
+AMQP_CATCH_UP: Final = "AMQP consume catch-up, credit 1000 (msg/s)"
 #: Rows where less is better: their ratios read "how many times lower".
 LOWER_IS_BETTER: Final = (P50, P99, PMAX, RSS_IDLE, RSS_LIVE)
 SYSTEMS: Final = ("futoin-evt", "futoin-evt pg", "reference", "JetStream", "raw limit")
@@ -61,12 +64,16 @@ Results = dict[str, list[float]]
 Record = Callable[[str, float], None]
 
 
-async def measure_ftn3(start: Callable[..., Awaitable[System]], sizes: Sizes, runs: int) -> Results:
+async def measure_ftn3(
+    start: Callable[..., Awaitable[System]], sizes: Sizes, runs: int, *extra: str
+) -> Results:
     results: Results = {}
     record = _recorder(results)
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        async with systems.running(await start(Path(tmp), prefill=sizes.drain)) as system:
+        async with systems.running(await start(Path(tmp), *extra, prefill=sizes.drain)) as system:
             for _ in range(runs):
+                if system.amqp_url is not None:
+                    await _measure_amqp(record, system.amqp_url, sizes)
                 record(DRAIN, await workloads.poll_drain(system, sizes.drain))
                 record(CATCH_UP, await workloads.push_catch_up(system, sizes.drain))
                 record(ADD_SERIAL, await workloads.add_serial(system, sizes.add_serial))
@@ -92,7 +99,33 @@ async def measure_other(
         record(ADD_8, await target.add_from_connections(sizes.add_in_flight))
         if isinstance(target, others.JetStream):
             _record_latency(record, await target.push_latency(sizes.latency_events))
+        elif _has_proton():
+            from . import amqp
+
+            raw = await asyncio.to_thread(amqp.raw_limits, sizes.add_in_flight, sizes.drain)
+            record(AMQP_PRODUCE, raw[amqp.RAW_PRODUCE])
+            record(AMQP_CATCH_UP, raw[amqp.RAW_CONSUME])
     return results
+
+
+def _has_proton() -> bool:
+    """The AMQP rows need python-qpid-proton (the amqp extra)."""
+    return importlib.util.find_spec("proton") is not None
+
+
+async def _measure_amqp(record: Record, url: str, sizes: Sizes) -> None:
+    """The AMQP rows: the same clients as the raw limit's, against futoin-evt's listener."""
+    from . import amqp
+
+    login: dict[str, Any] = {
+        "user": systems.USER,
+        "password": systems.PASSWORD,
+        "allowed_mechs": "PLAIN",
+    }
+    consumer = amqp.Consumer(url, sizes.drain, **login)
+    record(AMQP_CATCH_UP, await asyncio.to_thread(amqp.run, consumer))
+    producer = amqp.Producer(url, sizes.add_in_flight, **login)
+    record(AMQP_PRODUCE, await asyncio.to_thread(amqp.run, producer))
 
 
 def _recorder(results: Results) -> Record:
@@ -110,7 +143,8 @@ def _record_latency(record: Record, latency: dict[str, float]) -> None:
 
 async def measure(name: str, sizes: Sizes, runs: int) -> Results:
     if name == "futoin-evt":
-        return await measure_ftn3(systems.start_futoin_evt, sizes, runs)
+        amqp = ("--amqp", "127.0.0.1:0") if _has_proton() else ()
+        return await measure_ftn3(systems.start_futoin_evt, sizes, runs, *amqp)
     if name == "futoin-evt pg":
         return await measure_ftn3(postgres.start_futoin_evt_pg, sizes, runs)
     if name == "reference":

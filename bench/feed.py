@@ -17,8 +17,8 @@ from pathlib import Path
 
 import httpx
 
-from .spark import plain_consumer, print_figures, start_server
-from .systems import PASSWORD, USER, prepare_futoin_evt_db
+from .spark import plain_consumer, start_server
+from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures
 
 
 async def read_feed(feed_url: str, expected: int, version: int) -> float:

@@ -27,8 +27,8 @@ from futoin_evt.auth import hash_password
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.model import utc_timestamp
 
-from .spark import print_figures, start_server
-from .systems import PASSWORD, USER, prepare_futoin_evt_db
+from .spark import start_server
+from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures
 
 GEN = "futoin.evt.gen:1.1"
 OTHER_LOOPBACK = "127.0.0.2"

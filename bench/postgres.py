@@ -127,7 +127,7 @@ async def start_futoin_evt_pg(workdir: Path, *, prefill: int = 0) -> System:
 
     return PostgresSystem(
         "futoin-evt pg", server.url, server.credentials, server.poll_iface, Path(),
-        server.process, drop,
+        server.process, drop=drop,
     )  # fmt: skip
 
 

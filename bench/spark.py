@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from futoin_evt.client.sync import BlockingClient
 from futoin_evt.model import utc_timestamp
 
-from .systems import PASSWORD, USER, prepare_futoin_evt_db
+from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures
 
 RESULTS = Path(__file__).resolve().parent / "results" / "spark.json"
 SPARK_COMPONENTS = ("SPARK1", "SPARK2")
@@ -50,13 +50,6 @@ def start_server(db: Path) -> tuple[subprocess.Popen[str], str]:
     assert proc.stdout is not None
     url = next(w for w in proc.stdout.readline().split() if w.startswith("ws://"))
     return proc, url
-
-
-def print_figures(title: str, figures: dict[str, float]) -> None:
-    width = max(len(k) for k in figures)
-    print(title)
-    for key, value in figures.items():
-        print(f"{key:<{width}}  {value:>12,.1f}")
 
 
 def plain_consumer(url: str, component: str, expected: int, parquet_dir: Path | None) -> float:

@@ -47,6 +47,8 @@ class System:
     poll_iface: str
     db_path: Path
     process: asyncio.subprocess.Process
+    #: ``amqp://host:port`` when the AMQP listener is on.
+    amqp_url: str | None = None
 
     async def stop(self) -> None:
         if self.process.returncode is None:
@@ -65,6 +67,13 @@ class System:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         return 0
+
+
+def print_figures(title: str, figures: dict[str, float]) -> None:
+    width = max(len(k) for k in figures)
+    print(title)
+    for key, value in figures.items():
+        print(f"{key:<{width}}  {value:>12,.1f}")
 
 
 def free_port() -> int:
@@ -99,7 +108,10 @@ def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
         conn.close()
 
 
-async def start_futoin_evt(workdir: Path, *, prefill: int = 0, durability: str = "full") -> System:
+async def start_futoin_evt(
+    workdir: Path, *extra: str, prefill: int = 0, durability: str = "full"
+) -> System:
+    """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say)."""
     db = workdir / "futoin-evt.sqlite"
     prepare_futoin_evt_db(db, prefill)
     proc = await asyncio.create_subprocess_exec(
@@ -119,12 +131,15 @@ async def start_futoin_evt(workdir: Path, *, prefill: int = 0, durability: str =
         # prefilled backlog (discarding is measured on its own: python -m bench.discard).
         "--discard-interval",
         "86400",
+        *extra,
         stdout=asyncio.subprocess.PIPE,
     )
     assert proc.stdout is not None
-    line = (await proc.stdout.readline()).decode()
-    url = next(word for word in line.split() if word.startswith("ws://"))
-    return System("futoin-evt", url, f"{USER}:{PASSWORD}", "futoin.evt.poll:1.1", db, proc)
+    words = (await proc.stdout.readline()).decode().split()
+    url = next(word for word in words if word.startswith("ws://"))
+    amqp_url = next((word for word in words if word.startswith("amqp://")), None)
+    credentials = f"{USER}:{PASSWORD}"
+    return System("futoin-evt", url, credentials, "futoin.evt.poll:1.1", db, proc, amqp_url)
 
 
 # -- the official reference ----------------------------------------------------------------------

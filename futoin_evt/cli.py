@@ -8,6 +8,7 @@ import contextlib
 import json
 import logging
 import os
+import re
 import signal
 import sqlite3
 import ssl
@@ -24,6 +25,7 @@ from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
 from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
 from .retention import RetentionConfig
+from .server.amqp import AmqpConfig, AmqpLimits
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.dcb_http import DCB_PATH
 from .server.http import DEFAULT_FEED_PATH, FeedConfig
@@ -125,6 +127,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     serve.add_argument(
         "--archive", type=Path, metavar="PATH", help="copy every event to this SQLite file"
+    )
+    amqp = serve.add_argument_group(
+        "AMQP 1.0",
+        "The event log node 'events' for AMQP clients (SASL PLAIN with the same users; "
+        "amqps with --tls-cert/--tls-key; needs the 'amqp' extra).",
+    )
+    amqp.add_argument("--amqp", metavar="HOST:PORT", help="listen for AMQP here (port 0: any)")
+    amqp.add_argument(
+        "--amqp-idle-timeout",
+        type=float,
+        default=AmqpLimits().idle_timeout,
+        metavar="T",
+        help="disconnect AMQP peers silent for T seconds",
     )
     feed = serve.add_argument_group(
         "HTTP feed",
@@ -282,6 +297,7 @@ async def _serve(args: argparse.Namespace) -> int:
         and args.dcb_path.rstrip("/") == args.feed_path.rstrip("/")
     ):
         raise BadSetting("--dcb-path and --feed-path must differ.")
+    amqp = _amqp_config(args, tls)
     feed_users = None
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
@@ -300,6 +316,7 @@ async def _serve(args: argparse.Namespace) -> int:
             ),
         ),
         archive_path=args.archive,
+        amqp=amqp,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
         dcb_path=None if args.no_dcb else args.dcb_path,
         retention=RetentionConfig(
@@ -316,8 +333,9 @@ async def _serve(args: argparse.Namespace) -> int:
         raise BadSetting(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
+    urls = server.url if server.amqp_url is None else f"{server.url} and {server.amqp_url}"
     where = server.store.description
-    print(f"futoin-evt {__version__} listening on {server.url} (database {where})", flush=True)
+    print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -326,6 +344,25 @@ async def _serve(args: argparse.Namespace) -> int:
     log.info("shutting down")
     await server.close()
     return 0
+
+
+def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpConfig | None:
+    if args.amqp is None:
+        return None
+    host, sep, port = args.amqp.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or re.fullmatch(r"[0-9]{1,5}", port) is None or int(port) > 65535:
+        raise BadSetting(f"--amqp must be HOST:PORT, not {args.amqp!r}.")
+    if args.amqp_idle_timeout <= 0:
+        raise BadSetting("--amqp-idle-timeout must be above 0.")
+    try:
+        import proton  # noqa: F401
+    except ImportError:
+        raise BadSetting(
+            "--amqp needs python-qpid-proton: pip install 'futoin-evt[amqp]'"
+        ) from None
+    limits = AmqpLimits(max_connections=args.max_connections, idle_timeout=args.amqp_idle_timeout)
+    return AmqpConfig(host=host, port=int(port), tls=tls, limits=limits)
 
 
 def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:

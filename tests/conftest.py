@@ -169,6 +169,8 @@ class ServerProcess:
             raise AssertionError(f"no URL in {line!r}; stderr: {err}")
         self.url = match.group(0)
         self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
+        amqp = re.search(r"amqps?://[^ ]+", line)
+        self.amqp_url = amqp.group(0) if amqp else None
 
     def stop(self) -> int:
         """SIGTERM, as an operator stops it; returns the exit code."""

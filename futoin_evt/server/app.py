@@ -6,7 +6,7 @@ import asyncio
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from websockets.http11 import Request
 
@@ -14,6 +14,7 @@ from ..archive import InProcessArchiver
 from ..auth import Authenticator
 from ..dcb.calls import DcbCalls
 from ..dcb.service import DcbService
+from ..eventlog import EventLog
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ops import OpsService
@@ -23,10 +24,14 @@ from ..services import GenService, PollService, ping
 from ..storage import open_store
 from ..storage.base import Durability, Store
 from ..wsio import HttpHandler, ServerIO
+from .amqp import AmqpConfig
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor, Routes
 from .http import FeedConfig, FeedEndpoint, HttpEndpoint
 from .websocket import TransportConfig, WebSocketTransport
+
+if TYPE_CHECKING:
+    from .amqp.listener import AmqpListener
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +67,8 @@ class ServerConfig:
     feed: FeedConfig = field(default_factory=FeedConfig)
     #: Where the DCB API is served over HTTP; None: not at all.
     dcb_path: str | None = DCB_PATH
+    #: The AMQP 1.0 listener (off when None).
+    amqp: AmqpConfig | None = None
 
 
 def build_routes(store: Store, push: PushService, discarder: Discarder) -> Routes:
@@ -116,6 +123,24 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
     return take
 
 
+async def _start_amqp(
+    store: Store, authenticator: Authenticator, config: AmqpConfig
+) -> AmqpListener:
+    """The AMQP listener (imported here: proton is an optional dependency)."""
+    from .amqp.listener import AmqpListener
+    from .amqp.node import EventLogNode
+
+    listener = AmqpListener(
+        EventLogNode(EventLog(store), config.limits.node), authenticator, config
+    )
+    try:
+        await listener.start()
+    except OSError as exc:  # say which of the listeners could not start
+        where = f"AMQP on {config.host}:{config.port}"
+        raise OSError(exc.errno, f"{where}: {exc.strerror or exc}") from None
+    return listener
+
+
 class EventServer:
     """A running server. ``async with EventServer.start(config) as server: ...``"""
 
@@ -134,6 +159,7 @@ class EventServer:
         self.archiver: InProcessArchiver | None = None
         self.feed: FeedEndpoint | None = None
         self.http_endpoints: list[HttpEndpoint] = []
+        self.amqp: AmqpListener | None = None
         self._transport = transport
 
     @classmethod
@@ -164,6 +190,13 @@ class EventServer:
             if endpoints:
                 transport.http_handler = _route(endpoints)
             await transport.start()
+            amqp = None
+            if config.amqp is not None:
+                try:
+                    amqp = await _start_amqp(store, authenticator, config.amqp)
+                except BaseException:
+                    await transport.close()
+                    raise
         except BaseException:
             await store.close()
             raise
@@ -179,8 +212,11 @@ class EventServer:
         server.db = config.db
         server.feed = feed
         server.http_endpoints = endpoints
+        server.amqp = amqp
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
+        if amqp is not None:
+            log.info("AMQP on %s", amqp.url)
         return server
 
     @property
@@ -196,6 +232,11 @@ class EventServer:
         return self._transport.url
 
     @property
+    def amqp_url(self) -> str | None:
+        """``amqp(s)://host:port``, or None when the AMQP listener is off."""
+        return self.amqp.url if self.amqp is not None else None
+
+    @property
     def port(self) -> int:
         return self._transport.port
 
@@ -206,6 +247,9 @@ class EventServer:
         connections, the feed's responses and the push streams wind down side by side.
         """
         deadline = asyncio.get_running_loop().time() + self._transport.limits.drain_seconds
+        """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes."""
+        if self.amqp is not None:
+            await self.amqp.close()
         await self.discarder.close()
         if self.archiver is not None:
             await self.archiver.close()

@@ -1,0 +1,221 @@
+"""``python -m bench.amqp [--produce N] [--catch-up N]``: the AMQP door beside FTN3.
+
+- produce: one link, 1000 messages unsettled at a time, until N are accepted (durable);
+  beside it FTN3 addEvent with 1000 calls in flight on one connection;
+- catch-up: a new consumer reads a prefilled log of N events from ``@earliest`` with 1000
+  credit (auto-accepted); beside it an FTN3 push consumer catching up on the same log;
+- raw limit: the same proton client against a proton echo node in a process of its own
+  (accepts every message at once; sends ready-made event messages as credit allows).
+
+The proton clients are reactor-driven (``proton.reactor.Container``), as a real AMQP
+application's would be; the server is a process of its own, started with ``--amqp``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from proton import Delivery, Described, Message, symbol, timestamp, ulong
+from proton.handlers import MessagingHandler
+from proton.reactor import Container, Filter
+
+from . import workloads
+from .systems import (
+    PASSWORD,
+    USER,
+    free_port,
+    payload,
+    print_figures,
+    running,
+    start_futoin_evt,
+)
+
+WINDOW = 1000
+RAW_PRODUCE = "raw: proton produce to proton echo, window 1000 (msg/s)"
+RAW_CONSUME = "raw: proton consume from proton echo, credit 1000 (msg/s)"
+EARLIEST = Filter(
+    {symbol("f"): Described(ulong(0x200), {symbol("event-streams-offset"): symbol("@earliest")})}
+)
+
+
+class Producer(MessagingHandler):
+    """Sends ``count`` messages keeping ``window`` unsettled; times until all are accepted.
+
+    The messages are encoded before the clock starts: the figure is the node's, not the
+    client's encoder's.
+    """
+
+    def __init__(self, url: str, count: int, window: int = WINDOW, **login: Any) -> None:
+        super().__init__()
+        self.url, self.count, self.window, self.login = url, count, window, login
+        self.sent = self.accepted = 0
+        self.encoded = [Message(subject="ORDER", body=payload(i)).encode() for i in range(count)]
+        self.started = self.elapsed = 0.0
+
+    def on_start(self, event: Any) -> None:
+        conn = event.container.connect(self.url, **self.login)
+        event.container.create_sender(conn, "events")
+        self.started = time.perf_counter()
+
+    def on_sendable(self, event: Any) -> None:
+        sender = event.sender
+        while sender.credit and self.sent < self.count and self.sent - self.accepted < self.window:
+            sender.delivery(str(self.sent))
+            sender.send(self.encoded[self.sent])
+            sender.advance()
+            self.sent += 1
+
+    def on_accepted(self, event: Any) -> None:
+        self.accepted += 1
+        if self.accepted == self.count:
+            self.elapsed = time.perf_counter() - self.started
+            event.connection.close()
+        else:
+            self.on_sendable(event)
+
+    def on_rejected(self, event: Any) -> None:
+        raise RuntimeError("a message was rejected")
+
+
+class Consumer(MessagingHandler):
+    """Receives ``count`` messages from the earliest with ``credit`` outstanding; accepts each
+    without decoding it (the figure is the node's, not the client's decoder's)."""
+
+    def __init__(self, url: str, count: int, credit: int = WINDOW, **login: Any) -> None:
+        super().__init__(prefetch=credit)
+        self.url, self.count, self.login = url, count, login
+        self.received = 0
+        self.started = self.elapsed = 0.0
+
+    def on_start(self, event: Any) -> None:
+        conn = event.container.connect(self.url, **self.login)
+        event.container.create_receiver(conn, "events", options=EARLIEST)
+        self.started = time.perf_counter()
+
+    def on_delivery(self, event: Any) -> None:
+        delivery = event.delivery
+        if delivery.partial:
+            return
+        link = delivery.link
+        link.recv(delivery.pending)
+        link.advance()
+        delivery.update(Delivery.ACCEPTED)
+        delivery.settle()
+        self.received += 1
+        if self.received == self.count:
+            self.elapsed = time.perf_counter() - self.started
+            event.connection.close()
+
+
+def run(handler: Producer | Consumer) -> float:
+    """Messages/s of one client run."""
+    Container(handler).run()
+    return handler.count / handler.elapsed
+
+
+def _login() -> dict[str, Any]:
+    return {"user": USER, "password": PASSWORD, "allowed_mechs": "PLAIN"}
+
+
+# -- the raw limit: a proton echo node ----------------------------------------------------------
+
+
+class EchoNode(MessagingHandler):
+    """Accepts whatever it is sent; sends ready-made event messages as long as credit lasts."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(auto_accept=True)
+        self.url = url
+        self.sent = 0
+        self.template = Message(subject="ORDER", body=payload(0))
+        self.template.annotations = {symbol("x-opt-sequence-number"): 0}
+
+    def on_start(self, event: Any) -> None:
+        event.container.listen(self.url)
+
+    def on_link_opening(self, event: Any) -> None:
+        link = event.link
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+
+    def on_sendable(self, event: Any) -> None:
+        sender = event.sender
+        while sender.credit:
+            self.sent += 1
+            message = self.template
+            message.instructions = {
+                symbol("event-streams-offset"): symbol(f"{self.sent:020d}"),
+                symbol("event-streams-timestamp"): timestamp(int(time.time() * 1000)),
+            }
+            sender.send(message)
+
+
+def _serve_echo(url: str) -> None:
+    Container(EchoNode(url)).run()
+
+
+def raw_limits(produce: int, catch_up: int) -> dict[str, float]:
+    url = f"amqp://127.0.0.1:{free_port()}"
+    echo = multiprocessing.get_context("spawn").Process(target=_serve_echo, args=(url,))
+    echo.start()
+    try:
+        for _ in range(100):  # until it listens
+            try:
+                return {
+                    RAW_PRODUCE: run(Producer(url, produce, sasl_enabled=False)),
+                    RAW_CONSUME: run(Consumer(url, catch_up, sasl_enabled=False)),
+                }
+            except Exception:  # the echo node is still starting
+                time.sleep(0.1)
+        raise RuntimeError("the proton echo node did not start")
+    finally:
+        echo.terminate()
+        echo.join()
+
+
+# -- futoin-evt ----------------------------------------------------------------------------------
+
+
+async def measure(produce: int, catch_up: int) -> dict[str, float]:
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
+        system = await start_futoin_evt(Path(tmp), "--amqp", "127.0.0.1:0", prefill=catch_up)
+        async with running(system):
+            url = system.amqp_url
+            assert url is not None
+            figures["AMQP consume catch-up, credit 1000 (events/s)"] = await asyncio.to_thread(
+                run, Consumer(url, catch_up, **_login())
+            )
+            figures["FTN3 push catch-up (events/s)"] = await workloads.push_catch_up(
+                system, catch_up
+            )
+            figures["AMQP produce, 1 link, 1000 unsettled (events/s)"] = await asyncio.to_thread(
+                run, Producer(url, produce, **_login())
+            )
+            figures[
+                "FTN3 addEvent, 1000 in flight on 1 connection (events/s)"
+            ] = await workloads.add_in_flight(system, produce, window=WINDOW)
+    return figures
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.amqp", description=__doc__)
+    parser.add_argument("--produce", type=int, default=30_000)
+    parser.add_argument("--catch-up", type=int, default=100_000)
+    args = parser.parse_args(argv)
+    figures = asyncio.run(measure(args.produce, args.catch_up))
+    figures.update(raw_limits(args.produce, args.catch_up))
+    print_figures(
+        f"AMQP beside FTN3: produce {args.produce:,}, catch-up {args.catch_up:,}", figures
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""The event stream as plain calls, with no FTN3 in them: for doors other than FTN3.
+
+Append, read after a position, learn when the head moves, bounds and time lookup, and the
+consumer position of a registered (reliable) consumer. The FTN3 services keep their own
+wire-shaped methods; both reach the same store, so an event is the same at every door.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import calendar
+import functools
+import re
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .model import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
+from .storage.base import Store, StreamBounds
+
+#: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
+COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
+
+
+def is_registrable(component: str) -> bool:
+    """A name a reliable consumer can be registered under (LIVE is not one)."""
+    return COMPONENT_RE.match(component) is not None and component != LIVE_COMPONENT
+
+
+@dataclass(frozen=True, slots=True)
+class StoredEvent:
+    id: EventId
+    type: str
+    #: The event data as the JSON text it is stored as.
+    data_json: str
+    #: ``YYYY-MM-DDTHH:MM:SSZ`` (when it was added).
+    ts: str
+
+    @property
+    def timestamp_ms(self) -> int:
+        return ts_to_ms(self.ts)
+
+
+@functools.lru_cache(maxsize=256)
+def ts_to_ms(ts: str) -> int:
+    """An FTN18 timestamp as milliseconds since the epoch."""
+    return calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")) * 1000
+
+
+class EventLog:
+    """One ordered log: what a transport calls instead of the store."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    def append(self, event_type: str, data: Any) -> asyncio.Future[EventId]:
+        """Queue one event; the future gets its id once it is durable.
+
+        Raises :class:`~futoin_evt.model.EventRejected` at once when it cannot be an event.
+        """
+        return self._store.submit_append(event_type, encode_event_data(event_type, data))
+
+    async def read_after(self, after_id: int, limit: int) -> list[StoredEvent]:
+        rows = await self._store.read_rows(after_id, limit=limit)
+        return [StoredEvent(EventId(i), t, d, ts) for i, t, d, ts in rows]
+
+    @property
+    def head(self) -> int:
+        """The newest committed event id known to this process."""
+        return self._store.head.head
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` whenever :attr:`head` moves; returns how to stop."""
+        return self._store.head.listen(callback)
+
+    async def bounds(self) -> StreamBounds:
+        return await self._store.stream_bounds()
+
+    async def newest_id(self) -> int:
+        return await self._store.newest_event_id()
+
+    async def id_before_ms(self, timestamp_ms: int) -> int:
+        """The position to read after for events added after ``timestamp_ms``.
+
+        Stored times have whole seconds, so an event added in the second of the instant is
+        treated as added at its start (not after it).
+        """
+        first_second_after = timestamp_ms // 1000 + 1
+        before = await self._store.id_before(utc_timestamp(first_second_after))
+        return before if before is not None else 0
+
+    # -- registered consumers ---------------------------------------------------------------
+
+    async def register(self, user_id: UserId, component: str) -> None:
+        await self._store.register_consumer(user_id, component)
+
+    async def position(self, user_id: UserId, component: str) -> int | None:
+        return await self._store.position(user_id, component)
+
+    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
+        """Durably move the position forward; None when the consumer is not registered."""
+        return await self._store.acknowledge(user_id, component, up_to)

@@ -1,0 +1,307 @@
+"""AMQP messages to events and back; offsets; the event-streams delivery-annotations filter.
+
+No I/O. An event's type is the message ``subject``; its data is the ``amqp-value`` body (any
+AMQP value JSON can hold), a ``data`` section with ``application/json``, or opaque bytes. Opaque
+bytes are stored as ``{"$binary": "<base64>"}`` and go back out as the same ``data`` section.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Final
+
+from proton import Data, DataException, Described, Message, symbol, timestamp, ulong
+
+from ...eventlog import StoredEvent
+
+#: Width of ``event-streams-offset``: every event id fits, so text order is id order.
+OFFSET_WIDTH: Final = 20
+EARLIEST: Final = "@earliest"
+LATEST: Final = "@latest"
+BINARY_KEY: Final = "$binary"
+JSON_CONTENT_TYPE: Final = "application/json"
+
+OFFSET_ANNOTATION: Final = symbol("event-streams-offset")
+TIMESTAMP_ANNOTATION: Final = symbol("event-streams-timestamp")
+EH_OFFSET: Final = symbol("x-opt-offset")
+EH_SEQUENCE: Final = symbol("x-opt-sequence-number")
+EH_ENQUEUED: Final = symbol("x-opt-enqueued-time")
+
+DELIVERY_ANNOTATIONS_FILTER: Final = (
+    0x0000_0000_0000_0200,
+    "amqp:event-streams-delivery-annotations-filter",
+)
+SQL_FILTER: Final = (0x0000_0000_0000_0201, "amqp:event-streams-sql-filter")
+SELECTOR_FILTER: Final = (0x0000_0468_C000_0004, "apache.org:selector-filter:string")
+
+
+class BadMessage(ValueError):
+    """A message that cannot become an event; ``condition`` is the AMQP error to reject with."""
+
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+
+
+class BadFilter(ValueError):
+    """A source filter we cannot honour (``amqp:invalid-field``)."""
+
+
+def format_offset(event_id: int) -> str:
+    return f"{event_id:0{OFFSET_WIDTH}d}"
+
+
+def parse_offset(text: str, *, head: int) -> int:
+    """An offset (ours, or ``@earliest``/``@latest``) as the id to read after."""
+    if text == EARLIEST:
+        return 0
+    if text == LATEST:
+        return head
+    if not text.isdigit() or len(text) > OFFSET_WIDTH:
+        raise BadFilter(f"not an offset of this log: {text!r:.40}")
+    return int(text)
+
+
+# -- message -> event ---------------------------------------------------------------------------
+
+
+def message_to_event(message: Message) -> tuple[str, Any]:
+    """(type, data) of a received message; raises :class:`BadMessage`."""
+    event_type = message.subject
+    if not isinstance(event_type, str) or not event_type:
+        raise BadMessage("amqp:invalid-field", "the message subject (the event type) is missing")
+    body = message.body
+    if message.inferred and isinstance(body, bytes | memoryview):
+        raw = bytes(body)
+        if str(message.content_type or "").split(";")[0].strip() == JSON_CONTENT_TYPE:
+            try:
+                return event_type, json.loads(raw)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise BadMessage(
+                    "amqp:decode-error", f"the data section is not JSON: {exc}"
+                ) from None
+        return event_type, {BINARY_KEY: base64.b64encode(raw).decode("ascii")}
+    if message.inferred:
+        raise BadMessage("amqp:invalid-field", "amqp-sequence bodies are not supported")
+    return event_type, to_json(body)
+
+
+def to_json(value: Any, depth: int = 0) -> Any:
+    """An AMQP value as JSON data; raises :class:`BadMessage` for what JSON cannot hold."""
+    if depth > 64:
+        raise BadMessage("amqp:invalid-field", "the body nests too deep")
+    if value is None or isinstance(value, bool | str):
+        return str(value) if isinstance(value, str) else value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise BadMessage("amqp:invalid-field", "the body holds a non-finite number")
+        return float(value)
+    if isinstance(value, Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, Mapping):
+        result: dict[str, Any] = {}
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise BadMessage("amqp:invalid-field", "map keys in the body must be strings")
+            result[str(key)] = to_json(item, depth + 1)
+        return result
+    if isinstance(value, list | tuple):
+        return [to_json(item, depth + 1) for item in value]
+    if hasattr(value, "elements") and not isinstance(value, Described):  # an AMQP array
+        return [to_json(item, depth + 1) for item in value.elements]
+    raise BadMessage(
+        "amqp:invalid-field", f"the body holds a {type(value).__name__}, which JSON cannot hold"
+    )
+
+
+# -- event -> message ---------------------------------------------------------------------------
+
+
+class EventEncoder:
+    """Events as encoded messages, one per delivery, without building a ``Message`` each time.
+
+    proton encodes every section. The two annotation sections come from a template encoded
+    once, whose fixed-width fields (the offsets, the sequence number, the timestamps) are
+    filled in per event; the properties section (the subject) is kept per event type. Only
+    the body is encoded per event: the data as ``amqp-value``, opaque bytes as a ``data``
+    section, and data proton cannot hold (an integer beyond 64 bits) as the stored JSON in
+    a ``data`` section with ``content-type: application/json``.
+    """
+
+    _OFFSET = b"@" * OFFSET_WIDTH
+    _EH_OFFSET = b"#" * OFFSET_WIDTH
+    _TIMESTAMP = 0x1111_1111_1111_1111
+    _SEQUENCE = 0x2222_2222_2222_2222
+    _EH_TIMESTAMP = 0x3333_3333_3333_3333
+
+    def __init__(self) -> None:
+        annotations = Data()
+        annotations.put_object(
+            Described(
+                ulong(0x71),
+                {
+                    OFFSET_ANNOTATION: symbol(self._OFFSET.decode()),
+                    TIMESTAMP_ANNOTATION: timestamp(self._TIMESTAMP),
+                },
+            )
+        )
+        annotations.put_object(
+            Described(
+                ulong(0x72),
+                {
+                    EH_OFFSET: self._EH_OFFSET.decode(),
+                    EH_SEQUENCE: self._SEQUENCE,
+                    EH_ENQUEUED: timestamp(self._EH_TIMESTAMP),
+                },
+            )
+        )
+        template = bytes(annotations.encode())
+        holes = sorted(
+            (_find_once(template, marker), len(marker), kind)
+            for marker, kind in (
+                (self._OFFSET, "offset"),
+                (self._EH_OFFSET, "offset"),
+                (self._TIMESTAMP.to_bytes(8, "big"), "timestamp"),
+                (self._EH_TIMESTAMP.to_bytes(8, "big"), "timestamp"),
+                (self._SEQUENCE.to_bytes(8, "big"), "sequence"),
+            )
+        )
+        self._pieces: list[bytes] = []
+        self._kinds: list[str] = []
+        start = 0
+        for position, size, kind in holes:
+            self._pieces.append(template[start:position])
+            self._kinds.append(kind)
+            start = position + size
+        self._tail = template[start:]
+        self._properties: dict[tuple[str, bool], bytes] = {}
+
+    def encode(self, event: StoredEvent) -> bytes:
+        values = {
+            "offset": format_offset(event.id).encode(),
+            "timestamp": event.timestamp_ms.to_bytes(8, "big", signed=True),
+            "sequence": event.id.to_bytes(8, "big", signed=True),
+        }
+        parts: list[bytes] = []
+        for piece, kind in zip(self._pieces, self._kinds, strict=True):
+            parts.append(piece)
+            parts.append(values[kind])
+        parts.append(self._tail)
+        body, is_json_text = self._body(event.data_json)
+        parts.append(self._properties_of(event.type, is_json_text))
+        parts.append(body)
+        return b"".join(parts)
+
+    def _properties_of(self, event_type: str, json_text: bool) -> bytes:
+        key = (event_type, json_text)
+        encoded = self._properties.get(key)
+        if encoded is None:
+            # message-id, user-id, to, subject, reply-to, correlation-id, content-type
+            fields: list[Any] = [None, None, None, event_type]
+            if json_text:
+                fields += [None, None, symbol(JSON_CONTENT_TYPE)]
+            section = Data()
+            section.put_object(Described(ulong(0x73), fields))
+            encoded = self._properties[key] = bytes(section.encode())
+        return encoded
+
+    @staticmethod
+    def _body(data_json: str) -> tuple[bytes, bool]:
+        data = json.loads(data_json)
+        binary = _binary(data)
+        section = Data()
+        try:
+            if binary is not None:
+                section.put_object(Described(ulong(0x75), binary))
+            else:
+                section.put_object(Described(ulong(0x77), data))
+        except (OverflowError, DataException):  # an integer beyond 64 bits
+            section = Data()
+            section.put_object(Described(ulong(0x75), data_json.encode()))
+            return bytes(section.encode()), True
+        return bytes(section.encode()), False
+
+
+def _find_once(template: bytes, marker: bytes) -> int:
+    position = template.find(marker)
+    if position < 0 or template.find(marker, position + 1) >= 0:
+        raise AssertionError("each placeholder must be in the template once")
+    return position
+
+
+def _binary(data: Any) -> bytes | None:
+    if isinstance(data, dict) and len(data) == 1 and isinstance(data.get(BINARY_KEY), str):
+        try:
+            return base64.b64decode(data[BINARY_KEY], validate=True)
+        except (binascii.Error, ValueError):
+            return None
+    return None
+
+
+# -- filters ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a consumer starts: after ``after_id`` and after ``after_ms``, plus a predicate."""
+
+    after_id: int
+    #: Only events added after this instant (ms since the epoch), when given.
+    after_ms: int | None = None
+    matches: Callable[[StoredEvent], bool] | None = None
+
+    def both(self, other: Position) -> Position:
+        """Events that both positions let through (several filters on one link)."""
+        after_ms = self.after_ms
+        if other.after_ms is not None:
+            after_ms = other.after_ms if after_ms is None else max(after_ms, other.after_ms)
+        first, second = self.matches, other.matches
+        matches = first or second
+        if first is not None and second is not None:
+            matches = lambda event: first(event) and second(event)  # noqa: E731
+        return Position(max(self.after_id, other.after_id), after_ms, matches)
+
+
+def filter_kind(descriptor: object) -> tuple[int, str] | None:
+    for kind in (DELIVERY_ANNOTATIONS_FILTER, SQL_FILTER, SELECTOR_FILTER):
+        if descriptor == kind[0] or (isinstance(descriptor, str) and descriptor == kind[1]):
+            return kind
+    return None
+
+
+def delivery_annotations_start(value: object, *, head: int) -> Position:
+    """The ``event-streams-delivery-annotations`` filter: events whose offset and timestamp
+    are both greater than the given ones."""
+    if not isinstance(value, Mapping) or not value:
+        raise BadFilter("the delivery-annotations filter must be a non-empty map")
+    after_id = 0
+    after_ms: int | None = None
+    for key, item in value.items():
+        if key == OFFSET_ANNOTATION:
+            if not isinstance(item, str):
+                raise BadFilter("event-streams-offset must be a symbol or string")
+            after_id = parse_offset(str(item), head=head)
+        elif key == TIMESTAMP_ANNOTATION:
+            if not isinstance(item, int) or isinstance(item, bool):
+                raise BadFilter("event-streams-timestamp must be a timestamp")
+            after_ms = int(item)
+        else:
+            raise BadFilter(f"cannot filter on {key!r:.60}")
+    return Position(after_id, after_ms)
+
+
+def described_filter(value: object) -> tuple[object, object]:
+    """(descriptor, value) of one filter-set entry."""
+    if isinstance(value, Described):
+        descriptor = value.descriptor
+        return (int(descriptor) if isinstance(descriptor, ulong | int) else descriptor), value.value
+    raise BadFilter("filter entries must be described values")

@@ -1,0 +1,43 @@
+"""Settings of the AMQP listener (importable without proton installed)."""
+
+from __future__ import annotations
+
+import ssl
+from dataclasses import dataclass, field
+from typing import Final
+
+DEFAULT_PORT: Final = 5672
+
+
+@dataclass(frozen=True, slots=True)
+class NodeLimits:
+    #: Messages above this are refused (the link is detached, as AMQP asks).
+    max_message_bytes: int = 1024 * 1024
+    #: Credit a producer link holds, counting messages not yet durable.
+    credit_window: int = 1000
+
+
+DEFAULT_NODE_LIMITS: Final = NodeLimits()
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpLimits:
+    #: Connections at once; more are refused in SASL with ``sys-temp``.
+    max_connections: int = 10_000
+    #: A peer silent this long is disconnected (advertised in ``open``; also the login limit).
+    idle_timeout: float = 60.0
+    max_frame_bytes: int = 64 * 1024
+    #: A peer that leaves more than this unread stops getting events until it reads.
+    max_unread_bytes: int = 4 * 1024 * 1024
+    #: Links open at once per connection; more are refused (amqp:resource-limit-exceeded).
+    max_links: int = 256
+    node: NodeLimits = field(default_factory=NodeLimits)
+
+
+@dataclass(frozen=True, slots=True)
+class AmqpConfig:
+    host: str = "127.0.0.1"
+    port: int = DEFAULT_PORT
+    #: ``amqps``: TLS with this context.
+    tls: ssl.SSLContext | None = None
+    limits: AmqpLimits = field(default_factory=AmqpLimits)

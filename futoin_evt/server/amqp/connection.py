@@ -1,0 +1,396 @@
+"""One AMQP connection: our SASL layer, then proton's sans-I/O engine, driven by asyncio.
+
+Bytes from the socket go to :class:`~.sasl.SaslServer` until the login is settled, then to a
+``proton.Transport`` (server mode, SASL off) bound to a ``proton.Connection`` whose
+``Collector`` events we dispatch: endpoints are opened and closed here, links are handed to
+the node. Whatever proton has to send is written after each batch of events. There are no
+proton reactor threads: everything runs on the server's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from proton import (
+    Collector,
+    Condition,
+    Connection,
+    Endpoint,
+    Event,
+    Link,
+    SymbolList,
+    Transport,
+    symbol,
+)
+
+from ...auth import Authenticator, Principal
+from ...ftn3.errors import FTN3Error
+from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
+
+if TYPE_CHECKING:
+    from .listener import AmqpListener
+
+log = logging.getLogger(__name__)
+
+CAPABILITY: Final = symbol("AMQP_EVENT_STREAMS_V1_0")
+CONTAINER_ID: Final = "futoin-evt"
+MECHANISMS: Final = ("PLAIN", "ANONYMOUS")
+DECODE_ERROR: Final = "amqp:decode-error"
+RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
+
+
+class LinkHandler(Protocol):
+    """What the node attaches to an accepted link."""
+
+    def on_flow(self) -> None: ...
+
+    def on_delivery(self, delivery: Any) -> None: ...
+
+    def on_writable(self) -> None: ...
+
+    def on_closed(self) -> asyncio.Future[None] | None:
+        """The link is gone; a future returned delays answering the peer's detach."""
+
+
+class AmqpConnection(asyncio.Protocol):
+    """The asyncio side of one connection."""
+
+    def __init__(self, listener: AmqpListener) -> None:
+        self._listener = listener
+        self._authenticator: Authenticator = listener.authenticator
+        self._limits = listener.config.limits
+        self._sasl = SaslServer(MECHANISMS)
+        self._socket: asyncio.Transport | None = None
+        self._peer: Any = None
+        self._refused = False
+        #: The user logged in with PLAIN; None before that and after ANONYMOUS.
+        self.principal: Principal | None = None
+        self._engine: Transport | None = None
+        self._connection: Connection | None = None
+        self._collector = Collector()
+        self._handlers: dict[Link, LinkHandler] = {}
+        self._processing = False
+        self._again = False
+        self._timer: asyncio.TimerHandle | None = None
+        self._auth_task: asyncio.Task[None] | None = None
+        self._wake_pending = False
+        self.writable = True
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- asyncio.Protocol -----------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._socket = transport
+        self._peer = transport.get_extra_info("peername")
+        transport.set_write_buffer_limits(high=self._limits.max_unread_bytes)
+        self._refused = not self._listener.admit(self)
+        self._arm_login_timer()
+
+    def data_received(self, data: bytes) -> None:
+        if self._engine is not None:
+            self._push(data)
+            return
+        try:
+            init = self._sasl.receive(data)
+        except SaslError as exc:
+            log.info("AMQP connection from %s: %s", _peer(self._peer), exc)
+            self._write(self._sasl.data_to_send())
+            self._close_socket()
+            return
+        self._write(self._sasl.data_to_send())
+        if init is not None:
+            self._auth_task = asyncio.ensure_future(self._login(init))
+        elif self._sasl.done:  # the AMQP header followed a successful outcome
+            self._start_engine(self._sasl.take_rest())
+
+    def eof_received(self) -> bool | None:
+        if self._engine is not None:
+            self._engine.close_tail()
+            self.process()
+        return None
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._listener.forget(self)
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._auth_task is not None:
+            self._auth_task.cancel()
+        for handler in list(self._handlers.values()):
+            handler.on_closed()
+        self._handlers.clear()
+        if self._engine is not None:
+            self._engine.unbind()
+            self._engine = None
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def pause_writing(self) -> None:
+        self.writable = False
+
+    def resume_writing(self) -> None:
+        self.writable = True
+        for handler in list(self._handlers.values()):
+            handler.on_writable()
+
+    # -- login ----------------------------------------------------------------------------------
+
+    async def _login(self, init: SaslInit) -> None:
+        if self._refused:
+            outcome = Outcome.SYS_TEMP
+            log.warning("AMQP connection from %s refused: too many connections", _peer(self._peer))
+        elif init.mechanism == "ANONYMOUS":
+            # Allowed in, but the node refuses every link to a connection without a user.
+            outcome = Outcome.OK
+        else:
+            outcome = await self._check_plain(init.initial_response)
+        if self._socket is None or self._socket.is_closing():
+            return
+        try:
+            self._sasl.outcome(outcome)
+        except SaslError as exc:  # what the peer sent on after its init is not AMQP
+            log.info("AMQP connection from %s: %s", _peer(self._peer), exc)
+            outcome = Outcome.AUTH
+        self._write(self._sasl.data_to_send())
+        if outcome is not Outcome.OK:
+            self._close_socket()
+            return
+        if self._sasl.done:
+            self._start_engine(self._sasl.take_rest())
+
+    async def _check_plain(self, response: bytes) -> Outcome:
+        credentials = parse_plain(response)
+        if credentials is not None:
+            user, password = credentials
+            try:
+                self.principal = await self._authenticator.authenticate(f"{user}:{password}")
+            except FTN3Error:
+                pass
+            except Exception:  # the user store failed (the server is closing, say)
+                log.exception("AMQP login of %r could not be checked", user[:64])
+                return Outcome.SYS_TEMP
+            else:
+                return Outcome.OK
+        user = credentials[0] if credentials else "?"
+        log.warning("AMQP login failed for %r from %s", user[:64], _peer(self._peer))
+        return Outcome.AUTH
+
+    def _start_engine(self, rest: bytes) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        engine = Transport(Transport.SERVER)
+        engine.max_frame_size = self._limits.max_frame_bytes
+        engine.idle_timeout = self._limits.idle_timeout
+        connection = Connection()
+        connection.collect(self._collector)
+        engine.bind(connection)
+        self._engine, self._connection = engine, connection
+        self._push(AMQP_HEADER + rest)
+
+    def _arm_login_timer(self) -> None:
+        # A peer that never finishes logging in does not keep its socket.
+        self._timer = asyncio.get_running_loop().call_later(
+            self._limits.idle_timeout, self._close_socket
+        )
+
+    # -- the engine -----------------------------------------------------------------------------
+
+    def _push(self, data: bytes) -> None:
+        engine = self._engine
+        assert engine is not None
+        view = memoryview(data)
+        while view:
+            capacity = engine.capacity()
+            if capacity <= 0:  # the input side is closed (an error, or the peer's close)
+                break
+            engine.push(bytes(view[:capacity]))
+            view = view[capacity:]
+            self.process()
+        if not data:
+            self.process()
+
+    def process(self) -> None:
+        """Dispatch the engine's events and write what it has to send. Re-entrant calls (a
+        handler that changes state while we dispatch) are folded into the running one."""
+        if self._processing:
+            self._again = True
+            return
+        self._processing = True
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                while (event := self._collector.peek()) is not None:
+                    self._dispatch(event)
+                    self._collector.pop()
+                self._flush()
+        finally:
+            self._processing = False
+
+    def wake(self) -> None:
+        """Process soon: handlers call this after changing links outside of dispatch, and the
+        changes of one loop turn (a commit settles many deliveries) go out together."""
+        if not self._wake_pending and self._engine is not None:
+            self._wake_pending = True
+            asyncio.get_running_loop().call_soon(self._woken)
+
+    def _woken(self) -> None:
+        self._wake_pending = False
+        if self._engine is not None:
+            self.process()
+
+    def _flush(self) -> None:
+        engine = self._engine
+        if engine is None:
+            return
+        while True:
+            pending = engine.pending()
+            if pending < 0:  # the engine has said its last word
+                self._close_socket()
+                return
+            if pending == 0:
+                break
+            out = engine.peek(pending)
+            if out:
+                self._write(out)
+            engine.pop(pending)
+        deadline = engine.tick(time.monotonic())
+        self._schedule_tick(deadline)
+
+    def _schedule_tick(self, deadline: float) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if deadline:
+            loop = asyncio.get_running_loop()
+            delay = max(deadline - time.monotonic(), 0.0)
+            self._timer = loop.call_later(delay, self.process)
+
+    def _dispatch(self, event: Event) -> None:
+        kind = event.type
+        connection = self._connection
+        assert connection is not None
+        if kind == Event.CONNECTION_REMOTE_OPEN:
+            connection.container = CONTAINER_ID
+            connection.offered_capabilities = SymbolList([CAPABILITY])
+            connection.open()
+        elif kind == Event.CONNECTION_REMOTE_CLOSE:
+            connection.close()
+        elif kind in (Event.SESSION_REMOTE_OPEN, Event.SESSION_REMOTE_CLOSE):
+            session = event.session
+            assert session is not None
+            if kind == Event.SESSION_REMOTE_OPEN:
+                session.open()
+            else:
+                session.close()
+        elif kind == Event.TRANSPORT_TAIL_CLOSED:
+            self._input_ended(connection)
+        elif kind == Event.TRANSPORT_ERROR:
+            engine = event.transport
+            condition = engine.condition if engine is not None else None
+            log.info("AMQP connection from %s: %s", _peer(self._peer), condition)
+        elif (link := event.link) is not None:
+            self._dispatch_link(kind, link, event)
+
+    def _input_ended(self, connection: Connection) -> None:
+        """Nothing more comes from the peer: close our side too. proton ends the input on a
+        frame it cannot decode, sometimes without closing the connection itself."""
+        if connection.state & Endpoint.LOCAL_CLOSED:
+            return
+        if not connection.state & Endpoint.REMOTE_CLOSED and connection.condition is None:
+            engine = self._engine
+            known = engine.condition if engine is not None else None
+            connection.condition = known or Condition(DECODE_ERROR, "a frame could not be decoded")
+        if connection.state & Endpoint.LOCAL_UNINIT:
+            connection.open()
+        connection.close()
+
+    def _dispatch_link(self, kind: object, link: Link, event: Event) -> None:
+        if kind == Event.LINK_REMOTE_OPEN:
+            self._attach(link)
+        elif kind in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
+            handler = self._handlers.pop(link, None)
+            finishing = handler.on_closed() if handler is not None else None
+            if not link.state & Endpoint.LOCAL_ACTIVE:
+                return
+            if finishing is None or finishing.done():
+                link.close()
+            else:
+                finishing.add_done_callback(lambda _done: self._close_link(link))
+        elif (handler := self._handlers.get(link)) is not None:
+            if kind == Event.LINK_FLOW:
+                handler.on_flow()
+            elif kind == Event.DELIVERY:
+                handler.on_delivery(event.delivery)
+
+    def _attach(self, link: Link) -> None:
+        if len(self._handlers) >= self._limits.max_links:
+            limit = self._limits.max_links
+            refuse_link(link, RESOURCE_LIMIT, f"at most {limit} links per connection")
+            return
+        try:
+            handler = self._listener.node.attach(self, link)
+        except LinkRefused as exc:
+            refuse_link(link, exc.condition, str(exc))
+            return
+        self._handlers[link] = handler
+
+    def _close_link(self, link: Link) -> None:
+        if self._engine is not None and link.state & Endpoint.LOCAL_ACTIVE:
+            link.close()
+            self.wake()
+
+    def detach(self, link: Link, condition: str, description: str) -> None:
+        """Close one of our links with an error (the link's handler is told)."""
+        handler = self._handlers.pop(link, None)
+        if handler is not None:
+            handler.on_closed()
+        link.condition = Condition(condition, description)
+        link.close()
+        self.process()
+
+    # -- closing --------------------------------------------------------------------------------
+
+    def close(self, condition: str, description: str) -> None:
+        """Close the connection with an error (the server is shutting down, say)."""
+        if self._connection is None or self._engine is None:
+            self._close_socket()
+            return
+        self._connection.condition = Condition(condition, description)
+        self._connection.close()
+        self.process()
+        self._engine.close_tail()
+        self.process()
+
+    def _write(self, data: bytes) -> None:
+        if data and self._socket is not None and not self._socket.is_closing():
+            self._socket.write(data)
+
+    def _close_socket(self) -> None:
+        if self._socket is not None and not self._socket.is_closing():
+            self._socket.close()
+
+
+class LinkRefused(Exception):
+    """An attach the node will not take; the link is refused with ``condition``."""
+
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+
+
+def refuse_link(link: Link, condition: str, description: str) -> None:
+    """Attach with no terminus and detach at once with the error (AMQP 2.6.3)."""
+    link.condition = Condition(condition, description)
+    link.open()
+    link.close()
+
+
+def _peer(address: Any) -> str:
+    if isinstance(address, tuple) and len(address) >= 2:
+        return f"{address[0]}:{address[1]}"
+    return str(address)

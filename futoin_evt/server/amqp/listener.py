@@ -1,0 +1,68 @@
+"""The AMQP listener: a TCP (or TLS) server whose connections serve the event log node."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from ...auth import Authenticator
+from .config import AmqpConfig
+from .connection import AmqpConnection
+from .node import EventLogNode
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN: Final = "amqp:connection:forced"
+
+
+class AmqpListener:
+    """``await listener.start()``, then ``await listener.close()``."""
+
+    def __init__(
+        self, node: EventLogNode, authenticator: Authenticator, config: AmqpConfig
+    ) -> None:
+        self.node = node
+        self.authenticator = authenticator
+        self.config = config
+        self._server: asyncio.Server | None = None
+        self._connections: set[AmqpConnection] = set()
+        self._admitted = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.get_running_loop().create_server(
+            lambda: AmqpConnection(self), self.config.host, self.config.port, ssl=self.config.tls
+        )
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        scheme = "amqps" if self.config.tls is not None else "amqp"
+        host = self.config.host
+        if ":" in host:
+            host = f"[{host}]"
+        return f"{scheme}://{host}:{self.port}"
+
+    def admit(self, connection: AmqpConnection) -> bool:
+        """Count a new connection; False when it is one too many (it is refused in SASL)."""
+        self._connections.add(connection)
+        return len(self._connections) <= self.config.limits.max_connections
+
+    def forget(self, connection: AmqpConnection) -> None:
+        self._connections.discard(connection)
+
+    async def close(self) -> None:
+        """Stop listening and close every connection with ``amqp:connection:forced``."""
+        if self._server is not None:
+            self._server.close()
+        connections = list(self._connections)
+        for connection in connections:
+            connection.close(SHUTDOWN, "the server is shutting down")
+        if connections:
+            await asyncio.wait([c.closed for c in connections], timeout=5)
+        if self._server is not None:
+            await self._server.wait_closed()

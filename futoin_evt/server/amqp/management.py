@@ -1,0 +1,194 @@
+"""``$management``: the Event Hubs READ operations on the hub and its partition.
+
+A request arrives on a link to ``$management``, with ``operation: READ``, ``type`` (
+``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (``events``) and, for a
+partition, ``partition`` in its application properties. The reply goes out on the peer's
+link from ``$management`` whose target is the request's ``reply-to`` (or its only one), with
+``status-code``/``status-description`` and the request's id as ``correlation-id``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Any, Final
+
+from proton import Condition, Delivery, Link, Message, MessageException, timestamp
+
+from ...eventlog import EventLog, ts_to_ms
+from .codec import format_offset
+
+if TYPE_CHECKING:
+    from .connection import AmqpConnection
+
+log = logging.getLogger(__name__)
+
+MANAGEMENT: Final = "$management"
+HUB_TYPE: Final = "com.microsoft:eventhub"
+PARTITION_TYPE: Final = "com.microsoft:partition"
+#: Replies kept for a peer that gives no credit for them; one more detaches the reply link.
+MAX_QUEUED_REPLIES: Final = 64
+
+
+class ManagementNode:
+    """Pairs each connection's request links with its reply links."""
+
+    def __init__(self, events: EventLog, hub: str, partition: str) -> None:
+        self._events = events
+        self._hub = hub
+        self._partition = partition
+        self._replies: dict[AmqpConnection, dict[str | None, ReplyLink]] = {}
+
+    def attach(self, conn: AmqpConnection, link: Link) -> RequestLink | ReplyLink:
+        link.source.copy(link.remote_source)
+        link.target.copy(link.remote_target)
+        link.open()
+        if link.is_receiver:
+            return RequestLink(conn, link, self)
+        address = link.remote_target.address if link.remote_target is not None else None
+        reply = ReplyLink(conn, link, lambda: self._forget(conn, address))
+        self._replies.setdefault(conn, {})[address] = reply
+        return reply
+
+    def _forget(self, conn: AmqpConnection, address: str | None) -> None:
+        links = self._replies.get(conn, {})
+        links.pop(address, None)
+        if not links:
+            self._replies.pop(conn, None)
+
+    def reply_link(self, conn: AmqpConnection, reply_to: str | None) -> ReplyLink | None:
+        links = self._replies.get(conn, {})
+        if reply_to in links:
+            return links[reply_to]
+        return next(iter(links.values())) if len(links) == 1 else None
+
+    async def answer(self, request: Message) -> tuple[int, str, Any]:
+        """(status code, description, body) for one request."""
+        properties: dict[str, Any] = dict(request.properties or {})
+        if properties.get("operation") != "READ":
+            return 400, f"unsupported operation: {properties.get('operation')!r:.40}", None
+        if properties.get("name") != self._hub:
+            return 404, f"no such event hub: {properties.get('name')!r:.80}", None
+        kind = properties.get("type")
+        bounds = await self._events.bounds()
+        created = timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0)
+        if kind == HUB_TYPE:
+            return 200, "OK", {
+                "name": self._hub,
+                "type": HUB_TYPE,
+                "created_at": created,
+                "partition_count": 1,
+                "partition_ids": [self._partition],
+            }  # fmt: skip
+        if kind != PARTITION_TYPE:
+            return 400, f"unsupported type: {kind!r:.60}", None
+        if properties.get("partition") != self._partition:
+            return 404, f"no such partition: {properties.get('partition')!r:.40}", None
+        last_id = bounds.last_id or 0
+        return 200, "OK", {
+            "name": self._hub,
+            "type": PARTITION_TYPE,
+            "partition": self._partition,
+            "begin_sequence_number": bounds.first_id or 0,
+            "last_enqueued_sequence_number": last_id,
+            "last_enqueued_offset": format_offset(last_id) if last_id else "-1",
+            "last_enqueued_time_utc": timestamp(ts_to_ms(bounds.last_ts) if bounds.last_ts else 0),
+            "is_partition_empty": bounds.events == 0,
+        }  # fmt: skip
+
+
+class RequestLink:
+    """Requests to ``$management``: each is accepted on arrival and answered when read."""
+
+    def __init__(self, conn: AmqpConnection, link: Link, node: ManagementNode) -> None:
+        self._conn = conn
+        self._link = link
+        self._node = node
+        self._answering: set[asyncio.Task[None]] = set()
+        link.flow(16)
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        link = self._link
+        if delivery.partial:
+            return
+        raw = link.recv(delivery.pending) or b""
+        link.advance()
+        request = Message()
+        try:
+            request.decode(raw)
+        except MessageException as exc:
+            delivery.local.condition = Condition("amqp:decode-error", str(exc))
+            delivery.update(Delivery.REJECTED)
+        else:
+            delivery.update(Delivery.ACCEPTED)
+            task = asyncio.ensure_future(self._answer(request))
+            self._answering.add(task)
+            task.add_done_callback(self._answering.discard)
+        delivery.settle()
+        link.flow(1)
+
+    async def _answer(self, request: Message) -> None:
+        status, description, body = await self._node.answer(request)
+        reply = Message(
+            correlation_id=request.id,
+            body=body,
+            address=request.reply_to,
+            properties={"status-code": status, "status-description": description},
+        )
+        target = self._node.reply_link(self._conn, request.reply_to)
+        if target is None:
+            log.info("$management: no link to reply to %r", request.reply_to)
+            return
+        target.send(reply.encode())
+
+    def on_flow(self) -> None:
+        pass
+
+    def on_writable(self) -> None:
+        pass
+
+    def on_closed(self) -> asyncio.Future[None] | None:
+        for task in self._answering:
+            task.cancel()
+        return None
+
+
+class ReplyLink:
+    """Replies from ``$management``, sent as the peer gives credit (settled on sending)."""
+
+    def __init__(self, conn: AmqpConnection, link: Link, forget: Any) -> None:
+        self._conn = conn
+        self._link = link
+        self._forget = forget
+        self._queue: deque[bytes] = deque()
+        self._sent = 0
+
+    def send(self, encoded: bytes) -> None:
+        if len(self._queue) >= MAX_QUEUED_REPLIES:
+            self._conn.detach(
+                self._link, "amqp:resource-limit-exceeded", "replies are not being taken"
+            )
+            return
+        self._queue.append(encoded)
+        self.on_flow()
+
+    def on_flow(self) -> None:
+        link = self._link
+        while link.credit > 0 and self._queue:
+            self._sent += 1
+            delivery = link.delivery(str(self._sent))
+            link.send(self._queue.popleft())
+            link.advance()
+            delivery.settle()
+        self._conn.wake()
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        delivery.settle()
+
+    def on_writable(self) -> None:
+        pass
+
+    def on_closed(self) -> asyncio.Future[None] | None:
+        self._forget()
+        return None

@@ -1,0 +1,125 @@
+"""Events to AMQP messages and back, without sockets: what a consumer decodes is the event."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from proton import Message, symbol, ulong
+
+from futoin_evt.eventlog import StoredEvent, ts_to_ms
+from futoin_evt.model import EventId
+from futoin_evt.server.amqp.codec import (
+    BadMessage,
+    EventEncoder,
+    Position,
+    format_offset,
+    message_to_event,
+)
+
+TS = "2026-11-23T08:00:05Z"
+
+
+def decoded(event_id: int, data_json: str, event_type: str = "ORDER") -> Message:
+    message = Message()
+    message.decode(EventEncoder().encode(StoredEvent(EventId(event_id), event_type, data_json, TS)))
+    return message
+
+
+@pytest.mark.parametrize("event_id", [1, 255, 65_536, 2**31, 2**40, 2**63 - 1])
+def test_annotations_of_every_delivery(event_id: int) -> None:
+    message = decoded(event_id, '{"a":1}')
+    assert message.subject == "ORDER"
+    assert message.body == {"a": 1}
+    assert message.instructions == {
+        symbol("event-streams-offset"): format_offset(event_id),
+        symbol("event-streams-timestamp"): ts_to_ms(TS),
+    }
+    assert message.annotations == {
+        symbol("x-opt-offset"): format_offset(event_id),
+        symbol("x-opt-sequence-number"): event_id,
+        symbol("x-opt-enqueued-time"): ts_to_ms(TS),
+    }
+
+
+@pytest.mark.parametrize(
+    "data",
+    [None, True, 0, -5, 2**63 - 1, 1.5, "", "ünïcode ✓", [], [1, [2, None]], {}, {"a": {"b": "c"}}],
+)
+def test_json_data_is_the_amqp_value_body(data: Any) -> None:
+    message = decoded(7, json.dumps(data))
+    assert not message.inferred
+    assert message.body == data
+
+
+def test_data_proton_cannot_hold_goes_as_json_text() -> None:
+    message = decoded(7, '{"big":123456789012345678901234567890}')
+    assert message.inferred
+    assert message.content_type == "application/json"
+    assert message.body == b'{"big":123456789012345678901234567890}'
+
+
+def test_opaque_bytes_go_back_as_they_came() -> None:
+    sent = Message(subject="BLOB", body=b"\x00\xff\x10", inferred=True)
+    event_type, data = message_to_event(sent)
+    message = decoded(7, json.dumps(data), event_type)
+    assert message.inferred
+    assert message.body == b"\x00\xff\x10"
+    assert message.subject == "BLOB"
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            Message(subject="T", body={"a": [1, 2.5, None, True]}),
+            ("T", {"a": [1, 2.5, None, True]}),
+        ),
+        (Message(subject="T", body=ulong(5)), ("T", 5)),
+        (Message(subject="T", body=symbol("s")), ("T", "s")),
+        (
+            Message(subject="T", body=b'{"x": 1}', inferred=True, content_type="application/json"),
+            ("T", {"x": 1}),
+        ),
+        (
+            Message(subject="T", body=b"[1]", inferred=True, content_type="application/json; v=1"),
+            ("T", [1]),
+        ),
+    ],
+)
+def test_messages_to_events(message: Message, expected: tuple[str, Any]) -> None:
+    assert message_to_event(message) == expected
+
+
+@pytest.mark.parametrize(
+    ("message", "condition"),
+    [
+        (Message(body=1), "amqp:invalid-field"),
+        (Message(subject="T", body=float("nan")), "amqp:invalid-field"),
+        (Message(subject="T", body={1: 2}), "amqp:invalid-field"),
+        (Message(subject="T", body=[b"bytes"]), "amqp:invalid-field"),
+        (Message(subject="T", body=[[1]], inferred=True), "amqp:invalid-field"),
+        (
+            Message(subject="T", body=b"{", inferred=True, content_type="application/json"),
+            "amqp:decode-error",
+        ),
+    ],
+)
+def test_messages_that_are_not_events(message: Message, condition: str) -> None:
+    with pytest.raises(BadMessage) as refused:
+        message_to_event(message)
+    assert refused.value.condition == condition
+
+
+def test_two_filters_on_one_link_both_apply() -> None:
+    def over(n: int) -> Any:
+        return lambda event: event.id > n
+
+    both = Position(5, 1000, over(7)).both(Position(6, None, over(3)))
+    assert (both.after_id, both.after_ms) == (6, 1000)
+    assert both.matches is not None
+    assert [i for i in range(10) if both.matches(StoredEvent(EventId(i), "T", "1", TS))] == [
+        8,
+        9,
+    ]
