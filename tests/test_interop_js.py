@@ -134,9 +134,7 @@ async def test_wrong_password_and_anonymous(js_peer: Path, server: EventServer) 
 def test_our_iface_definitions_match_the_published_ones(js_peer: Path) -> None:
     published = js_peer / "node_modules" / "@futoin" / "specs" / "final" / "meta"
     # futoinevt.* and futoin.evt.dcb are this server's own; the rest must be FutoIn's as published
-    ours = sorted(
-        p for p in (ROOT / "ifaces").glob("futoin.*-iface.json") if ".dcb-" not in p.name
-    )
+    ours = sorted(p for p in (ROOT / "ifaces").glob("futoin.*-iface.json") if ".dcb-" not in p.name)
     assert len(ours) == 11
     for path in ours:
         assert json.loads(path.read_text()) == json.loads((published / path.name).read_text()), (
