@@ -50,7 +50,8 @@ class LoadClient:
         msg = json.loads(frame)
         if msg["rid"][0] == "S":
             result = self.on_push(msg) if self.on_push is not None else None
-            self._io.send(json.dumps({"r": result, "rid": msg["rid"]}).encode())
+            if self._io.is_open:  # a push in the same read as the server's close gets no answer
+                self._io.send(json.dumps({"r": result, "rid": msg["rid"]}).encode())
             return
         future = self._pending.pop(msg["rid"], None)
         if future is None:
