@@ -1,9 +1,11 @@
-"""Building an :class:`~.base.EventPage` the same way in every backend."""
+"""Building an :class:`~.base.EventPage` the same way in every backend: the one-statement
+read (:func:`page_sql`, with a :class:`ReadDialect` per backend) and the page from its rows."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from ..model import event_json
@@ -76,3 +78,61 @@ def page_from_rows(
     return EventPage(
         "[" + ",".join(parts) + "]", len(parts), last_id, head_id, start, truncated, parts
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ReadDialect:
+    """How one backend spells the parts of :func:`page_sql`."""
+
+    #: The parameter placeholder.
+    mark: str
+    #: The start marker row; ``{start}`` is the start position's SQL.
+    start_row: str
+    #: The event rows: id, type, data, ts, UTF-8 size of data; conditions follow with AND.
+    events: str
+    #: Wraps ``{inner}`` into the page: ordered by id, ``LIMIT`` a parameter.
+    page: str
+    #: The head marker row (the newest id), added when a filter may leave events out.
+    head_row: str
+    #: The condition that keeps FTN18 event types only.
+    ftn18_type: str
+    #: True: a type list is one array parameter (``= ANY(...)``); False: ``IN (...)``.
+    types_as_array: bool
+
+
+def page_sql(
+    dialect: ReadDialect,
+    start_sql: str,
+    start_params: Sequence[Any],
+    range_sql: str,
+    range_params: Sequence[Any],
+    types: Sequence[str] | None,
+    limit: int,
+    ftn18_only: bool,
+) -> tuple[str, list[Any]]:
+    """One statement, so one snapshot: a start marker row (the start position, NULL when there
+    is no such consumer), the page of events after it (or in ``range_sql`` when given), and,
+    with a filter, a head marker row; read the rows with :func:`page_from_rows`."""
+    sql = dialect.start_row.format(start=start_sql)
+    params: list[Any] = list(start_params)
+    inner = dialect.events
+    if range_sql:
+        inner += range_sql
+        params.extend(range_params)
+    else:
+        inner += f" AND id > {start_sql}"
+        params.extend(start_params)
+    if types is not None:
+        if dialect.types_as_array:
+            inner += f" AND type = ANY({dialect.mark})"
+            params.append(list(types))
+        else:
+            inner += f" AND type IN ({','.join([dialect.mark] * len(types))})"
+            params.extend(types)
+    if ftn18_only:
+        inner += f" AND {dialect.ftn18_type}"
+    sql += " UNION ALL " + dialect.page.format(inner=inner)
+    params.append(limit)
+    if types is not None or ftn18_only:
+        sql += " UNION ALL " + dialect.head_row
+    return sql, params

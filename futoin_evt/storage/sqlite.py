@@ -57,7 +57,7 @@ from .dcb_sql import (
     stored_retry,
 )
 from .head import HeadWatch
-from .pages import page_from_recent, page_from_rows
+from .pages import ReadDialect, page_from_recent, page_from_rows, page_sql
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
 from .thread import WorkerThread
@@ -70,6 +70,15 @@ MAX_WRITES_PER_COMMIT: Final = 4096
 _ROWS_PER_INSERT: Final = 500
 
 
+_DIALECT: Final = ReadDialect(
+    mark="?",
+    start_row="SELECT -1, NULL, NULL, NULL, {start}",
+    events="SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events WHERE 1",
+    page="SELECT * FROM ({inner} ORDER BY id LIMIT ?)",
+    head_row="SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)",
+    ftn18_type=SQLITE_FTN18_TYPE,
+    types_as_array=False,
+)
 #: The newest id ever given to an event (AUTOINCREMENT keeps it after a discard).
 _LAST_GIVEN_ID: Final = "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
 
@@ -304,29 +313,9 @@ class SqliteStore:
         ftn18_only: bool = False,
         data_as_text: bool = False,
     ) -> EventPage | None:
-        # One statement reads one snapshot. Marker rows (type NULL) carry the start position
-        # (NULL: no such consumer) and, with a type filter, the newest id to skip ahead to.
-        # Events are read after the start position, or in ``range_sql`` when it is given.
-        sql = f"SELECT -1, NULL, NULL, NULL, {start_sql}"
-        params: list[Any] = list(start_params)
-        inner = "SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events WHERE 1"
-        if range_sql:
-            inner += range_sql
-            params.extend(range_params)
-        else:
-            inner += f" AND id > {start_sql}"
-            params.extend(start_params)
-        if types is not None:
-            inner += f" AND type IN ({','.join('?' * len(types))})"
-            params.extend(types)
-        if ftn18_only:
-            inner += f" AND {SQLITE_FTN18_TYPE}"
-        sql += f" UNION ALL SELECT * FROM ({inner} ORDER BY id LIMIT ?)"
-        params.append(limit)
-        if types is not None or ftn18_only:
-            sql += (
-                " UNION ALL SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)"
-            )
+        sql, params = page_sql(
+            _DIALECT, start_sql, start_params, range_sql, range_params, types, limit, ftn18_only
+        )
         rows = await self._reader.execute_fetchall(sql, params)
         return page_from_rows(rows, max_bytes, data_as_text)
 

@@ -62,7 +62,7 @@ from ..dcb_sql import (
     stored_retry,
 )
 from ..head import HeadWatch
-from ..pages import page_from_recent, page_from_rows
+from ..pages import ReadDialect, page_from_recent, page_from_rows, page_sql
 from ..recent import RecentEvent, RecentEvents
 from .schema import (
     CHANNEL,
@@ -86,6 +86,15 @@ POOL_MAX: Final = 8
 #: Seconds between attempts to restore a lost LISTEN connection.
 RELISTEN_SECONDS: Final = 1.0
 
+_DIALECT: Final = ReadDialect(
+    mark="%s",
+    start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, {start}::bigint",
+    events="SELECT id, type, data, ts, octet_length(data)::bigint FROM events WHERE true",
+    page="(SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)",
+    head_row="SELECT 0, NULL, NULL, NULL, (SELECT MAX(id) FROM events)",
+    ftn18_type=PG_FTN18_TYPE,
+    types_as_array=True,
+)
 _LAST_GIVEN_ID: Final = (
     "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM events),"
     " (SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = 'last_deleted_id'))"
@@ -391,26 +400,9 @@ class PostgresStore:
         ftn18_only: bool = False,
         data_as_text: bool = False,
     ) -> EventPage | None:
-        # One statement reads one snapshot. Marker rows (type NULL) carry the start position
-        # (NULL: no such consumer) and, with a type filter, the newest id to skip ahead to.
-        sql = f"SELECT -1::bigint, NULL::text, NULL::text, NULL::text, {start_sql}::bigint"
-        params: list[Any] = list(start_params)
-        inner = "SELECT id, type, data, ts, octet_length(data)::bigint FROM events WHERE true"
-        if range_sql:
-            inner += range_sql
-            params.extend(range_params)
-        else:
-            inner += f" AND id > {start_sql}"
-            params.extend(start_params)
-        if types is not None:
-            inner += " AND type = ANY(%s)"
-            params.append(list(types))
-        if ftn18_only:
-            inner += f" AND {PG_FTN18_TYPE}"
-        sql += f" UNION ALL (SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)"
-        params.append(limit)
-        if types is not None or ftn18_only:
-            sql += " UNION ALL SELECT 0, NULL, NULL, NULL, (SELECT MAX(id) FROM events)"
+        sql, params = page_sql(
+            _DIALECT, start_sql, start_params, range_sql, range_params, types, limit, ftn18_only
+        )
         rows = await self._fetch(sql, params)
         return page_from_rows(rows, max_bytes, data_as_text)
 
