@@ -11,6 +11,7 @@ from proton import Message, symbol, ulong
 from futoin_evt.eventlog import StoredEvent, ts_to_ms
 from futoin_evt.model import EventId
 from futoin_evt.server.amqp.codec import (
+    DEFAULT_EVENT_TYPE,
     BadMessage,
     EventEncoder,
     Position,
@@ -77,6 +78,7 @@ def test_opaque_bytes_go_back_as_they_came() -> None:
             ("T", {"a": [1, 2.5, None, True]}),
         ),
         (Message(subject="T", body=ulong(5)), ("T", 5)),
+        (Message(body={"n": 1}), (DEFAULT_EVENT_TYPE, {"n": 1})),  # Event Hubs clients
         (Message(subject="T", body=symbol("s")), ("T", "s")),
         (
             Message(subject="T", body=b'{"x": 1}', inferred=True, content_type="application/json"),
@@ -95,7 +97,7 @@ def test_messages_to_events(message: Message, expected: tuple[str, Any]) -> None
 @pytest.mark.parametrize(
     ("message", "condition"),
     [
-        (Message(body=1), "amqp:invalid-field"),
+        (Message(subject="", body=1), "amqp:invalid-field"),
         (Message(subject="T", body=float("nan")), "amqp:invalid-field"),
         (Message(subject="T", body={1: 2}), "amqp:invalid-field"),
         (Message(subject="T", body=[b"bytes"]), "amqp:invalid-field"),

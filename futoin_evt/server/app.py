@@ -20,6 +20,7 @@ from ..ftn3.ifaces import IfaceRegistry
 from ..ops import OpsService
 from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
+from ..sas import SasVerifier
 from ..services import GenService, PollService, ping
 from ..storage import open_store
 from ..storage.base import Durability, Store
@@ -130,9 +131,9 @@ async def _start_amqp(
     from .amqp.listener import AmqpListener
     from .amqp.node import EventLogNode
 
-    listener = AmqpListener(
-        EventLogNode(EventLog(store), config.limits.node), authenticator, config
-    )
+    sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
+    node = EventLogNode(EventLog(store), config.limits.node, sas)
+    listener = AmqpListener(node, authenticator, config)
     try:
         await listener.start()
     except OSError as exc:  # say which of the listeners could not start

@@ -17,7 +17,16 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from proton import Data, DataException, Described, Message, symbol, timestamp, ulong
+from proton import (
+    Data,
+    DataException,
+    Described,
+    Message,
+    MessageException,
+    symbol,
+    timestamp,
+    ulong,
+)
 
 from ...eventlog import StoredEvent
 
@@ -27,6 +36,9 @@ EARLIEST: Final = "@earliest"
 LATEST: Final = "@latest"
 BINARY_KEY: Final = "$binary"
 JSON_CONTENT_TYPE: Final = "application/json"
+#: The type of an event from a message without a subject (Event Hubs clients send none).
+DEFAULT_EVENT_TYPE: Final = "EVENT"
+_DATA_SECTION: Final = ulong(0x75)
 
 OFFSET_ANNOTATION: Final = symbol("event-streams-offset")
 TIMESTAMP_ANNOTATION: Final = symbol("event-streams-timestamp")
@@ -74,9 +86,9 @@ def parse_offset(text: str, *, head: int) -> int:
 
 def message_to_event(message: Message) -> tuple[str, Any]:
     """(type, data) of a received message; raises :class:`BadMessage`."""
-    event_type = message.subject
+    event_type = DEFAULT_EVENT_TYPE if message.subject is None else message.subject
     if not isinstance(event_type, str) or not event_type:
-        raise BadMessage("amqp:invalid-field", "the message subject (the event type) is missing")
+        raise BadMessage("amqp:invalid-field", "the message subject (the event type) is empty")
     body = message.body
     if message.inferred and isinstance(body, bytes | memoryview):
         raw = bytes(body)
@@ -91,6 +103,36 @@ def message_to_event(message: Message) -> tuple[str, Any]:
     if message.inferred:
         raise BadMessage("amqp:invalid-field", "amqp-sequence bodies are not supported")
     return event_type, to_json(body)
+
+
+def batch_messages(raw: bytes) -> list[Message]:
+    """The messages of an Event Hubs batch: each ``data`` section of its body is one encoded
+    message. Raises :class:`BadMessage`."""
+    messages: list[Message] = []
+    view = memoryview(raw)
+    while view:
+        section = Data()
+        try:
+            used = section.decode(bytes(view))
+            section.rewind()
+            section.next()
+            value = section.get_object()
+        except DataException as exc:
+            raise BadMessage("amqp:decode-error", f"undecodable batch section: {exc}") from None
+        view = view[used:]
+        if not isinstance(value, Described) or value.descriptor != _DATA_SECTION:
+            continue  # the batch's own header, properties and annotations
+        if not isinstance(value.value, bytes | memoryview):
+            raise BadMessage("amqp:decode-error", "a data section that holds no binary")
+        message = Message()
+        try:
+            message.decode(bytes(value.value))
+        except (MessageException, TypeError) as exc:
+            raise BadMessage("amqp:decode-error", f"undecodable batched message: {exc}") from None
+        messages.append(message)
+    if not messages:
+        raise BadMessage("amqp:decode-error", "a batch message with no messages in it")
+    return messages
 
 
 def to_json(value: Any, depth: int = 0) -> Any:
