@@ -31,7 +31,7 @@ from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.dcb_http import DCB_PATH
 from .server.http import DEFAULT_FEED_PATH, FeedConfig
 from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
-from .storage import open_store
+from .storage import is_postgres_url, open_store
 from .storage.base import Durability, Store, StoreError
 
 DEFAULT_PORT: Final = 8480
@@ -42,6 +42,7 @@ ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
 ENV_DB: Final = "FUTOIN_EVT_DB"
 ENV_SAS_SECRET: Final = "FUTOIN_EVT_SAS_SECRET"
 DEFAULT_SAS_SECRET: Final = "futoin-evt.sas-secret"
+SAS_SECRET_SUFFIX: Final = ".sas-secret"
 
 log = logging.getLogger("futoin_evt")
 
@@ -280,10 +281,12 @@ def _add_sas_secret(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -
     parser.add_argument(
         "--sas-secret",
         type=Path,
-        default=Path(os.environ.get(ENV_SAS_SECRET, DEFAULT_SAS_SECRET)),
+        default=os.environ.get(ENV_SAS_SECRET),
         metavar="FILE",
         help="the secret that users' shared access keys derive from; created when missing. "
-        f"Every server of one database uses the same file (${ENV_SAS_SECRET})",
+        "Every server of one database uses the same file (default: the SQLite file's name "
+        f"with {SAS_SECRET_SUFFIX!r} added, or {DEFAULT_SAS_SECRET} with PostgreSQL; "
+        f"${ENV_SAS_SECRET})",
     )
 
 
@@ -386,11 +389,13 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
             "--amqp needs python-qpid-proton: pip install 'futoin-evt[amqp]'"
         ) from None
     limits = AmqpLimits(max_connections=args.max_connections, idle_timeout=args.amqp_idle_timeout)
-    secret = _sas_secret(args.sas_secret)
+    secret = _sas_secret(args.sas_secret, args.db)
     return AmqpConfig(host=host, port=int(port), tls=tls, limits=limits, sas_secret=secret)
 
 
-def _sas_secret(path: Path) -> bytes:
+def _sas_secret(path: Path | None, db: str) -> bytes:
+    if path is None:
+        path = Path(DEFAULT_SAS_SECRET if is_postgres_url(db) else db + SAS_SECRET_SUFFIX)
     try:
         return load_secret(path, create=True)
     except SecretFileError as exc:
@@ -456,7 +461,7 @@ async def _user_list(args: argparse.Namespace) -> int:
 
 
 async def _user_sas_key(args: argparse.Namespace) -> int:
-    secret = _sas_secret(args.sas_secret)
+    secret = _sas_secret(args.sas_secret, args.db)
     async with _open_store(args.db) as store:
         user = await store.get_user(args.name)
     if user is None:

@@ -79,6 +79,10 @@ def test_sas_keys(tmp_path: Path) -> None:
     assert first.returncode == 0
     assert run("user", "sas-key", "gus", "--db", db, "--sas-secret", secret).stdout == first.stdout
     assert len(first.stdout.strip()) == 44  # base64 of 32 bytes
+    beside = run("user", "sas-key", "gus", "--db", db)  # the default secret: beside the file
+    assert beside.returncode == 0
+    assert Path(db + ".sas-secret").exists()
+    assert beside.stdout != first.stdout
     assert (
         run("user", "passwd", "gus", "--password-stdin", "--db", db, stdin="pw2\n").returncode == 0
     )
