@@ -14,6 +14,7 @@ import struct
 from typing import Final
 
 _FRAME_HEADER: Final = struct.Struct(">IBBH")
+_FRAME_SIZE: Final = struct.Struct(">IBB")
 _AMQP_FRAME: Final = 0
 _PROTOCOL_HEADER_PREFIX: Final = b"AMQP"
 _PROTOCOL_HEADER_BYTES: Final = 8
@@ -44,33 +45,47 @@ class FramePadder:
         self._header_seen = False
 
     def feed(self, data: bytes | bytearray) -> bytes:
-        data = self._carry + bytes(data) if self._carry else bytes(data)
+        data = self._carry + data if self._carry else data
         self._carry = b""
-        out: list[bytes] = []
+        size_of, length = _FRAME_SIZE.unpack_from, len(data)
         position = 0
         if not self._header_seen:
-            if len(data) < _PROTOCOL_HEADER_BYTES:
-                self._carry = data
+            if length < _PROTOCOL_HEADER_BYTES:
+                self._carry = bytes(data)
                 return b""
             self._header_seen = True
-            if data.startswith(_PROTOCOL_HEADER_PREFIX):
+            if data[:4] == _PROTOCOL_HEADER_PREFIX:
                 position = _PROTOCOL_HEADER_BYTES
+        out: list[bytes | bytearray] = []
         start = 0
-        while position + _FRAME_HEADER.size <= len(data):
-            size, doff, kind, _channel = _FRAME_HEADER.unpack_from(data, position)
-            if size < _FRAME_HEADER.size or position + size > len(data):
+        while position + _FRAME_HEADER.size <= length:
+            size, doff, kind = size_of(data, position)
+            end = position + size
+            if size < _FRAME_HEADER.size or end > length:
                 break
             body = position + doff * 4
-            if kind == _AMQP_FRAME and data[body : body + 2] == b"\x00\x53":
-                fields = FULL_FIELDS.get(data[body + 2]) if body + 2 < len(data) else None
-                if fields is not None:
+            if kind == _AMQP_FRAME and data[body + 1] == 0x53 and data[body] == 0:
+                fields = FULL_FIELDS.get(data[body + 2], 0)
+                if fields and _is_short(data, body + 3, fields):
                     out.append(data[start:position])
-                    out.append(_padded(data[position : position + size], doff * 4, fields))
-                    start = position + size
-            position += size
+                    out.append(_padded(bytes(data[position:end]), doff * 4, fields))
+                    start = end
+            position = end
+        self._carry = bytes(data[position:])
+        if not out:
+            return bytes(data[:position])
         out.append(data[start:position])
-        self._carry = data[position:]
         return b"".join(out)
+
+
+def _is_short(data: bytes | bytearray, list_at: int, fields: int) -> bool:
+    """Whether the list at ``list_at`` has fewer than ``fields`` items."""
+    code = data[list_at]
+    if code == _LIST8:
+        return data[list_at + 2] < fields
+    if code == _LIST32:
+        return int.from_bytes(data[list_at + 5 : list_at + 9], "big") < fields
+    return code == _LIST0
 
 
 def _padded(frame: bytes, body_offset: int, fields: int) -> bytes:
@@ -108,6 +123,7 @@ _TRANSFER: Final = 0x14
 _PREFIX_BYTES: Final = 256
 #: Batch deliveries remembered at once (a peer that never completes them cannot grow it).
 _MAX_BATCHES: Final = 4096
+_BATCH_FORMAT_BYTES: Final = b"\x70" + BATCH_FORMAT.to_bytes(4, "big")
 
 
 class BatchSniffer:
@@ -116,48 +132,61 @@ class BatchSniffer:
     proton does not tell a delivery's message format, so the incoming bytes are read on their
     way to it: an ``attach`` gives each (channel, handle) its link name, and a ``transfer``
     with the batch format marks (link name, delivery tag). Only the first bytes of a frame are
-    read; what cannot be parsed is left to proton, which refuses it.
+    read, where they lie in the chunk; what cannot be parsed is left to proton, which refuses
+    it.
     """
 
     def __init__(self) -> None:
+        #: The start of a frame (or of the protocol header) that the next chunk completes.
         self._head = b""
+        #: Bytes of the current frame still to come that need no reading.
         self._skip = 0
         self._header_seen = False
+        self._lost = False
         self._links: dict[tuple[int, int], str] = {}
         self._batches: set[tuple[str, str]] = set()
-        self._lost = False
 
     def feed(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view and not self._lost:
-            if self._skip:
-                skipped = min(self._skip, len(view))
-                view, self._skip = view[skipped:], self._skip - skipped
-                continue
-            view = self._take(view, _PROTOCOL_HEADER_BYTES)
-            if len(self._head) < _PROTOCOL_HEADER_BYTES:
-                return
-            if not self._header_seen:
-                self._header_seen, self._head = True, b""
-                continue
-            size, doff, kind, channel = _FRAME_HEADER.unpack_from(self._head)
+        if self._lost:
+            return
+        if self._skip or self._head or not self._header_seen:
+            data = self._align(data)
+        size_of, length = _FRAME_SIZE.unpack_from, len(data)
+        position = 0
+        while position + _FRAME_HEADER.size <= length:
+            size, doff, kind = size_of(data, position)
             if size < _FRAME_HEADER.size or doff < 2:
                 self._lost = True  # not AMQP framing: proton refuses it and closes
                 return
-            wanted = min(size, _PREFIX_BYTES)
-            view = self._take(view, wanted)
-            if len(self._head) < wanted:
-                return
+            prefix_end = position + min(size, _PREFIX_BYTES)
+            if prefix_end > length:
+                break
             if kind == _AMQP_FRAME:
-                self._read(channel, self._head[doff * 4 :])
-            self._skip, self._head = size - wanted, b""
+                channel = int.from_bytes(data[position + 6 : position + 8], "big")
+                self._read(channel, data[position + doff * 4 : prefix_end])
+            position += size
+        if position > length:
+            self._skip = position - length
+        elif position < length:
+            self._head = data[position:]
 
-    def _take(self, view: memoryview, wanted: int) -> memoryview:
-        """Move bytes from ``view`` into the head until it holds ``wanted``; the rest."""
-        taken = max(wanted - len(self._head), 0)
-        if taken:
-            self._head += bytes(view[:taken])
-        return view[taken:]
+    def _align(self, data: bytes) -> bytes:
+        """Finish what earlier chunks began (skipped bytes, the protocol header, the first
+        bytes of a frame); what is returned starts at a frame."""
+        if self._skip:
+            skipped = min(self._skip, len(data))
+            self._skip -= skipped
+            data = data[skipped:]
+        if not self._header_seen:
+            data, self._head = self._head + data, b""
+            if len(data) < _PROTOCOL_HEADER_BYTES:
+                self._head = data
+                return b""
+            self._header_seen = True
+            return data[_PROTOCOL_HEADER_BYTES:]
+        if self._head:
+            data, self._head = self._head + data, b""
+        return data
 
     def is_batch(self, link_name: str, tag: str) -> bool:
         """Whether that delivery was sent as a batch (asked once per delivery; ``tag`` as
@@ -169,10 +198,16 @@ class BatchSniffer:
         return False
 
     def _read(self, channel: int, body: bytes) -> None:
-        if body[:2] != b"\x00\x53" or len(body) < 3 or body[2] not in (_ATTACH, _TRANSFER):
+        if len(body) < 3 or body[1] != 0x53 or body[0] != 0:
             return
-        fields = _leading_fields(body[3:], 4 if body[2] == _TRANSFER else 2)
-        if body[2] == _ATTACH:
+        kind = body[2]
+        if kind == _TRANSFER:
+            if _BATCH_FORMAT_BYTES not in body:
+                return
+        elif kind != _ATTACH:
+            return
+        fields = _leading_fields(body[3:], 4 if kind == _TRANSFER else 2)
+        if kind == _ATTACH:
             if len(fields) == 2 and isinstance(fields[0], str) and isinstance(fields[1], int):
                 self._links[(channel, fields[1])] = fields[0]
             return
