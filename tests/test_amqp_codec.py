@@ -6,7 +6,9 @@ import json
 from typing import Any
 
 import pytest
-from proton import Message, symbol, ulong
+from hypothesis import given
+from hypothesis import strategies as st
+from proton import Data, Described, Message, symbol, ulong
 
 from futoin_evt.eventlog import StoredEvent, ts_to_ms
 from futoin_evt.model import EventId
@@ -52,6 +54,32 @@ def test_json_data_is_the_amqp_value_body(data: Any) -> None:
     message = decoded(7, json.dumps(data))
     assert not message.inferred
     assert message.body == data
+
+
+JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner) | st.dictionaries(st.text(), inner),
+    max_leaves=30,
+)
+
+
+@given(JSON_VALUES)
+def test_bodies_are_encoded_as_proton_encodes_them(data: Any) -> None:
+    """The body encoder of our own gives what proton's encoder gives, type for type."""
+    ours = decoded(7, json.dumps(data))
+    reference = Data()
+    reference.put_object(Described(ulong(0x77), data))
+    expected = Data()
+    expected.decode(reference.encode())
+    expected.rewind()
+    expected.next()
+    value = expected.get_object()
+    assert isinstance(value, Described)
+    assert repr(ours.body) == repr(value.value)
 
 
 def test_data_proton_cannot_hold_goes_as_json_text() -> None:
