@@ -40,6 +40,7 @@ from .config import DEFAULT_NODE_LIMITS, NodeLimits
 from .connection import UNAUTHORIZED, LinkHandler, LinkRefused
 from .filters import compile_filter
 from .management import MANAGEMENT, ManagementNode
+from .quickdecode import quick_event
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
@@ -335,16 +336,18 @@ class ProducerLink:
     def _append(self, raw: bytes, batch: bool) -> asyncio.Future[Any]:
         """Every event of the message (of each message of a batch) queued for the store, or
         none when one of them cannot be an event."""
-        if batch:
-            messages = batch_messages(raw)
+        quick = None if batch else quick_event(raw)
+        if quick is not None:
+            events = [quick]
+        elif batch:
+            events = [message_to_event(message) for message in batch_messages(raw)]
         else:
             message = Message()
             try:
                 message.decode(raw)
             except MessageException as exc:
                 raise BadMessage(DECODE_ERROR, f"undecodable message: {exc}") from None
-            messages = [message]
-        events = [message_to_event(message) for message in messages]
+            events = [message_to_event(message)]
         try:
             encoded = [(t, encode_event_data(t, data)) for t, data in events]
         except EventRejected as exc:
