@@ -31,7 +31,11 @@ def performatives(stream: bytes) -> list[Any]:
         data.decode(stream[position + doff * 4 : position + size])
         data.rewind()
         data.next()
-        found.append(data.get_object())
+        performative = data.get_object()
+        assert isinstance(performative, Described)
+        # Binary fields come as views into the decoder's memory: copy them while it lives.
+        fields = [bytes(v) if isinstance(v, memoryview) else v for v in performative.value]
+        found.append(Described(performative.descriptor, fields))
         position += size
     return found
 
