@@ -33,6 +33,7 @@ def performatives(stream: bytes) -> list[Any]:
         data.next()
         performative = data.get_object()
         assert isinstance(performative, Described)
+        assert isinstance(performative.value, list)
         # Binary fields come as views into the decoder's memory: copy them while it lives.
         fields = [bytes(v) if isinstance(v, memoryview) else v for v in performative.value]
         found.append(Described(performative.descriptor, fields))
