@@ -138,6 +138,19 @@ async def test_read_pages_respect_limit_bytes_and_types(store: Store) -> None:
     assert rows[0][2] == json.dumps("x" * 100)
 
 
+async def test_read_rows_of_given_types_in_id_order(store: Store) -> None:
+    for i in range(1, 31):
+        await store.append("A" if i % 10 == 0 else "B" if i % 3 == 0 else "C", json.dumps(i))
+    rows = await store.read_rows(0, limit=100, types=["A"])
+    assert [(row[0], row[1], row[2]) for row in rows] == [(10, "A", "10"), (20, "A", "20"),
+                                                          (30, "A", "30")]  # fmt: skip
+    both = await store.read_rows(5, limit=4, types=["B", "A"])
+    assert [row[:2] for row in both] == [(6, "B"), (9, "B"), (10, "A"), (12, "B")]
+    assert await store.read_rows(30, limit=10, types=["A"]) == []
+    assert await store.read_rows(0, limit=10, types=[]) == []
+    assert await store.read_rows(0, limit=10, types=["NONE"]) == []
+
+
 async def test_byte_limit_counts_utf8(store: Store) -> None:
     for _ in range(4):
         await store.append("T", json.dumps("é" * 100, ensure_ascii=False))
