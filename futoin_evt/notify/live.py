@@ -190,7 +190,8 @@ class Subscription:
     #: Management events dropped because the subscriber did not take them in time.
     dropped: int = 0
     _pending: deque[Notification] = field(default_factory=deque)
-    _wake: asyncio.Event = field(default_factory=asyncio.Event)
+    #: Set when there may be more to read (doors also set it when they can send again).
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
     _stops: list[Callable[[], None]] = field(default_factory=list)
     _log_types: frozenset[str] | None = None
     _reads_log: bool = True
@@ -202,7 +203,7 @@ class Subscription:
             self._reads_log = bool(self._log_types)
         if self._reads_log:
             self._stops.append(self.live.register(self._log_types))
-            self._stops.append(self.live.events.listen(self._wake.set))
+            self._stops.append(self.live.events.listen(self.wake.set))
         wants_management = pinned is None or any(is_management_type(t) for t in pinned)
         if self.bus is not None and self.management is not None and wants_management:
             self._stops.append(self.bus.listen(self._on_management))
@@ -223,7 +224,7 @@ class Subscription:
         if len(self._pending) > MAX_PENDING_MANAGEMENT:
             self._pending.popleft()
             self.dropped += 1
-        self._wake.set()
+        self.wake.set()
 
     def has_more(self) -> bool:
         return bool(self._pending) or (self._reads_log and self.live.events.head > self.after_id)
@@ -231,14 +232,20 @@ class Subscription:
     async def next(self, limit: int = READ_BATCH) -> list[Notification]:
         """The next matching notifications (at most ``limit``); waits until there is one."""
         while True:
-            self._wake.clear()
-            batch = self.take_pending(limit)
-            if self._reads_log and len(batch) < limit and self.live.events.head > self.after_id:
-                batch.extend(await self.read_log(limit - len(batch)))
+            self.wake.clear()
+            batch = await self.poll(limit)
             if batch:
                 return batch
             if not self.has_more():
-                await self._wake.wait()
+                await self.wake.wait()
+
+    async def poll(self, limit: int = READ_BATCH) -> list[Notification]:
+        """Matching notifications there are now, at most ``limit`` (maybe none): the pending
+        management events, then log events from one read."""
+        batch = self.take_pending(limit)
+        if self._reads_log and len(batch) < limit and self.live.events.head > self.after_id:
+            batch.extend(await self.read_log(limit - len(batch)))
+        return batch
 
     def take_pending(self, limit: int) -> list[Notification]:
         pending = self._pending

@@ -17,6 +17,8 @@ from ..dcb.service import DcbService
 from ..eventlog import EventLog
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
+from ..notify.live import LiveEvents
+from ..notify.management import ManagementBus
 from ..ops import OpsService
 from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
@@ -124,15 +126,15 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
 
 
 async def _start_amqp(
-    store: Store, authenticator: Authenticator, config: AmqpConfig
+    live: LiveEvents, bus: ManagementBus, authenticator: Authenticator, config: AmqpConfig
 ) -> AmqpListener:
     """The AMQP listener (imported here: proton is an optional dependency)."""
     from .amqp.listener import AmqpListener
     from .amqp.node import EventLogNode
+    from .amqp.notify import NotificationNode
 
-    listener = AmqpListener(
-        EventLogNode(EventLog(store), config.limits.node), authenticator, config
-    )
+    node = EventLogNode(live.events, config.limits.node, NotificationNode(live, bus))
+    listener = AmqpListener(node, authenticator, config)
     try:
         await listener.start()
     except OSError as exc:  # say which of the listeners could not start
@@ -165,6 +167,8 @@ class EventServer:
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
         store = await open_store(config.db, durability=config.durability)
+        notices = ManagementBus()
+        live = LiveEvents(EventLog(store))
         try:
             push = PushService(store, config.push)
             discarder = Discarder(store, push, config.retention)
@@ -193,7 +197,7 @@ class EventServer:
             amqp = None
             if config.amqp is not None:
                 try:
-                    amqp = await _start_amqp(store, authenticator, config.amqp)
+                    amqp = await _start_amqp(live, notices, authenticator, config.amqp)
                 except BaseException:
                     await transport.close()
                     raise

@@ -40,6 +40,7 @@ from .management import MANAGEMENT, ManagementNode
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
+    from .notify import NotificationNode
 
 log = logging.getLogger(__name__)
 
@@ -82,11 +83,19 @@ class _Owner:
 class EventLogNode:
     """Routes attaches to the handlers of the one event log."""
 
-    def __init__(self, events: EventLog, limits: NodeLimits = DEFAULT_NODE_LIMITS) -> None:
+    def __init__(
+        self,
+        events: EventLog,
+        limits: NodeLimits = DEFAULT_NODE_LIMITS,
+        notifications: NotificationNode | None = None,
+    ) -> None:
         self.events = events
         self.limits = limits
         self._groups: dict[tuple[UserId, str], _Owner] = {}
-        self._management = ManagementNode(events, NODE, PARTITION)
+        #: ``$events`` (event notification), when served.
+        self._notifications = notifications
+        catalog = notifications.live.catalog if notifications is not None else None
+        self._management = ManagementNode(events, NODE, PARTITION, catalog)
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
@@ -96,6 +105,9 @@ class EventLogNode:
             raise LinkRefused(UNAUTHORIZED, "log in with SASL PLAIN as a user of this server")
         if address == MANAGEMENT:
             return self._management.attach(conn, link)
+        notifications = self._notifications
+        if notifications is not None and address == notifications.address:
+            return notifications.attach(conn, link)
         if address == INFO:
             if link.is_receiver:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
