@@ -17,13 +17,16 @@ import bisect
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from ..eventlog import EventLog
 from .catalog import EventCatalog
 from .management import ManagementBus, is_management_type
 from .message import Notification
 from .selector import Selector
+
+if TYPE_CHECKING:
+    from ..auth import Principal
 
 #: Parsed events kept for subscribers at the head.
 RING_EVENTS: Final = 8192
@@ -259,3 +262,11 @@ class Subscription:
             return notifications
         matches = self.selector.matches
         return [n for n in notifications if matches(n)]
+
+
+def management_visible_to(principal: Principal) -> Callable[[Notification], bool]:
+    """Which management events a user may see: an admin all, others those about themselves."""
+    if principal.is_admin:
+        return lambda _n: True
+    name = principal.name
+    return lambda n: type(n.data) is dict and n.data.get("user") == name

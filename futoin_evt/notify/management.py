@@ -41,7 +41,7 @@ DECLARED: Final[dict[str, tuple[str, ...]]] = {
     PUSH_RETRY: ("user", "component", "seq", "attempts", "delaySeconds", "reason"),
     CONNECTION_OPENED: ("transport", "peer", "user"),
     CONNECTION_CLOSED: ("transport", "peer", "user", "reason"),
-    AUTH_FAILED: ("transport", "peer", "user", "reason"),
+    AUTH_FAILED: ("peer", "user", "reason"),
 }
 
 

@@ -169,3 +169,21 @@ def _has_null(notification: Notification, name: str) -> bool:
         if type(data) is not dict:
             return False
     return last in data and data[last] is None
+
+
+def real_message(
+    notification: Notification, transformation: Transformation | None
+) -> dict[str, Any]:
+    """The real message a subscriber gets, as ``{subject, properties, body}`` (each only when
+    present). Without a transformation: the virtual message (subject = event type, properties
+    = every attribute) with the event data as body; with one, the requested properties only;
+    compact, the body alone: the requested values in order."""
+    if transformation is None:
+        return {
+            "subject": notification.type,
+            "properties": notification.attributes(),
+            "body": notification.data,
+        }
+    if transformation.compact:
+        return {"body": transformation.values(notification)}
+    return {"subject": notification.type, "properties": transformation.attributes(notification)}

@@ -80,6 +80,11 @@ class AmqpConnection(asyncio.Protocol):
         self.writable = True
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
+    @property
+    def peer(self) -> str:
+        """The peer's address, ``host:port``."""
+        return _peer(self._peer)
+
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:

@@ -24,10 +24,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import DataException, Link, Message
 
-from ...auth import Principal
-from ...notify.live import READ_BATCH, LiveEvents, Subscription
+from ...notify.live import READ_BATCH, LiveEvents, Subscription, management_visible_to
 from ...notify.management import ManagementBus
-from ...notify.message import Notification, NotifyError, Transformation
+from ...notify.message import Notification, NotifyError, Transformation, real_message
 from ...notify.selector import Selector, compile_selector
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
 from .connection import LinkRefused
@@ -43,14 +42,6 @@ TRANSFORMATION_FILTER: Final = "org.futoin.evt:notification-transformation:map"
 INVALID_FIELD: Final = "amqp:invalid-field"
 NOT_FOUND: Final = "amqp:not-found"
 _INT64: Final = range(-(1 << 63), 1 << 63)
-
-
-def visible_to(principal: Principal) -> Any:
-    """Which management events a user may see: an admin all, others their own."""
-    if principal.is_admin:
-        return lambda _n: True
-    name = principal.name
-    return lambda n: isinstance(n.data, dict) and n.data.get("user") == name
 
 
 class NotificationNode:
@@ -72,7 +63,7 @@ class NotificationNode:
             self.bus,
             selector,
             self.live.events.head,
-            management=visible_to(conn.principal),
+            management=management_visible_to(conn.principal),
         )
         return NotificationLink(conn, link, subscription, transformation)
 
@@ -108,23 +99,18 @@ def subscription_filters(link: Link) -> tuple[Selector | None, Transformation | 
 
 def encode(notification: Notification, transformation: Transformation | None) -> bytes:
     """One notification as an encoded message."""
-    if transformation is None:
-        message = Message(
-            subject=notification.type,
-            properties=_amqp_values(notification.attributes()),
-            body=notification.data,
-        )
-    elif transformation.compact:
-        message = Message(body=[_amqp_value(v) for v in transformation.values(notification)])
-    else:
-        message = Message(
-            subject=notification.type,
-            properties=_amqp_values(transformation.attributes(notification)),
-        )
+    shape = real_message(notification, transformation)
+    properties = shape.get("properties")
+    body = shape.get("body")
+    message = Message(
+        subject=shape.get("subject"),
+        properties=_amqp_values(properties) if properties is not None else None,
+        body=[_amqp_value(v) for v in body] if transformation is not None and body else body,
+    )
     try:
         return bytes(message.encode())
     except (OverflowError, DataException):  # an integer beyond 64 bits in the body
-        message.body = json.dumps(notification.data)
+        message.body = json.dumps(body)
         return bytes(message.encode())
 
 
