@@ -26,7 +26,7 @@ from typing import Any, Final
 from lark import Lark, Token, Transformer, Tree, UnexpectedCharacters, UnexpectedInput, v_args
 from lark.exceptions import UnexpectedEOF, VisitError
 
-from .message import EVENT_TYPE, Notification, NotifyError, Value, getter
+from .message import BASE_ATTRIBUTES, EVENT_TYPE, Notification, NotifyError, Value, getter
 
 #: Longest selector accepted (characters).
 MAX_SELECTOR_CHARS: Final = 4096
@@ -406,6 +406,10 @@ def _compile_compare(expr: Compare) -> _Eval:
         compare = _ORDER[op]
         if constant is None:
             return lambda _n: None
+        if isinstance(left_expr, Identifier):
+            fused = _field_against_constant(left_expr.name, op, constant)
+            if fused is not None:
+                return fused
         if _is_number(constant):
 
             def with_number(n: Notification) -> Value:
@@ -428,7 +432,45 @@ def _compile_compare(expr: Compare) -> _Eval:
     return lambda n: compare_values(op, left(n), right(n))
 
 
+def _field_against_constant(name: str, op: str, constant: Value) -> _Eval | None:
+    """The commonest comparisons as one closure each (no getter call): the event type, or a
+    top-level data field, against a constant."""
+    compare = _ORDER[op]
+    if name == EVENT_TYPE and type(constant) is str:
+        if op == "=":
+            return lambda n: n.type == constant
+        return lambda n: compare(n.type, constant)
+    if "." in name or name in BASE_ATTRIBUTES:
+        return None
+    if _is_number(constant):
+
+        def field_with_number(n: Notification) -> Value:
+            data = n.data
+            if type(data) is dict:
+                value = data.get(name)
+                if type(value) is int or type(value) is float:
+                    return compare(value, constant)
+            return None
+
+        return field_with_number
+    if type(constant) is bool and op not in ("=", "<>"):
+        return None
+    kind = type(constant)
+
+    def field_with_constant(n: Notification) -> Value:
+        data = n.data
+        if type(data) is dict:
+            value = data.get(name)
+            if type(value) is kind:
+                return compare(value, constant)
+        return None
+
+    return field_with_constant
+
+
 def _compile_logical(op: str, operands: Sequence[_Eval]) -> _Eval:
+    if len(operands) == 2:
+        return _both(*operands) if op == "and" else _either(*operands)
     stop = op != "and"  # AND stops at FALSE, OR at TRUE
 
     def logical(n: Notification) -> Value:
@@ -442,6 +484,32 @@ def _compile_logical(op: str, operands: Sequence[_Eval]) -> _Eval:
         return None if unknown else not stop
 
     return logical
+
+
+def _both(first: _Eval, second: _Eval) -> _Eval:
+    def both(n: Notification) -> Value:
+        a = first(n)
+        if a is False:
+            return False
+        b = second(n)
+        if b is False:
+            return False
+        return True if a is True and b is True else None
+
+    return both
+
+
+def _either(first: _Eval, second: _Eval) -> _Eval:
+    def either(n: Notification) -> Value:
+        a = first(n)
+        if a is True:
+            return True
+        b = second(n)
+        if b is True:
+            return True
+        return False if a is False and b is False else None
+
+    return either
 
 
 def _compile_between(expr: Between) -> _Eval:
