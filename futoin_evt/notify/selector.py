@@ -33,7 +33,8 @@ MAX_SELECTOR_CHARS: Final = 4096
 #: Deepest nesting of parentheses and operators accepted.
 MAX_DEPTH: Final = 64
 
-Predicate = Callable[[Notification], bool]
+#: Truthy when the notification matches (TRUE); FALSE and NULL do not.
+Predicate = Callable[[Notification], bool | None]
 _Eval = Callable[[Notification], Value]
 
 
@@ -280,11 +281,18 @@ def compile_selector(text: str) -> Selector:
     """Parse and compile once; equal selectors share the result."""
     expr = parse_selector(text)
     evaluate = _compile(expr)
+    if isinstance(expr, _TRUTH_VALUED):
+        # TRUE, FALSE or NULL (None) only: its truth is the match, with no wrapper call.
+        return Selector(text, evaluate, pinned_types(expr))  # type: ignore[arg-type]
 
     def matches(notification: Notification) -> bool:
         return evaluate(notification) is True
 
     return Selector(text, matches, pinned_types(expr))
+
+
+#: Nodes whose value is always TRUE, FALSE or NULL.
+_TRUTH_VALUED: Final = (Compare, Logical, Not, Between, In, Like, IsNull)
 
 
 def pinned_types(expr: Expr) -> frozenset[str] | None:
@@ -469,8 +477,9 @@ def _field_against_constant(name: str, op: str, constant: Value) -> _Eval | None
 
 
 def _compile_logical(op: str, operands: Sequence[_Eval]) -> _Eval:
-    if len(operands) == 2:
-        return _both(*operands) if op == "and" else _either(*operands)
+    if len(operands) <= 4:  # three-valued AND and OR associate: fold into pairs
+        pair = _both if op == "and" else _either
+        return functools.reduce(pair, operands)
     stop = op != "and"  # AND stops at FALSE, OR at TRUE
 
     def logical(n: Notification) -> Value:
