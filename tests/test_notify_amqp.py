@@ -3,6 +3,7 @@ GET-EVENTS on ``$management``, driven by python-qpid-proton's blocking client.""
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from typing import Any, cast
 
@@ -11,11 +12,13 @@ from proton import ConnectionException, Described, LinkException, Message, symbo
 from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached
 
-from futoin_evt.notify.management import CONSUMER_REGISTERED
+from futoin_evt.client.aio import EventStreamClient, RemoteError
+from futoin_evt.eventlog import EventLog
+from futoin_evt.notify.management import AUTH_FAILED, CONSUMER_REGISTERED
 from futoin_evt.server.amqp import AmqpConfig
 from futoin_evt.server.app import EventServer
 
-from .conftest import ServerFactory
+from .conftest import USERS, ServerFactory
 from .notify_cases import CASES, EVENTS
 from .test_amqp import connected, in_thread, management_requests
 
@@ -201,3 +204,42 @@ async def test_get_events_lists_management_and_log_types(amqp_server: EventServe
     ]  # fmt: skip
     assert one == {"PAYMENT": ["eventType", "id", "ts", "amount", "currency", "ratio"]}
     assert bad["status-code"] == 400
+
+
+async def test_management_events_reach_an_amqp_subscriber(amqp_server: EventServer) -> None:
+    """alice sees her own consumer registered and a failed login in her name; not bob's."""
+    url = amqp_server.amqp_url or ""
+    selector = (
+        "eventType IN ('org.futoin.evt.consumerRegistered', 'org.futoin.evt.authFailed')"
+        f" OR eventType = '{END}'"
+    )
+    loop = asyncio.get_running_loop()
+    attached = asyncio.Event()
+
+    def receive() -> list[Message]:
+        with connected(url) as conn:
+            shape = {"requestedAttributes": ["eventType", "user", "component"]}
+            receiver = subscribe(conn, selector, shape)
+            loop.call_soon_threadsafe(attached.set)
+            return until_end(receiver)
+
+    receiving = asyncio.ensure_future(in_thread(receive))
+    await asyncio.wait(
+        {receiving, asyncio.ensure_future(attached.wait())}, return_when="FIRST_COMPLETED"
+    )
+    for user in ("bob", "alice"):
+        async with await EventStreamClient.connect(
+            amqp_server.url, credentials=f"{user}:{USERS[user]}"
+        ) as client:
+            await client.register_consumer(f"{user.upper()}_C")
+    with pytest.raises(RemoteError):
+        async with await EventStreamClient.connect(
+            amqp_server.url, credentials="alice:wrong"
+        ) as client:
+            await client.ping()
+    await EventLog(amqp_server.store).append(END, {})
+    messages = await receiving
+    assert [props(m) for m in messages] == [
+        {"eventType": CONSUMER_REGISTERED, "user": "alice", "component": "ALICE_C"},
+        {"eventType": AUTH_FAILED, "user": "alice"},
+    ]
