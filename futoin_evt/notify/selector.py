@@ -327,7 +327,8 @@ def _is_number(value: Value) -> bool:
     return type(value) in (int, float)
 
 
-_ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
+#: The comparison operators, and each as it reads with its operands swapped.
+COMPARISONS: Final[dict[str, Callable[[Any, Any], bool]]] = {
     "=": operator.eq,
     "<>": operator.ne,
     "<": operator.lt,
@@ -335,7 +336,7 @@ _ORDER: Final[dict[str, Callable[[Any, Any], bool]]] = {
     ">": operator.gt,
     ">=": operator.ge,
 }
-_FLIPPED: Final = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
+FLIPPED: Final = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 def compare_values(op: str, left: Value, right: Value) -> bool | None:
@@ -348,7 +349,7 @@ def compare_values(op: str, left: Value, right: Value) -> bool | None:
             return None
     elif kind is bool and op not in ("=", "<>"):
         return None
-    return _ORDER[op](left, right)
+    return COMPARISONS[op](left, right)
 
 
 def _arithmetic(op: str, left: Value, right: Value) -> Value:
@@ -406,12 +407,12 @@ def _compile(expr: Expr) -> _Eval:
 def _compile_compare(expr: Compare) -> _Eval:
     op, left_expr, right_expr = expr.op, expr.left, expr.right
     if isinstance(left_expr, Literal) and not isinstance(right_expr, Literal):
-        op, left_expr, right_expr = _FLIPPED[op], right_expr, left_expr
+        op, left_expr, right_expr = FLIPPED[op], right_expr, left_expr
     left = _compile(left_expr)
     if isinstance(right_expr, Literal):
         # The usual case, an attribute against a constant: the constant's kind is known.
         constant = right_expr.value
-        compare = _ORDER[op]
+        compare = COMPARISONS[op]
         if constant is None:
             return lambda _n: None
         if isinstance(left_expr, Identifier):
@@ -443,7 +444,7 @@ def _compile_compare(expr: Compare) -> _Eval:
 def _field_against_constant(name: str, op: str, constant: Value) -> _Eval | None:
     """The commonest comparisons as one closure each (no getter call): the event type, or a
     top-level data field, against a constant."""
-    compare = _ORDER[op]
+    compare = COMPARISONS[op]
     if name == EVENT_TYPE and type(constant) is str:
         if op == "=":
             return lambda n: n.type == constant
