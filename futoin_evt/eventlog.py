@@ -106,8 +106,9 @@ class EventLog:
 
     # -- registered consumers ---------------------------------------------------------------
 
-    async def register(self, user_id: UserId, component: str) -> None:
-        await self._store.register_consumer(user_id, component)
+    async def register(self, user_id: UserId, component: str) -> bool:
+        """Register a reliable consumer (idempotent); True when it is new."""
+        return await self._store.register_consumer(user_id, component)
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         return await self._store.position(user_id, component)

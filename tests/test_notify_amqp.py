@@ -20,7 +20,7 @@ from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
 from .notify_cases import CASES, EVENTS
-from .test_amqp import connected, in_thread, management_requests
+from .test_amqp import LinkProperties, connected, in_thread, management_requests
 
 pytestmark = pytest.mark.functional
 
@@ -232,6 +232,17 @@ async def test_management_events_reach_an_amqp_subscriber(amqp_server: EventServ
             amqp_server.url, credentials=f"{user}:{USERS[user]}"
         ) as client:
             await client.register_consumer(f"{user.upper()}_C")
+
+    def ftn18_group() -> None:
+        """An AMQP consumer group bound to alice's FTN18 consumer AMQP_C registers it."""
+        with connected(url) as conn:
+            group = LinkProperties(event_streams_consumer_group="ftn18:AMQP_C")
+            receiver = conn.create_receiver("events", credit=10, name="group", options=group)
+            conn.create_sender("events").send(Message(subject="PING", body={}))
+            receiver.receive(timeout=30)
+            receiver.accept()
+
+    await in_thread(ftn18_group)
     with pytest.raises(RemoteError):
         async with await EventStreamClient.connect(
             amqp_server.url, credentials="alice:wrong"
@@ -241,5 +252,6 @@ async def test_management_events_reach_an_amqp_subscriber(amqp_server: EventServ
     messages = await receiving
     assert [props(m) for m in messages] == [
         {"eventType": CONSUMER_REGISTERED, "user": "alice", "component": "ALICE_C"},
+        {"eventType": CONSUMER_REGISTERED, "user": "alice", "component": "AMQP_C"},
         {"eventType": AUTH_FAILED, "user": "alice"},
     ]
