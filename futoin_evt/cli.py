@@ -28,12 +28,13 @@ from .model import LIVE_COMPONENT
 from .notify.message import NotifyError, Transformation
 from .notify.selector import compile_selector
 from .retention import RetentionConfig
+from .sas import SecretFileError, load_secret, sas_key
 from .server.amqp import AmqpConfig, AmqpLimits
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.dcb_http import DCB_PATH
 from .server.http import DEFAULT_FEED_PATH, FeedConfig
 from .server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
-from .storage import open_store
+from .storage import is_postgres_url, open_store
 from .storage.base import Durability, Store, StoreError
 
 DEFAULT_PORT: Final = 8480
@@ -42,6 +43,9 @@ ENV_URL: Final = "FUTOIN_EVT_URL"
 ENV_USER: Final = "FUTOIN_EVT_USER"
 ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
 ENV_DB: Final = "FUTOIN_EVT_DB"
+ENV_SAS_SECRET: Final = "FUTOIN_EVT_SAS_SECRET"
+DEFAULT_SAS_SECRET: Final = "futoin-evt.sas-secret"
+SAS_SECRET_SUFFIX: Final = ".sas-secret"
 
 log = logging.getLogger("futoin_evt")
 
@@ -144,6 +148,7 @@ def _parser() -> argparse.ArgumentParser:
         metavar="T",
         help="disconnect AMQP peers silent for T seconds",
     )
+    _add_sas_secret(amqp)
     feed = serve.add_argument_group(
         "HTTP feed",
         "FeedAPI v2 and ZeroEventHub v1 over plain HTTP GET on the same port (HTTP Basic "
@@ -204,6 +209,15 @@ def _parser() -> argparse.ArgumentParser:
     remove.add_argument("name")
     _add_db(remove)
     remove.set_defaults(run=_user_remove)
+    sas = user.add_parser(
+        "sas-key",
+        help="print a user's shared access key, for Event Hubs clients (SharedAccessKey=); "
+        "it changes with the user's password",
+    )
+    sas.add_argument("name")
+    _add_db(sas)
+    _add_sas_secret(sas)
+    sas.set_defaults(run=_user_sas_key)
 
     add_event = commands.add_parser("add", help="add an event through a running server")
     add_event.add_argument("type", help="event type, e.g. USER_CREATED")
@@ -282,6 +296,19 @@ def _add_db(parser: argparse.ArgumentParser) -> None:
         "--db",
         default=os.environ.get(ENV_DB, DEFAULT_DB),
         help=f"SQLite file, or postgresql://user[:password]@host[:port]/dbname (${ENV_DB})",
+    )
+
+
+def _add_sas_secret(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--sas-secret",
+        type=Path,
+        default=os.environ.get(ENV_SAS_SECRET),
+        metavar="FILE",
+        help="the secret that users' shared access keys derive from; created when missing. "
+        "Every server of one database uses the same file (default: the SQLite file's name "
+        f"with {SAS_SECRET_SUFFIX!r} added, or {DEFAULT_SAS_SECRET} with PostgreSQL; "
+        f"${ENV_SAS_SECRET})",
     )
 
 
@@ -384,7 +411,17 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
             "--amqp needs python-qpid-proton: pip install 'futoin-evt[amqp]'"
         ) from None
     limits = AmqpLimits(max_connections=args.max_connections, idle_timeout=args.amqp_idle_timeout)
-    return AmqpConfig(host=host, port=int(port), tls=tls, limits=limits)
+    secret = _sas_secret(args.sas_secret, args.db)
+    return AmqpConfig(host=host, port=int(port), tls=tls, limits=limits, sas_secret=secret)
+
+
+def _sas_secret(path: Path | None, db: str) -> bytes:
+    if path is None:
+        path = Path(DEFAULT_SAS_SECRET if is_postgres_url(db) else db + SAS_SECRET_SUFFIX)
+    try:
+        return load_secret(path, create=True)
+    except SecretFileError as exc:
+        raise BadSetting(f"{exc}.") from None
 
 
 def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
@@ -442,6 +479,16 @@ async def _user_list(args: argparse.Namespace) -> int:
     async with _open_store(args.db) as store:
         for user in await store.list_users():
             print(f"{user.name}{' (admin)' if user.is_admin else ''}")
+    return 0
+
+
+async def _user_sas_key(args: argparse.Namespace) -> int:
+    secret = _sas_secret(args.sas_secret, args.db)
+    async with _open_store(args.db) as store:
+        user = await store.get_user(args.name)
+    if user is None:
+        raise CliError(f"no user {args.name}.")
+    print(sas_key(secret, user))
     return 0
 
 

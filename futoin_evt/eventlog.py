@@ -61,6 +61,14 @@ class EventLog:
         """
         return self._store.submit_append(event_type, encode_event_data(event_type, data))
 
+    def append_encoded(self, events: list[tuple[str, str]]) -> asyncio.Future[Any]:
+        """Queue checked events (type, data JSON) in order, together; the future is done
+        once all of them are durable. They go to the store in one loop turn, so they share a
+        group commit unless the writer's batch is full."""
+        if len(events) == 1:
+            return self._store.submit_append(*events[0])
+        return asyncio.gather(*(self._store.submit_append(t, d) for t, d in events))
+
     async def read_after(self, after_id: int, limit: int) -> list[StoredEvent]:
         rows = await self._store.read_rows(after_id, limit=limit)
         return [StoredEvent(EventId(i), t, d, ts) for i, t, d, ts in rows]

@@ -269,4 +269,8 @@ def execute_sql(db: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any
 # -- property-based tests -----------------------------------------------------------------------
 
 # The default profile keeps CI bounded; `pytest --hypothesis-profile=long` explores much more.
-settings.register_profile("long", max_examples=2000)
+# No deadline in either: how long one example takes is not what these tests assert, and a busy
+# machine must not fail them.
+settings.register_profile("default", deadline=None)
+settings.register_profile("long", max_examples=2000, deadline=None)
+settings.load_profile("default")

@@ -290,7 +290,7 @@ def send_outcome(sender: Any, message: Message) -> tuple[int, str | None]:
 @pytest.mark.parametrize(
     ("message", "condition"),
     [
-        (Message(body=1), "amqp:invalid-field"),  # no subject: no event type
+        (Message(subject="", body=1), "amqp:invalid-field"),  # an empty subject: no event type
         (Message(subject="lower", body=1), "amqp:invalid-field"),  # not an FTN18 type
         (Message(subject="T", body=b"x"), "amqp:invalid-field"),  # binary amqp-value
         (Message(subject="T", body={1: 2}), "amqp:invalid-field"),  # non-string map keys

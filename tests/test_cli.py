@@ -72,6 +72,31 @@ def test_users(tmp_path: Path) -> None:
             assert secret.encode() not in path.read_bytes()
 
 
+def test_sas_keys(tmp_path: Path) -> None:
+    db, secret = str(tmp_path / "k.sqlite"), str(tmp_path / "sas-secret")
+    assert run("user", "add", "gus", "--password-stdin", "--db", db, stdin="pw1\n").returncode == 0
+    first = run("user", "sas-key", "gus", "--db", db, "--sas-secret", secret)
+    assert first.returncode == 0
+    assert run("user", "sas-key", "gus", "--db", db, "--sas-secret", secret).stdout == first.stdout
+    assert len(first.stdout.strip()) == 44  # base64 of 32 bytes
+    beside = run("user", "sas-key", "gus", "--db", db)  # the default secret: beside the file
+    assert beside.returncode == 0
+    assert Path(db + ".sas-secret").exists()
+    assert beside.stdout != first.stdout
+    assert (
+        run("user", "passwd", "gus", "--password-stdin", "--db", db, stdin="pw2\n").returncode == 0
+    )
+    changed = run("user", "sas-key", "gus", "--db", db, "--sas-secret", secret)
+    assert changed.stdout != first.stdout  # a new password gives a new key
+    missing = run("user", "sas-key", "nobody", "--db", db, "--sas-secret", secret)
+    assert (missing.returncode, missing.stderr) == (1, "futoin-evt: no user nobody.\n")
+    Path(secret).write_text("short\n")
+    bad = run("user", "sas-key", "gus", "--db", db, "--sas-secret", secret)
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("futoin-evt: the SAS secret file")
+    assert "Traceback" not in bad.stderr
+
+
 def test_add_and_poll_then_clean_shutdown_keeps_events(
     served: tuple[ServerProcess, dict[str, str]], tmp_path: Path
 ) -> None:

@@ -23,6 +23,7 @@ from ..notify.service import NotifyService
 from ..ops import OpsService
 from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
+from ..sas import SasVerifier
 from ..services import GenService, PollService, ping
 from ..storage import open_store
 from ..storage.base import Durability, Store
@@ -141,14 +142,19 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
 
 
 async def _start_amqp(
-    live: LiveEvents, bus: ManagementBus, authenticator: Authenticator, config: AmqpConfig
+    store: Store,
+    live: LiveEvents,
+    bus: ManagementBus,
+    authenticator: Authenticator,
+    config: AmqpConfig,
 ) -> AmqpListener:
     """The AMQP listener (imported here: proton is an optional dependency)."""
     from .amqp.listener import AmqpListener
     from .amqp.node import EventLogNode
     from .amqp.notify import NotificationNode
 
-    node = EventLogNode(live.events, config.limits.node, NotificationNode(live, bus))
+    sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
+    node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus))
     listener = AmqpListener(node, authenticator, config)
     listener.notices = bus
     try:
@@ -221,7 +227,7 @@ class EventServer:
             amqp = None
             if config.amqp is not None:
                 try:
-                    amqp = await _start_amqp(live, notices, authenticator, config.amqp)
+                    amqp = await _start_amqp(store, live, notices, authenticator, config.amqp)
                 except BaseException:
                     await transport.close()
                     raise

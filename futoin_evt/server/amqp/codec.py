@@ -11,13 +11,23 @@ import base64
 import binascii
 import json
 import math
+import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final
 
-from proton import Data, DataException, Described, Message, symbol, timestamp, ulong
+from proton import (
+    Data,
+    DataException,
+    Described,
+    Message,
+    MessageException,
+    symbol,
+    timestamp,
+    ulong,
+)
 
 from ...eventlog import StoredEvent
 
@@ -27,6 +37,9 @@ EARLIEST: Final = "@earliest"
 LATEST: Final = "@latest"
 BINARY_KEY: Final = "$binary"
 JSON_CONTENT_TYPE: Final = "application/json"
+#: The type of an event from a message without a subject (Event Hubs clients send none).
+DEFAULT_EVENT_TYPE: Final = "EVENT"
+_DATA_SECTION: Final = ulong(0x75)
 
 OFFSET_ANNOTATION: Final = symbol("event-streams-offset")
 TIMESTAMP_ANNOTATION: Final = symbol("event-streams-timestamp")
@@ -74,9 +87,9 @@ def parse_offset(text: str, *, head: int) -> int:
 
 def message_to_event(message: Message) -> tuple[str, Any]:
     """(type, data) of a received message; raises :class:`BadMessage`."""
-    event_type = message.subject
+    event_type = DEFAULT_EVENT_TYPE if message.subject is None else message.subject
     if not isinstance(event_type, str) or not event_type:
-        raise BadMessage("amqp:invalid-field", "the message subject (the event type) is missing")
+        raise BadMessage("amqp:invalid-field", "the message subject (the event type) is empty")
     body = message.body
     if message.inferred and isinstance(body, bytes | memoryview):
         raw = bytes(body)
@@ -91,6 +104,36 @@ def message_to_event(message: Message) -> tuple[str, Any]:
     if message.inferred:
         raise BadMessage("amqp:invalid-field", "amqp-sequence bodies are not supported")
     return event_type, to_json(body)
+
+
+def batch_messages(raw: bytes) -> list[Message]:
+    """The messages of an Event Hubs batch: each ``data`` section of its body is one encoded
+    message. Raises :class:`BadMessage`."""
+    messages: list[Message] = []
+    view = memoryview(raw)
+    while view:
+        section = Data()
+        try:
+            used = section.decode(bytes(view))
+            section.rewind()
+            section.next()
+            value = section.get_object()
+        except DataException as exc:
+            raise BadMessage("amqp:decode-error", f"undecodable batch section: {exc}") from None
+        view = view[used:]
+        if not isinstance(value, Described) or value.descriptor != _DATA_SECTION:
+            continue  # the batch's own header, properties and annotations
+        if not isinstance(value.value, bytes | memoryview):
+            raise BadMessage("amqp:decode-error", "a data section that holds no binary")
+        message = Message()
+        try:
+            message.decode(bytes(value.value))
+        except (MessageException, TypeError) as exc:
+            raise BadMessage("amqp:decode-error", f"undecodable batched message: {exc}") from None
+        messages.append(message)
+    if not messages:
+        raise BadMessage("amqp:decode-error", "a batch message with no messages in it")
+    return messages
 
 
 def to_json(value: Any, depth: int = 0) -> Any:
@@ -218,17 +261,69 @@ class EventEncoder:
     def _body(data_json: str) -> tuple[bytes, bool]:
         data = json.loads(data_json)
         binary = _binary(data)
-        section = Data()
+        if binary is not None:
+            return _AMQP_DATA + _binary_bytes(binary), False
+        out = bytearray(_AMQP_VALUE)
         try:
-            if binary is not None:
-                section.put_object(Described(ulong(0x75), binary))
-            else:
-                section.put_object(Described(ulong(0x77), data))
-        except (OverflowError, DataException):  # an integer beyond 64 bits
-            section = Data()
-            section.put_object(Described(ulong(0x75), data_json.encode()))
-            return bytes(section.encode()), True
-        return bytes(section.encode()), False
+            _put_json(data, out)
+        except _TooBig:  # an integer beyond 64 bits
+            return _AMQP_DATA + _binary_bytes(data_json.encode()), True
+        return bytes(out), False
+
+
+_AMQP_VALUE: Final = b"\x00\x53\x77"
+_AMQP_DATA: Final = b"\x00\x53\x75"
+_LONG: Final = struct.Struct(">bq")
+_DOUBLE: Final = struct.Struct(">bd")
+_COMPOUND: Final = struct.Struct(">BII")
+
+
+class _TooBig(Exception):
+    """An integer beyond what an AMQP long holds."""
+
+
+def _put_json(value: Any, out: bytearray) -> None:
+    """Append the AMQP encoding of JSON data, as proton encodes the same Python value (a str
+    as string, an int as long, a float as double, a list as list, a dict as map), without
+    proton's per-value calls."""
+    if isinstance(value, str):
+        raw = value.encode()
+        if len(raw) < 256:
+            out += b"\xa1" + bytes((len(raw),))
+        else:
+            out += b"\xb1" + len(raw).to_bytes(4, "big")
+        out += raw
+    elif value is None:
+        out.append(0x40)
+    elif value is True:
+        out.append(0x41)
+    elif value is False:
+        out.append(0x42)
+    elif isinstance(value, int):
+        if not -(2**63) <= value < 2**63:
+            raise _TooBig
+        out += _LONG.pack(-127, value)  # 0x81: long
+    elif isinstance(value, float):
+        out += _DOUBLE.pack(-126, value)  # 0x82: double
+    else:
+        items = value.items() if isinstance(value, dict) else value
+        code, count = (0xD1, 2 * len(value)) if isinstance(value, dict) else (0xD0, len(value))
+        start = len(out)
+        out += _COMPOUND.pack(code, 0, count)
+        if isinstance(value, dict):
+            for key, item in items:
+                _put_json(key, out)
+                _put_json(item, out)
+        else:
+            for item in items:
+                _put_json(item, out)
+        out[start + 1 : start + 5] = (len(out) - start - 5).to_bytes(4, "big")
+
+
+def _binary_bytes(raw: bytes) -> bytes:
+    if len(raw) < 256:
+        return b"\xa0" + bytes((len(raw),)) + raw
+    return b"\xb0" + len(raw).to_bytes(4, "big") + raw
 
 
 def _find_once(template: bytes, marker: bytes) -> int:

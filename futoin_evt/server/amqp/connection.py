@@ -26,8 +26,10 @@ from proton import (
     symbol,
 )
 
+from ... import __version__
 from ...auth import Authenticator, Principal
 from ...ftn3.errors import FTN3Error
+from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
 
 if TYPE_CHECKING:
@@ -38,8 +40,13 @@ log = logging.getLogger(__name__)
 CAPABILITY: Final = symbol("AMQP_EVENT_STREAMS_V1_0")
 CONTAINER_ID: Final = "futoin-evt"
 MECHANISMS: Final = ("PLAIN", "ANONYMOUS")
+PROPERTIES: Final[dict[Any, Any]] = {
+    symbol("product"): "futoin-evt",
+    symbol("version"): __version__,
+}
 DECODE_ERROR: Final = "amqp:decode-error"
 RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
+UNAUTHORIZED: Final = "amqp:unauthorized-access"
 
 
 class LinkHandler(Protocol):
@@ -66,11 +73,14 @@ class AmqpConnection(asyncio.Protocol):
         self._socket: asyncio.Transport | None = None
         self._peer: Any = None
         self._refused = False
-        #: The user logged in with PLAIN; None before that and after ANONYMOUS.
+        #: The user logged in with PLAIN or named by a token put to ``$cbs``; None before.
         self.principal: Principal | None = None
+        self._claims_timer: asyncio.TimerHandle | None = None
         self._engine: Transport | None = None
         self._connection: Connection | None = None
         self._collector = Collector()
+        self._padder = FramePadder()
+        self._batches = BatchSniffer()
         self._handlers: dict[Link, LinkHandler] = {}
         self._processing = False
         self._again = False
@@ -79,11 +89,6 @@ class AmqpConnection(asyncio.Protocol):
         self._wake_pending = False
         self.writable = True
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-
-    @property
-    def peer(self) -> str:
-        """The peer's address, ``host:port``."""
-        return _peer(self._peer)
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
@@ -120,8 +125,9 @@ class AmqpConnection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._listener.forget(self)
-        if self._timer is not None:
-            self._timer.cancel()
+        for timer in (self._timer, self._claims_timer):
+            if timer is not None:
+                timer.cancel()
         if self._auth_task is not None:
             self._auth_task.cancel()
         for handler in list(self._handlers.values()):
@@ -183,6 +189,34 @@ class AmqpConnection(asyncio.Protocol):
         log.warning("AMQP login failed for %r from %s", user[:64], _peer(self._peer))
         return Outcome.AUTH
 
+    def is_batch(self, link_name: str, tag: str) -> bool:
+        """Whether the peer sent that delivery as an Event Hubs batch (asked once for each)."""
+        return self._batches.is_batch(link_name, tag)
+
+    @property
+    def peer_name(self) -> str:
+        """The peer's address, for log lines."""
+        return _peer(self._peer)
+
+    def grant_claims(self, principal: Principal, expiry: float) -> str | None:
+        """A token put to ``$cbs`` names ``principal`` until ``expiry`` (Unix seconds). None
+        when the connection now acts as that user, else why not."""
+        current = self.principal
+        if current is not None and current.user_id != principal.user_id:
+            return f"this connection acts as user {current.name} already"
+        if current is not None and self._claims_timer is None:
+            return None  # logged in with PLAIN: no token is needed, and none expires it
+        self.principal = principal
+        if self._claims_timer is not None:
+            self._claims_timer.cancel()
+        delay = max(expiry - time.time(), 0.0)
+        self._claims_timer = asyncio.get_running_loop().call_later(delay, self._claims_expired)
+        return None
+
+    def _claims_expired(self) -> None:
+        log.info("AMQP connection from %s: its token expired", _peer(self._peer))
+        self.close(UNAUTHORIZED, "the token put to $cbs has expired and was not renewed")
+
     def _start_engine(self, rest: bytes) -> None:
         if self._timer is not None:
             self._timer.cancel()
@@ -207,6 +241,7 @@ class AmqpConnection(asyncio.Protocol):
     def _push(self, data: bytes) -> None:
         engine = self._engine
         assert engine is not None
+        self._batches.feed(data)
         view = memoryview(data)
         while view:
             capacity = engine.capacity()
@@ -259,7 +294,7 @@ class AmqpConnection(asyncio.Protocol):
                 return
             if pending == 0:
                 break
-            out = engine.peek(pending)
+            out = self._padder.feed(engine.peek(pending) or b"")
             if out:
                 self._write(out)
             engine.pop(pending)
@@ -282,6 +317,8 @@ class AmqpConnection(asyncio.Protocol):
         if kind == Event.CONNECTION_REMOTE_OPEN:
             connection.container = CONTAINER_ID
             connection.offered_capabilities = SymbolList([CAPABILITY])
+            # Some clients (Event Hubs' pyamqp) index every field of open: send them all.
+            connection.properties = PROPERTIES
             connection.open()
         elif kind == Event.CONNECTION_REMOTE_CLOSE:
             connection.close()

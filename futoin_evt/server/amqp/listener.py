@@ -55,7 +55,7 @@ class AmqpListener:
         self._connections.add(connection)
         if self.notices is not None:
             self.notices.publish(
-                CONNECTION_OPENED, transport="amqp", peer=connection.peer, user=None
+                CONNECTION_OPENED, transport="amqp", peer=connection.peer_name, user=None
             )
         return len(self._connections) <= self.config.limits.max_connections
 
@@ -66,7 +66,7 @@ class AmqpListener:
             self.notices.publish(
                 CONNECTION_CLOSED,
                 transport="amqp",
-                peer=connection.peer,
+                peer=connection.peer_name,
                 user=principal.name if principal is not None else None,
                 reason=None,
             )

@@ -1,5 +1,6 @@
-"""``$management``: the Event Hubs READ operations on the hub and its partition, and the
-event notification's GET-EVENTS.
+"""Request/response nodes (AMQP management): ``$management`` with the Event Hubs READ operations
+on the hub and its partition and the event notification's GET-EVENTS, and the base that
+``$cbs`` shares.
 
 A request arrives on a link to ``$management``, with ``operation: READ``, ``type`` (
 ``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (``events``) and, for a
@@ -36,16 +37,11 @@ GET_EVENTS: Final = "GET-EVENTS"
 MAX_QUEUED_REPLIES: Final = 64
 
 
-class ManagementNode:
-    """Pairs each connection's request links with its reply links."""
+class RequestReplyNode:
+    """A node that answers requests: pairs each connection's request links with its reply
+    links. Subclasses say what the answer to a request is."""
 
-    def __init__(
-        self, events: EventLog, hub: str, partition: str, catalog: EventCatalog | None = None
-    ) -> None:
-        self._events = events
-        self._catalog = catalog
-        self._hub = hub
-        self._partition = partition
+    def __init__(self) -> None:
         self._replies: dict[AmqpConnection, dict[str | None, ReplyLink]] = {}
 
     def attach(self, conn: AmqpConnection, link: Link) -> RequestLink | ReplyLink:
@@ -71,8 +67,24 @@ class ManagementNode:
             return links[reply_to]
         return next(iter(links.values())) if len(links) == 1 else None
 
-    async def answer(self, request: Message) -> tuple[int, str, Any]:
+    async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         """(status code, description, body) for one request."""
+        raise NotImplementedError
+
+
+class ManagementNode(RequestReplyNode):
+    """``$management``: READ of the hub and of its partition, and GET-EVENTS."""
+
+    def __init__(
+        self, events: EventLog, hub: str, partition: str, catalog: EventCatalog | None = None
+    ) -> None:
+        super().__init__()
+        self._events = events
+        self._catalog = catalog
+        self._hub = hub
+        self._partition = partition
+
+    async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
         if properties.get("operation") == GET_EVENTS:
             return await self._get_events(properties.get("eventType"))
@@ -117,9 +129,9 @@ class ManagementNode:
 
 
 class RequestLink:
-    """Requests to ``$management``: each is accepted on arrival and answered when read."""
+    """Requests to a request/response node: each is accepted on arrival and answered when read."""
 
-    def __init__(self, conn: AmqpConnection, link: Link, node: ManagementNode) -> None:
+    def __init__(self, conn: AmqpConnection, link: Link, node: RequestReplyNode) -> None:
         self._conn = conn
         self._link = link
         self._node = node
@@ -147,7 +159,7 @@ class RequestLink:
         link.flow(1)
 
     async def _answer(self, request: Message) -> None:
-        status, description, body = await self._node.answer(request)
+        status, description, body = await self._node.answer(self._conn, request)
         reply = Message(
             correlation_id=request.id,
             body=body,
@@ -156,7 +168,7 @@ class RequestLink:
         )
         target = self._node.reply_link(self._conn, request.reply_to)
         if target is None:
-            log.info("$management: no link to reply to %r", request.reply_to)
+            log.info("no link to reply to %r", request.reply_to)
             return
         target.send(reply.encode())
 
@@ -173,7 +185,7 @@ class RequestLink:
 
 
 class ReplyLink:
-    """Replies from ``$management``, sent as the peer gives credit (settled on sending)."""
+    """Replies from a request/response node, sent as the peer gives credit (settled on sending)."""
 
     def __init__(self, conn: AmqpConnection, link: Link, forget: Any) -> None:
         self._conn = conn

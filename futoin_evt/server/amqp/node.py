@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any, Final
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
 from ...eventlog import EventLog, is_registrable
-from ...model import EventRejected, UserId
+from ...model import EventRejected, UserId, encode_event_data
 from ...notify.management import CONSUMER_REGISTERED
+from ...sas import SasVerifier
+from .cbs import CBS, CbsNode
 from .codec import (
     DELIVERY_ANNOTATIONS_FILTER,
     SELECTOR_FILTER,
@@ -28,6 +30,7 @@ from .codec import (
     BadMessage,
     EventEncoder,
     Position,
+    batch_messages,
     delivery_annotations_start,
     described_filter,
     filter_kind,
@@ -35,9 +38,10 @@ from .codec import (
     message_to_event,
 )
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
-from .connection import LinkHandler, LinkRefused
+from .connection import UNAUTHORIZED, LinkHandler, LinkRefused
 from .filters import compile_filter
 from .management import MANAGEMENT, ManagementNode
+from .quickdecode import quick_event
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
@@ -64,7 +68,6 @@ _ENCODER: Final = EventEncoder()
 
 NOT_FOUND: Final = "amqp:not-found"
 INVALID_FIELD: Final = "amqp:invalid-field"
-UNAUTHORIZED: Final = "amqp:unauthorized-access"
 DECODE_ERROR: Final = "amqp:decode-error"
 INTERNAL_ERROR: Final = "amqp:internal-error"
 MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
@@ -88,6 +91,7 @@ class EventLogNode:
         self,
         events: EventLog,
         limits: NodeLimits = DEFAULT_NODE_LIMITS,
+        sas: SasVerifier | None = None,
         notifications: NotificationNode | None = None,
     ) -> None:
         self.events = events
@@ -97,13 +101,20 @@ class EventLogNode:
         self._notifications = notifications
         catalog = notifications.live.catalog if notifications is not None else None
         self._management = ManagementNode(events, NODE, PARTITION, catalog)
+        self._cbs = CbsNode(sas)
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
         terminus = link.remote_target if link.is_receiver else link.remote_source
         address = terminus.address if terminus is not None else None
+        address = _address_path(address) if address is not None else None
+        if address == CBS:
+            return self._cbs.attach(conn, link)
         if conn.principal is None:
-            raise LinkRefused(UNAUTHORIZED, "log in with SASL PLAIN as a user of this server")
+            raise LinkRefused(
+                UNAUTHORIZED,
+                "log in with SASL PLAIN as a user of this server, or put a SAS token to $cbs",
+            )
         if address == MANAGEMENT:
             return self._management.attach(conn, link)
         notifications = self._notifications
@@ -185,8 +196,9 @@ class EventLogNode:
 def _parse_address(address: str | None) -> str | None:
     """The consumer group an address names, if any: ``events``, ``events/Partitions/0`` and
     ``events/ConsumerGroups/<group>/Partitions/0`` (Event Hubs' form; its default group
-    ``$Default`` is no group). Raises :class:`LinkRefused` for any other address."""
-    parts = (address or "").split("/")
+    ``$Default`` is no group), also as the path of a URI (``amqps://host:port/events``, as
+    Event Hubs clients give it). Raises :class:`LinkRefused` for any other address."""
+    parts = _address_path(address or "").split("/")
     if parts[0] != NODE or len(parts) not in (1, 3, 5):
         raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
     group = None
@@ -201,6 +213,12 @@ def _parse_address(address: str | None) -> str | None:
         if parts[2] != PARTITION:
             raise LinkRefused(NOT_FOUND, f"no such partition: {parts[2]!r:.40} (only '0')")
     return group
+
+
+def _address_path(address: str) -> str:
+    """``events/...`` from ``scheme://host[:port]/events/...``; other addresses unchanged."""
+    _scheme, sep, rest = address.partition("://")
+    return rest.partition("/")[2] if sep else address
 
 
 def _link_properties(link: Link) -> Mapping[Any, Any]:
@@ -263,6 +281,14 @@ def _open_like_peer(link: Link, properties: Mapping[Any, Any] | None = None) -> 
     link.properties = {PARTITION_PROPERTY: symbol(PARTITION), **(properties or {})}
 
 
+def _tag(delivery: Delivery) -> str:
+    """The delivery tag as proton gives it (it decodes tags as UTF-8); empty when it cannot."""
+    try:
+        return delivery.tag
+    except UnicodeDecodeError:
+        return ""
+
+
 def _reject(delivery: Delivery, condition: str, description: str) -> None:
     delivery.local.condition = Condition(condition, description)
     delivery.update(Delivery.REJECTED)
@@ -315,7 +341,7 @@ class ProducerLink:
         raw = link.recv(delivery.pending) or b""
         link.advance()
         try:
-            future = self._append(raw)
+            future = self._append(raw, self._conn.is_batch(link.name, _tag(delivery)))
         except BadMessage as exc:
             _reject(delivery, exc.condition, str(exc))
         else:
@@ -323,17 +349,26 @@ class ProducerLink:
             future.add_done_callback(lambda done: self._stored(delivery, done))
         self._top_up()
 
-    def _append(self, raw: bytes) -> asyncio.Future[Any]:
-        message = Message()
+    def _append(self, raw: bytes, batch: bool) -> asyncio.Future[Any]:
+        """Every event of the message (of each message of a batch) queued for the store, or
+        none when one of them cannot be an event."""
+        quick = None if batch else quick_event(raw)
+        if quick is not None:
+            events = [quick]
+        elif batch:
+            events = [message_to_event(message) for message in batch_messages(raw)]
+        else:
+            message = Message()
+            try:
+                message.decode(raw)
+            except MessageException as exc:
+                raise BadMessage(DECODE_ERROR, f"undecodable message: {exc}") from None
+            events = [message_to_event(message)]
         try:
-            message.decode(raw)
-        except MessageException as exc:
-            raise BadMessage(DECODE_ERROR, f"undecodable message: {exc}") from None
-        event_type, data = message_to_event(message)
-        try:
-            return self._events.append(event_type, data)
+            encoded = [(t, encode_event_data(t, data)) for t, data in events]
         except EventRejected as exc:
             raise BadMessage(INVALID_FIELD, str(exc)) from None
+        return self._events.append_encoded(encoded)
 
     def _stored(self, delivery: Delivery, done: asyncio.Future[Any]) -> None:
         self._in_store -= 1

@@ -1,0 +1,156 @@
+"""Shared access signature (SAS) tokens, the claims Event Hubs clients put to ``$cbs``.
+
+A client signs ``quote_plus(resource) + "\\n" + expiry`` with HMAC-SHA256 under its shared
+access key, and names the key (``skn``) by a user of ours. Checking such a signature needs the
+key itself, and passwords are only stored as scrypt hashes, so the key is not the password: it
+is derived from a server secret (a file beside the database, never in it) and the user's
+current password hash. Nothing about it is stored, a new password gives a new key, and a removed
+user's key stops working. ``futoin-evt user sas-key NAME`` prints it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import os
+import secrets
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final, Protocol
+from urllib.parse import parse_qsl, quote_plus, unquote_plus
+
+from .auth import Principal
+from .storage.base import User
+
+#: Bytes of randomness in a new secret file.
+SECRET_BYTES: Final = 32
+#: A token is refused when it is longer than this (no key is that long to check).
+MAX_TOKEN_CHARS: Final = 4096
+TOKEN_PREFIX: Final = "SharedAccessSignature "
+_KEY_CONTEXT: Final = b"futoin-evt sas-key v1\0"
+
+
+class InvalidToken(Exception):
+    """A token that names no user of ours, has a wrong signature, or has expired. The message
+    says which, without repeating the token."""
+
+
+class SecretFileError(Exception):
+    """The secret file cannot be read or created."""
+
+
+def load_secret(path: Path, *, create: bool) -> bytes:
+    """The server secret in ``path``; with ``create``, a new random one is written first (mode
+    0600) when there is none."""
+    try:
+        text = path.read_text("ascii").strip()
+    except FileNotFoundError:
+        if not create:
+            raise SecretFileError(f"no SAS secret file {path}") from None
+        text = secrets.token_urlsafe(SECRET_BYTES)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # created at the same moment by another process
+            return load_secret(path, create=False)
+        except OSError as exc:
+            raise SecretFileError(f"cannot create the SAS secret file {path}: {exc}") from None
+        with os.fdopen(fd, "w", encoding="ascii") as out:
+            out.write(text + "\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise SecretFileError(f"cannot read the SAS secret file {path}: {exc}") from None
+    if len(text) < 32:
+        raise SecretFileError(f"the SAS secret file {path} holds fewer than 32 characters")
+    return text.encode("ascii")
+
+
+def sas_key(secret: bytes, user: User) -> str:
+    """The shared access key of ``user`` (as the ``SharedAccessKey`` of a connection string)."""
+    material = _KEY_CONTEXT + user.name.encode() + b"\0" + user.password_hash.encode()
+    return base64.b64encode(hmac.digest(secret, material, hashlib.sha256)).decode("ascii")
+
+
+def sign(resource: str, key_name: str, key: str, expiry: int) -> str:
+    """A token as Event Hubs clients make it (for tests and for our own clients)."""
+    signature = _signature(key, resource, expiry)
+    fields = {"sr": resource, "sig": signature, "se": str(expiry), "skn": key_name}
+    return TOKEN_PREFIX + "&".join(f"{k}={quote_plus(v)}" for k, v in fields.items())
+
+
+@dataclass(frozen=True, slots=True)
+class SasToken:
+    resource: str
+    expiry: int
+    key_name: str
+    signature: str
+
+    @classmethod
+    def parse(cls, text: object) -> SasToken:
+        if not isinstance(text, str) or not text.startswith(TOKEN_PREFIX):
+            raise InvalidToken("not a SharedAccessSignature token")
+        if len(text) > MAX_TOKEN_CHARS:
+            raise InvalidToken(f"a token has at most {MAX_TOKEN_CHARS} characters")
+        fields = dict(parse_qsl(text[len(TOKEN_PREFIX) :], keep_blank_values=True))
+        missing = [name for name in ("sr", "sig", "se", "skn") if not fields.get(name)]
+        if missing:
+            raise InvalidToken(f"the token has no {', '.join(missing)}")
+        if not fields["se"].isascii() or not fields["se"].isdigit() or len(fields["se"]) > 12:
+            raise InvalidToken("the token's se is not a time in seconds")
+        return cls(fields["sr"], int(fields["se"]), fields["skn"], fields["sig"])
+
+    def key_names(self) -> tuple[str, ...]:
+        """The user the token names; some clients encode ``skn`` twice, so also that decoded."""
+        decoded = unquote_plus(self.key_name)
+        return (self.key_name,) if decoded == self.key_name else (self.key_name, decoded)
+
+    def check(self, key: str, audience: str, now: float) -> None:
+        """Raises :class:`InvalidToken` unless signed with ``key``, unexpired, and for a
+        resource that ``audience`` is (or is under)."""
+        expected = _signature(key, self.resource, self.expiry)
+        if not hmac.compare_digest(expected.encode(), self.signature.encode("utf-8", "replace")):
+            raise InvalidToken("the token's signature does not match the key of its skn")
+        if self.expiry <= now:
+            raise InvalidToken("the token has expired")
+        if not _covers(self.resource, audience):
+            raise InvalidToken("the token's resource (sr) does not cover the name it is put for")
+
+
+class UserSource(Protocol):
+    async def get_user(self, name: str) -> User | None: ...
+
+
+class SasVerifier:
+    """Turns a token into the user it names."""
+
+    def __init__(self, users: UserSource, secret: bytes) -> None:
+        self._users = users
+        self._secret = secret
+
+    async def verify(self, text: object, audience: str) -> tuple[Principal, int]:
+        """The user and the token's expiry (Unix seconds); raises :class:`InvalidToken`."""
+        token = SasToken.parse(text)
+        for name in token.key_names():
+            user = await self._users.get_user(name)
+            if user is not None:
+                token.check(sas_key(self._secret, user), audience, time.time())
+                return Principal(user.id, user.name, user.is_admin), token.expiry
+        raise InvalidToken("the token's skn names no user of this server")
+
+
+def _signature(key: str, resource: str, expiry: int) -> str:
+    signed = f"{quote_plus(resource)}\n{expiry}".encode()
+    return base64.b64encode(hmac.digest(key.encode(), signed, hashlib.sha256)).decode("ascii")
+
+
+def _covers(resource: str, audience: str) -> bool:
+    """Whether a token for ``resource`` holds for ``audience``: the same URI or one under it,
+    compared without scheme and case as Event Hubs does (``sb://`` and ``amqp://`` alike)."""
+    granted = _strip_scheme(resource).rstrip("/")
+    wanted = _strip_scheme(audience).rstrip("/")
+    return wanted == granted or wanted.startswith(granted + "/")
+
+
+def _strip_scheme(uri: str) -> str:
+    _scheme, sep, rest = uri.partition("://")
+    return (rest if sep else uri).lower()

@@ -1,0 +1,56 @@
+"""``$cbs``: claims-based security, as Event Hubs clients log in.
+
+Such a client opens the connection with SASL ANONYMOUS and puts a SAS token to ``$cbs``
+(``operation: put-token``, ``type: servicebus.windows.net:sastoken``, ``name``: the audience,
+body: the token). A token that :class:`~futoin_evt.sas.SasVerifier` accepts makes the
+connection act as the user it names until the token expires; the client puts a fresh one before
+that, or the connection is closed with ``amqp:unauthorized-access``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any, Final
+
+from proton import Message
+
+from ...sas import InvalidToken, SasVerifier
+from .management import RequestReplyNode
+
+if TYPE_CHECKING:
+    from .connection import AmqpConnection
+
+log = logging.getLogger(__name__)
+
+CBS: Final = "$cbs"
+PUT_TOKEN: Final = "put-token"
+SAS_TOKEN_TYPE: Final = "servicebus.windows.net:sastoken"
+
+
+class CbsNode(RequestReplyNode):
+    """Checks tokens and tells the connection who it acts as."""
+
+    def __init__(self, verifier: SasVerifier | None) -> None:
+        super().__init__()
+        self._verifier = verifier
+
+    async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
+        properties: dict[str, Any] = dict(request.properties or {})
+        if properties.get("operation") != PUT_TOKEN:
+            return 400, f"unsupported operation: {properties.get('operation')!r:.40}", None
+        if properties.get("type") != SAS_TOKEN_TYPE:
+            return 400, f"only {SAS_TOKEN_TYPE} tokens are accepted", None
+        audience = properties.get("name")
+        if not isinstance(audience, str):
+            return 400, "put-token needs the audience as the name property", None
+        if self._verifier is None:
+            return 401, "this server has no SAS secret: log in with SASL PLAIN", None
+        try:
+            principal, expiry = await self._verifier.verify(request.body, audience)
+        except InvalidToken as exc:
+            log.warning("AMQP token refused from %s: %s", conn.peer_name, exc)
+            return 401, str(exc), None
+        refusal = conn.grant_claims(principal, expiry)
+        if refusal is not None:
+            return 403, refusal, None
+        return 200, "OK", None

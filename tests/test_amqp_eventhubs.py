@@ -1,0 +1,271 @@
+"""Event Hubs clients: the official azure-eventhub SDK, unchanged, with a connection string; and
+the ``$cbs`` token exchange it relies on, driven by proton's own client."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.eventhub.exceptions import EventHubError
+from proton import Message
+from proton.utils import BlockingConnection, LinkDetached
+
+from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.sas import sas_key, sign
+from futoin_evt.server.amqp import AmqpConfig
+from futoin_evt.server.app import EventServer
+
+from .conftest import ServerFactory
+
+pytestmark = pytest.mark.functional
+
+SECRET = b"a test secret of more than thirty-two characters"
+
+
+@pytest.fixture
+async def hub(start_server: ServerFactory) -> EventServer:
+    return await start_server(amqp=AmqpConfig(port=0, sas_secret=SECRET))
+
+
+async def key_of(server: EventServer, name: str) -> str:
+    user = await server.store.get_user(name)
+    assert user is not None
+    return sas_key(SECRET, user)
+
+
+def connection_string(server: EventServer, user: str, key: str) -> str:
+    assert server.amqp is not None
+    return (
+        f"Endpoint=sb://127.0.0.1:{server.amqp.port}/;SharedAccessKeyName={user};"
+        f"SharedAccessKey={key};EntityPath=events;UseDevelopmentEmulator=true"
+    )
+
+
+def receive(conn_str: str, count: int, **options: Any) -> list[Any]:
+    """``count`` events from partition 0 with EventHubConsumerClient (closed once they came)."""
+    client = EventHubConsumerClient.from_connection_string(conn_str, consumer_group="$Default")
+    received: list[Any] = []
+    errors: list[Exception] = []
+
+    def on_event(_context: Any, event: Any) -> None:
+        if event is None:
+            return
+        received.append(event)
+        if len(received) == count:
+            threading.Thread(target=client.close).start()
+
+    def on_error(_context: Any, error: Exception) -> None:
+        errors.append(error)
+        threading.Thread(target=client.close).start()
+
+    with client:
+        client.receive(on_event=on_event, on_error=on_error, partition_id="0", **options)
+    assert not errors, errors
+    return received
+
+
+async def test_producer_and_consumer_clients(hub: EventServer) -> None:
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+
+    def produce() -> tuple[dict[str, Any], dict[str, Any]]:
+        with EventHubProducerClient.from_connection_string(conn_str) as producer:
+            hub_properties = producer.get_eventhub_properties()
+            batch = producer.create_batch()
+            for n in range(100):
+                batch.add(EventData(f'{{"n": {n}}}'))
+            producer.send_batch(batch)
+            producer.send_event(EventData("single"))
+            return hub_properties, producer.get_partition_properties("0")
+
+    hub_properties, partition = await asyncio.to_thread(produce)
+    assert hub_properties["eventhub_name"] == "events"
+    assert hub_properties["partition_ids"] == ["0"]
+    assert partition["last_enqueued_sequence_number"] == 101
+    assert not partition["is_empty"]
+
+    everything = await asyncio.to_thread(receive, conn_str, 101, starting_position="-1")
+    assert [e.sequence_number for e in everything] == list(range(1, 102))
+    assert [e.body_as_str() for e in everything] == [f'{{"n": {n}}}' for n in range(100)] + [
+        "single"
+    ]
+    assert everything[0].offset == "00000000000000000001"
+
+    # From a sequence number, and from an offset (both exclusive, as the SDK asks).
+    later = await asyncio.to_thread(receive, conn_str, 2, starting_position=99)
+    assert [e.sequence_number for e in later] == [100, 101]
+    after_offset = await asyncio.to_thread(
+        receive, conn_str, 1, starting_position="00000000000000000100"
+    )
+    assert [e.sequence_number for e in after_offset] == [101]
+    an_hour_ago = datetime.now(UTC) - timedelta(hours=1)
+    since = await asyncio.to_thread(receive, conn_str, 101, starting_position=an_hour_ago)
+    assert len(since) == 101
+
+
+async def test_events_from_the_sdk_are_the_log_seen_over_ftn3(
+    hub: EventServer, alice: EventStreamClient
+) -> None:
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+
+    def produce() -> None:
+        with EventHubProducerClient.from_connection_string(conn_str) as producer:
+            batch = producer.create_batch()
+            batch.add(EventData(b"\x00\x01raw"))
+            batch.add(EventData('{"json": true}'))
+            producer.send_batch(batch)
+
+    await alice.register_consumer("c1")
+    await asyncio.to_thread(produce)
+    await alice.add_event("ORDER", {"from": "ftn3"})
+    events = await alice.poll_events("c1")
+    assert [(e.type, e.id) for e in events] == [("EVENT", 1), ("EVENT", 2), ("ORDER", 3)]
+    assert events[1].data == {"$binary": "eyJqc29uIjogdHJ1ZX0="}  # a data section, as sent
+    received = await asyncio.to_thread(receive, conn_str, 3, starting_position="-1")
+    assert [b"".join(e.body) for e in received][:2] == [b"\x00\x01raw", b'{"json": true}']
+    assert received[2].body == {b"from": b"ftn3"}  # an amqp-value (the SDK gives str as bytes)
+
+
+async def test_a_wrong_key_is_refused_and_not_logged(
+    hub: EventServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    wrong = "d3JvbmcgYnV0IHdlbGwtZm9ybWVkIGtleSBmb3IgdGVzdHM="
+    conn_str = connection_string(hub, "alice", wrong)
+
+    def properties() -> None:
+        with EventHubProducerClient.from_connection_string(conn_str, retry_total=0) as client:
+            client.get_eventhub_properties()
+
+    with caplog.at_level(logging.INFO), pytest.raises(EventHubError):
+        await asyncio.to_thread(properties)
+    refusals = [r.getMessage() for r in caplog.records if "token refused" in r.getMessage()]
+    assert refusals
+    assert "signature does not match" in refusals[0]
+    assert not any(wrong in r.getMessage() for r in caplog.records)
+
+
+@contextmanager
+def anonymous(server: EventServer) -> Iterator[BlockingConnection]:
+    assert server.amqp is not None
+    conn = BlockingConnection(
+        f"amqp://127.0.0.1:{server.amqp.port}", allowed_mechs="ANONYMOUS", timeout=30
+    )
+    try:
+        yield conn
+    finally:
+        conn.close()
+
+
+def put_token(conn: BlockingConnection, token: str, audience: str) -> tuple[int, str]:
+    """One put-token request on ``$cbs``; (status code, description)."""
+    replies = conn.create_receiver("$cbs", credit=1)
+    requests = conn.create_sender("$cbs")
+    request = Message(
+        id=1,
+        reply_to="$cbs",
+        body=token,
+        properties={
+            "operation": "put-token",
+            "type": "servicebus.windows.net:sastoken",
+            "name": audience,
+        },
+    )
+    requests.send(request)
+    reply = replies.receive()
+    requests.close()  # type: ignore[no-untyped-call]
+    replies.close()  # type: ignore[no-untyped-call]
+    assert reply.correlation_id == 1
+    properties: dict[str, Any] = dict(reply.properties or {})
+    return properties["status-code"], properties["status-description"]
+
+
+AUDIENCE = "sb://127.0.0.1/events"
+
+
+async def test_links_need_a_token_first(hub: EventServer) -> None:
+    key = await key_of(hub, "alice")
+
+    def scenario() -> None:
+        with anonymous(hub) as conn, pytest.raises(LinkDetached, match="unauthorized-access"):
+            conn.create_sender("events")
+        with anonymous(hub) as conn:
+            token = sign(AUDIENCE, "alice", key, int(time.time()) + 600)
+            assert put_token(conn, token, AUDIENCE) == (200, "OK")
+            conn.create_sender("events").send(Message(subject="CBS", body=1))
+
+    await asyncio.to_thread(scenario)
+    assert (await hub.store.read_rows(0, limit=10))[0][1:3] == ("CBS", "1")
+
+
+@pytest.mark.parametrize(
+    ("name", "expiry", "audience", "reason"),
+    [
+        ("alice", -10, AUDIENCE, "has expired"),
+        ("nobody", 600, AUDIENCE, "names no user"),
+        ("bob", 600, AUDIENCE, "signature does not match"),  # alice's key, bob's name
+        ("alice", 600, "sb://127.0.0.1/elsewhere", "does not cover"),
+    ],
+)
+async def test_bad_tokens_are_refused(
+    hub: EventServer, name: str, expiry: int, audience: str, reason: str
+) -> None:
+    key = await key_of(hub, "alice")
+    token = sign(AUDIENCE, name, key, int(time.time()) + expiry)
+
+    def scenario() -> tuple[int, str]:
+        with anonymous(hub) as conn:
+            status = put_token(conn, token, audience)
+            with pytest.raises(LinkDetached, match="unauthorized-access"):
+                conn.create_sender("events")
+            return status
+
+    code, description = await asyncio.to_thread(scenario)
+    assert code == 401
+    assert reason in description
+
+
+async def test_a_new_password_gives_a_new_key(hub: EventServer) -> None:
+    old = await key_of(hub, "alice")
+    await hub.store.set_password("alice", "scrypt$changed")
+    assert await key_of(hub, "alice") != old
+
+    def scenario() -> int:
+        with anonymous(hub) as conn:
+            token = sign(AUDIENCE, "alice", old, int(time.time()) + 600)
+            return put_token(conn, token, AUDIENCE)[0]
+
+    assert await asyncio.to_thread(scenario) == 401
+
+
+async def test_an_expired_token_closes_the_connection(hub: EventServer) -> None:
+    key = await key_of(hub, "alice")
+
+    def scenario() -> str:
+        with anonymous(hub) as conn:
+            token = sign(AUDIENCE, "alice", key, int(time.time()) + 2)
+            assert put_token(conn, token, AUDIENCE)[0] == 200
+            receiver = conn.create_receiver("events", credit=1)
+            with pytest.raises(Exception) as closed:  # noqa: PT011 (proton's own types)
+                receiver.receive(timeout=30)
+            return str(closed.value)
+
+    assert "token put to $cbs has expired" in await asyncio.to_thread(scenario)
+
+
+async def test_a_connection_acts_as_one_user(hub: EventServer) -> None:
+    alice_key, bob_key = await key_of(hub, "alice"), await key_of(hub, "bob")
+
+    def scenario() -> tuple[int, str]:
+        with anonymous(hub) as conn:
+            expiry = int(time.time()) + 600
+            assert put_token(conn, sign(AUDIENCE, "alice", alice_key, expiry), AUDIENCE)[0] == 200
+            return put_token(conn, sign(AUDIENCE, "bob", bob_key, expiry), AUDIENCE)
+
+    assert await asyncio.to_thread(scenario) == (403, "this connection acts as user alice already")

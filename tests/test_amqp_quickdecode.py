@@ -1,0 +1,113 @@
+"""The quick path from message bytes to an event gives what proton's path gives, or steps
+aside (no server)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from proton import (
+    Message,
+    byte,
+    char,
+    float32,
+    int32,
+    short,
+    symbol,
+    timestamp,
+    ubyte,
+    uint,
+    ulong,
+    ushort,
+)
+
+from futoin_evt.server.amqp.codec import BadMessage, message_to_event
+from futoin_evt.server.amqp.quickdecode import quick_event
+
+ASCII = st.text(st.characters(max_codepoint=127))
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**63), 2**63 - 1)
+    | st.integers(0, 2**64 - 1).map(ulong)
+    | st.integers(0, 2**32 - 1).map(uint)
+    | st.integers(0, 255).map(ubyte)
+    | st.integers(0, 2**16 - 1).map(ushort)
+    | st.integers(-128, 127).map(byte)
+    | st.integers(-(2**15), 2**15 - 1).map(short)
+    | st.integers(-(2**31), 2**31 - 1).map(int32)
+    | st.floats(width=32).map(float32)
+    | st.floats()
+    | st.text()
+    | ASCII.map(symbol)
+    | st.binary(max_size=8)
+    | st.integers(0, 2**40).map(timestamp)
+    | st.characters().map(char)
+)
+VALUES = st.recursive(
+    SCALARS,
+    lambda inner: (
+        st.lists(inner, max_size=5)
+        | st.dictionaries(st.text() | st.integers(-(2**63), 2**63 - 1), inner, max_size=5)
+        | st.dictionaries(ASCII.map(lambda k: symbol("s:" + k)), inner, max_size=3)
+    ),
+    max_leaves=20,
+)
+SUBJECTS = st.none() | st.text(max_size=20)
+CONTENT_TYPES = st.none() | st.sampled_from(
+    ["application/json", "text/plain", "application/json; v=1"]
+)
+
+
+def proton_path(raw: bytes) -> tuple[str, Any] | str:
+    message = Message()
+    message.decode(raw)
+    try:
+        return message_to_event(message)
+    except BadMessage as exc:
+        return exc.condition
+
+
+@given(SUBJECTS, VALUES, st.none() | st.integers(0, 2**32), st.booleans())
+def test_amqp_value_bodies(
+    subject: str | None, body: Any, message_id: Any, annotated: bool
+) -> None:
+    message = Message(subject=subject, body=body, id=message_id)
+    if annotated:
+        message.annotations = {symbol("x-opt-partition-key"): "k"}
+        message.properties = {"a": 1}  # type: ignore[assignment]
+    raw = message.encode()
+    quick = quick_event(raw)
+    if quick is not None:
+        assert quick == proton_path(raw)
+        assert repr(quick) == repr(proton_path(raw))  # int stays int, float stays float
+
+
+@given(SUBJECTS, st.binary(max_size=64) | st.just(b'{"a": [1, 2.5, "x"]}'), CONTENT_TYPES)
+def test_data_sections(subject: str | None, data: bytes, content_type: str | None) -> None:
+    message = Message(subject=subject, body=data, inferred=True, content_type=content_type)
+    raw = message.encode()
+    quick = quick_event(raw)
+    if quick is not None:
+        assert quick == proton_path(raw)
+
+
+def test_typical_messages_take_the_quick_path() -> None:
+    body = {"order": 17, "items": [{"sku": "A-1", "qty": 2, "price": 9.5}], "paid": True}
+    typical = [
+        Message(subject="ORDER_PLACED", body=body),
+        Message(subject="ORDER_PLACED", body=body, id=42, durable=True),
+        Message(body=b'{"n": 1}', inferred=True, content_type="application/json"),
+        Message(body=b"\x00\x01", inferred=True),
+    ]
+    for message in typical:
+        raw = message.encode()
+        assert quick_event(raw) == proton_path(raw)
+
+
+@given(st.binary(max_size=80))
+def test_garbage_steps_aside_or_agrees(raw: bytes) -> None:
+    quick = quick_event(raw)
+    if quick is not None:
+        assert quick == proton_path(raw)

@@ -1,0 +1,110 @@
+"""Shared access keys and tokens (no server): what ``$cbs`` accepts and refuses."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from futoin_evt.model import UserId
+from futoin_evt.sas import (
+    InvalidToken,
+    SasToken,
+    SasVerifier,
+    SecretFileError,
+    load_secret,
+    sas_key,
+    sign,
+)
+from futoin_evt.storage.base import User
+
+SECRET = b"x" * 40
+ALICE = User(UserId(1), "alice", "scrypt$16384$8$1$c2FsdA==$aGFzaA==", False)
+RESOURCE = "sb://127.0.0.1:5671/events"
+
+
+class Users:
+    def __init__(self, *users: User) -> None:
+        self._users = {user.name: user for user in users}
+
+    async def get_user(self, name: str) -> User | None:
+        return self._users.get(name)
+
+
+def test_the_key_depends_on_secret_name_and_password() -> None:
+    key = sas_key(SECRET, ALICE)
+    assert key == sas_key(SECRET, ALICE)
+    assert key != sas_key(b"y" * 40, ALICE)
+    assert key != sas_key(SECRET, User(ALICE.id, "alice2", ALICE.password_hash, False))
+    assert key != sas_key(SECRET, User(ALICE.id, "alice", "scrypt$other", False))
+
+
+async def test_a_signed_token_names_its_user() -> None:
+    verifier = SasVerifier(Users(ALICE), SECRET)
+    token = sign(RESOURCE, "alice", sas_key(SECRET, ALICE), 4_000_000_000)
+    principal, expiry = await verifier.verify(token, RESOURCE)
+    assert (principal.user_id, principal.name, expiry) == (1, "alice", 4_000_000_000)
+    # Any address under the resource, with another scheme or case (Event Hubs compares so).
+    assert (await verifier.verify(token, "amqps://127.0.0.1:5671/EVENTS/Partitions/0"))[0]
+
+
+async def test_a_name_encoded_twice_is_understood() -> None:
+    """azure-eventhub url-encodes ``skn`` twice."""
+    odd = User(UserId(2), "a b+c", "scrypt$z", False)
+    token = sign(RESOURCE, "a+b%2Bc", sas_key(SECRET, odd), 4_000_000_000)
+    principal, _ = await SasVerifier(Users(odd), SECRET).verify(token, RESOURCE)
+    assert principal.name == "a b+c"
+
+
+@pytest.mark.parametrize(
+    ("token", "reason"),
+    [
+        (None, "not a SharedAccessSignature"),
+        ("Bearer abc", "not a SharedAccessSignature"),
+        ("SharedAccessSignature sr=a&se=1&skn=alice", "no sig"),
+        ("SharedAccessSignature sr=a&sig=x&se=soon&skn=alice", "not a time"),
+        ("SharedAccessSignature sr=a&sig=x&se=1" + "9" * 20 + "&skn=alice", "not a time"),
+        ("SharedAccessSignature " + "x" * 5000, "at most 4096"),
+        (sign(RESOURCE, "nobody", "k", 4_000_000_000), "names no user"),
+        (sign(RESOURCE, "alice", "not the key", 4_000_000_000), "signature does not match"),
+        (sign(RESOURCE, "alice", sas_key(SECRET, ALICE), 1_000_000), "has expired"),
+        (
+            sign("sb://127.0.0.1:5671/other", "alice", sas_key(SECRET, ALICE), 4_000_000_000),
+            "does not cover",
+        ),
+        (
+            sign("sb://127.0.0.1:5671/ev", "alice", sas_key(SECRET, ALICE), 4_000_000_000),
+            "does not cover",
+        ),
+    ],
+)
+async def test_bad_tokens(token: object, reason: str) -> None:
+    with pytest.raises(InvalidToken, match=reason):
+        await SasVerifier(Users(ALICE), SECRET).verify(token, RESOURCE)
+
+
+def test_a_tampered_expiry_breaks_the_signature() -> None:
+    token = SasToken.parse(sign(RESOURCE, "alice", sas_key(SECRET, ALICE), 2_000_000_000))
+    longer = SasToken(token.resource, 4_000_000_000, token.key_name, token.signature)
+    with pytest.raises(InvalidToken, match="signature"):
+        longer.check(sas_key(SECRET, ALICE), RESOURCE, 0)
+
+
+def test_the_secret_file_is_created_private_and_reused(tmp_path: Path) -> None:
+    path = tmp_path / "secret"
+    with pytest.raises(SecretFileError, match="no SAS secret file"):
+        load_secret(path, create=False)
+    first = load_secret(path, create=True)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert load_secret(path, create=True) == first == load_secret(path, create=False)
+
+
+def test_a_short_or_unreadable_secret_is_refused(tmp_path: Path) -> None:
+    short = tmp_path / "short"
+    short.write_text("too short\n")
+    with pytest.raises(SecretFileError, match="fewer than 32"):
+        load_secret(short, create=True)
+    with pytest.raises(SecretFileError, match="cannot"):
+        load_secret(tmp_path / "no-such-dir" / "secret", create=True)
