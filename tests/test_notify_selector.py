@@ -125,3 +125,15 @@ def test_full_attributes_are_base_then_scalar_fields() -> None:
 def test_bad_transformation_is_refused(spec: object, message: str) -> None:
     with pytest.raises(NotifyError, match=message):
         Transformation.parse(spec)
+
+
+def test_without_its_type_tests_a_selector_agrees_on_the_pinned_types() -> None:
+    """Readers that read only the pinned types skip the type tests; nothing else changes."""
+    extra = ["eventType = 'RARE'", "eventType IN ('PAYMENT', 'NOTE') AND (amount > 0 OR x.y.z = 1)"]
+    for selector in [s for s, _ in CASES] + extra:
+        compiled = compile_selector(selector)
+        if compiled.event_types is None:
+            continue
+        for n in NOTIFICATIONS:
+            if n.type in compiled.event_types:
+                assert bool(compiled.matches_of_pinned(n)) == bool(compiled.matches(n)), selector

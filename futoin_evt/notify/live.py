@@ -260,7 +260,8 @@ class Subscription:
         self.after_id = reached
         if self.selector is None:
             return notifications
-        matches = self.selector.matches
+        # What was read has the pinned types only: their tests need not run again.
+        matches = self.selector.matches_of_pinned
         return [n for n in notifications if matches(n)]
 
 

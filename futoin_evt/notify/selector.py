@@ -274,21 +274,54 @@ class Selector:
     matches: Predicate
     #: Every event type a matching notification can have; None when any can match.
     event_types: frozenset[str] | None
+    #: ``matches`` without the tests of the event type, for notifications read by the pinned
+    #: types (those tests are TRUE for each of them).
+    matches_of_pinned: Predicate
 
 
 @functools.lru_cache(maxsize=1024)
 def compile_selector(text: str) -> Selector:
     """Parse and compile once; equal selectors share the result."""
     expr = parse_selector(text)
+    pinned = pinned_types(expr)
+    matches = _predicate(expr)
+    if pinned is None:
+        return Selector(text, matches, None, matches)
+    rest = _without_type_tests(expr)
+    return Selector(text, matches, pinned, _predicate(rest) if rest is not None else _always)
+
+
+def _predicate(expr: Expr) -> Predicate:
     evaluate = _compile(expr)
     if isinstance(expr, _TRUTH_VALUED):
         # TRUE, FALSE or NULL (None) only: its truth is the match, with no wrapper call.
-        return Selector(text, evaluate, pinned_types(expr))  # type: ignore[arg-type]
+        return evaluate  # type: ignore[return-value]
 
     def matches(notification: Notification) -> bool:
         return evaluate(notification) is True
 
-    return Selector(text, matches, pinned_types(expr))
+    return matches
+
+
+def _always(_notification: Notification) -> bool:
+    return True
+
+
+def _without_type_tests(expr: Expr) -> Expr | None:
+    """``expr`` less the conjuncts that only test the event type (None: nothing is left)."""
+    if _is_type_test(expr):
+        return None
+    if isinstance(expr, Logical) and expr.op == "and":
+        rest = tuple(o for o in expr.operands if not _is_type_test(o))
+        return rest[0] if len(rest) == 1 else Logical("and", rest)
+    return expr
+
+
+def _is_type_test(expr: Expr) -> bool:
+    """A test of the event type alone, which the pinned types make TRUE."""
+    if isinstance(expr, Logical):
+        return all(_is_type_test(o) for o in expr.operands)
+    return pinned_types(expr) is not None
 
 
 #: Nodes whose value is always TRUE, FALSE or NULL.
