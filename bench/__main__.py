@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import others, postgres, systems, workloads
+from . import notify, others, postgres, systems, workloads
 from .systems import System
 
 RESULTS: Final = Path(__file__).resolve().parent / "results"
@@ -43,7 +43,7 @@ RSS_LIVE: Final = "server RSS, 100 LIVE push consumers (MB)"
 AMQP_PRODUCE: Final = "AMQP produce, 1 link, 1000 unsettled (msg/s)"
 AMQP_CATCH_UP: Final = "AMQP consume catch-up, credit 1000 (msg/s)"
 #: Rows where less is better: their ratios read "how many times lower".
-LOWER_IS_BETTER: Final = (P50, P99, PMAX, RSS_IDLE, RSS_LIVE)
+LOWER_IS_BETTER: Final = (P50, P99, PMAX, RSS_IDLE, RSS_LIVE, *notify.LATENCY_ROWS)
 SYSTEMS: Final = ("futoin-evt", "futoin-evt pg", "reference", "JetStream", "raw limit")
 
 
@@ -55,10 +55,16 @@ class Sizes:
     latency_events: int
     idle_connections: int
     live_consumers: int
+    #: Event notification: events through the selector; seconds of fan-out at 10k events/s.
+    selector_events: int = 300_000
+    fan_out_seconds: float = 5.0
 
 
 FULL: Final = Sizes(3_000, 30_000, 100_000, 3_000, 1_000, 100)
-QUICK: Final = Sizes(300, 3_000, 10_000, 500, 1_000, 100)
+QUICK: Final = Sizes(300, 3_000, 10_000, 500, 1_000, 100, selector_events=30_000,
+                     fan_out_seconds=1.0)  # fmt: skip
+#: The stream the fan-out subscribers follow (events/s).
+FAN_OUT_RATE: Final = 10_000
 
 Results = dict[str, list[float]]
 Record = Callable[[str, float], None]
@@ -128,6 +134,15 @@ async def _measure_amqp(record: Record, url: str, sizes: Sizes) -> None:
     record(AMQP_PRODUCE, await asyncio.to_thread(amqp.run, producer))
 
 
+async def _measure_notify(record: Record, sizes: Sizes, runs: int) -> None:
+    """Event notification, in this process: the selector alone, then live fan-out."""
+    for _ in range(runs):
+        record(notify.SELECTOR_ROW, notify.selector_throughput(sizes.selector_events))
+        fan_out = await notify.fan_out(sizes.fan_out_seconds, FAN_OUT_RATE)
+        for row, value in fan_out.items():
+            record(row, value)
+
+
 def _recorder(results: Results) -> Record:
     def record(row: str, value: float) -> None:
         results.setdefault(row, []).append(value)
@@ -144,7 +159,9 @@ def _record_latency(record: Record, latency: dict[str, float]) -> None:
 async def measure(name: str, sizes: Sizes, runs: int) -> Results:
     if name == "futoin-evt":
         amqp = ("--amqp", "127.0.0.1:0") if _has_proton() else ()
-        return await measure_ftn3(systems.start_futoin_evt, sizes, runs, *amqp)
+        results = await measure_ftn3(systems.start_futoin_evt, sizes, runs, *amqp)
+        await _measure_notify(_recorder(results), sizes, runs)
+        return results
     if name == "futoin-evt pg":
         return await measure_ftn3(postgres.start_futoin_evt_pg, sizes, runs)
     if name == "reference":

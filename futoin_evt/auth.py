@@ -22,10 +22,14 @@ import os
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from .ftn3.errors import SECURITY_ERROR, FTN3Error
 from .model import UserId
+from .notify.management import AUTH_FAILED
+
+if TYPE_CHECKING:
+    from .notify.management import ManagementBus
 
 _SCRYPT_N: Final = 2**14
 _SCRYPT_R: Final = 8
@@ -95,9 +99,16 @@ class Authenticator:
     """Turns a request's ``sec`` into a :class:`Principal`, or raises SecurityError."""
 
     def __init__(
-        self, users: UserSource, *, cache_seconds: float = 30.0, cache_size: int = 10_000
+        self,
+        users: UserSource,
+        *,
+        cache_seconds: float = 30.0,
+        cache_size: int = 10_000,
+        notices: ManagementBus | None = None,
     ) -> None:
         self._users = users
+        #: Told of each failed login (``authFailed``), when given.
+        self.notices = notices
         self._cache_seconds = cache_seconds
         self._cache_size = cache_size
         self._key = os.urandom(32)
@@ -147,7 +158,12 @@ class Authenticator:
             pending = asyncio.ensure_future(self._verify_for(peer, name, password))
             self._pending[digest] = pending
             pending.add_done_callback(lambda _f: self._pending.pop(digest, None))
-        principal = await asyncio.shield(pending)
+        try:
+            principal = await asyncio.shield(pending)
+        except FTN3Error as exc:
+            if self.notices is not None:
+                self.notices.publish(AUTH_FAILED, peer=peer, user=name[:64], reason=exc.desc)
+            raise
         self._cache[digest] = (principal, time.monotonic() + self._cache_seconds)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)

@@ -21,9 +21,12 @@ from . import __version__
 from .archive import RemoteArchiver
 from .auth import hash_password
 from .client.aio import OPS, CommError, Event, EventStreamClient, RemoteError
+from .client.notify import Notifications
 from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
 from .ftn3.messages import decode_json
 from .model import LIVE_COMPONENT
+from .notify.message import NotifyError, Transformation
+from .notify.selector import compile_selector
 from .retention import RetentionConfig
 from .sas import SecretFileError, load_secret, sas_key
 from .server.amqp import AmqpConfig, AmqpLimits
@@ -238,8 +241,27 @@ def _parser() -> argparse.ArgumentParser:
     tail.add_argument("component", nargs="?", help="consumer component (registered if new)")
     tail.add_argument("--live", action="store_true", help="new events only, no registration")
     tail.add_argument("--want", help="comma-separated event types")
+    tail.add_argument(
+        "--selector",
+        help="with --live: only the events (and server management events) a selector matches,"
+        " e.g. \"eventType = 'ORDER_PLACED' AND total > 100\"",
+    )
+    tail.add_argument(
+        "--fields", help="with --live: print only these attributes (comma-separated), in order"
+    )
+    tail.add_argument(
+        "--compact", action="store_true", help="with --fields: print each as a list of values"
+    )
     _add_endpoint(tail)
     tail.set_defaults(run=_tail)
+
+    events = commands.add_parser(
+        "events", help="event types and their attributes, for selectors (GET-EVENTS)"
+    )
+    events.add_argument("--type", help="only this event type")
+    events.add_argument("--json", action="store_true", help="print JSON instead of lines")
+    _add_endpoint(events)
+    events.set_defaults(run=_events)
 
     archive = commands.add_parser(
         "archive", help="copy every event from a running server to an archive SQLite file"
@@ -563,6 +585,8 @@ async def _poll(args: argparse.Namespace) -> int:
 async def _tail(args: argparse.Namespace) -> int:
     if args.live == bool(args.component):
         raise CliError("give a COMPONENT, or --live, but not both.")
+    if args.selector is not None or args.fields is not None or args.compact:
+        return await _tail_selected(args)
     want = [t for t in args.want.split(",") if t] if args.want else None
     credentials = _credentials(args)
 
@@ -583,6 +607,75 @@ async def _tail(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, receiver.stop)
     await receiver.run()
+    return 0
+
+
+async def _tail_selected(args: argparse.Namespace) -> int:
+    """``tail --live --selector/--fields``: the notifications of a selector subscription."""
+    if not args.live:
+        raise BadSetting("--selector, --fields and --compact go with --live.")
+    if args.want:
+        raise BadSetting(
+            "--want and --selector do not go together: name the types in the selector."
+        )
+    if args.compact and args.fields is None:
+        raise BadSetting("--compact needs --fields: the values are printed in their order.")
+    fields = None
+    if args.fields is not None:
+        fields = [f.strip() for f in args.fields.split(",") if f.strip()]
+    try:
+        if args.selector is not None:
+            compile_selector(args.selector)
+        if fields is not None:
+            Transformation.parse({"requestedAttributes": fields})
+    except NotifyError as exc:
+        raise BadSetting(f"{exc}.") from None
+    stopped = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stopped.set)
+    async with _client(args) as client:
+        notifications = Notifications(client.ftn3)
+        queue = await notifications.subscribe(args.selector, fields, compact=args.compact)
+        print("futoin-evt: subscribed; printing notifications until interrupted", file=sys.stderr)
+        sys.stderr.flush()
+        closed = asyncio.ensure_future(client.ftn3.wait_closed())
+        stopping = asyncio.ensure_future(stopped.wait())
+        while True:
+            message = asyncio.ensure_future(queue.get())
+            await asyncio.wait({message, closed, stopping}, return_when="FIRST_COMPLETED")
+            if not message.done():
+                message.cancel()
+                break
+            _print_json(_printed(message.result(), fields, args.compact))
+            sys.stdout.flush()
+        stopping.cancel()
+        if closed.done() and not stopped.is_set():
+            raise CliError(f"lost the connection to {args.url}.")
+    return 0
+
+
+def _printed(message: dict[str, Any], fields: list[str] | None, compact: bool) -> Any:
+    """A notification as printed: the requested attributes (with --compact their values
+    alone), or every attribute and the event's data."""
+    if compact:
+        return message.get("body")
+    properties = dict(message.get("properties") or {})
+    if fields is None:
+        return {**properties, "data": message.get("body")}
+    return properties
+
+
+async def _events(args: argparse.Namespace) -> int:
+    async with _client(args) as client:
+        types = await Notifications(client.ftn3).event_types(args.type)
+    if args.json:
+        _print_json(types)
+    elif args.type is not None and not types:
+        raise CliError(f"no event type {args.type} is known.")
+    else:
+        for name, attributes in sorted(types.items()):
+            print(f"{name}: {', '.join(attributes)}")
     return 0
 
 

@@ -12,7 +12,7 @@ import calendar
 import functools
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -73,6 +73,20 @@ class EventLog:
         rows = await self._store.read_rows(after_id, limit=limit)
         return [StoredEvent(EventId(i), t, d, ts) for i, t, d, ts in rows]
 
+    async def read_of_types(
+        self, after_id: int, limit: int, types: Collection[str] | None
+    ) -> tuple[list[StoredEvent], int]:
+        """Events after ``after_id`` (of ``types`` only, when given: the store reads no
+        others), and the id read up to: past the events the filter left out, so the next
+        read starts there."""
+        head = self.head  # committed before the read starts, so the read sees all up to it
+        wanted = sorted(set(types)) if types is not None else None
+        rows = await self._store.read_rows(after_id, limit=limit, types=wanted)
+        events = [StoredEvent(EventId(i), t, d, ts) for i, t, d, ts in rows]
+        if len(events) >= limit:
+            return events, events[-1].id
+        return events, max(head, events[-1].id if events else after_id)
+
     @property
     def head(self) -> int:
         """The newest committed event id known to this process."""
@@ -100,8 +114,9 @@ class EventLog:
 
     # -- registered consumers ---------------------------------------------------------------
 
-    async def register(self, user_id: UserId, component: str) -> None:
-        await self._store.register_consumer(user_id, component)
+    async def register(self, user_id: UserId, component: str) -> bool:
+        """Register a reliable consumer (idempotent); True when it is new."""
+        return await self._store.register_consumer(user_id, component)
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         return await self._store.position(user_id, component)

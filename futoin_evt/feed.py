@@ -11,6 +11,10 @@ one (only events added later follow). Each line's ``data`` is the event as FTN18
 ``{"id": "17", "type": "ORDER", "data": {...}, "ts": "2026-11-22T10:00:00Z"}``. Cursors
 belong to the clients: reading the feed moves no consumer's position, and does not hold
 back discarding.
+
+``selector=`` (a selector of the event notification, URL-encoded) keeps the events it
+matches; the event types it pins are read alone, as ``event-types`` would be. Cursors still
+move over the events it leaves out.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from .notify.message import Notification, NotifyError
+from .notify.selector import Selector, compile_selector
 from .storage.base import EventLog
 
 PARTITION: Final = "0"
@@ -67,6 +73,8 @@ class EventsRequest:
     page_size: int
     types: tuple[str, ...] | None
     wait_seconds: float
+    #: ``selector=``: only the events it matches (their types pushed down into ``types``).
+    selector: Selector | None = None
 
 
 def parse_feed_request(
@@ -93,7 +101,10 @@ def _zeroeventhub(args: Mapping[str, str]) -> EventsRequest:
         raise FeedError(400, f"Unknown partition in {extra[0]}: this feed has partition 0 only.")
     if "cursor0" not in args:
         raise FeedError(400, "No cursors given: pass cursor0.")
-    return EventsRequest(1, _cursor(args["cursor0"]), _page_size(args), None, _wait(args))
+    selector, types = _selector(args, None)
+    return EventsRequest(
+        1, _cursor(args["cursor0"]), _page_size(args), types, _wait(args), selector
+    )
 
 
 def _feedapi(args: Mapping[str, str], token: str) -> EventsRequest:
@@ -111,7 +122,25 @@ def _feedapi(args: Mapping[str, str], token: str) -> EventsRequest:
         bad = [t for t in types if not _EVENT_TYPE.fullmatch(t)]
         if bad or not types:
             raise FeedError(400, f"Bad event-types {args['event-types']!r}: use TYPE_A;TYPE_B.")
-    return EventsRequest(2, _cursor(args["cursor"]), _page_size(args), types, _wait(args))
+    selector, types = _selector(args, types)
+    return EventsRequest(2, _cursor(args["cursor"]), _page_size(args), types, _wait(args), selector)
+
+
+def _selector(
+    args: Mapping[str, str], types: tuple[str, ...] | None
+) -> tuple[Selector | None, tuple[str, ...] | None]:
+    """The selector, and the types left to read once those it pins are pushed down."""
+    if "selector" not in args:
+        return None, types
+    try:
+        selector = compile_selector(args["selector"])
+    except NotifyError as exc:
+        raise FeedError(400, f"Bad selector: {exc}.") from None
+    pinned = selector.event_types
+    if pinned is not None:
+        kept = pinned if types is None else pinned.intersection(types)
+        types = tuple(sorted(kept))
+    return selector, types
 
 
 def _cursor(raw: str) -> str:
@@ -179,6 +208,10 @@ class FeedService:
         if request.wait_seconds and self._store.head.head <= after_id:
             await self._wait_beyond(after_id, request.wait_seconds)
         prefix, cursor_prefix = _line_prefixes(request.version)
+        if request.types == ():  # the selector pins no type this log can hold
+            newest = max(after_id, await self._store.last_given_id())
+            await write(cursor_prefix + str(newest).encode() + b'"}\n')
+            return
         sent = 0
         cursor_written = False
         while sent < request.page_size:
@@ -192,7 +225,10 @@ class FeedService:
                 new_after = max(new_after, page.head_id)  # skip what the filter left out
             if not page.count and new_after == after_id and cursor_written:
                 break
-            lines = [prefix + item.encode() + b"}\n" for item in page.items]
+            items = page.items
+            if request.selector is not None:
+                items = [item for item in items if request.selector.matches(_notification(item))]
+            lines = [prefix + item.encode() + b"}\n" for item in items]
             lines.append(cursor_prefix + str(new_after).encode() + b'"}\n')
             await write(b"".join(lines))
             cursor_written = True
@@ -211,6 +247,11 @@ class FeedService:
                 waiter.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await waiter
+
+
+def _notification(item: str) -> Notification:
+    event = json.loads(item)
+    return Notification(event["type"], int(event["id"]), event["ts"], event["data"])
 
 
 def _line_prefixes(version: int) -> tuple[bytes, bytes]:

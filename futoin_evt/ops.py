@@ -13,6 +13,7 @@ from typing import Any, Final
 
 from .ftn3.errors import FTN3Error
 from .ftn3.messages import EncodedJson
+from .notify.management import CONSUMER_DROPPED, ManagementBus
 from .push import PushService
 from .retention import Discarder
 from .services import REPLY_ENVELOPE_BYTES, CallContext
@@ -37,8 +38,15 @@ def _without_none(fields: dict[str, Any]) -> dict[str, Any]:
 
 
 class OpsService:
-    def __init__(self, store: Store, push: PushService, discarder: Discarder) -> None:
+    def __init__(
+        self,
+        store: Store,
+        push: PushService,
+        discarder: Discarder,
+        notices: ManagementBus | None = None,
+    ) -> None:
         self._store = store
+        self._notices = notices
         self._push = push
         self._discarder = discarder
 
@@ -94,6 +102,14 @@ class OpsService:
         if user is None or not await self._store.drop_consumer(user.id, params["component"]):
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         self._push.stop_stream(user.id, params["component"])
+        if self._notices is not None:
+            self._notices.publish(
+                CONSUMER_DROPPED,
+                user=user.name,
+                component=params["component"],
+                by=principal.name,
+                reason="dropped by an operator call",
+            )
         return True
 
     async def seek_consumer(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from .ftn3.errors import FTN3Error
 from .model import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
+from .notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
 from .services import NOT_REGISTERED, CallContext, PeerLink
 from .storage.base import ConsumerLog, EventPage
 from .storage.head import HeadWatch
@@ -97,6 +98,8 @@ class PushStream:
     next_id: int
     #: The consumer's epoch when this stream claimed it (reliable streams).
     epoch: int = 0
+    #: The user's name (for management events).
+    user_name: str = ""
     stats: StreamStats = field(default_factory=StreamStats)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _in_flight: dict[int, _Group] = field(default_factory=dict)
@@ -249,6 +252,17 @@ class PushStream:
             group.seq, self.user_id, self.component, failure, group.attempts, delay,
         )  # fmt: skip
         group.retry = asyncio.get_running_loop().call_later(delay, self._retry, group)
+        notices = self.service.notices
+        if notices is not None:
+            notices.publish(
+                PUSH_RETRY,
+                user=self.user_name,
+                component=self.component,
+                seq=group.seq,
+                attempts=group.attempts,
+                delaySeconds=delay,
+                reason=failure[:200],
+            )
 
     def _retry(self, group: _Group) -> None:
         group.retry = None
@@ -277,9 +291,16 @@ def _failure(reply: asyncio.Future[Any]) -> str | None:
 class PushService:
     """``readyToReceive``: starts, and takes over, push streams."""
 
-    def __init__(self, store: ConsumerLog, config: PushConfig = PushConfig()) -> None:
+    def __init__(
+        self,
+        store: ConsumerLog,
+        config: PushConfig = PushConfig(),
+        notices: ManagementBus | None = None,
+    ) -> None:
         self.store = store
         self.config = config
+        #: Told of takeovers and retries (management events), when given.
+        self.notices = notices
         self._streams: dict[Hashable, PushStream] = {}
         self._acks: set[asyncio.Task[Any]] = set()
 
@@ -309,6 +330,15 @@ class PushService:
         if previous is not None:
             log.info("push stream %s of user %s taken over", component, user_id)
             previous.stop()
+            if self.notices is not None and reliable:
+                self.notices.publish(
+                    CONSUMER_TAKEN_OVER,
+                    user=ctx.principal.name,
+                    component=component,
+                    transport="ws",
+                    epoch=epoch,
+                    reason="a newer readyToReceive took the consumer over",
+                )
         stream = PushStream(
             service=self,
             key=key,
@@ -319,6 +349,7 @@ class PushService:
             reliable=reliable,
             next_id=position,
             epoch=epoch,
+            user_name=ctx.principal.name,
         )
         self._streams[key] = stream
         stream.start()

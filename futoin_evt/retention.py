@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from .model import utc_timestamp
+from .notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from .push import PushService
 from .storage.base import Consumers, DiscardLimits, Retention
 
@@ -73,8 +74,15 @@ def discard_bound(limits: DiscardLimits, config: RetentionConfig) -> int:
 
 
 class Discarder:
-    def __init__(self, store: RetentionStore, push: PushService, config: RetentionConfig) -> None:
+    def __init__(
+        self,
+        store: RetentionStore,
+        push: PushService,
+        config: RetentionConfig,
+        notices: ManagementBus | None = None,
+    ) -> None:
         self._store = store
+        self._notices = notices
         self._push = push
         self.config = config
         self.discarded_total = 0
@@ -123,6 +131,10 @@ class Discarder:
         if deleted:
             self.discarded_total += deleted
             log.debug("discarded %d events up to id %d", deleted, bound)
+            if self._notices is not None:
+                self._notices.publish(
+                    EVENTS_DISCARDED, count=deleted, upToId=bound, reason="retention policy"
+                )
         return deleted
 
     async def expire_consumers(self) -> None:
@@ -135,3 +147,8 @@ class Discarder:
             log.warning("consumer %s of user %s expired: not seen since %s", component, user,
                         seen_before)  # fmt: skip
             self.expired.append((user, component))
+            if self._notices is not None:
+                reason = f"not seen since {seen_before}"
+                self._notices.publish(
+                    CONSUMER_EXPIRED, user=user, component=component, reason=reason
+                )

@@ -21,6 +21,7 @@ from .model import (
     UserId,
     encode_event_data,
 )
+from .notify.management import CONSUMER_REGISTERED, ManagementBus
 from .storage.base import ConsumerLog, EventLog, EventPage
 
 log = logging.getLogger(__name__)
@@ -119,15 +120,20 @@ class PollService:
     costs the consumer's time or the server's, not both.
     """
 
-    def __init__(self, store: ConsumerLog) -> None:
+    def __init__(self, store: ConsumerLog, notices: ManagementBus | None = None) -> None:
         self._store = store
+        self._notices = notices
         self._read_aheads: dict[tuple[UserId, str], _ReadAhead] = {}
 
     async def register_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
         component = params["component"]
         if component == LIVE_COMPONENT:
             raise FTN3Error(LIVE_NOT_ALLOWED, "LIVE consumers do not register")
-        await self._store.register_consumer(ctx.principal.user_id, component)
+        created = await self._store.register_consumer(ctx.principal.user_id, component)
+        if created and self._notices is not None:
+            self._notices.publish(
+                CONSUMER_REGISTERED, user=ctx.principal.name, component=component, transport="ws"
+            )
         return True
 
     async def poll_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:

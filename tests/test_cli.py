@@ -203,3 +203,54 @@ def test_tail_needs_a_component_or_live(served: tuple[ServerProcess, dict[str, s
     result = run("tail", env=env)
     assert result.returncode == 1
     assert "COMPONENT" in result.stderr
+
+
+def test_tail_with_a_selector_prints_transformed_notifications(
+    served: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    _server, env = served
+    selector = "eventType = 'ORDER_PLACED' AND total > 100"
+    tail = subprocess.Popen(
+        [*CLI, "tail", "--live", "--selector", selector, "--fields", "id,total"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, **env},
+    )
+    try:
+        assert tail.stderr is not None
+        assert tail.stdout is not None
+        assert "subscribed" in tail.stderr.readline()
+        for event_type, total in [("ORDER_PLACED", 50), ("ORDER_SHIPPED", 500),
+                                  ("ORDER_PLACED", 150)]:  # fmt: skip
+            assert run("add", event_type, json.dumps({"total": total}), env=env).returncode == 0
+        assert json.loads(tail.stdout.readline()) == {"id": 3, "total": 150}
+    finally:
+        tail.send_signal(signal.SIGTERM)
+        tail.communicate(timeout=30)
+    assert tail.returncode == 0
+    events = run("events", "--type", "ORDER_PLACED", env=env)
+    assert events.returncode == 0
+    assert events.stdout == "ORDER_PLACED: eventType, id, ts, total\n"
+    listed = json.loads(run("events", "--json", env=env).stdout)
+    assert listed["org.futoin.evt.consumerRegistered"][:3] == ["eventType", "ts", "user"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--live", "--selector", "total > > 1"], "unexpected '>' (at column 9)"),
+        (["--live", "--selector", "(" * 10_000 + "1" + ")" * 10_000], "longer than 4096"),
+        (["--live", "--fields", ""], "non-empty list"),
+        (["COMP", "--selector", "id > 1"], "go with --live"),
+        (["--live", "--want", "A", "--selector", "id > 1"], "do not go together"),
+    ],
+)
+def test_tail_selector_errors_are_one_sentence_and_status_2(
+    served: tuple[ServerProcess, dict[str, str]], args: list[str], message: str
+) -> None:
+    _server, env = served
+    result = run("tail", *args, env=env)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1

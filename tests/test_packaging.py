@@ -37,3 +37,4 @@ def test_wheel_ships_the_iface_definitions(tmp_path: Path) -> None:
     for iface in (ROOT / "ifaces").glob("*-iface.json"):
         assert f"futoin_evt/ifaces/{iface.name}" in names
     assert "futoin_evt/py.typed" in names
+    assert "futoin_evt/notify/selector.lark" in names  # the selector grammar

@@ -17,6 +17,7 @@ import pytest
 from futoin_evt.model import UserId, utc_timestamp
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreClosed
+from futoin_evt.storage.pages import rows_sql
 
 from .conftest import execute_sql
 
@@ -136,6 +137,42 @@ async def test_read_pages_respect_limit_bytes_and_types(store: Store) -> None:
     rows = await store.read_rows(8, limit=5)
     assert [row[:2] for row in rows] == [(9, "EVEN"), (10, "ODD")]
     assert rows[0][2] == json.dumps("x" * 100)
+
+
+async def test_read_rows_of_given_types_in_id_order(store: Store) -> None:
+    for i in range(1, 31):
+        await store.append("A" if i % 10 == 0 else "B" if i % 3 == 0 else "C", json.dumps(i))
+    rows = await store.read_rows(0, limit=100, types=["A"])
+    assert [(row[0], row[1], row[2]) for row in rows] == [(10, "A", "10"), (20, "A", "20"),
+                                                          (30, "A", "30")]  # fmt: skip
+    both = await store.read_rows(5, limit=4, types=["B", "A"])
+    assert [row[:2] for row in both] == [(6, "B"), (9, "B"), (10, "A"), (12, "B")]
+    assert await store.read_rows(30, limit=10, types=["A"]) == []
+    assert await store.read_rows(0, limit=10, types=[]) == []
+    assert await store.read_rows(0, limit=10, types=["NONE"]) == []
+
+
+async def test_a_typed_read_goes_through_the_type_index(store: Store, store_db: str) -> None:
+    """Push-down: the events of the other types are not read (a plan on 100,000 rows)."""
+    postgres = store_db.startswith("postgresql://")
+    numbers = (
+        "SELECT i FROM generate_series(1, 100000) AS i"
+        if postgres
+        else "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 100000)"
+        " SELECT i FROM n"
+    )
+    execute_sql(
+        store_db,
+        "INSERT INTO events (type, data, ts) SELECT CASE WHEN i IN (50000, 100000) THEN 'RARE'"
+        f" ELSE 'COMMON' END, '{{}}', '2026-11-23T10:00:00Z' FROM ({numbers}) AS numbers",
+    )
+    execute_sql(store_db, "ANALYZE events" if postgres else "ANALYZE")
+    sql, params = rows_sql("?", 0, 1000, ["RARE", "OTHER"])
+    plan = execute_sql(store_db, ("EXPLAIN " if postgres else "EXPLAIN QUERY PLAN ") + sql, params)
+    lines = [str(row[0] if postgres else row[3]) for row in plan]
+    assert sum("events_by_type" in line for line in lines) == 2, lines
+    assert not any("Seq Scan" in line or line.startswith("SCAN events") for line in lines), lines
+    assert [row[1] for row in await store.read_rows(0, limit=10, types=["RARE"])] == ["RARE"] * 2
 
 
 async def test_byte_limit_counts_utf8(store: Store) -> None:

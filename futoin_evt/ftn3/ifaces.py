@@ -125,11 +125,12 @@ class IfaceSpec:
 
 
 def default_iface_dir() -> Traversable:
-    """The iface definitions: package data when installed, ``ifaces/`` in a source checkout."""
-    try:
-        return resources.files("futoin_evt.ifaces")
-    except ModuleNotFoundError:
-        return Path(__file__).resolve().parents[2] / "ifaces"
+    """The iface definitions: ``ifaces/`` of the source checkout this code runs from, else the
+    package data (an editable install may point at another checkout's)."""
+    checkout = Path(__file__).resolve().parents[2] / "ifaces"
+    if (checkout / "__init__.py").is_file():
+        return checkout
+    return resources.files("futoin_evt.ifaces")
 
 
 class IfaceRegistry:

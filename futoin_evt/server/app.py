@@ -17,6 +17,9 @@ from ..dcb.service import DcbService
 from ..eventlog import EventLog
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
+from ..notify.live import LiveEvents
+from ..notify.management import ManagementBus
+from ..notify.service import NotifyService
 from ..ops import OpsService
 from ..push import PushConfig, PushService
 from ..retention import Discarder, RetentionConfig
@@ -44,6 +47,7 @@ SERVED_IFACES: Final = {
     "futoin.evt.push": ("1.0", "1.1"),
     "futoinevt.ops": ("1.0",),
     "futoin.evt.dcb": ("1.0",),
+    "futoin.evt.notify": ("1.0",),
 }
 DEFAULT_DB: Final = "futoin-evt.sqlite"
 
@@ -72,12 +76,19 @@ class ServerConfig:
     amqp: AmqpConfig | None = None
 
 
-def build_routes(store: Store, push: PushService, discarder: Discarder) -> Routes:
+def build_routes(
+    store: Store,
+    push: PushService,
+    discarder: Discarder,
+    notices: ManagementBus | None = None,
+    notify: NotifyService | None = None,
+) -> Routes:
     """The explicit map from wire names to service methods."""
+    notify = notify if notify is not None else NotifyService(LiveEvents(EventLog(store)), notices)
     gen = GenService(store)
     dcb = DcbCalls(DcbService(store))
-    poll = PollService(store)
-    ops = OpsService(store, push, discarder)
+    poll = PollService(store, notices)
+    ops = OpsService(store, push, discarder, notices)
     consumer = {
         "ping": ping,
         "registerConsumer": poll.register_consumer,
@@ -93,6 +104,12 @@ def build_routes(store: Store, push: PushService, discarder: Discarder) -> Route
             "append": dcb.append,
             "read": dcb.read,
             "readBackwards": dcb.read_backwards,
+        },
+        "futoin.evt.notify": {
+            "ping": ping,
+            "subscribe": notify.subscribe,
+            "unsubscribe": notify.unsubscribe,
+            "getEvents": notify.get_events,
         },
         "futoinevt.ops": {
             "ping": ping,
@@ -125,15 +142,21 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
 
 
 async def _start_amqp(
-    store: Store, authenticator: Authenticator, config: AmqpConfig
+    store: Store,
+    live: LiveEvents,
+    bus: ManagementBus,
+    authenticator: Authenticator,
+    config: AmqpConfig,
 ) -> AmqpListener:
     """The AMQP listener (imported here: proton is an optional dependency)."""
     from .amqp.listener import AmqpListener
     from .amqp.node import EventLogNode
+    from .amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
-    node = EventLogNode(EventLog(store), config.limits.node, sas)
+    node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus))
     listener = AmqpListener(node, authenticator, config)
+    listener.notices = bus
     try:
         await listener.start()
     except OSError as exc:  # say which of the listeners could not start
@@ -161,22 +184,32 @@ class EventServer:
         self.feed: FeedEndpoint | None = None
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
+        #: Event notification: management events, the shared reader, the FTN3 service.
+        self.notices = ManagementBus()
+        self.live = LiveEvents(EventLog(store))
+        self.notify = NotifyService(self.live, self.notices)
         self._transport = transport
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
         store = await open_store(config.db, durability=config.durability)
+        notices = ManagementBus()
+        live = LiveEvents(EventLog(store))
+        notify = NotifyService(live, notices)
         try:
-            push = PushService(store, config.push)
-            discarder = Discarder(store, push, config.retention)
-            authenticator = Authenticator(store, cache_seconds=config.auth_cache_seconds)
+            push = PushService(store, config.push, notices)
+            discarder = Discarder(store, push, config.retention, notices)
+            authenticator = Authenticator(
+                store, cache_seconds=config.auth_cache_seconds, notices=notices
+            )
             executor = Executor(
                 build_registry(),
-                build_routes(store, push, discarder),
+                build_routes(store, push, discarder, notices, notify),
                 authenticator,
                 check_results=config.check_results,
             )
             transport = WebSocketTransport(executor, config.transport)
+            transport.notices = notices
             feed = None
             endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
@@ -194,7 +227,7 @@ class EventServer:
             amqp = None
             if config.amqp is not None:
                 try:
-                    amqp = await _start_amqp(store, authenticator, config.amqp)
+                    amqp = await _start_amqp(store, live, notices, authenticator, config.amqp)
                 except BaseException:
                     await transport.close()
                     raise
@@ -214,6 +247,9 @@ class EventServer:
         server.feed = feed
         server.http_endpoints = endpoints
         server.amqp = amqp
+        server.notices = notices
+        server.live = live
+        server.notify = notify
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
         if amqp is not None:
@@ -254,7 +290,7 @@ class EventServer:
         await self.discarder.close()
         if self.archiver is not None:
             await self.archiver.close()
-        endings = [self.push.close(), self._transport.close(deadline)]
+        endings = [self.push.close(), self.notify.close(), self._transport.close(deadline)]
         endings += [endpoint.close(deadline) for endpoint in self.http_endpoints]
         await asyncio.gather(*endings)
         self._transport.abort_all()

@@ -26,6 +26,7 @@ from websockets.http11 import Request
 
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
+from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
 
@@ -237,6 +238,8 @@ class WebSocketTransport:
         self.http_handler: HttpHandler | None = None
         #: Every open socket, whatever it carries or however far its handshake got: the slots.
         self._sockets: set[ServerIO] = set()
+        #: Told of FTN3 connections opening and closing (management events), when set.
+        self.notices: ManagementBus | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -301,12 +304,19 @@ class WebSocketTransport:
         connection.channel = channel
         self._connections.add(connection)
         log.debug("connection from %s", channel.peer)
+        notices = self.notices
+        if notices is not None:
+            notices.publish(CONNECTION_OPENED, transport="ws", peer=channel.peer, user=None)
         watcher = asyncio.create_task(connection.wait_closed())
         self._watchers.add(watcher)
 
         def forget(task: asyncio.Task[None]) -> None:
             self._watchers.discard(task)
             self._connections.discard(connection)
+            if notices is not None:
+                notices.publish(
+                    CONNECTION_CLOSED, transport="ws", peer=channel.peer, user=None, reason=None
+                )
 
         watcher.add_done_callback(forget)
 

@@ -168,8 +168,11 @@ class EventLog(Protocol):
         With either filter, ``head_id`` is the newest id, to skip what the filter left out.
         """
 
-    async def read_rows(self, after_id: int, *, limit: int) -> list[EventRow]:
-        """Stored events after ``after_id`` as (id, type, data JSON, ts)."""
+    async def read_rows(
+        self, after_id: int, *, limit: int, types: Sequence[str] | None = None
+    ) -> list[EventRow]:
+        """Stored events after ``after_id`` as (id, type, data JSON, ts); with ``types``, only
+        those types, found through the index on (type, id) rather than by reading the rest."""
 
     async def newest_event_id(self) -> int:
         """The newest stored event's id (0 when there is none)."""

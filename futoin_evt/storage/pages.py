@@ -136,3 +136,22 @@ def page_sql(
     if types is not None or ftn18_only:
         sql += " UNION ALL " + dialect.head_row
     return sql, params
+
+
+def rows_sql(
+    mark: str, after_id: int, limit: int, types: Sequence[str] | None
+) -> tuple[str, list[Any]]:
+    """Events after ``after_id`` as (id, type, data, ts), in id order. With ``types``, one
+    index range per type (on (type, id)) merged by id: events of other types are not read."""
+    select = "SELECT id, type, data, ts FROM events WHERE "
+    if types is None:
+        return f"{select}id > {mark} ORDER BY id LIMIT {mark}", [after_id, limit]
+    if not types:
+        return f"{select}1 = 0", []
+    ranges = [
+        f"SELECT * FROM ({select}type = {mark} AND id > {mark} ORDER BY id LIMIT {mark}) AS t{i}"
+        for i in range(len(types))
+    ]
+    params: list[Any] = [v for event_type in types for v in (event_type, after_id, limit)]
+    merged = " UNION ALL ".join(ranges)
+    return f"SELECT * FROM ({merged}) AS r ORDER BY id LIMIT {mark}", [*params, limit]

@@ -57,7 +57,7 @@ from .dcb_sql import (
     stored_retry,
 )
 from .head import HeadWatch
-from .pages import ReadDialect, page_from_recent, page_from_rows, page_sql
+from .pages import ReadDialect, page_from_recent, page_from_rows, page_sql, rows_sql
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
 from .thread import WorkerThread
@@ -319,12 +319,12 @@ class SqliteStore:
         rows = await self._reader.execute_fetchall(sql, params)
         return page_from_rows(rows, max_bytes, data_as_text)
 
-    async def read_rows(self, after_id: int, *, limit: int) -> list[EventRow]:
+    async def read_rows(
+        self, after_id: int, *, limit: int, types: Sequence[str] | None = None
+    ) -> list[EventRow]:
         """Stored events as (id, type, data JSON, ts), for copying them elsewhere."""
-        rows = await self._reader.execute_fetchall(
-            "SELECT id, type, data, ts FROM events WHERE id > ? ORDER BY id LIMIT ?",
-            (after_id, limit),
-        )
+        sql, params = rows_sql("?", after_id, limit, types)
+        rows = await self._reader.execute_fetchall(sql, params)
         return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     async def last_given_id(self) -> int:

@@ -52,7 +52,7 @@ DELIVERY_ANNOTATIONS_FILTER: Final = (
     "amqp:event-streams-delivery-annotations-filter",
 )
 SQL_FILTER: Final = (0x0000_0000_0000_0201, "amqp:event-streams-sql-filter")
-SELECTOR_FILTER: Final = (0x0000_0468_C000_0004, "apache.org:selector-filter:string")
+SELECTOR_FILTER: Final = (0x0000_468C_0000_0004, "apache.org:selector-filter:string")
 
 
 class BadMessage(ValueError):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import enum
 import functools
-import operator
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -20,6 +19,7 @@ from typing import Any, Final
 from lark import Lark, LarkError, Token, Transformer, v_args
 
 from ...eventlog import StoredEvent
+from ...notify.selector import COMPARISONS, FLIPPED
 from .codec import EARLIEST, LATEST, BadFilter, Position, parse_offset
 
 #: Longest filter text accepted.
@@ -39,16 +39,6 @@ FIELDS: Final = {
     ("amqp.annotation", "x-opt-sequence-number"): Domain.ID,
     ("amqp.annotation", "x-opt-enqueued-time"): Domain.MS,
 }
-
-_OPS: Final[dict[str, Callable[[int, int], bool]]] = {
-    "=": operator.eq,
-    "<>": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-_FLIPPED: Final = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,14 +163,14 @@ def _compile(expr: Expr, head: int) -> tuple[Predicate, _Bound]:
 def _compile_compare(expr: Compare, head: int) -> tuple[Predicate, _Bound]:
     left, op, right = expr.left, expr.op, expr.right
     if isinstance(left, Constant) and isinstance(right, Field):
-        left, op, right = right, _FLIPPED[op], left
+        left, op, right = right, FLIPPED[op], left
     if not isinstance(left, Field) or not isinstance(right, Constant):
         raise BadFilter("each comparison needs one field and one constant")
     domain = FIELDS.get((left.section, left.name))
     if domain is None:
         raise BadFilter(f"cannot filter on {left.section}.{left.name}")
     value = _constant(left, domain, right.value, head)
-    compare = _OPS[op]
+    compare = COMPARISONS[op]
     bound = _Bound()
     if domain is Domain.ID:
         if op in (">", ">=", "="):

@@ -7,6 +7,7 @@ import logging
 from typing import Final
 
 from ...auth import Authenticator
+from ...notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from .config import AmqpConfig
 from .connection import AmqpConnection
 from .node import EventLogNode
@@ -28,6 +29,8 @@ class AmqpListener:
         self._server: asyncio.Server | None = None
         self._connections: set[AmqpConnection] = set()
         self._admitted = 0
+        #: Told of connections opening and closing (management events), when set.
+        self.notices: ManagementBus | None = None
 
     async def start(self) -> None:
         self._server = await asyncio.get_running_loop().create_server(
@@ -50,10 +53,23 @@ class AmqpListener:
     def admit(self, connection: AmqpConnection) -> bool:
         """Count a new connection; False when it is one too many (it is refused in SASL)."""
         self._connections.add(connection)
+        if self.notices is not None:
+            self.notices.publish(
+                CONNECTION_OPENED, transport="amqp", peer=connection.peer_name, user=None
+            )
         return len(self._connections) <= self.config.limits.max_connections
 
     def forget(self, connection: AmqpConnection) -> None:
         self._connections.discard(connection)
+        if self.notices is not None:
+            principal = connection.principal
+            self.notices.publish(
+                CONNECTION_CLOSED,
+                transport="amqp",
+                peer=connection.peer_name,
+                user=principal.name if principal is not None else None,
+                reason=None,
+            )
 
     async def close(self) -> None:
         """Stop listening and close every connection with ``amqp:connection:forced``."""

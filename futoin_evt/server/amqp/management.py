@@ -1,11 +1,14 @@
 """Request/response nodes (AMQP management): ``$management`` with the Event Hubs READ operations
-on the hub and its partition, and the base that ``$cbs`` shares.
+on the hub and its partition and the event notification's GET-EVENTS, and the base that
+``$cbs`` shares.
 
 A request arrives on a link to ``$management``, with ``operation: READ``, ``type`` (
 ``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (``events``) and, for a
-partition, ``partition`` in its application properties. The reply goes out on the peer's
-link from ``$management`` whose target is the request's ``reply-to`` (or its only one), with
-``status-code``/``status-description`` and the request's id as ``correlation-id``.
+partition, ``partition`` in its application properties. ``operation: GET-EVENTS`` (with an
+optional ``eventType``) answers a map of event type to its attribute names. The reply goes out
+on the peer's link from ``$management`` whose target is the request's ``reply-to`` (or its
+only one), with ``status-code``/``status-description`` and the request's id as
+``correlation-id``.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from proton import Condition, Delivery, Link, Message, MessageException, timestamp
 
 from ...eventlog import EventLog, ts_to_ms
+from ...notify.catalog import EventCatalog
 from .codec import format_offset
 
 if TYPE_CHECKING:
@@ -28,6 +32,7 @@ log = logging.getLogger(__name__)
 MANAGEMENT: Final = "$management"
 HUB_TYPE: Final = "com.microsoft:eventhub"
 PARTITION_TYPE: Final = "com.microsoft:partition"
+GET_EVENTS: Final = "GET-EVENTS"
 #: Replies kept for a peer that gives no credit for them; one more detaches the reply link.
 MAX_QUEUED_REPLIES: Final = 64
 
@@ -68,16 +73,21 @@ class RequestReplyNode:
 
 
 class ManagementNode(RequestReplyNode):
-    """``$management``: READ of the hub and of its partition."""
+    """``$management``: READ of the hub and of its partition, and GET-EVENTS."""
 
-    def __init__(self, events: EventLog, hub: str, partition: str) -> None:
+    def __init__(
+        self, events: EventLog, hub: str, partition: str, catalog: EventCatalog | None = None
+    ) -> None:
         super().__init__()
         self._events = events
+        self._catalog = catalog
         self._hub = hub
         self._partition = partition
 
     async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
+        if properties.get("operation") == GET_EVENTS:
+            return await self._get_events(properties.get("eventType"))
         if properties.get("operation") != "READ":
             return 400, f"unsupported operation: {properties.get('operation')!r:.40}", None
         if properties.get("name") != self._hub:
@@ -108,6 +118,14 @@ class ManagementNode(RequestReplyNode):
             "last_enqueued_time_utc": timestamp(ts_to_ms(bounds.last_ts) if bounds.last_ts else 0),
             "is_partition_empty": bounds.events == 0,
         }  # fmt: skip
+
+    async def _get_events(self, event_type: Any) -> tuple[int, str, Any]:
+        """GET-EVENTS: event type -> its attribute names (all types, or ``eventType``)."""
+        if self._catalog is None:
+            return 501, "event notification is not served here", None
+        if event_type is not None and not isinstance(event_type, str):
+            return 400, "eventType must be a string", None
+        return 200, "OK", await self._catalog.event_types(event_type)
 
 
 class RequestLink:

@@ -19,6 +19,7 @@ from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
 from ...eventlog import EventLog, is_registrable
 from ...model import EventRejected, UserId, encode_event_data
+from ...notify.management import CONSUMER_REGISTERED
 from ...sas import SasVerifier
 from .cbs import CBS, CbsNode
 from .codec import (
@@ -44,6 +45,7 @@ from .quickdecode import quick_event
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
+    from .notify import NotificationNode
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +92,15 @@ class EventLogNode:
         events: EventLog,
         limits: NodeLimits = DEFAULT_NODE_LIMITS,
         sas: SasVerifier | None = None,
+        notifications: NotificationNode | None = None,
     ) -> None:
         self.events = events
         self.limits = limits
         self._groups: dict[tuple[UserId, str], _Owner] = {}
-        self._management = ManagementNode(events, NODE, PARTITION)
+        #: ``$events`` (event notification), when served.
+        self._notifications = notifications
+        catalog = notifications.live.catalog if notifications is not None else None
+        self._management = ManagementNode(events, NODE, PARTITION, catalog)
         self._cbs = CbsNode(sas)
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
@@ -111,6 +117,9 @@ class EventLogNode:
             )
         if address == MANAGEMENT:
             return self._management.attach(conn, link)
+        notifications = self._notifications
+        if notifications is not None and address == notifications.address:
+            return notifications.attach(conn, link)
         if address == INFO:
             if link.is_receiver:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
@@ -166,6 +175,12 @@ class EventLogNode:
             if current is not None and current.link is link:
                 del self._groups[key]
 
+        def registered() -> None:
+            bus = self._notifications.bus if self._notifications is not None else None
+            if bus is not None and binding is not None:
+                name = conn.principal.name if conn.principal is not None else None
+                bus.publish(CONSUMER_REGISTERED, user=name, component=binding[1], transport="amqp")
+
         return ConsumerLink(
             conn,
             link,
@@ -174,6 +189,7 @@ class EventLogNode:
             properties={GROUP_PROPERTY: group, EPOCH_PROPERTY: new_epoch},
             binding=binding,
             on_closed=release,
+            on_registered=registered,
         )
 
 
@@ -455,12 +471,14 @@ class ConsumerLink(_SourceLink):
         properties: Mapping[Any, Any] | None = None,
         binding: tuple[UserId, str] | None = None,
         on_closed: Callable[[], None] | None = None,
+        on_registered: Callable[[], None] | None = None,
     ) -> None:
         #: No filter: events added from now on (seed 3.2), or the bound consumer's position.
         self._start = start if start is not None else Position(events.head)
         self._filtered = start is not None
         self._binding = binding
         self._released = on_closed
+        self._registered = on_registered
         self._after = 0
         self._unsettled: deque[int] = deque()
         self._done: set[int] = set()
@@ -485,7 +503,8 @@ class ConsumerLink(_SourceLink):
         after = self._start.after_id
         if self._binding is not None:
             user_id, component = self._binding
-            await self._events.register(user_id, component)
+            if await self._events.register(user_id, component) and self._registered is not None:
+                self._registered()
             position = await self._events.position(user_id, component)
             if not self._filtered and position is not None:
                 after = position

@@ -62,7 +62,7 @@ from ..dcb_sql import (
     stored_retry,
 )
 from ..head import HeadWatch
-from ..pages import ReadDialect, page_from_recent, page_from_rows, page_sql
+from ..pages import ReadDialect, page_from_recent, page_from_rows, page_sql, rows_sql
 from ..recent import RecentEvent, RecentEvents
 from .schema import (
     CHANNEL,
@@ -406,11 +406,11 @@ class PostgresStore:
         rows = await self._fetch(sql, params)
         return page_from_rows(rows, max_bytes, data_as_text)
 
-    async def read_rows(self, after_id: int, *, limit: int) -> list[EventRow]:
-        rows = await self._fetch(
-            "SELECT id, type, data, ts FROM events WHERE id > %s ORDER BY id LIMIT %s",
-            (after_id, limit),
-        )
+    async def read_rows(
+        self, after_id: int, *, limit: int, types: Sequence[str] | None = None
+    ) -> list[EventRow]:
+        sql, params = rows_sql("%s", after_id, limit, types)
+        rows = await self._fetch(sql, params)
         return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
     async def last_given_id(self) -> int:

@@ -1,0 +1,67 @@
+"""Event notification over FTN3: subscribe with a selector and a transformation, and take the
+messages the server pushes back (``futoin.evt.notify.receiver:1.0:onNotify``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any, Final
+
+from .aio import FTN3Client
+
+NOTIFY: Final = "futoin.evt.notify:1.0"
+RECEIVER: Final = "futoin.evt.notify.receiver"
+
+
+class Subscribed(asyncio.Queue[dict[str, Any]]):
+    """The messages of one subscription, in order."""
+
+    def __init__(self, sid: str) -> None:
+        super().__init__()
+        self.sid = sid
+
+
+class Notifications:
+    """The subscriptions of one connection; each delivers into its own queue of messages
+    (``{subject, properties, body}`` as the transformation left them)."""
+
+    def __init__(self, ftn3: FTN3Client) -> None:
+        self.ftn3 = ftn3
+        self._queues: dict[str, Subscribed] = {}
+        ftn3.on_request(RECEIVER, "onNotify", self._on_notify)
+
+    async def subscribe(
+        self,
+        selector: str | None = None,
+        requested: Sequence[str] | None = None,
+        *,
+        compact: bool = False,
+        after: int | None = None,
+    ) -> Subscribed:
+        params: dict[str, Any] = {}
+        if selector is not None:
+            params["selector"] = selector
+        if requested is not None:
+            params["transformation"] = {"requestedAttributes": list(requested), "compact": compact}
+        if after is not None:
+            params["after"] = str(after)
+        sid = str(await self.ftn3.call(NOTIFY, "subscribe", params))
+        queue = self._queues[sid] = Subscribed(sid)
+        return queue
+
+    async def unsubscribe(self, subscribed: Subscribed) -> bool:
+        self._queues.pop(subscribed.sid, None)
+        return bool(await self.ftn3.call(NOTIFY, "unsubscribe", {"sid": subscribed.sid}))
+
+    async def event_types(self, event_type: str | None = None) -> dict[str, list[str]]:
+        """GET-EVENTS: event type -> attribute names."""
+        params = {"event_type": event_type} if event_type is not None else {}
+        result: dict[str, list[str]] = await self.ftn3.call(NOTIFY, "getEvents", params)
+        return result
+
+    async def _on_notify(self, params: dict[str, Any]) -> bool:
+        queue = self._queues.get(params["sid"])
+        if queue is not None:
+            for message in params["messages"]:
+                queue.put_nowait(message)
+        return True

@@ -1,0 +1,189 @@
+"""The virtual notification message of an event, and the transformation a subscriber asks for.
+
+A notification's subject is its event type. Its attributes are ``eventType``, ``id``, ``ts``
+and, when the data is a JSON object, each top-level field whose value is a string, number,
+boolean or null. A dotted name (``order.total``) reaches into nested objects; a field whose
+own name holds the dot wins over the walk. ``eventType``, ``id`` and ``ts`` win over data
+fields of the same name. No I/O here: every door shapes the result into its own messages.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from ..eventlog import StoredEvent
+
+#: An attribute value: what a selector compares and a message carries. None is NULL.
+Value = str | int | float | bool | None
+Getter = Callable[["Notification"], Value]
+
+EVENT_TYPE: Final = "eventType"
+ID: Final = "id"
+TS: Final = "ts"
+#: The attributes every event of the log has, in this order.
+BASE_ATTRIBUTES: Final = (EVENT_TYPE, ID, TS)
+_SCALARS: Final = frozenset({str, int, float, bool})
+#: The most attributes a transformation may ask for, and the longest name.
+MAX_REQUESTED: Final = 256
+MAX_NAME_CHARS: Final = 256
+
+
+class NotifyError(ValueError):
+    """A selector or transformation that cannot be used; the message says why (and where)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notification:
+    """One event as its virtual notification message. ``id`` is None for management events,
+    which are not in the log."""
+
+    type: str
+    id: int | None
+    ts: str
+    data: Any
+
+    @classmethod
+    def of(cls, event: StoredEvent) -> Notification:
+        return cls(event.type, event.id, event.ts, json.loads(event.data_json))
+
+    def attributes(self) -> dict[str, Value]:
+        """Every attribute, in order: the base ones, then the data's scalar fields."""
+        result: dict[str, Value] = {EVENT_TYPE: self.type}
+        if self.id is not None:
+            result[ID] = self.id
+        result[TS] = self.ts
+        data = self.data
+        if type(data) is dict:
+            for name, value in data.items():
+                if name not in result and (value is None or type(value) in _SCALARS):
+                    result[name] = value
+        return result
+
+
+@functools.lru_cache(maxsize=4096)
+def getter(name: str) -> Getter:
+    """How to read attribute ``name`` of a notification (NULL when it has none)."""
+    if name == EVENT_TYPE:
+        return _event_type
+    if name == ID:
+        return _id
+    if name == TS:
+        return _ts
+    path = tuple(name.split("."))
+
+    def read_field(notification: Notification) -> Value:
+        data = notification.data
+        if type(data) is not dict:
+            return None
+        value = data.get(name)
+        if value is None and len(path) > 1 and name not in data:
+            value = data
+            for part in path:
+                if type(value) is not dict:
+                    return None
+                value = value.get(part)
+        return value if value is None or type(value) in _SCALARS else None
+
+    return read_field
+
+
+def _event_type(notification: Notification) -> Value:
+    return notification.type
+
+
+def _id(notification: Notification) -> Value:
+    return notification.id
+
+
+def _ts(notification: Notification) -> Value:
+    return notification.ts
+
+
+@dataclass(frozen=True, slots=True)
+class Transformation:
+    """``{requestedAttributes: [names], compact: bool}`` (the seed's notification
+    transformation): only the requested attributes, or with ``compact`` their values alone,
+    in the requested order, NULL for those missing."""
+
+    requested: tuple[str, ...]
+    compact: bool = False
+    _getters: tuple[Getter, ...] = field(init=False, repr=False, compare=False, default=())
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_getters", tuple(getter(name) for name in self.requested))
+
+    @classmethod
+    def parse(cls, spec: object) -> Transformation:
+        """From its map form; raises :class:`NotifyError` naming what is wrong."""
+        if not isinstance(spec, Mapping):
+            raise NotifyError("a transformation is a map: {requestedAttributes, compact}")
+        unknown = [str(k) for k in spec if str(k) not in ("requestedAttributes", "compact")]
+        if unknown:
+            raise NotifyError(f"unknown transformation entry: {unknown[0]!r:.60}")
+        names = spec.get("requestedAttributes")
+        if not isinstance(names, list | tuple) or not names:
+            raise NotifyError("requestedAttributes must be a non-empty list of attribute names")
+        if len(names) > MAX_REQUESTED:
+            raise NotifyError(f"at most {MAX_REQUESTED} requestedAttributes")
+        for name in names:
+            if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
+                raise NotifyError(
+                    f"each requested attribute is a name of 1-{MAX_NAME_CHARS} characters,"
+                    f" not {name!r:.60}"
+                )
+        compact = spec.get("compact", False)
+        if compact is None:
+            compact = False
+        if not isinstance(compact, bool):
+            raise NotifyError("compact must be a boolean")
+        return cls(tuple(str(name) for name in names), compact)
+
+    def values(self, notification: Notification) -> list[Value]:
+        """The compact form: the requested values in order, None for those missing."""
+        return [get(notification) for get in self._getters]
+
+    def attributes(self, notification: Notification) -> dict[str, Value]:
+        """The requested attributes the notification has (the others are left out)."""
+        result: dict[str, Value] = {}
+        for name, get in zip(self.requested, self._getters, strict=True):
+            value = get(notification)
+            if value is not None or _has_null(notification, name):
+                result[name] = value
+        return result
+
+
+def _has_null(notification: Notification, name: str) -> bool:
+    """The attribute is there and NULL (a JSON null), not missing."""
+    data = notification.data
+    if type(data) is not dict:
+        return False
+    if name in data:
+        return data[name] is None
+    *parents, last = name.split(".")
+    for part in parents:
+        data = data.get(part)
+        if type(data) is not dict:
+            return False
+    return last in data and data[last] is None
+
+
+def real_message(
+    notification: Notification, transformation: Transformation | None
+) -> dict[str, Any]:
+    """The real message a subscriber gets, as ``{subject, properties, body}`` (each only when
+    present). Without a transformation: the virtual message (subject = event type, properties
+    = every attribute) with the event data as body; with one, the requested properties only;
+    compact, the body alone: the requested values in order."""
+    if transformation is None:
+        return {
+            "subject": notification.type,
+            "properties": notification.attributes(),
+            "body": notification.data,
+        }
+    if transformation.compact:
+        return {"body": transformation.values(notification)}
+    return {"subject": notification.type, "properties": transformation.attributes(notification)}

@@ -1,0 +1,165 @@
+"""``futoin.evt.notify``: selector subscriptions and GET-EVENTS over FTN3 (WebSocket).
+
+``subscribe`` starts a task that pushes the matching notifications back on the caller's
+connection as ``futoin.evt.notify.receiver:1.0:onNotify`` requests, a group at a time with a
+few groups in flight; ``seq`` counts groups from 0 per subscription. Notifications are live:
+nothing is stored for the subscriber, and a reply (even an error) only frees room in the
+window. A subscription ends with ``unsubscribe`` or with its connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from ..ftn3.errors import FTN3Error
+from ..ftn3.messages import Response
+from .live import LiveEvents, Subscription, management_visible_to
+from .management import ManagementBus
+from .message import NotifyError, Transformation, real_message
+from .selector import compile_selector
+
+if TYPE_CHECKING:
+    from ..services import CallContext, PeerLink
+
+log = logging.getLogger(__name__)
+
+ON_NOTIFY: Final = "futoin.evt.notify.receiver:1.0:onNotify"
+INVALID_SELECTOR: Final = "InvalidSelector"
+INVALID_TRANSFORMATION: Final = "InvalidTransformation"
+TOO_MANY: Final = "TooManySubscriptions"
+#: Subscriptions one connection may hold.
+MAX_PER_CONNECTION: Final = 64
+#: Groups in flight per subscription; notifications per group; bytes of a group's messages.
+WINDOW: Final = 4
+GROUP_MESSAGES: Final = 1000
+GROUP_BYTES: Final = 1024 * 1024
+REPLY_TIMEOUT: Final = 30.0
+
+
+@dataclass(slots=True)
+class _Pushing:
+    """One subscription's push task and what it has sent."""
+
+    sid: str
+    link: PeerLink
+    subscription: Subscription
+    transformation: Transformation | None
+    in_flight: int = 0
+    seq: itertools.count[int] = field(default_factory=itertools.count)
+    #: Encoded messages read but not yet sent (a group full by bytes leaves some).
+    queued: deque[str] = field(default_factory=deque)
+    task: asyncio.Task[None] | None = None
+
+    async def run(self) -> None:
+        subscription = self.subscription.start()
+        wake = subscription.wake
+        stop_waiting = self.link.on_writable(wake.set)
+        self.link.closed.add_done_callback(lambda _closed: wake.set())
+        try:
+            while not self.link.closed.done():
+                wake.clear()
+                if self.in_flight < WINDOW and self.link.writable:
+                    if not self.queued and subscription.has_more():
+                        batch = await subscription.poll(GROUP_MESSAGES)
+                        shape = self.transformation
+                        self.queued.extend(
+                            json.dumps(real_message(n, shape), separators=(",", ":")) for n in batch
+                        )
+                    if self.queued:
+                        self._send_group()
+                        continue
+                await wake.wait()
+        finally:
+            stop_waiting()
+            subscription.close()
+
+    def _send_group(self) -> None:
+        parts: list[str] = []
+        size = 0
+        while self.queued and len(parts) < GROUP_MESSAGES:
+            if parts and size + len(self.queued[0]) > GROUP_BYTES:
+                break
+            parts.append(self.queued.popleft())
+            size += len(parts[-1]) + 1
+        params = f'{{"sid":"{self.sid}","seq":{next(self.seq)},"messages":[{",".join(parts)}]}}'
+        self.in_flight += 1
+        reply = self.link.request(ON_NOTIFY, params, REPLY_TIMEOUT)
+        reply.add_done_callback(self._replied)
+
+    def _replied(self, reply: asyncio.Future[Response]) -> None:
+        if not reply.cancelled():
+            reply.exception()  # looked at: a live subscriber's failure stops nothing
+        self.in_flight -= 1
+        self.subscription.wake.set()
+
+
+class NotifyService:
+    """The calls of ``futoin.evt.notify``."""
+
+    def __init__(self, live: LiveEvents, notices: ManagementBus | None = None) -> None:
+        self._live = live
+        self._notices = notices
+        #: By connection (its PeerLink).
+        self._subscriptions: dict[object, dict[str, _Pushing]] = {}
+        self._sids = itertools.count(1)
+
+    async def get_events(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, list[str]]:
+        return await self._live.catalog.event_types(params["event_type"])
+
+    def subscribe(self, ctx: CallContext, params: dict[str, Any]) -> str:
+        link = ctx.link
+        if link is None:
+            raise FTN3Error("SecurityError", "Bi-directional channel is required")
+        try:
+            selector = compile_selector(params["selector"]) if params["selector"] else None
+        except NotifyError as exc:
+            raise FTN3Error(INVALID_SELECTOR, str(exc)) from None
+        try:
+            shape = params["transformation"]
+            transformation = Transformation.parse(shape) if shape is not None else None
+        except NotifyError as exc:
+            raise FTN3Error(INVALID_TRANSFORMATION, str(exc)) from None
+        mine = self._subscriptions.setdefault(link, {})
+        if len(mine) >= MAX_PER_CONNECTION:
+            raise FTN3Error(TOO_MANY, f"at most {MAX_PER_CONNECTION} subscriptions per connection")
+        after = int(params["after"]) if params["after"] is not None else self._live.events.head
+        subscription = Subscription(
+            self._live,
+            self._notices,
+            selector,
+            after,
+            management=management_visible_to(ctx.principal),
+        )
+        sid = str(next(self._sids))
+        pushing = _Pushing(sid, link, subscription, transformation)
+        mine[sid] = pushing
+        pushing.task = asyncio.create_task(pushing.run(), name=f"notify {sid}")
+        pushing.task.add_done_callback(lambda task: self._ended(link, sid, task))
+        return sid
+
+    def unsubscribe(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+        pushing = self._subscriptions.get(ctx.link, {}).get(params["sid"])
+        if pushing is None or pushing.task is None:
+            return False
+        pushing.task.cancel()
+        return True
+
+    def _ended(self, link: PeerLink, sid: str, task: asyncio.Task[None]) -> None:
+        mine = self._subscriptions.get(link, {})
+        mine.pop(sid, None)
+        if not mine:
+            self._subscriptions.pop(link, None)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("notification subscription %s failed", sid, exc_info=task.exception())
+
+    async def close(self) -> None:
+        tasks = [p.task for mine in self._subscriptions.values() for p in mine.values() if p.task]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
