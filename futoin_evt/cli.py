@@ -13,7 +13,7 @@ import signal
 import sqlite3
 import ssl
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -39,6 +39,7 @@ ENV_URL: Final = "FUTOIN_EVT_URL"
 ENV_USER: Final = "FUTOIN_EVT_USER"
 ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
 ENV_DB: Final = "FUTOIN_EVT_DB"
+ENV_LOOP: Final = "FUTOIN_EVT_LOOP"
 
 log = logging.getLogger("futoin_evt")
 
@@ -63,7 +64,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_level != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)
     try:
-        return int(asyncio.run(args.run(args)) or 0)
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return int(runner.run(args.run(args)) or 0)
     except CliError as exc:
         print(f"futoin-evt: {exc}", file=sys.stderr)
         return exc.exit_status
@@ -72,6 +74,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (a dependency on Linux): it runs the
+    per-call work of a loop turn (polling, reading, writing, callbacks) in C. ``None``
+    (asyncio's own loop) elsewhere, or with ``FUTOIN_EVT_LOOP=asyncio``."""
+    if os.environ.get(ENV_LOOP) == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 class _Parser(argparse.ArgumentParser):

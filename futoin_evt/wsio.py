@@ -25,7 +25,7 @@ import ssl
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Final
+from typing import Final, cast
 
 from websockets.client import ClientProtocol
 from websockets.datastructures import Headers
@@ -83,8 +83,8 @@ class FrameIO(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; uvloop's are not subclasses of asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
