@@ -240,35 +240,48 @@ def is_request(msg: dict[str, Any], *, peer_prefix: str) -> bool:
     return rid[0] == peer_prefix
 
 
+#: How many distinct ``f`` values and param names are remembered as checked (they repeat).
+_MEMO_SIZE: Final = 1024
+_checked_f: dict[str, tuple[str, int, int, str]] = {}
+_checked_param_names: set[str] = set()
+
+
 def parse_request(msg: dict[str, Any]) -> Request:
     """Check the envelope of a decoded request; raise InvalidRequest when it is not FTN3."""
-    unknown = msg.keys() - REQUEST_KEYS
-    if unknown:
+    if not REQUEST_KEYS.issuperset(msg):
+        unknown = msg.keys() - REQUEST_KEYS
         raise FTN3Error(INVALID_REQUEST, f"Unknown request key: {sorted(unknown)[0]}")
     f = msg.get("f")
-    match = FUNC_RE.match(f) if isinstance(f, str) else None
-    if match is None:
-        raise FTN3Error(INVALID_REQUEST, "Invalid req.f")
+    parts = _checked_f.get(f) if type(f) is str else None
+    if parts is None:
+        parts = _parse_f(f)
     params = msg.get("p", {})
     if params is None:
         params = {}
     if not isinstance(params, dict):
         raise FTN3Error(INVALID_REQUEST, "Invalid req.p")
     for name in params:
-        if PARAM_NAME_RE.match(name) is None:
-            raise FTN3Error(INVALID_REQUEST, f"Invalid parameter name: {name[:64]}")
+        if name not in _checked_param_names:
+            if PARAM_NAME_RE.match(name) is None:
+                raise FTN3Error(INVALID_REQUEST, f"Invalid parameter name: {name[:64]}")
+            if len(_checked_param_names) < _MEMO_SIZE:
+                _checked_param_names.add(name)
     sec = msg.get("sec")
     if sec is not None and not isinstance(sec, (str, dict)):
         raise FTN3Error(INVALID_REQUEST, "Invalid req.sec")
-    return Request(
-        rid=msg["rid"],
-        iface=match["iface"],
-        major=int(match["major"]),
-        minor=int(match["minor"]),
-        func=match["func"],
-        params=params,
-        sec=sec,
-    )
+    iface, major, minor, func = parts
+    return Request(msg["rid"], iface, major, minor, func, params, sec)
+
+
+def _parse_f(f: Any) -> tuple[str, int, int, str]:
+    """``iface:major.minor:func``, remembered once valid."""
+    match = FUNC_RE.match(f) if isinstance(f, str) else None
+    if match is None:
+        raise FTN3Error(INVALID_REQUEST, "Invalid req.f")
+    parts = (match["iface"], int(match["major"]), int(match["minor"]), match["func"])
+    if len(_checked_f) < _MEMO_SIZE:
+        _checked_f[f] = parts
+    return parts
 
 
 def parse_response(msg: dict[str, Any]) -> Response:
