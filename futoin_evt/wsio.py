@@ -89,6 +89,10 @@ class FrameIO(asyncio.Protocol):
         self._own_frames = ws.side is Side.SERVER
         #: The start of a frame that has not arrived whole yet (server side).
         self._partial = b""
+        #: websockets' message size limit (its attribute's name changed across versions).
+        self._max_message_bytes: int | None = getattr(
+            ws, "max_message_size", getattr(ws, "max_size", None)
+        )
         #: Frames queued by :meth:`send` on the server side; they leave before websockets' own.
         self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
@@ -130,7 +134,7 @@ class FrameIO(asyncio.Protocol):
         once a frame is malformed or too large, or the connection is no longer open."""
         buffer = self._partial + data if self._partial else data
         self._partial = b""
-        max_size = self.ws.max_message_size
+        max_size = self._max_message_bytes
         end_of_data = len(buffer)
         offset = 0
         while end_of_data - offset >= 2:
