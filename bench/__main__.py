@@ -1,17 +1,24 @@
-"""``python -m bench [--quick] [--only NAME ...] [--runs N] [--json PATH]``
+"""``python -m bench [--quick] [--only NAME ...] [--runs N] [--json PATH] [--source DIR]``
 
-Starts each system itself on 127.0.0.1 (futoin-evt on SQLite and on a new PostgreSQL
-database, the official FutoIn reference server; NATS JetStream is the machine's server,
-started if it is down), runs every workload
-``--runs`` times, and prints the median of each beside the others: futoin-evt, reference,
-JetStream, the raw limit of the parts futoin-evt builds on, and the ratios
-futoin-evt/reference and futoin-evt/raw limit. ``--quick`` uses small sizes and one run.
+Starts each system itself on 127.0.0.1 (futoin-evt on SQLite at ``--durability full`` and
+``normal`` and on a new PostgreSQL database, the official FutoIn reference server; NATS
+JetStream is the machine's server, started if it is down), runs every workload ``--runs``
+times, and prints the median of each beside the others, with the raw limits of the parts
+futoin-evt builds on at both durabilities. Two pairs are compared at equal durability:
+``full`` (futoin-evt, the reference, the raw limit with fsync at each commit) and ``normal``
+(futoin-evt, JetStream's default file store, the raw limit without fsync). A second table
+gives the server's CPU time per operation, from ``/proc/PID/stat``.
+
+After the tables, each floor in :data:`FLOORS` is checked: a ratio to the raw limit measured
+in the same run. The exit status is 1 when one is not reached. ``--quick`` uses small sizes
+and one run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import importlib.util
 import json
 import math
@@ -44,7 +51,57 @@ AMQP_PRODUCE: Final = "AMQP produce, 1 link, 1000 unsettled (msg/s)"
 AMQP_CATCH_UP: Final = "AMQP consume catch-up, credit 1000 (msg/s)"
 #: Rows where less is better: their ratios read "how many times lower".
 LOWER_IS_BETTER: Final = (P50, P99, PMAX, RSS_IDLE, RSS_LIVE, *notify.LATENCY_ROWS)
-SYSTEMS: Final = ("futoin-evt", "futoin-evt pg", "reference", "JetStream", "raw limit")
+CPU_SUFFIX: Final = ": server CPU (µs/op)"
+SYSTEMS: Final = (
+    "futoin-evt",
+    "futoin-evt normal",
+    "futoin-evt pg",
+    "reference",
+    "JetStream",
+    "raw limit",
+    "raw limit normal",
+)
+#: The ratio columns: label, ours, theirs (each pair at equal durability).
+RATIOS: Final = (
+    ("full/reference", "futoin-evt", "reference"),
+    ("full/raw", "futoin-evt", "raw limit"),
+    ("normal/JetStream", "futoin-evt normal", "JetStream"),
+    ("normal/raw", "futoin-evt normal", "raw limit normal"),
+)
+
+
+def cpu_row(row: str) -> str:
+    """The row of the server's CPU time per operation of a throughput row."""
+    return row.rpartition(" (")[0] + CPU_SUFFIX
+
+
+@dataclass(frozen=True)
+class Floor:
+    """``ours`` reaches at least ``ratio`` times ``theirs`` (for a CPU row: at most 1/ratio
+    times its CPU), both measured in the same run. ``basis`` says where the figure comes
+    from."""
+
+    row: str
+    ours: str
+    theirs: str
+    ratio: float
+    basis: str
+
+
+#: What a run must reach (``bench --quick`` in CI), as ratios to the raw limit measured in the
+#: same run. Half of the target where this machine, shared and noisy, keeps to it with room;
+#: where the target is not reached yet, half of the lowest ratio seen in full and quick runs,
+#: so that noise passes and a slowdown by half fails (README, Benchmarks).
+FLOORS: Final = (
+    Floor(DRAIN, "futoin-evt", "raw limit", 0.12, "target 0.70x not reached; seen 0.22x-0.42x"),
+    Floor(CATCH_UP, "futoin-evt", "raw limit", 0.14, "target 0.85x not reached; seen 0.28x-0.71x"),
+    Floor(ADD_SERIAL, "futoin-evt", "raw limit", 0.3, "2x the reference; seen 0.62x-1.14x"),
+    Floor(ADD_SERIAL, "futoin-evt normal", "raw limit normal", 0.3, "seen 0.60x-0.86x"),
+    Floor(ADD_32, "futoin-evt normal", "raw limit normal", 0.2, "seen 0.40x-0.80x"),
+    Floor(ADD_8, "futoin-evt normal", "raw limit normal", 0.3, "seen 0.60x-0.99x"),
+    Floor(cpu_row(ADD_32), "futoin-evt", "raw limit", 0.3, "seen 0.62x-1.14x"),
+    Floor(cpu_row(ADD_32), "futoin-evt normal", "raw limit normal", 0.3, "seen 0.61x-0.82x"),
+)
 
 
 @dataclass(frozen=True)
@@ -71,47 +128,87 @@ Record = Callable[[str, float], None]
 
 
 async def measure_ftn3(
-    start: Callable[..., Awaitable[System]], sizes: Sizes, runs: int, *extra: str
+    start: Callable[..., Awaitable[System]],
+    sizes: Sizes,
+    runs: int,
+    *extra: str,
+    durability: str | None = None,
+    memory: bool = True,
 ) -> Results:
+    """The FTN3 workloads; ``memory``: the RSS rows too (they do not depend on durability)."""
     results: Results = {}
     record = _recorder(results)
+    options = {"durability": durability} if durability else {}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        async with systems.running(await start(Path(tmp), *extra, prefill=sizes.drain)) as system:
+        started = await start(Path(tmp), *extra, prefill=sizes.drain, **options)
+        async with systems.running(started) as system:
+            timed = _timer(record, system.cpu_seconds)
             for _ in range(runs):
                 if system.amqp_url is not None:
                     await _measure_amqp(record, system.amqp_url, sizes)
-                record(DRAIN, await workloads.poll_drain(system, sizes.drain))
-                record(CATCH_UP, await workloads.push_catch_up(system, sizes.drain))
-                record(ADD_SERIAL, await workloads.add_serial(system, sizes.add_serial))
-                record(ADD_32, await workloads.add_in_flight(system, sizes.add_in_flight))
-                record(ADD_8, await workloads.add_from_connections(system, sizes.add_in_flight))
+                await timed(DRAIN, sizes.drain, workloads.poll_drain(system, sizes.drain))
+                await timed(CATCH_UP, sizes.drain, workloads.push_catch_up(system, sizes.drain))
+                add = sizes.add_serial
+                await timed(ADD_SERIAL, add, workloads.add_serial(system, add))
+                add = sizes.add_in_flight
+                await timed(ADD_32, add, workloads.add_in_flight(system, add))
+                await timed(ADD_8, add, workloads.add_from_connections(system, add))
                 _record_latency(record, await workloads.push_latency(system, sizes.latency_events))
-                record(RSS_IDLE, await workloads.rss_idle(system, sizes.idle_connections))
-                record(RSS_LIVE, await workloads.rss_live_consumers(system, sizes.live_consumers))
+                if memory:
+                    record(RSS_IDLE, await workloads.rss_idle(system, sizes.idle_connections))
+                    live = await workloads.rss_live_consumers(system, sizes.live_consumers)
+                    record(RSS_LIVE, live)
     return results
 
 
 async def measure_other(
-    target: others.JetStream | others.RawLimits, sizes: Sizes, runs: int
+    target: others.JetStream | others.RawLimits, sizes: Sizes, runs: int, *, reads: bool = True
 ) -> Results:
-    """The workloads a system besides the FutoIn servers has (raw limits have no latency)."""
+    """The workloads a system besides the FutoIn servers has (raw limits have no latency);
+    ``reads``: the drain and catch-up rows too."""
     results: Results = {}
     record = _recorder(results)
+    timed = _timer(record, target.cpu_seconds)
+    # The raw read limits run client and server in this process: no server CPU to read.
+    read_timed = timed if isinstance(target, others.JetStream) else _untimed(record)
     for _ in range(runs):
-        record(DRAIN, await target.poll_drain(sizes.drain))
-        record(CATCH_UP, await target.push_catch_up(sizes.drain))
-        record(ADD_SERIAL, await target.add_serial(sizes.add_serial))
-        record(ADD_32, await target.add_in_flight(sizes.add_in_flight))
-        record(ADD_8, await target.add_from_connections(sizes.add_in_flight))
+        if reads:
+            await read_timed(DRAIN, sizes.drain, target.poll_drain(sizes.drain))
+            await read_timed(CATCH_UP, sizes.drain, target.push_catch_up(sizes.drain))
+        await timed(ADD_SERIAL, sizes.add_serial, target.add_serial(sizes.add_serial))
+        add = sizes.add_in_flight
+        await timed(ADD_32, add, target.add_in_flight(add))
+        await timed(ADD_8, add, target.add_from_connections(add))
         if isinstance(target, others.JetStream):
             _record_latency(record, await target.push_latency(sizes.latency_events))
-        elif _has_proton():
+        elif reads and _has_proton():
             from . import amqp
 
             raw = await asyncio.to_thread(amqp.raw_limits, sizes.add_in_flight, sizes.drain)
             record(AMQP_PRODUCE, raw[amqp.RAW_PRODUCE])
             record(AMQP_CATCH_UP, raw[amqp.RAW_CONSUME])
     return results
+
+
+Timed = Callable[[str, int, Awaitable[float]], Awaitable[None]]
+
+
+def _timer(record: Record, cpu_seconds: Callable[[], float]) -> Timed:
+    """Records a workload's rate, and the server's CPU time per operation during it."""
+
+    async def timed(row: str, operations: int, work: Awaitable[float]) -> None:
+        before = cpu_seconds()
+        record(row, await work)
+        record(cpu_row(row), (cpu_seconds() - before) / operations * 1e6)
+
+    return timed
+
+
+def _untimed(record: Record) -> Timed:
+    async def untimed(row: str, _operations: int, work: Awaitable[float]) -> None:
+        record(row, await work)
+
+    return untimed
 
 
 def _has_proton() -> bool:
@@ -156,12 +253,16 @@ def _record_latency(record: Record, latency: dict[str, float]) -> None:
     record(PMAX, latency["max"])
 
 
-async def measure(name: str, sizes: Sizes, runs: int) -> Results:
+async def measure(name: str, sizes: Sizes, runs: int, source: Path | None = None) -> Results:
+    """``source``: run futoin-evt from this source tree (an earlier version, say)."""
+    start = functools.partial(systems.start_futoin_evt, source=source)
     if name == "futoin-evt":
         amqp = ("--amqp", "127.0.0.1:0") if _has_proton() else ()
-        results = await measure_ftn3(systems.start_futoin_evt, sizes, runs, *amqp)
+        results = await measure_ftn3(start, sizes, runs, *amqp)
         await _measure_notify(_recorder(results), sizes, runs)
         return results
+    if name == "futoin-evt normal":
+        return await measure_ftn3(start, sizes, runs, durability="normal", memory=False)
     if name == "futoin-evt pg":
         return await measure_ftn3(postgres.start_futoin_evt_pg, sizes, runs)
     if name == "reference":
@@ -169,31 +270,39 @@ async def measure(name: str, sizes: Sizes, runs: int) -> Results:
     if name == "JetStream":
         others.ensure_nats()
         return await measure_other(others.JetStream(), sizes, runs)
-    return await measure_other(others.RawLimits(), sizes, runs)
+    durability = "full" if name == "raw limit" else "normal"
+    async with others.RawLimits(durability) as raw:
+        return await measure_other(raw, sizes, runs, reads=durability == "full")
 
 
-def _ratio(row: str, ours: float, theirs: float) -> str:
+def _lower_is_better(row: str) -> bool:
+    return row in LOWER_IS_BETTER or row.endswith(CPU_SUFFIX)
+
+
+def ratio(row: str, ours: float, theirs: float) -> float:
+    """How many times better ``ours`` is (higher, or for latency, memory, CPU: lower)."""
     if math.isnan(ours) or math.isnan(theirs) or not ours or not theirs:
-        return "-"
-    ratio = theirs / ours if row in LOWER_IS_BETTER else ours / theirs
-    return f"{ratio:.2f}x"
+        return math.nan
+    return theirs / ours if _lower_is_better(row) else ours / theirs
 
 
-def render(table: dict[str, dict[str, float]]) -> str:
+def render(table: dict[str, dict[str, float]], *, cpu: bool = False) -> str:
+    """The table of throughput, latency and memory rows, or (``cpu``) of the CPU rows."""
     names = [n for n in SYSTEMS if n in table]
-    rows_seen = list(dict.fromkeys(r for per in table.values() for r in per))
-    header = ["workload", *names, "evt/reference", "evt/raw"]
+    rows_seen = [
+        r
+        for r in dict.fromkeys(r for per in table.values() for r in per)
+        if r.endswith(CPU_SUFFIX) == cpu
+    ]
+    ratios = [(label, a, b) for label, a, b in RATIOS if a in table and b in table]
+    header = ["workload", *names, *(label for label, _a, _b in ratios)]
     rows = [header]
     for row in rows_seen:
-        digits = 2 if row in LOWER_IS_BETTER else 0
-        values = {n: table[n].get(row, math.nan) for n in names}
+        digits = 2 if row in LOWER_IS_BETTER else 1 if cpu else 0
+        values: dict[str, float] = {n: table[n].get(row, math.nan) for n in names}
         cells = ["-" if math.isnan(v) else f"{v:,.{digits}f}" for v in values.values()]
-        ours = values.get("futoin-evt", math.nan)
-        rows.append([
-            row, *cells,
-            _ratio(row, ours, values.get("reference", math.nan)),
-            _ratio(row, ours, values.get("raw limit", math.nan)),
-        ])  # fmt: skip
+        ratio_cells = [ratio(row, values[a], values[b]) for _label, a, b in ratios]
+        rows.append([row, *cells, *("-" if math.isnan(r) else f"{r:.2f}x" for r in ratio_cells)])
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = [" | ".join(_aligned(r, widths)) for r in rows]
     lines.insert(1, "-+-".join("-" * w for w in widths))
@@ -213,10 +322,13 @@ async def main_async(args: argparse.Namespace) -> None:
     raw: dict[str, Results] = {}
     for name in args.only or SYSTEMS:
         started = time.perf_counter()
-        raw[name] = await measure(name, sizes, runs)
+        raw[name] = await measure(name, sizes, runs, args.source)
         print(f"# {name}: {time.perf_counter() - started:.0f} s", flush=True)
     medians = {n: {w: statistics.median(v) for w, v in per.items()} for n, per in raw.items()}
     print(render(medians))
+    print()
+    print(render(medians, cpu=True))
+    missed = check_floors(medians)
     out = args.json or RESULTS / "latest.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
@@ -229,6 +341,28 @@ async def main_async(args: argparse.Namespace) -> None:
     }
     out.write_text(json.dumps(report, indent=2))
     print(f"# written to {out}")
+    if missed:
+        raise SystemExit(1)
+
+
+def check_floors(table: dict[str, dict[str, float]]) -> list[str]:
+    """Print each floor whose two systems ran, with its ratio; return those not reached."""
+    missed = []
+    for floor in FLOORS:
+        ours = table.get(floor.ours, {}).get(floor.row, math.nan)
+        theirs = table.get(floor.theirs, {}).get(floor.row, math.nan)
+        reached = ratio(floor.row, ours, theirs)
+        if math.isnan(reached):
+            continue
+        verdict = "ok" if reached >= floor.ratio else "BELOW THE FLOOR"
+        line = (
+            f"{floor.row}: {floor.ours}/{floor.theirs} {reached:.2f}x,"
+            f" floor {floor.ratio}x ({floor.basis})"
+        )
+        print(f"# floor {verdict}: {line}")
+        if reached < floor.ratio:
+            missed.append(line)
+    return missed
 
 
 def main() -> None:
@@ -237,6 +371,7 @@ def main() -> None:
     parser.add_argument("--only", nargs="+", choices=SYSTEMS)
     parser.add_argument("--runs", type=int, help="runs per workload (default 3; --quick: 1)")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--source", type=Path, help="run futoin-evt from this source tree")
     asyncio.run(main_async(parser.parse_args()))
 
 

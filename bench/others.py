@@ -1,6 +1,8 @@
 """What futoin-evt is measured against besides the reference: NATS JetStream with a durable
-consumer, and the raw limits of the parts it builds on (bare SQLite inserts, a bare websockets
-send/ack loop). Each method returns the same unit as the futoin-evt workload of that name."""
+consumer, and the raw limits of the parts it builds on (batched SQLite commits, a bare
+websockets echo, a bare websockets send/ack loop). Each method returns the same unit as the
+futoin-evt workload of that name; ``cpu_seconds`` gives the CPU time the server side has
+used so far."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import json
 import socket
 import sqlite3
 import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -23,8 +26,8 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 
-from .systems import payload
-from .workloads import add_params
+from . import workloads
+from .systems import System, payload, process_cpu_seconds
 
 NATS_URL = "nats://127.0.0.1:4222"
 
@@ -41,6 +44,15 @@ def ensure_nats() -> None:
     )  # fmt: skip
 
 
+def nats_server_pid() -> int:
+    """The process listening as the machine's NATS server (its command is nats-server)."""
+    for stat in Path("/proc").glob("[0-9]*/comm"):
+        with contextlib.suppress(OSError):
+            if stat.read_text().strip() == "nats-server":
+                return int(stat.parent.name)
+    raise RuntimeError("no nats-server process found")
+
+
 def _payloads(count: int) -> list[bytes]:
     return [json.dumps({"type": "ORDER", "data": payload(i)}).encode() for i in range(count)]
 
@@ -49,6 +61,12 @@ class JetStream:
     """A stream per measurement, file storage, a durable consumer acknowledging what it read."""
 
     name = "JetStream"
+
+    def __init__(self) -> None:
+        self._pid = nats_server_pid()
+
+    def cpu_seconds(self) -> float:
+        return process_cpu_seconds(self._pid)
 
     @contextlib.asynccontextmanager
     async def _stream(self, prefill: int = 0) -> AsyncIterator[tuple[Any, Any, str]]:
@@ -161,37 +179,58 @@ class JetStream:
 
 
 class RawLimits:
-    """The parts alone: SQLite inserts in one process, a websockets send/ack loop."""
+    """The parts alone, at one durability: round trips of the same load generator against a
+    bare websockets echo server (:mod:`bench.echo`, a process of its own), and batched SQLite
+    commits of the same rows in WAL mode, a batch per commit as the calls in flight allow.
 
-    name = "raw limit"
+    For one call at a time the limit is a round trip plus a one-row commit, one after the
+    other. With calls in flight the two overlap (a server reads the next calls while a commit
+    runs), so the limit is the slower of the two. Use it as ``async with``.
+    """
+
+    def __init__(self, durability: str = "full") -> None:
+        self.durability = durability
+        self.name = "raw limit" if durability == "full" else f"raw limit {durability}"
+        self._echo: System | None = None
+        self._commit_cpu = 0.0
+
+    async def __aenter__(self) -> RawLimits:
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.echo", stdout=asyncio.subprocess.PIPE
+        )
+        assert proc.stdout is not None
+        url = (await proc.stdout.readline()).decode().strip()
+        self._echo = System("echo", url, "", "", Path(), proc)
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        if self._echo is not None:
+            await self._echo.stop()
+
+    def cpu_seconds(self) -> float:
+        """CPU time of the echo server plus that of the commits so far."""
+        assert self._echo is not None
+        return self._echo.cpu_seconds() + self._commit_cpu
 
     async def add_serial(self, count: int) -> float:
-        return await asyncio.to_thread(self._sqlite_inserts, count)
+        assert self._echo is not None
+        round_trips = await workloads.add_serial(self._echo, count)
+        commits = await self._commits(count, 1)
+        return 1 / (1 / round_trips + 1 / commits)
 
     async def add_in_flight(self, count: int) -> float:
-        return await asyncio.to_thread(self._sqlite_inserts, count)
+        assert self._echo is not None
+        return min(await workloads.add_in_flight(self._echo, count), await self._commits(count, 32))
 
     async def add_from_connections(self, count: int) -> float:
-        return await asyncio.to_thread(self._sqlite_inserts, count)
+        assert self._echo is not None
+        round_trips = await workloads.add_from_connections(self._echo, count)
+        return min(round_trips, await self._commits(count, 32))
 
-    @staticmethod
-    def _sqlite_inserts(count: int) -> float:
-        """Single-row inserts, one commit each, WAL with synchronous=FULL (the default)."""
-        count = min(count, 5000)
-        with tempfile.TemporaryDirectory() as tmp:
-            conn = sqlite3.connect(Path(tmp) / "raw.sqlite", isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=FULL")
-            conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT,"
-                         " type TEXT, data TEXT, ts TEXT)")  # fmt: skip
-            rows = [json.loads(p) for p in add_params(count)]
-            start = time.perf_counter()
-            for row in rows:
-                values = (row["type"], json.dumps(row["data"]), "2026-01-01T00:00:00Z")
-                conn.execute("INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", values)
-            rate = count / (time.perf_counter() - start)
-            conn.close()
-            return rate
+    async def _commits(self, count: int, batch: int) -> float:
+        rate, cpu = await asyncio.to_thread(sqlite_commits, count, batch, self.durability)
+        self._commit_cpu += cpu
+        return rate
 
     async def poll_drain(self, count: int) -> float:
         return await self._ws_groups(count)
@@ -220,3 +259,30 @@ class RawLimits:
                     json.loads(await ws.recv())
                     await ws.send(b'{"r":true,"rid":"S1"}')
                 return groups * group / (time.perf_counter() - start)
+
+
+def sqlite_commits(count: int, batch: int, durability: str) -> tuple[float, float]:
+    """Rows/s and CPU seconds of multi-row INSERTs of ``batch`` rows, one transaction each,
+    in WAL mode at ``durability`` (``synchronous=FULL`` syncs at each commit)."""
+    count -= count % batch
+    rows = [json.loads(p) for p in workloads.add_params(count)]
+    values = [(r["type"], json.dumps(r["data"]), "2026-01-01T00:00:00.000Z") for r in rows]
+    chunks = [[v for row in values[i : i + batch] for v in row] for i in range(0, count, batch)]
+    insert = "INSERT INTO events (type, data, ts) VALUES " + ",".join(["(?, ?, ?)"] * batch)
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        conn = sqlite3.connect(Path(tmp) / "raw.sqlite", isolation_level=None)
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            conn.execute(f"PRAGMA synchronous={durability.upper()}")
+            conn.execute("CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT,"
+                         " type TEXT NOT NULL, data TEXT, ts TEXT NOT NULL)")  # fmt: skip
+            cpu = time.thread_time()
+            start = time.perf_counter()
+            for chunk in chunks:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(insert, chunk)
+                conn.execute("COMMIT")
+            rate = count / (time.perf_counter() - start)
+            return rate, time.thread_time() - cpu
+        finally:
+            conn.close()

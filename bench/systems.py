@@ -60,6 +60,10 @@ class System:
                 self.process.kill()
                 await self.process.wait()
 
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the server process has used so far (Linux)."""
+        return process_cpu_seconds(self.process.pid)
+
     def rss_kib(self) -> int:
         """Resident memory of the server process (Linux)."""
         status = Path(f"/proc/{self.process.pid}/status").read_text()
@@ -67,6 +71,16 @@ class System:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
         return 0
+
+
+_CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
+
+
+def process_cpu_seconds(pid: int) -> float:
+    """utime + stime of a process, all its threads, from ``/proc/PID/stat`` (Linux)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat.rpartition(")")[2].split()  # the command name may hold spaces
+    return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
 
 
 def print_figures(title: str, figures: dict[str, float]) -> None:
@@ -109,9 +123,14 @@ def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
 
 
 async def start_futoin_evt(
-    workdir: Path, *extra: str, prefill: int = 0, durability: str = "full"
+    workdir: Path,
+    *extra: str,
+    prefill: int = 0,
+    durability: str = "full",
+    source: Path | None = None,
 ) -> System:
-    """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say)."""
+    """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say); ``source``: run the
+    server from this source tree instead of the one importable here."""
     db = workdir / "futoin-evt.sqlite"
     prepare_futoin_evt_db(db, prefill)
     proc = await asyncio.create_subprocess_exec(
@@ -133,13 +152,16 @@ async def start_futoin_evt(
         "86400",
         *extra,
         stdout=asyncio.subprocess.PIPE,
+        cwd=source,
+        env=None if source is None else {**os.environ, "PYTHONPATH": str(source)},
     )
     assert proc.stdout is not None
     words = (await proc.stdout.readline()).decode().split()
     url = next(word for word in words if word.startswith("ws://"))
     amqp_url = next((word for word in words if word.startswith("amqp://")), None)
     credentials = f"{USER}:{PASSWORD}"
-    return System("futoin-evt", url, credentials, "futoin.evt.poll:1.1", db, proc, amqp_url)
+    name = "futoin-evt" if durability == "full" else f"futoin-evt {durability}"
+    return System(name, url, credentials, "futoin.evt.poll:1.1", db, proc, amqp_url)
 
 
 # -- the official reference ----------------------------------------------------------------------

@@ -13,7 +13,7 @@ import signal
 import sqlite3
 import ssl
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, NoReturn
 
@@ -46,6 +46,7 @@ ENV_DB: Final = "FUTOIN_EVT_DB"
 ENV_SAS_SECRET: Final = "FUTOIN_EVT_SAS_SECRET"
 DEFAULT_SAS_SECRET: Final = "futoin-evt.sas-secret"
 SAS_SECRET_SUFFIX: Final = ".sas-secret"
+ENV_LOOP: Final = "FUTOIN_EVT_LOOP"
 
 log = logging.getLogger("futoin_evt")
 
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.log_level != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)
     try:
-        return int(asyncio.run(args.run(args)) or 0)
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return int(runner.run(args.run(args)) or 0)
     except CliError as exc:
         print(f"futoin-evt: {exc}", file=sys.stderr)
         return exc.exit_status
@@ -79,6 +81,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (a dependency on Linux): it runs the
+    per-call work of a loop turn (polling, reading, writing, callbacks) in C. ``None``
+    (asyncio's own loop) elsewhere, or with ``FUTOIN_EVT_LOOP=asyncio``."""
+    if os.environ.get(ENV_LOOP) == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
 
 
 class _Parser(argparse.ArgumentParser):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from typing import Any, Final, NewType
@@ -41,7 +42,18 @@ def encode_event_data(event_type: str, data: Any) -> str:
 
 def utc_timestamp(epoch_seconds: float | None = None) -> str:
     """An FTN18 EventTimestamp: ``YYYY-MM-DDTHH:MM:SSZ``."""
-    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(epoch_seconds))
+    global _last_timestamp
+    second = math.floor(time.time() if epoch_seconds is None else epoch_seconds)
+    last = _last_timestamp  # one tuple, read and replaced whole: safe across threads
+    if last[0] == second:
+        return last[1]
+    text = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+    _last_timestamp = (second, text)
+    return text
+
+
+#: The last second formatted (a group commit, and every event in it, asks for the current one).
+_last_timestamp: tuple[int, str] = (-1, "")
 
 
 def event_json(event_id: int, event_type: str, data_json: str, ts: str) -> str:

@@ -87,7 +87,12 @@ class GenService:
             data_json = encode_event_data(params["type"], params["data"])
         except EventRejected as exc:
             raise FTN3Error(INVALID_REQUEST, str(exc)) from None
-        return Pending(self._store.submit_append(params["type"], data_json), str)
+        return Pending(self._store.submit_append(params["type"], data_json), _id_json)
+
+
+def _id_json(event_id: int) -> EncodedJson:
+    """An EventID (a string of digits) as JSON, without an encoder."""
+    return EncodedJson(f'"{event_id}"')
 
 
 #: Read-ahead pages kept at most (one per consumer that is reading through a backlog).

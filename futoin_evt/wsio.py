@@ -6,6 +6,14 @@ future per received message. Here the FTN3 layer gets whole messages straight fr
 turn of the event loop leaves in one write. That is what lets many calls in flight on one
 connection share system calls, as group commit lets them share an fsync.
 
+On the server side, complete unfragmented data frames are read and replies framed here
+(:meth:`FrameIO._take_frames`, :meth:`FrameIO.send`): the bytes of a frame, its mask and its
+length are all a call needs, and websockets' parser costs more than the call's own work.
+Every other frame (control frames, fragments, anything malformed or too large) goes to
+websockets whole, as do all bytes once the connection is no longer open, so websockets keeps
+the protocol (pings, the closing handshake, refusals and close codes) and its parser always
+starts at a frame boundary.
+
 Flow control: :meth:`FrameIO.drain` waits while the transport's write buffer is over its high
 mark (a slow reader), and :meth:`FrameIO.pause_reading` stops reading a peer that sends more
 than it should.
@@ -25,16 +33,21 @@ import ssl
 import time
 from collections.abc import Callable
 from http import HTTPStatus
-from typing import Final
+from typing import Final, cast
 
 from websockets.client import ClientProtocol
 from websockets.datastructures import Headers
 from websockets.exceptions import InvalidHandshake, InvalidURI
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import SEND_EOF, Protocol, State
+from websockets.protocol import SEND_EOF, Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # websockets built without its C extension
+    from websockets.utils import apply_mask
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +85,16 @@ class FrameIO(asyncio.Protocol):
         self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._fragments: list[bytes] | None = None
+        #: Server side: frames are read and written here (see the module's docstring).
+        self._own_frames = ws.side is Side.SERVER
+        #: The start of a frame that has not arrived whole yet (server side).
+        self._partial = b""
+        #: websockets' message size limit (its attribute's name changed across versions).
+        self._max_message_bytes: int | None = getattr(
+            ws, "max_message_size", getattr(ws, "max_size", None)
+        )
+        #: Frames queued by :meth:`send` on the server side; they leave before websockets' own.
+        self._out: list[bytes] = []
         self._flush_handle: asyncio.Handle | None = None
         self._writable = asyncio.Event()
         self._writable.set()
@@ -83,8 +106,8 @@ class FrameIO(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # A stream transport; uvloop's are not subclasses of asyncio.Transport.
+        self.transport = cast(asyncio.Transport, transport)
         peer = transport.get_extra_info("peername")
         if peer:
             self.peer = f"{peer[0]}:{peer[1]}"
@@ -97,11 +120,59 @@ class FrameIO(asyncio.Protocol):
             self._fail_unexpectedly()
 
     def _receive(self, data: bytes) -> None:
+        if self._own_frames and self.ws.state is State.OPEN:
+            data = self._take_frames(data)
+            if not data:
+                return
         self.ws.receive_data(data)
         self._process()
 
+    def _take_frames(self, data: bytes) -> bytes:
+        """Deliver the complete unfragmented data frames in ``data`` (after what was held
+        back) and hand every other complete frame to websockets alone; keep an incomplete
+        frame for later. Returns the bytes that are websockets' from here on: all of them
+        once a frame is malformed or too large, or the connection is no longer open."""
+        buffer = self._partial + data if self._partial else data
+        self._partial = b""
+        max_size = self._max_message_bytes
+        end_of_data = len(buffer)
+        offset = 0
+        while end_of_data - offset >= 2:
+            head1 = buffer[offset]
+            head2 = buffer[offset + 1]
+            length = head2 & 0x7F
+            start = offset + 2
+            if length >= 126:
+                width = 2 if length == 126 else 8
+                if end_of_data - start < width:
+                    break
+                length = int.from_bytes(buffer[start : start + width], "big")
+                start += width
+            if not head2 & 0x80 or (max_size is not None and length > max_size):
+                self._own_frames = False  # unmasked or too large: websockets refuses it
+                return buffer[offset:]
+            end = start + 4 + length
+            if end > end_of_data:
+                break
+            if head1 & 0xF0 == 0x80 and head1 & 0x0F in (1, 2) and self._fragments is None:
+                # FIN, no RSV bits, text or binary: a whole message
+                message = apply_mask(buffer[start + 4 : end], buffer[start : start + 4])
+                offset = end
+                self.on_message(message)
+            else:
+                frame, offset = buffer[offset:end], end
+                self.ws.receive_data(frame)
+                self._process()
+            if self.ws.state is not State.OPEN or self._detached:
+                return buffer[offset:]
+        self._partial = buffer[offset:]
+        return b""
+
     def eof_received(self) -> None:
         try:
+            if self._partial:  # websockets judges a frame cut short
+                partial, self._partial = self._partial, b""
+                self.ws.receive_data(partial)
             self.ws.receive_eof()
             self._process()
         except Exception:
@@ -148,7 +219,17 @@ class FrameIO(asyncio.Protocol):
         """Queue one binary message; it leaves with the others at the end of this loop turn."""
         if not self.is_open:
             raise ConnectionClosedError("the connection is closed")
-        self.ws.send_binary(message)
+        if self._own_frames:  # a server's frames are not masked; no extensions are agreed
+            length = len(message)
+            if length < 126:
+                self._out.append(bytes((0x82, length)))
+            elif length < 0x10000:
+                self._out.append(b"\x82\x7e" + length.to_bytes(2, "big"))
+            else:
+                self._out.append(b"\x82\x7f" + length.to_bytes(8, "big"))
+            self._out.append(message)
+        else:
+            self.ws.send_binary(message)
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
@@ -192,6 +273,8 @@ class FrameIO(asyncio.Protocol):
     def _flush(self) -> None:
         self._flush_handle = None
         writes = self.ws.data_to_send()
+        if self._out:
+            writes, self._out = self._out + writes, []
         if not writes or self.transport is None or self.transport.is_closing():
             return
         data = [chunk for chunk in writes if chunk]

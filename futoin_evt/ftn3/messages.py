@@ -1,4 +1,9 @@
-"""FTN3 messages: decoding frames, checking requests, encoding replies. No I/O."""
+"""FTN3 messages: decoding frames, checking requests, encoding replies. No I/O.
+
+JSON goes through orjson where it gives exactly what the standard library's strict decoder
+and encoder give, and through the standard library otherwise (see :func:`decode_json` and
+:func:`encode_json`), so the refusals and the exact values are the same either way.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +13,8 @@ import re
 import sys
 from dataclasses import dataclass
 from typing import Any, Final
+
+import orjson
 
 from .errors import INVALID_REQUEST, FTN3Error, ProtocolViolation, RefusedMessage
 
@@ -83,8 +90,33 @@ _ENCODER: Final = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), al
 _ASCII_ENCODER: Final = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
 
 
+#: Maps every digit to ``0`` and every other byte to a space: a run of digits stays a run.
+_DIGITS_ONLY: Final = bytes(0x30 if 0x30 <= byte <= 0x39 else 0x20 for byte in range(256))
+#: orjson turns an integer beyond 64 bits into a float; 19 digits may already be one.
+_LONG_DIGIT_RUN: Final = b"0" * 19
+#: orjson writes NaN and Infinity as ``null``; output without it cannot have held them.
+_NULL: Final = b"null"
+#: What orjson would encode but the standard library refuses: handed back to it.
+_ORJSON_STRICT: Final = (
+    orjson.OPT_PASSTHROUGH_DATACLASS
+    | orjson.OPT_PASSTHROUGH_DATETIME
+    | orjson.OPT_PASSTHROUGH_SUBCLASS
+)
+
+
 def decode_json(data: str | bytes) -> Any:
-    """Strict JSON in UTF-8: no NaN/Infinity; ValueError on anything that is not JSON."""
+    """Strict JSON in UTF-8: no NaN/Infinity; ValueError on anything that is not JSON.
+
+    Bytes without a run of 19 digits go to orjson first: it refuses NaN, Infinity, numbers
+    beyond a float's range, lone surrogates and invalid UTF-8, and keeps integers of up to 18
+    digits exact. Whatever it refuses, and anything with a longer run of digits, is decoded
+    by the standard library, which gives the value or the error it always gave.
+    """
+    if isinstance(data, bytes) and _LONG_DIGIT_RUN not in data.translate(_DIGITS_ONLY):
+        try:
+            return orjson.loads(data)
+        except orjson.JSONDecodeError:
+            pass
     try:
         return _DECODER.decode(data if isinstance(data, str) else data.decode("utf-8"))
     except RecursionError as exc:
@@ -92,7 +124,19 @@ def decode_json(data: str | bytes) -> Any:
 
 
 def encode_json(value: Any) -> str:
-    """Compact JSON that always encodes to valid UTF-8 (lone surrogates get escaped)."""
+    """Compact JSON that always encodes to valid UTF-8 (lone surrogates get escaped).
+
+    orjson encodes it when it can, and its output is used when it holds no ``null`` (orjson
+    writes NaN and Infinity as null, which the standard library refuses). Anything else,
+    integers beyond 64 bits and lone surrogates included, goes to the standard library.
+    """
+    try:
+        encoded = orjson.dumps(value, option=_ORJSON_STRICT)
+    except (TypeError, orjson.JSONEncodeError):
+        pass
+    else:
+        if _NULL not in encoded:
+            return encoded.decode()
     text: str = _ENCODER.encode(value)
     if text.isascii():
         return text
@@ -110,6 +154,14 @@ def decode_frame(frame: str | bytes) -> dict[str, Any]:
     over :data:`MAX_INT_DIGITS` digits, floats out of range, lone surrogates), so that the
     sender gets an answer, and :class:`ProtocolViolation` when there is nobody to answer.
     """
+    if isinstance(frame, bytes) and _LONG_DIGIT_RUN not in frame.translate(_DIGITS_ONLY):
+        try:
+            fast: dict[str, Any] = orjson.loads(frame)
+        except orjson.JSONDecodeError:
+            pass  # decoded again below, for the same error or refusal as ever
+        else:
+            _rid_of(fast)  # no lone surrogate: orjson refuses them
+            return fast
     try:
         text = frame if isinstance(frame, str) else frame.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -188,35 +240,48 @@ def is_request(msg: dict[str, Any], *, peer_prefix: str) -> bool:
     return rid[0] == peer_prefix
 
 
+#: How many distinct ``f`` values and param names are remembered as checked (they repeat).
+_MEMO_SIZE: Final = 1024
+_checked_f: dict[str, tuple[str, int, int, str]] = {}
+_checked_param_names: set[str] = set()
+
+
 def parse_request(msg: dict[str, Any]) -> Request:
     """Check the envelope of a decoded request; raise InvalidRequest when it is not FTN3."""
-    unknown = msg.keys() - REQUEST_KEYS
-    if unknown:
+    if not REQUEST_KEYS.issuperset(msg):
+        unknown = msg.keys() - REQUEST_KEYS
         raise FTN3Error(INVALID_REQUEST, f"Unknown request key: {sorted(unknown)[0]}")
     f = msg.get("f")
-    match = FUNC_RE.match(f) if isinstance(f, str) else None
-    if match is None:
-        raise FTN3Error(INVALID_REQUEST, "Invalid req.f")
+    parts = _checked_f.get(f) if type(f) is str else None
+    if parts is None:
+        parts = _parse_f(f)
     params = msg.get("p", {})
     if params is None:
         params = {}
     if not isinstance(params, dict):
         raise FTN3Error(INVALID_REQUEST, "Invalid req.p")
     for name in params:
-        if PARAM_NAME_RE.match(name) is None:
-            raise FTN3Error(INVALID_REQUEST, f"Invalid parameter name: {name[:64]}")
+        if name not in _checked_param_names:
+            if PARAM_NAME_RE.match(name) is None:
+                raise FTN3Error(INVALID_REQUEST, f"Invalid parameter name: {name[:64]}")
+            if len(_checked_param_names) < _MEMO_SIZE:
+                _checked_param_names.add(name)
     sec = msg.get("sec")
     if sec is not None and not isinstance(sec, (str, dict)):
         raise FTN3Error(INVALID_REQUEST, "Invalid req.sec")
-    return Request(
-        rid=msg["rid"],
-        iface=match["iface"],
-        major=int(match["major"]),
-        minor=int(match["minor"]),
-        func=match["func"],
-        params=params,
-        sec=sec,
-    )
+    iface, major, minor, func = parts
+    return Request(msg["rid"], iface, major, minor, func, params, sec)
+
+
+def _parse_f(f: Any) -> tuple[str, int, int, str]:
+    """``iface:major.minor:func``, remembered once valid."""
+    match = FUNC_RE.match(f) if isinstance(f, str) else None
+    if match is None:
+        raise FTN3Error(INVALID_REQUEST, "Invalid req.f")
+    parts = (match["iface"], int(match["major"]), int(match["minor"]), match["func"])
+    if len(_checked_f) < _MEMO_SIZE:
+        _checked_f[f] = parts
+    return parts
 
 
 def parse_response(msg: dict[str, Any]) -> Response:

@@ -29,7 +29,14 @@ from ..ftn3.errors import (
     UNKNOWN_INTERFACE,
     FTN3Error,
 )
-from ..ftn3.ifaces import ALLOW_ANONYMOUS, BIDIRECT_CHANNEL, SECURE_CHANNEL, FuncSpec, IfaceRegistry
+from ..ftn3.ifaces import (
+    ALLOW_ANONYMOUS,
+    BIDIRECT_CHANNEL,
+    SECURE_CHANNEL,
+    FuncSpec,
+    IfaceRegistry,
+    IfaceSpec,
+)
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
 from ..services import CallContext, PeerLink, Pending
 
@@ -41,6 +48,8 @@ Handler = Callable[[CallContext, dict[str, Any]], Any]
 Routes = Mapping[str, Mapping[str, Handler]]
 #: Where the encoded reply of a call goes.
 Respond = Callable[[bytes], None]
+#: How many distinct functions called are remembered with what serves them.
+_RESOLVED_MEMO = 1024
 
 
 def peer_host(peer: str) -> str:
@@ -72,6 +81,9 @@ class Executor:
         self._auth = authenticator
         self._check_results = check_results
         self._tasks: set[asyncio.Task[None]] = set()
+        #: (iface, major, minor, func) of requests -> what serves them, once resolved.
+        self._resolved: dict[tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec, Handler | None]]
+        self._resolved = {}
 
     def dispatch(self, request: Request, size: int, channel: Channel, respond: Respond) -> None:
         """Run one request; ``respond`` gets the encoded reply exactly once, now or later.
@@ -113,15 +125,13 @@ class Executor:
     def _start(
         self, request: Request, size: int, channel: Channel, principal: Principal | None
     ) -> tuple[FuncSpec, Any]:
-        try:
-            iface = self._registry.resolve(request.iface, request.major, request.minor)
-            func = iface.funcs.get(request.func)
-            if func is None:
-                raise FTN3Error(INVALID_REQUEST, f"Not defined interface function: {request.f}")
-        except FTN3Error as exc:
-            if principal is None:
-                raise FTN3Error(UNKNOWN_INTERFACE, f"Unknown interface: {request.iface}") from exc
-            raise
+        key = (request.iface, request.major, request.minor, request.func)
+        resolved = self._resolved.get(key)
+        if resolved is None:
+            resolved = self._resolve(request, principal)
+            if len(self._resolved) < _RESOLVED_MEMO:
+                self._resolved[key] = resolved
+        iface, func, handler = resolved
         if principal is None and ALLOW_ANONYMOUS not in iface.requires:
             raise FTN3Error(SECURITY_ERROR, "Anonymous not allowed")
         if SECURE_CHANNEL in iface.requires and not channel.secure:
@@ -131,12 +141,25 @@ class Executor:
         if size > func.max_request_bytes:
             raise FTN3Error(INVALID_REQUEST, f"Request exceeds {func.max_request_bytes} bytes")
         params = func.check_params(request.params)
-        handler = self._routes.get(iface.name, {}).get(func.name)
         if handler is None:
             raise FTN3Error(NOT_IMPLEMENTED, f"Not implemented: {request.f}")
         assert principal is not None  # no served iface allows anonymous callers
         ctx = CallContext(principal, func.max_response_bytes, channel.link)
         return func, handler(ctx, params)
+
+    def _resolve(
+        self, request: Request, principal: Principal | None
+    ) -> tuple[IfaceSpec, FuncSpec, Handler | None]:
+        try:
+            iface = self._registry.resolve(request.iface, request.major, request.minor)
+            func = iface.funcs.get(request.func)
+            if func is None:
+                raise FTN3Error(INVALID_REQUEST, f"Not defined interface function: {request.f}")
+        except FTN3Error as exc:
+            if principal is None:
+                raise FTN3Error(UNKNOWN_INTERFACE, f"Unknown interface: {request.iface}") from exc
+            raise
+        return iface, func, self._routes.get(iface.name, {}).get(func.name)
 
     async def _call_slowly(
         self, request: Request, size: int, channel: Channel, respond: Respond

@@ -10,6 +10,7 @@ Nothing from a request is put into the SQL text: every value is a parameter.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Sequence
@@ -25,7 +26,9 @@ PG_FTN18_TYPE: Final = """(type COLLATE "C" ~ '^[A-Z_]{1,16}$')"""
 FTN18_TYPE_RE: Final = re.compile(r"[A-Z_]{1,16}")
 
 
+@functools.lru_cache(maxsize=1024)
 def is_ftn18_type(event_type: str) -> bool:
+    """Asked for every event committed; types repeat."""
     return FTN18_TYPE_RE.fullmatch(event_type) is not None
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol, cast
 
 from proton import (
     Collector,
@@ -93,10 +93,10 @@ class AmqpConnection(asyncio.Protocol):
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._socket = transport
-        self._peer = transport.get_extra_info("peername")
-        transport.set_write_buffer_limits(high=self._limits.max_unread_bytes)
+        # A stream transport; uvloop's are not subclasses of asyncio.Transport.
+        self._socket = socket = cast(asyncio.Transport, transport)
+        self._peer = socket.get_extra_info("peername")
+        socket.set_write_buffer_limits(high=self._limits.max_unread_bytes)
         self._refused = not self._listener.admit(self)
         self._arm_login_timer()
 

@@ -1,0 +1,87 @@
+"""``python -m bench.compare --before DIR [--rounds N] [--durability full normal]``
+
+The write workloads against two futoin-evt servers side by side: one run from the source tree
+``DIR`` (say, ``git archive main | tar -x -C DIR``) and one from this tree. Each round runs
+every workload on one and then the other, so both meet the same load from the rest of the
+machine; the table gives the medians of calls/s and of the server's CPU time per call
+(``/proc/PID/stat``), and their ratios after/before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+from . import systems, workloads
+
+THIS_TREE: Final = Path(__file__).resolve().parent.parent
+
+WORKLOADS: Final[dict[str, tuple[Callable[[systems.System, int], Awaitable[float]], int]]] = {
+    "addEvent, 1 at a time": (workloads.add_serial, 2_000),
+    "addEvent, 32 in flight": (workloads.add_in_flight, 20_000),
+    "addEvent, 8 connections x 4": (workloads.add_from_connections, 20_000),
+}
+
+
+async def measure(system: systems.System, workload: str) -> tuple[float, float]:
+    """Calls/s and the server's CPU µs per call."""
+    run, calls = WORKLOADS[workload]
+    before = system.cpu_seconds()
+    rate = await run(system, calls)
+    return rate, (system.cpu_seconds() - before) / calls * 1e6
+
+
+async def compare(before: Path, durability: str, rounds: int) -> None:
+    figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        trees = {"before": before, "after": THIS_TREE}
+        servers = {}
+        for name, tree in trees.items():
+            (Path(tmp) / name).mkdir()
+            servers[name] = await systems.start_futoin_evt(
+                Path(tmp) / name, durability=durability, source=tree
+            )
+        try:
+            for _ in range(rounds):
+                for workload in WORKLOADS:
+                    for name, system in servers.items():
+                        figures.setdefault((workload, name), []).append(
+                            await measure(system, workload)
+                        )
+        finally:
+            for system in servers.values():
+                await system.stop()
+    print(f"--durability {durability}, {rounds} rounds, medians")
+    print(f"{'workload':<28} {'before/s':>9} {'after/s':>9} {'ratio':>6}"
+          f" {'before µs':>10} {'after µs':>9} {'ratio':>6}")  # fmt: skip
+    for workload in WORKLOADS:
+        rate = {n: statistics.median(r for r, _ in figures[workload, n]) for n in trees}
+        cpu = {n: statistics.median(c for _, c in figures[workload, n]) for n in trees}
+        print(
+            f"{workload:<28} {rate['before']:>9,.0f} {rate['after']:>9,.0f}"
+            f" {rate['after'] / rate['before']:>5.2f}x {cpu['before']:>10.1f}"
+            f" {cpu['after']:>9.1f} {cpu['after'] / cpu['before']:>5.2f}x",
+            flush=True,
+        )
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    for durability in args.durability:
+        await compare(args.before.resolve(), durability, args.rounds)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
+    parser.add_argument("--before", type=Path, required=True, help="the source tree to compare")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--durability", nargs="+", default=["full", "normal"])
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,125 @@
+"""``python -m bench.profile [--durability D ...] [--workload NAME ...] [--out DIR] [--source DIR]``
+
+Profiles the futoin-evt server (from this tree, or the source tree ``--source``) with py-spy
+(in the ``bench`` extra) while one write workload runs, and saves per workload and
+durability, in ``bench/profiles/``:
+
+- ``<workload>-<durability>.folded``: py-spy's collapsed stacks (one line per stack and its
+  sample count) of the thread holding the GIL, that is the Python work; SQLite and fsync
+  run without the GIL and show in the CPU line of the ``.txt`` only. Open it in any flame
+  graph viewer;
+- ``<workload>-<durability>.txt``: the server's CPU time per call (user and system, from
+  ``/proc/PID/stat``), and the functions with the most samples, on their own and with all
+  they call.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import re
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Final
+
+from . import systems, workloads
+
+OUT: Final = Path(__file__).resolve().parent / "profiles"
+WORKLOADS: Final[dict[str, Callable[[systems.System, int], Awaitable[float]]]] = {
+    "add_serial": workloads.add_serial,
+    "add_in_flight": workloads.add_in_flight,
+    "add_from_connections": workloads.add_from_connections,
+}
+CALLS: Final = {"add_serial": 3_000, "add_in_flight": 30_000, "add_from_connections": 30_000}
+_TICKS: Final = os.sysconf("SC_CLK_TCK")
+_LINE: Final = re.compile(r":[0-9]+\)$")
+
+
+def _user_system_seconds(pid: int) -> tuple[float, float]:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
+
+
+async def profile(workload: str, durability: str, out: Path, source: Path | None) -> None:
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    name = f"{workload}-{durability}"
+    folded = out / f"{name}.folded"
+    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+        system = await systems.start_futoin_evt(Path(tmp), durability=durability, source=source)
+        async with systems.running(system):
+            client = await workloads.connect(system)  # credentials checked before sampling
+            await client.close()
+            spy = await asyncio.create_subprocess_exec(
+                py_spy, "record", "--pid", str(system.process.pid), "--rate", "1000",
+                "--gil", "--threads", "--format", "raw", "--output", str(folded), "--nonblocking",
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            )  # fmt: skip
+            await asyncio.sleep(1.0)  # py-spy attaches (not synchronisation of the server)
+            user0, sys0 = _user_system_seconds(system.process.pid)
+            started = time.perf_counter()
+            rate = await WORKLOADS[workload](system, CALLS[workload])
+            elapsed = time.perf_counter() - started
+            user1, sys1 = _user_system_seconds(system.process.pid)
+            spy.send_signal(signal.SIGINT)
+            await spy.wait()
+    user, system_time = ((b - a) / CALLS[workload] * 1e6 for a, b in ((user0, user1), (sys0, sys1)))
+    lines = [
+        f"{name}: {rate:,.0f} calls/s over {elapsed:.1f} s; server CPU per call "
+        f"{user:.1f} µs user + {system_time:.1f} µs system",
+        "",
+        *summary(folded),
+    ]
+    (out / f"{name}.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines[:1]), flush=True)
+
+
+def summary(folded: Path, top: int = 40) -> list[str]:
+    """The functions with the most samples: on their own (self) and with their callees."""
+    own: collections.Counter[str] = collections.Counter()
+    inclusive: collections.Counter[str] = collections.Counter()
+    total = 0
+    for line in folded.read_text().splitlines():
+        stack, _, count_text = line.rpartition(" ")
+        count = int(count_text)
+        # the first frame is the thread; a frame is "function (file:line)": per function
+        frames = [_LINE.sub(")", frame) for frame in stack.split(";")[1:]]
+        if not frames:
+            continue
+        total += count
+        own[frames[-1]] += count
+        for frame in set(frames):
+            inclusive[frame] += count
+    if not total:
+        return ["no samples"]
+    out = [f"{total} samples (the thread holding the GIL)", "", "self %  function"]
+    out += [f"{n / total * 100:6.1f}  {f}" for f, n in own.most_common(top)]
+    out += ["", "total %  function (with what it calls)"]
+    out += [f"{n / total * 100:6.1f}  {f}" for f, n in inclusive.most_common(top)]
+    return out
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    args.out.mkdir(parents=True, exist_ok=True)
+    for durability in args.durability:
+        for workload in args.workload:
+            await profile(workload, durability, args.out, args.source)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.profile", description=__doc__)
+    parser.add_argument("--durability", nargs="+", default=["full", "normal"])
+    parser.add_argument("--workload", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
+    parser.add_argument("--out", type=Path, default=OUT)
+    parser.add_argument("--source", type=Path, help="the source tree of the server to profile")
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
