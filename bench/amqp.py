@@ -1,4 +1,4 @@
-"""``python -m bench.amqp [--produce N] [--catch-up N]``: the AMQP door beside FTN3.
+"""``python -m bench.amqp [--produce N] [--catch-up N] [--source DIR]``: the AMQP door beside FTN3.
 
 - produce: one link, 1000 messages unsettled at a time, until N are accepted (durable);
   beside it FTN3 addEvent with 1000 calls in flight on one connection;
@@ -18,6 +18,7 @@ import asyncio
 import multiprocessing
 import tempfile
 import time
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -182,25 +183,40 @@ def raw_limits(produce: int, catch_up: int) -> dict[str, float]:
 # -- futoin-evt ----------------------------------------------------------------------------------
 
 
-async def measure(produce: int, catch_up: int) -> dict[str, float]:
+async def measure(produce: int, catch_up: int, source: Path | None = None) -> dict[str, float]:
+    """Each workload's rate, and the server's CPU time per event it took (``/proc``);
+    ``source``: the server from that source tree (an earlier version, say)."""
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
-        system = await start_futoin_evt(Path(tmp), "--amqp", "127.0.0.1:0", prefill=catch_up)
+        system = await start_futoin_evt(
+            Path(tmp), "--amqp", "127.0.0.1:0", prefill=catch_up, source=source
+        )
         async with running(system):
             url = system.amqp_url
             assert url is not None
-            figures["AMQP consume catch-up, credit 1000 (events/s)"] = await asyncio.to_thread(
-                run, Consumer(url, catch_up, **_login())
+
+            async def timed(row: str, events: int, workload: Awaitable[float]) -> None:
+                before = system.cpu_seconds()
+                figures[f"{row} (events/s)"] = await workload
+                cpu = (system.cpu_seconds() - before) / events * 1e6
+                figures[f"{row}: server CPU (µs/event)"] = cpu
+
+            await timed(
+                "AMQP consume catch-up, credit 1000",
+                catch_up,
+                asyncio.to_thread(run, Consumer(url, catch_up, **_login())),
             )
-            figures["FTN3 push catch-up (events/s)"] = await workloads.push_catch_up(
-                system, catch_up
+            await timed("FTN3 push catch-up", catch_up, workloads.push_catch_up(system, catch_up))
+            await timed(
+                "AMQP produce, 1 link, 1000 unsettled",
+                produce,
+                asyncio.to_thread(run, Producer(url, produce, **_login())),
             )
-            figures["AMQP produce, 1 link, 1000 unsettled (events/s)"] = await asyncio.to_thread(
-                run, Producer(url, produce, **_login())
+            await timed(
+                "FTN3 addEvent, 1000 in flight on 1 connection",
+                produce,
+                workloads.add_in_flight(system, produce, window=WINDOW),
             )
-            figures[
-                "FTN3 addEvent, 1000 in flight on 1 connection (events/s)"
-            ] = await workloads.add_in_flight(system, produce, window=WINDOW)
     return figures
 
 
@@ -208,8 +224,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.amqp", description=__doc__)
     parser.add_argument("--produce", type=int, default=30_000)
     parser.add_argument("--catch-up", type=int, default=100_000)
+    parser.add_argument("--source", type=Path, help="run the server from this source tree")
     args = parser.parse_args(argv)
-    figures = asyncio.run(measure(args.produce, args.catch_up))
+    figures = asyncio.run(measure(args.produce, args.catch_up, args.source))
     figures.update(raw_limits(args.produce, args.catch_up))
     print_figures(
         f"AMQP beside FTN3: produce {args.produce:,}, catch-up {args.catch_up:,}", figures
