@@ -1,7 +1,8 @@
 """``python -m bench.profile [--durability D ...] [--workload NAME ...] [--out DIR] [--source DIR]``
 
 Profiles the futoin-evt server (from this tree, or the source tree ``--source``) with py-spy
-(in the ``bench`` extra) while one write workload runs, and saves per workload and
+(in the ``bench`` extra) while one workload runs (the writes, or a drain or catch-up of a
+prefilled store), and saves per workload and
 durability, in ``bench/profiles/``:
 
 - ``<workload>-<durability>.folded``: py-spy's collapsed stacks (one line per stack and its
@@ -36,8 +37,18 @@ WORKLOADS: Final[dict[str, Callable[[systems.System, int], Awaitable[float]]]] =
     "add_serial": workloads.add_serial,
     "add_in_flight": workloads.add_in_flight,
     "add_from_connections": workloads.add_from_connections,
+    "poll_drain": workloads.poll_drain,
+    "push_catch_up": workloads.push_catch_up,
 }
-CALLS: Final = {"add_serial": 3_000, "add_in_flight": 30_000, "add_from_connections": 30_000}
+CALLS: Final = {
+    "add_serial": 3_000,
+    "add_in_flight": 30_000,
+    "add_from_connections": 30_000,
+    "poll_drain": 100_000,  # events read from a store prefilled with as many
+    "push_catch_up": 100_000,
+}
+#: The read workloads read a store prefilled with their events.
+READS: Final = ("poll_drain", "push_catch_up")
 _TICKS: Final = os.sysconf("SC_CLK_TCK")
 _LINE: Final = re.compile(r":[0-9]+\)$")
 
@@ -52,7 +63,10 @@ async def profile(workload: str, durability: str, out: Path, source: Path | None
     name = f"{workload}-{durability}"
     folded = out / f"{name}.folded"
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        system = await systems.start_futoin_evt(Path(tmp), durability=durability, source=source)
+        prefill = CALLS[workload] if workload in READS else 0
+        system = await systems.start_futoin_evt(
+            Path(tmp), durability=durability, source=source, prefill=prefill
+        )
         async with systems.running(system):
             client = await workloads.connect(system)  # credentials checked before sampling
             await client.close()
