@@ -93,14 +93,14 @@ class Floor:
 #: where the target is not reached yet, half of the lowest ratio seen in full and quick runs,
 #: so that noise passes and a slowdown by half fails (README, Benchmarks).
 FLOORS: Final = (
-    Floor(DRAIN, "futoin-evt", "raw limit", 0.12, "target 0.70x not reached; seen 0.22x-0.42x"),
-    Floor(CATCH_UP, "futoin-evt", "raw limit", 0.14, "target 0.85x not reached; seen 0.28x-0.71x"),
-    Floor(ADD_SERIAL, "futoin-evt", "raw limit", 0.3, "2x the reference; seen 0.62x-1.14x"),
-    Floor(ADD_SERIAL, "futoin-evt normal", "raw limit normal", 0.3, "seen 0.60x-0.86x"),
-    Floor(ADD_32, "futoin-evt normal", "raw limit normal", 0.2, "seen 0.40x-0.80x"),
-    Floor(ADD_8, "futoin-evt normal", "raw limit normal", 0.3, "seen 0.60x-0.99x"),
-    Floor(cpu_row(ADD_32), "futoin-evt", "raw limit", 0.3, "seen 0.62x-1.14x"),
-    Floor(cpu_row(ADD_32), "futoin-evt normal", "raw limit normal", 0.3, "seen 0.61x-0.82x"),
+    Floor(DRAIN, "futoin-evt", "raw limit", 0.1, "target 0.70x not reached; seen 0.21x-0.42x"),
+    Floor(CATCH_UP, "futoin-evt", "raw limit", 0.12, "target 0.85x not reached; seen 0.24x-0.71x"),
+    Floor(ADD_SERIAL, "futoin-evt", "raw limit", 0.25, "2x the reference; seen 0.54x-1.14x"),
+    Floor(ADD_SERIAL, "futoin-evt normal", "raw limit normal", 0.25, "seen 0.52x-0.86x"),
+    Floor(ADD_32, "futoin-evt normal", "raw limit normal", 0.15, "seen 0.31x-0.80x"),
+    Floor(ADD_8, "futoin-evt normal", "raw limit normal", 0.23, "seen 0.47x-0.99x"),
+    Floor(cpu_row(ADD_32), "futoin-evt", "raw limit", 0.25, "seen 0.57x-1.14x"),
+    Floor(cpu_row(ADD_32), "futoin-evt normal", "raw limit normal", 0.3, "seen 0.61x-0.85x"),
 )
 
 
