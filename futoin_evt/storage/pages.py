@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
-from ..model import event_json
+from ..model import MAX_EVENTS_PER_CALL, UserId, event_json
 from .base import EventPage
 from .recent import RecentEvents
 
@@ -98,6 +98,10 @@ class ReadDialect:
     ftn18_type: str
     #: True: a type list is one array parameter (``= ANY(...)``); False: ``IN (...)``.
     types_as_array: bool
+    #: A consumer's position, or the first parameter when higher (then user id, component).
+    consumer_start: str
+    #: A consumer's position (parameters: user id, component).
+    consumer_position: str
 
 
 def page_sql(
@@ -155,3 +159,106 @@ def rows_sql(
     params: list[Any] = [v for event_type in types for v in (event_type, after_id, limit)]
     merged = " UNION ALL ".join(ranges)
     return f"SELECT * FROM ({merged}) AS r ORDER BY id LIMIT {mark}", [*params, limit]
+
+
+class PagedReads:
+    """The page reads of the ``EventLog`` and ``Consumers`` roles, the same in every backend:
+    one statement each (:func:`page_sql`), spelled by the backend's :attr:`read_dialect`
+    and run by its :meth:`_fetch_page`; reads near the head come from :attr:`recent`."""
+
+    read_dialect: ClassVar[ReadDialect]
+    recent: RecentEvents
+
+    async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
+        raise NotImplementedError
+
+    async def read_events(
+        self,
+        after_id: int,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+        ftn18_only: bool = False,
+    ) -> EventPage:
+        """Events with id > ``after_id`` in id order, as many as fit ``limit`` and ``max_bytes``.
+
+        ``max_bytes`` bounds the encoded JSON array (UTF-8). At least one event is returned
+        when there is one: every stored event fits a 64 KiB reply by construction.
+        """
+        if self.recent.covers(after_id):
+            return page_from_recent(self.recent, after_id, types, limit, max_bytes, ftn18_only)
+        mark = self.read_dialect.mark
+        page = await self._read(mark, [after_id], "", [], types, limit, max_bytes, ftn18_only)
+        assert page is not None
+        return page
+
+    async def read_consumer_events(
+        self,
+        user_id: UserId,
+        component: str,
+        *,
+        at_least: int = 0,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+        ftn18_only: bool = False,
+    ) -> EventPage | None:
+        """Like :meth:`read_events`, after the consumer's position (or ``at_least`` when that is
+        higher), in one statement; None when the consumer is not registered."""
+        position = self.read_dialect.consumer_start
+        params = [at_least, user_id, component]
+        return await self._read(position, params, "", [], types, limit, max_bytes, ftn18_only)
+
+    async def read_range(
+        self,
+        user_id: UserId,
+        component: str,
+        after_id: int,
+        upto_id: int | None,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+        data_as_text: bool = False,
+    ) -> EventPage | None:
+        """Events with ``after_id < id <= upto_id`` for a registered consumer, whose position
+        is left alone. ``start_id`` of the page is the consumer's position, read in the same
+        snapshot (the caller refuses a range below it); None when it is not registered.
+        With ``data_as_text``, each event's data is a string holding its JSON text."""
+        mark = self.read_dialect.mark
+        upper = f" AND id <= {mark}" if upto_id is not None else ""
+        return await self._read(
+            self.read_dialect.consumer_position,
+            [user_id, component],
+            f" AND id > {mark}{upper}",
+            [after_id] if upto_id is None else [after_id, upto_id],
+            types,
+            limit,
+            max_bytes,
+            data_as_text=data_as_text,
+        )
+
+    async def _read(
+        self,
+        start_sql: str,
+        start_params: list[Any],
+        range_sql: str,
+        range_params: list[Any],
+        types: Sequence[str] | None,
+        limit: int,
+        max_bytes: int,
+        ftn18_only: bool = False,
+        data_as_text: bool = False,
+    ) -> EventPage | None:
+        sql, params = page_sql(
+            self.read_dialect,
+            start_sql,
+            start_params,
+            range_sql,
+            range_params,
+            types,
+            limit,
+            ftn18_only,
+        )
+        return page_from_rows(await self._fetch_page(sql, params), max_bytes, data_as_text)

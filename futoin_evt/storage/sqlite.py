@@ -21,7 +21,7 @@ import contextlib
 import logging
 import sqlite3
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
@@ -36,12 +36,11 @@ from ..dcb.model import (
     StoredEvent,
 )
 from ..ftn3.messages import encode_json
-from ..model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
+from ..model import EventId, UserId, event_json, utc_timestamp
 from .base import (
     ConsumerRow,
     DiscardLimits,
     Durability,
-    EventPage,
     EventRow,
     StoreClosed,
     StoreUnavailable,
@@ -57,7 +56,7 @@ from .dcb_sql import (
     stored_retry,
 )
 from .head import HeadWatch
-from .pages import ReadDialect, page_from_recent, page_from_rows, page_sql, rows_sql
+from .pages import PagedReads, ReadDialect, rows_sql
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
 from .thread import WorkerThread
@@ -78,6 +77,8 @@ _DIALECT: Final = ReadDialect(
     head_row="SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)",
     ftn18_type=SQLITE_FTN18_TYPE,
     types_as_array=False,
+    consumer_start="(SELECT MAX(position, ?) FROM consumers WHERE user_id = ? AND component = ?)",
+    consumer_position="(SELECT position FROM consumers WHERE user_id = ? AND component = ?)",
 )
 #: The newest id ever given to an event (AUTOINCREMENT keeps it after a discard).
 _LAST_GIVEN_ID: Final = "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
@@ -132,8 +133,10 @@ def _prepare_file(path: Path) -> None:
         conn.close()
 
 
-class SqliteStore:
+class SqliteStore(PagedReads):
     """Event, consumer and user storage. Create with :meth:`open`; close with :meth:`close`."""
+
+    read_dialect = _DIALECT
 
     def __init__(
         self,
@@ -233,91 +236,8 @@ class SqliteStore:
         self._enqueue(_Append(event_type, data_json, future))
         return future
 
-    async def read_events(
-        self,
-        after_id: int,
-        *,
-        types: Sequence[str] | None = None,
-        limit: int = MAX_EVENTS_PER_CALL,
-        max_bytes: int,
-        ftn18_only: bool = False,
-    ) -> EventPage:
-        """Events with id > ``after_id`` in id order, as many as fit ``limit`` and ``max_bytes``.
-
-        ``max_bytes`` bounds the encoded JSON array (UTF-8). At least one event is returned
-        when there is one: every stored event fits a 64 KiB reply by construction.
-        """
-        if self.recent.covers(after_id):
-            return page_from_recent(self.recent, after_id, types, limit, max_bytes, ftn18_only)
-        page = await self._read("?", [after_id], "", [], types, limit, max_bytes, ftn18_only)
-        assert page is not None
-        return page
-
-    async def read_consumer_events(
-        self,
-        user_id: UserId,
-        component: str,
-        *,
-        at_least: int = 0,
-        types: Sequence[str] | None = None,
-        limit: int = MAX_EVENTS_PER_CALL,
-        max_bytes: int,
-        ftn18_only: bool = False,
-    ) -> EventPage | None:
-        """Like :meth:`read_events`, after the consumer's position (or ``at_least`` when that is
-        higher), in one statement; None when the consumer is not registered."""
-        position = "(SELECT MAX(position, ?) FROM consumers WHERE user_id = ? AND component = ?)"
-        params = [at_least, user_id, component]
-        return await self._read(
-            position, params, "", [], types, limit, max_bytes, ftn18_only=ftn18_only
-        )
-
-    async def read_range(
-        self,
-        user_id: UserId,
-        component: str,
-        after_id: int,
-        upto_id: int | None,
-        *,
-        types: Sequence[str] | None = None,
-        limit: int = MAX_EVENTS_PER_CALL,
-        max_bytes: int,
-        data_as_text: bool = False,
-    ) -> EventPage | None:
-        """Events with ``after_id < id <= upto_id`` for a registered consumer, whose position
-        is left alone. ``start_id`` of the page is the consumer's position, read in the same
-        snapshot (the caller refuses a range below it); None when it is not registered.
-        With ``data_as_text``, each event's data is a string holding its JSON text."""
-        position = "(SELECT position FROM consumers WHERE user_id = ? AND component = ?)"
-        upper = " AND id <= ?" if upto_id is not None else ""
-        return await self._read(
-            position,
-            [user_id, component],
-            f" AND id > ?{upper}",
-            [after_id] if upto_id is None else [after_id, upto_id],
-            types,
-            limit,
-            max_bytes,
-            data_as_text=data_as_text,
-        )
-
-    async def _read(
-        self,
-        start_sql: str,
-        start_params: list[Any],
-        range_sql: str,
-        range_params: list[Any],
-        types: Sequence[str] | None,
-        limit: int,
-        max_bytes: int,
-        ftn18_only: bool = False,
-        data_as_text: bool = False,
-    ) -> EventPage | None:
-        sql, params = page_sql(
-            _DIALECT, start_sql, start_params, range_sql, range_params, types, limit, ftn18_only
-        )
-        rows = await self._reader.execute_fetchall(sql, params)
-        return page_from_rows(rows, max_bytes, data_as_text)
+    async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
+        return await self._reader.execute_fetchall(sql, params)
 
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None

@@ -30,7 +30,7 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -41,12 +41,11 @@ from psycopg_pool import AsyncConnectionPool
 
 from ...dcb.model import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
 from ...ftn3.messages import encode_json
-from ...model import MAX_EVENTS_PER_CALL, EventId, UserId, event_json, utc_timestamp
+from ...model import EventId, UserId, event_json, utc_timestamp
 from ..base import (
     ConsumerRow,
     DiscardLimits,
     Durability,
-    EventPage,
     EventRow,
     StoreClosed,
     StoreUnavailable,
@@ -62,7 +61,7 @@ from ..dcb_sql import (
     stored_retry,
 )
 from ..head import HeadWatch
-from ..pages import ReadDialect, page_from_recent, page_from_rows, page_sql, rows_sql
+from ..pages import PagedReads, ReadDialect, rows_sql
 from ..recent import RecentEvent, RecentEvents
 from .schema import (
     CHANNEL,
@@ -94,6 +93,11 @@ _DIALECT: Final = ReadDialect(
     head_row="SELECT 0, NULL, NULL, NULL, (SELECT MAX(id) FROM events)",
     ftn18_type=PG_FTN18_TYPE,
     types_as_array=True,
+    consumer_start=(
+        "(SELECT GREATEST(position, %s::bigint) FROM consumers"
+        " WHERE user_id = %s AND component = %s)"
+    ),
+    consumer_position="(SELECT position FROM consumers WHERE user_id = %s AND component = %s)",
 )
 _LAST_GIVEN_ID: Final = (
     "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM events),"
@@ -136,8 +140,10 @@ async def _connect(url: str, *, autocommit: bool) -> Connection:
         ) from None
 
 
-class PostgresStore:
+class PostgresStore(PagedReads):
     """Event, consumer and user storage in PostgreSQL. Create with :meth:`open`."""
+
+    read_dialect = _DIALECT
 
     def __init__(
         self,
@@ -326,85 +332,8 @@ class PostgresStore:
         with contextlib.suppress(StoreUnavailable):
             self._writer = await _connect(self.url, autocommit=False)
 
-    async def read_events(
-        self,
-        after_id: int,
-        *,
-        types: Sequence[str] | None = None,
-        limit: int = MAX_EVENTS_PER_CALL,
-        max_bytes: int,
-        ftn18_only: bool = False,
-    ) -> EventPage:
-        if self.recent.covers(after_id):
-            return page_from_recent(self.recent, after_id, types, limit, max_bytes, ftn18_only)
-        page = await self._read(
-            "%s", [after_id], "", [], types, limit, max_bytes, ftn18_only=ftn18_only
-        )
-        assert page is not None
-        return page
-
-    async def read_consumer_events(
-        self,
-        user_id: UserId,
-        component: str,
-        *,
-        at_least: int = 0,
-        types: Sequence[str] | None = None,
-        limit: int = MAX_EVENTS_PER_CALL,
-        max_bytes: int,
-        ftn18_only: bool = False,
-    ) -> EventPage | None:
-        position = (
-            "(SELECT GREATEST(position, %s::bigint) FROM consumers"
-            " WHERE user_id = %s AND component = %s)"
-        )
-        params = [at_least, user_id, component]
-        return await self._read(
-            position, params, "", [], types, limit, max_bytes, ftn18_only=ftn18_only
-        )
-
-    async def read_range(
-        self,
-        user_id: UserId,
-        component: str,
-        after_id: int,
-        upto_id: int | None,
-        *,
-        types: Sequence[str] | None = None,
-        limit: int = MAX_EVENTS_PER_CALL,
-        max_bytes: int,
-        data_as_text: bool = False,
-    ) -> EventPage | None:
-        position = "(SELECT position FROM consumers WHERE user_id = %s AND component = %s)"
-        upper = " AND id <= %s" if upto_id is not None else ""
-        return await self._read(
-            position,
-            [user_id, component],
-            f" AND id > %s{upper}",
-            [after_id] if upto_id is None else [after_id, upto_id],
-            types,
-            limit,
-            max_bytes,
-            data_as_text=data_as_text,
-        )
-
-    async def _read(
-        self,
-        start_sql: str,
-        start_params: list[Any],
-        range_sql: str,
-        range_params: list[Any],
-        types: Sequence[str] | None,
-        limit: int,
-        max_bytes: int,
-        ftn18_only: bool = False,
-        data_as_text: bool = False,
-    ) -> EventPage | None:
-        sql, params = page_sql(
-            _DIALECT, start_sql, start_params, range_sql, range_params, types, limit, ftn18_only
-        )
-        rows = await self._fetch(sql, params)
-        return page_from_rows(rows, max_bytes, data_as_text)
+    async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
+        return await self._fetch(sql, params)
 
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None
