@@ -408,7 +408,7 @@ class AmqpConnection(asyncio.Protocol):
         self._engine.close_tail()
         self.process()
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | bytearray) -> None:
         if data and self._socket is not None and not self._socket.is_closing():
             self._socket.write(data)
 

@@ -44,7 +44,7 @@ class FramePadder:
         self._carry = b""
         self._header_seen = False
 
-    def feed(self, data: bytes | bytearray) -> bytes:
+    def feed(self, data: bytes | bytearray) -> bytes | bytearray:
         data = self._carry + data if self._carry else data
         self._carry = b""
         size_of, length = _FRAME_SIZE.unpack_from, len(data)
@@ -72,8 +72,8 @@ class FramePadder:
                     start = end
             position = end
         self._carry = bytes(data[position:])
-        if not out:
-            return bytes(data[:position])
+        if not out:  # nothing padded: the bytes as they came, without a copy when whole
+            return data if position == length else data[:position]
         out.append(data[start:position])
         return b"".join(out)
 
