@@ -410,14 +410,18 @@ class Changes:
 
 
 class HalfOpen:
-    """Sockets that start a handshake and never finish it; ``cut`` counts those the server
-    closed."""
+    """Sockets that start a handshake and never finish it; ``gone`` lists (in the order they
+    were opened) those the server closed."""
 
     def __init__(self, changes: Changes) -> None:
         self.writers: list[asyncio.StreamWriter] = []
         self._watchers: list[asyncio.Task[None]] = []
         self._changes = changes
-        self.cut = 0
+        self.gone: list[int] = []
+
+    @property
+    def cut(self) -> int:
+        return len(self.gone)
 
     async def open(self, port: int, starts: list[bytes], count: int, sources: list[str]) -> None:
         for i in range(count):
@@ -425,16 +429,16 @@ class HalfOpen:
                 "127.0.0.1", port, local_addr=(sources[i % len(sources)], 0)
             )
             writer.write(starts[i % len(starts)])
+            self._watchers.append(asyncio.create_task(self._watch(len(self.writers), reader)))
             self.writers.append(writer)
-            self._watchers.append(asyncio.create_task(self._watch(reader)))
 
-    async def _watch(self, reader: asyncio.StreamReader) -> None:
+    async def _watch(self, index: int, reader: asyncio.StreamReader) -> None:
         try:
             while await reader.read(4096):
                 pass  # what the server answers to a header, if anything
         except ConnectionError:
             pass
-        self.cut += 1
+        self.gone.append(index)
         self._changes.event.set()
 
     async def close(self) -> None:
@@ -534,3 +538,31 @@ async def test_evictions_and_refusals_are_logged_rarely_and_never_as_errors(
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
     assert sum("unfinished handshake" in w for w in warnings) <= 1
     assert sum("refused" in w for w in warnings) <= 1
+
+
+async def cut_by_three(port: int, starts: list[bytes]) -> list[int]:
+    """Which of three never-finishing sockets the server closes (once it closed one)."""
+    changes = Changes()
+    hostile = HalfOpen(changes)
+    await hostile.open(port, starts, 3, HOSTILE_ADDRESSES)
+    await changes.until(lambda: hostile.cut > 0, "a handshake cut")
+    gone = list(hostile.gone)
+    await hostile.close()
+    return gone
+
+
+async def test_max_handshakes_on_the_command_line_applies_to_both_ports(
+    db_with_users: Path,
+) -> None:
+    server = ServerProcess(
+        db_with_users, 0, "--max-connections", "1", "--max-handshakes", "2", "--amqp", "127.0.0.1:0"
+    )
+    try:
+        assert server.amqp_url is not None
+        amqp_port = int(server.amqp_url.rsplit(":", 1)[1])
+        for port, starts in ((server.port, HALF_HTTP), (amqp_port, HALF_AMQP)):
+            assert await cut_by_three(port, starts) == [0]  # the oldest made room for the third
+        async with await EventStreamClient.connect(server.url, credentials=SEC) as alice:
+            assert await alice.ping(1) == 1
+    finally:
+        stop_cleanly(server)
