@@ -4,14 +4,24 @@
   address pipelines 200 different wrong passwords on one connection.
 - SIGTERM to exit: on a quiet server, and with a push consumer and an HTTP feed client that
   both stopped reading (each far behind on a backlog of 60 KB events).
+- A siege of never-finishing handshakes (``python -m bench.hostile siege`` runs it alone): with
+  ``--max-connections 150``, 500 sockets opened at 100 per second from 50 addresses: 100 each
+  start a WebSocket handshake, a feed GET and a DCB read, 200 start AMQP SASL; each sends one
+  more byte every 0.5 s and never finishes. Meanwhile a logged-in FTN3 client calls ``ping``
+  one call after another, and a new client connects every 0.25 s (a WebSocket login and
+  call, a feed GET, a DCB read, an AMQP login in turn). The same two clients alone, in the
+  same run, are the comparison. The attacker and the new clients are processes of their
+  own; ``--source DIR`` runs the server from another source tree (the code before a change).
 
 Each server is a process of its own on 127.0.0.1 with a fresh database.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import base64
+import itertools
 import json
 import signal
 import sqlite3
@@ -19,8 +29,10 @@ import statistics
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+import httpx
 from websockets.asyncio.client import connect
 
 from futoin_evt.auth import hash_password
@@ -28,7 +40,7 @@ from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.model import utc_timestamp
 
 from .spark import start_server
-from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures
+from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures, start_futoin_evt
 
 GEN = "futoin.evt.gen:1.1"
 OTHER_LOOPBACK = "127.0.0.2"
@@ -101,7 +113,196 @@ async def stall_readers(url: str) -> list[object]:
     return [push, writer]
 
 
+# -- a siege of never-finishing handshakes ---------------------------------------------------------
+
+SIEGE_SOCKETS = 500
+SIEGE_RATE = 100.0  # sockets opened per second
+SIEGE_HOLD = 5.0  # seconds they are held after the last one opened
+SIEGE_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 52)]
+TRICKLE_SECONDS = 0.5
+#: How each kind of socket starts; then one byte of an endless header every 0.5 s.
+SIEGE_STARTS = {
+    "ws": b"GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nX-Slow: ",
+    "feed": b"GET /feed HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+    "dcb": b"POST /dcb/v1/read HTTP/1.1\r\nHost: x\r\nX-Slow: ",
+    # a SASL header, then a sasl-init frame of 4000 bytes that never ends
+    "amqp": b"AMQP\x03\x01\x00\x00" + (4000).to_bytes(4, "big") + b"\x02\x01\x00\x00",
+}
+SIEGE_MIX = ["ws", "amqp", "feed", "amqp", "dcb"]
+
+
+async def _besiege(ws_port: int, amqp_port: int) -> dict[str, float]:
+    sockets: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    # 100 each of the kinds on the WebSocket port (300 there), 200 on the AMQP port
+    kinds = itertools.cycle([(kind, SIEGE_STARTS[kind]) for kind in SIEGE_MIX])
+    failed = 0
+    start = time.perf_counter()
+
+    async def trickle() -> None:
+        while True:
+            await asyncio.sleep(TRICKLE_SECONDS)
+            for _reader, writer in sockets:
+                if not writer.is_closing():
+                    writer.write(b"a")
+
+    trickler = asyncio.create_task(trickle())
+    for i in range(SIEGE_SOCKETS):
+        await asyncio.sleep(max(start + i / SIEGE_RATE - time.perf_counter(), 0))
+        kind, opening = next(kinds)
+        port = amqp_port if kind == "amqp" else ws_port
+        try:
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=(SIEGE_ADDRESSES[i % len(SIEGE_ADDRESSES)], 0)
+            )
+        except OSError:
+            failed += 1
+            continue
+        writer.write(opening)
+        sockets.append((reader, writer))
+    await asyncio.sleep(SIEGE_HOLD)
+    trickler.cancel()
+    cut = sum(
+        writer.is_closing() or reader.at_eof() or reader.exception() is not None
+        for reader, writer in sockets
+    )
+    for _reader, writer in sockets:
+        writer.transport.abort()
+    return {"opened": len(sockets), "failed to open": failed, "cut": cut}
+
+
+def besiege(ws_port: int, amqp_port: int) -> dict[str, float]:
+    """The attacker, in a process of its own."""
+    return asyncio.run(_besiege(ws_port, amqp_port))
+
+
+async def _newcomers(url: str, amqp_url: str, seconds: float) -> dict[str, list[float]]:
+    """A new client every 0.25 s, each kind in turn: the seconds each took, or -1 failed."""
+    from proton.utils import BlockingConnection
+
+    credentials = f"{USER}:{PASSWORD}"
+    base = url.replace("ws", "http", 1)
+    results: dict[str, list[float]] = {"ws": [], "feed": [], "dcb": [], "amqp": []}
+
+    def amqp_login() -> None:
+        conn = BlockingConnection(
+            amqp_url, user=USER, password=PASSWORD, allowed_mechs="PLAIN", timeout=5
+        )
+        conn.close()
+
+    async def one(kind: str) -> None:
+        if kind == "ws":
+            async with await EventStreamClient.connect(url, credentials=credentials) as client:
+                await client.ping(1)
+        elif kind == "amqp":
+            await asyncio.to_thread(amqp_login)
+        else:
+            async with httpx.AsyncClient(auth=(USER, PASSWORD)) as http:
+                if kind == "feed":
+                    response = await http.get(base + "feed")
+                else:
+                    response = await http.post(base + "dcb/v1/read", json={"limit": 1})
+                response.raise_for_status()
+
+    end = time.perf_counter() + seconds
+    for kind in itertools.cycle(results):
+        if time.perf_counter() >= end:
+            break
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(5):
+                await one(kind)
+            results[kind].append(time.perf_counter() - started)
+        except Exception:
+            results[kind].append(-1.0)
+        await asyncio.sleep(max(started + 0.25 - time.perf_counter(), 0))
+    return results
+
+
+def newcomers(url: str, amqp_url: str, seconds: float) -> dict[str, list[float]]:
+    """New clients, in a process of their own."""
+    return asyncio.run(_newcomers(url, amqp_url, seconds))
+
+
+async def caller(url: str, seconds: float) -> tuple[list[float], int]:
+    """A logged-in FTN3 client calling ping for ``seconds``: each call's seconds, errors."""
+    latencies: list[float] = []
+    errors = 0
+    client = await EventStreamClient.connect(url, credentials=f"{USER}:{PASSWORD}")
+    await client.ping(0)  # logged in: the password is checked
+    end = time.perf_counter() + seconds
+    for i in itertools.count(1):
+        started = time.perf_counter()
+        if started >= end:
+            break
+        try:
+            await client.ping(i)
+            latencies.append(time.perf_counter() - started)
+        except Exception:
+            errors += 1
+            await client.close()
+            client = await EventStreamClient.connect(url, credentials=f"{USER}:{PASSWORD}")
+    await client.close()
+    return latencies, errors
+
+
+def _percentile(values: list[float], n: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[n - 1] if values else 0.0
+
+
+async def siege_phase(url: str, amqp_url: str, attacked: bool) -> dict[str, float]:
+    loop = asyncio.get_running_loop()
+    seconds = SIEGE_SOCKETS / SIEGE_RATE + SIEGE_HOLD
+    host_port = int(url.rstrip("/").rsplit(":", 1)[1])
+    amqp_port = int(amqp_url.rsplit(":", 1)[1])
+    with ProcessPoolExecutor(2) as pool:
+        arrivals = loop.run_in_executor(pool, newcomers, url, amqp_url, seconds)
+        attack = loop.run_in_executor(pool, besiege, host_port, amqp_port) if attacked else None
+        latencies, errors = await caller(url, seconds)
+        fresh = await arrivals
+        siege = await attack if attack is not None else {}
+    label = "under siege" if attacked else "alone"
+    figures = {
+        f"{label}: calls": float(len(latencies)),
+        f"{label}: call errors": float(errors),
+        f"{label}: call p50 (ms)": _percentile(latencies, 50) * 1000,
+        f"{label}: call p99 (ms)": _percentile(latencies, 99) * 1000,
+        f"{label}: call max (ms)": max(latencies, default=0.0) * 1000,
+    }
+    for kind, results in fresh.items():
+        ok = [r for r in results if r >= 0]
+        figures[f"{label}: new {kind} clients tried"] = float(len(results))
+        figures[f"{label}: new {kind} clients served"] = float(len(ok))
+        figures[f"{label}: new {kind} clients, slowest (ms)"] = max(ok, default=0.0) * 1000
+    for key, value in siege.items():
+        figures[f"{label}: hostile sockets {key}"] = value
+    return figures
+
+
+async def siege(source: Path | None) -> dict[str, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        system = await start_futoin_evt(
+            Path(tmp), "--max-connections", "150", "--amqp", "127.0.0.1:0", source=source
+        )
+        try:
+            assert system.amqp_url is not None
+            figures = await siege_phase(system.url, system.amqp_url, attacked=False)
+            figures |= await siege_phase(system.url, system.amqp_url, attacked=True)
+        finally:
+            await system.stop()
+    return figures
+
+
 async def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.hostile")
+    parser.add_argument("only", nargs="?", choices=["siege"], help="run only this part")
+    parser.add_argument("--source", type=Path, help="run the siege's server from this tree")
+    args = parser.parse_args()
+    if args.only is None:
+        print_figures("hostile peers", await logins_and_sigterm())
+    print_figures("a siege of never-finishing handshakes", await siege(args.source))
+
+
+async def logins_and_sigterm() -> dict[str, float]:
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         db = Path(tmp) / "a.sqlite"
@@ -123,7 +324,7 @@ async def main() -> None:
         stalled = await stall_readers(url)
         figures["SIGTERM to exit, stalled push + feed readers (s)"] = sigterm_seconds(proc)
         del stalled
-    print_figures("hostile peers", figures)
+    return figures
 
 
 if __name__ == "__main__":

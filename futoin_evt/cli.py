@@ -131,7 +131,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     limits = serve.add_argument_group("limits")
     limits.add_argument(
-        "--max-connections", type=int, default=DEFAULT_LIMITS.max_connections, metavar="N"
+        "--max-connections",
+        type=int,
+        default=DEFAULT_LIMITS.max_connections,
+        metavar="N",
+        help="connections past their handshake, per port; more are refused (HTTP 503, SASL "
+        "sys-temp)",
+    )
+    limits.add_argument(
+        "--max-handshakes",
+        type=int,
+        metavar="N",
+        help="sockets still in their handshake, per port, on top of --max-connections; when "
+        "all are taken the oldest is closed for a new one (default: a quarter of "
+        "--max-connections, at least 8)",
     )
     limits.add_argument(
         "--max-calls-in-flight",
@@ -350,6 +363,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise BadSetting("--discard-interval must be above 0.")
     if not 0 <= args.port <= 65535:
         raise BadSetting(f"--port must be 0 to 65535, not {args.port}.")
+    if args.max_handshakes is not None and args.max_handshakes < 1:
+        raise BadSetting("--max-handshakes must be at least 1.")
     for name in ("max_connections", "max_calls_in_flight", "max_frame_bytes"):
         if getattr(args, name) < 1:
             raise BadSetting(f"--{name.replace('_', '-')} must be at least 1.")
@@ -377,6 +392,7 @@ async def _serve(args: argparse.Namespace) -> int:
             limits=Limits(
                 max_frame_bytes=args.max_frame_bytes,
                 max_connections=args.max_connections,
+                max_handshakes=args.max_handshakes,
                 max_calls_in_flight=args.max_calls_in_flight,
             ),
         ),
@@ -426,7 +442,11 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
         raise BadSetting(
             "--amqp needs python-qpid-proton: pip install 'futoin-evt[amqp]'"
         ) from None
-    limits = AmqpLimits(max_connections=args.max_connections, idle_timeout=args.amqp_idle_timeout)
+    limits = AmqpLimits(
+        max_connections=args.max_connections,
+        max_handshakes=args.max_handshakes,
+        idle_timeout=args.amqp_idle_timeout,
+    )
     secret = _sas_secret(args.sas_secret, args.db)
     return AmqpConfig(host=host, port=int(port), tls=tls, limits=limits, sas_secret=secret)
 

@@ -30,7 +30,6 @@ import asyncio
 import logging
 import re
 import ssl
-import time
 from collections.abc import Callable
 from http import HTTPStatus
 from typing import Final, cast
@@ -43,6 +42,8 @@ from websockets.http11 import Request, Response
 from websockets.protocol import SEND_EOF, Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
+
+from .slots import TOO_MANY_CONNECTIONS, Slots
 
 try:
     from websockets.speedups import apply_mask
@@ -348,27 +349,26 @@ class ServerIO(FrameIO):
         self,
         max_size: int,
         on_open: Callable[[ServerIO], None],
-        admit: Callable[[], str | None] = lambda: None,
+        slots: Slots[ServerIO],
         on_http: HttpHandler | None = None,
-        sockets: set[ServerIO] | None = None,
     ) -> None:
         super().__init__(ServerProtocol(max_size=max_size))
         self._max_size = max_size
         self._on_open = on_open
-        self._admit = admit
         self._on_http = on_http
         self._held = bytearray()
-        #: The server's open sockets: this one is in it from connection_made to connection_lost.
-        self._sockets = sockets if sockets is not None else set()
+        #: The server's slots: this socket holds one from connection_made to connection_lost,
+        #: a handshake slot until its first request is complete, then an established one.
+        self._slots = slots
         #: The start of a request until websockets takes it, or the whole of one with a body.
         self._head: bytearray | None = bytearray()
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self._sockets.add(self)
         super().connection_made(transport)
+        self._slots.open(self, self.peer)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._sockets.discard(self)
+        self._slots.close(self)
         super().connection_lost(exc)
 
     def _receive(self, data: bytes) -> None:
@@ -429,10 +429,8 @@ class ServerIO(FrameIO):
             method.decode("ascii"),
             version.decode("ascii"),
         )
-        refusal = self._admit()
-        if refusal is not None:
-            _refusals.note(self.peer, refusal)
-            self._refuse(503, refusal)
+        if not self._slots.establish(self):
+            self._refuse(503, TOO_MANY_CONNECTIONS.capitalize() + ".")
             return b""
         self._detached = True
         if self._on_http is None or not self._on_http(self, request, body):
@@ -487,18 +485,17 @@ class ServerIO(FrameIO):
     def _on_handshake(self, event: Request | Response) -> None:
         assert isinstance(self.ws, ServerProtocol)
         assert isinstance(event, Request)
-        if self._on_http is not None and "upgrade" not in event.headers:
+        admitted = self._slots.establish(self)
+        if admitted and self._on_http is not None and "upgrade" not in event.headers:
             self._detached = True
             if self._on_http(self, event, b""):
                 self._handshake_done()
                 return
             self._detached = False
-        refusal = self._admit()
-        if refusal is not None:
-            _refusals.note(self.peer, refusal)
-            response = self.ws.reject(503, refusal + "\n")
-        else:
+        if admitted:
             response = self.ws.accept(event)
+        else:
+            response = self.ws.reject(503, TOO_MANY_CONNECTIONS + "\n")
         self.ws.send_response(response)
         if response.status_code == 101:
             self._handshake_done()
@@ -526,27 +523,6 @@ def _content_length(headers: Headers) -> int:
     if len(set(values)) != 1 or not re.fullmatch(r"[0-9]{1,12}", values[0]):
         raise ValueError("Bad Content-Length")
     return int(values[0])
-
-
-class _RefusalLog:
-    """Connections refused at the limit: a warning at most every ``interval`` seconds, with
-    the count since the last one, so that a flood of peers cannot flood the log."""
-
-    def __init__(self, interval: float = 10.0) -> None:
-        self._interval = interval
-        self._next = 0.0
-        self._count = 0
-
-    def note(self, peer: str, reason: str) -> None:
-        self._count += 1
-        now = time.monotonic()
-        if now >= self._next:
-            log.warning("refused %d connection(s), the last from %s: %s", self._count, peer, reason)
-            self._count = 0
-            self._next = now + self._interval
-
-
-_refusals: Final = _RefusalLog()
 
 
 class ClientIO(FrameIO):

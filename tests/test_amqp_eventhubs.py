@@ -20,7 +20,7 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.sas import sas_key, sign
-from futoin_evt.server.amqp import AmqpConfig
+from futoin_evt.server.amqp import AmqpConfig, AmqpLimits
 from futoin_evt.server.app import EventServer
 
 from .conftest import ServerFactory
@@ -269,3 +269,27 @@ async def test_a_connection_acts_as_one_user(hub: EventServer) -> None:
             return put_token(conn, sign(AUDIENCE, "bob", bob_key, expiry), AUDIENCE)
 
     assert await asyncio.to_thread(scenario) == (403, "this connection acts as user alice already")
+
+
+async def test_a_token_past_the_connection_limit_is_refused_with_503(
+    start_server: ServerFactory,
+) -> None:
+    """A connection without a user holds a handshake slot only: it is let in at the limit,
+    and a token that would make it one connection too many gets 503 (the client may put it
+    again later)."""
+    limits = AmqpLimits(max_connections=1)
+    server = await start_server(amqp=AmqpConfig(port=0, sas_secret=SECRET, limits=limits))
+    key = await key_of(server, "alice")
+    token = sign(AUDIENCE, "alice", key, int(time.time()) + 600)
+
+    def scenario() -> tuple[int, str]:
+        with anonymous(server) as first, anonymous(server) as second:
+            assert put_token(first, token, AUDIENCE) == (200, "OK")
+            refused = put_token(second, token, AUDIENCE)
+            with pytest.raises(LinkDetached, match="unauthorized-access"):
+                second.create_sender("events")
+            first.create_sender("events").send(Message(subject="FIRST", body=1))
+            return refused
+
+    assert await asyncio.to_thread(scenario) == (503, "too many connections")
+    assert (await server.store.read_rows(0, limit=10))[0][1:3] == ("FIRST", "1")

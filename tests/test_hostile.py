@@ -13,22 +13,27 @@ import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from proton import symbol
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.ftn3.messages import MAX_INT_DIGITS
+from futoin_evt.server.amqp import AmqpConfig, AmqpLimits
+from futoin_evt.server.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
+from futoin_evt.slots import Slots
 from futoin_evt.storage.sqlite import SqliteStore
 
 from .conftest import USERS, ServerFactory, ServerProcess
+from .test_amqp import in_thread, produce
 
 pytestmark = pytest.mark.functional
 
@@ -361,3 +366,203 @@ async def test_requests_with_bodies_are_read_strictly(
     assert answer.startswith(f"HTTP/1.1 {status} ".encode())
     assert answer.count(b"\r\n\r\n") == 1  # one response, then the connection closed
     await assert_slots_free(small_server)
+
+
+# -- sockets that never finish their handshake ---------------------------------------------------
+
+#: Never finished: a request line or headers cut short, a body short of its Content-Length.
+HALF_HTTP = [
+    b"GE",
+    b"GET / HTTP/1.1\r\nHost: x\r\nUpgr",
+    b"GET /feed HTTP/1.1\r\nHost: x\r\n",
+    b"POST /dcb/v1/read HTTP/1.1\r\nContent-Length: 100\r\n\r\n{",
+]
+#: Never finished: a protocol header cut short, SASL without an init, ANONYMOUS with no token.
+HALF_AMQP = [
+    b"AMQP\x03",
+    SASL_HEADER,
+    SASL_HEADER + encode_sasl_frame(0x41, [symbol("ANONYMOUS"), None]) + AMQP_HEADER,
+]
+#: The sources of the hostile sockets (all of them loopback on Linux).
+HOSTILE_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 8)]
+
+
+class Changes:
+    """Wakes a waiter whenever the server's slots change or a hostile socket is cut."""
+
+    def __init__(self, *slots: Slots[Any]) -> None:
+        self.event = asyncio.Event()
+        self._stops = [s.watch(self.event.set) for s in slots]
+
+    async def until(self, condition: Callable[[], bool], what: str) -> None:
+        """Wait (at most 30 s) until ``condition`` holds."""
+        try:
+            async with asyncio.timeout(30):
+                while not condition():
+                    await self.event.wait()
+                    self.event.clear()
+        except TimeoutError:
+            raise AssertionError(f"still not {what}") from None
+
+    def close(self) -> None:
+        for stop in self._stops:
+            stop()
+
+
+class HalfOpen:
+    """Sockets that start a handshake and never finish it; ``gone`` lists (in the order they
+    were opened) those the server closed."""
+
+    def __init__(self, changes: Changes) -> None:
+        self.writers: list[asyncio.StreamWriter] = []
+        self._watchers: list[asyncio.Task[None]] = []
+        self._changes = changes
+        self.gone: list[int] = []
+
+    @property
+    def cut(self) -> int:
+        return len(self.gone)
+
+    async def open(self, port: int, starts: list[bytes], count: int, sources: list[str]) -> None:
+        for i in range(count):
+            reader, writer = await asyncio.open_connection(
+                "127.0.0.1", port, local_addr=(sources[i % len(sources)], 0)
+            )
+            writer.write(starts[i % len(starts)])
+            self._watchers.append(asyncio.create_task(self._watch(len(self.writers), reader)))
+            self.writers.append(writer)
+
+    async def _watch(self, index: int, reader: asyncio.StreamReader) -> None:
+        try:
+            while await reader.read(4096):
+                pass  # what the server answers to a header, if anything
+        except ConnectionError:
+            pass
+        self.gone.append(index)
+        self._changes.event.set()
+
+    async def close(self) -> None:
+        for writer in self.writers:
+            writer.close()
+        await asyncio.gather(*self._watchers)
+
+
+@pytest.fixture
+async def small_servers(start_server: ServerFactory) -> EventServer:
+    return await start_server(
+        limits=Limits(max_connections=MAX_CONNECTIONS),
+        amqp=AmqpConfig(port=0, limits=AmqpLimits(max_connections=MAX_CONNECTIONS)),
+    )
+
+
+async def test_unfinished_handshakes_cannot_lock_out_clients(small_servers: EventServer) -> None:
+    """Far more never-finishing sockets than slots, on both ports, from several addresses:
+    a WebSocket login and call, a feed GET, a DCB read and an AMQP login still succeed, and
+    every slot is free once they all close."""
+    server = small_servers
+    assert server.amqp is not None
+    ws_slots, amqp_slots = server.transport.slots, server.amqp.slots
+    ws_count = 3 * (ws_slots.max_handshakes + MAX_CONNECTIONS)
+    amqp_count = 3 * (amqp_slots.max_handshakes + MAX_CONNECTIONS)
+    changes = Changes(ws_slots, amqp_slots)
+    hostile = HalfOpen(changes)
+    await hostile.open(server.port, HALF_HTTP, ws_count, HOSTILE_ADDRESSES)
+    await hostile.open(server.amqp.port, HALF_AMQP, amqp_count, HOSTILE_ADDRESSES)
+    # every socket was accepted, and is either in a handshake slot or was cut (and knows it)
+    await changes.until(
+        lambda: hostile.cut + len(ws_slots) + len(amqp_slots) == ws_count + amqp_count,
+        "every hostile socket settled",
+    )
+    assert ws_slots.handshakes == ws_slots.max_handshakes
+    assert amqp_slots.handshakes == amqp_slots.max_handshakes
+
+    base = server.url.replace("ws", "http", 1)
+    async with await EventStreamClient.connect(server.url, credentials=SEC) as alice:
+        assert await alice.ping(1) == 1
+        event_id = await alice.add_event("UNDER_SIEGE", 1)
+        async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as http:
+            feed = await http.get(base + "feed")
+            assert feed.status_code == 200
+            assert "token" in feed.json()
+        async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as http:
+            read = await http.post(base + "dcb/v1/read", json={})
+            assert read.status_code == 200, read.text
+        await in_thread(produce, server.amqp_url or "", ["through"])
+        assert await alice.ping(2) == 2
+        assert (await server.store.stream_bounds()).events == event_id + 1
+    await hostile.close()
+    await changes.until(lambda: not len(ws_slots) and not len(amqp_slots), "every slot free")
+    changes.close()
+    await assert_slots_free(server)
+
+
+async def test_one_address_cuts_only_its_own_handshakes(small_servers: EventServer) -> None:
+    """A client that is slow to finish its handshake keeps its slot while one address opens
+    many times the budget of never-finishing sockets."""
+    server = small_servers
+    slots = server.transport.slots
+    changes = Changes(slots)
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(b"GET /feed HTTP/1.1\r\nHost: x\r\n")  # ... the rest of it comes later
+    await changes.until(lambda: slots.handshakes == 1, "the slow client accepted")
+    hostile = HalfOpen(changes)
+    count = 3 * slots.max_handshakes
+    await hostile.open(server.port, HALF_HTTP, count, [OTHER_LOOPBACK])
+    await changes.until(lambda: hostile.cut + len(slots) == count + 1, "every socket settled")
+    assert hostile.cut == count - slots.per_address
+    credentials = base64.b64encode(f"alice:{USERS['alice']}".encode())
+    writer.write(b"Authorization: Basic " + credentials + b"\r\nConnection: close\r\n\r\n")
+    async with asyncio.timeout(30):
+        answer = await reader.read()
+    assert answer.startswith(b"HTTP/1.1 200 ")
+    writer.close()
+    await hostile.close()
+    await changes.until(lambda: not len(slots), "every slot free")
+    changes.close()
+
+
+async def test_evictions_and_refusals_are_logged_rarely_and_never_as_errors(
+    small_servers: EventServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    server = small_servers
+    slots = server.transport.slots
+    changes = Changes(slots)
+    hostile = HalfOpen(changes)
+    count = 4 * slots.max_handshakes
+    with caplog.at_level(logging.DEBUG):
+        await hostile.open(server.port, HALF_HTTP, count, HOSTILE_ADDRESSES)
+        await changes.until(lambda: hostile.cut + len(slots) == count, "every socket settled")
+        await assert_slots_free(server)
+        await hostile.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert sum("unfinished handshake" in w for w in warnings) <= 1
+    assert sum("refused" in w for w in warnings) <= 1
+
+
+async def cut_by_three(port: int, starts: list[bytes]) -> list[int]:
+    """Which of three never-finishing sockets the server closes (once it closed one)."""
+    changes = Changes()
+    hostile = HalfOpen(changes)
+    await hostile.open(port, starts, 3, HOSTILE_ADDRESSES)
+    await changes.until(lambda: hostile.cut > 0, "a handshake cut")
+    gone = list(hostile.gone)
+    await hostile.close()
+    return gone
+
+
+async def test_max_handshakes_on_the_command_line_applies_to_both_ports(
+    db_with_users: Path,
+) -> None:
+    server = ServerProcess(
+        db_with_users, 0, "--max-connections", "1", "--max-handshakes", "2", "--amqp", "127.0.0.1:0"
+    )
+    try:
+        assert server.amqp_url is not None
+        amqp_port = int(server.amqp_url.rsplit(":", 1)[1])
+        for port, starts in ((server.port, HALF_HTTP), (amqp_port, HALF_AMQP)):
+            assert await cut_by_three(port, starts) == [0]  # the oldest made room for the third
+        async with await EventStreamClient.connect(server.url, credentials=SEC) as alice:
+            assert await alice.ping(1) == 1
+    finally:
+        stop_cleanly(server)

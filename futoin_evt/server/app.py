@@ -269,6 +269,11 @@ class EventServer:
         return self._transport.url
 
     @property
+    def transport(self) -> WebSocketTransport:
+        """The WebSocket port (which also serves the HTTP feed and DCB)."""
+        return self._transport
+
+    @property
     def amqp_url(self) -> str | None:
         """``amqp(s)://host:port``, or None when the AMQP listener is off."""
         return self.amqp.url if self.amqp is not None else None

@@ -22,11 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from websockets.http11 import Request
-
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
+from ..slots import Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
 
@@ -40,8 +39,11 @@ CLOSE_GOING_AWAY: Final = 1001
 class Limits:
     #: Frames above this close the connection (1009); per-function limits apply below it.
     max_frame_bytes: int = 1024 * 1024
-    #: Connections at once; more are refused in the handshake with HTTP 503.
+    #: Connections past their handshake at once; more are refused in it with HTTP 503.
     max_connections: int = 10_000
+    #: Sockets still in their handshake, on top of those; when they are all taken, the
+    #: oldest is closed for a new one. None: a quarter of max_connections (at least 8).
+    max_handshakes: int | None = None
     #: Requests run at once per connection; above it the connection is not read.
     max_calls_in_flight: int = 256
     #: A peer that leaves more than this of replies and pushes unread is disconnected.
@@ -236,8 +238,11 @@ class WebSocketTransport:
         self._watchers: set[asyncio.Task[None]] = set()
         #: Plain HTTP requests go here (the feed, DCB); False for those it does not serve.
         self.http_handler: HttpHandler | None = None
-        #: Every open socket, whatever it carries or however far its handshake got: the slots.
-        self._sockets: set[ServerIO] = set()
+        limits = config.limits
+        #: Every open socket, in a handshake slot or an established one.
+        self.slots: Slots[ServerIO] = Slots(
+            "WebSocket/HTTP port", limits.max_connections, limits.max_handshakes
+        )
         #: Told of FTN3 connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None
 
@@ -245,13 +250,7 @@ class WebSocketTransport:
         loop = asyncio.get_running_loop()
         limits = self._config.limits
         self._server = await loop.create_server(
-            lambda: ServerIO(
-                limits.max_frame_bytes,
-                self._on_open,
-                self._admit,
-                self._on_http if self.http_handler is not None else None,
-                self._sockets,
-            ),
+            lambda: ServerIO(limits.max_frame_bytes, self._on_open, self.slots, self.http_handler),
             self._config.host,
             self._config.port,
             ssl=self._config.tls,
@@ -267,16 +266,10 @@ class WebSocketTransport:
         peer = io.transport.get_extra_info("peername")
         return self._config.tls is not None or self._config.trust_channel or is_loopback(peer)
 
-    def _on_http(self, io: ServerIO, request: Request, body: bytes) -> bool:
-        if self._admit() is not None:
-            return False  # the WebSocket path answers 503
-        assert self.http_handler is not None
-        return self.http_handler(io, request, body)
-
     @property
     def open_sockets(self) -> int:
-        """Connections open now, in any state: what ``max_connections`` limits."""
-        return len(self._sockets)
+        """Sockets open now, in a handshake or past it."""
+        return len(self.slots)
 
     @property
     def port(self) -> int:
@@ -290,13 +283,6 @@ class WebSocketTransport:
         if ":" in host:
             host = f"[{host}]"
         return f"{scheme}://{host}:{self.port}/"
-
-    def _admit(self) -> str | None:
-        """Why a connection is refused (HTTP 503 in the handshake), or None. The one asking
-        is among the open sockets already."""
-        if len(self._sockets) > self._config.limits.max_connections:
-            return "too many connections"
-        return None
 
     def _on_open(self, io: ServerIO) -> None:
         connection = _Connection(io, self._executor, self._config.limits)
@@ -347,11 +333,11 @@ class WebSocketTransport:
         """Cut sockets that carry neither a WebSocket nor an HTTP response (a handshake not
         yet complete, a kept-alive HTTP connection between requests)."""
         websockets = {c.io for c in self._connections}
-        for io in list(self._sockets - websockets):
-            if not io.serving_http:
+        for io in self.slots:
+            if io not in websockets and not io.serving_http:
                 io.abort()
 
     def abort_all(self) -> None:
         """Cut every socket still open (the last step of a shutdown)."""
-        for io in list(self._sockets):
+        for io in self.slots:
             io.abort()

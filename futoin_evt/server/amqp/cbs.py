@@ -52,5 +52,5 @@ class CbsNode(RequestReplyNode):
             return 401, str(exc), None
         refusal = conn.grant_claims(principal, expiry)
         if refusal is not None:
-            return 403, refusal, None
+            return *refusal, None
         return 200, "OK", None

@@ -22,8 +22,13 @@ DEFAULT_NODE_LIMITS: Final = NodeLimits()
 
 @dataclass(frozen=True, slots=True)
 class AmqpLimits:
-    #: Connections at once; more are refused in SASL with ``sys-temp``.
+    #: Connections with a user at once; more are refused (SASL ``sys-temp``, or status 503
+    #: to a token put to ``$cbs``).
     max_connections: int = 10_000
+    #: Connections without a user yet (protocol header, SASL, or ANONYMOUS awaiting a token),
+    #: on top of those; when they are all taken, the oldest is closed for a new one. None: a
+    #: quarter of max_connections (at least 8).
+    max_handshakes: int | None = None
     #: A peer silent this long is disconnected (advertised in ``open``; also the login limit).
     idle_timeout: float = 60.0
     max_frame_bytes: int = 64 * 1024

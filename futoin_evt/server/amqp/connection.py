@@ -29,6 +29,7 @@ from proton import (
 from ... import __version__
 from ...auth import Authenticator, Principal
 from ...ftn3.errors import FTN3Error
+from ...slots import TOO_MANY_CONNECTIONS
 from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
 
@@ -72,7 +73,6 @@ class AmqpConnection(asyncio.Protocol):
         self._sasl = SaslServer(MECHANISMS)
         self._socket: asyncio.Transport | None = None
         self._peer: Any = None
-        self._refused = False
         #: The user logged in with PLAIN or named by a token put to ``$cbs``; None before.
         self.principal: Principal | None = None
         self._claims_timer: asyncio.TimerHandle | None = None
@@ -97,7 +97,7 @@ class AmqpConnection(asyncio.Protocol):
         self._socket = socket = cast(asyncio.Transport, transport)
         self._peer = socket.get_extra_info("peername")
         socket.set_write_buffer_limits(high=self._limits.max_unread_bytes)
-        self._refused = not self._listener.admit(self)
+        self._listener.opened(self)
         self._arm_login_timer()
 
     def data_received(self, data: bytes) -> None:
@@ -150,14 +150,14 @@ class AmqpConnection(asyncio.Protocol):
     # -- login ----------------------------------------------------------------------------------
 
     async def _login(self, init: SaslInit) -> None:
-        if self._refused:
-            outcome = Outcome.SYS_TEMP
-            log.warning("AMQP connection from %s refused: too many connections", _peer(self._peer))
-        elif init.mechanism == "ANONYMOUS":
-            # Allowed in, but the node refuses every link to a connection without a user.
+        if init.mechanism == "ANONYMOUS":
+            # Allowed in, but the node refuses every link to a connection without a user,
+            # and the connection keeps its handshake slot until a token names one.
             outcome = Outcome.OK
         else:
             outcome = await self._check_plain(init.initial_response)
+            if outcome is Outcome.OK and not self._listener.slots.establish(self):
+                outcome = Outcome.SYS_TEMP
         if self._socket is None or self._socket.is_closing():
             return
         try:
@@ -198,14 +198,16 @@ class AmqpConnection(asyncio.Protocol):
         """The peer's address, for log lines."""
         return _peer(self._peer)
 
-    def grant_claims(self, principal: Principal, expiry: float) -> str | None:
+    def grant_claims(self, principal: Principal, expiry: float) -> tuple[int, str] | None:
         """A token put to ``$cbs`` names ``principal`` until ``expiry`` (Unix seconds). None
-        when the connection now acts as that user, else why not."""
+        when the connection now acts as that user, else the status and why not."""
         current = self.principal
         if current is not None and current.user_id != principal.user_id:
-            return f"this connection acts as user {current.name} already"
+            return 403, f"this connection acts as user {current.name} already"
         if current is not None and self._claims_timer is None:
             return None  # logged in with PLAIN: no token is needed, and none expires it
+        if not self._listener.slots.establish(self):
+            return 503, TOO_MANY_CONNECTIONS
         self.principal = principal
         if self._claims_timer is not None:
             self._claims_timer.cancel()
@@ -407,6 +409,11 @@ class AmqpConnection(asyncio.Protocol):
         self.process()
         self._engine.close_tail()
         self.process()
+
+    def abort(self) -> None:
+        """Cut the socket at once (its handshake slot is wanted for a newer connection)."""
+        if self._socket is not None:
+            self._socket.abort()
 
     def _write(self, data: bytes | bytearray) -> None:
         if data and self._socket is not None and not self._socket.is_closing():

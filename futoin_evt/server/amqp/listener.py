@@ -8,6 +8,7 @@ from typing import Final
 
 from ...auth import Authenticator
 from ...notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
+from ...slots import Slots
 from .config import AmqpConfig
 from .connection import AmqpConnection
 from .node import EventLogNode
@@ -27,8 +28,12 @@ class AmqpListener:
         self.authenticator = authenticator
         self.config = config
         self._server: asyncio.Server | None = None
-        self._connections: set[AmqpConnection] = set()
-        self._admitted = 0
+        limits = config.limits
+        #: Every open connection: in a handshake slot until it has a user (SASL PLAIN, or a
+        #: token put to ``$cbs`` after SASL ANONYMOUS), then in an established one.
+        self.slots: Slots[AmqpConnection] = Slots(
+            "AMQP", limits.max_connections, limits.max_handshakes
+        )
         #: Told of connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None
 
@@ -50,17 +55,16 @@ class AmqpListener:
             host = f"[{host}]"
         return f"{scheme}://{host}:{self.port}"
 
-    def admit(self, connection: AmqpConnection) -> bool:
-        """Count a new connection; False when it is one too many (it is refused in SASL)."""
-        self._connections.add(connection)
+    def opened(self, connection: AmqpConnection) -> None:
+        """A new connection takes a handshake slot (an older handshake may be cut for it)."""
+        self.slots.open(connection, connection.peer_name)
         if self.notices is not None:
             self.notices.publish(
                 CONNECTION_OPENED, transport="amqp", peer=connection.peer_name, user=None
             )
-        return len(self._connections) <= self.config.limits.max_connections
 
     def forget(self, connection: AmqpConnection) -> None:
-        self._connections.discard(connection)
+        self.slots.close(connection)
         if self.notices is not None:
             principal = connection.principal
             self.notices.publish(
@@ -75,7 +79,7 @@ class AmqpListener:
         """Stop listening and close every connection with ``amqp:connection:forced``."""
         if self._server is not None:
             self._server.close()
-        connections = list(self._connections)
+        connections = list(self.slots)
         for connection in connections:
             connection.close(SHUTDOWN, "the server is shutting down")
         if connections:

@@ -1,0 +1,193 @@
+"""A listener's connection slots: sockets still in their handshake have a budget of their own.
+
+A socket takes a *handshake* slot when it opens. When a new socket finds every handshake slot
+taken, the oldest unfinished handshake is cut to make room, and so is the oldest one of the
+same peer address when that address holds ``per_address`` of them already (IPv6: per /64).
+Peers that never finish their handshake (slowloris) only ever displace one another, and a
+client that finishes its handshake soon after connecting gets through however many of them
+keep arriving.
+
+A finished handshake moves the socket to an *established* slot, of which there are
+``max_established``; past that the door refuses it in its own way (HTTP 503, SASL sys-temp).
+Established sockets are never cut to make room. A socket frees exactly its one slot when it
+closes, at whatever stage.
+
+Refusals and evictions are logged as warnings at most every 10 seconds, with their counts.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterator
+from typing import Final, Generic, Protocol, TypeVar
+
+log = logging.getLogger(__name__)
+
+TOO_MANY_CONNECTIONS: Final = "too many connections"
+#: The default handshake budget is this fraction of the connection limit ...
+HANDSHAKE_FRACTION: Final = 4
+#: ... but at least this many.
+MIN_HANDSHAKES: Final = 8
+#: The default cap per address is this fraction of the handshake budget ...
+ADDRESS_FRACTION: Final = 8
+#: ... but at least this many (or the whole budget when it is smaller).
+MIN_PER_ADDRESS: Final = 4
+
+
+class Socket(Protocol):
+    def abort(self) -> None:
+        """Close at once, without waiting for anything to be sent."""
+
+
+S = TypeVar("S", bound=Socket)
+
+
+def default_handshakes(max_connections: int) -> int:
+    """The handshake budget when none is configured."""
+    return max(max_connections // HANDSHAKE_FRACTION, MIN_HANDSHAKES)
+
+
+def address_of(peer: str) -> str:
+    """What the per-address cap counts by: the host of ``host:port``, an IPv6 host's /64."""
+    host = peer.rpartition(":")[0].strip("[]") or peer
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return host
+    if address.version == 6:
+        return str(ipaddress.ip_network(f"{address}/64", strict=False).network_address)
+    return host
+
+
+class RateLimitedWarning:
+    """A warning at most every ``interval`` seconds, with the count since the last one, so
+    that a flood of peers cannot flood the log. ``template`` takes the count, then the
+    peer."""
+
+    def __init__(self, template: str, interval: float = 10.0) -> None:
+        self._template = template
+        self._interval = interval
+        self._next = 0.0
+        self._count = 0
+
+    def note(self, peer: str) -> None:
+        self._count += 1
+        now = time.monotonic()
+        if now >= self._next:
+            log.warning(self._template, self._count, peer)
+            self._count = 0
+            self._next = now + self._interval
+
+
+class Slots(Generic[S]):
+    """The slots of one listener (see the module's docstring)."""
+
+    def __init__(
+        self,
+        door: str,
+        max_established: int,
+        max_handshakes: int | None = None,
+        per_address: int | None = None,
+    ) -> None:
+        self.max_established = max_established
+        self.max_handshakes = (
+            default_handshakes(max_established) if max_handshakes is None else max_handshakes
+        )
+        if per_address is None:
+            per_address = max(self.max_handshakes // ADDRESS_FRACTION, MIN_PER_ADDRESS)
+        self.per_address = min(per_address, self.max_handshakes)
+        #: Unfinished handshakes, oldest first, with their peers and addresses.
+        self._handshakes: OrderedDict[S, tuple[str, str]] = OrderedDict()
+        #: The unfinished handshakes of each address, oldest first.
+        self._by_address: dict[str, dict[S, None]] = {}
+        self._established: set[S] = set()
+        self._watchers: set[Callable[[], None]] = set()
+        self._refusals = RateLimitedWarning(
+            f"{door}: refused %d connection(s) at the limit, the last from %s"
+        )
+        self._evictions = RateLimitedWarning(
+            f"{door}: closed %d unfinished handshake(s) to make room, the last from %s"
+        )
+
+    @property
+    def handshakes(self) -> int:
+        return len(self._handshakes)
+
+    @property
+    def established(self) -> int:
+        return len(self._established)
+
+    def __len__(self) -> int:
+        return len(self._handshakes) + len(self._established)
+
+    def __iter__(self) -> Iterator[S]:
+        """Every socket that holds a slot (a copy: closing them while iterating is fine)."""
+        return iter([*self._handshakes, *self._established])
+
+    def watch(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after every change of the counts; returns what stops it."""
+        self._watchers.add(callback)
+        return lambda: self._watchers.discard(callback)
+
+    def _changed(self) -> None:
+        for callback in list(self._watchers):
+            callback()
+
+    def open(self, socket: S, peer: str) -> None:
+        """A new socket takes a handshake slot, cutting an older handshake if it must."""
+        address = address_of(peer)
+        same_address = self._by_address.setdefault(address, {})
+        if len(same_address) >= self.per_address:
+            self._evict(next(iter(same_address)))
+        if len(self._handshakes) >= self.max_handshakes and self._handshakes:
+            self._evict(next(iter(self._handshakes)))
+        self._handshakes[socket] = (peer, address)
+        self._by_address.setdefault(address, {})[socket] = None
+        if self._watchers:
+            self._changed()
+
+    def establish(self, socket: S) -> bool:
+        """The socket finished its handshake: True when it holds an established slot now (or
+        did already); False when they are all taken (the door refuses it, and it keeps its
+        handshake slot until it closes)."""
+        if socket in self._established:
+            return True
+        if socket not in self._handshakes:
+            return False  # cut already, and closing
+        if len(self._established) >= self.max_established:
+            self._refusals.note(self._handshakes[socket][0])
+            return False
+        self._forget_handshake(socket)
+        self._established.add(socket)
+        if self._watchers:
+            self._changed()
+        return True
+
+    def close(self, socket: S) -> None:
+        """The socket is gone: its slot, whichever it was, is free (again calls do nothing)."""
+        if socket in self._established:
+            self._established.remove(socket)
+        elif socket in self._handshakes:
+            self._forget_handshake(socket)
+        else:
+            return
+        if self._watchers:
+            self._changed()
+
+    def _evict(self, socket: S) -> None:
+        self._evictions.note(self._forget_handshake(socket))
+        socket.abort()
+        if self._watchers:
+            self._changed()
+
+    def _forget_handshake(self, socket: S) -> str:
+        """Free the socket's handshake slot; returns its peer."""
+        peer, address = self._handshakes.pop(socket)
+        same_address = self._by_address[address]
+        del same_address[socket]
+        if not same_address:
+            del self._by_address[address]
+        return peer
