@@ -24,8 +24,8 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from .domain.stream import UserId
 from .ftn3.errors import SECURITY_ERROR, FTN3Error
-from .model import UserId
 from .notify.management import AUTH_FAILED
 
 if TYPE_CHECKING:

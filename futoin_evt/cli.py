@@ -23,8 +23,8 @@ from .auth import hash_password
 from .client.aio import OPS, CommError, Event, EventStreamClient, RemoteError
 from .client.notify import Notifications
 from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
+from .domain.stream import LIVE_COMPONENT
 from .ftn3.messages import decode_json
-from .model import LIVE_COMPONENT
 from .notify.message import NotifyError, Transformation
 from .notify.selector import compile_selector
 from .retention import RetentionConfig

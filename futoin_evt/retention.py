@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from .model import utc_timestamp
+from .domain.stream import utc_timestamp
 from .notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from .push import PushService
 from .storage.base import Consumers, DiscardLimits, Retention

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from futoin_evt.model import UserId
+from futoin_evt.domain.stream import UserId
 from futoin_evt.sas import (
     InvalidToken,
     SasToken,

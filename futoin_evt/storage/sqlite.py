@@ -35,8 +35,8 @@ from ..dcb.model import (
     Query,
     StoredEvent,
 )
+from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
-from ..model import EventId, UserId, event_json, utc_timestamp
 from .base import (
     ConsumerRow,
     DiscardLimits,

@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
+from ...domain.stream import EventRejected, UserId, encode_event_data
 from ...eventlog import EventLog, is_registrable
-from ...model import EventRejected, UserId, encode_event_data
 from ...notify.management import CONSUMER_REGISTERED
 from ...sas import SasVerifier
 from .cbs import CBS, CbsNode
