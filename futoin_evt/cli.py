@@ -18,16 +18,16 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from . import __version__
-from .archive import RemoteArchiver
 from .auth import hash_password
 from .client.aio import OPS, CommError, Event, EventStreamClient, RemoteError
 from .client.notify import Notifications
 from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
 from .domain.stream import LIVE_COMPONENT
 from .ftn3.messages import decode_json
+from .log.archive import RemoteArchiver
+from .log.retention import RetentionConfig
 from .notify.message import NotifyError, Transformation
 from .notify.selector import compile_selector
-from .retention import RetentionConfig
 from .sas import SecretFileError, load_secret, sas_key
 from .server.amqp import AmqpConfig, AmqpLimits
 from .server.app import DEFAULT_DB, EventServer, ServerConfig

@@ -13,9 +13,9 @@ from typing import Any, Final
 
 from .ftn3.errors import FTN3Error
 from .ftn3.messages import EncodedJson
+from .log.retention import Discarder
 from .notify.management import CONSUMER_DROPPED, ManagementBus
 from .push import PushService
-from .retention import Discarder
 from .services import REPLY_ENVELOPE_BYTES, CallContext
 from .storage.base import Store
 

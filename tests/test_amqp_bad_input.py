@@ -161,7 +161,7 @@ def test_fuzzed_peers_never_hurt_the_server(
 @pytest.fixture(scope="module")
 def fuzz_amqp(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[str, str]) -> Any:
     """One server for all fuzzed examples (hypothesis runs the test many times)."""
-    from futoin_evt.retention import RetentionConfig
+    from futoin_evt.log.retention import RetentionConfig
     from futoin_evt.server.app import ServerConfig
     from futoin_evt.server.websocket import TransportConfig
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from proton import Data, Described, Message, symbol, ulong
 
 from futoin_evt.domain.stream import EventId
-from futoin_evt.eventlog import StoredEvent, ts_to_ms
+from futoin_evt.log.eventlog import StoredEvent, ts_to_ms
 from futoin_evt.server.amqp.codec import (
     DEFAULT_EVENT_TYPE,
     BadMessage,

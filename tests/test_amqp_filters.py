@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from futoin_evt.domain.stream import EventId
-from futoin_evt.eventlog import StoredEvent
+from futoin_evt.log.eventlog import StoredEvent
 from futoin_evt.server.amqp.codec import BadFilter
 from futoin_evt.server.amqp.filters import compile_filter
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from ..eventlog import EventLog
+from ..log.eventlog import EventLog
 from .catalog import EventCatalog
 from .management import ManagementBus, is_management_type
 from .message import Notification

@@ -10,19 +10,19 @@ from typing import TYPE_CHECKING, Final
 
 from websockets.http11 import Request
 
-from ..archive import InProcessArchiver
 from ..auth import Authenticator
 from ..dcb.calls import DcbCalls
 from ..dcb.service import DcbService
-from ..eventlog import EventLog
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
+from ..log.archive import InProcessArchiver
+from ..log.eventlog import EventLog
+from ..log.retention import Discarder, RetentionConfig
 from ..notify.live import LiveEvents
 from ..notify.management import ManagementBus
 from ..notify.service import NotifyService
 from ..ops import OpsService
 from ..push import PushConfig, PushService
-from ..retention import Discarder, RetentionConfig
 from ..sas import SasVerifier
 from ..services import GenService, PollService, ping
 from ..storage import open_store

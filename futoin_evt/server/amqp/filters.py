@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from lark import Lark, LarkError, Token, Transformer, v_args
 
-from ...eventlog import StoredEvent
+from ...log.eventlog import StoredEvent
 from ...notify.selector import COMPARISONS, FLIPPED
 from .codec import EARLIEST, LATEST, BadFilter, Position, parse_offset
 

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Final
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
 from ...domain.stream import EventRejected, UserId, encode_event_data
-from ...eventlog import EventLog, is_registrable
+from ...log.eventlog import EventLog, is_registrable
 from ...notify.management import CONSUMER_REGISTERED
 from ...sas import SasVerifier
 from .cbs import CBS, CbsNode

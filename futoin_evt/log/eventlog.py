@@ -16,8 +16,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
-from .storage.base import Store, StreamBounds
+from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
+from ..storage.base import Store, StreamBounds
 
 #: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
 COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")

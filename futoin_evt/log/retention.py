@@ -22,10 +22,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from .domain.stream import utc_timestamp
-from .notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
-from .push import PushService
-from .storage.base import Consumers, DiscardLimits, Retention
+from ..domain.stream import utc_timestamp
+from ..notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
+from ..push import PushService
+from ..storage.base import Consumers, DiscardLimits, Retention
 
 log = logging.getLogger(__name__)
 
