@@ -23,7 +23,7 @@ from pathlib import Path
 
 from websockets.asyncio.client import connect
 
-from futoin_evt.auth import hash_password
+from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.domain.stream import utc_timestamp
 

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from . import __version__
-from .auth import hash_password
+from .auth.sas import SecretFileError, load_secret, sas_key
+from .auth.users import hash_password
 from .client.aio import OPS, CommError, Event, EventStreamClient, RemoteError
 from .client.notify import Notifications
 from .client.receiver import LiveReceiver, Receiver, ReliableReceiver
@@ -28,7 +29,6 @@ from .log.archive import RemoteArchiver
 from .log.retention import RetentionConfig
 from .notify.message import NotifyError, Transformation
 from .notify.selector import compile_selector
-from .sas import SecretFileError, load_secret, sas_key
 from .server.amqp import AmqpConfig, AmqpLimits
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.dcb_http import DCB_PATH

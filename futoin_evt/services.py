@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from .auth import Principal
+from .auth.users import Principal
 from .domain.stream import (
     LIVE_COMPONENT,
     MAX_EVENTS_PER_CALL,

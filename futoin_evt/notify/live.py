@@ -26,7 +26,7 @@ from .message import Notification
 from .selector import Selector
 
 if TYPE_CHECKING:
-    from ..auth import Principal
+    from ..auth.users import Principal
 
 #: Parsed events kept for subscribers at the head.
 RING_EVENTS: Final = 8192

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Final
 
 from websockets.http11 import Request
 
-from ..auth import Authenticator
+from ..auth.sas import SasVerifier
+from ..auth.users import Authenticator
 from ..dcb.calls import DcbCalls
 from ..dcb.service import DcbService
 from ..feed import FeedService
@@ -23,7 +24,6 @@ from ..notify.management import ManagementBus
 from ..notify.service import NotifyService
 from ..ops import OpsService
 from ..push import PushConfig, PushService
-from ..sas import SasVerifier
 from ..services import GenService, PollService, ping
 from ..storage import open_store
 from ..storage.base import Durability, Store

@@ -14,7 +14,7 @@ from typing import Any, Final
 
 from websockets.http11 import Request
 
-from ..auth import Authenticator
+from ..auth.users import Authenticator
 from ..dcb.model import (
     AppendConditionFailed,
     DcbInputError,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth import Authenticator, Principal
+from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,

@@ -27,7 +27,7 @@ from proton import (
 )
 
 from ... import __version__
-from ...auth import Authenticator, Principal
+from ...auth.users import Authenticator, Principal
 from ...ftn3.errors import FTN3Error
 from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain

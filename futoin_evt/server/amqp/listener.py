@@ -6,7 +6,7 @@ import asyncio
 import logging
 from typing import Final
 
-from ...auth import Authenticator
+from ...auth.users import Authenticator
 from ...notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from .config import AmqpConfig
 from .connection import AmqpConnection
