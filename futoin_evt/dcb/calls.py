@@ -11,7 +11,7 @@ from typing import Any, Final, TypeVar
 
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
-from ..services import REPLY_ENVELOPE_BYTES, CallContext
+from ..ftn18.services import REPLY_ENVELOPE_BYTES, CallContext
 from .model import (
     AppendConditionFailed,
     DcbInputError,

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from ..domain.stream import utc_timestamp
+from ..ftn18.push import PushService
 from ..notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
-from ..push import PushService
 from ..storage.base import Consumers, DiscardLimits, Retention
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from .message import NotifyError, Transformation, real_message
 from .selector import compile_selector
 
 if TYPE_CHECKING:
-    from ..services import CallContext, PeerLink
+    from ..ftn18.services import CallContext, PeerLink
 
 log = logging.getLogger(__name__)
 

@@ -16,15 +16,15 @@ from ..dcb.calls import DcbCalls
 from ..dcb.service import DcbService
 from ..feed import FeedService
 from ..ftn3.ifaces import IfaceRegistry
+from ..ftn18.ops import OpsService
+from ..ftn18.push import PushConfig, PushService
+from ..ftn18.services import GenService, PollService, ping
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
 from ..notify.live import LiveEvents
 from ..notify.management import ManagementBus
 from ..notify.service import NotifyService
-from ..ops import OpsService
-from ..push import PushConfig, PushService
-from ..services import GenService, PollService, ping
 from ..storage import open_store
 from ..storage.base import Durability, Store
 from ..wsio import HttpHandler, ServerIO

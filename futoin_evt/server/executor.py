@@ -38,7 +38,7 @@ from ..ftn3.ifaces import (
     IfaceSpec,
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
-from ..services import CallContext, PeerLink, Pending
+from ..ftn18.services import CallContext, PeerLink, Pending
 
 log = logging.getLogger(__name__)
 
