@@ -14,7 +14,7 @@ from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..dcb.calls import DcbCalls
 from ..dcb.service import DcbService
-from ..feed import FeedService
+from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
