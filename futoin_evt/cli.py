@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final, NoReturn
 
 from . import __version__
+from .amqp import AmqpConfig, AmqpLimits
 from .auth.sas import SecretFileError, load_secret, sas_key
 from .auth.users import hash_password
 from .client.aio import OPS, CommError, Event, EventStreamClient, RemoteError
@@ -29,7 +30,6 @@ from .log.archive import RemoteArchiver
 from .log.retention import RetentionConfig
 from .notify.message import NotifyError, Transformation
 from .notify.selector import compile_selector
-from .server.amqp import AmqpConfig, AmqpLimits
 from .server.app import DEFAULT_DB, EventServer, ServerConfig
 from .server.dcb_http import DCB_PATH
 from .server.http import DEFAULT_FEED_PATH, FeedConfig

@@ -17,8 +17,8 @@ from proton import ConnectionException, Data, Delivery, Described, Message, symb
 from proton.reactor import Filter
 from proton.utils import BlockingConnection
 
-from futoin_evt.server.amqp import AmqpConfig, AmqpLimits
-from futoin_evt.server.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
+from futoin_evt.amqp import AmqpConfig, AmqpLimits
+from futoin_evt.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerProcess, free_port

@@ -50,7 +50,7 @@ def test_nothing_above_storage_imports_a_backend() -> None:
 def test_the_amqp_door_knows_no_other_door() -> None:
     """The AMQP listener reaches the log through the event log calls, not through FTN3's
     services or the WebSocket transport."""
-    package = Path(futoin_evt.__file__).parent / "server" / "amqp"
+    package = Path(futoin_evt.__file__).parent / "amqp"
     others = {"websockets", "wsio", "websocket", "http", "executor", "services", "push", "feed"}
     for module in package.glob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):

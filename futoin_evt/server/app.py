@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Final
 
 from websockets.http11 import Request
 
+from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..dcb.calls import DcbCalls
@@ -28,14 +29,13 @@ from ..notify.service import NotifyService
 from ..storage import open_store
 from ..storage.base import Durability, Store
 from ..wsio import HttpHandler, ServerIO
-from .amqp import AmqpConfig
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor, Routes
 from .http import FeedConfig, FeedEndpoint, HttpEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
-    from .amqp.listener import AmqpListener
+    from ..amqp.listener import AmqpListener
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +149,9 @@ async def _start_amqp(
     config: AmqpConfig,
 ) -> AmqpListener:
     """The AMQP listener (imported here: proton is an optional dependency)."""
-    from .amqp.listener import AmqpListener
-    from .amqp.node import EventLogNode
-    from .amqp.notify import NotificationNode
+    from ..amqp.listener import AmqpListener
+    from ..amqp.node import EventLogNode
+    from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
     node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus))

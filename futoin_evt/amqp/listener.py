@@ -6,8 +6,8 @@ import asyncio
 import logging
 from typing import Final
 
-from ...auth.users import Authenticator
-from ...notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
+from ..auth.users import Authenticator
+from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from .config import AmqpConfig
 from .connection import AmqpConnection
 from .node import EventLogNode

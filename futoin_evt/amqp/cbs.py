@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import Message
 
-from ...auth.sas import InvalidToken, SasVerifier
+from ..auth.sas import InvalidToken, SasVerifier
 from .management import RequestReplyNode
 
 if TYPE_CHECKING:

@@ -26,9 +26,9 @@ from proton import (
     symbol,
 )
 
-from ... import __version__
-from ...auth.users import Authenticator, Principal
-from ...ftn3.errors import FTN3Error
+from .. import __version__
+from ..auth.users import Authenticator, Principal
+from ..ftn3.errors import FTN3Error
 from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
 

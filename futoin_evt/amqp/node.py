@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
-from ...auth.sas import SasVerifier
-from ...domain.stream import EventRejected, UserId, encode_event_data
-from ...log.eventlog import EventLog, is_registrable
-from ...notify.management import CONSUMER_REGISTERED
+from ..auth.sas import SasVerifier
+from ..domain.stream import EventRejected, UserId, encode_event_data
+from ..log.eventlog import EventLog, is_registrable
+from ..notify.management import CONSUMER_REGISTERED
 from .cbs import CBS, CbsNode
 from .codec import (
     DELIVERY_ANNOTATIONS_FILTER,
