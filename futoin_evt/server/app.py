@@ -13,10 +13,11 @@ from websockets.http11 import Request
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
-from ..dcb.calls import DcbCalls
 from ..dcb.service import DcbService
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
+from ..ftn18.dcb import DcbCalls
+from ..ftn18.notify import NotifyService
 from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
 from ..ftn18.services import GenService, PollService, ping
@@ -25,7 +26,6 @@ from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
 from ..notify.live import LiveEvents
 from ..notify.management import ManagementBus
-from ..notify.service import NotifyService
 from ..storage import open_store
 from ..storage.base import Durability, Store
 from ..wsio import HttpHandler, ServerIO
