@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from proton import (
     Collector,
@@ -29,11 +29,9 @@ from proton import (
 from .. import __version__
 from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import FTN3Error
+from .config import AmqpConfig
 from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
-
-if TYPE_CHECKING:
-    from .listener import AmqpListener
 
 log = logging.getLogger(__name__)
 
@@ -62,10 +60,34 @@ class LinkHandler(Protocol):
         """The link is gone; a future returned delays answering the peer's detach."""
 
 
+class NodeTable(Protocol):
+    """Where a link goes, by its address."""
+
+    def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
+        """The handler for a new link, or :class:`LinkRefused`."""
+
+
+class Listener(Protocol):
+    """What a connection needs of the listener that accepted it (the engine knows no server)."""
+
+    @property
+    def authenticator(self) -> Authenticator: ...
+    @property
+    def config(self) -> AmqpConfig: ...
+    @property
+    def node(self) -> NodeTable: ...
+
+    def admit(self, connection: AmqpConnection) -> bool:
+        """Count a new connection; False when it is one too many."""
+
+    def forget(self, connection: AmqpConnection) -> None:
+        """The connection is gone."""
+
+
 class AmqpConnection(asyncio.Protocol):
     """The asyncio side of one connection."""
 
-    def __init__(self, listener: AmqpListener) -> None:
+    def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._authenticator: Authenticator = listener.authenticator
         self._limits = listener.config.limits
