@@ -45,8 +45,8 @@ import httpx
 import umadb
 
 from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.ftn3.messages import encode_json
-from futoin_evt.model import utc_timestamp
 
 from .systems import PASSWORD, USER, System, free_port, prepare_futoin_evt_db, print_figures
 

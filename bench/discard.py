@@ -17,8 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from futoin_evt.model import UserId
-from futoin_evt.retention import RetentionConfig
+from futoin_evt.domain.stream import UserId
+from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 

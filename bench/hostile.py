@@ -35,9 +35,9 @@ from pathlib import Path
 import httpx
 from websockets.asyncio.client import connect
 
-from futoin_evt.auth import hash_password
+from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient
-from futoin_evt.model import utc_timestamp
+from futoin_evt.domain.stream import utc_timestamp
 
 from .spark import start_server
 from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures, start_futoin_evt

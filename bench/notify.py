@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
-from futoin_evt.eventlog import EventLog
+from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.live import LiveEvents, Subscription
 from futoin_evt.notify.message import Notification
 from futoin_evt.notify.selector import compile_selector

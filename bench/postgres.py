@@ -33,7 +33,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
-from futoin_evt.auth import hash_password
+from futoin_evt.auth.users import hash_password
 from futoin_evt.storage import open_store
 
 from . import workloads

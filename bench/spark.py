@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from futoin_evt.client.sync import BlockingClient
-from futoin_evt.model import utc_timestamp
+from futoin_evt.domain.stream import utc_timestamp
 
 from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures
 

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from futoin_evt.auth import hash_password
-from futoin_evt.model import utc_timestamp
+from futoin_evt.auth.users import hash_password
+from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage.schema import ensure_schema
 
 BENCH_DIR: Final = Path(__file__).resolve().parent

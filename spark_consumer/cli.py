@@ -16,7 +16,13 @@ from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
-from futoin_evt.cli import ENV_PASSWORD, ENV_USER, CliError, configure_logging, read_credentials
+from futoin_evt.cli.common import (
+    ENV_PASSWORD,
+    ENV_USER,
+    CliError,
+    configure_logging,
+    read_credentials,
+)
 from futoin_evt.client.aio import CommError, RemoteError
 from futoin_evt.client.sync import BlockingClient
 from futoin_evt.ftn3.ifaces import default_iface_dir

@@ -21,9 +21,9 @@ from urllib.parse import urlsplit, urlunsplit
 import pytest
 from hypothesis import settings
 
-from futoin_evt.auth import hash_password
+from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient
-from futoin_evt.retention import RetentionConfig
+from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 

@@ -31,11 +31,11 @@ from proton import (
 from proton.reactor import Filter, LinkOption
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
+from futoin_evt.amqp import AmqpConfig, AmqpLimits, NodeLimits
+from futoin_evt.amqp.codec import format_offset
+from futoin_evt.amqp.sasl import SASL_HEADER
 from futoin_evt.client.aio import Event, EventStreamClient
 from futoin_evt.client.receiver import ReliableReceiver
-from futoin_evt.server.amqp import AmqpConfig, AmqpLimits, NodeLimits
-from futoin_evt.server.amqp.codec import format_offset
-from futoin_evt.server.amqp.sasl import SASL_HEADER
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory, run_js

@@ -17,8 +17,8 @@ from proton import ConnectionException, Data, Delivery, Described, Message, symb
 from proton.reactor import Filter
 from proton.utils import BlockingConnection
 
-from futoin_evt.server.amqp import AmqpConfig, AmqpLimits
-from futoin_evt.server.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
+from futoin_evt.amqp import AmqpConfig, AmqpLimits
+from futoin_evt.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerProcess, free_port
@@ -161,7 +161,7 @@ def test_fuzzed_peers_never_hurt_the_server(
 @pytest.fixture(scope="module")
 def fuzz_amqp(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[str, str]) -> Any:
     """One server for all fuzzed examples (hypothesis runs the test many times)."""
-    from futoin_evt.retention import RetentionConfig
+    from futoin_evt.log.retention import RetentionConfig
     from futoin_evt.server.app import ServerConfig
     from futoin_evt.server.websocket import TransportConfig
 

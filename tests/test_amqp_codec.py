@@ -10,9 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Data, Described, Message, symbol, ulong
 
-from futoin_evt.eventlog import StoredEvent, ts_to_ms
-from futoin_evt.model import EventId
-from futoin_evt.server.amqp.codec import (
+from futoin_evt.amqp.codec import (
     DEFAULT_EVENT_TYPE,
     BadMessage,
     EventEncoder,
@@ -20,6 +18,8 @@ from futoin_evt.server.amqp.codec import (
     format_offset,
     message_to_event,
 )
+from futoin_evt.domain.stream import EventId
+from futoin_evt.log.eventlog import StoredEvent, ts_to_ms
 
 TS = "2026-11-23T08:00:05Z"
 

@@ -18,9 +18,9 @@ from azure.eventhub.exceptions import EventHubError
 from proton import Message
 from proton.utils import BlockingConnection, LinkDetached
 
+from futoin_evt.amqp import AmqpConfig, AmqpLimits
+from futoin_evt.auth.sas import sas_key, sign
 from futoin_evt.client.aio import EventStreamClient
-from futoin_evt.sas import sas_key, sign
-from futoin_evt.server.amqp import AmqpConfig, AmqpLimits
 from futoin_evt.server.app import EventServer
 
 from .conftest import ServerFactory

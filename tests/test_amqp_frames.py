@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from proton import Connection, Data, Described, Transport, uint, ulong
 
-from futoin_evt.server.amqp.frames import BATCH_FORMAT, FULL_FIELDS, BatchSniffer, FramePadder
+from futoin_evt.amqp.frames import BATCH_FORMAT, FULL_FIELDS, BatchSniffer, FramePadder
 
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"
 

@@ -22,8 +22,8 @@ from proton import (
     ushort,
 )
 
-from futoin_evt.server.amqp.codec import BadMessage, message_to_event
-from futoin_evt.server.amqp.quickdecode import quick_event
+from futoin_evt.amqp.codec import BadMessage, message_to_event
+from futoin_evt.amqp.quickdecode import quick_event
 
 ASCII = st.text(st.characters(max_codepoint=127))
 SCALARS = (

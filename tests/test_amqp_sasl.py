@@ -8,7 +8,7 @@ from typing import Any, cast
 import pytest
 from proton import Data, Described, symbol, ulong
 
-from futoin_evt.server.amqp.sasl import (
+from futoin_evt.amqp.sasl import (
     AMQP_HEADER,
     MAX_PIPELINED,
     MAX_SASL_FRAME,

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from futoin_evt.auth import Authenticator, hash_password, verify_password
+from futoin_evt.auth.users import Authenticator, hash_password, verify_password
+from futoin_evt.domain.stream import UserId
 from futoin_evt.ftn3.errors import FTN3Error
-from futoin_evt.model import UserId
 
 
 def test_hashes_are_salted_and_verify() -> None:

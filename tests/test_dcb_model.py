@@ -7,15 +7,13 @@ from typing import Any
 import pytest
 
 from futoin_evt.dcb.model import (
-    AppendCondition,
     DcbInputError,
-    Query,
-    QueryItem,
     new_event,
     parse_condition,
     parse_events,
     parse_query,
 )
+from futoin_evt.domain.dcb import AppendCondition, Query, QueryItem
 
 EVENTS = [
     ("CourseDefined", ["course:c1"]),

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from futoin_evt.dcb.model import AppendCondition, new_event, parse_query
+from futoin_evt.dcb.model import new_event, parse_query
+from futoin_evt.domain.dcb import AppendCondition
 from futoin_evt.storage.dcb_sql import condition_sql, read_sql
 from futoin_evt.storage.schema import ensure_schema
 from futoin_evt.storage.sqlite import SqliteStore

@@ -31,7 +31,7 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import SEND_EOF, State
 from websockets.uri import parse_uri
 
-from futoin_evt.auth import hash_password
+from futoin_evt.auth.users import hash_password
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig, WebSocketTransport
 from futoin_evt.wsio import ServerIO

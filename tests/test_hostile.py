@@ -23,10 +23,10 @@ from proton import symbol
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from futoin_evt.amqp import AmqpConfig, AmqpLimits
+from futoin_evt.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.ftn3.messages import MAX_INT_DIGITS
-from futoin_evt.server.amqp import AmqpConfig, AmqpLimits
-from futoin_evt.server.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
 from futoin_evt.slots import Slots

@@ -1,8 +1,11 @@
-"""The FTN3 core stays free of I/O so every transport can share it."""
+"""Layers: the FTN3 core stays free of I/O so every transport can share it, nothing above
+storage sees a backend, dependencies point one way (down the table below), and no modules
+import each other in a circle."""
 
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator
 from pathlib import Path
 
 import futoin_evt
@@ -50,14 +53,119 @@ def test_nothing_above_storage_imports_a_backend() -> None:
 def test_the_amqp_door_knows_no_other_door() -> None:
     """The AMQP listener reaches the log through the event log calls, not through FTN3's
     services or the WebSocket transport."""
-    package = Path(futoin_evt.__file__).parent / "server" / "amqp"
-    others = {"websockets", "wsio", "websocket", "http", "executor", "services", "push", "feed"}
-    for module in package.glob("*.py"):
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.module:
-                parts = set(node.module.split(".")) | {a.name for a in node.names}
-                assert not parts & others, f"{module.name} imports {node.module}"
-                assert "storage" not in node.module.split("."), f"{module.name} uses the store"
-            elif isinstance(node, ast.Import):
-                for alias in node.names:
-                    assert alias.name.split(".")[0] != "websockets", module.name
+    others = {"websockets", "wsio", "websocket", "http", "executor", "server", "ftn18", "feed"}
+    for module, imported in _imports():
+        if not module.startswith("futoin_evt.amqp."):
+            continue
+        parts = set(imported.split("."))
+        assert not parts & others, f"{module} imports {imported}"
+        assert "storage" not in parts, f"{module} uses the store"
+
+
+#: futoin_evt's packages from the bottom up. A package imports its own modules and those of the
+#: layers below it; never a layer above, nor a sibling in its layer (but in "shared").
+LAYERS: dict[str, set[str]] = {
+    # the FTN3 core (no I/O), connection slots, the version: they know nothing of ours
+    "floor": {"ftn3", "slots", "__init__"},
+    # WebSocket I/O, shared by the server and the client
+    "wire": {"wsio"},
+    # the domain's values: the event stream's, the DCB store's
+    "domain": {"domain"},
+    "storage": {"storage"},
+    # what the doors share: the event log calls, retention and the archive; users and SAS;
+    # event notification (selectors, the shared reader, management events)
+    "shared": {"log", "auth", "notify"},
+    # services with no wire in them: the DCB store's, the HTTP feed's protocols
+    "services": {"dcb", "feed"},
+    # the doors: FTN3 (FTN18, and the FTN3 adapters of DCB and notification), AMQP
+    "doors": {"ftn18", "amqp"},
+    # the composition root with the WebSocket and HTTP listeners; the client
+    "top": {"server", "client"},
+    "cli": {"cli", "__main__"},
+}
+#: Arrows that go up, each for a reason.
+UPWARDS: dict[tuple[str, str], str] = {
+    ("futoin_evt.log.archive", "client"): "the archiver of a remote server is a push receiver",
+}
+
+
+def _layer(package: str) -> int:
+    for index, packages in enumerate(LAYERS.values()):
+        if package in packages:
+            return index
+    raise AssertionError(f"futoin_evt.{package} is in no layer of test_layering.LAYERS")
+
+
+def _imports() -> Iterator[tuple[str, str]]:
+    """(module, imported module of ours) for every import, those only for typing included."""
+    root = Path(futoin_evt.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        is_package = parts[-1] == "__init__"
+        if is_package:
+            parts.pop()
+        module = ".".join(parts)
+        package = parts if is_package else parts[:-1]
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    above = package[: len(package) - node.level + 1]
+                    base = ".".join([*above, *([base] if base else [])])
+                # ``from . import x`` imports the module x when there is one
+                names = [f"{base}.{a.name}" for a in node.names if _is_module(f"{base}.{a.name}")]
+                names = names or [base]
+            else:
+                continue
+            for name in names:
+                if name == "futoin_evt" or name.startswith("futoin_evt."):
+                    yield module, name
+
+
+def _is_module(name: str) -> bool:
+    path = Path(futoin_evt.__file__).parent.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").exists() or (path / "__init__.py").exists()
+
+
+def _package(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_dependencies_point_one_way() -> None:
+    wrong = []
+    for module, imported in _imports():
+        mine, theirs = _package(module), _package(imported)
+        if mine == theirs or (mine, theirs) == ("__main__", "cli"):
+            continue
+        if (module, theirs) in UPWARDS:
+            continue
+        low, high = _layer(theirs), _layer(mine)
+        if low < high or (low == high and mine in LAYERS["shared"]):
+            continue
+        wrong.append(f"{module} imports {imported}")
+    assert not wrong, "arrows that run up or sideways:\n" + "\n".join(wrong)
+
+
+def test_no_import_circle() -> None:
+    """Not even through imports for typing only: a circle there is a layer that is missing."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in _imports():
+        if imported != module:
+            graph.setdefault(module, set()).add(imported)
+    done: set[str] = set()
+
+    def visit(module: str, path: list[str]) -> None:
+        if module in path:
+            circle = [*path[path.index(module) :], module]
+            raise AssertionError("import circle: " + " -> ".join(circle))
+        if module in done:
+            return
+        for imported in sorted(graph.get(module, ())):
+            visit(imported, [*path, module])
+        done.add(module)
+
+    for module in sorted(graph):
+        visit(module, [])

@@ -12,10 +12,10 @@ from proton import ConnectionException, Described, LinkException, Message, symbo
 from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached
 
+from futoin_evt.amqp import AmqpConfig
 from futoin_evt.client.aio import EventStreamClient, RemoteError
-from futoin_evt.eventlog import EventLog
+from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.management import AUTH_FAILED, CONSUMER_REGISTERED
-from futoin_evt.server.amqp import AmqpConfig
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from futoin_evt.eventlog import EventLog
+from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.catalog import EventCatalog
 from futoin_evt.notify.live import LiveEvents, Subscription
 from futoin_evt.notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, ManagementBus

@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
-from futoin_evt.archive import RemoteArchiver
 from futoin_evt.client.aio import CommError, Event, EventStreamClient
 from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.log.archive import RemoteArchiver
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
 
@@ -192,7 +192,7 @@ def test_fuzzed_messages_never_hurt_the_server(
 @pytest.fixture(scope="module")
 def fuzz_server(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[str, str]) -> Any:
     """One server for all fuzzed examples (hypothesis runs the test many times)."""
-    from futoin_evt.retention import RetentionConfig
+    from futoin_evt.log.retention import RetentionConfig
     from futoin_evt.server.app import ServerConfig
     from futoin_evt.server.websocket import TransportConfig
 

@@ -16,7 +16,7 @@ import pytest
 
 from futoin_evt.client.aio import CommError, Event, EventStreamClient
 from futoin_evt.client.receiver import ReliableReceiver
-from futoin_evt.model import EventRejected
+from futoin_evt.domain.stream import EventRejected
 from futoin_evt.storage import open_store
 from futoin_evt.storage.postgres import add_event, add_event_async
 from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK

@@ -13,7 +13,7 @@ import pytest
 
 from futoin_evt.client.aio import Event, EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.receiver import LiveReceiver, Receiver, ReliableReceiver
-from futoin_evt.push import PushStream
+from futoin_evt.ftn18.push import PushStream
 from futoin_evt.server.app import EventServer
 
 from .conftest import ClientFactory, ServerProcess, free_port

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from futoin_evt.auth import hash_password
+from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.receiver import ReliableReceiver
-from futoin_evt.retention import Discarder, RetentionConfig
+from futoin_evt.log.retention import Discarder, RetentionConfig
 from futoin_evt.server.app import EventServer
 
 from .conftest import ClientFactory, ServerProcess

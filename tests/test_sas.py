@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from futoin_evt.model import UserId
-from futoin_evt.sas import (
+from futoin_evt.auth.sas import (
     InvalidToken,
     SasToken,
     SasVerifier,
@@ -18,6 +17,7 @@ from futoin_evt.sas import (
     sas_key,
     sign,
 )
+from futoin_evt.domain.stream import UserId
 from futoin_evt.storage.base import User
 
 SECRET = b"x" * 40

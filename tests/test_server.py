@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from futoin_evt.auth import Authenticator
+from futoin_evt.auth.users import Authenticator
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.ftn3.messages import parse_request
 from futoin_evt.server.app import EventServer, build_registry, build_routes

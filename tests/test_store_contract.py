@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from futoin_evt.model import UserId, utc_timestamp
+from futoin_evt.domain.stream import UserId, utc_timestamp
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreClosed
 from futoin_evt.storage.pages import rows_sql

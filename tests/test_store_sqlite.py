@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from futoin_evt.model import EventRejected, UserId
+from futoin_evt.domain.stream import EventRejected, UserId
 from futoin_evt.storage.base import SCHEMA_VERSION
 from futoin_evt.storage.native import add_event, add_event_async
 from futoin_evt.storage.schema import MIGRATIONS

@@ -34,8 +34,8 @@ import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
+from ..domain.stream import LIVE_COMPONENT
 from ..ftn3.errors import FTN3Error
-from ..model import LIVE_COMPONENT
 from ..storage.head import HeadWatch
 from .aio import CommError, Event, FTN3Client, RemoteError
 

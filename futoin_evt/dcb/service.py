@@ -13,8 +13,8 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..storage.base import DcbLog
-from .model import AppendCondition, NewEvent, Query, StoredEvent
 
 #: Events read from the store per step of a read.
 PAGE_SIZE: Final = 1000

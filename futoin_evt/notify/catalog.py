@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Iterable
 from typing import Final
 
-from ..eventlog import EventLog
+from ..log.eventlog import EventLog
 from .management import DECLARED, attribute_names
 from .message import BASE_ATTRIBUTES, Notification
 

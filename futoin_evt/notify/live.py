@@ -19,14 +19,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
-from ..eventlog import EventLog
+from ..log.eventlog import EventLog
 from .catalog import EventCatalog
 from .management import ManagementBus, is_management_type
 from .message import Notification
 from .selector import Selector
 
 if TYPE_CHECKING:
-    from ..auth import Principal
+    from ..auth.users import Principal
 
 #: Parsed events kept for subscribers at the head.
 RING_EVENTS: Final = 8192

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from ..model import utc_timestamp
+from ..domain.stream import utc_timestamp
 from .message import EVENT_TYPE, TS, Notification, Value
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..eventlog import StoredEvent
+from ..log.eventlog import StoredEvent
 
 #: An attribute value: what a selector compares and a message carries. None is NULL.
 Value = str | int | float | bool | None

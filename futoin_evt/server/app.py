@@ -10,32 +10,32 @@ from typing import TYPE_CHECKING, Final
 
 from websockets.http11 import Request
 
-from ..archive import InProcessArchiver
-from ..auth import Authenticator
-from ..dcb.calls import DcbCalls
+from ..amqp import AmqpConfig
+from ..auth.sas import SasVerifier
+from ..auth.users import Authenticator
 from ..dcb.service import DcbService
-from ..eventlog import EventLog
-from ..feed import FeedService
+from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
+from ..ftn18.dcb import DcbCalls
+from ..ftn18.notify import NotifyService
+from ..ftn18.ops import OpsService
+from ..ftn18.push import PushConfig, PushService
+from ..ftn18.services import GenService, PollService, ping
+from ..log.archive import InProcessArchiver
+from ..log.eventlog import EventLog
+from ..log.retention import Discarder, RetentionConfig
 from ..notify.live import LiveEvents
 from ..notify.management import ManagementBus
-from ..notify.service import NotifyService
-from ..ops import OpsService
-from ..push import PushConfig, PushService
-from ..retention import Discarder, RetentionConfig
-from ..sas import SasVerifier
-from ..services import GenService, PollService, ping
 from ..storage import open_store
 from ..storage.base import Durability, Store
 from ..wsio import HttpHandler, ServerIO
-from .amqp import AmqpConfig
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor, Routes
 from .http import FeedConfig, FeedEndpoint, HttpEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
-    from .amqp.listener import AmqpListener
+    from ..amqp.listener import AmqpListener
 
 log = logging.getLogger(__name__)
 
@@ -149,9 +149,9 @@ async def _start_amqp(
     config: AmqpConfig,
 ) -> AmqpListener:
     """The AMQP listener (imported here: proton is an optional dependency)."""
-    from .amqp.listener import AmqpListener
-    from .amqp.node import EventLogNode
-    from .amqp.notify import NotificationNode
+    from ..amqp.listener import AmqpListener
+    from ..amqp.node import EventLogNode
+    from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
     node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus))

@@ -14,11 +14,9 @@ from typing import Any, Final
 
 from websockets.http11 import Request
 
-from ..auth import Authenticator
+from ..auth.users import Authenticator
 from ..dcb.model import (
-    AppendConditionFailed,
     DcbInputError,
-    EventIdConflict,
     limit_value,
     parse_condition,
     parse_events,
@@ -26,6 +24,7 @@ from ..dcb.model import (
     position,
 )
 from ..dcb.service import MAX_WAIT_SECONDS, DcbService, ReadRequest
+from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..ftn3.messages import decode_json, encode_json
 from ..wsio import ServerIO
 from .http import Exchange, HttpEndpoint, HttpError

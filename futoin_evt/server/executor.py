@@ -20,7 +20,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth import Authenticator, Principal
+from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -38,7 +38,7 @@ from ..ftn3.ifaces import (
     IfaceSpec,
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
-from ..services import CallContext, PeerLink, Pending
+from ..ftn18.services import CallContext, PeerLink, Pending
 
 log = logging.getLogger(__name__)
 

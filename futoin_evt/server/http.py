@@ -22,8 +22,8 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.http11 import Request
 
-from ..auth import Authenticator, Principal
-from ..feed import Discovery, FeedError, FeedService, parse_feed_request
+from ..auth.users import Authenticator, Principal
+from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
 from ..wsio import ServerIO
 from .executor import peer_host

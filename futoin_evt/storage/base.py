@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, NamedTuple, Protocol
 
-from ..dcb.model import AppendCondition, NewEvent, Query, StoredEvent
-from ..model import MAX_EVENTS_PER_CALL, EventId, UserId
+from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
+from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from .head import HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.

@@ -16,7 +16,7 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ..dcb.model import EventIdConflict, NewEvent, Query, QueryItem, StoredEvent
+from ..domain.dcb import EventIdConflict, NewEvent, Query, QueryItem, StoredEvent
 
 #: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes.
 READ_COLUMNS: Final = "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes"

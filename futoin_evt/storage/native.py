@@ -18,14 +18,14 @@ from typing import Any
 
 import aiosqlite
 
-from ..model import EventId, encode_event_data, utc_timestamp
+from ..domain.stream import EventId, encode_event_data, utc_timestamp
 from .schema import INSERT_EVENT
 
 
 def add_event(conn: sqlite3.Connection, event_type: str, data: Any) -> EventId:
     """Insert an event in the caller's transaction; it is visible to consumers after commit.
 
-    Raises :class:`futoin_evt.model.EventRejected` for a bad type or data.
+    Raises :class:`futoin_evt.domain.stream.EventRejected` for a bad type or data.
     """
     data_json = encode_event_data(event_type, data)
     cursor = conn.execute(INSERT_EVENT, (event_type, data_json, utc_timestamp()))

@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from ..model import MAX_EVENTS_PER_CALL, UserId, event_json
+from ..domain.stream import MAX_EVENTS_PER_CALL, UserId, event_json
 from .base import EventPage
 from .recent import RecentEvents
 

@@ -21,13 +21,13 @@ from typing import Any
 
 import psycopg
 
-from ...model import EventId, encode_event_data, utc_timestamp
+from ...domain.stream import EventId, encode_event_data, utc_timestamp
 from .schema import INSERT_EVENT, NOTIFY_HEAD, TAKE_APPEND_LOCK
 
 
 def add_event(conn: psycopg.Connection[Any], event_type: str, data: Any) -> EventId:
     """Insert an event in the caller's transaction (one is begun if none is open); it is
-    visible to consumers after commit. Raises :class:`futoin_evt.model.EventRejected` for a
+    visible to consumers after commit. Raises :class:`futoin_evt.domain.stream.EventRejected` for a
     bad type or data."""
     data_json = encode_event_data(event_type, data)
     conn.execute(TAKE_APPEND_LOCK)

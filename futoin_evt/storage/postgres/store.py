@@ -39,9 +39,9 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool
 
-from ...dcb.model import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
+from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
+from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
-from ...model import EventId, UserId, event_json, utc_timestamp
 from ..base import (
     ConsumerRow,
     DiscardLimits,

@@ -27,9 +27,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from .notify.message import Notification, NotifyError
-from .notify.selector import Selector, compile_selector
-from .storage.base import EventLog
+from ..notify.message import Notification, NotifyError
+from ..notify.selector import Selector, compile_selector
+from ..storage.base import EventLog
 
 PARTITION: Final = "0"
 FIRST: Final = "_first"

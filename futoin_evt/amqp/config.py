@@ -46,6 +46,6 @@ class AmqpConfig:
     #: ``amqps``: TLS with this context.
     tls: ssl.SSLContext | None = None
     limits: AmqpLimits = field(default_factory=AmqpLimits)
-    #: The secret users' SAS keys derive from (:mod:`futoin_evt.sas`), for the tokens Event
+    #: The secret users' SAS keys derive from (:mod:`futoin_evt.auth.sas`), for the tokens Event
     #: Hubs clients put to ``$cbs``; None: every token is refused.
     sas_secret: bytes | None = field(default=None, repr=False)

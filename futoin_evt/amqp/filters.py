@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from lark import Lark, LarkError, Token, Transformer, v_args
 
-from ...eventlog import StoredEvent
-from ...notify.selector import COMPARISONS, FLIPPED
+from ..log.eventlog import StoredEvent
+from ..notify.selector import COMPARISONS, FLIPPED
 from .codec import EARLIEST, LATEST, BadFilter, Position, parse_offset
 
 #: Longest filter text accepted.

@@ -11,18 +11,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-from .auth import Principal
-from .ftn3.errors import INVALID_REQUEST, FTN3Error
-from .ftn3.messages import EncodedJson, Response
-from .model import (
+from ..auth.users import Principal
+from ..domain.stream import (
     LIVE_COMPONENT,
     MAX_EVENTS_PER_CALL,
     EventRejected,
     UserId,
     encode_event_data,
 )
-from .notify.management import CONSUMER_REGISTERED, ManagementBus
-from .storage.base import ConsumerLog, EventLog, EventPage
+from ..ftn3.errors import INVALID_REQUEST, FTN3Error
+from ..ftn3.messages import EncodedJson, Response
+from ..notify.management import CONSUMER_REGISTERED, ManagementBus
+from ..storage.base import ConsumerLog, EventLog, EventPage
 
 log = logging.getLogger(__name__)
 

@@ -7,7 +7,7 @@ import re
 import time
 from typing import Any, Final, NewType
 
-from .ftn3.messages import DEFAULT_MESSAGE_LIMIT, encode_json
+from ..ftn3.messages import DEFAULT_MESSAGE_LIMIT, encode_json
 
 EventId = NewType("EventId", int)
 Component = NewType("Component", str)

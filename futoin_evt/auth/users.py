@@ -24,12 +24,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from .ftn3.errors import SECURITY_ERROR, FTN3Error
-from .model import UserId
-from .notify.management import AUTH_FAILED
+from ..domain.stream import UserId
+from ..ftn3.errors import SECURITY_ERROR, FTN3Error
+from ..notify.management import AUTH_FAILED
 
 if TYPE_CHECKING:
-    from .notify.management import ManagementBus
+    from ..notify.management import ManagementBus
 
 _SCRYPT_N: Final = 2**14
 _SCRYPT_R: Final = 8

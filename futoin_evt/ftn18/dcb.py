@@ -9,18 +9,12 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
+from ..dcb.model import DcbInputError, parse_condition, parse_events, parse_query
+from ..dcb.service import DcbService, ReadRequest
+from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
-from ..services import REPLY_ENVELOPE_BYTES, CallContext
-from .model import (
-    AppendConditionFailed,
-    DcbInputError,
-    EventIdConflict,
-    parse_condition,
-    parse_events,
-    parse_query,
-)
-from .service import DcbService, ReadRequest
+from .services import REPLY_ENVELOPE_BYTES, CallContext
 
 APPEND_CONDITION_FAILED: Final = "AppendConditionFailed"
 EVENT_ID_CONFLICT: Final = "EventIdConflict"

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import DataException, Link, Message
 
-from ...notify.live import READ_BATCH, LiveEvents, Subscription, management_visible_to
-from ...notify.management import ManagementBus
-from ...notify.message import Notification, NotifyError, Transformation, real_message
-from ...notify.selector import Selector, compile_selector
+from ..notify.live import READ_BATCH, LiveEvents, Subscription, management_visible_to
+from ..notify.management import ManagementBus
+from ..notify.message import Notification, NotifyError, Transformation, real_message
+from ..notify.selector import Selector, compile_selector
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
 from .connection import LinkRefused
 from .node import _SourceLink

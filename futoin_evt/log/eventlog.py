@@ -16,8 +16,8 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .model import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
-from .storage.base import Store, StreamBounds
+from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
+from ..storage.base import Store, StreamBounds
 
 #: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
 COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
@@ -57,7 +57,7 @@ class EventLog:
     def append(self, event_type: str, data: Any) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable.
 
-        Raises :class:`~futoin_evt.model.EventRejected` at once when it cannot be an event.
+        Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an event.
         """
         return self._store.submit_append(event_type, encode_event_data(event_type, data))
 

@@ -19,13 +19,13 @@ from typing import TYPE_CHECKING, Any, Final
 
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import Response
-from .live import LiveEvents, Subscription, management_visible_to
-from .management import ManagementBus
-from .message import NotifyError, Transformation, real_message
-from .selector import compile_selector
+from ..notify.live import LiveEvents, Subscription, management_visible_to
+from ..notify.management import ManagementBus
+from ..notify.message import NotifyError, Transformation, real_message
+from ..notify.selector import compile_selector
 
 if TYPE_CHECKING:
-    from ..services import CallContext, PeerLink
+    from .services import CallContext, PeerLink
 
 log = logging.getLogger(__name__)
 

@@ -13,14 +13,15 @@ import logging
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
-from ...eventlog import EventLog, is_registrable
-from ...model import EventRejected, UserId, encode_event_data
-from ...notify.management import CONSUMER_REGISTERED
-from ...sas import SasVerifier
+from ..auth.sas import SasVerifier
+from ..domain.stream import EventRejected, UserId, encode_event_data
+from ..log.eventlog import EventLog, is_registrable
+from ..notify.live import LiveEvents
+from ..notify.management import CONSUMER_REGISTERED, ManagementBus
 from .cbs import CBS, CbsNode
 from .codec import (
     DELIVERY_ANNOTATIONS_FILTER,
@@ -45,7 +46,6 @@ from .quickdecode import quick_event
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
-    from .notify import NotificationNode
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,20 @@ LINK_STOLEN: Final = "amqp:link:stolen"
 RESOURCE_LOCKED: Final = "amqp:resource-locked"
 
 
+class AddressNode(Protocol):
+    """A node at an address of its own, beside the event log (``$events``)."""
+
+    @property
+    def address(self) -> str: ...
+    @property
+    def live(self) -> LiveEvents: ...
+    @property
+    def bus(self) -> ManagementBus | None: ...
+
+    def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
+        """The handler for a new link, or :class:`LinkRefused`."""
+
+
 @dataclass(slots=True)
 class _Owner:
     """The active receive link of a consumer group, and its epoch."""
@@ -92,7 +106,7 @@ class EventLogNode:
         events: EventLog,
         limits: NodeLimits = DEFAULT_NODE_LIMITS,
         sas: SasVerifier | None = None,
-        notifications: NotificationNode | None = None,
+        notifications: AddressNode | None = None,
     ) -> None:
         self.events = events
         self.limits = limits

@@ -11,13 +11,13 @@ import calendar
 import time
 from typing import Any, Final
 
-from .ftn3.errors import FTN3Error
-from .ftn3.messages import EncodedJson
-from .notify.management import CONSUMER_DROPPED, ManagementBus
+from ..ftn3.errors import FTN3Error
+from ..ftn3.messages import EncodedJson
+from ..log.retention import Discarder
+from ..notify.management import CONSUMER_DROPPED, ManagementBus
+from ..storage.base import Store
 from .push import PushService
-from .retention import Discarder
 from .services import REPLY_ENVELOPE_BYTES, CallContext
-from .storage.base import Store
 
 UNKNOWN_CONSUMER: Final = "UnknownConsumer"
 ALREADY_ACKNOWLEDGED: Final = "AlreadyAcknowledged"

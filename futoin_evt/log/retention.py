@@ -19,13 +19,13 @@ import asyncio
 import logging
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from .model import utc_timestamp
-from .notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
-from .push import PushService
-from .storage.base import Consumers, DiscardLimits, Retention
+from ..domain.stream import UserId, utc_timestamp
+from ..notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
+from ..storage.base import Consumers, DiscardLimits, Retention
 
 log = logging.getLogger(__name__)
 
@@ -73,11 +73,29 @@ def discard_bound(limits: DiscardLimits, config: RetentionConfig) -> int:
     return max(bound, 0)
 
 
+class ConnectedStream(Protocol):
+    """A push stream that is connected now."""
+
+    @property
+    def user_id(self) -> UserId: ...
+    @property
+    def component(self) -> str: ...
+    @property
+    def reliable(self) -> bool: ...
+
+
+class PushStreams(Protocol):
+    """The push door, as retention sees it: a connected reliable stream keeps its consumer."""
+
+    @property
+    def streams(self) -> Sequence[ConnectedStream]: ...
+
+
 class Discarder:
     def __init__(
         self,
         store: RetentionStore,
-        push: PushService,
+        push: PushStreams,
         config: RetentionConfig,
         notices: ManagementBus | None = None,
     ) -> None:

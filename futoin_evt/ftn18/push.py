@@ -32,12 +32,12 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from .ftn3.errors import FTN3Error
-from .model import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
-from .notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
+from ..domain.stream import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
+from ..ftn3.errors import FTN3Error
+from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
+from ..storage.base import ConsumerLog, EventPage
+from ..storage.head import HeadWatch
 from .services import NOT_REGISTERED, CallContext, PeerLink
-from .storage.base import ConsumerLog, EventPage
-from .storage.head import HeadWatch
 
 log = logging.getLogger(__name__)
 

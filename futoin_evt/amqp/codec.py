@@ -29,7 +29,7 @@ from proton import (
     ulong,
 )
 
-from ...eventlog import StoredEvent
+from ..log.eventlog import StoredEvent
 
 #: Width of ``event-streams-offset``: every event id fits, so text order is id order.
 OFFSET_WIDTH: Final = 20

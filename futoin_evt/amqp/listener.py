@@ -6,9 +6,9 @@ import asyncio
 import logging
 from typing import Final
 
-from ...auth import Authenticator
-from ...notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
-from ...slots import Slots
+from ..auth.users import Authenticator
+from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
+from ..slots import Slots
 from .config import AmqpConfig
 from .connection import AmqpConnection
 from .node import EventLogNode

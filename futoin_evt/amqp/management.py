@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import Condition, Delivery, Link, Message, MessageException, timestamp
 
-from ...eventlog import EventLog, ts_to_ms
-from ...notify.catalog import EventCatalog
+from ..log.eventlog import EventLog, ts_to_ms
+from ..notify.catalog import EventCatalog
 from .codec import format_offset
 
 if TYPE_CHECKING:

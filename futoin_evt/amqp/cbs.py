@@ -2,7 +2,7 @@
 
 Such a client opens the connection with SASL ANONYMOUS and puts a SAS token to ``$cbs``
 (``operation: put-token``, ``type: servicebus.windows.net:sastoken``, ``name``: the audience,
-body: the token). A token that :class:`~futoin_evt.sas.SasVerifier` accepts makes the
+body: the token). A token that :class:`~futoin_evt.auth.sas.SasVerifier` accepts makes the
 connection act as the user it names until the token expires; the client puts a fresh one before
 that, or the connection is closed with ``amqp:unauthorized-access``.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import Message
 
-from ...sas import InvalidToken, SasVerifier
+from ..auth.sas import InvalidToken, SasVerifier
 from .management import RequestReplyNode
 
 if TYPE_CHECKING:

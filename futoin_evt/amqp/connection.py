@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Final, Protocol, cast
+from typing import Any, Final, Protocol, cast
 
 from proton import (
     Collector,
@@ -26,15 +26,13 @@ from proton import (
     symbol,
 )
 
-from ... import __version__
-from ...auth import Authenticator, Principal
-from ...ftn3.errors import FTN3Error
-from ...slots import TOO_MANY_CONNECTIONS
+from .. import __version__
+from ..auth.users import Authenticator, Principal
+from ..ftn3.errors import FTN3Error
+from ..slots import TOO_MANY_CONNECTIONS, Slots
+from .config import AmqpConfig
 from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
-
-if TYPE_CHECKING:
-    from .listener import AmqpListener
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +61,37 @@ class LinkHandler(Protocol):
         """The link is gone; a future returned delays answering the peer's detach."""
 
 
+class NodeTable(Protocol):
+    """Where a link goes, by its address."""
+
+    def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
+        """The handler for a new link, or :class:`LinkRefused`."""
+
+
+class Listener(Protocol):
+    """What a connection needs of the listener that accepted it (the engine knows no server)."""
+
+    @property
+    def authenticator(self) -> Authenticator: ...
+    @property
+    def config(self) -> AmqpConfig: ...
+    @property
+    def node(self) -> NodeTable: ...
+
+    @property
+    def slots(self) -> Slots[AmqpConnection]: ...
+
+    def opened(self, connection: AmqpConnection) -> None:
+        """A new connection takes a handshake slot (an older handshake may be cut for it)."""
+
+    def forget(self, connection: AmqpConnection) -> None:
+        """The connection is gone."""
+
+
 class AmqpConnection(asyncio.Protocol):
     """The asyncio side of one connection."""
 
-    def __init__(self, listener: AmqpListener) -> None:
+    def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._authenticator: Authenticator = listener.authenticator
         self._limits = listener.config.limits

@@ -19,12 +19,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from .client.aio import Event
-from .client.receiver import ReliableReceiver
-from .ftn3.messages import encode_json
-from .model import MAX_EVENTS_PER_CALL, UserId
-from .storage.base import Store
-from .storage.head import HeadWatch
+from ..client.aio import Event
+from ..client.receiver import ReliableReceiver
+from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
+from ..ftn3.messages import encode_json
+from ..storage.base import Store
+from ..storage.head import HeadWatch
 
 log = logging.getLogger(__name__)
 

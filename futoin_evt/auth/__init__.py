@@ -1,0 +1,1 @@
+"""Who calls: users and passwords, SAS tokens."""

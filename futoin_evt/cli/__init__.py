@@ -1,0 +1,49 @@
+"""The ``futoin-evt`` command line, a module per command group. The only package that reads
+argv and the environment."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+from collections.abc import Sequence
+
+from .. import __version__
+from ..storage.base import StoreError
+from . import calls, consumer, serve, user
+from .common import CliError, Parser, configure_logging, event_loop_factory
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    configure_logging(args.log_level)
+    if args.log_level != "debug":
+        logging.getLogger("websockets").setLevel(logging.WARNING)
+    try:
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            return int(runner.run(args.run(args)) or 0)
+    except CliError as exc:
+        print(f"futoin-evt: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except StoreError as exc:  # the database cannot be opened or has a newer schema
+        print(f"futoin-evt: {str(exc).rstrip('.')}.", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="futoin-evt", description="FutoIn FTN18 event stream server and tools.")
+    parser.add_argument("--version", action="version", version=f"futoin-evt {__version__}")
+    parser.add_argument(
+        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    serve.add_commands(commands)
+    user.add_commands(commands)
+    calls.add_commands(commands)
+    consumer.add_commands(commands)
+    return parser

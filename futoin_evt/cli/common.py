@@ -1,0 +1,170 @@
+"""What the commands share: settings from the environment, errors, the database and the
+connection to a server."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import sys
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any, Final, NoReturn, TypeAlias
+
+from ..auth.sas import SecretFileError, load_secret
+from ..client.aio import CommError, EventStreamClient, RemoteError
+from ..server.app import DEFAULT_DB
+from ..storage import is_postgres_url, open_store
+from ..storage.base import Store
+
+DEFAULT_PORT: Final = 8480
+DEFAULT_URL: Final = f"ws://127.0.0.1:{DEFAULT_PORT}/"
+ENV_URL: Final = "FUTOIN_EVT_URL"
+ENV_USER: Final = "FUTOIN_EVT_USER"
+ENV_PASSWORD: Final = "FUTOIN_EVT_PASSWORD"
+ENV_DB: Final = "FUTOIN_EVT_DB"
+ENV_SAS_SECRET: Final = "FUTOIN_EVT_SAS_SECRET"
+DEFAULT_SAS_SECRET: Final = "futoin-evt.sas-secret"
+SAS_SECRET_SUFFIX: Final = ".sas-secret"
+ENV_LOOP: Final = "FUTOIN_EVT_LOOP"
+
+log = logging.getLogger("futoin_evt")
+
+
+class Parser(argparse.ArgumentParser):
+    """Bad arguments: one sentence and exit status 2 (argparse prints its usage too)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message}; see --help.\n")
+
+
+#: What a command group adds its commands to.
+Commands: TypeAlias = "argparse._SubParsersAction[Parser]"
+
+
+class CliError(Exception):
+    """A one-sentence error for the user; exits with ``exit_status`` without a traceback."""
+
+    exit_status = 1
+
+
+class BadSetting(CliError):
+    """A setting the command cannot run with (an option, a file, the database): exit
+    status 2, as for arguments argparse refuses."""
+
+    exit_status = 2
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop when it is installed (a dependency on Linux): it runs the
+    per-call work of a loop turn (polling, reading, writing, callbacks) in C. ``None``
+    (asyncio's own loop) elsewhere, or with ``FUTOIN_EVT_LOOP=asyncio``."""
+    if os.environ.get(ENV_LOOP) == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    factory: Callable[[], asyncio.AbstractEventLoop] = uvloop.new_event_loop
+    return factory
+
+
+def add_db(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--db",
+        default=os.environ.get(ENV_DB, DEFAULT_DB),
+        help=f"SQLite file, or postgresql://user[:password]@host[:port]/dbname (${ENV_DB})",
+    )
+
+
+def add_sas_secret(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    parser.add_argument(
+        "--sas-secret",
+        type=Path,
+        default=os.environ.get(ENV_SAS_SECRET),
+        metavar="FILE",
+        help="the secret that users' shared access keys derive from; created when missing. "
+        "Every server of one database uses the same file (default: the SQLite file's name "
+        f"with {SAS_SECRET_SUFFIX!r} added, or {DEFAULT_SAS_SECRET} with PostgreSQL; "
+        f"${ENV_SAS_SECRET})",
+    )
+
+
+def add_endpoint(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--url", default=os.environ.get(ENV_URL, DEFAULT_URL))
+    parser.add_argument("--user", default=os.environ.get(ENV_USER))
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"read the password from stdin (default: ${ENV_PASSWORD})",
+    )
+
+
+def sas_secret(path: Path | None, db: str) -> bytes:
+    if path is None:
+        path = Path(DEFAULT_SAS_SECRET if is_postgres_url(db) else db + SAS_SECRET_SUFFIX)
+    try:
+        return load_secret(path, create=True)
+    except SecretFileError as exc:
+        raise BadSetting(f"{exc}.") from None
+
+
+def read_password() -> str:
+    password = sys.stdin.readline().rstrip("\r\n")
+    if not password:
+        raise CliError("no password on standard input.")
+    return password
+
+
+@contextlib.asynccontextmanager
+async def opened_store(db: str) -> AsyncIterator[Store]:
+    async with await open_store(db) as store:
+        yield store
+
+
+def configure_logging(level: str) -> None:
+    """Log lines on stderr at ``level`` (debug, info, warning); shared by the commands."""
+    logging.basicConfig(
+        level=getattr(logging, level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+
+
+def read_credentials(args: argparse.Namespace) -> tuple[str, str]:
+    """(user, password) from ``--user``/``$FUTOIN_EVT_USER`` and ``--password-stdin``/
+    ``$FUTOIN_EVT_PASSWORD``; CliError when either is missing."""
+    if not args.user:
+        raise CliError(f"no user given: use --user or ${ENV_USER}.")
+    password = read_password() if args.password_stdin else os.environ.get(ENV_PASSWORD)
+    if password is None:
+        raise CliError(f"no password given: use --password-stdin or ${ENV_PASSWORD}.")
+    return args.user, password
+
+
+def user_credentials(args: argparse.Namespace) -> str:
+    return ":".join(read_credentials(args))
+
+
+@contextlib.asynccontextmanager
+async def connected_client(args: argparse.Namespace) -> Any:
+    credentials = user_credentials(args)
+    try:
+        client = await EventStreamClient.connect(args.url, credentials=credentials)
+    except CommError as exc:
+        raise CliError(f"{exc}.") from None
+    except Exception as exc:  # a URL that is not ws:// or wss://
+        raise CliError(f"cannot connect to {args.url}: {exc}") from None
+    try:
+        async with client:
+            yield client
+    except RemoteError as exc:
+        raise CliError(f"the server refused: {exc.name}: {exc.desc}") from None
+    except CommError as exc:
+        raise CliError(f"lost the connection to {args.url}: {exc}") from None
+
+
+def print_json(value: Any) -> None:
+    print(json.dumps(value, ensure_ascii=False, separators=(",", ":")))

@@ -1,0 +1,245 @@
+"""``futoin-evt serve``: the server, its settings checked before it starts."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import re
+import signal
+import ssl
+from pathlib import Path
+
+from .. import __version__
+from ..amqp import AmqpConfig, AmqpLimits
+from ..log.retention import RetentionConfig
+from ..server.app import EventServer, ServerConfig
+from ..server.dcb_http import DCB_PATH
+from ..server.http import DEFAULT_FEED_PATH, FeedConfig
+from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
+from ..storage.base import Durability
+from .common import (
+    DEFAULT_PORT,
+    BadSetting,
+    Commands,
+    add_db,
+    add_sas_secret,
+    log,
+    sas_secret,
+)
+
+
+def add_commands(commands: Commands) -> None:
+    serve = commands.add_parser("serve", help="run the server")
+    add_db(serve)
+    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    serve.add_argument(
+        "--durability",
+        choices=["full", "normal"],
+        default="full",
+        help="full: acknowledged events survive power loss; normal: a process crash only",
+    )
+    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: serve wss://")
+    serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
+    serve.add_argument(
+        "--trust-channel",
+        action="store_true",
+        help="treat plain ws:// from any peer as secure (TLS ends at a proxy in front)",
+    )
+    limits = serve.add_argument_group("limits")
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=DEFAULT_LIMITS.max_connections,
+        metavar="N",
+        help="connections past their handshake, per port; more are refused (HTTP 503, SASL "
+        "sys-temp)",
+    )
+    limits.add_argument(
+        "--max-handshakes",
+        type=int,
+        metavar="N",
+        help="sockets still in their handshake, per port, on top of --max-connections; when "
+        "all are taken the oldest is closed for a new one (default: a quarter of "
+        "--max-connections, at least 8)",
+    )
+    limits.add_argument(
+        "--max-calls-in-flight",
+        type=int,
+        default=DEFAULT_LIMITS.max_calls_in_flight,
+        metavar="N",
+        help="calls run at once per connection; more wait unread",
+    )
+    limits.add_argument(
+        "--max-frame-bytes",
+        type=int,
+        default=DEFAULT_LIMITS.max_frame_bytes,
+        metavar="N",
+        help="a larger WebSocket message closes the connection (each function has its own, "
+        "smaller limit: 64 KiB unless its iface says more)",
+    )
+    serve.add_argument(
+        "--archive", type=Path, metavar="PATH", help="copy every event to this SQLite file"
+    )
+    amqp = serve.add_argument_group(
+        "AMQP 1.0",
+        "The event log node 'events' for AMQP clients (SASL PLAIN with the same users; "
+        "amqps with --tls-cert/--tls-key; needs the 'amqp' extra).",
+    )
+    amqp.add_argument("--amqp", metavar="HOST:PORT", help="listen for AMQP here (port 0: any)")
+    amqp.add_argument(
+        "--amqp-idle-timeout",
+        type=float,
+        default=AmqpLimits().idle_timeout,
+        metavar="T",
+        help="disconnect AMQP peers silent for T seconds",
+    )
+    add_sas_secret(amqp)
+    feed = serve.add_argument_group(
+        "HTTP feed",
+        "FeedAPI v2 and ZeroEventHub v1 over plain HTTP GET on the same port (HTTP Basic "
+        "auth with the same users).",
+    )
+    feed.add_argument(
+        "--feed-path", default=DEFAULT_FEED_PATH, metavar="PATH", help="where it is served"
+    )
+    feed.add_argument("--no-feed", action="store_true", help="do not serve the HTTP feed")
+    feed.add_argument(
+        "--feed-users", metavar="U1,U2", help="only these users may read it (default: all)"
+    )
+    keep = serve.add_argument_group(
+        "retention",
+        "Events every registered consumer has read are discarded. Without registered consumers "
+        "nothing is discarded, unless a --keep-* policy is set.",
+    )
+    keep.add_argument("--keep-events", type=int, metavar="N", help="always keep the newest N")
+    keep.add_argument(
+        "--keep-seconds", type=float, metavar="T", help="always keep events younger than T"
+    )
+    keep.add_argument(
+        "--expire-consumers-after",
+        type=float,
+        metavar="T",
+        help="drop consumers not seen for T seconds",
+    )
+    keep.add_argument("--discard-interval", type=float, default=1.0, metavar="T")
+    keep.add_argument(
+        "--discard-dcb-events",
+        action="store_true",
+        help="discard events appended through DCB too (kept by default: they are the record)",
+    )
+    serve.add_argument(
+        "--dcb-path", default=DCB_PATH, metavar="PATH", help="where the DCB HTTP API is served"
+    )
+    serve.add_argument("--no-dcb", action="store_true", help="do not serve the DCB HTTP API")
+    serve.set_defaults(run=_serve)
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    tls = _tls_context(args.tls_cert, args.tls_key)
+    for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
+        if getattr(args, name) is not None and getattr(args, name) < 0:
+            raise BadSetting(f"--{name.replace('_', '-')} cannot be negative.")
+    if args.discard_interval <= 0:
+        raise BadSetting("--discard-interval must be above 0.")
+    if not 0 <= args.port <= 65535:
+        raise BadSetting(f"--port must be 0 to 65535, not {args.port}.")
+    if args.max_handshakes is not None and args.max_handshakes < 1:
+        raise BadSetting("--max-handshakes must be at least 1.")
+    for name in ("max_connections", "max_calls_in_flight", "max_frame_bytes"):
+        if getattr(args, name) < 1:
+            raise BadSetting(f"--{name.replace('_', '-')} must be at least 1.")
+    for option, value in (("--feed-path", args.feed_path), ("--dcb-path", args.dcb_path)):
+        if not value.startswith("/") or "?" in value:
+            raise BadSetting(f"{option} must be a path starting with /, not {value!r}.")
+    if (
+        not args.no_feed
+        and not args.no_dcb
+        and args.dcb_path.rstrip("/") == args.feed_path.rstrip("/")
+    ):
+        raise BadSetting("--dcb-path and --feed-path must differ.")
+    amqp = _amqp_config(args, tls)
+    feed_users = None
+    if args.feed_users is not None:
+        feed_users = frozenset(u for u in args.feed_users.split(",") if u)
+    config = ServerConfig(
+        db=args.db,
+        durability=Durability(args.durability.upper()),
+        transport=TransportConfig(
+            host=args.host,
+            port=args.port,
+            tls=tls,
+            trust_channel=args.trust_channel,
+            limits=Limits(
+                max_frame_bytes=args.max_frame_bytes,
+                max_connections=args.max_connections,
+                max_handshakes=args.max_handshakes,
+                max_calls_in_flight=args.max_calls_in_flight,
+            ),
+        ),
+        archive_path=args.archive,
+        amqp=amqp,
+        feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
+        dcb_path=None if args.no_dcb else args.dcb_path,
+        retention=RetentionConfig(
+            interval=args.discard_interval,
+            keep_events=args.keep_events,
+            keep_seconds=args.keep_seconds,
+            expire_consumers_after=args.expire_consumers_after,
+            discard_dcb_events=args.discard_dcb_events,
+        ),
+    )
+    try:
+        server = await EventServer.start(config)
+    except OSError as exc:
+        raise BadSetting(
+            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
+        ) from None
+    urls = server.url if server.amqp_url is None else f"{server.url} and {server.amqp_url}"
+    where = server.store.description
+    print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+    log.info("shutting down")
+    await server.close()
+    return 0
+
+
+def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpConfig | None:
+    if args.amqp is None:
+        return None
+    host, sep, port = args.amqp.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or re.fullmatch(r"[0-9]{1,5}", port) is None or int(port) > 65535:
+        raise BadSetting(f"--amqp must be HOST:PORT, not {args.amqp!r}.")
+    if args.amqp_idle_timeout <= 0:
+        raise BadSetting("--amqp-idle-timeout must be above 0.")
+    try:
+        import proton  # noqa: F401
+    except ImportError:
+        raise BadSetting(
+            "--amqp needs python-qpid-proton: pip install 'futoin-evt[amqp]'"
+        ) from None
+    limits = AmqpLimits(
+        max_connections=args.max_connections,
+        max_handshakes=args.max_handshakes,
+        idle_timeout=args.amqp_idle_timeout,
+    )
+    secret = sas_secret(args.sas_secret, args.db)
+    return AmqpConfig(host=host, port=int(port), tls=tls, limits=limits, sas_secret=secret)
+
+
+def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise BadSetting("--tls-cert and --tls-key go together.")
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    try:
+        context.load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as exc:
+        raise BadSetting(f"cannot load the TLS certificate or key: {exc}") from None
+    return context

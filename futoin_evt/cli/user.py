@@ -1,0 +1,97 @@
+"""``futoin-evt user``: users in the database, without a server."""
+
+from __future__ import annotations
+
+import argparse
+
+from ..auth.sas import sas_key
+from ..auth.users import hash_password
+from .common import (
+    CliError,
+    Commands,
+    add_db,
+    add_sas_secret,
+    opened_store,
+    read_password,
+    sas_secret,
+)
+
+
+def add_commands(commands: Commands) -> None:
+    user = commands.add_parser("user", help="manage users").add_subparsers(
+        dest="user_command", required=True, metavar="ACTION"
+    )
+    add = user.add_parser("add", help="add a user; the password is read from stdin")
+    add.add_argument("name")
+    add.add_argument("--password-stdin", action="store_true", required=True)
+    add.add_argument("--admin", action="store_true", help="may see and manage every consumer")
+    add_db(add)
+    add.set_defaults(run=_user_add)
+    passwd = user.add_parser("passwd", help="set a user's password from stdin")
+    passwd.add_argument("name")
+    passwd.add_argument("--password-stdin", action="store_true", required=True)
+    add_db(passwd)
+    passwd.set_defaults(run=_user_passwd)
+    listing = user.add_parser("list", help="list users")
+    add_db(listing)
+    listing.set_defaults(run=_user_list)
+    remove = user.add_parser("remove", help="remove a user and their consumers")
+    remove.add_argument("name")
+    add_db(remove)
+    remove.set_defaults(run=_user_remove)
+    sas = user.add_parser(
+        "sas-key",
+        help="print a user's shared access key, for Event Hubs clients (SharedAccessKey=); "
+        "it changes with the user's password",
+    )
+    sas.add_argument("name")
+    add_db(sas)
+    add_sas_secret(sas)
+    sas.set_defaults(run=_user_sas_key)
+
+
+async def _user_add(args: argparse.Namespace) -> int:
+    if not args.name or len(args.name) > 64 or ":" in args.name:
+        raise CliError("a user name is 1 to 64 characters without ':'.")
+    password_hash = hash_password(read_password())
+    async with opened_store(args.db) as store:
+        try:
+            await store.add_user(args.name, password_hash, is_admin=args.admin)
+        except KeyError:
+            raise CliError(f"user {args.name} exists already.") from None
+    print(f"added user {args.name}")
+    return 0
+
+
+async def _user_passwd(args: argparse.Namespace) -> int:
+    password_hash = hash_password(read_password())
+    async with opened_store(args.db) as store:
+        if not await store.set_password(args.name, password_hash):
+            raise CliError(f"no user {args.name}.")
+    print(f"password of {args.name} changed")
+    return 0
+
+
+async def _user_list(args: argparse.Namespace) -> int:
+    async with opened_store(args.db) as store:
+        for user in await store.list_users():
+            print(f"{user.name}{' (admin)' if user.is_admin else ''}")
+    return 0
+
+
+async def _user_sas_key(args: argparse.Namespace) -> int:
+    secret = sas_secret(args.sas_secret, args.db)
+    async with opened_store(args.db) as store:
+        user = await store.get_user(args.name)
+    if user is None:
+        raise CliError(f"no user {args.name}.")
+    print(sas_key(secret, user))
+    return 0
+
+
+async def _user_remove(args: argparse.Namespace) -> int:
+    async with opened_store(args.db) as store:
+        if not await store.remove_user(args.name):
+            raise CliError(f"no user {args.name}.")
+    print(f"removed user {args.name}")
+    return 0

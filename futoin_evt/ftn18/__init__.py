@@ -1,0 +1,1 @@
+"""The FTN18 door: the generator, poll and push services, operations."""
