@@ -43,7 +43,7 @@ from websockets.protocol import SEND_EOF, Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
-from .slots import TOO_MANY_CONNECTIONS, Slots
+from .slots import Slots
 
 try:
     from websockets.speedups import apply_mask
@@ -358,7 +358,8 @@ class ServerIO(FrameIO):
         self._on_http = on_http
         self._held = bytearray()
         #: The server's slots: this socket holds one from connection_made to connection_lost,
-        #: a handshake slot until its first request is complete, then an established one.
+        #: a handshake slot until a user logs in on it (:meth:`log_in`), then an established
+        #: one. A peer that never logs in only ever competes with other such peers.
         self._slots = slots
         #: The start of a request until websockets takes it, or the whole of one with a body.
         self._head: bytearray | None = bytearray()
@@ -429,9 +430,6 @@ class ServerIO(FrameIO):
             method.decode("ascii"),
             version.decode("ascii"),
         )
-        if not self._slots.establish(self):
-            self._refuse(503, TOO_MANY_CONNECTIONS.capitalize() + ".")
-            return b""
         self._detached = True
         if self._on_http is None or not self._on_http(self, request, body):
             self._detached = False
@@ -460,6 +458,12 @@ class ServerIO(FrameIO):
         """True while an HTTP response is being written on this connection."""
         return self._detached
 
+    def log_in(self) -> bool:
+        """A user has logged in on this socket: True when it holds an established slot now (or
+        did already). False when they are all taken: the caller refuses the request, and the
+        socket keeps its handshake slot until it closes or a newcomer cuts it."""
+        return self._slots.establish(self)
+
     def write_raw(self, data: bytes) -> None:
         """Write bytes as they are (an HTTP response)."""
         if self.transport is not None and not self.transport.is_closing():
@@ -485,17 +489,13 @@ class ServerIO(FrameIO):
     def _on_handshake(self, event: Request | Response) -> None:
         assert isinstance(self.ws, ServerProtocol)
         assert isinstance(event, Request)
-        admitted = self._slots.establish(self)
-        if admitted and self._on_http is not None and "upgrade" not in event.headers:
+        if self._on_http is not None and "upgrade" not in event.headers:
             self._detached = True
             if self._on_http(self, event, b""):
                 self._handshake_done()
                 return
             self._detached = False
-        if admitted:
-            response = self.ws.accept(event)
-        else:
-            response = self.ws.reject(503, TOO_MANY_CONNECTIONS + "\n")
+        response = self.ws.accept(event)
         self.ws.send_response(response)
         if response.status_code == 101:
             self._handshake_done()

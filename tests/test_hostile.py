@@ -21,7 +21,7 @@ import httpx
 import pytest
 from proton import symbol
 from websockets.asyncio.client import ClientConnection, connect
-from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.exceptions import ConnectionClosed
 
 from futoin_evt.amqp import AmqpConfig, AmqpLimits
 from futoin_evt.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
@@ -78,13 +78,36 @@ async def assert_slots_free(server: EventServer) -> None:
     ]
     try:
         assert [await c.ping(i) for i, c in enumerate(clients)] == list(range(MAX_CONNECTIONS))
-        with pytest.raises(InvalidStatus) as refused:
-            async with connect(server.url):
-                pass
-        assert refused.value.response.status_code == 503
+        await assert_login_refused(server)
     finally:
         for client in clients:
             await client.close()
+
+
+async def read_until_closed(ws: ClientConnection) -> tuple[list[dict[str, Any]], int | None]:
+    """The messages a connection gets until it is closed, and the close code it got."""
+    replies: list[dict[str, Any]] = []
+    try:
+        async with asyncio.timeout(30):
+            while True:
+                replies.append(json.loads(await ws.recv()))
+    except ConnectionClosed as closed:
+        return replies, closed.rcvd.code if closed.rcvd else None
+
+
+async def assert_login_refused(server: EventServer) -> None:
+    """With every established slot taken, a new WebSocket is accepted (it might be a client
+    that is about to log in), but its first call is refused and the connection closed with
+    1013 (try again later); a feed request gets 503."""
+    async with connect(server.url) as ws:
+        await ws.send(call_frame(1, f"{GEN}:ping", {"echo": 1}))
+        replies, code = await read_until_closed(ws)
+    assert [reply.get("e") for reply in replies] in ([], ["DefenseRejected"])
+    assert code == 1013
+    base = server.url.replace("ws", "http", 1)
+    async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as http:
+        refused = await http.get(base + "feed")
+    assert refused.status_code == 503, refused.text
 
 
 HOSTILE_FRAMES = {
@@ -492,6 +515,43 @@ async def test_unfinished_handshakes_cannot_lock_out_clients(small_servers: Even
         assert (await server.store.stream_bounds()).events == event_id + 1
     await hostile.close()
     await changes.until(lambda: not len(ws_slots) and not len(amqp_slots), "every slot free")
+    changes.close()
+    await assert_slots_free(server)
+
+
+async def test_connections_that_never_log_in_cannot_lock_out_clients(
+    small_servers: EventServer,
+) -> None:
+    """Finished WebSocket handshakes that never call, and feed requests without credentials
+    on kept-alive connections, from several addresses and far more than there are slots:
+    they stay in the handshake budget, so a user who logs in still gets through."""
+    server = small_servers
+    slots = server.transport.slots
+    changes = Changes(slots)
+    count = 3 * (slots.max_handshakes + MAX_CONNECTIONS)
+    idle: list[ClientConnection] = []
+    for i in range(count // 2):
+        address = HOSTILE_ADDRESSES[i % len(HOSTILE_ADDRESSES)]
+        idle.append(await connect(server.url, local_addr=(address, 0)))
+    hostile = HalfOpen(changes)
+    no_credentials = b"GET /feed HTTP/1.1\r\nHost: x\r\n\r\n"  # 401, kept alive
+    await hostile.open(server.port, [no_credentials], count - count // 2, HOSTILE_ADDRESSES)
+    await changes.until(
+        lambda: hostile.cut + sum(ws.state.name == "CLOSED" for ws in idle) + len(slots) == count,
+        "every hostile socket settled",
+    )
+    assert slots.established == 0
+    async with await EventStreamClient.connect(server.url, credentials=SEC) as alice:
+        assert await alice.ping(1) == 1
+        assert slots.established == 1
+        base = server.url.replace("ws", "http", 1)
+        async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as http:
+            assert (await http.get(base + "feed")).status_code == 200
+        assert await alice.ping(2) == 2
+    for ws in idle:
+        await ws.close()
+    await hostile.close()
+    await changes.until(lambda: not len(slots), "every slot free")
     changes.close()
     await assert_slots_free(server)
 

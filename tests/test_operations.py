@@ -17,6 +17,7 @@ from websockets.exceptions import ConnectionClosed
 
 from futoin_evt.client.aio import CommError, Event, EventStreamClient
 from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.ftn3.errors import FTN3Error
 from futoin_evt.log.archive import RemoteArchiver
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
@@ -86,8 +87,10 @@ async def test_remote_archiver(
 async def test_connections_over_the_limit_are_refused(start_server: ServerFactory) -> None:
     server = await start_server(limits=Limits(max_connections=3))
     clients = [await EventStreamClient.connect(server.url, credentials=ALICE) for _ in range(3)]
-    with pytest.raises(CommError, match="503"):
-        await EventStreamClient.connect(server.url, credentials=ALICE)
+    assert [await c.ping(i) for i, c in enumerate(clients)] == [0, 1, 2]
+    async with await EventStreamClient.connect(server.url, credentials=ALICE) as one_too_many:
+        with pytest.raises(FTN3Error, match="DefenseRejected"):
+            await one_too_many.ping(3)
     assert [await c.ping(i) for i, c in enumerate(clients)] == [0, 1, 2]
     for client in clients:
         await client.close()

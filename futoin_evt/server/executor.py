@@ -22,6 +22,7 @@ from typing import Any
 
 from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import (
+    DEFENSE_REJECTED,
     INTERNAL_ERROR,
     INVALID_REQUEST,
     NOT_IMPLEMENTED,
@@ -39,6 +40,7 @@ from ..ftn3.ifaces import (
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
 from ..ftn18.services import CallContext, PeerLink, Pending
+from ..slots import TOO_MANY_CONNECTIONS
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +67,9 @@ class Channel:
     secure: bool
     bidirect: bool = True
     link: PeerLink | None = None
+    #: Told of every call a user made (after the credentials were checked): False refuses
+    #: the call (the connection may not be served, and is closed by whoever said so).
+    log_in: Callable[[], bool] | None = None
 
 
 class Executor:
@@ -134,6 +139,8 @@ class Executor:
         iface, func, handler = resolved
         if principal is None and ALLOW_ANONYMOUS not in iface.requires:
             raise FTN3Error(SECURITY_ERROR, "Anonymous not allowed")
+        if channel.log_in is not None and not channel.log_in():
+            raise FTN3Error(DEFENSE_REJECTED, TOO_MANY_CONNECTIONS.capitalize())
         if SECURE_CHANNEL in iface.requires and not channel.secure:
             raise FTN3Error(SECURITY_ERROR, "Insecure channel")
         if BIDIRECT_CHANNEL in iface.requires and not channel.bidirect:

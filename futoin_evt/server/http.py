@@ -25,6 +25,7 @@ from websockets.http11 import Request
 from ..auth.users import Authenticator, Principal
 from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
+from ..slots import TOO_MANY_CONNECTIONS
 from ..wsio import ServerIO
 from .executor import peer_host
 
@@ -207,9 +208,12 @@ class HttpEndpoint:
         if not self._secure(io):
             raise HttpError(403, "Credentials are accepted only over TLS or loopback.")
         try:
-            return await self._auth.authenticate(credentials, peer_host(io.peer))
+            principal = await self._auth.authenticate(credentials, peer_host(io.peer))
         except FTN3Error as exc:
             raise HttpError(401, exc.desc + ".") from None
+        if not io.log_in():
+            raise HttpError(503, TOO_MANY_CONNECTIONS.capitalize() + ".")
+        return principal
 
     def _error_headers(self, exc: HttpError) -> list[tuple[str, str]]:
         if exc.status == 401:

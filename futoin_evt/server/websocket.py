@@ -25,7 +25,7 @@ from typing import Any, Final
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
-from ..slots import Slots
+from ..slots import TOO_MANY_CONNECTIONS, Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
 
@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 CLOSE_POLICY_VIOLATION: Final = 1008
 CLOSE_GOING_AWAY: Final = 1001
+CLOSE_TRY_AGAIN_LATER: Final = 1013
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +90,8 @@ class _Connection:
         self._writable_listeners: set[Callable[[], None]] = set()
         self._in_flight = 0
         self._draining = False
+        #: A call was refused for want of an established slot: the connection is closing.
+        self._refused = False
         self._idle = asyncio.Event()
         self._idle.set()
         self._peer_rids = itertools.count(1)
@@ -126,6 +129,14 @@ class _Connection:
             return
         self._executor.dispatch(request, len(frame), self.channel, self._respond)
 
+    def log_in(self) -> bool:
+        """A user made a call: the socket moves to an established slot, or, when those are
+        all taken, the connection is closed with 1013 (try again later)."""
+        if self.io.log_in():
+            return True
+        self._refused = True  # closed once the refusal is sent
+        return False
+
     def _close_for(self, violation: ProtocolViolation) -> None:
         log.warning("closing connection from %s: %s", self.channel.peer, violation)
         self.io.close(CLOSE_POLICY_VIOLATION, str(violation)[:120])
@@ -135,6 +146,8 @@ class _Connection:
         if self.io.is_open:
             self.io.send(reply)
             self._check_unread()
+            if self._refused:
+                self.io.close(CLOSE_TRY_AGAIN_LATER, TOO_MANY_CONNECTIONS)
         if self._in_flight < self._max_calls and not self._draining:
             self.io.resume_reading()
         if not self._in_flight:
@@ -286,7 +299,9 @@ class WebSocketTransport:
 
     def _on_open(self, io: ServerIO) -> None:
         connection = _Connection(io, self._executor, self._config.limits)
-        channel = Channel(peer=io.peer, secure=self.is_secure(io), link=connection)
+        channel = Channel(
+            peer=io.peer, secure=self.is_secure(io), link=connection, log_in=connection.log_in
+        )
         connection.channel = channel
         self._connections.add(connection)
         log.debug("connection from %s", channel.peer)
