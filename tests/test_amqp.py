@@ -625,6 +625,9 @@ async def test_links_per_connection_are_limited(start_server: ServerFactory) -> 
         await in_thread(attach_three)
 
 
+LONG_PARTITION = "events/Partitions/" + "1" * 60
+
+
 async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
     url = amqp_server.amqp_url or ""
 
@@ -640,7 +643,8 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
                     address, name=name, credit=1, options=annotations_filter(offset="@earliest")
                 )
                 message = receiver.receive()
-                outcome[name] = (message.body, message.content_type)
+                assert isinstance(message.body, memoryview | bytes)
+                outcome[name] = (bytes(message.body), message.content_type)
                 receiver.accept()
             conn.create_receiver("events/ConsumerGroups/shop/Partitions/0", name="g1")
             try:
@@ -648,7 +652,12 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
             except (LinkDetached, LinkException) as exc:
                 outcome["second in group"] = str(exc)
             for n, address in enumerate(
-                ("events/Partitions/1", "events/ConsumerGroups/x/Partitions/7", "events/x/0")
+                (
+                    "events/Partitions/1",
+                    "events/ConsumerGroups/x/Partitions/7",
+                    "events/x/0",
+                    LONG_PARTITION,
+                )
             ):
                 try:
                     conn.create_receiver(address, name=f"bad{n}")
@@ -662,6 +671,8 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
     assert "amqp:resource-locked" in outcome["second in group"]
     for address in ("events/Partitions/1", "events/ConsumerGroups/x/Partitions/7", "events/x/0"):
         assert "amqp:not-found" in outcome[address]
+    # a long value is quoted cut, with its length: never as a shorter value
+    assert f"no such partition: '{'1' * 40}…' (60 characters)" in outcome[LONG_PARTITION]
 
 
 class ReplyTarget(LinkOption):

@@ -181,6 +181,11 @@ def test_messages_to_events(message: Message, expected: tuple[str, Any]) -> None
             Message(subject="T", body=b"{", inferred=True, content_type="application/json"),
             "amqp:decode-error",
         ),
+        (
+            Message(body=b"[" * 100_000, inferred=True, content_type="application/json"),
+            "amqp:decode-error",
+        ),
+        (Message(body=b"", inferred=True, content_type="x/" + "y" * 255), "amqp:invalid-field"),
     ],
 )
 def test_messages_that_are_not_events(message: Message, condition: str) -> None:

@@ -119,12 +119,19 @@ def data_section_event(event_type: str, raw: bytes, content_type: str) -> Incomi
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return IncomingEvent(event_type, json.loads(raw), content_type)  # UTF-16 or -32
+        return IncomingEvent(event_type, _parse_json(raw), content_type)  # UTF-16 or -32
     if text.startswith("\ufeff"):
-        return IncomingEvent(event_type, json.loads(text[1:]), content_type)
+        return IncomingEvent(event_type, _parse_json(text[1:]), content_type)
     # A line break would split the event's line in the HTTP feed's NDJSON.
     kept = text if "\n" not in text and "\r" not in text else None
-    return IncomingEvent(event_type, json.loads(text), content_type, kept)
+    return IncomingEvent(event_type, _parse_json(text), content_type, kept)
+
+
+def _parse_json(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it nests too deep") from None
 
 
 def stored_form(event: IncomingEvent) -> tuple[str, str, str | None]:
