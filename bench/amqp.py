@@ -3,7 +3,8 @@
 - produce: one link, 1000 messages unsettled at a time, until N are accepted (durable);
   beside it FTN3 addEvent with 1000 calls in flight on one connection;
 - catch-up: a new consumer reads a prefilled log of N events from ``@earliest`` with 1000
-  credit (auto-accepted); beside it an FTN3 push consumer catching up on the same log;
+  credit (auto-accepted), on the plain node and on the Event Hubs address; beside it an
+  FTN3 push consumer catching up on the same log;
 - raw limit: the same proton client against a proton echo node in a process of its own
   (accepts every message at once; sends ready-made event messages as credit allows).
 
@@ -40,6 +41,8 @@ from .systems import (
 WINDOW = 1000
 RAW_PRODUCE = "raw: proton produce to proton echo, window 1000 (msg/s)"
 RAW_CONSUME = "raw: proton consume from proton echo, credit 1000 (msg/s)"
+#: What the Event Hubs SDK attaches to (there, JSON data goes out as a ``data`` section).
+EVENT_HUBS = "events/ConsumerGroups/$Default/Partitions/0"
 EARLIEST = Filter(
     {symbol("f"): Described(ulong(0x200), {symbol("event-streams-offset"): symbol("@earliest")})}
 )
@@ -88,15 +91,22 @@ class Consumer(MessagingHandler):
     """Receives ``count`` messages from the earliest with ``credit`` outstanding; accepts each
     without decoding it (the figure is the node's, not the client's decoder's)."""
 
-    def __init__(self, url: str, count: int, credit: int = WINDOW, **login: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        count: int,
+        credit: int = WINDOW,
+        address: str = "events",
+        **login: Any,
+    ) -> None:
         super().__init__(prefetch=credit)
-        self.url, self.count, self.login = url, count, login
+        self.url, self.count, self.address, self.login = url, count, address, login
         self.received = 0
         self.started = self.elapsed = 0.0
 
     def on_start(self, event: Any) -> None:
         conn = event.container.connect(self.url, **self.login)
-        event.container.create_receiver(conn, "events", options=EARLIEST)
+        event.container.create_receiver(conn, self.address, options=EARLIEST)
         self.started = time.perf_counter()
 
     def on_delivery(self, event: Any) -> None:
@@ -205,6 +215,11 @@ async def measure(produce: int, catch_up: int, source: Path | None = None) -> di
                 "AMQP consume catch-up, credit 1000",
                 catch_up,
                 asyncio.to_thread(run, Consumer(url, catch_up, **_login())),
+            )
+            await timed(
+                "AMQP consume catch-up, Event Hubs address, credit 1000",
+                catch_up,
+                asyncio.to_thread(run, Consumer(url, catch_up, address=EVENT_HUBS, **_login())),
             )
             await timed("FTN3 push catch-up", catch_up, workloads.push_catch_up(system, catch_up))
             await timed(

@@ -274,7 +274,9 @@ async def test_data_sections(amqp_server: EventServer) -> None:
 
     await in_thread(send)
     messages = await in_thread(consume, url, 2, annotations_filter(offset="@earliest"))
-    assert messages[0].body == {"a": [1, 2]}
+    # each goes back out as it came: the same section, bytes and content type
+    assert (messages[0].inferred, messages[0].content_type) == (True, "application/json")
+    assert messages[0].body == b'{"a": [1, 2]}'
     assert messages[1].inferred
     assert messages[1].body == b"\x00\xffraw"
 
@@ -623,6 +625,9 @@ async def test_links_per_connection_are_limited(start_server: ServerFactory) -> 
         await in_thread(attach_three)
 
 
+LONG_PARTITION = "events/Partitions/" + "1" * 60
+
+
 async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
     url = amqp_server.amqp_url or ""
 
@@ -637,7 +642,9 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
                 receiver = conn.create_receiver(
                     address, name=name, credit=1, options=annotations_filter(offset="@earliest")
                 )
-                outcome[name] = receiver.receive().body
+                message = receiver.receive()
+                assert isinstance(message.body, memoryview | bytes)
+                outcome[name] = (bytes(message.body), message.content_type)
                 receiver.accept()
             conn.create_receiver("events/ConsumerGroups/shop/Partitions/0", name="g1")
             try:
@@ -645,7 +652,12 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
             except (LinkDetached, LinkException) as exc:
                 outcome["second in group"] = str(exc)
             for n, address in enumerate(
-                ("events/Partitions/1", "events/ConsumerGroups/x/Partitions/7", "events/x/0")
+                (
+                    "events/Partitions/1",
+                    "events/ConsumerGroups/x/Partitions/7",
+                    "events/x/0",
+                    LONG_PARTITION,
+                )
             ):
                 try:
                     conn.create_receiver(address, name=f"bad{n}")
@@ -654,10 +666,13 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
         return outcome
 
     outcome = await in_thread(scenario)
-    assert outcome["default"] == outcome["plain"] == 1
+    # the Event Hubs forms get JSON data as JSON text (the amqp-value 1 was stored as JSON)
+    assert outcome["default"] == outcome["plain"] == (b"1", "application/json")
     assert "amqp:resource-locked" in outcome["second in group"]
     for address in ("events/Partitions/1", "events/ConsumerGroups/x/Partitions/7", "events/x/0"):
         assert "amqp:not-found" in outcome[address]
+    # a long value is quoted cut, with its length: never as a shorter value
+    assert f"no such partition: '{'1' * 40}…' (60 characters)" in outcome[LONG_PARTITION]
 
 
 class ReplyTarget(LinkOption):

@@ -17,6 +17,7 @@ from futoin_evt.amqp.codec import (
     Position,
     format_offset,
     message_to_event,
+    stored_form,
 )
 from futoin_evt.domain.stream import EventId
 from futoin_evt.log.eventlog import StoredEvent, ts_to_ms
@@ -24,9 +25,16 @@ from futoin_evt.log.eventlog import StoredEvent, ts_to_ms
 TS = "2026-11-23T08:00:05Z"
 
 
-def decoded(event_id: int, data_json: str, event_type: str = "ORDER") -> Message:
+def decoded(
+    event_id: int,
+    data_json: str,
+    event_type: str = "ORDER",
+    content_type: str | None = None,
+    event_hubs: bool = False,
+) -> Message:
+    event = StoredEvent(EventId(event_id), event_type, data_json, TS, content_type)
     message = Message()
-    message.decode(EventEncoder().encode(StoredEvent(EventId(event_id), event_type, data_json, TS)))
+    message.decode(EventEncoder().encode(event, event_hubs))
     return message
 
 
@@ -90,12 +98,51 @@ def test_data_proton_cannot_hold_goes_as_json_text() -> None:
 
 
 def test_opaque_bytes_go_back_as_they_came() -> None:
-    sent = Message(subject="BLOB", body=b"\x00\xff\x10", inferred=True)
-    event_type, data = message_to_event(sent)
-    message = decoded(7, json.dumps(data), event_type)
-    assert message.inferred
-    assert message.body == b"\x00\xff\x10"
-    assert message.subject == "BLOB"
+    for content_type in (None, "image/png"):
+        sent = Message(subject="BLOB", body=b"\x00\xff\x10", inferred=True)
+        if content_type is not None:
+            sent.content_type = content_type
+        _type, data_json, kept = stored_form(message_to_event(sent))
+        assert json.loads(data_json) == {"$binary": "AP8Q"}  # what FTN3 and the feed show
+        for event_hubs in (False, True):
+            message = decoded(7, data_json, "BLOB", kept, event_hubs)
+            assert message.inferred
+            assert message.body == b"\x00\xff\x10"
+            assert message.subject == "BLOB"
+            assert message.content_type == (content_type or "None")  # proton's "none"
+
+
+@pytest.mark.parametrize(
+    "content_type", ["application/json", "application/json; charset=utf-8", "Application/JSON"]
+)
+def test_a_json_data_section_goes_back_as_it_came(content_type: str) -> None:
+    text = '{"k": 0, "s": "caf\u00e9 \\u00e9", "f": 1E2}'
+    sent = Message(body=text.encode(), inferred=True, content_type=content_type)
+    event = message_to_event(sent)
+    assert event.data == {"k": 0, "s": "café é", "f": 100.0}
+    event_type, data_json, kept = stored_form(event)
+    assert (event_type, data_json, kept) == ("EVENT", text, content_type)
+    for event_hubs in (False, True):
+        message = decoded(7, data_json, event_type, kept, event_hubs)
+        assert (message.inferred, message.body, message.content_type) == (
+            True,
+            text.encode(),
+            content_type,
+        )
+
+
+def test_json_text_with_line_breaks_is_stored_compact() -> None:
+    """The HTTP feed serves one event per line: such text keeps its data, not its layout."""
+    sent = Message(body=b'{\n  "k": [1,\r\n 2]\n}', inferred=True, content_type="application/json")
+    assert stored_form(message_to_event(sent))[1:] == ('{"k":[1,2]}', "application/json")
+
+
+def test_json_of_other_doors_is_a_data_section_on_event_hubs_links_only() -> None:
+    plain = decoded(7, '{"k":0}')
+    assert (plain.inferred, plain.body) == (False, {"k": 0})
+    assert plain.content_type == "None"  # proton's getter when there is none
+    hub = decoded(7, '{"k":0}', event_hubs=True)
+    assert (hub.inferred, hub.body, hub.content_type) == (True, b'{"k":0}', "application/json")
 
 
 @pytest.mark.parametrize(
@@ -119,7 +166,7 @@ def test_opaque_bytes_go_back_as_they_came() -> None:
     ],
 )
 def test_messages_to_events(message: Message, expected: tuple[str, Any]) -> None:
-    assert message_to_event(message) == expected
+    assert message_to_event(message)[:2] == expected
 
 
 @pytest.mark.parametrize(
@@ -134,6 +181,11 @@ def test_messages_to_events(message: Message, expected: tuple[str, Any]) -> None
             Message(subject="T", body=b"{", inferred=True, content_type="application/json"),
             "amqp:decode-error",
         ),
+        (
+            Message(body=b"[" * 100_000, inferred=True, content_type="application/json"),
+            "amqp:decode-error",
+        ),
+        (Message(body=b"", inferred=True, content_type="x/" + "y" * 255), "amqp:invalid-field"),
     ],
 )
 def test_messages_that_are_not_events(message: Message, condition: str) -> None:

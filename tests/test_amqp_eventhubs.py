@@ -4,6 +4,7 @@ the ``$cbs`` token exchange it relies on, driven by proton's own client."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import time
@@ -15,7 +16,8 @@ from typing import Any
 import pytest
 from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
 from azure.eventhub.exceptions import EventHubError
-from proton import Message
+from proton import Described, Message, symbol, ulong
+from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached
 
 from futoin_evt.amqp import AmqpConfig, AmqpLimits
@@ -23,11 +25,14 @@ from futoin_evt.auth.sas import sas_key, sign
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.server.app import EventServer
 
-from .conftest import ServerFactory
+from .conftest import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 
 SECRET = b"a test secret of more than thirty-two characters"
+EARLIEST = Filter(
+    {symbol("f"): Described(ulong(0x200), {symbol("event-streams-offset"): symbol("@earliest")})}
+)
 
 
 @pytest.fixture
@@ -130,7 +135,92 @@ async def test_events_from_the_sdk_are_the_log_seen_over_ftn3(
     assert events[1].data == {"$binary": "eyJqc29uIjogdHJ1ZX0="}  # a data section, as sent
     received = await asyncio.to_thread(receive, conn_str, 3, starting_position="-1")
     assert [b"".join(e.body) for e in received][:2] == [b"\x00\x01raw", b'{"json": true}']
-    assert received[2].body == {b"from": b"ftn3"}  # an amqp-value (the SDK gives str as bytes)
+    assert received[2].body_as_json() == {"from": "ftn3"}
+
+
+JSON_DATA = {"k": 0, "nested": {"a": [1, 2.5, None, True]}, "s": "caf\u00e9 \u2028"}
+OPAQUE = bytes(range(256))  # not UTF-8
+
+
+async def test_what_the_sdk_sends_comes_back_as_it_was_sent(
+    hub: EventServer, alice: EventStreamClient
+) -> None:
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+    text = json.dumps(JSON_DATA)
+
+    def event(body: str | bytes, content_type: str | None) -> EventData:
+        sent = EventData(body)
+        if content_type is not None:
+            sent.content_type = content_type
+        return sent
+
+    def produce() -> None:
+        with EventHubProducerClient.from_connection_string(conn_str) as producer:
+            producer.send_event(event(text, "application/json"))
+            batch = producer.create_batch()
+            batch.add(event(text, "application/json; charset=utf-8"))
+            batch.add(event(OPAQUE, None))
+            batch.add(event(OPAQUE, "application/octet-stream"))
+            producer.send_batch(batch)
+
+    await alice.register_consumer("c1")
+    await asyncio.to_thread(produce)
+    await alice.add_event("ORDER", {"from": "ftn3", "n": [1, 2]})
+    over_ftn3 = await alice.poll_events("c1")
+    assert [e.data for e in over_ftn3[:2]] == [JSON_DATA, JSON_DATA]  # JSON, as sent
+
+    received = await asyncio.to_thread(receive, conn_str, 5, starting_position="-1")
+    json_events, opaque_events, ftn3_event = received[:2], received[2:4], received[4]
+    for got, content_type in zip(
+        json_events, ["application/json", "application/json; charset=utf-8"], strict=True
+    ):
+        assert got.body_as_json() == JSON_DATA
+        assert got.body_as_str() == text
+        assert got.content_type == content_type
+    for got, opaque_type in zip(opaque_events, [None, "application/octet-stream"], strict=True):
+        assert b"".join(got.body) == OPAQUE
+        assert got.content_type == opaque_type
+    assert ftn3_event.body_as_json() == {"from": "ftn3", "n": [1, 2]}
+    assert ftn3_event.content_type == "application/json"
+
+
+async def test_the_plain_node_keeps_amqp_value_for_json_of_other_doors(
+    hub: EventServer, alice: EventStreamClient
+) -> None:
+    """A proton client on the OASIS node gets JSON data added elsewhere as an amqp-value, and
+    a JSON data section as the data section it came as."""
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+    text = json.dumps(JSON_DATA)
+
+    def produce() -> None:
+        with EventHubProducerClient.from_connection_string(conn_str) as producer:
+            sent = EventData(text)
+            sent.content_type = "application/json"
+            producer.send_event(sent)
+
+    await asyncio.to_thread(produce)
+    await alice.add_event("ORDER", {"from": "ftn3"})
+    assert hub.amqp_url is not None
+
+    def consume() -> list[Message]:
+        conn = BlockingConnection(
+            hub.amqp_url or "", user="alice", password=USERS["alice"], allowed_mechs="PLAIN"
+        )
+        try:
+            receiver = conn.create_receiver("events", credit=2, options=EARLIEST)
+            messages = [receiver.receive(timeout=30) for _ in range(2)]
+            receiver.accept()
+            return messages
+        finally:
+            conn.close()
+
+    from_sdk, from_ftn3 = await asyncio.to_thread(consume)
+    assert (from_sdk.inferred, from_sdk.body, from_sdk.content_type) == (
+        True,
+        text.encode(),
+        "application/json",
+    )
+    assert (from_ftn3.inferred, from_ftn3.body) == (False, {"from": "ftn3"})
 
 
 async def test_a_wrong_key_is_refused_and_not_logged(

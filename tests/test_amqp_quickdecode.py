@@ -22,7 +22,7 @@ from proton import (
     ushort,
 )
 
-from futoin_evt.amqp.codec import BadMessage, message_to_event
+from futoin_evt.amqp.codec import BadMessage, IncomingEvent, message_to_event
 from futoin_evt.amqp.quickdecode import quick_event
 
 ASCII = st.text(st.characters(max_codepoint=127))
@@ -60,7 +60,7 @@ CONTENT_TYPES = st.none() | st.sampled_from(
 )
 
 
-def proton_path(raw: bytes) -> tuple[str, Any] | str:
+def proton_path(raw: bytes) -> IncomingEvent | str:
     message = Message()
     message.decode(raw)
     try:

@@ -6,6 +6,7 @@ import asyncio
 import json
 from typing import Any
 
+import httpx
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
@@ -163,3 +164,48 @@ async def test_unexpected_reply_frames_are_ignored(server: EventServer) -> None:
             ws, {"rid": "C1", "f": "futoin.evt.gen:1.1:ping", "p": {"echo": 4}, "sec": SEC}
         )
         assert ok["r"] == {"echo": 4}
+
+
+def _cut(value: str) -> str:
+    """How a refusal shows a value longer than 40 characters."""
+    return f"'{value[:40]}…' ({len(value)} characters)"
+
+
+async def test_http_refusals_quote_input_whole_or_say_where_it_was_cut(
+    server: EventServer,
+) -> None:
+    """A quoted value is the value sent, or visibly cut with its length: never a shorter
+    value that reads as another one (``'99999999999999999999'`` for 40 nines)."""
+    assert server.feed_url is not None
+    long_cursor = "1" * 45 + "x"
+    cases = [
+        ("pagesizehint", "0", "Bad pagesizehint '0': use a positive integer."),
+        ("pagesizehint", "000", "Bad pagesizehint '000'"),
+        ("pagesizehint", "-3", "Bad pagesizehint '-3'"),
+        ("pagesizehint", "1e3", "Bad pagesizehint '1e3'"),
+        ("pagesizehint", "\u00b2", "Bad pagesizehint '\u00b2'"),
+        ("pagesizehint", "", "Bad pagesizehint ''"),
+        ("pagesizehint", "-" + "9" * 40, "Bad pagesizehint " + _cut("-" + "9" * 40)),
+        ("wait", "9" * 25, f"Bad wait '{'9' * 25}'"),
+        ("wait", "9" * 60, "Bad wait " + _cut("9" * 60)),
+        ("cursor", long_cursor, "Bad cursor " + _cut(long_cursor)),
+        ("partition", "7" * 50, "Unknown partition " + _cut("7" * 50)),
+        ("event-types", "a" * 41, "Bad event-types " + _cut("a" * 41)),
+    ]
+    async with httpx.AsyncClient(auth=("alice", "alice-pw"), timeout=10) as http:
+        token = (await http.get(server.feed_url)).json()["token"]
+        for name, value, message in cases:
+            params = {"token": token, "partition": "0", "cursor": "_first", name: value}
+            response = await http.get(server.feed_url + "/events", params=params)
+            assert response.status_code == 400, (name, value)
+            assert response.text.startswith(message), (name, value, response.text)
+        response = await http.get(
+            server.feed_url, params={"n": "1", "cursor0": "_first", "cursor" + "9" * 50: "1"}
+        )
+        assert response.status_code == 400
+        assert "Unknown partition in " + _cut("cursor" + "9" * 50) in response.text
+        dcb = server.url.replace("ws", "http", 1) + "dcb/v1/append"
+        long_type = "T" * 99 + "!"
+        response = await http.post(dcb, json={"events": [{"type": long_type, "data": 1}]})
+        assert response.status_code == 400
+        assert response.json()["message"].startswith("events[0].type: " + _cut(long_type))

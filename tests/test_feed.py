@@ -62,7 +62,7 @@ class FeedApiClient:
         return discovery
 
     async def page(
-        self, cursor: str, size: int | None = None, types: str | None = None, wait: float = 0
+        self, cursor: str, size: int | str | None = None, types: str | None = None, wait: float = 0
     ) -> tuple[list[dict[str, Any]], str]:
         """One response: its events' data, and the last cursor in it."""
         while True:
@@ -134,6 +134,26 @@ async def test_zeroeventhub_client_reads_every_event(
     assert (first["type"], first["data"]) == ("ORDER", {"n": 0})
     assert first["ts"].endswith("Z")
     assert cursor.cursor == str(ids[-1])
+
+
+async def test_a_page_size_hint_of_any_length_is_clamped_to_the_page_limit(
+    server: EventServer, alice: EventStreamClient, http: httpx.AsyncClient
+) -> None:
+    ids = await add_events(alice, 1001, ("ORDER",))
+    async with httpx.AsyncClient(auth=httpx.BasicAuth(*ALICE)) as zeh_http:
+        client = ZeroEventHubClient(feed_url(server), partition_count=1, http_client=zeh_http)
+        cursor = Cursor(partition_id=0, cursor="_first")
+        page = [
+            item
+            async for item in client.fetch_events([cursor], page_size_hint=10**40 - 1)
+            if isinstance(item, Event)
+        ]
+    assert [int(e.data["id"]) for e in page] == ids[:1000]
+    feed = FeedApiClient(http, feed_url(server))
+    for hint, expected in [("9" * 4000, 1000), ("1" + "0" * 39, 1000), ("0" * 30 + "7", 7)]:
+        events, cursor_after = await feed.page("_first", hint)
+        assert [int(e["id"]) for e in events] == ids[:expected], hint[:50]
+        assert cursor_after == str(ids[expected - 1])
 
 
 async def test_feedapi_v2_discovery_paging_last_and_types(

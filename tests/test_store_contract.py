@@ -139,6 +139,25 @@ async def test_read_pages_respect_limit_bytes_and_types(store: Store) -> None:
     assert rows[0][2] == json.dumps("x" * 100)
 
 
+async def test_an_events_content_type_is_kept_with_it(store: Store) -> None:
+    """The content type of the AMQP data section an event came as comes back with it, in a
+    batch that mixes such events with others."""
+    added = [
+        store.submit_append("J", '{"k": 0}', "application/json"),
+        store.submit_append("C", "1"),
+        store.submit_append("B", '{"$binary":"AP8="}', ""),
+    ]
+    ids = await asyncio.gather(*added)
+    rows = await store.read_rows(0, limit=10)
+    assert [(r[0], r[2], r[4]) for r in rows] == [
+        (ids[0], '{"k": 0}', "application/json"),
+        (ids[1], "1", None),
+        (ids[2], '{"$binary":"AP8="}', ""),
+    ]
+    page = await store.read_events(0, max_bytes=BIG)
+    assert [e["data"] for e in json.loads(page.json)] == [{"k": 0}, 1, {"$binary": "AP8="}]
+
+
 async def test_read_rows_of_given_types_in_id_order(store: Store) -> None:
     for i in range(1, 31):
         await store.append("A" if i % 10 == 0 else "B" if i % 3 == 0 else "C", json.dumps(i))

@@ -2,7 +2,8 @@
 
 No I/O. An event's type is the message ``subject``; its data is the ``amqp-value`` body (any
 AMQP value JSON can hold), a ``data`` section with ``application/json``, or opaque bytes. Opaque
-bytes are stored as ``{"$binary": "<base64>"}`` and go back out as the same ``data`` section.
+bytes are stored as ``{"$binary": "<base64>"}``. An event that came as a ``data`` section keeps
+its content type (and JSON its text, when it is one line), and goes back out as it came.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from proton import (
     Data,
@@ -29,7 +30,9 @@ from proton import (
     ulong,
 )
 
+from ..domain.stream import MAX_EVENT_DATA_BYTES, encode_event_data
 from ..log.eventlog import StoredEvent
+from ..quoting import quote_input
 
 #: Width of ``event-streams-offset``: every event id fits, so text order is id order.
 OFFSET_WIDTH: Final = 20
@@ -37,6 +40,8 @@ EARLIEST: Final = "@earliest"
 LATEST: Final = "@latest"
 BINARY_KEY: Final = "$binary"
 JSON_CONTENT_TYPE: Final = "application/json"
+#: The longest content type a ``data`` section may carry (it is stored with the event).
+MAX_CONTENT_TYPE_CHARS: Final = 256
 #: The type of an event from a message without a subject (Event Hubs clients send none).
 DEFAULT_EVENT_TYPE: Final = "EVENT"
 _DATA_SECTION: Final = ulong(0x75)
@@ -78,32 +83,93 @@ def parse_offset(text: str, *, head: int) -> int:
     if text == LATEST:
         return head
     if not text.isdigit() or len(text) > OFFSET_WIDTH:
-        raise BadFilter(f"not an offset of this log: {text!r:.40}")
+        raise BadFilter(f"not an offset of this log: {quote_input(text, 40)}")
     return int(text)
 
 
 # -- message -> event ---------------------------------------------------------------------------
 
 
-def message_to_event(message: Message) -> tuple[str, Any]:
-    """(type, data) of a received message; raises :class:`BadMessage`."""
+class IncomingEvent(NamedTuple):
+    """An event as a message brings it, before it is checked and stored."""
+
+    type: str
+    #: The data as JSON (opaque bytes as ``{"$binary": ...}``).
+    data: Any
+    #: A ``data`` section's content type (``""`` for none); None for an ``amqp-value``.
+    content_type: str | None = None
+    #: A JSON ``data`` section's text as sent, to be stored as it is (one line, UTF-8).
+    text: str | None = None
+
+
+def is_json_content_type(content_type: str) -> bool:
+    return content_type.split(";")[0].strip().lower() == JSON_CONTENT_TYPE
+
+
+def data_section_event(event_type: str, raw: bytes, content_type: str) -> IncomingEvent:
+    """The event of a ``data`` section. Raises :class:`BadMessage` for a content type too
+    long to keep, and ValueError (UnicodeDecodeError too) for JSON that is not JSON."""
+    if len(content_type) > MAX_CONTENT_TYPE_CHARS:
+        raise BadMessage(
+            "amqp:invalid-field", f"the content-type exceeds {MAX_CONTENT_TYPE_CHARS} characters"
+        )
+    if not is_json_content_type(content_type):
+        binary = {BINARY_KEY: base64.b64encode(raw).decode("ascii")}
+        return IncomingEvent(event_type, binary, content_type)
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return IncomingEvent(event_type, _parse_json(raw), content_type)  # UTF-16 or -32
+    if text.startswith("\ufeff"):
+        return IncomingEvent(event_type, _parse_json(text[1:]), content_type)
+    # A line break would split the event's line in the HTTP feed's NDJSON.
+    kept = text if "\n" not in text and "\r" not in text else None
+    return IncomingEvent(event_type, _parse_json(text), content_type, kept)
+
+
+def _parse_json(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("it nests too deep") from None
+
+
+def stored_form(event: IncomingEvent) -> tuple[str, str, str | None]:
+    """(type, data JSON, content type) to store; raises
+    :class:`~futoin_evt.domain.stream.EventRejected`. JSON text sent in a ``data`` section is stored
+    as it came when it fits, so the same bytes go back out; the data itself is checked as any
+    event's is."""
+    data_json = encode_event_data(event.type, event.data)
+    text = event.text
+    if text is not None and (
+        len(text) <= MAX_EVENT_DATA_BYTES // 4 or len(text.encode()) <= MAX_EVENT_DATA_BYTES
+    ):
+        data_json = text
+    return event.type, data_json, event.content_type
+
+
+def message_to_event(message: Message) -> IncomingEvent:
+    """The event of a received message; raises :class:`BadMessage`."""
     event_type = DEFAULT_EVENT_TYPE if message.subject is None else message.subject
     if not isinstance(event_type, str) or not event_type:
         raise BadMessage("amqp:invalid-field", "the message subject (the event type) is empty")
     body = message.body
     if message.inferred and isinstance(body, bytes | memoryview):
-        raw = bytes(body)
-        if str(message.content_type or "").split(";")[0].strip() == JSON_CONTENT_TYPE:
-            try:
-                return event_type, json.loads(raw)
-            except (UnicodeDecodeError, ValueError) as exc:
-                raise BadMessage(
-                    "amqp:decode-error", f"the data section is not JSON: {exc}"
-                ) from None
-        return event_type, {BINARY_KEY: base64.b64encode(raw).decode("ascii")}
+        try:
+            return data_section_event(event_type, bytes(body), _content_type(message))
+        except ValueError as exc:
+            if isinstance(exc, BadMessage):
+                raise
+            raise BadMessage("amqp:decode-error", f"the data section is not JSON: {exc}") from None
     if message.inferred:
         raise BadMessage("amqp:invalid-field", "amqp-sequence bodies are not supported")
-    return event_type, to_json(body)
+    return IncomingEvent(event_type, to_json(body))
+
+
+def _content_type(message: Message) -> str:
+    """The content type, ``""`` for none (proton's getter gives ``symbol('None')`` then)."""
+    content_type = message.content_type
+    return "" if content_type is None or content_type == "None" else str(content_type)
 
 
 def batch_messages(raw: bytes) -> list[Message]:
@@ -174,10 +240,16 @@ class EventEncoder:
 
     proton encodes every section. The two annotation sections come from a template encoded
     once, whose fixed-width fields (the offsets, the sequence number, the timestamps) are
-    filled in per event; the properties section (the subject) is kept per event type. Only
-    the body is encoded per event: the data as ``amqp-value``, opaque bytes as a ``data``
-    section, and data proton cannot hold (an integer beyond 64 bits) as the stored JSON in
-    a ``data`` section with ``content-type: application/json``.
+    filled in per event; the properties section (the subject, the content type) is kept per
+    event type and content type. Only the body is encoded per event:
+
+    - an event that came as a ``data`` section goes out as the same section with the same
+      content type (its stored JSON text, or its bytes);
+    - other opaque bytes (``{"$binary": ...}``) as a ``data`` section;
+    - other JSON data, on a link opened through an Event Hubs address, as its JSON text in a
+      ``data`` section with ``content-type: application/json``; on a plain link as
+      ``amqp-value``, unless proton cannot hold it (an integer beyond 64 bits): then as JSON
+      text too.
     """
 
     _OFFSET = b"@" * OFFSET_WIDTH
@@ -226,9 +298,11 @@ class EventEncoder:
             self._kinds.append(kind)
             start = position + size
         self._tail = template[start:]
-        self._properties: dict[tuple[str, bool], bytes] = {}
+        self._properties: dict[tuple[str, str | None], bytes] = {}
 
-    def encode(self, event: StoredEvent) -> bytes:
+    def encode(self, event: StoredEvent, event_hubs: bool = False) -> bytes:
+        """The message of ``event``; ``event_hubs``: for a link opened through an Event Hubs
+        address (JSON as a ``data`` section)."""
         values = {
             "offset": format_offset(event.id).encode(),
             "timestamp": event.timestamp_ms.to_bytes(8, "big", signed=True),
@@ -239,38 +313,51 @@ class EventEncoder:
             parts.append(piece)
             parts.append(values[kind])
         parts.append(self._tail)
-        body, is_json_text = self._body(event.data_json)
-        parts.append(self._properties_of(event.type, is_json_text))
+        body, content_type = self._body(event, event_hubs)
+        parts.append(self._properties_of(event.type, content_type))
         parts.append(body)
         return b"".join(parts)
 
-    def _properties_of(self, event_type: str, json_text: bool) -> bytes:
-        key = (event_type, json_text)
+    def _properties_of(self, event_type: str, content_type: str | None) -> bytes:
+        key = (event_type, content_type)
         encoded = self._properties.get(key)
         if encoded is None:
             # message-id, user-id, to, subject, reply-to, correlation-id, content-type
             fields: list[Any] = [None, None, None, event_type]
-            if json_text:
-                fields += [None, None, symbol(JSON_CONTENT_TYPE)]
+            if content_type:
+                fields += [None, None, symbol(content_type)]
             section = Data()
             section.put_object(Described(ulong(0x73), fields))
+            if len(self._properties) >= _MAX_PROPERTIES_KEPT:
+                self._properties.clear()  # content types come from clients: stay bounded
             encoded = self._properties[key] = bytes(section.encode())
         return encoded
 
     @staticmethod
-    def _body(data_json: str) -> tuple[bytes, bool]:
-        data = json.loads(data_json)
-        binary = _binary(data)
-        if binary is not None:
-            return _AMQP_DATA + _binary_bytes(binary), False
+    def _body(event: StoredEvent, event_hubs: bool) -> tuple[bytes, str | None]:
+        """The body section and the content type to send it with."""
+        data_json = event.data_json
+        came_as = event.content_type
+        if came_as is not None and is_json_content_type(came_as):
+            return _AMQP_DATA + _binary_bytes(data_json.encode()), came_as
+        if came_as is not None or data_json.startswith(_BINARY_START):
+            binary = _binary(json.loads(data_json))
+            if binary is not None:
+                return _AMQP_DATA + _binary_bytes(binary), came_as or None
+        if event_hubs:
+            return _AMQP_DATA + _binary_bytes(data_json.encode()), JSON_CONTENT_TYPE
         out = bytearray(_AMQP_VALUE)
         try:
-            _put_json(data, out)
+            _put_json(json.loads(data_json), out)
         except _TooBig:  # an integer beyond 64 bits
-            return _AMQP_DATA + _binary_bytes(data_json.encode()), True
-        return bytes(out), False
+            return _AMQP_DATA + _binary_bytes(data_json.encode()), JSON_CONTENT_TYPE
+        return bytes(out), None
 
 
+#: How stored opaque bytes begin (the stored JSON is compact): other data is not parsed
+#: to find out.
+_BINARY_START: Final = '{"$binary":'
+_MAX_PROPERTIES_KEPT: Final = 4096
 _AMQP_VALUE: Final = b"\x00\x53\x77"
 _AMQP_DATA: Final = b"\x00\x53\x75"
 _LONG: Final = struct.Struct(">bq")
@@ -390,7 +477,7 @@ def delivery_annotations_start(value: object, *, head: int) -> Position:
                 raise BadFilter("event-streams-timestamp must be a timestamp")
             after_ms = int(item)
         else:
-            raise BadFilter(f"cannot filter on {key!r:.60}")
+            raise BadFilter(f"cannot filter on {quote_input(key, 60)}")
     return Position(after_id, after_ms)
 
 

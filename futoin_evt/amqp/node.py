@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from proton import Condition, Delivery, Link, Message, MessageException, symbol
 
 from ..auth.sas import SasVerifier
-from ..domain.stream import EventRejected, UserId, encode_event_data
+from ..domain.stream import EventRejected, UserId
 from ..log.eventlog import EventLog, is_registrable
 from ..notify.live import LiveEvents
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
+from ..quoting import quote_input
 from .cbs import CBS, CbsNode
 from .codec import (
     DELIVERY_ANNOTATIONS_FILTER,
@@ -37,6 +38,7 @@ from .codec import (
     filter_kind,
     format_offset,
     message_to_event,
+    stored_form,
 )
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
 from .connection import UNAUTHORIZED, LinkHandler, LinkRefused
@@ -121,6 +123,7 @@ class EventLogNode:
         """The handler for a new link, or :class:`LinkRefused`."""
         terminus = link.remote_target if link.is_receiver else link.remote_source
         address = terminus.address if terminus is not None else None
+        uri = address is not None and "://" in address
         address = _address_path(address) if address is not None else None
         if address == CBS:
             return self._cbs.attach(conn, link)
@@ -139,19 +142,28 @@ class EventLogNode:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
             _check_partition(_link_properties(link))
             return InfoLink(conn, link, self.events)
-        address_group = _parse_address(address)
+        address_group, names_partition = _parse_address(address)
         properties = _link_properties(link)
         _check_partition(properties)
         if link.is_receiver:
             return ProducerLink(conn, link, self.events, self.limits)
         start = _start_position(link, self.events.head)
         group = properties.get(GROUP_PROPERTY, address_group)
+        event_hubs = uri or names_partition
         if group is None:
-            return ConsumerLink(conn, link, self.events, start)
-        return self._attach_group(conn, link, start, group, properties.get(EPOCH_PROPERTY))
+            return ConsumerLink(conn, link, self.events, start, event_hubs=event_hubs)
+        return self._attach_group(
+            conn, link, start, group, properties.get(EPOCH_PROPERTY), event_hubs
+        )
 
     def _attach_group(
-        self, conn: AmqpConnection, link: Link, start: Position | None, group: Any, epoch: Any
+        self,
+        conn: AmqpConnection,
+        link: Link,
+        start: Position | None,
+        group: Any,
+        epoch: Any,
+        event_hubs: bool,
     ) -> ConsumerLink:
         """One active link per group (of this user); a higher epoch takes over (seed 4.5.2)."""
         if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
@@ -168,7 +180,8 @@ class EventLogNode:
             component = group[len(FTN18_GROUP_PREFIX) :]
             if not is_registrable(component):
                 raise LinkRefused(
-                    INVALID_FIELD, f"not a consumer name (A-Z, a-z, 0-9, _; 1-16): {group!r:.80}"
+                    INVALID_FIELD,
+                    f"not a consumer name (A-Z, a-z, 0-9, _; 1-16): {quote_input(group, 80)}",
                 )
             binding = (user_id, component)
         key = (user_id, group)
@@ -178,7 +191,8 @@ class EventLogNode:
             if epoch is None or new_epoch <= owner.epoch:
                 raise LinkRefused(
                     RESOURCE_LOCKED,
-                    f"consumer group {group!r:.80} has an active link with epoch {owner.epoch};"
+                    f"consumer group {quote_input(group, 80)} has an active link with epoch"
+                    f" {owner.epoch};"
                     " attach with a higher event-streams-epoch to take over",
                 )
             owner.conn.detach(owner.link, LINK_STOLEN, f"taken over with epoch {new_epoch}")
@@ -204,29 +218,33 @@ class EventLogNode:
             binding=binding,
             on_closed=release,
             on_registered=registered,
+            event_hubs=event_hubs,
         )
 
 
-def _parse_address(address: str | None) -> str | None:
-    """The consumer group an address names, if any: ``events``, ``events/Partitions/0`` and
-    ``events/ConsumerGroups/<group>/Partitions/0`` (Event Hubs' form; its default group
-    ``$Default`` is no group), also as the path of a URI (``amqps://host:port/events``, as
-    Event Hubs clients give it). Raises :class:`LinkRefused` for any other address."""
+def _parse_address(address: str | None) -> tuple[str | None, bool]:
+    """The consumer group an address names, if any, and whether it names the partition:
+    ``events``, ``events/Partitions/0`` and ``events/ConsumerGroups/<group>/Partitions/0``
+    (Event Hubs' forms; its default group ``$Default`` is no group), also as the path of a
+    URI (``amqps://host:port/events``, as Event Hubs clients give it). Raises
+    :class:`LinkRefused` for any other address."""
     parts = _address_path(address or "").split("/")
     if parts[0] != NODE or len(parts) not in (1, 3, 5):
-        raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
+        raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
     group = None
     if len(parts) == 5:
         if parts[1] != "ConsumerGroups" or not parts[2]:
-            raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
+            raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
         group = None if parts[2] == DEFAULT_GROUP else parts[2]
         parts = [parts[0], *parts[3:]]
     if len(parts) == 3:
         if parts[1] != "Partitions":
-            raise LinkRefused(NOT_FOUND, f"no such node: {address!r:.80}")
+            raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
         if parts[2] != PARTITION:
-            raise LinkRefused(NOT_FOUND, f"no such partition: {parts[2]!r:.40} (only '0')")
-    return group
+            raise LinkRefused(
+                NOT_FOUND, f"no such partition: {quote_input(parts[2], 40)} (only '0')"
+            )
+    return group, len(parts) == 3
 
 
 def _address_path(address: str) -> str:
@@ -251,7 +269,9 @@ def _check_partition(properties: Mapping[Any, Any]) -> None:
     if not isinstance(partition, str):
         raise LinkRefused(INVALID_FIELD, "event-streams-partition must be a symbol")
     if partition != PARTITION:
-        raise LinkRefused(NOT_FOUND, f"no such partition: {partition!r:.40} (there is only '0')")
+        raise LinkRefused(
+            NOT_FOUND, f"no such partition: {quote_input(partition, 40)} (there is only '0')"
+        )
 
 
 def _start_position(link: Link, head: int) -> Position | None:
@@ -273,7 +293,7 @@ def _start_position(link: Link, head: int) -> Position | None:
                     raise BadFilter("an SQL or selector filter is a string")
                 this = compile_filter(argument, head=head)
             else:
-                raise BadFilter(f"filter not supported: {descriptor!r:.60}")
+                raise BadFilter(f"filter not supported: {quote_input(descriptor, 60)}")
             position = this if position is None else position.both(this)
     except BadFilter as exc:
         raise LinkRefused(INVALID_FIELD, str(exc)) from None
@@ -379,7 +399,7 @@ class ProducerLink:
                 raise BadMessage(DECODE_ERROR, f"undecodable message: {exc}") from None
             events = [message_to_event(message)]
         try:
-            encoded = [(t, encode_event_data(t, data)) for t, data in events]
+            encoded = [stored_form(event) for event in events]
         except EventRejected as exc:
             raise BadMessage(INVALID_FIELD, str(exc)) from None
         return self._events.append_encoded(encoded)
@@ -486,7 +506,10 @@ class ConsumerLink(_SourceLink):
         binding: tuple[UserId, str] | None = None,
         on_closed: Callable[[], None] | None = None,
         on_registered: Callable[[], None] | None = None,
+        event_hubs: bool = False,
     ) -> None:
+        #: Opened through an Event Hubs address: JSON goes out as a ``data`` section.
+        self._event_hubs = event_hubs
         #: No filter: events added from now on (seed 3.2), or the bound consumer's position.
         self._start = start if start is not None else Position(events.head)
         self._filtered = start is not None
@@ -530,7 +553,8 @@ class ConsumerLink(_SourceLink):
         self._after = self._acked = after = await self._start_after()
         link = self._link
         matches = self._start.matches
-        encoder = _ENCODER
+        encode = _ENCODER.encode
+        event_hubs = self._event_hubs
         while True:
             self._wake.clear()
             if link.credit > 0 and self._conn.writable and self._events.head > after:
@@ -540,7 +564,7 @@ class ConsumerLink(_SourceLink):
                         break
                     after = event.id
                     if matches is None or matches(event):
-                        settled = self._send(encoder.encode(event), str(event.id))
+                        settled = self._send(encode(event, event_hubs), str(event.id))
                         if self._binding is not None and not settled:
                             self._unsettled.append(event.id)
                 self._after = after

@@ -1,4 +1,4 @@
-"""Received message bytes to (type, data) without proton, for the common messages.
+"""Received message bytes to events without proton, for the common messages.
 
 Producers send messages whose sections hold plain values: a ``properties`` section with a
 subject and perhaps a content type, and an ``amqp-value`` body of strings, numbers, booleans,
@@ -12,13 +12,11 @@ words every error.
 
 from __future__ import annotations
 
-import base64
-import json
 import math
 import struct
 from typing import Any, Final
 
-from .codec import BINARY_KEY, DEFAULT_EVENT_TYPE, JSON_CONTENT_TYPE
+from .codec import DEFAULT_EVENT_TYPE, IncomingEvent, data_section_event
 
 _PROPERTIES: Final = 0x73
 _DATA: Final = 0x75
@@ -56,15 +54,15 @@ class _Unusual(Exception):
     """Not a message this path reads: proton's path takes it."""
 
 
-def quick_event(raw: bytes) -> tuple[str, Any] | None:
-    """(type, data) as :func:`~.codec.message_to_event` would give them, or None."""
+def quick_event(raw: bytes) -> IncomingEvent | None:
+    """The event :func:`~.codec.message_to_event` would give, or None."""
     try:
         return _event(raw)
     except (_Unusual, IndexError, UnicodeDecodeError, struct.error):
         return None
 
 
-def _event(raw: bytes) -> tuple[str, Any]:
+def _event(raw: bytes) -> IncomingEvent:
     subject: Any = None
     content_type: Any = None
     body: Any = None
@@ -102,15 +100,13 @@ def _event(raw: bytes) -> tuple[str, Any]:
     if not isinstance(event_type, str) or not event_type:
         raise _Unusual
     if data is None:
-        return event_type, body
+        return IncomingEvent(event_type, body)
     if content_type is not None and not isinstance(content_type, str):
         raise _Unusual
-    if (content_type or "").split(";")[0].strip() == JSON_CONTENT_TYPE:
-        try:
-            return event_type, json.loads(data)
-        except ValueError:
-            raise _Unusual from None  # proton's path words the refusal
-    return event_type, {BINARY_KEY: base64.b64encode(data).decode("ascii")}
+    try:
+        return data_section_event(event_type, data, content_type or "")
+    except ValueError:  # BadMessage too
+        raise _Unusual from None  # proton's path words the refusal
 
 
 def _properties(raw: bytes, position: int) -> tuple[Any, Any, int]:

@@ -26,6 +26,7 @@ from ..domain.dcb import (
     QueryItem,
 )
 from ..ftn3.messages import encode_json
+from ..quoting import quote_input
 
 TYPE_RE: Final = re.compile(r"[\w.:\-]{1,200}", re.ASCII)
 EVENT_ID_RE: Final = re.compile(r"[\w\-]{1,100}", re.ASCII)
@@ -60,7 +61,7 @@ def new_event(
     if event_id is not None and (
         not isinstance(event_id, str) or EVENT_ID_RE.fullmatch(event_id) is None
     ):
-        raise DcbInputError("id", f"{_show(event_id)} does not match {EVENT_ID_RE.pattern}")
+        raise DcbInputError("id", f"{quote_input(event_id)} does not match {EVENT_ID_RE.pattern}")
     checked_tags = check_tags(tags, "tags", allow_empty=True)
     if isinstance(data, (bytes, bytearray, memoryview)):
         text = '"' + base64.b64encode(bytes(data)).decode("ascii") + '"'
@@ -163,7 +164,7 @@ def _parse_draft_query(value: Mapping[str, Any], field: str) -> Query:
         if kind in ("Tags", "EventTypesAndTags"):
             tags = check_tags(properties.get("tags"), f"{where}.properties.tags")
         if kind not in ("EventTypes", "Tags", "EventTypesAndTags"):
-            raise DcbInputError(f"{where}.type", f"unknown criterion type {_show(kind)}")
+            raise DcbInputError(f"{where}.type", f"unknown criterion type {quote_input(kind)}")
         items.append(
             QueryItem(
                 types=frozenset(types),
@@ -205,7 +206,7 @@ def parse_condition(value: Any, field: str = "condition") -> AppendCondition | N
 def position(value: Any, field: str) -> int:
     """A position: an integer from 0 (before the first event) up."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
-        raise DcbInputError(field, f"{_show(value)} is not a position (an integer from 0)")
+        raise DcbInputError(field, f"{quote_input(value)} is not a position (an integer from 0)")
     return value
 
 
@@ -217,7 +218,7 @@ def limit_value(value: Any, field: str = "limit") -> int | None:
 
 def check_type(value: Any, field: str) -> str:
     if not isinstance(value, str) or TYPE_RE.fullmatch(value) is None:
-        raise DcbInputError(field, f"{_show(value)} does not match ^{TYPE_RE.pattern}$")
+        raise DcbInputError(field, f"{quote_input(value)} does not match ^{TYPE_RE.pattern}$")
     return value
 
 
@@ -230,7 +231,8 @@ def check_tags(value: Any, field: str, *, allow_empty: bool = False) -> tuple[st
             TAG_PART_RE.fullmatch(part) for part in tag.split(":", 1)
         ):
             raise DcbInputError(
-                f"{field}[{index}]", f"{_show(tag)} is not key or key:value ({TAG_PART_RE.pattern})"
+                f"{field}[{index}]",
+                f"{quote_input(tag)} is not key or key:value ({TAG_PART_RE.pattern})",
             )
     return tuple(dict.fromkeys(tags))  # a repeated tag counts once
 
@@ -250,8 +252,3 @@ def _list(value: Any, field: str, most: int) -> list[Any]:
     if len(value) > most:
         raise DcbInputError(field, f"at most {most} entries")
     return value
-
-
-def _show(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."

@@ -8,6 +8,7 @@ import time
 from typing import Any, Final, NewType
 
 from ..ftn3.messages import DEFAULT_MESSAGE_LIMIT, encode_json
+from ..quoting import quote_input
 
 EventId = NewType("EventId", int)
 Component = NewType("Component", str)
@@ -30,7 +31,7 @@ class EventRejected(ValueError):
 def encode_event_data(event_type: str, data: Any) -> str:
     """Check an event and return its data as the JSON text that is stored and sent as is."""
     if not isinstance(event_type, str) or EVENT_TYPE_RE.match(event_type) is None:
-        raise EventRejected(f"invalid event type: {event_type!r:.40}")
+        raise EventRejected(f"invalid event type: {quote_input(event_type, 40)}")
     try:
         text = encode_json(data)
     except (TypeError, ValueError, RecursionError) as exc:

@@ -29,6 +29,7 @@ from typing import Final
 
 from ..notify.message import Notification, NotifyError
 from ..notify.selector import Selector, compile_selector
+from ..quoting import quote_input
 from ..storage.base import EventLog
 
 PARTITION: Final = "0"
@@ -47,7 +48,7 @@ CHUNK_BYTES: Final = 1024 * 1024
 # [0-9], not str.isdigit() or float(): those take other scripts' digits, which int() may not.
 _EVENT_TYPE = re.compile(r"[A-Z_]{1,16}")
 _CURSOR = re.compile(r"0|[1-9][0-9]{0,17}")
-_PAGE_SIZE = re.compile(r"0{0,8}[1-9][0-9]{0,8}")
+_DIGITS = re.compile(r"[0-9]+")
 _SECONDS = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
 
 
@@ -98,7 +99,9 @@ def _zeroeventhub(args: Mapping[str, str]) -> EventsRequest:
         raise FeedError(400, "n must be 1: this feed has one partition.")
     extra = [k for k in args if k.startswith("cursor") and k != "cursor0"]
     if extra:
-        raise FeedError(400, f"Unknown partition in {extra[0]}: this feed has partition 0 only.")
+        raise FeedError(
+            400, f"Unknown partition in {quote_input(extra[0])}: this feed has partition 0 only."
+        )
     if "cursor0" not in args:
         raise FeedError(400, "No cursors given: pass cursor0.")
     selector, types = _selector(args, None)
@@ -113,7 +116,9 @@ def _feedapi(args: Mapping[str, str], token: str) -> EventsRequest:
     if args["token"] != token:
         raise FeedError(409, "The feed's token has changed: discover the feed again.")
     if args.get("partition") != PARTITION:
-        raise FeedError(400, f"Unknown partition {args.get('partition')!r}: use partition 0.")
+        raise FeedError(
+            400, f"Unknown partition {quote_input(args.get('partition'))}: use partition 0."
+        )
     if "cursor" not in args:
         raise FeedError(400, "No cursor given: use _first, _last or a cursor from the feed.")
     types = None
@@ -121,7 +126,9 @@ def _feedapi(args: Mapping[str, str], token: str) -> EventsRequest:
         types = tuple(t for t in args["event-types"].split(";") if t)
         bad = [t for t in types if not _EVENT_TYPE.fullmatch(t)]
         if bad or not types:
-            raise FeedError(400, f"Bad event-types {args['event-types']!r}: use TYPE_A;TYPE_B.")
+            raise FeedError(
+                400, f"Bad event-types {quote_input(args['event-types'])}: use TYPE_A;TYPE_B."
+            )
     selector, types = _selector(args, types)
     return EventsRequest(2, _cursor(args["cursor"]), _page_size(args), types, _wait(args), selector)
 
@@ -146,16 +153,20 @@ def _selector(
 def _cursor(raw: str) -> str:
     if raw in (FIRST, LAST) or _CURSOR.fullmatch(raw):
         return raw
-    raise FeedError(400, f"Bad cursor {raw[:40]!r}: use _first, _last or a cursor from the feed.")
+    raise FeedError(
+        400, f"Bad cursor {quote_input(raw)}: use _first, _last or a cursor from the feed."
+    )
 
 
 def _page_size(args: Mapping[str, str]) -> int:
     raw = args.get("pagesizehint")
     if raw is None:
         return MAX_PAGE
-    if _PAGE_SIZE.fullmatch(raw) is None:
-        raise FeedError(400, f"Bad pagesizehint {raw[:20]!r}: use a positive integer.")
-    return min(int(raw), MAX_PAGE)
+    digits = raw.lstrip("0") if _DIGITS.fullmatch(raw) else ""
+    if not digits:
+        raise FeedError(400, f"Bad pagesizehint {quote_input(raw)}: use a positive integer.")
+    # A hint of any length is clamped; int() is not asked to read thousands of digits.
+    return MAX_PAGE if len(digits) > len(str(MAX_PAGE)) else min(int(digits), MAX_PAGE)
 
 
 def _wait(args: Mapping[str, str]) -> float:
@@ -163,7 +174,7 @@ def _wait(args: Mapping[str, str]) -> float:
     if raw is None:
         return 0.0
     if _SECONDS.fullmatch(raw) is None or float(raw) > MAX_WAIT_SECONDS:
-        raise FeedError(400, f"Bad wait {raw[:20]!r}: use 0 to {MAX_WAIT_SECONDS:g} seconds.")
+        raise FeedError(400, f"Bad wait {quote_input(raw)}: use 0 to {MAX_WAIT_SECONDS:g} seconds.")
     return float(raw)
 
 

@@ -123,7 +123,8 @@ class InProcessArchiver:
                 if not rows:
                     await store.head.wait_beyond(after)
                     continue
-                archived_to = await asyncio.to_thread(self._file.append, rows)
+                archived = [row[:4] for row in rows]  # the archive keeps FTN18 events
+                archived_to = await asyncio.to_thread(self._file.append, archived)
             except asyncio.CancelledError:
                 raise
             except Exception:

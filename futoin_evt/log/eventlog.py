@@ -36,6 +36,9 @@ class StoredEvent:
     data_json: str
     #: ``YYYY-MM-DDTHH:MM:SSZ`` (when it was added).
     ts: str
+    #: The content type of the AMQP ``data`` section the event came as (``""`` for none);
+    #: None when it came otherwise.
+    content_type: str | None = None
 
     @property
     def timestamp_ms(self) -> int:
@@ -61,17 +64,18 @@ class EventLog:
         """
         return self._store.submit_append(event_type, encode_event_data(event_type, data))
 
-    def append_encoded(self, events: list[tuple[str, str]]) -> asyncio.Future[Any]:
-        """Queue checked events (type, data JSON) in order, together; the future is done
-        once all of them are durable. They go to the store in one loop turn, so they share a
-        group commit unless the writer's batch is full."""
+    def append_encoded(self, events: list[tuple[str, str, str | None]]) -> asyncio.Future[Any]:
+        """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
+        order, together; the future is done once all of them are durable. They go to the
+        store in one loop turn, so they share a group commit unless the writer's batch is
+        full."""
         if len(events) == 1:
             return self._store.submit_append(*events[0])
-        return asyncio.gather(*(self._store.submit_append(t, d) for t, d in events))
+        return asyncio.gather(*(self._store.submit_append(t, d, c) for t, d, c in events))
 
     async def read_after(self, after_id: int, limit: int) -> list[StoredEvent]:
         rows = await self._store.read_rows(after_id, limit=limit)
-        return [StoredEvent(EventId(i), t, d, ts) for i, t, d, ts in rows]
+        return [StoredEvent(EventId(i), t, d, ts, c) for i, t, d, ts, c in rows]
 
     async def read_of_types(
         self, after_id: int, limit: int, types: Collection[str] | None
@@ -82,7 +86,7 @@ class EventLog:
         head = self.head  # committed before the read starts, so the read sees all up to it
         wanted = sorted(set(types)) if types is not None else None
         rows = await self._store.read_rows(after_id, limit=limit, types=wanted)
-        events = [StoredEvent(EventId(i), t, d, ts) for i, t, d, ts in rows]
+        events = [StoredEvent(EventId(i), t, d, ts, c) for i, t, d, ts, c in rows]
         if len(events) >= limit:
             return events, events[-1].id
         return events, max(head, events[-1].id if events else after_id)

@@ -34,7 +34,7 @@ from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from .head import HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 3
+SCHEMA_VERSION: Final = 4
 
 
 class StoreError(Exception):
@@ -133,7 +133,9 @@ class User:
 
 
 #: A stored event as (id, type, data JSON, ts), for copying it elsewhere.
-EventRow = tuple[int, str, str, str]
+#: (id, type, data JSON, ts, content type): the content type of the AMQP ``data`` section the
+#: event came as (``""`` for none), or None for an event that came otherwise.
+EventRow = tuple[int, str, str, str, str | None]
 
 
 class EventLog(Protocol):
@@ -148,8 +150,11 @@ class EventLog(Protocol):
         """Store one event (type and data already checked); its id once durable.
         Cancelling the caller does not cancel the write."""
 
-    def submit_append(self, event_type: str, data_json: str) -> asyncio.Future[EventId]:
-        """Queue one event; the future gets its id once it is durable."""
+    def submit_append(
+        self, event_type: str, data_json: str, content_type: str | None = None
+    ) -> asyncio.Future[EventId]:
+        """Queue one event; the future gets its id once it is durable. ``content_type``: the
+        event came as an AMQP ``data`` section with this content type (see :data:`EventRow`)."""
 
     async def read_events(
         self,
@@ -171,7 +176,7 @@ class EventLog(Protocol):
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None
     ) -> list[EventRow]:
-        """Stored events after ``after_id`` as (id, type, data JSON, ts); with ``types``, only
+        """Stored events after ``after_id`` as :data:`EventRow`; with ``types``, only
         those types, found through the index on (type, id) rather than by reading the rest."""
 
     async def newest_event_id(self) -> int:

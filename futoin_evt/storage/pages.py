@@ -145,9 +145,10 @@ def page_sql(
 def rows_sql(
     mark: str, after_id: int, limit: int, types: Sequence[str] | None
 ) -> tuple[str, list[Any]]:
-    """Events after ``after_id`` as (id, type, data, ts), in id order. With ``types``, one
-    index range per type (on (type, id)) merged by id: events of other types are not read."""
-    select = "SELECT id, type, data, ts FROM events WHERE "
+    """Events after ``after_id`` as (id, type, data, ts, content_type), in id order. With
+    ``types``, one index range per type (on (type, id)) merged by id: events of other types
+    are not read."""
+    select = "SELECT id, type, data, ts, content_type FROM events WHERE "
     if types is None:
         return f"{select}id > {mark} ORDER BY id LIMIT {mark}", [after_id, limit]
     if not types:

@@ -70,7 +70,13 @@ _VERSION_2: Final = """
 ALTER TABLE consumers ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0
 """
 
-MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2, 3: _VERSION_3}
+#: Version 4: an event that came as an AMQP ``data`` section keeps its content type ('' for
+#: none), so it goes back out as it came; NULL for every other event.
+_VERSION_4: Final = """
+ALTER TABLE events ADD COLUMN content_type TEXT
+"""
+
+MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2, 3: _VERSION_3, 4: _VERSION_4}
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:

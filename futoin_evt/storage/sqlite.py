@@ -83,6 +83,7 @@ class _Append:
     type: str
     data: str
     future: asyncio.Future[EventId]
+    content_type: str | None = None
 
 
 @dataclass(slots=True)
@@ -224,10 +225,12 @@ class SqliteStore(PagedReads):
         """
         return await self.submit_append(event_type, data_json)
 
-    def submit_append(self, event_type: str, data_json: str) -> asyncio.Future[EventId]:
+    def submit_append(
+        self, event_type: str, data_json: str, content_type: str | None = None
+    ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable."""
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Append(event_type, data_json, future))
+        self._enqueue(_Append(event_type, data_json, future, content_type))
         return future
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
@@ -236,10 +239,10 @@ class SqliteStore(PagedReads):
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None
     ) -> list[EventRow]:
-        """Stored events as (id, type, data JSON, ts), for copying them elsewhere."""
+        """Stored events as (id, type, data JSON, ts, content type)."""
         sql, params = rows_sql("?", after_id, limit, types)
         rows = await self._reader.execute_fetchall(sql, params)
-        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
 
     async def last_given_id(self) -> int:
         """The newest id ever given to an event, even if that event is discarded."""
@@ -585,8 +588,10 @@ def _commit_sync(conn: sqlite3.Connection, batch: list[_Write]) -> tuple[str, li
                 end = index
                 while end < len(batch) and isinstance(batch[end], _Append):
                     end += 1
-                run = [(a.type, a.data) for a in batch[index:end] if isinstance(a, _Append)]
+                appends = [a for a in batch[index:end] if isinstance(a, _Append)]
+                run = [(a.type, a.data) for a in appends]
                 first_id = _insert_events(conn, run, ts)
+                _keep_content_types(conn, first_id, appends)
                 for offset, (event_type, data) in enumerate(run):
                     inserted.append((first_id + offset, event_type, data))
                     results.append(EventId(first_id + offset))
@@ -628,6 +633,16 @@ def _insert_events(conn: sqlite3.Connection, events: Sequence[tuple[str, str]], 
         if start == 0:
             first_id = cursor.lastrowid - len(chunk) + 1
     return first_id
+
+
+def _keep_content_types(conn: sqlite3.Connection, first_id: int, appends: list[_Append]) -> None:
+    """The content types of the events that came as AMQP ``data`` sections (few, and only
+    they pay for it: the inserts stay three columns wide)."""
+    kept = [
+        (a.content_type, first_id + i) for i, a in enumerate(appends) if a.content_type is not None
+    ]
+    if kept:
+        conn.executemany("UPDATE events SET content_type = ? WHERE id = ?", kept)
 
 
 def _dcb_append_sync(

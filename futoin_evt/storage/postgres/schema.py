@@ -78,7 +78,12 @@ _VERSION_3: Final = (
     "CREATE INDEX IF NOT EXISTS events_by_type ON events (type, id)",
 )
 
-MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2, 3: _VERSION_3}
+_VERSION_4: Final = (
+    # The content type of the AMQP data section an event came as ('' for none); NULL else.
+    "ALTER TABLE events ADD COLUMN IF NOT EXISTS content_type TEXT",
+)
+
+MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2, 3: _VERSION_3, 4: _VERSION_4}
 
 INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (%s, %s, %s) RETURNING id"
 TAKE_APPEND_LOCK: Final = f"SELECT pg_advisory_xact_lock({LOCK_NAMESPACE}, {APPEND_LOCK})"

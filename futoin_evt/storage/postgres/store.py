@@ -120,6 +120,7 @@ class _Append:
     type: str
     data: str
     future: asyncio.Future[EventId]
+    content_type: str | None = None
 
 
 @dataclass(slots=True)
@@ -268,11 +269,13 @@ class PostgresStore(PagedReads):
     async def append(self, event_type: str, data_json: str) -> EventId:
         return await self.submit_append(event_type, data_json)
 
-    def submit_append(self, event_type: str, data_json: str) -> asyncio.Future[EventId]:
+    def submit_append(
+        self, event_type: str, data_json: str, content_type: str | None = None
+    ) -> asyncio.Future[EventId]:
         if self._closing:
             raise StoreClosed("the event store is closed")
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._queue.items.append(_Append(event_type, data_json, future))
+        self._queue.items.append(_Append(event_type, data_json, future, content_type))
         self._queue.ready.set()
         return future
 
@@ -316,12 +319,23 @@ class PostgresStore(PagedReads):
         async with conn.transaction():
             async with conn.pipeline():
                 await conn.execute(TAKE_APPEND_LOCK)
-                cursor = await conn.execute(
-                    "INSERT INTO events (type, data, ts)"
-                    " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
-                    " AS u(t, d, ord) ORDER BY ord RETURNING id",
-                    (ts, [item.type for item in batch], [item.data for item in batch]),
-                )
+                types = [item.type for item in batch]
+                datas = [item.data for item in batch]
+                content_types = [item.content_type for item in batch]
+                if any(c is not None for c in content_types):
+                    cursor = await conn.execute(
+                        "INSERT INTO events (type, data, ts, content_type)"
+                        " SELECT t, d, %s, c FROM unnest(%s::text[], %s::text[], %s::text[])"
+                        " WITH ORDINALITY AS u(t, d, c, ord) ORDER BY ord RETURNING id",
+                        (ts, types, datas, content_types),
+                    )
+                else:
+                    cursor = await conn.execute(
+                        "INSERT INTO events (type, data, ts)"
+                        " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
+                        " AS u(t, d, ord) ORDER BY ord RETURNING id",
+                        (ts, types, datas),
+                    )
                 await conn.execute(NOTIFY_HEAD)
             ids = sorted(int(row[0]) for row in await cursor.fetchall())
         return ids, ts
@@ -340,7 +354,7 @@ class PostgresStore(PagedReads):
     ) -> list[EventRow]:
         sql, params = rows_sql("%s", after_id, limit, types)
         rows = await self._fetch(sql, params)
-        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
 
     async def last_given_id(self) -> int:
         return int((await self._fetch_one(_LAST_GIVEN_ID))[0])
