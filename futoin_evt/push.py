@@ -19,7 +19,10 @@ no stream polls the database while it is caught up.
 
 One stream per (user, component): a new readyToReceive takes over and the older stream
 stops, so a consumer that restarts is never blocked by its own half-open old connection.
-For LIVE, one stream per connection and user.
+The claim reaches the other processes on one database through the store's claim watch
+(PostgreSQL: the notification channel), and their older stream stops too; one that missed
+the claim stops at its next acknowledgement, fenced by the epoch. For LIVE, one stream per
+connection and user.
 """
 
 from __future__ import annotations
@@ -303,6 +306,7 @@ class PushService:
         self.notices = notices
         self._streams: dict[Hashable, PushStream] = {}
         self._acks: set[asyncio.Task[Any]] = set()
+        self._stop_claims = store.claims.listen(self._claimed)
 
     @property
     def streams(self) -> list[PushStream]:
@@ -378,6 +382,24 @@ class PushService:
 
         task.add_done_callback(done)
 
+    def _claimed(self, user_id: UserId, component: str, epoch: int) -> None:
+        """A claim, perhaps on another process: a stream here with an older epoch stops."""
+        stream = self._streams.get((user_id, component))
+        if stream is None or stream.epoch >= epoch:
+            return
+        log.info("push stream %s of user %s taken over elsewhere", component, user_id)
+        del self._streams[stream.key]
+        stream.stop()
+        if self.notices is not None:
+            self.notices.publish(
+                CONSUMER_TAKEN_OVER,
+                user=stream.user_name,
+                component=component,
+                transport="ws",
+                epoch=epoch,
+                reason="a newer readyToReceive on another process took the consumer over",
+            )
+
     def stop_stream(self, user_id: UserId, component: str) -> None:
         """Stop a consumer's stream and drop its connection, so its receiver reconnects and
         starts from the stored position (after a seek or a drop)."""
@@ -392,6 +414,7 @@ class PushService:
 
     async def close(self) -> None:
         """Stop every stream and let stored acknowledgements finish."""
+        self._stop_claims()
         for stream in list(self._streams.values()):
             stream.stop()
         self._streams.clear()

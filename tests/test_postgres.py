@@ -342,6 +342,32 @@ async def test_a_newer_receiver_on_another_process_takes_the_consumer_over(
     assert new.ids == sorted(set(new.ids))
 
 
+async def test_a_takeover_on_another_process_ends_the_old_stream_at_once(
+    servers: ServersFactory,
+) -> None:
+    """The claim reaches the old stream's process on the notification channel, ahead of any
+    event added after it: the old stream sends nothing more, as on a takeover in one
+    process, and does not wait for its next acknowledgement to be fenced off."""
+    a, b = servers(2)
+    async with await connect(a.url) as producer:
+        await producer.register_consumer("MOVED")
+        first = [await producer.add_event("T", i) for i in range(10)]
+        old = Collector(a.url, "MOVED")
+        await old.wait_for(first[-1])
+        new = Collector(b.url, "MOVED")
+        async with asyncio.timeout(30):
+            await new.receiver.ready.wait()
+        later = [await producer.add_event("T", i) for i in range(20)]
+        await new.wait_for(later[-1])
+        assert not await push_connected(a.url, "MOVED")
+        assert await push_connected(b.url, "MOVED")
+    await old.stop()
+    await new.stop()
+    assert not set(later) & set(old.ids)
+    assert set(later) <= set(new.ids)
+    assert new.ids == sorted(set(new.ids))
+
+
 async def consumer_info(url: str, component: str) -> dict[str, Any]:
     async with await connect(url) as client:
         consumers = await client.ftn3.call("futoinevt.ops:1.0", "listConsumers", {})

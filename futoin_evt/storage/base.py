@@ -31,7 +31,7 @@ from typing import Final, NamedTuple, Protocol
 
 from ..dcb.model import AppendCondition, NewEvent, Query, StoredEvent
 from ..model import MAX_EVENTS_PER_CALL, EventId, UserId
-from .head import HeadWatch
+from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
 SCHEMA_VERSION: Final = 3
@@ -204,6 +204,12 @@ class Consumers(Protocol):
         """Make the caller the consumer's one push stream in the whole cluster: bump its
         epoch and return (new epoch, position), or None when it is not registered.
         Acknowledgements with an older epoch no longer move the position."""
+
+    @property
+    def claims(self) -> ClaimWatch:
+        """Told of other processes' claims (:meth:`claim_consumer`) where the backend
+        hears of them (PostgreSQL: on the notification channel, this process's own too;
+        SQLite: never)."""
 
     async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
         """(position, last given id) in one snapshot; None when not registered."""

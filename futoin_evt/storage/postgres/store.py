@@ -21,7 +21,9 @@ Wake-ups across processes
 -------------------------
 The commit sends ``NOTIFY futoin_evt_head, '<newest id>'``. Every process LISTENs on its own
 connection and advances its :class:`~futoin_evt.storage.head.HeadWatch`; a slow poll of the
-newest id covers a notification lost with a broken connection.
+newest id covers a notification lost with a broken connection. A claim of a consumer
+(a new epoch) goes out on the same channel, so a push stream on another process that held the
+consumer stops within one wake-up (a lost one: at its next acknowledgement, which is fenced).
 """
 
 from __future__ import annotations
@@ -60,11 +62,12 @@ from ..dcb_sql import (
     stored_event,
     stored_retry,
 )
-from ..head import HeadWatch
+from ..head import ClaimWatch, HeadWatch
 from ..pages import PagedReads, ReadDialect, rows_sql
 from ..recent import RecentEvent, RecentEvents
 from .schema import (
     CHANNEL,
+    CLAIM_PAYLOAD,
     LOCK_NAMESPACE,
     NOTIFY_HEAD,
     RETENTION_LOCK,
@@ -160,6 +163,7 @@ class PostgresStore(PagedReads):
         self._queue = _Queue()
         self._closing = False
         self.head = HeadWatch()
+        self.claims = ClaimWatch()
         self.recent = RecentEvents()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-pg-writer")
         self._listen_task = asyncio.create_task(self._listen(), name="futoin-evt-pg-listen")
@@ -217,8 +221,10 @@ class PostgresStore(PagedReads):
         while not self._closing:
             try:
                 async for notify in self._listener.notifies():
-                    with contextlib.suppress(ValueError):
+                    try:
                         self.head.advance(int(notify.payload))
+                    except ValueError:
+                        self._heard_claim(notify.payload)
             except psycopg.Error as exc:
                 if self._closing:
                     return
@@ -229,6 +235,14 @@ class PostgresStore(PagedReads):
                 self._listener = await _connect(self.url, autocommit=True)
                 await self._listener.execute(f"LISTEN {CHANNEL}")
                 self.head.advance(await self.newest_event_id())
+
+    def _heard_claim(self, payload: str) -> None:
+        kind, _, rest = payload.partition(" ")
+        if kind != CLAIM_PAYLOAD:
+            return
+        with contextlib.suppress(ValueError):  # not a claim this version sends
+            user_id, epoch, component = rest.split(" ", 2)
+            self.claims.claimed(UserId(int(user_id)), component, int(epoch))
 
     async def close(self) -> None:
         """Commit what is queued, then close. Appends queued after this call are refused."""
@@ -376,10 +390,14 @@ class PostgresStore(PagedReads):
         return int(rows[0][0]) if rows else None
 
     async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """As the contract says; the claim goes out on the channel with the commit, so the
+        stream that held the consumer on another process stops."""
         rows = await self._fetch(
-            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
-            " WHERE user_id = %s AND component = %s RETURNING epoch, position",
-            (utc_timestamp(), user_id, component),
+            "WITH claimed AS (UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
+            " WHERE user_id = %s AND component = %s RETURNING epoch, position)"
+            f" SELECT epoch, position, pg_notify('{CHANNEL}',"
+            f" concat_ws(' ', '{CLAIM_PAYLOAD}', %s::bigint, epoch, %s::text)) FROM claimed",
+            (utc_timestamp(), user_id, component, user_id, component),
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
