@@ -18,6 +18,8 @@ Errors::
     StoreError
     ├── StoreClosed        the store was closed before a write could commit
     ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
+    │   └── StoreUnreachable   it does not answer now (refused, lost, no pooled connection
+    │                          in time): trying again later may succeed; raised by calls too
     └── SchemaTooNew       the database was written by a newer futoin-evt
 """
 
@@ -49,6 +51,11 @@ class StoreUnavailable(StoreError):
     """The database cannot be opened; the message is one sentence for the user."""
 
 
+class StoreUnreachable(StoreUnavailable):
+    """The database does not answer now: the connection is refused or was lost, or no
+    pooled connection came free within the bound. Trying again later may succeed."""
+
+
 class SchemaTooNew(StoreError):
     """The database schema is newer than this futoin-evt knows."""
 
@@ -77,6 +84,19 @@ class Durability(Enum):
 
     FULL = "FULL"
     NORMAL = "NORMAL"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """PostgreSQL: the pooled connections for reads and the other writes (the writer and
+    the listener have their own), and how long a call waits for one before it fails with
+    :class:`StoreUnreachable`. SQLite has no pool and ignores them."""
+
+    size: int = 8
+    timeout: float = 10.0
+
+
+DEFAULT_POOL: Final = PoolLimits()
 
 
 @dataclass(frozen=True, slots=True)
