@@ -49,7 +49,7 @@ from .dcb_sql import (
     stored_event,
     stored_retry,
 )
-from .head import HeadWatch
+from .head import ClaimWatch, HeadWatch
 from .pages import PagedReads, ReadDialect, rows_sql
 from .recent import RecentEvent, RecentEvents
 from .schema import ensure_schema
@@ -148,6 +148,8 @@ class SqliteStore(PagedReads):
         self._queue = _Queue()
         self._closing = False
         self.head = HeadWatch()
+        #: Nothing tells this process of other processes' claims of a consumer.
+        self.claims = ClaimWatch()
         self.recent = RecentEvents()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
         self._watcher: asyncio.Task[None] | None = None

@@ -21,8 +21,10 @@ MIGRATION_LOCK: Final = 2
 #: Held by the one process that discards (per transaction).
 RETENTION_LOCK: Final = 3
 
-#: The channel that carries a new head id to every process.
+#: The channel that carries a new head id to every process, and the claims of consumers.
 CHANNEL: Final = "futoin_evt_head"
+#: A claim's payload is ``claim <user id> <epoch> <component>`` (a head's is only digits).
+CLAIM_PAYLOAD: Final = "claim"
 
 _VERSION_1: Final = (
     """CREATE TABLE IF NOT EXISTS events (

@@ -21,7 +21,16 @@ Wake-ups across processes
 -------------------------
 The commit sends ``NOTIFY futoin_evt_head, '<newest id>'``. Every process LISTENs on its own
 connection and advances its :class:`~futoin_evt.storage.head.HeadWatch`; a slow poll of the
-newest id covers a notification lost with a broken connection.
+newest id covers a notification lost with a broken connection. A claim of a consumer
+(a new epoch) goes out on the same channel, so a push stream on another process that held the
+consumer stops within one wake-up (a lost one: at its next acknowledgement, which is fenced).
+
+Outages
+-------
+A call that finds the database gone, or no pooled connection free within the pool's bound,
+fails with :class:`~..base.StoreUnreachable`. Nothing waits for the database to come back:
+the writer reconnects on its next batch, the pool replaces broken connections, the listener
+retries every second and then catches up with the newest id.
 """
 
 from __future__ import annotations
@@ -30,25 +39,28 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ..base import (
+    DEFAULT_POOL,
     ConsumerRow,
     DiscardLimits,
     Durability,
     EventRow,
+    PoolLimits,
     StoreClosed,
     StoreUnavailable,
+    StoreUnreachable,
     StreamBounds,
     User,
 )
@@ -60,11 +72,12 @@ from ..dcb_sql import (
     stored_event,
     stored_retry,
 )
-from ..head import HeadWatch
+from ..head import ClaimWatch, HeadWatch
 from ..pages import PagedReads, ReadDialect, rows_sql
 from ..recent import RecentEvent, RecentEvents
 from .schema import (
     CHANNEL,
+    CLAIM_PAYLOAD,
     LOCK_NAMESPACE,
     NOTIFY_HEAD,
     RETENTION_LOCK,
@@ -78,10 +91,8 @@ Connection = psycopg.AsyncConnection[TupleRow]
 
 #: Largest number of queued appends committed in one transaction.
 MAX_APPENDS_PER_COMMIT: Final = 4096
-#: Seconds to wait for a connection when opening or when the pool is exhausted.
+#: Seconds to wait for a connection when opening.
 CONNECT_TIMEOUT: Final = 10.0
-#: Connections for reads and the other writes (the writer and the listener have their own).
-POOL_MAX: Final = 8
 #: Seconds between attempts to restore a lost LISTEN connection.
 RELISTEN_SECONDS: Final = 1.0
 
@@ -129,16 +140,27 @@ class _Queue:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 async def _connect(url: str, *, autocommit: bool) -> Connection:
     try:
         return await psycopg.AsyncConnection.connect(
             url, autocommit=autocommit, connect_timeout=int(CONNECT_TIMEOUT)
         )
     except (psycopg.Error, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreUnavailable(
-            f"cannot connect to the PostgreSQL database {safe_url(url)}: {reason}"
+        unavailable = (
+            StoreUnreachable if isinstance(exc, psycopg.OperationalError) else StoreUnavailable
+        )
+        raise unavailable(
+            f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
         ) from None
+
+
+def _lost(exc: psycopg.Error) -> StoreUnreachable:
+    """A connection that failed during a call: the database went away, or is restarting."""
+    return StoreUnreachable(f"the database connection failed: {_first_line(exc)}")
 
 
 class PostgresStore(PagedReads):
@@ -152,26 +174,33 @@ class PostgresStore(PagedReads):
         pool: AsyncConnectionPool[Connection],
         writer: Connection,
         listener: Connection,
+        limits: PoolLimits = DEFAULT_POOL,
     ) -> None:
         self.url = url
         self.description = safe_url(url)
         self._pool = pool
+        self._limits = limits
         self._writer = writer
         self._listener = listener
         self._queue = _Queue()
         self._closing = False
         self.head = HeadWatch()
+        self.claims = ClaimWatch()
         self.recent = RecentEvents()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-pg-writer")
         self._listen_task = asyncio.create_task(self._listen(), name="futoin-evt-pg-listen")
         self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, url: str, *, durability: Durability = Durability.FULL) -> PostgresStore:
-        """Connect, create or migrate the schema; StoreUnavailable when that fails."""
+    async def open(
+        cls, url: str, *, durability: Durability = Durability.FULL, pool: PoolLimits = DEFAULT_POOL
+    ) -> PostgresStore:
+        """Connect, create or migrate the schema; StoreUnavailable when that fails
+        (StoreUnreachable when the database does not answer)."""
+        limits = pool
         writer = await _connect(url, autocommit=False)
         listener: Connection | None = None
-        pool: AsyncConnectionPool[Connection] | None = None
+        connections: AsyncConnectionPool[Connection] | None = None
         try:
             await ensure_schema(writer)
             if durability is Durability.NORMAL:
@@ -179,23 +208,27 @@ class PostgresStore(PagedReads):
                 await writer.commit()
             listener = await _connect(url, autocommit=True)
             await listener.execute(f"LISTEN {CHANNEL}")
-            pool = AsyncConnectionPool(
+            connections = AsyncConnectionPool(
                 url,
                 min_size=1,
-                max_size=POOL_MAX,
+                max_size=limits.size,
                 kwargs={"autocommit": True},
-                timeout=CONNECT_TIMEOUT,
+                timeout=limits.timeout,
                 open=False,
             )
-            await pool.open(wait=True, timeout=CONNECT_TIMEOUT)
-        except BaseException:
+            await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
+        except BaseException as exc:
             await writer.close()
             if listener is not None:
                 await listener.close()
-            if pool is not None:
-                await pool.close()
+            if connections is not None:
+                await connections.close()
+            if isinstance(exc, psycopg.OperationalError):  # lost during the setup
+                raise StoreUnreachable(
+                    f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
+                ) from None
             raise
-        store = cls(url, pool, writer, listener)
+        store = cls(url, connections, writer, listener, limits)
         store.head.advance(await store.newest_event_id())
         return store
 
@@ -218,8 +251,10 @@ class PostgresStore(PagedReads):
         while not self._closing:
             try:
                 async for notify in self._listener.notifies():
-                    with contextlib.suppress(ValueError):
+                    try:
                         self.head.advance(int(notify.payload))
+                    except ValueError:
+                        self._heard_claim(notify.payload)
             except psycopg.Error as exc:
                 if self._closing:
                     return
@@ -230,6 +265,14 @@ class PostgresStore(PagedReads):
                 self._listener = await _connect(self.url, autocommit=True)
                 await self._listener.execute(f"LISTEN {CHANNEL}")
                 self.head.advance(await self.newest_event_id())
+
+    def _heard_claim(self, payload: str) -> None:
+        kind, _, rest = payload.partition(" ")
+        if kind != CLAIM_PAYLOAD:
+            return
+        with contextlib.suppress(ValueError):  # not a claim this version sends
+            user_id, epoch, component = rest.split(" ", 2)
+            self.claims.claimed(UserId(int(user_id)), component, int(epoch))
 
     async def close(self) -> None:
         """Commit what is queued, then close. Appends queued after this call are refused."""
@@ -256,9 +299,32 @@ class PostgresStore(PagedReads):
     # -- plumbing -------------------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(sql, params)
-            return await cursor.fetchall() if cursor.description is not None else []
+        try:
+            async with self._pool.connection() as conn:
+                cursor = await conn.execute(sql, params)
+                return await cursor.fetchall() if cursor.description is not None else []
+        except PoolTimeout:
+            raise self._no_connection() from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _lost(exc) from None
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Connection]:
+        """A pooled connection in a transaction, with the errors of :meth:`_fetch`."""
+        try:
+            async with self._pool.connection() as conn, conn.transaction():
+                yield conn
+        except PoolTimeout:
+            raise self._no_connection() from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _lost(exc) from None
+
+    def _no_connection(self) -> StoreUnreachable:
+        limits = self._limits
+        return StoreUnreachable(
+            f"no database connection within {limits.timeout:g} s (all {limits.size} of the pool"
+            " busy, or the database unreachable)"
+        )
 
     async def _fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
         rows = await self._fetch(sql, params)
@@ -294,6 +360,8 @@ class PostgresStore(PagedReads):
                 ids, ts = await self._commit(batch)
             except Exception as exc:
                 log.error("commit of %d events failed: %s", len(batch), exc)
+                if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+                    exc = _lost(exc)
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)
@@ -390,10 +458,14 @@ class PostgresStore(PagedReads):
         return int(rows[0][0]) if rows else None
 
     async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """As the contract says; the claim goes out on the channel with the commit, so the
+        stream that held the consumer on another process stops."""
         rows = await self._fetch(
-            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
-            " WHERE user_id = %s AND component = %s RETURNING epoch, position",
-            (utc_timestamp(), user_id, component),
+            "WITH claimed AS (UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
+            " WHERE user_id = %s AND component = %s RETURNING epoch, position)"
+            f" SELECT epoch, position, pg_notify('{CHANNEL}',"
+            f" concat_ws(' ', '{CLAIM_PAYLOAD}', %s::bigint, epoch, %s::text)) FROM claimed",
+            (utc_timestamp(), user_id, component, user_id, component),
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
@@ -508,7 +580,7 @@ class PostgresStore(PagedReads):
         """As the contract says; also, across processes: only one process deletes at a time
         (the others' calls delete nothing and return 0), and nothing above the lowest
         position of a registered consumer goes, whatever ``up_to`` says."""
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             cursor = await conn.execute(
                 f"SELECT pg_try_advisory_xact_lock({LOCK_NAMESPACE}, {RETENTION_LOCK})"
             )
@@ -548,7 +620,7 @@ class PostgresStore(PagedReads):
         condition is checked against everything committed before it, and nothing can commit
         between the check and the insert."""
         ts = utc_timestamp()
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             await conn.execute(TAKE_APPEND_LOCK)
             client_ids = [e.id for e in events if e.id is not None]
             if client_ids:
