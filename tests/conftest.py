@@ -183,10 +183,15 @@ class ServerProcess:
 
     def stop(self) -> int:
         """SIGTERM, as an operator stops it; returns the exit code."""
+        return self.stop_and_read_log(timeout=30)[0]
+
+    def stop_and_read_log(self, timeout: float) -> tuple[int, str]:
+        """SIGTERM; the exit code and everything the server logged."""
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.communicate(timeout=30)  # also closes the pipes
+        self.proc.communicate(timeout=timeout)  # also closes the pipes
+        logged = self.logged()
         self.log.close()
-        return self.proc.returncode
+        return self.proc.returncode, logged
 
     def kill(self) -> None:
         """SIGKILL: a crash."""
