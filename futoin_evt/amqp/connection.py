@@ -379,12 +379,15 @@ class AmqpConnection(asyncio.Protocol):
         connection.close()
 
     def _dispatch_link(self, kind: object, link: Link, event: Event) -> None:
-        if kind == Event.LINK_REMOTE_OPEN:
+        if kind == Event.LINK_LOCAL_CLOSE:
+            _free_when_closed(link)
+        elif kind == Event.LINK_REMOTE_OPEN:
             self._attach(link)
         elif kind in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
             handler = self._handlers.pop(link, None)
             finishing = handler.on_closed() if handler is not None else None
             if not link.state & Endpoint.LOCAL_ACTIVE:
+                _free_when_closed(link)
                 return
             if finishing is None or finishing.done():
                 link.close()
@@ -462,6 +465,15 @@ def refuse_link(link: Link, condition: str, description: str) -> None:
     link.condition = Condition(condition, description)
     link.open()
     link.close()
+
+
+def _free_when_closed(link: Link) -> None:
+    """Let proton drop a link both ends have closed: it keeps every link of a connection until
+    the connection ends otherwise, and a peer could attach and detach without end."""
+    closed = Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED
+    if link.state & closed == closed and not getattr(link, "freed", False):
+        link.freed = True  # kept with proton's link: both closing events may still be queued
+        link.free()
 
 
 def _peer(address: Any) -> str:
