@@ -373,14 +373,14 @@ class AmqpConnection(asyncio.Protocol):
             handler = self._handlers.pop(link)
             handler.on_closed()
         session.close()
-        link = self._connection.link_head(0) if self._connection is not None else None
-        while link is not None:
-            following = link.next(0)
-            if link.session == session:
-                if link.state & Endpoint.LOCAL_ACTIVE:
-                    link.close()
-                _free(link)
-            link = following
+        each = self._connection.link_head(0) if self._connection is not None else None
+        while each is not None:
+            following = each.next(0)
+            if each.session == session:
+                if each.state & Endpoint.LOCAL_ACTIVE:
+                    each.close()
+                _free(each)
+            each = following
         session.free()
 
     def _input_ended(self, connection: Connection) -> None:
