@@ -13,11 +13,9 @@ import httpx
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from websockets.asyncio.client import connect
-from websockets.exceptions import InvalidStatus
 
-from futoin_evt.auth import hash_password
-from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.auth.users import hash_password
+from futoin_evt.client.aio import CommError, EventStreamClient, RemoteError
 from futoin_evt.storage.sqlite import SqliteStore
 
 from .amqp_wire import ServerProcess
@@ -28,6 +26,7 @@ pytestmark = pytest.mark.functional
 MAX_CONNECTIONS = 6
 MIB = 1024 * 1024
 AUTH = ("alice", USERS["alice"])
+CREDENTIALS = "alice:" + USERS["alice"]
 
 
 @pytest.fixture(scope="module")
@@ -70,21 +69,24 @@ async def append_one(client: httpx.AsyncClient) -> int:
 
 
 async def assert_slots_free(server: ServerProcess) -> None:
+    """Every established slot can be taken again (the attack's connections are gone), and with
+    all taken, a DCB request is refused with 503."""
     url = f"ws://127.0.0.1:{server.port}/"
     clients: list[EventStreamClient] = []
     try:
         async with asyncio.timeout(30):
             while len(clients) < MAX_CONNECTIONS:
+                client = await EventStreamClient.connect(url, credentials=CREDENTIALS)
                 try:
-                    clients.append(
-                        await EventStreamClient.connect(url, credentials="alice:alice-pw")
-                    )
-                except InvalidStatus:  # a slot not yet seen free: the server closes it soon
+                    await client.ping(1)
+                except (RemoteError, CommError):  # a slot not yet seen free: it soon is
+                    await client.close()
                     await asyncio.sleep(0.05)
-        with pytest.raises(InvalidStatus) as refused:
-            async with connect(url):
-                pass
-        assert refused.value.response.status_code == 503
+                else:
+                    clients.append(client)
+        async with httpx.AsyncClient(base_url=server.http_url + "/dcb/v1", auth=AUTH) as late:
+            refused = await late.post("/read", json={"limit": 1}, timeout=30)
+        assert refused.status_code == 503, refused.text
     finally:
         for client in clients:
             await client.close()

@@ -14,11 +14,11 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from futoin_evt.auth import hash_password
+from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications, Subscribed
+from futoin_evt.ftn18.notify import MAX_PER_CONNECTION
 from futoin_evt.notify.selector import MAX_SELECTOR_CHARS
-from futoin_evt.notify.service import MAX_PER_CONNECTION
 from futoin_evt.storage.sqlite import SqliteStore
 
 from .amqp_wire import ATTACH, DETACH, ServerProcess, frame, logged_in
