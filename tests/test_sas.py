@@ -85,6 +85,37 @@ async def test_bad_tokens(token: object, reason: str) -> None:
         await SasVerifier(Users(ALICE), SECRET).verify(token, RESOURCE)
 
 
+async def test_a_token_of_no_user_costs_what_a_wrong_signature_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same key derivation and constant-time comparison run whether ``skn`` names a user or
+    not, so the time a refusal takes does not tell which names are users."""
+    import hmac
+
+    calls: list[str] = []
+    digest, compare = hmac.digest, hmac.compare_digest
+
+    def counted_digest(key: bytes, message: bytes, algorithm: str) -> bytes:
+        calls.append("digest")
+        return bytes(digest(key, message, algorithm))
+
+    def counted_compare(a: bytes, b: bytes) -> bool:
+        calls.append(f"compare {len(a)} {len(b)}")
+        return bool(compare(a, b))
+
+    monkeypatch.setattr(hmac, "digest", counted_digest)
+    monkeypatch.setattr(hmac, "compare_digest", counted_compare)
+    verifier = SasVerifier(Users(ALICE), SECRET)
+    work = []
+    for name in ("alice", "nobody"):
+        token = sign(RESOURCE, name, "not the key", 4_000_000_000)
+        calls.clear()
+        with pytest.raises(InvalidToken):
+            await verifier.verify(token, RESOURCE)
+        work.append(list(calls))
+    assert work[0] == work[1] == ["digest", "digest", "compare 44 44"]
+
+
 def test_a_tampered_expiry_breaks_the_signature() -> None:
     token = SasToken.parse(sign(RESOURCE, "alice", sas_key(SECRET, ALICE), 2_000_000_000))
     longer = SasToken(token.resource, 4_000_000_000, token.key_name, token.signature)

@@ -35,6 +35,8 @@ PARTITION_TYPE: Final = "com.microsoft:partition"
 GET_EVENTS: Final = "GET-EVENTS"
 #: Replies kept for a peer that gives no credit for them; one more detaches the reply link.
 MAX_QUEUED_REPLIES: Final = 64
+#: A larger request detaches its link (a token or a READ is a few hundred bytes).
+MAX_REQUEST_BYTES: Final = 64 * 1024
 
 
 class RequestReplyNode:
@@ -47,6 +49,8 @@ class RequestReplyNode:
     def attach(self, conn: AmqpConnection, link: Link) -> RequestLink | ReplyLink:
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
+        if link.is_receiver:
+            link.max_message_size = MAX_REQUEST_BYTES
         link.open()
         if link.is_receiver:
             return RequestLink(conn, link, self)
@@ -140,6 +144,13 @@ class RequestLink:
 
     def on_delivery(self, delivery: Delivery) -> None:
         link = self._link
+        if delivery.aborted:
+            delivery.settle()
+            return
+        if delivery.pending > MAX_REQUEST_BYTES:  # without this, proton would buffer it all
+            message = f"request larger than {MAX_REQUEST_BYTES} bytes"
+            self._conn.detach(link, "amqp:link:message-size-exceeded", message)
+            return
         if delivery.partial:
             return
         raw = link.recv(delivery.pending) or b""
