@@ -67,7 +67,7 @@ async def test_a_name_encoded_twice_is_understood() -> None:
         ("SharedAccessSignature sr=a&sig=x&se=soon&skn=alice", "not a time"),
         ("SharedAccessSignature sr=a&sig=x&se=1" + "9" * 20 + "&skn=alice", "not a time"),
         ("SharedAccessSignature " + "x" * 5000, "at most 4096"),
-        (sign(RESOURCE, "nobody", "k", 4_000_000_000), "names no user"),
+        (sign(RESOURCE, "nobody", "k", 4_000_000_000), "signature does not match"),
         (sign(RESOURCE, "alice", "not the key", 4_000_000_000), "signature does not match"),
         (sign(RESOURCE, "alice", sas_key(SECRET, ALICE), 1_000_000), "has expired"),
         (
@@ -139,3 +139,15 @@ def test_a_short_or_unreadable_secret_is_refused(tmp_path: Path) -> None:
         load_secret(short, create=True)
     with pytest.raises(SecretFileError, match="cannot"):
         load_secret(tmp_path / "no-such-dir" / "secret", create=True)
+
+
+async def test_a_name_that_is_no_user_is_refused_like_a_wrong_signature() -> None:
+    """The client cannot tell which names are users; the server's log can."""
+    verifier = SasVerifier(Users(ALICE), SECRET)
+    with pytest.raises(InvalidToken) as unknown:
+        await verifier.verify(sign(RESOURCE, "nobody", "k", 4_000_000_000), RESOURCE)
+    with pytest.raises(InvalidToken) as wrong:
+        await verifier.verify(sign(RESOURCE, "alice", "k", 4_000_000_000), RESOURCE)
+    assert str(unknown.value) == str(wrong.value)
+    assert "names no user" in unknown.value.detail
+    assert "names no user" not in wrong.value.detail

@@ -48,7 +48,7 @@ class CbsNode(RequestReplyNode):
         try:
             principal, expiry = await self._verifier.verify(request.body, audience)
         except InvalidToken as exc:
-            log.warning("AMQP token refused from %s: %s", conn.peer_name, exc)
+            log.warning("AMQP token refused from %s: %s", conn.peer_name, exc.detail)
             return 401, str(exc), None
         refusal = conn.grant_claims(principal, expiry)
         if refusal is not None:

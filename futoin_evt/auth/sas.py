@@ -35,9 +35,19 @@ _KEY_CONTEXT: Final = b"futoin-evt sas-key v1\0"
 _NOBODY: Final = User(UserId(0), "", "", False)
 
 
+#: What a client is told of a token whose skn names no user: the same as for a wrong
+#: signature, so that refusals do not tell which names are users.
+SIGNATURE_MISMATCH: Final = "the token's signature does not match the key of its skn"
+
+
 class InvalidToken(Exception):
     """A token that names no user of ours, has a wrong signature, or has expired. The message
-    says which, without repeating the token."""
+    (for the client) says which, without repeating the token and without telling a name that
+    is no user from a wrong signature; ``detail`` is the reason for the server's log."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 class SecretFileError(Exception):
@@ -116,7 +126,7 @@ class SasToken:
         """Raises :class:`InvalidToken` unless signed with ``key``, unexpired, and for a
         resource that ``audience`` is (or is under)."""
         if not self.signed_with(key):
-            raise InvalidToken("the token's signature does not match the key of its skn")
+            raise InvalidToken(SIGNATURE_MISMATCH)
         if self.expiry <= now:
             raise InvalidToken("the token has expired")
         if not _covers(self.resource, audience):
@@ -145,7 +155,7 @@ class SasVerifier:
         # The work of a wrong signature (a key derived, the signature compared), so that the
         # time taken does not tell a name that is a user from one that is not.
         token.signed_with(sas_key(self._secret, _NOBODY))
-        raise InvalidToken("the token's skn names no user of this server")
+        raise InvalidToken(SIGNATURE_MISMATCH, "the token's skn names no user of this server")
 
 
 def _signature(key: str, resource: str, expiry: int) -> str:
