@@ -22,6 +22,7 @@ from proton import Condition, Delivery, Link, Message, MessageException, timesta
 
 from ..log.eventlog import EventLog, ts_to_ms
 from ..notify.catalog import EventCatalog
+from ..quoting import quote_input
 from .codec import format_offset
 
 if TYPE_CHECKING:
@@ -93,9 +94,9 @@ class ManagementNode(RequestReplyNode):
         if properties.get("operation") == GET_EVENTS:
             return await self._get_events(properties.get("eventType"))
         if properties.get("operation") != "READ":
-            return 400, f"unsupported operation: {properties.get('operation')!r:.40}", None
+            return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None
         if properties.get("name") != self._hub:
-            return 404, f"no such event hub: {properties.get('name')!r:.80}", None
+            return 404, f"no such event hub: {quote_input(properties.get('name'))}", None
         kind = properties.get("type")
         bounds = await self._events.bounds()
         created = timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0)
@@ -108,9 +109,9 @@ class ManagementNode(RequestReplyNode):
                 "partition_ids": [self._partition],
             }  # fmt: skip
         if kind != PARTITION_TYPE:
-            return 400, f"unsupported type: {kind!r:.60}", None
+            return 400, f"unsupported type: {quote_input(kind)}", None
         if properties.get("partition") != self._partition:
-            return 404, f"no such partition: {properties.get('partition')!r:.40}", None
+            return 404, f"no such partition: {quote_input(properties.get('partition'))}", None
         last_id = bounds.last_id or 0
         return 200, "OK", {
             "name": self._hub,
