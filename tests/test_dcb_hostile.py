@@ -193,6 +193,18 @@ async def test_a_body_above_the_limit_is_refused_before_it_is_read(
     assert received.endswith(answer + b"\n")
 
 
+async def test_a_client_that_sends_a_body_above_the_limit_whole_gets_the_413(
+    dcb_server: ServerProcess, honest: httpx.AsyncClient
+) -> None:
+    """The server refuses before reading the body, and reads (and drops) the rest only so
+    that the client, still sending, gets the answer rather than a reset connection."""
+    async with httpx.AsyncClient(base_url=dcb_server.http_url + "/dcb/v1", auth=AUTH) as client:
+        response = await client.post("/append", content=b"x" * (4 * MIB), timeout=30)
+    assert response.status_code == 413
+    assert response.text == "The body exceeds 1048576 bytes.\n"
+    assert (await honest.post("/read", json={"limit": 1})).status_code == 200
+
+
 async def test_a_body_that_never_ends_holds_at_most_the_limit(
     dcb_server: ServerProcess, honest: httpx.AsyncClient
 ) -> None:
