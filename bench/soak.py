@@ -2,7 +2,8 @@
 a long time, at a fixed moderate rate; the server's memory and descriptors every minute.
 
 It starts ``futoin-evt serve`` (SQLite, or a new PostgreSQL database with ``--postgres``)
-with the AMQP listener and discarding on, adds a second user through ``futoin-evt user add``,
+with the AMQP listener, discarding every second and ``--keep-seconds 60`` (the feed does not
+hold back discarding), adds a second user through ``futoin-evt user add``,
 and for N minutes runs:
 
 - FTN3 producers (``futoin_evt.client``), ``--rate`` events/s in all, 10% of them through
@@ -39,6 +40,7 @@ import contextlib
 import itertools
 import json
 import os
+import signal
 import statistics
 import sys
 import tempfile
@@ -58,7 +60,7 @@ from proton.reactor import Container, LinkOption
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.client.receiver import LiveReceiver, ReliableReceiver
 
-from . import postgres
+from . import postgres, traced_server
 from .dcb import HttpCaller
 from .loadgen import LoadClient
 from .systems import (
@@ -407,7 +409,10 @@ class Soak:
                     for line in response.text.splitlines():
                         message = json.loads(line)
                         if "data" in message:
-                            tally.see(int(message["data"]["id"]))
+                            event_id = int(message["data"]["id"])
+                            if tally.last and event_id > tally.last + 1:  # ids have no holes
+                                print(f"# feed follower: {tally.last} then {event_id}", flush=True)
+                            tally.see(event_id)
                         elif "cursor" in message:
                             cursor = message["cursor"]
                 except Exception as exc:
@@ -632,10 +637,16 @@ class GroupReceiver(MessagingHandler):
 # -- the run -------------------------------------------------------------------------------------
 
 
-async def start(workdir: Path, durability: str, postgres_url: str | None) -> System:
-    extra = ("--amqp", "127.0.0.1:0", "--discard-interval", "1")
+async def start(
+    workdir: Path, durability: str, postgres_url: str | None, traced: Path | None
+) -> System:
+    """The server, and the second user; ``traced``: with tracemalloc, snapshots there."""
+    # the feed does not hold back discarding: a retention policy keeps what its readers need
+    extra = ("--amqp", "127.0.0.1:0", "--discard-interval", "1", "--keep-seconds", "60")
     if postgres_url is None:
-        system = await start_futoin_evt(workdir, *extra, durability=durability)
+        launcher = ("-m", "futoin_evt") if traced is None else ("-m", traced_server.__name__,
+                                                                  str(traced))  # fmt: skip
+        system = await start_futoin_evt(workdir, *extra, durability=durability, launcher=launcher)
         db = str(system.db_path)
     else:
         system = await postgres.start_futoin_evt_pg(workdir, *extra, admin_url=postgres_url)
@@ -649,6 +660,17 @@ async def start(workdir: Path, durability: str, postgres_url: str | None) -> Sys
         await system.stop()
         raise RuntimeError(f"futoin-evt user add exited with {add_user.returncode}")
     return system
+
+
+async def snapshot(system: System, directory: Path, n: int) -> Path:
+    """Have the traced server write its snapshot ``n``; wait for it (bounded)."""
+    path = directory / f"snapshot-{n}.tracemalloc"
+    os.kill(system.process.pid, signal.SIGUSR1)
+    for _ in range(600):
+        if path.exists():
+            return path
+        await asyncio.sleep(0.2)  # a bounded wait for the file
+    raise TimeoutError(f"the server wrote no {path.name} within 120 s")
 
 
 def verdict(samples: list[Sample], warm_up: int) -> tuple[str, list[str]]:
@@ -677,7 +699,7 @@ async def soak(args: argparse.Namespace) -> int:
     minutes: int = args.minutes
     churn = min(args.churn, minutes * 60 / 3)
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
-        system = await start(Path(tmp), args.durability, args.postgres)
+        system = await start(Path(tmp), args.durability, args.postgres, args.tracemalloc)
         run = Soak(system, args.rate, churn)
         cred2 = f"{USER2}:{PASSWORD2}"
         url = system.url
@@ -719,6 +741,7 @@ async def soak(args: argparse.Namespace) -> int:
         producers = [asyncio.create_task(run.producer(k)) for k in range(run.producers)]
         producers.append(asyncio.create_task(run.dcb_writer()))
         samples: list[Sample] = []
+        snapshots: list[Path] = []
         started = time.monotonic()
         before = run.read_counts()
         cpu_before = cpu_seconds(system.process.pid)
@@ -729,6 +752,8 @@ async def soak(args: argparse.Namespace) -> int:
             before, cpu_before = run.read_counts(), cpu_now
             samples.append(sample)
             print(sample.line(), flush=True)
+            if args.tracemalloc and minute in (args.warm_up, minutes):
+                snapshots.append(await snapshot(system, args.tracemalloc, len(snapshots) + 1))
         run.producing = False
         await asyncio.gather(*producers)
         caught_up = await run.caught_up(60.0)
@@ -740,6 +765,10 @@ async def soak(args: argparse.Namespace) -> int:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await system.stop()
+    if len(snapshots) == 2:
+        print(f"# tracemalloc: what grew from minute {args.warm_up} to minute {minutes}")
+        for line in traced_server.growth(snapshots[0], snapshots[1]):
+            print(f"#   {line}")
     failures = run.check()
     if not caught_up:
         failures.append("the consumers did not catch up within 60 s of the last event")
@@ -811,6 +840,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warm-up", type=int, default=3, help="minutes (3)")
     parser.add_argument("--durability", choices=["full", "normal"], default="full")
     parser.add_argument("--postgres", metavar="URL", help="a new database on this server")
+    parser.add_argument(
+        "--tracemalloc",
+        type=Path,
+        metavar="DIR",
+        help="SQLite only: the server traces its allocations; snapshots at the end of the"
+        " warm-up and at the end go to DIR, and what grew between them is printed",
+    )
     parser.add_argument("--probe", metavar="URL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe:
@@ -819,6 +855,10 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.minutes < 1 or args.rate <= 0:
         parser.error("--minutes and --rate must be positive")
+    if args.tracemalloc and args.postgres:
+        parser.error("--tracemalloc runs with SQLite only")
+    if args.tracemalloc:
+        args.tracemalloc.mkdir(parents=True, exist_ok=True)
     return asyncio.run(soak(args))
 
 
