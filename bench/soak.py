@@ -219,16 +219,18 @@ class Soak:
     async def paced(self, rate: float, seconds: float) -> AsyncIterator[int]:
         """Yield at ``rate`` per second for ``seconds`` or until producing stops; after a
         stall of more than a second the schedule starts again rather than burst."""
-        start = time.perf_counter()
+        end = time.perf_counter() + seconds
+        due = time.perf_counter()
         for n in itertools.count():
-            if not self.producing or time.perf_counter() - start > seconds:
+            now = time.perf_counter()
+            if not self.producing or now > end:
                 return
-            delay = start + n / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)  # pacing
-            elif delay < -1.0:
-                start, n = time.perf_counter(), 0
+            if due > now:
+                await asyncio.sleep(due - now)  # pacing
+            elif now - due > 1.0:
+                due = now
             yield n
+            due += 1 / rate
 
     async def producer(self, k: int) -> None:
         rate = self.rate * 0.9 / self.producers
