@@ -13,7 +13,8 @@ and for N minutes runs:
   consumers (``ReliableReceiver``), each leaving and coming back every ``--churn`` seconds
   or so (a poll consumer resumes from its stored position, so its last page comes again);
 - LIVE push consumers, one connected throughout, one coming and going;
-- a short-lived consumer of a new name each minute: it registers, reads, and drops itself;
+- short-lived consumers, one after another a minute apart, each of a new name: it registers,
+  reads for 30 seconds, and drops itself;
 - an AMQP consumer group bound to a registered consumer (``ftn18:AMQP``, python-qpid-proton
   in a thread), reconnecting with a higher epoch each time;
 - a DCB writer: conditional appends over HTTP, each after the position of its last one;
@@ -163,6 +164,8 @@ def percentiles(values: list[float], scale: float = 1.0) -> tuple[float, float, 
 
 @dataclass
 class Soak:
+    """The clients of a soak against one server, and what they added and were given."""
+
     system: System
     rate: float
     churn: float
@@ -183,6 +186,8 @@ class Soak:
     driver_lag: float = 0.0
     #: Called when the soak stops (threads that cannot wait on :attr:`stopping`).
     stopping_hooks: list[Callable[[], None]] = field(default_factory=list)
+    #: Every task of the soak, cancelled when it ends.
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
     @property
     def credentials(self) -> str:
@@ -340,8 +345,8 @@ class Soak:
         return handle
 
     async def transient_consumers(self) -> None:
-        """Each minute a consumer of a new name registers, reads for half a minute and drops
-        itself: the server must forget it."""
+        """A minute after the last one left, a consumer of a new name registers, reads for
+        half a minute and drops itself: the server must forget it."""
         for n in itertools.count(1):
             if not await self.pause(60.0 if n > 1 else 5.0) or not self.producing:
                 return
@@ -698,87 +703,101 @@ def verdict(samples: list[Sample], warm_up: int) -> tuple[str, list[str]]:
 
 
 async def soak(args: argparse.Namespace) -> int:
-    minutes: int = args.minutes
-    churn = min(args.churn, minutes * 60 / 3)
     with tempfile.TemporaryDirectory(prefix="bench-soak-") as tmp:
         system = await start(Path(tmp), args.durability, args.postgres, args.tracemalloc)
-        run = Soak(system, args.rate, churn)
-        cred2 = f"{USER2}:{PASSWORD2}"
-        url = system.url
-
-        def reliable(name: str, credentials: str = run.credentials) -> Callable[[], Any]:
-            return lambda: ReliableReceiver(
-                url, credentials=credentials, component=name,
-                on_events=run.on_events(run.tally(f"push-reliable {name}")),
-            )  # fmt: skip
-
-        def live(name: str) -> Callable[[], Any]:
-            return lambda: LiveReceiver(
-                url, credentials=run.credentials, on_events=run.on_events(run.tally(name))
-            )
-
-        consumers = [
-            run.poll_consumer(run.credentials, "POLL1", run.tally("poll POLL1"), churn),
-            run.poll_consumer(run.credentials, "POLL2", run.tally("poll POLL2"), churn * 1.2),
-            run.poll_consumer(cred2, "POLL1", run.tally("poll POLL1 (soak2)"), churn * 0.9),
-            run.push_consumer(reliable("PUSH1"), run.tally("push-reliable PUSH1"), churn),
-            run.push_consumer(reliable("PUSH2"), run.tally("push-reliable PUSH2"), churn * 1.3),
-            run.push_consumer(live("live steady"), run.tally("live steady"), None),
-            run.push_consumer(live("live churning"), run.tally("live churning"), churn * 0.7),
-            run.amqp_group(run.tally("amqp ftn18:AMQP")),
-            run.feed_follower(run.tally("feed follower")),
-            run.feed_readers(),
-            run.transient_consumers(),
-        ]
-        background = [run.prober(), run.driver_lag_monitor()]
-        tasks = [asyncio.create_task(c) for c in (*consumers, *background)]
-        # every consumer connected before the first event, so each must see every one
-        await asyncio.sleep(2.0)  # a grace for the connections, not a synchronisation
-        print(
-            f"# soak: {minutes} min at {args.rate:g} events/s ({run.producers} FTN3 producers,"
-            f" DCB {args.rate * 0.1:g}/s), churn {churn:.0f} s, server pid {system.process.pid},"
-            f" {'PostgreSQL' if args.postgres else 'SQLite ' + args.durability}",
-            flush=True,
-        )
-        producers = [asyncio.create_task(run.producer(k)) for k in range(run.producers)]
-        producers.append(asyncio.create_task(run.dcb_writer()))
-        samples: list[Sample] = []
-        snapshots: list[Path] = []
-        started = time.monotonic()
-        before = run.read_counts()
-        cpu_before = cpu_seconds(system.process.pid)
-        for minute in range(1, minutes + 1):
-            await asyncio.sleep(max(0.0, started + 60 * minute - time.monotonic()))  # the clock
-            cpu_now = cpu_seconds(system.process.pid)
-            sample = run.sample(minute, before, cpu_before, 60.0)
-            before, cpu_before = run.read_counts(), cpu_now
-            samples.append(sample)
-            print(sample.line(), flush=True)
-            if args.tracemalloc and minute in (args.warm_up, minutes):
-                snapshots.append(await snapshot(system, args.tracemalloc, len(snapshots) + 1))
-        run.producing = False
-        await asyncio.gather(*producers)
-        caught_up = await run.caught_up(60.0)
-        run.stopping.set()
-        for hook in run.stopping_hooks:
-            hook()
-        await asyncio.gather(*tasks[: len(consumers)], return_exceptions=True)
-        for task in tasks[len(consumers) :]:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        await system.stop()
+        run = Soak(system, args.rate, min(args.churn, args.minutes * 60 / 3))
+        try:
+            samples, snapshots, caught_up = await drive(run, args)
+        finally:
+            for task in run.tasks:
+                task.cancel()
+            await asyncio.gather(*run.tasks, return_exceptions=True)
+            await system.stop()
     if len(snapshots) == 2:
-        print(f"# tracemalloc: what grew from minute {args.warm_up} to minute {minutes}")
+        print(f"# tracemalloc: what grew from minute {args.warm_up} to minute {args.minutes}")
         for line in traced_server.growth(snapshots[0], snapshots[1]):
             print(f"#   {line}")
     failures = run.check()
     if not caught_up:
         failures.append("the consumers did not catch up within 60 s of the last event")
     failures += run.errors
-    return report(samples, args.warm_up, run, failures)
+    return report(samples, args.warm_up, run, failures, judge=not args.tracemalloc)
 
 
-def report(samples: list[Sample], warm_up: int, run: Soak, failures: list[str]) -> int:
+async def drive(run: Soak, args: argparse.Namespace) -> tuple[list[Sample], list[Path], bool]:
+    """The minutes of the soak: the samples, the tracemalloc snapshots, and whether the
+    consumers caught up at the end."""
+    minutes: int = args.minutes
+    system, churn, url = run.system, run.churn, run.system.url
+    cred2 = f"{USER2}:{PASSWORD2}"
+
+    def reliable(name: str, credentials: str = run.credentials) -> Callable[[], Any]:
+        return lambda: ReliableReceiver(
+            url, credentials=credentials, component=name,
+            on_events=run.on_events(run.tally(f"push-reliable {name}")),
+        )  # fmt: skip
+
+    def live(name: str) -> Callable[[], Any]:
+        return lambda: LiveReceiver(
+            url, credentials=run.credentials, on_events=run.on_events(run.tally(name))
+        )
+
+    consumers = [
+        run.poll_consumer(run.credentials, "POLL1", run.tally("poll POLL1"), churn),
+        run.poll_consumer(run.credentials, "POLL2", run.tally("poll POLL2"), churn * 1.2),
+        run.poll_consumer(cred2, "POLL1", run.tally("poll POLL1 (soak2)"), churn * 0.9),
+        run.push_consumer(reliable("PUSH1"), run.tally("push-reliable PUSH1"), churn),
+        run.push_consumer(reliable("PUSH2"), run.tally("push-reliable PUSH2"), churn * 1.3),
+        run.push_consumer(live("live steady"), run.tally("live steady"), None),
+        run.push_consumer(live("live churning"), run.tally("live churning"), churn * 0.7),
+        run.amqp_group(run.tally("amqp ftn18:AMQP")),
+        run.feed_follower(run.tally("feed follower")),
+        run.feed_readers(),
+        run.transient_consumers(),
+    ]
+    consuming = [asyncio.create_task(c) for c in consumers]
+    run.tasks += consuming
+    run.tasks += [asyncio.create_task(c) for c in (run.prober(), run.driver_lag_monitor())]
+    # every consumer connected before the first event, so each must see every one
+    await asyncio.sleep(2.0)  # a grace for the connections, not a synchronisation
+    print(
+        f"# soak: {minutes} min at {args.rate:g} events/s ({run.producers} FTN3 producers,"
+        f" DCB {args.rate * 0.1:g}/s), churn {churn:.0f} s, server pid {system.process.pid},"
+        f" {'PostgreSQL' if args.postgres else 'SQLite ' + args.durability}",
+        flush=True,
+    )
+    producers = [asyncio.create_task(run.producer(k)) for k in range(run.producers)]
+    producers.append(asyncio.create_task(run.dcb_writer()))
+    run.tasks += producers
+    samples: list[Sample] = []
+    snapshots: list[Path] = []
+    started = time.monotonic()
+    before = run.read_counts()
+    cpu_before = cpu_seconds(system.process.pid)
+    for minute in range(1, minutes + 1):
+        await asyncio.sleep(max(0.0, started + 60 * minute - time.monotonic()))  # the clock
+        cpu_now = cpu_seconds(system.process.pid)
+        sample = run.sample(minute, before, cpu_before, 60.0)
+        before, cpu_before = run.read_counts(), cpu_now
+        samples.append(sample)
+        print(sample.line(), flush=True)
+        if args.tracemalloc and minute in (args.warm_up, minutes):
+            snapshots.append(await snapshot(system, args.tracemalloc, len(snapshots) + 1))
+    run.producing = False
+    await asyncio.gather(*producers)
+    caught_up = await run.caught_up(60.0)
+    run.stopping.set()
+    for hook in run.stopping_hooks:
+        hook()
+    await asyncio.gather(*consuming, return_exceptions=True)
+    return samples, snapshots, caught_up
+
+
+def report(
+    samples: list[Sample], warm_up: int, run: Soak, failures: list[str], *, judge: bool = True
+) -> int:
+    """The summary; ``judge``: whether RSS and descriptors are judged (not when the server
+    traces its allocations: the snapshots themselves take memory)."""
     added = len(run.ftn_ids) + len(run.dcb_ids)
     print(f"# added {added:,} events ({len(run.dcb_ids):,} through DCB); errors {len(run.errors)}")
     if samples:
@@ -799,7 +818,7 @@ def report(samples: list[Sample], warm_up: int, run: Soak, failures: list[str]) 
             f"# ping ms: p50 median {statistics.median(p[0] for p in pings):.1f},"
             f" p99 worst {max(p[1] for p in pings):.1f}, max {max(p[2] for p in pings):.1f}"
         )
-    flat, growing = verdict(samples, warm_up)
+    flat, growing = verdict(samples, warm_up) if judge else ("not judged (tracemalloc)", [])
     print(
         f"# criterion: after minute {warm_up}, the end and the least-squares trend each within"
         f" max({RSS_TOLERANCE_MB:g} MB, {RSS_TOLERANCE_SHARE:.0%}) of the RSS and"

@@ -1,9 +1,11 @@
 """``python -m bench.traced_server DIR FUTOIN-EVT-ARGS...``: ``futoin-evt`` with tracemalloc
-on (10 frames). Each SIGUSR1 writes a snapshot to ``DIR/snapshot-N.tracemalloc`` (N from 1),
-for :func:`growth` to compare; ``python -m bench.soak --tracemalloc DIR`` uses it."""
+on (10 frames). Each SIGUSR1 collects garbage, then writes a snapshot to
+``DIR/snapshot-N.tracemalloc`` (N from 1) for :func:`growth` to compare; ``python -m
+bench.soak --tracemalloc DIR`` uses it."""
 
 from __future__ import annotations
 
+import gc
 import itertools
 import runpy
 import signal
@@ -19,6 +21,7 @@ def main() -> None:
 
     def dump(_signum: int, _frame: FrameType | None) -> None:
         path = out / f"snapshot-{next(numbers)}.tracemalloc"
+        gc.collect()  # what is still referenced, not garbage that waits for a full collection
         tracemalloc.take_snapshot().dump(f"{path}.part")
         Path(f"{path}.part").rename(path)  # whole once it has its name
 
@@ -33,7 +36,8 @@ def growth(before: Path, after: Path, top: int = 15) -> list[str]:
     ignored = [tracemalloc.Filter(False, tracemalloc.__file__)]
     old = tracemalloc.Snapshot.load(str(before)).filter_traces(ignored)
     new = tracemalloc.Snapshot.load(str(after)).filter_traces(ignored)
-    lines = []
+    total = [sum(stat.size for stat in snap.statistics("filename")) for snap in (old, new)]
+    lines = [f"traced in all: {total[0] / 1024:.1f} KiB -> {total[1] / 1024:.1f} KiB"]
     grown = sorted(new.compare_to(old, "traceback"), key=lambda s: s.size_diff, reverse=True)
     for stat in grown[:top]:
         lines.append(
