@@ -27,6 +27,11 @@ from typing import Final, Generic, Protocol, TypeVar
 log = logging.getLogger(__name__)
 
 TOO_MANY_CONNECTIONS: Final = "too many connections"
+#: A connection closed by the server while its peer is still sending reads and drops up to
+#: this much more (within a few seconds) before it is cut: a socket closed with input unread
+#: is reset by the kernel, and the peer would get the reset instead of the server's last word.
+LINGER_BYTES: Final = 8 * 1024 * 1024
+LINGER_SECONDS: Final = 5.0
 #: The default handshake budget is this fraction of the connection limit ...
 HANDSHAKE_FRACTION: Final = 4
 #: ... but at least this many.

@@ -43,7 +43,7 @@ from websockets.protocol import SEND_EOF, Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
-from .slots import Slots
+from .slots import LINGER_BYTES, Slots
 
 try:
     from websockets.speedups import apply_mask
@@ -62,9 +62,6 @@ HttpHandler = Callable[["ServerIO", Request, bytes], bool]
 
 #: What a peer may send while its HTTP response is being written, before reading pauses.
 HTTP_HELD_BYTES: Final = 64 * 1024
-#: After refusing a request, what the peer still sends is read and dropped, up to this much
-#: (and until the handshake's deadline), so that the refusal reaches it (see ``_linger``).
-LINGER_BYTES: Final = 8 * 1024 * 1024
 #: The longest HTTP request line read before the method is known.
 REQUEST_LINE_BYTES: Final = 8 * 1024
 #: The most a request's line and headers may take (a body is bounded by ``max_size``).

@@ -30,7 +30,7 @@ from proton import (
 from .. import __version__
 from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import FTN3Error
-from ..slots import TOO_MANY_CONNECTIONS, Slots
+from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots
 from .config import AmqpConfig
 from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
@@ -98,6 +98,8 @@ class AmqpConnection(asyncio.Protocol):
         self._limits = listener.config.limits
         self._sasl = SaslServer(MECHANISMS)
         self._socket: asyncio.Transport | None = None
+        #: Once the server closed the connection: how much more input is dropped before a cut.
+        self._linger_left: int | None = None
         self._peer: Any = None
         #: The user logged in with PLAIN or named by a token put to ``$cbs``; None before.
         self.principal: Principal | None = None
@@ -127,6 +129,11 @@ class AmqpConnection(asyncio.Protocol):
         self._arm_login_timer()
 
     def data_received(self, data: bytes) -> None:
+        if self._linger_left is not None:
+            self._linger_left -= len(data)
+            if self._linger_left < 0:
+                self.abort()
+            return
         if self._engine is not None:
             self._push(data)
             return
@@ -144,7 +151,7 @@ class AmqpConnection(asyncio.Protocol):
             self._start_engine(self._sasl.take_rest())
 
     def eof_received(self) -> bool | None:
-        if self._engine is not None:
+        if self._engine is not None and self._linger_left is None:
             self._engine.close_tail()
             self.process()
         return None
@@ -466,8 +473,18 @@ class AmqpConnection(asyncio.Protocol):
             self._socket.write(data)
 
     def _close_socket(self) -> None:
-        if self._socket is not None and not self._socket.is_closing():
-            self._socket.close()
+        """Close once what is written has gone, reading and dropping what the peer still
+        sends meanwhile (within ``LINGER_BYTES`` and ``LINGER_SECONDS``), so that a peer in the
+        middle of a large frame gets the close frame rather than a reset."""
+        socket = self._socket
+        if socket is None or socket.is_closing() or self._linger_left is not None:
+            return
+        if not socket.can_write_eof():  # TLS: no half-close
+            socket.close()
+            return
+        socket.write_eof()
+        self._linger_left = LINGER_BYTES
+        asyncio.get_running_loop().call_later(LINGER_SECONDS, self.abort)
 
 
 class LinkRefused(Exception):
