@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import aiosqlite
 from ..domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
+from ..stats import WriteStats
 from .base import (
     ConsumerRow,
     DiscardLimits,
@@ -151,6 +153,8 @@ class SqliteStore(PagedReads):
         #: Nothing tells this process of other processes' claims of a consumer.
         self.claims = ClaimWatch()
         self.recent = RecentEvents()
+        #: What group commit did (read by the metrics).
+        self.write_stats = WriteStats()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
         self._watcher: asyncio.Task[None] | None = None
 
@@ -338,7 +342,9 @@ class SqliteStore(PagedReads):
         )
         return bool(rows)
 
-    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
+    async def consumers(
+        self, user_id: UserId | None = None, limit: int | None = None
+    ) -> list[ConsumerRow]:
         """Registered consumers (of one user, or all) with how far behind each is."""
         sql = (
             "SELECT u.name, c.user_id, c.component, c.position, c.registered_at, c.last_seen_at,"
@@ -351,8 +357,15 @@ class SqliteStore(PagedReads):
             sql += " WHERE c.user_id = ?"
             params.append(user_id)
         sql += " ORDER BY u.name, c.component"
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
         rows = await self._reader.execute_fetchall(sql, params)
         return [ConsumerRow(*row) for row in rows]
+
+    async def count_consumers(self) -> int:
+        rows = await self._reader.execute_fetchall("SELECT COUNT(*) FROM consumers")
+        return int(next(iter(rows))[0])
 
     async def stream_bounds(self) -> StreamBounds:
         rows = await self._reader.execute_fetchall(
@@ -546,17 +559,22 @@ class SqliteStore(PagedReads):
                     item.future.set_result(result)
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
+        started = time.perf_counter()
         ts, inserted, results = await self._write_thread.run(_commit_sync, self._writer, batch)
+        seconds = time.perf_counter() - started
+        total = 0
         if inserted:
             recent = []
             for event_id, event_type, data in inserted:
                 text = event_json(event_id, event_type, data, ts)
                 size = len(text) if text.isascii() else len(text.encode())
+                total += size
                 recent.append(
                     RecentEvent(event_id, event_type, text, size, is_ftn18_type(event_type))
                 )
             self.recent.extend(recent)
             self.head.advance(inserted[-1][0])
+        self.write_stats.committed(len(batch), seconds, len(inserted), total)
         return results
 
 
