@@ -252,6 +252,11 @@ class Executor:
 
     def _count(self, request: Request, func: FuncSpec | None, outcome: str, started: float) -> None:
         """Count the call; labels only from what the ifaces define (``unknown`` else)."""
+        if func is None:  # refused before its function was at hand: known when resolved once
+            resolved = self._resolved.get(
+                (request.iface, request.major, request.minor, request.func)
+            )
+            func = resolved[1] if resolved is not None else None
         if func is None:
             self.calls.observe(UNKNOWN, UNKNOWN, outcome, time.perf_counter() - started)
         else:
