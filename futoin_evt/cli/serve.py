@@ -13,7 +13,7 @@ from typing import Final
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
 from ..log.retention import RetentionConfig
-from ..server.app import EventServer, ServerConfig
+from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
 from ..server.http import DEFAULT_FEED_PATH, FeedConfig
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
@@ -162,6 +162,13 @@ def add_commands(commands: Commands) -> None:
         help="serve GET /metrics (Prometheus), /healthz and /readyz over plain HTTP here "
         "(port 0: any; needs the 'metrics' extra)",
     )
+    serve.add_argument(
+        "--metrics-consumers",
+        type=int,
+        default=DEFAULT_CONSUMER_LIMIT,
+        metavar="N",
+        help="report at most N consumers one by one per scrape (the rest are counted)",
+    )
     serve.set_defaults(run=_serve)
 
 
@@ -196,6 +203,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise BadSetting("--dcb-path and --feed-path must differ.")
     amqp = _amqp_config(args, tls)
     metrics = _metrics_address(args.metrics)
+    if args.metrics_consumers < 0:
+        raise BadSetting("--metrics-consumers cannot be negative.")
     feed_users = None
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
@@ -218,6 +227,7 @@ async def _serve(args: argparse.Namespace) -> int:
         archive_path=args.archive,
         amqp=amqp,
         metrics=metrics,
+        metrics_consumers=args.metrics_consumers,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
         dcb_path=None if args.no_dcb else args.dcb_path,
         retention=RetentionConfig(

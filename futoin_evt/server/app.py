@@ -51,6 +51,8 @@ SERVED_IFACES: Final = {
     "futoin.evt.notify": ("1.0",),
 }
 DEFAULT_DB: Final = "futoin-evt.sqlite"
+#: Consumers reported one by one per scrape at most (``--metrics-consumers``).
+DEFAULT_CONSUMER_LIMIT: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +82,8 @@ class ServerConfig:
     #: (host, port) of the metrics listener (``/metrics``, ``/healthz``, ``/readyz``); None:
     #: off. Needs prometheus-client (the ``metrics`` extra).
     metrics: tuple[str, int] | None = None
+    #: Consumers reported one by one per scrape at most (the rest are counted).
+    metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
 
 
 def build_routes(
@@ -171,11 +175,13 @@ async def _start_amqp(
     return listener
 
 
-async def _start_metrics(server: EventServer, host: str, port: int) -> MetricsListener:
+async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsListener:
     """The metrics listener (imported here: prometheus-client is an optional dependency)."""
     from .metrics import MetricsListener
 
-    listener = MetricsListener(server, host, port)
+    assert config.metrics is not None
+    host, port = config.metrics
+    listener = MetricsListener(server, host, port, consumer_limit=config.metrics_consumers)
     try:
         await listener.start()
     except OSError as exc:
@@ -275,7 +281,7 @@ class EventServer:
         server.notify = notify
         if config.metrics is not None:
             try:
-                server.metrics = await _start_metrics(server, *config.metrics)
+                server.metrics = await _start_metrics(server, config)
             except BaseException:
                 await server.close()
                 raise

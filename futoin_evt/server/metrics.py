@@ -62,9 +62,6 @@ log = logging.getLogger(__name__)
 
 #: /readyz: the store answers within this many seconds, or the server is not ready.
 READY_TIMEOUT: Final = 2.0
-#: Consumers reported per scrape at most (the first by user and component); the rest are
-#: counted in ``futoin_evt_consumers_left_out``.
-DEFAULT_CONSUMER_LIMIT: Final = 1000
 #: Scrapes within this many seconds share one read of the store.
 DEFAULT_CACHE_SECONDS: Final = 1.0
 #: A request head larger than this, or slower than the timeout, is dropped.
@@ -122,7 +119,7 @@ class StoreSnapshot:
     async def _load(self) -> None:
         store = self._server.store
         started = time.perf_counter()
-        rows = await store.consumers(limit=self.limit)
+        rows = await store.consumer_lags(self.limit)
         registered = len(rows) if len(rows) < self.limit else await store.count_consumers()
         limits = await store.discard_limits(None)
         self.consumers, self.registered, self.oldest_id = rows, registered, limits.oldest_id
@@ -262,7 +259,10 @@ class ServerCollector(Collector):
         for (door, reason), count in sorted(refusals.items()):
             refused.add_metric([door, reason], count)
         yield from (connections, handshakes, refused)
-        yield from _calls([server.executor.calls, *(e.calls for e in server.http_endpoints)])
+        calls = [server.executor.calls, *(e.calls for e in server.http_endpoints)]
+        if server.amqp is not None:
+            calls.append(server.amqp.node.calls)
+        yield from _calls(calls)
 
     def _write_path(self) -> Iterator[Metric]:
         server = self._server
@@ -355,7 +355,7 @@ class MetricsListener:
         host: str,
         port: int,
         *,
-        consumer_limit: int = DEFAULT_CONSUMER_LIMIT,
+        consumer_limit: int = 1000,
         cache_seconds: float = DEFAULT_CACHE_SECONDS,
     ) -> None:
         self._eventserver = server

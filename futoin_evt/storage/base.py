@@ -245,11 +245,12 @@ class Consumers(Protocol):
 
     async def drop_consumer(self, user_id: UserId, component: str) -> bool: ...
 
-    async def consumers(
-        self, user_id: UserId | None = None, limit: int | None = None
-    ) -> list[ConsumerRow]:
-        """Registered consumers (of one user, or all) with how far behind each is; the first
-        ``limit`` by user and component when given."""
+    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
+        """Registered consumers (of one user, or all) with how far behind each is."""
+
+    async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
+        """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
+        component, in one pass over the events after the lowest of their positions."""
 
     async def count_consumers(self) -> int:
         """How many consumers are registered."""

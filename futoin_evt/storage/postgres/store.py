@@ -165,6 +165,24 @@ def _lost(exc: psycopg.Error) -> StoreUnreachable:
     return StoreUnreachable(f"the database connection failed: {_first_line(exc)}")
 
 
+#: Consumers with their lag in one pass over the events after the lowest position (a merge of
+#: the positions into the ids, counted by a window), not one count per consumer.
+_CONSUMER_LAGS = (
+    "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position, c.registered_at,"
+    " c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
+    " ORDER BY c.user_id, c.component LIMIT %s),"
+    " marks AS (SELECT id AS v, 1 AS ev FROM events"
+    " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
+    " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
+    " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
+    " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
+    " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
+    " SELECT l.name, l.user_id, l.component, l.position, l.registered_at, l.last_seen_at,"
+    " r.behind, e.ts FROM listed l JOIN runs r ON r.ev = 0 AND r.v = l.position"
+    " LEFT JOIN events e ON e.id = r.next_id ORDER BY l.name, l.component"
+)
+
+
 class PostgresStore(PagedReads):
     """Event, consumer and user storage in PostgreSQL. Create with :meth:`open`."""
 
@@ -514,9 +532,7 @@ class PostgresStore(PagedReads):
         )
         return bool(rows)
 
-    async def consumers(
-        self, user_id: UserId | None = None, limit: int | None = None
-    ) -> list[ConsumerRow]:
+    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
         sql = (
             "SELECT u.name, c.user_id, c.component, c.position, c.registered_at, c.last_seen_at,"
             " (SELECT COUNT(*) FROM events WHERE id > c.position),"
@@ -528,10 +544,17 @@ class PostgresStore(PagedReads):
             sql += " WHERE c.user_id = %s"
             params.append(user_id)
         sql += " ORDER BY u.name, c.component"
-        if limit is not None:
-            sql += " LIMIT %s"
-            params.append(limit)
         rows = await self._fetch(sql, params)
+        return [
+            ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
+            for r in rows
+        ]
+
+    async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
+        """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
+        component, read in one pass: its cost grows with the events after the lowest
+        position, not with their product by the consumers."""
+        rows = await self._fetch(_CONSUMER_LAGS, [limit])
         return [
             ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
             for r in rows

@@ -1,0 +1,158 @@
+"""``python -m bench.metrics [--source DIR] [--runs N] [--consumers N]``
+
+What metrics cost, on SQLite at ``--durability normal`` (the server's CPU is the limit there,
+not fsync):
+
+- the hot path: addEvent calls/s (32 in flight on one connection, and 1 at a time) and the
+  server's CPU µs per call, without ``--metrics`` and with it while /metrics is scraped every
+  second; ``--source`` runs the server from another tree (the code before metrics, say) too;
+- one scrape with ``--consumers`` registered consumers (100,000 events, every consumer
+  behind): its time and size at the default ``--metrics-consumers`` and with all reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+
+from futoin_evt.domain.stream import utc_timestamp
+
+from . import workloads
+from .systems import USER, free_port, start_futoin_evt
+
+ADDS = 20_000
+SERIAL = 3_000
+
+
+@contextlib.asynccontextmanager
+async def _scraping(url: str | None) -> AsyncIterator[None]:
+    """Scrape ``url`` every second meanwhile (nothing when None)."""
+    if url is None:
+        yield
+        return
+
+    async def scrape() -> None:
+        async with httpx.AsyncClient(timeout=30) as http:
+            while True:
+                (await http.get(url)).raise_for_status()
+                await asyncio.sleep(1.0)
+
+    task = asyncio.create_task(scrape())
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def hot_path(label: str, source: Path | None, metrics: bool, runs: int) -> None:
+    in_flight: list[float] = []
+    serial: list[float] = []
+    cpu: list[float] = []
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as workdir:
+            port = free_port() if metrics else 0
+            extra = ("--metrics", f"127.0.0.1:{port}") if metrics else ()
+            system = await start_futoin_evt(
+                Path(workdir), *extra, durability="normal", source=source
+            )
+            try:
+                url = f"http://127.0.0.1:{port}/metrics" if metrics else None
+                async with _scraping(url):
+                    before = system.cpu_seconds()
+                    in_flight.append(await workloads.add_in_flight(system, ADDS))
+                    cpu.append((system.cpu_seconds() - before) / ADDS * 1e6)
+                    serial.append(await workloads.add_serial(system, SERIAL))
+            finally:
+                await system.stop()
+    print(
+        f"{label}: addEvent 32 in flight {statistics.median(in_flight):,.0f}/s,"
+        f" 1 at a time {statistics.median(serial):,.0f}/s,"
+        f" server CPU {statistics.median(cpu):.1f} µs/call (median of {runs})",
+        flush=True,
+    )
+
+
+def _register(db: Path, consumers: int, events: int) -> None:
+    conn = sqlite3.connect(db, isolation_level=None)
+    try:
+        ts = utc_timestamp()
+        (user_id,) = conn.execute("SELECT id FROM users WHERE name = ?", (USER,)).fetchone()
+        conn.execute("BEGIN")
+        conn.executemany(
+            "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
+            " VALUES (?, ?, ?, ?, ?)",
+            ((user_id, f"C{i:05d}", i * events // consumers, ts, ts) for i in range(consumers)),
+        )
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+
+
+async def scrape_cost(consumers: int, report: int, runs: int) -> None:
+    events = 100_000
+    with tempfile.TemporaryDirectory() as workdir:
+        port = free_port()
+        # the server prepares the file; the consumers go in while it is stopped
+        system = await start_futoin_evt(Path(workdir), prefill=events)
+        await system.stop()
+        _register(system.db_path, consumers, events)
+        db = system.db_path
+        proc = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve", "--db", str(db),
+            "--port", "0", "--discard-interval", "86400", "--metrics", f"127.0.0.1:{port}",
+            "--metrics-consumers", str(report),
+            stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert proc.stdout is not None
+        await proc.stdout.readline()
+        try:
+            times: list[float] = []
+            size = 0
+            async with httpx.AsyncClient(timeout=120) as http:
+                for _ in range(runs):
+                    await asyncio.sleep(1.1)  # past the cache: each scrape reads the store
+                    start = time.perf_counter()
+                    reply = await http.get(f"http://127.0.0.1:{port}/metrics")
+                    times.append(time.perf_counter() - start)
+                    size = len(reply.content)
+        finally:
+            proc.terminate()
+            await proc.wait()
+    print(
+        f"one scrape, {consumers:,} consumers, {report:,} reported: "
+        f"{statistics.median(times) * 1000:,.0f} ms (median of {runs}), {size / 1024:,.0f} KiB",
+        flush=True,
+    )
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    if args.source is not None:
+        await hot_path(f"{args.source}, no --metrics", args.source, False, args.runs)
+    await hot_path("this tree, no --metrics", None, False, args.runs)
+    await hot_path("this tree, --metrics, scraped every second", None, True, args.runs)
+    await scrape_cost(args.consumers, 1000, args.runs)
+    await scrape_cost(args.consumers, args.consumers, args.runs)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.metrics", description=__doc__)
+    parser.add_argument("--source", type=Path, help="also run the server from this tree")
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--consumers", type=int, default=10_000)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
