@@ -241,7 +241,7 @@ class ServerCollector(Collector):
         refusals: dict[tuple[str, str], int] = dict.fromkeys(
             ((door, reason) for door in DOORS for reason in REFUSAL_REASONS), 0
         )
-        for key, count in server.authenticator.refusals.counts.items():
+        for key, count in list(server.authenticator.refusals.counts.items()):
             refusals[key] = refusals.get(key, 0) + count
         ports: list[tuple[str, Slots[Any]]] = [("websocket", server.transport.slots)]
         if server.amqp is not None:
@@ -308,7 +308,7 @@ class ServerCollector(Collector):
             "Management events published, by type.",
             labels=("type",),
         )
-        for event_type, count in sorted(server.notices.published.items()):
+        for event_type, count in sorted(dict(server.notices.published).items()):
             published.add_metric([event_type], count)
         yield from (discarded, archived, published)
 
@@ -396,9 +396,10 @@ class MetricsListener:
             await self._server.wait_closed()
 
     async def scrape(self) -> bytes:
-        """The text of ``GET /metrics``."""
+        """The text of ``GET /metrics``, written in a thread: the event loop goes on serving
+        (the collector copies what it reads from the loop's objects in single C calls)."""
         await self.snapshot.refresh()
-        return generate_latest(self.registry)
+        return await asyncio.to_thread(generate_latest, self.registry)
 
     async def readiness(self) -> str | None:
         """None when ready, else why not (one line)."""
