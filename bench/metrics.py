@@ -76,15 +76,18 @@ async def one_run(source: Path | None, metrics: bool) -> tuple[float, float, flo
 
 
 async def hot_path(source: Path | None, runs: int) -> None:
-    """The variants take turns, run after run, so that a busy machine hurts them alike."""
+    """The variants take turns, in a rotating order, so that a busy machine (and whatever
+    favours the first or the last) hurts them alike."""
     variants: dict[str, tuple[Path | None, bool]] = {"this tree, no --metrics": (None, False)}
     variants["this tree, --metrics, scraped every second"] = (None, True)
     if source is not None:
         variants = {f"{source}, no --metrics": (source, False), **variants}
     results: dict[str, list[tuple[float, float, float]]] = {label: [] for label in variants}
+    order = list(variants.items())
     for _ in range(runs):
-        for label, (tree, metrics) in variants.items():
+        for label, (tree, metrics) in order:
             results[label].append(await one_run(tree, metrics))
+        order = order[1:] + order[:1]  # whoever ran first runs last next time
     for label, figures in results.items():
         in_flight, serial, cpu = (
             statistics.median(column) for column in zip(*figures, strict=True)

@@ -21,7 +21,8 @@ from prometheus_client.samples import Sample
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import Event, EventStreamClient, RemoteError
 from futoin_evt.client.receiver import ReliableReceiver
-from futoin_evt.server.app import EventServer
+from futoin_evt.server.app import EventServer, ServerConfig
+from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
 from .conftest import USERS, ServerFactory
@@ -265,6 +266,8 @@ async def test_readyz_is_503_when_the_store_is_closed(
     assert reply.status_code == 503
     assert reply.text.startswith("not ready: the store does not answer")
     assert reply.text.count("\n") == 1
+    # the rest of /metrics is still served
+    assert (await scrape(http, metered)).value("futoin_evt_door_connections", door="websocket") == 0
 
 
 async def test_two_servers_in_one_process_count_apart(
@@ -278,6 +281,22 @@ async def test_two_servers_in_one_process_count_apart(
     name = "futoin_evt_events_appended_total"
     assert (await scrape(http, one)).value(name, **STREAM) == 1
     assert (await scrape(http, two)).value(name, **STREAM) == 0
+
+
+async def test_on_postgresql_the_pool_is_reported_too(pg_url: str, http: httpx.AsyncClient) -> None:
+    config = ServerConfig(db=pg_url, transport=TransportConfig(port=0), metrics=("127.0.0.1", 0))
+    async with await EventServer.start(config) as server:
+        user = await server.store.add_user("alice", hash_password(USERS["alice"]))
+        await server.store.register_consumer(user, "PG")
+        for _ in range(3):
+            await server.store.append("E", "{}")
+        result = await scrape(http, server)
+        assert result.value("futoin_evt_events_appended_total", **STREAM) == 3
+        consumer = {"user": "alice", "component": "PG", **STREAM}
+        assert result.value("futoin_evt_consumer_lag_events", **consumer) == 3
+        assert result.value("futoin_evt_pg_pool_requests_waiting") == 0
+        assert result.value("futoin_evt_pg_pool_connections_in_use") >= 0
+        assert result.families["futoin_evt_pg_pool_connections_in_use"].documentation
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -367,6 +386,9 @@ async def test_cli_metrics_on_port_0_and_json_log_lines_with_the_connection(
     assert retry["door"] == "websocket"
     assert retry["user"] == "alice"
     assert retry["peer"].startswith("127.0.0.1:")
+    # a line written outside any connection carries none
+    (shutdown,) = [e for e in entries if e["message"] == "shutting down"]
+    assert "door" not in shutdown
     assert "secret-not-logged" not in text
     assert "alice-pw" not in text
 

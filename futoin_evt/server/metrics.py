@@ -117,6 +117,14 @@ class StoreSnapshot:
         await asyncio.shield(self._read)
 
     async def _load(self) -> None:
+        """Read; when the store fails, keep what was read last (the rest of /metrics is worth
+        serving while the database is away) and say so in the log."""
+        try:
+            await self._read_store()
+        except Exception as exc:
+            log.warning("metrics: the store could not be read: %s", exc or type(exc).__name__)
+
+    async def _read_store(self) -> None:
         store = self._server.store
         started = time.perf_counter()
         rows = await store.consumer_lags(self.limit)
