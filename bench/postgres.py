@@ -78,20 +78,22 @@ async def prepare(url: str, prefill: int) -> None:
         await conn.commit()
 
 
-async def start_servers(url: str, count: int) -> list[System]:
+async def start_servers(url: str, count: int, *extra: str) -> list[System]:
+    """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say)."""
     started = []
     for _ in range(count):
         proc = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
-            "--db", url, "--port", "0", "--discard-interval", "86400",
+            "--db", url, "--port", "0", "--discard-interval", "86400", *extra,
             stdout=asyncio.subprocess.PIPE,
         )  # fmt: skip
         assert proc.stdout is not None
-        line = (await proc.stdout.readline()).decode()
-        server_url = next(word for word in line.split() if word.startswith("ws://"))
+        words = (await proc.stdout.readline()).decode().split()
+        server_url = next(word for word in words if word.startswith("ws://"))
+        amqp_url = next((word for word in words if word.startswith("amqp://")), None)
         system = System(
             "futoin-evt pg", server_url, f"{USER}:{PASSWORD}", "futoin.evt.poll:1.1",
-            Path(), proc,
+            Path(), proc, amqp_url,
         )  # fmt: skip
         started.append(system)
     return started
@@ -102,6 +104,8 @@ class PostgresSystem(System):
     """A futoin-evt server on a database of its own, dropped when the server stops."""
 
     drop: Callable[[], Awaitable[None]] | None = None
+    #: The database's URL (``--db`` of the other commands).
+    db_url: str = ""
 
     async def stop(self) -> None:
         await super().stop()
@@ -109,15 +113,18 @@ class PostgresSystem(System):
             await self.drop()
 
 
-async def start_futoin_evt_pg(workdir: Path, *, prefill: int = 0) -> System:
-    """For ``python -m bench``: one server process on a new PostgreSQL database."""
+async def start_futoin_evt_pg(
+    workdir: Path, *extra: str, prefill: int = 0, admin_url: str | None = None
+) -> PostgresSystem:
+    """For ``python -m bench``: one server process on a new PostgreSQL database on
+    ``admin_url``'s server (default ``$FUTOIN_EVT_TEST_PG`` or :data:`DEFAULT_PG`)."""
     del workdir  # the data lives in PostgreSQL
-    admin_url = os.environ.get("FUTOIN_EVT_TEST_PG", DEFAULT_PG)
+    admin_url = admin_url or os.environ.get("FUTOIN_EVT_TEST_PG", DEFAULT_PG)
     owner = database(admin_url)
     url = await owner.__aenter__()
     try:
         await prepare(url, prefill)
-        (server,) = await start_servers(url, 1)
+        (server,) = await start_servers(url, 1, *extra)
     except BaseException:
         await owner.__aexit__(None, None, None)
         raise
@@ -127,7 +134,7 @@ async def start_futoin_evt_pg(workdir: Path, *, prefill: int = 0) -> System:
 
     return PostgresSystem(
         "futoin-evt pg", server.url, server.credentials, server.poll_iface, Path(),
-        server.process, drop=drop,
+        server.process, server.amqp_url, drop=drop, db_url=url,
     )  # fmt: skip
 
 

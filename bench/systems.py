@@ -128,15 +128,16 @@ async def start_futoin_evt(
     prefill: int = 0,
     durability: str = "full",
     source: Path | None = None,
+    launcher: tuple[str, ...] = ("-m", "futoin_evt"),
 ) -> System:
     """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say); ``source``: run the
-    server from this source tree instead of the one importable here."""
+    server from this source tree instead of the one importable here; ``launcher``: what
+    ``python`` runs, given the command line of ``futoin-evt`` after it."""
     db = workdir / "futoin-evt.sqlite"
     prepare_futoin_evt_db(db, prefill)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
-        "-m",
-        "futoin_evt",
+        *launcher,
         "--log-level",
         "warning",
         "serve",
