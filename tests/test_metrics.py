@@ -401,3 +401,19 @@ def test_cli_metrics_refuses_a_bad_address(tmp_path: Path) -> None:
     )  # fmt: skip
     assert proc.returncode == 2
     assert proc.stderr == "futoin-evt: --metrics must be HOST:PORT, not 'nowhere'.\n"
+
+
+def test_cli_metrics_without_prometheus_client_says_what_to_install(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.sqlite")
+    without = (
+        "import sys; sys.modules['prometheus_client'] = None  # as if not installed\n"
+        "from futoin_evt.cli import main\n"
+        f"sys.exit(main(['serve', '--db', {db!r}, '--metrics', '127.0.0.1:0']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", without], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == (
+        "futoin-evt: --metrics needs prometheus-client: pip install 'futoin-evt[metrics]'\n"
+    )
