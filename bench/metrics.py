@@ -1,4 +1,4 @@
-"""``python -m bench.metrics [--source DIR] [--runs N] [--consumers N]``
+"""``python -m bench.metrics [--source DIR] [--runs N] [--consumers N] [--scrape-only] [--pg URL]``
 
 What metrics cost, on SQLite at ``--durability normal`` (the server's CPU is the limit there,
 not fsync):
@@ -7,7 +7,8 @@ not fsync):
   server's CPU µs per call, without ``--metrics`` and with it while /metrics is scraped every
   second; ``--source`` runs the server from another tree (the code before metrics, say) too;
 - one scrape with ``--consumers`` registered consumers (100,000 events, every consumer
-  behind): its time and size at the default ``--metrics-consumers`` and with all reported.
+  behind): its time and size at the default ``--metrics-consumers`` and with all reported;
+  on PostgreSQL too with ``--pg postgresql://postgres@127.0.0.1:5432/postgres``.
 """
 
 from __future__ import annotations
@@ -25,10 +26,11 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
+import psycopg
 
 from futoin_evt.domain.stream import utc_timestamp
 
-from . import workloads
+from . import postgres, workloads
 from .systems import USER, free_port, start_futoin_evt
 
 ADDS = 20_000
@@ -99,58 +101,86 @@ async def hot_path(source: Path | None, runs: int) -> None:
         )
 
 
-def _register(db: Path, consumers: int, events: int) -> None:
+EVENTS = 100_000
+REGISTER_SQL = (
+    "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
+    " VALUES ({0}, {0}, {0}, {0}, {0})"
+)
+
+
+def _consumer_rows(user_id: int, consumers: int) -> list[tuple[int, str, int, str, str]]:
+    """Positions spread over the events: the first consumer at 0, every one behind."""
+    ts = utc_timestamp()
+    return [(user_id, f"C{i:05d}", i * EVENTS // consumers, ts, ts) for i in range(consumers)]
+
+
+def _register_sqlite(db: Path, consumers: int) -> None:
     conn = sqlite3.connect(db, isolation_level=None)
     try:
-        ts = utc_timestamp()
         (user_id,) = conn.execute("SELECT id FROM users WHERE name = ?", (USER,)).fetchone()
         conn.execute("BEGIN")
-        conn.executemany(
-            "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
-            " VALUES (?, ?, ?, ?, ?)",
-            ((user_id, f"C{i:05d}", i * events // consumers, ts, ts) for i in range(consumers)),
-        )
+        conn.executemany(REGISTER_SQL.format("?"), _consumer_rows(user_id, consumers))
         conn.execute("COMMIT")
     finally:
         conn.close()
 
 
-async def scrape_cost(consumers: int, report: int, runs: int) -> None:
-    events = 100_000
-    with tempfile.TemporaryDirectory() as workdir:
-        port = free_port()
-        # the server prepares the file; the consumers go in while it is stopped
-        system = await start_futoin_evt(Path(workdir), prefill=events)
-        await system.stop()
-        _register(system.db_path, consumers, events)
-        db = system.db_path
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve", "--db", str(db),
-            "--port", "0", "--discard-interval", "86400", "--metrics", f"127.0.0.1:{port}",
-            "--metrics-consumers", str(report),
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert proc.stdout is not None
-        await proc.stdout.readline()
-        try:
-            times: list[float] = []
-            reads: list[float] = []
-            size = 0
-            async with httpx.AsyncClient(timeout=120) as http:
-                for _ in range(runs):
-                    await asyncio.sleep(1.1)  # past the cache: each scrape reads the store
-                    start = time.perf_counter()
-                    reply = await http.get(f"http://127.0.0.1:{port}/metrics")
-                    times.append(time.perf_counter() - start)
-                    size = len(reply.content)
-                    read = re.search(r"^futoin_evt_consumers_read_seconds (\S+)$", reply.text, re.M)
-                    assert read is not None
-                    reads.append(float(read.group(1)))
-        finally:
-            proc.terminate()
-            await proc.wait()
+async def _register_pg(url: str, consumers: int) -> None:
+    async with await psycopg.AsyncConnection.connect(url) as conn:
+        cursor = await conn.execute("SELECT id FROM users WHERE name = %s", (USER,))
+        row = await cursor.fetchone()
+        assert row is not None
+        async with conn.cursor() as many:
+            await many.executemany(REGISTER_SQL.format("%s"), _consumer_rows(row[0], consumers))
+        await conn.commit()
+
+
+async def scrape_cost(consumers: int, reports: list[int], runs: int, pg: str | None) -> None:
+    if pg is None:
+        with tempfile.TemporaryDirectory() as workdir:
+            # the server prepares the file; the consumers go in while it is stopped
+            system = await start_futoin_evt(Path(workdir), prefill=EVENTS)
+            await system.stop()
+            _register_sqlite(system.db_path, consumers)
+            for report in reports:
+                await _scrapes("SQLite", str(system.db_path), consumers, report, runs)
+        return
+    async with postgres.database(pg) as url:
+        await postgres.prepare(url, EVENTS)
+        await _register_pg(url, consumers)
+        for report in reports:
+            await _scrapes("PostgreSQL", url, consumers, report, runs)
+
+
+async def _scrapes(label: str, db: str, consumers: int, report: int, runs: int) -> None:
+    port = free_port()
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve", "--db", db,
+        "--port", "0", "--discard-interval", "86400", "--metrics", f"127.0.0.1:{port}",
+        "--metrics-consumers", str(report),
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    await proc.stdout.readline()
+    try:
+        times: list[float] = []
+        reads: list[float] = []
+        size = 0
+        async with httpx.AsyncClient(timeout=120) as http:
+            for _ in range(runs):
+                await asyncio.sleep(1.1)  # past the cache: each scrape reads the store
+                start = time.perf_counter()
+                reply = await http.get(f"http://127.0.0.1:{port}/metrics")
+                times.append(time.perf_counter() - start)
+                size = len(reply.content)
+                read = re.search(r"^futoin_evt_consumers_read_seconds (\S+)$", reply.text, re.M)
+                assert read is not None
+                reads.append(float(read.group(1)))
+    finally:
+        proc.terminate()
+        await proc.wait()
     print(
-        f"one scrape, {consumers:,} consumers, {report:,} reported: "
+        f"{label}: one scrape, {consumers:,} consumers, {report:,} reported: "
         f"{statistics.median(times) * 1000:,.0f} ms (median of {runs}), of which the store's "
         f"read {statistics.median(reads) * 1000:,.0f} ms; {size / 1024:,.0f} KiB",
         flush=True,
@@ -160,8 +190,10 @@ async def scrape_cost(consumers: int, report: int, runs: int) -> None:
 async def main_async(args: argparse.Namespace) -> None:
     if not args.scrape_only:
         await hot_path(args.source, args.runs)
-    await scrape_cost(args.consumers, 1000, args.runs)
-    await scrape_cost(args.consumers, args.consumers, args.runs)
+    reports = [1000, args.consumers]
+    await scrape_cost(args.consumers, reports, args.runs, None)
+    if args.pg is not None:
+        await scrape_cost(args.consumers, reports, args.runs, args.pg)
 
 
 def main() -> None:
@@ -170,6 +202,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--consumers", type=int, default=10_000)
     parser.add_argument("--scrape-only", action="store_true", help="only the scrape's cost")
+    parser.add_argument(
+        "--pg", metavar="URL", help="also the scrape on PostgreSQL (a database made and dropped)"
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 
