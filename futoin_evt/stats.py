@@ -88,10 +88,6 @@ class Histogram:
         self.counts[bisect_left(self.bounds, value)] += 1
         self.sum += value
 
-    @property
-    def count(self) -> int:
-        return sum(self.counts)
-
     def cumulative(self) -> list[tuple[str, float]]:
         """Prometheus buckets: ``(le, observations <= le)``, ending with ``+Inf``."""
         total = 0
