@@ -25,6 +25,7 @@ from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
+from .amqp_wire import Peer, login
 from .conftest import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
@@ -329,7 +330,7 @@ async def test_cli_metrics_on_port_0_and_json_log_lines_with_the_connection(
 ) -> None:
     db = tmp_path / "cli.sqlite"
     await _add_users(db)
-    proc, line, log = _serve(db, "--metrics", "127.0.0.1:0")
+    proc, line, log = _serve(db, "--metrics", "127.0.0.1:0", "--amqp", "127.0.0.1:0")
     try:
         metrics_url = re.search(r"http://127\.0\.0\.1:[0-9]+/metrics", line)
         assert metrics_url is not None, line
@@ -364,11 +365,20 @@ async def test_cli_metrics_on_port_0_and_json_log_lines_with_the_connection(
                     await bob.ping()
         async with asyncio.timeout(30):
             await done.wait()
+        amqp_url = re.search(r"amqp://127\.0\.0\.1:([0-9]+)", line)
+        assert amqp_url is not None, line
+        peer = await Peer.connect(int(amqp_url.group(1)))
+        await peer.send(login(b"\0alice\0amqp-wrong-pw"))
+        await peer.until_closed()
+        await peer.close()
         async with httpx.AsyncClient(timeout=30) as http:
             result = Scrape((await http.get(metrics_url.group(0))).text)
         assert result.value("futoin_evt_events_appended_total", **STREAM) == 1
         retries = {"user": "alice", "component": "FLAKY", **STREAM}
         assert result.value("futoin_evt_consumer_push_retries_total", **retries) == 1
+        refused = {"reason": "bad_credentials"}
+        assert result.value("futoin_evt_door_refusals_total", door="amqp", **refused) == 1
+        assert result.value("futoin_evt_door_refusals_total", door="websocket", **refused) == 1
         receiver.stop()
         await task
     finally:
@@ -386,6 +396,11 @@ async def test_cli_metrics_on_port_0_and_json_log_lines_with_the_connection(
     assert retry["door"] == "websocket"
     assert retry["user"] == "alice"
     assert retry["peer"].startswith("127.0.0.1:")
+    (amqp,) = [e for e in entries if e["message"].startswith("AMQP login failed")]
+    assert amqp["door"] == "amqp"
+    assert amqp["peer"].startswith("127.0.0.1:")
+    assert "user" not in amqp  # not logged in
+    assert "amqp-wrong-pw" not in text
     # a line written outside any connection carries none
     (shutdown,) = [e for e in entries if e["message"] == "shutting down"]
     assert "door" not in shutdown
