@@ -110,6 +110,9 @@ class Slots(Generic[S]):
         self._by_address: dict[str, dict[S, None]] = {}
         self._established: set[S] = set()
         self._watchers: set[Callable[[], None]] = set()
+        #: Established sockets refused at the limit, handshakes cut to make room (metrics).
+        self.refused = 0
+        self.evicted = 0
         self._refusals = RateLimitedWarning(
             f"{door}: refused %d connection(s) at the limit, the last from %s"
         )
@@ -163,6 +166,7 @@ class Slots(Generic[S]):
         if socket not in self._handshakes:
             return False  # cut already, and closing
         if len(self._established) >= self.max_established:
+            self.refused += 1
             self._refusals.note(self._handshakes[socket][0])
             return False
         self._forget_handshake(socket)
@@ -183,6 +187,7 @@ class Slots(Generic[S]):
             self._changed()
 
     def _evict(self, socket: S) -> None:
+        self.evicted += 1
         self._evictions.note(self._forget_handshake(socket))
         socket.abort()
         if self._watchers:

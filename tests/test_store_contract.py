@@ -297,6 +297,28 @@ async def test_consumer_listing_lag_and_dropping(store: Store) -> None:
     assert await store.lowest_consumer() == ("alice", alice, "A")
 
 
+async def test_consumer_lags_in_one_pass_equal_the_listing(store: Store) -> None:
+    """The metrics' read: the same rows as :meth:`consumers`, with gaps in the ids (discarded
+    events), consumers at one position, at the head and before the oldest event kept."""
+    alice = await store.add_user("alice", "h")
+    bob = await store.add_user("bob", "h")
+    for _ in range(20):
+        await store.append("T", "1")
+    await store.delete_events(5, 1000)  # ids 1-5 gone
+    positions = {"A": 0, "B": 7, "C": 7, "D": 20, "E": 12}
+    for component, position in positions.items():
+        user = alice if component < "D" else bob
+        await store.register_consumer(user, component)
+        await store.acknowledge(user, component, position)
+    for _ in range(3):
+        await store.append("T", "1")
+    listed = await store.consumers()
+    assert await store.consumer_lags(100) == listed
+    assert [r.behind for r in listed] == [18, 16, 16, 3, 11]
+    assert [r.component for r in await store.consumer_lags(2)] == ["A", "B"]
+    assert await store.count_consumers() == 5
+
+
 async def test_consumers_not_seen_expire_unless_touched(store: Store, store_db: str) -> None:
     user = await store.add_user("u", "h")
     await store.register_consumer(user, "OLD")

@@ -31,6 +31,7 @@ from .. import __version__
 from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import FTN3Error
 from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots
+from ..stats import CONNECTION
 from .config import AmqpConfig
 from .frames import BatchSniffer, FramePadder
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
@@ -101,6 +102,8 @@ class AmqpConnection(asyncio.Protocol):
         #: Once the server closed the connection: how much more input is dropped before a cut.
         self._linger_left: int | None = None
         self._peer: Any = None
+        #: (door, peer, user) for log lines, set on each read.
+        self._log_context: tuple[str, str, str | None] = ("amqp", "?", None)
         #: The user logged in with PLAIN or named by a token put to ``$cbs``; None before.
         self.principal: Principal | None = None
         self._claims_timer: asyncio.TimerHandle | None = None
@@ -124,6 +127,7 @@ class AmqpConnection(asyncio.Protocol):
         # A stream transport; uvloop's are not subclasses of asyncio.Transport.
         self._socket = socket = cast(asyncio.Transport, transport)
         self._peer = socket.get_extra_info("peername")
+        self._log_context = ("amqp", _peer(self._peer), None)
         socket.set_write_buffer_limits(high=self._limits.max_unread_bytes)
         self._listener.opened(self)
         self._arm_login_timer()
@@ -134,6 +138,7 @@ class AmqpConnection(asyncio.Protocol):
             if self._linger_left < 0:
                 self.abort()
             return
+        CONNECTION.set(self._log_context)
         if self._engine is not None:
             self._push(data)
             return
@@ -217,6 +222,8 @@ class AmqpConnection(asyncio.Protocol):
                 log.exception("AMQP login of %r could not be checked", user[:64])
                 return Outcome.SYS_TEMP
             else:
+                self._log_context = ("amqp", _peer(self._peer), self.principal.name)
+                CONNECTION.set(self._log_context)
                 return Outcome.OK
         user = credentials[0] if credentials else "?"
         log.warning("AMQP login failed for %r from %s", user[:64], _peer(self._peer))

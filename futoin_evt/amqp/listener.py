@@ -43,6 +43,11 @@ class AmqpListener:
         )
 
     @property
+    def serving(self) -> bool:
+        """The port accepts connections."""
+        return self._server is not None and self._server.is_serving()
+
+    @property
     def port(self) -> int:
         assert self._server is not None
         return int(self._server.sockets[0].getsockname()[1])

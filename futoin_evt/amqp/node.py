@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from ..log.eventlog import EventLog, is_registrable
 from ..notify.live import LiveEvents
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
 from ..quoting import quote_input
+from ..stats import Calls
 from .cbs import CBS, CbsNode
 from .codec import (
     DELIVERY_ANNOTATIONS_FILTER,
@@ -112,6 +114,8 @@ class EventLogNode:
     ) -> None:
         self.events = events
         self.limits = limits
+        #: Messages sent to the node, by outcome, with the time to their settlement (metrics).
+        self.calls = Calls("amqp")
         self._groups: dict[tuple[UserId, str], _Owner] = {}
         #: ``$events`` (event notification), when served.
         self._notifications = notifications
@@ -146,7 +150,7 @@ class EventLogNode:
         properties = _link_properties(link)
         _check_partition(properties)
         if link.is_receiver:
-            return ProducerLink(conn, link, self.events, self.limits)
+            return ProducerLink(conn, link, self.events, self.limits, self.calls)
         start = _start_position(link, self.events.head)
         group = properties.get(GROUP_PROPERTY, address_group)
         event_hubs = uri or names_partition
@@ -336,8 +340,16 @@ class ProducerLink:
     producer only waits for credit when the store falls behind.
     """
 
-    def __init__(self, conn: AmqpConnection, link: Link, events: EventLog, limits: NodeLimits):
+    def __init__(
+        self,
+        conn: AmqpConnection,
+        link: Link,
+        events: EventLog,
+        limits: NodeLimits,
+        calls: Calls | None = None,
+    ):
         self._conn = conn
+        self._calls = calls if calls is not None else Calls("amqp")
         self._link = link
         self._events = events
         self._limits = limits
@@ -372,15 +384,17 @@ class ProducerLink:
             return
         if delivery.partial:
             return
+        started = time.perf_counter()
         raw = link.recv(delivery.pending) or b""
         link.advance()
         try:
             future = self._append(raw, self._conn.is_batch(link.name, _tag(delivery)))
         except BadMessage as exc:
             _reject(delivery, exc.condition, str(exc))
+            self._count(exc.condition, started)
         else:
             self._in_store += 1
-            future.add_done_callback(lambda done: self._stored(delivery, done))
+            future.add_done_callback(lambda done: self._stored(delivery, done, started))
         self._top_up()
 
     def _append(self, raw: bytes, batch: bool) -> asyncio.Future[Any]:
@@ -404,7 +418,10 @@ class ProducerLink:
             raise BadMessage(INVALID_FIELD, str(exc)) from None
         return self._events.append_encoded(encoded)
 
-    def _stored(self, delivery: Delivery, done: asyncio.Future[Any]) -> None:
+    def _count(self, outcome: str, started: float) -> None:
+        self._calls.observe(NODE, "send", outcome, time.perf_counter() - started)
+
+    def _stored(self, delivery: Delivery, done: asyncio.Future[Any], started: float) -> None:
         self._in_store -= 1
         if self._closed:
             if not done.cancelled():
@@ -412,9 +429,11 @@ class ProducerLink:
             return
         if done.cancelled() or done.exception() is not None:
             _reject(delivery, INTERNAL_ERROR, "the event could not be stored")
+            self._count(INTERNAL_ERROR, started)
         else:
             delivery.update(Delivery.ACCEPTED)
             delivery.settle()
+            self._count("ok", started)
         self._top_up()
         self._conn.wake()
 

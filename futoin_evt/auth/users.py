@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 from ..domain.stream import UserId
 from ..ftn3.errors import SECURITY_ERROR, FTN3Error
 from ..notify.management import AUTH_FAILED
+from ..stats import BAD_CREDENTIALS, TOO_MANY_CHECKS, Refusals, current_door
 
 if TYPE_CHECKING:
     from ..notify.management import ManagementBus
@@ -72,6 +73,9 @@ def _b64(raw: bytes) -> str:
     return base64.b64encode(raw).decode("ascii")
 
 
+TOO_MANY_CHECKS_TEXT: Final = "Too many credential checks at once from this address"
+
+
 class _PeerChecks:
     """The password checks of one peer address: one runs, a few wait."""
 
@@ -107,6 +111,8 @@ class Authenticator:
         notices: ManagementBus | None = None,
     ) -> None:
         self._users = users
+        #: Refused logins by door and reason (read by the metrics).
+        self.refusals = Refusals()
         #: Told of each failed login (``authFailed``), when given.
         self.notices = notices
         self._cache_seconds = cache_seconds
@@ -145,7 +151,11 @@ class Authenticator:
         Raises FTN3Error(SecurityError) for wrong credentials and for a peer with too many
         checks at once.
         """
-        name, password = _split_credentials(sec)
+        try:
+            name, password = _split_credentials(sec)
+        except FTN3Error:
+            self.refusals.note(current_door(), BAD_CREDENTIALS)
+            raise
         digest = self._digest(name, password)
         cached = self._cache.get(digest)
         now = time.monotonic()
@@ -161,6 +171,8 @@ class Authenticator:
         try:
             principal = await asyncio.shield(pending)
         except FTN3Error as exc:
+            reason = TOO_MANY_CHECKS if exc.desc == TOO_MANY_CHECKS_TEXT else BAD_CREDENTIALS
+            self.refusals.note(current_door(), reason)
             if self.notices is not None:
                 self.notices.publish(AUTH_FAILED, peer=peer, user=name[:64], reason=exc.desc)
             raise
@@ -181,7 +193,7 @@ class Authenticator:
         if checks is None:
             checks = self._checks_by_peer[peer] = _PeerChecks()
         elif checks.queued > MAX_WAITING_CHECKS:
-            raise FTN3Error(SECURITY_ERROR, "Too many credential checks at once from this address")
+            raise FTN3Error(SECURITY_ERROR, TOO_MANY_CHECKS_TEXT)
         checks.queued += 1
         try:
             async with checks.lock:

@@ -18,7 +18,7 @@ from .common import CliError, Parser, configure_logging, event_loop_factory
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    configure_logging(args.log_level)
+    configure_logging(args.log_level, args.log_format)
     if args.log_level != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)
     try:
@@ -39,6 +39,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"futoin-evt {__version__}")
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+    )
+    parser.add_argument(
+        "--log-format",
+        default="text",
+        choices=["text", "json"],
+        help="json: one JSON object per line (time, level, logger, message, peer, user, door)",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 

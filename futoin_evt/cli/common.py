@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import datetime
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ from typing import Any, Final, NoReturn, TypeAlias
 from ..auth.sas import SecretFileError, load_secret
 from ..client.aio import CommError, EventStreamClient, RemoteError
 from ..server.app import DEFAULT_DB
+from ..stats import CONNECTION
 from ..storage import is_postgres_url, open_store
 from ..storage.base import Store
 
@@ -125,12 +127,39 @@ async def opened_store(db: str) -> AsyncIterator[Store]:
         yield store
 
 
-def configure_logging(level: str) -> None:
-    """Log lines on stderr at ``level`` (debug, info, warning); shared by the commands."""
+def configure_logging(level: str, log_format: str = "text") -> None:
+    """Log lines on stderr at ``level`` (debug, info, warning); shared by the commands.
+    ``log_format`` ``json``: one JSON object per line (:class:`JsonFormatter`)."""
     logging.basicConfig(
         level=getattr(logging, level.upper()),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if log_format == "json":
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonFormatter())
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line: ``time`` (ISO 8601 UTC), ``level``, ``logger``, ``message``,
+    ``exception`` when there is one, and ``peer``, ``user``, ``door`` of the connection being
+    served where there is one (set by the doors, see :data:`futoin_evt.stats.CONNECTION`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        moment = datetime.datetime.fromtimestamp(record.created, datetime.UTC)
+        entry: dict[str, Any] = {
+            "time": moment.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        connection = CONNECTION.get()
+        if connection is not None:
+            entry["door"], entry["peer"], user = connection
+            if user is not None:
+                entry["user"] = user
+        return json.dumps(entry, ensure_ascii=False)
 
 
 def read_credentials(args: argparse.Namespace) -> tuple[str, str]:

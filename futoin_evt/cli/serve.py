@@ -13,7 +13,7 @@ from typing import Final
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
 from ..log.retention import RetentionConfig
-from ..server.app import EventServer, ServerConfig
+from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
 from ..server.http import DEFAULT_FEED_PATH, FeedConfig
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
@@ -156,6 +156,19 @@ def add_commands(commands: Commands) -> None:
         "--dcb-path", default=DCB_PATH, metavar="PATH", help="where the DCB HTTP API is served"
     )
     serve.add_argument("--no-dcb", action="store_true", help="do not serve the DCB HTTP API")
+    serve.add_argument(
+        "--metrics",
+        metavar="HOST:PORT",
+        help="serve GET /metrics (Prometheus), /healthz and /readyz over plain HTTP here "
+        "(port 0: any; needs the 'metrics' extra)",
+    )
+    serve.add_argument(
+        "--metrics-consumers",
+        type=int,
+        default=DEFAULT_CONSUMER_LIMIT,
+        metavar="N",
+        help="report at most N consumers one by one per scrape (the rest are counted)",
+    )
     serve.set_defaults(run=_serve)
 
 
@@ -189,6 +202,9 @@ async def _serve(args: argparse.Namespace) -> int:
     ):
         raise BadSetting("--dcb-path and --feed-path must differ.")
     amqp = _amqp_config(args, tls)
+    metrics = _metrics_address(args.metrics)
+    if args.metrics_consumers < 0:
+        raise BadSetting("--metrics-consumers cannot be negative.")
     feed_users = None
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
@@ -210,6 +226,8 @@ async def _serve(args: argparse.Namespace) -> int:
         ),
         archive_path=args.archive,
         amqp=amqp,
+        metrics=metrics,
+        metrics_consumers=args.metrics_consumers,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
         dcb_path=None if args.no_dcb else args.dcb_path,
         retention=RetentionConfig(
@@ -226,7 +244,9 @@ async def _serve(args: argparse.Namespace) -> int:
         raise BadSetting(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
-    urls = server.url if server.amqp_url is None else f"{server.url} and {server.amqp_url}"
+    urls = " and ".join(
+        url for url in (server.url, server.amqp_url, server.metrics_url) if url is not None
+    )
     where = server.store.description
     print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
     stop = asyncio.Event()
@@ -260,13 +280,31 @@ async def _start_waiting_for_db(config: ServerConfig, wait: float) -> EventServe
             await asyncio.sleep(delay)
 
 
+def _host_port(option: str, value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or re.fullmatch(r"[0-9]{1,5}", port) is None or int(port) > 65535:
+        raise BadSetting(f"{option} must be HOST:PORT, not {value!r}.")
+    return host, int(port)
+
+
+def _metrics_address(value: str | None) -> tuple[str, int] | None:
+    if value is None:
+        return None
+    address = _host_port("--metrics", value)
+    try:
+        import prometheus_client  # noqa: F401
+    except ImportError:
+        raise BadSetting(
+            "--metrics needs prometheus-client: pip install 'futoin-evt[metrics]'"
+        ) from None
+    return address
+
+
 def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpConfig | None:
     if args.amqp is None:
         return None
-    host, sep, port = args.amqp.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or re.fullmatch(r"[0-9]{1,5}", port) is None or int(port) > 65535:
-        raise BadSetting(f"--amqp must be HOST:PORT, not {args.amqp!r}.")
+    host, port = _host_port("--amqp", args.amqp)
     if args.amqp_idle_timeout <= 0:
         raise BadSetting("--amqp-idle-timeout must be above 0.")
     try:
@@ -281,7 +319,7 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
         idle_timeout=args.amqp_idle_timeout,
     )
     secret = sas_secret(args.sas_secret, args.db)
-    return AmqpConfig(host=host, port=int(port), tls=tls, limits=limits, sas_secret=secret)
+    return AmqpConfig(host=host, port=port, tls=tls, limits=limits, sas_secret=secret)
 
 
 def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:

@@ -92,6 +92,8 @@ class InProcessArchiver:
         self._task: asyncio.Task[None] | None = None
         #: The newest archived id, to wait on.
         self.archived_to = HeadWatch()
+        #: Events archived since the start (metrics).
+        self.archived_total = 0
 
     async def start(self) -> None:
         user = await self._store.get_user(ARCHIVE_USER)
@@ -125,6 +127,7 @@ class InProcessArchiver:
                     continue
                 archived = [row[:4] for row in rows]  # the archive keeps FTN18 events
                 archived_to = await asyncio.to_thread(self._file.append, archived)
+                self.archived_total += len(archived)
             except asyncio.CancelledError:
                 raise
             except Exception:

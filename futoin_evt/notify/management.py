@@ -62,6 +62,8 @@ class ManagementBus:
 
     def __init__(self) -> None:
         self._listeners: list[Listener] = []
+        #: Management events published, by type (metrics).
+        self.published: dict[str, int] = {}
 
     @property
     def active(self) -> bool:
@@ -79,6 +81,7 @@ class ManagementBus:
 
     def publish(self, event_type: str, **attributes: Value) -> None:
         """Tell the listeners; ``event_type`` is one of :data:`DECLARED`."""
+        self.published[event_type] = self.published.get(event_type, 0) + 1
         listeners = self._listeners
         if not listeners:
             return

@@ -36,6 +36,7 @@ from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
+    from .metrics import MetricsListener
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +51,8 @@ SERVED_IFACES: Final = {
     "futoin.evt.notify": ("1.0",),
 }
 DEFAULT_DB: Final = "futoin-evt.sqlite"
+#: Consumers reported one by one per scrape at most (``--metrics-consumers``).
+DEFAULT_CONSUMER_LIMIT: Final = 1000
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +79,11 @@ class ServerConfig:
     dcb_path: str | None = DCB_PATH
     #: The AMQP 1.0 listener (off when None).
     amqp: AmqpConfig | None = None
+    #: (host, port) of the metrics listener (``/metrics``, ``/healthz``, ``/readyz``); None:
+    #: off. Needs prometheus-client (the ``metrics`` extra).
+    metrics: tuple[str, int] | None = None
+    #: Consumers reported one by one per scrape at most (the rest are counted).
+    metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
 
 
 def build_routes(
@@ -167,6 +175,20 @@ async def _start_amqp(
     return listener
 
 
+async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsListener:
+    """The metrics listener (imported here: prometheus-client is an optional dependency)."""
+    from .metrics import MetricsListener
+
+    assert config.metrics is not None
+    host, port = config.metrics
+    listener = MetricsListener(server, host, port, consumer_limit=config.metrics_consumers)
+    try:
+        await listener.start()
+    except OSError as exc:
+        raise OSError(exc.errno, f"metrics on {host}:{port}: {exc.strerror or exc}") from None
+    return listener
+
+
 class EventServer:
     """A running server. ``async with EventServer.start(config) as server: ...``"""
 
@@ -176,6 +198,8 @@ class EventServer:
         push: PushService,
         discarder: Discarder,
         transport: WebSocketTransport,
+        authenticator: Authenticator,
+        executor: Executor,
     ) -> None:
         self.store = store
         #: The database as configured: a SQLite path or a PostgreSQL URL.
@@ -186,6 +210,9 @@ class EventServer:
         self.feed: FeedEndpoint | None = None
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
+        self.metrics: MetricsListener | None = None
+        self.authenticator = authenticator
+        self.executor = executor
         #: Event notification: management events, the shared reader, the FTN3 service.
         self.notices = ManagementBus()
         self.live = LiveEvents(EventLog(store))
@@ -243,7 +270,7 @@ class EventServer:
             await archiver.start()
         discarder.start()
         log.info("serving %s on %s", store.description, transport.url)
-        server = cls(store, push, discarder, transport)
+        server = cls(store, push, discarder, transport, authenticator, executor)
         server.archiver = archiver
         server.db = config.db
         server.feed = feed
@@ -252,10 +279,18 @@ class EventServer:
         server.notices = notices
         server.live = live
         server.notify = notify
+        if config.metrics is not None:
+            try:
+                server.metrics = await _start_metrics(server, config)
+            except BaseException:
+                await server.close()
+                raise
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
         if amqp is not None:
             log.info("AMQP on %s", amqp.url)
+        if server.metrics is not None:
+            log.info("metrics on %s", server.metrics.url)
         return server
 
     @property
@@ -281,6 +316,11 @@ class EventServer:
         return self.amqp.url if self.amqp is not None else None
 
     @property
+    def metrics_url(self) -> str | None:
+        """``http://host:port/metrics``, or None when the metrics listener is off."""
+        return self.metrics.url if self.metrics is not None else None
+
+    @property
     def port(self) -> int:
         return self._transport.port
 
@@ -291,7 +331,8 @@ class EventServer:
         connections, the feed's responses and the push streams wind down side by side.
         """
         deadline = asyncio.get_running_loop().time() + self._transport.limits.drain_seconds
-        """Graceful: pushes stop, calls in flight finish, queued writes commit, the file closes."""
+        if self.metrics is not None:
+            await self.metrics.close()
         if self.amqp is not None:
             await self.amqp.close()
         await self.discarder.close()

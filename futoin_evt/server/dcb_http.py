@@ -26,6 +26,7 @@ from ..dcb.model import (
 from ..dcb.service import MAX_WAIT_SECONDS, DcbService, ReadRequest
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..ftn3.messages import decode_json, encode_json, holds_lone_surrogate
+from ..stats import UNKNOWN
 from ..wsio import ServerIO
 from .http import Exchange, HttpEndpoint, HttpError
 
@@ -42,6 +43,7 @@ def refusal(status: int, error: str, message: str) -> HttpError:
 class DcbEndpoint(HttpEndpoint):
     methods = ("POST",)
     realm = "futoin-evt DCB"
+    door = "dcb"
 
     def __init__(
         self,
@@ -52,6 +54,10 @@ class DcbEndpoint(HttpEndpoint):
     ) -> None:
         super().__init__(path, authenticator, secure)
         self._service = service
+
+    def function(self, request: Request) -> str:
+        action = self.subpath(request)
+        return action[1:] if action in ("/append", "/read") else UNKNOWN
 
     async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
         await self.authorize(io, request)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -42,6 +43,7 @@ from ..ftn3.ifaces import (
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
 from ..ftn18.services import CallContext, PeerLink, Pending
 from ..slots import TOO_MANY_CONNECTIONS
+from ..stats import CONNECTION, UNKNOWN, Calls
 from ..storage.base import StoreUnreachable
 
 log = logging.getLogger(__name__)
@@ -72,6 +74,8 @@ class Channel:
     #: Told of every call a user made (after the credentials were checked): False refuses
     #: the call (the connection may not be served, and is closed by whoever said so).
     log_in: Callable[[], bool] | None = None
+    #: The door, for the metrics and log lines.
+    door: str = "websocket"
 
 
 class Executor:
@@ -91,6 +95,8 @@ class Executor:
         #: (iface, major, minor, func) of requests -> what serves them, once resolved.
         self._resolved: dict[tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec, Handler | None]]
         self._resolved = {}
+        #: Calls by iface, function and outcome, with their latency (metrics).
+        self.calls = Calls("websocket")
 
     def dispatch(self, request: Request, size: int, channel: Channel, respond: Respond) -> None:
         """Run one request; ``respond`` gets the encoded reply exactly once, now or later.
@@ -98,23 +104,27 @@ class Executor:
         Never raises: whatever fails becomes the error reply, so the caller's count of calls
         in flight always comes back down.
         """
+        started = time.perf_counter()
         try:
             principal = self._auth.cached(request.sec) if request.sec else None
+            CONNECTION.set((channel.door, channel.peer, principal.name if principal else None))
             if request.sec and principal is None:
-                self._spawn(self._call_slowly(request, size, channel, respond))
+                self._spawn(self._call_slowly(request, size, channel, respond, started))
                 return
             func, outcome = self._start(request, size, channel, principal)
         except Exception as exc:
-            respond(self._error_reply(request, None, exc, channel))
+            respond(self._error_reply(request, None, exc, channel, started))
             return
         if isinstance(outcome, Pending):
             outcome.future.add_done_callback(
-                lambda done: respond(self._pending_reply(request, func, outcome, done, channel))
+                lambda done: respond(
+                    self._pending_reply(request, func, outcome, done, channel, started)
+                )
             )
         elif asyncio.iscoroutine(outcome):
-            self._spawn(self._await_reply(request, func, outcome, channel, respond))
+            self._spawn(self._await_reply(request, func, outcome, channel, respond, started))
         else:
-            respond(self._reply(request, func, outcome, channel))
+            respond(self._reply(request, func, outcome, channel, started))
 
     async def call(self, request: Request, size: int, channel: Channel) -> bytes:
         """:meth:`dispatch` as a coroutine (for callers that are not in a hurry)."""
@@ -171,13 +181,14 @@ class Executor:
         return iface, func, self._routes.get(iface.name, {}).get(func.name)
 
     async def _call_slowly(
-        self, request: Request, size: int, channel: Channel, respond: Respond
+        self, request: Request, size: int, channel: Channel, respond: Respond, started: float
     ) -> None:
         """First use of some credentials: verify them (slow by design), then run the call."""
         func: FuncSpec | None = None
         try:
             assert request.sec is not None
             principal = await self._auth.authenticate(request.sec, peer_host(channel.peer))
+            CONNECTION.set((channel.door, channel.peer, principal.name))
             func, outcome = self._start(request, size, channel, principal)
             if isinstance(outcome, Pending):
                 value = await outcome.future
@@ -185,9 +196,9 @@ class Executor:
             elif asyncio.iscoroutine(outcome):
                 outcome = await outcome
         except Exception as exc:
-            respond(self._error_reply(request, func, exc, channel))
+            respond(self._error_reply(request, func, exc, channel, started))
             return
-        respond(self._reply(request, func, outcome, channel))
+        respond(self._reply(request, func, outcome, channel, started))
 
     async def _await_reply(
         self,
@@ -196,13 +207,14 @@ class Executor:
         outcome: Coroutine[Any, Any, Any],
         channel: Channel,
         respond: Respond,
+        started: float,
     ) -> None:
         try:
             result = await outcome
         except Exception as exc:
-            respond(self._error_reply(request, func, exc, channel))
+            respond(self._error_reply(request, func, exc, channel, started))
             return
-        respond(self._reply(request, func, result, channel))
+        respond(self._reply(request, func, result, channel, started))
 
     def _pending_reply(
         self,
@@ -211,41 +223,66 @@ class Executor:
         pending: Pending,
         done: asyncio.Future[Any],
         channel: Channel,
+        started: float,
     ) -> bytes:
         try:
             value = done.result()
             result = pending.then(value) if pending.then else value
         except BaseException as exc:  # a cancelled future, too
-            return self._error_reply(request, func, exc, channel)
-        return self._reply(request, func, result, channel)
+            return self._error_reply(request, func, exc, channel, started)
+        return self._reply(request, func, result, channel, started)
 
-    def _reply(self, request: Request, func: FuncSpec, result: Any, channel: Channel) -> bytes:
+    def _reply(
+        self, request: Request, func: FuncSpec, result: Any, channel: Channel, started: float
+    ) -> bytes:
         if self._check_results:
             value = decode_json(result.text) if isinstance(result, EncodedJson) else result
             problem = func.result_problem(value)
             if problem is not None:
-                return self._error_reply(request, func, AssertionError(problem), channel)
+                return self._error_reply(request, func, AssertionError(problem), channel, started)
         reply = encode_result(request.rid, result)
         if len(reply) > func.max_response_bytes:
             log.error(
                 "%s: reply of %d bytes exceeds %d", request.f, len(reply), func.max_response_bytes
             )
+            self._count(request, func, INTERNAL_ERROR, started)
             return encode_error(request.rid, INTERNAL_ERROR, "Response too large")
+        self._count(request, func, "ok", started)
         return reply
 
-    @staticmethod
+    def _count(self, request: Request, func: FuncSpec | None, outcome: str, started: float) -> None:
+        """Count the call; labels only from what the ifaces define (``unknown`` else)."""
+        if func is None:  # refused before its function was at hand: known when resolved once
+            resolved = self._resolved.get(
+                (request.iface, request.major, request.minor, request.func)
+            )
+            func = resolved[1] if resolved is not None else None
+        if func is None:
+            self.calls.observe(UNKNOWN, UNKNOWN, outcome, time.perf_counter() - started)
+        else:
+            self.calls.observe(request.iface, func.name, outcome, time.perf_counter() - started)
+
     def _error_reply(
-        request: Request, func: FuncSpec | None, exc: BaseException, channel: Channel
+        self,
+        request: Request,
+        func: FuncSpec | None,
+        exc: BaseException,
+        channel: Channel,
+        started: float,
     ) -> bytes:
         if isinstance(exc, FTN3Error):
             if func is None or func.may_raise(exc.name):
+                # an error name the executor or the iface declares: a bounded set
+                self._count(request, func, exc.name, started)
                 return encode_error(request.rid, exc.name, exc.desc)
             log.error("%s raised undeclared %s: %s", request.f, exc.name, exc.desc)
         elif isinstance(exc, StoreUnreachable):
             log.warning("%s from %s: database unavailable: %s", request.f, channel.peer, exc)
+            self._count(request, func, INTERNAL_ERROR, started)
             return encode_error(request.rid, INTERNAL_ERROR, f"Database unavailable: {exc}")
         else:
             log.error("%s from %s failed", request.f, channel.peer, exc_info=exc)
+        self._count(request, func, INTERNAL_ERROR, started)
         return encode_error(request.rid, INTERNAL_ERROR, "Internal error")
 
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:

@@ -15,6 +15,7 @@ import asyncio
 import base64
 import binascii
 import logging
+import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
@@ -26,6 +27,7 @@ from ..auth.users import Authenticator, Principal
 from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
 from ..slots import TOO_MANY_CONNECTIONS
+from ..stats import CONNECTION, INSECURE_CHANNEL, Calls
 from ..wsio import ServerIO
 from .executor import peer_host
 
@@ -125,6 +127,8 @@ class HttpEndpoint:
     methods: tuple[str, ...] = ("GET",)
     #: What the 401 challenge names.
     realm = "futoin-evt"
+    #: The door, for the metrics and log lines.
+    door = "feed"
 
     def __init__(
         self, path: str, authenticator: Authenticator, secure: Callable[[ServerIO], bool]
@@ -136,6 +140,8 @@ class HttpEndpoint:
         self._tasks: set[asyncio.Task[None]] = set()
         #: Set when the server shuts down: waiting responses end at once.
         self.closing = asyncio.Event()
+        #: Requests by function and HTTP status, with their latency (metrics).
+        self.calls = Calls(self.door)
 
     def take(self, io: ServerIO, request: Request, body: bytes) -> bool:
         """Called for each plain HTTP request; True when this endpoint serves it."""
@@ -168,6 +174,18 @@ class HttpEndpoint:
         raise NotImplementedError
 
     async def _serve(self, io: ServerIO, request: Request, body: bytes) -> None:
+        started = time.perf_counter()
+        CONNECTION.set((self.door, io.peer, None))
+        status = await self._serve_counted(io, request, body)
+        seconds = time.perf_counter() - started
+        self.calls.observe(self.door, self.function(request), str(status), seconds)
+
+    def function(self, request: Request) -> str:
+        """What the request does, as the metrics' function label (a fixed set)."""
+        return "read"
+
+    async def _serve_counted(self, io: ServerIO, request: Request, body: bytes) -> int:
+        """Serve the request; returns its HTTP status (0: cut short)."""
         keep_alive = (
             request.method in self.methods
             and request.headers.get("Connection", "").lower() != "close"
@@ -182,18 +200,22 @@ class HttpEndpoint:
         except HttpError as exc:
             if exchange.started:
                 exchange.abort()  # the status line is out: cut the response short
-            else:
-                exchange.respond(
-                    exc.status, exc.body, exc.content_type, headers=self._error_headers(exc)
-                )
+                return 0
+            exchange.respond(
+                exc.status, exc.body, exc.content_type, headers=self._error_headers(exc)
+            )
+            return exc.status
         except (ConnectionError, asyncio.CancelledError):
             exchange.abort()
+            return 0
         except Exception:
             log.exception("HTTP request %s failed", request.path[:200])
             if exchange.started:
                 exchange.abort()
-            else:
-                exchange.respond(500, b"Internal error.\n")
+                return 0
+            exchange.respond(500, b"Internal error.\n")
+            return 500
+        return 200
 
     async def authorize(self, io: ServerIO, request: Request) -> Principal:
         """The caller, from HTTP Basic credentials over a secure channel."""
@@ -206,11 +228,13 @@ class HttpEndpoint:
         except (binascii.Error, UnicodeDecodeError):
             raise HttpError(401, "Malformed Basic credentials.") from None
         if not self._secure(io):
+            self._auth.refusals.note(self.door, INSECURE_CHANNEL)
             raise HttpError(403, "Credentials are accepted only over TLS or loopback.")
         try:
             principal = await self._auth.authenticate(credentials, peer_host(io.peer))
         except FTN3Error as exc:
             raise HttpError(401, exc.desc + ".") from None
+        CONNECTION.set((self.door, io.peer, principal.name))
         if not io.log_in():
             raise HttpError(503, TOO_MANY_CONNECTIONS.capitalize() + ".")
         return principal

@@ -273,6 +273,11 @@ class WebSocketTransport:
     def limits(self) -> Limits:
         return self._config.limits
 
+    @property
+    def serving(self) -> bool:
+        """The port accepts connections."""
+        return self._server is not None and self._server.is_serving()
+
     def is_secure(self, io: ServerIO) -> bool:
         """TLS, a loopback peer, or a channel the operator said to trust (FTN3 SecureChannel)."""
         assert io.transport is not None

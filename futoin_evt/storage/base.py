@@ -33,6 +33,7 @@ from typing import Final, NamedTuple, Protocol
 
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
+from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
@@ -247,6 +248,13 @@ class Consumers(Protocol):
     async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
         """Registered consumers (of one user, or all) with how far behind each is."""
 
+    async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
+        """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
+        component, in one pass over the events after the lowest of their positions."""
+
+    async def count_consumers(self) -> int:
+        """How many consumers are registered."""
+
     async def read_consumer_events(
         self,
         user_id: UserId,
@@ -348,6 +356,9 @@ class DcbLog(EventLog, Protocol):
 
 class Store(ConsumerLog, DcbLog, Retention, Users, Protocol):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`."""
+
+    #: What group commit did, for the metrics.
+    write_stats: WriteStats
 
     @property
     def description(self) -> str:

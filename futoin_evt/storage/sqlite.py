@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import sqlite3
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ import aiosqlite
 from ..domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
+from ..stats import WriteStats
 from .base import (
     ConsumerRow,
     DiscardLimits,
@@ -128,6 +130,24 @@ def _prepare_file(path: Path) -> None:
         conn.close()
 
 
+#: Consumers with their lag in one pass over the events after the lowest position (a merge of
+#: the positions into the ids, counted by a window), not one count per consumer.
+_CONSUMER_LAGS = (
+    "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position, c.registered_at,"
+    " c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
+    " ORDER BY c.user_id, c.component LIMIT ?),"
+    " marks AS (SELECT id AS v, 1 AS ev FROM events"
+    " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
+    " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
+    " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
+    " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
+    " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
+    " SELECT l.name, l.user_id, l.component, l.position, l.registered_at, l.last_seen_at,"
+    " r.behind, e.ts FROM listed l JOIN runs r ON r.ev = 0 AND r.v = l.position"
+    " LEFT JOIN events e ON e.id = r.next_id ORDER BY l.name, l.component"
+)
+
+
 class SqliteStore(PagedReads):
     """Event, consumer and user storage. Create with :meth:`open`; close with :meth:`close`."""
 
@@ -151,6 +171,8 @@ class SqliteStore(PagedReads):
         #: Nothing tells this process of other processes' claims of a consumer.
         self.claims = ClaimWatch()
         self.recent = RecentEvents()
+        #: What group commit did (read by the metrics).
+        self.write_stats = WriteStats()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
         self._watcher: asyncio.Task[None] | None = None
 
@@ -354,6 +376,20 @@ class SqliteStore(PagedReads):
         rows = await self._reader.execute_fetchall(sql, params)
         return [ConsumerRow(*row) for row in rows]
 
+    async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
+        """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
+        component, read in one pass: its cost grows with the events after the lowest
+        position, not with their product by the consumers."""
+        rows = await self._reader.execute_fetchall(_CONSUMER_LAGS, [limit])
+        return [
+            ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
+            for r in rows
+        ]
+
+    async def count_consumers(self) -> int:
+        rows = await self._reader.execute_fetchall("SELECT COUNT(*) FROM consumers")
+        return int(next(iter(rows))[0])
+
     async def stream_bounds(self) -> StreamBounds:
         rows = await self._reader.execute_fetchall(
             "SELECT (SELECT id FROM events ORDER BY id LIMIT 1),"
@@ -546,17 +582,22 @@ class SqliteStore(PagedReads):
                     item.future.set_result(result)
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
+        started = time.perf_counter()
         ts, inserted, results = await self._write_thread.run(_commit_sync, self._writer, batch)
+        seconds = time.perf_counter() - started
+        total = 0
         if inserted:
             recent = []
             for event_id, event_type, data in inserted:
                 text = event_json(event_id, event_type, data, ts)
                 size = len(text) if text.isascii() else len(text.encode())
+                total += size
                 recent.append(
                     RecentEvent(event_id, event_type, text, size, is_ftn18_type(event_type))
                 )
             self.recent.extend(recent)
             self.head.advance(inserted[-1][0])
+        self.write_stats.committed(len(batch), seconds, len(inserted), total)
         return results
 
 

@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
+from ...stats import WriteStats
 from ..base import (
     DEFAULT_POOL,
     ConsumerRow,
@@ -163,6 +165,24 @@ def _lost(exc: psycopg.Error) -> StoreUnreachable:
     return StoreUnreachable(f"the database connection failed: {_first_line(exc)}")
 
 
+#: Consumers with their lag in one pass over the events after the lowest position (a merge of
+#: the positions into the ids, counted by a window), not one count per consumer.
+_CONSUMER_LAGS = (
+    "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position, c.registered_at,"
+    " c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
+    " ORDER BY c.user_id, c.component LIMIT %s),"
+    " marks AS (SELECT id AS v, 1 AS ev FROM events"
+    " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
+    " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
+    " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
+    " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
+    " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
+    " SELECT l.name, l.user_id, l.component, l.position, l.registered_at, l.last_seen_at,"
+    " r.behind, e.ts FROM listed l JOIN runs r ON r.ev = 0 AND r.v = l.position"
+    " LEFT JOIN events e ON e.id = r.next_id ORDER BY l.name, l.component"
+)
+
+
 class PostgresStore(PagedReads):
     """Event, consumer and user storage in PostgreSQL. Create with :meth:`open`."""
 
@@ -187,6 +207,8 @@ class PostgresStore(PagedReads):
         self.head = HeadWatch()
         self.claims = ClaimWatch()
         self.recent = RecentEvents()
+        #: What group commit did (read by the metrics).
+        self.write_stats = WriteStats()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-pg-writer")
         self._listen_task = asyncio.create_task(self._listen(), name="futoin-evt-pg-listen")
         self._watcher: asyncio.Task[None] | None = None
@@ -356,6 +378,7 @@ class PostgresStore(PagedReads):
                 continue
             count = min(len(queue.items), MAX_APPENDS_PER_COMMIT)
             batch = [queue.items.popleft() for _ in range(count)]
+            started = time.perf_counter()
             try:
                 ids, ts = await self._commit(batch)
             except Exception as exc:
@@ -367,10 +390,13 @@ class PostgresStore(PagedReads):
                         item.future.set_exception(exc)
                 await self._restore_writer()
                 continue
+            seconds = time.perf_counter() - started
             recent = []
+            total = 0
             for event_id, item in zip(ids, batch, strict=True):
                 text = event_json(event_id, item.type, item.data, ts)
                 size = len(text) if text.isascii() else len(text.encode())
+                total += size
                 recent.append(
                     RecentEvent(event_id, item.type, text, size, is_ftn18_type(item.type))
                 )
@@ -378,6 +404,13 @@ class PostgresStore(PagedReads):
                     item.future.set_result(EventId(event_id))
             self.recent.extend(recent)
             self.head.advance(ids[-1])
+            self.write_stats.committed(len(batch), seconds, len(ids), total)
+
+    def pool_usage(self) -> tuple[int, int]:
+        """(pooled connections in use, calls waiting for one)."""
+        stats = self._pool.get_stats()
+        in_use = stats.get("pool_size", 0) - stats.get("pool_available", 0)
+        return in_use, stats.get("requests_waiting", 0)
 
     async def _commit(self, batch: list[_Append]) -> tuple[list[int], str]:
         ts = utc_timestamp()
@@ -516,6 +549,20 @@ class PostgresStore(PagedReads):
             ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
             for r in rows
         ]
+
+    async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
+        """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
+        component, read in one pass: its cost grows with the events after the lowest
+        position, not with their product by the consumers."""
+        rows = await self._fetch(_CONSUMER_LAGS, [limit])
+        return [
+            ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
+            for r in rows
+        ]
+
+    async def count_consumers(self) -> int:
+        rows = await self._fetch("SELECT COUNT(*) FROM consumers", ())
+        return int(rows[0][0])
 
     async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
         if not keys:

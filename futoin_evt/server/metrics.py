@@ -1,0 +1,479 @@
+"""``serve --metrics HOST:PORT``: Prometheus metrics, liveness and readiness on a plain HTTP port.
+
+``GET /metrics`` is the Prometheus text format, written by ``prometheus-client`` from a
+registry of the server's own (never the global one: several servers may share a process).
+The hot paths only bump plain counters (:mod:`futoin_evt.stats`); :class:`ServerCollector`
+reads them at scrape time. What needs the store (consumers, the oldest id kept) comes from one
+bounded read, shared by the scrapes of :attr:`MetricsListener.cache_seconds`.
+
+``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when the store answers
+a trivial read within :data:`READY_TIMEOUT` seconds and every listener accepts connections,
+else 503 with the reason in one line. Anything else is 404.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Final, Protocol
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    Metric,
+)
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+from prometheus_client.registry import Collector
+
+from ..slots import Slots
+from ..stats import (
+    DEFAULT_STREAM,
+    DOORS,
+    HANDSHAKE_EVICTED,
+    REFUSAL_REASONS,
+    STREAMS,
+    TOO_MANY_CONNECTIONS,
+    Calls,
+    Histogram,
+)
+from ..storage.base import ConsumerRow
+
+if TYPE_CHECKING:
+    from ..amqp.listener import AmqpListener
+    from ..auth.users import Authenticator
+    from ..ftn18.push import PushService
+    from ..log.archive import InProcessArchiver
+    from ..log.retention import Discarder
+    from ..notify.management import ManagementBus
+    from ..storage.base import Store
+    from .executor import Executor
+    from .http import HttpEndpoint
+    from .websocket import WebSocketTransport
+
+log = logging.getLogger(__name__)
+
+#: /readyz: the store answers within this many seconds, or the server is not ready.
+READY_TIMEOUT: Final = 2.0
+#: Scrapes within this many seconds share one read of the store.
+DEFAULT_CACHE_SECONDS: Final = 1.0
+#: A request head larger than this, or slower than the timeout, is dropped.
+MAX_REQUEST_BYTES: Final = 8192
+REQUEST_TIMEOUT: Final = 10.0
+#: Connections served at once; more are closed at once.
+MAX_CONNECTIONS: Final = 32
+
+STREAM_LABELS: Final = ("stream", "partition")
+CONSUMER_LABELS: Final = ("user", "component", "stream", "partition")
+CALL_LABELS: Final = ("door", "iface", "function", "outcome")
+
+
+class EventServer(Protocol):
+    """What the metrics read of the server (:class:`futoin_evt.server.app.EventServer`)."""
+
+    store: Store
+    push: PushService
+    discarder: Discarder
+    archiver: InProcessArchiver | None
+    authenticator: Authenticator
+    executor: Executor
+    http_endpoints: list[HttpEndpoint]
+    amqp: AmqpListener | None
+    notices: ManagementBus
+
+    @property
+    def transport(self) -> WebSocketTransport: ...
+
+
+class StoreSnapshot:
+    """What the metrics read from the store: at most ``limit`` consumers, the count of the
+    rest, the oldest id kept. One read at a time; reused for ``cache_seconds``."""
+
+    def __init__(self, server: EventServer, limit: int, cache_seconds: float) -> None:
+        self._server = server
+        self.limit = limit
+        self.cache_seconds = cache_seconds
+        self.consumers: list[ConsumerRow] = []
+        self.registered = 0
+        self.oldest_id = 0
+        #: How long the last read took (seconds).
+        self.read_seconds = 0.0
+        self._read: asyncio.Future[None] | None = None
+        self._read_at = -1e9
+
+    async def refresh(self) -> None:
+        """Read the store again unless a read is under way or fresh enough."""
+        now = time.monotonic()
+        if self._read is None or (self._read.done() and now - self._read_at >= self.cache_seconds):
+            self._read_at = now
+            self._read = asyncio.ensure_future(self._load())
+        await asyncio.shield(self._read)
+
+    async def _load(self) -> None:
+        """Read; when the store fails, keep what was read last (the rest of /metrics is worth
+        serving while the database is away) and say so in the log."""
+        try:
+            await self._read_store()
+        except Exception as exc:
+            log.warning("metrics: the store could not be read: %s", exc or type(exc).__name__)
+
+    async def _read_store(self) -> None:
+        store = self._server.store
+        started = time.perf_counter()
+        rows = await store.consumer_lags(self.limit)
+        registered = len(rows) if len(rows) < self.limit else await store.count_consumers()
+        limits = await store.discard_limits(None)
+        self.consumers, self.registered, self.oldest_id = rows, registered, limits.oldest_id
+        self.read_seconds = time.perf_counter() - started
+
+
+class ServerCollector(Collector):
+    """The server's families, from its counters and the last :class:`StoreSnapshot`."""
+
+    def __init__(self, server: EventServer, snapshot: StoreSnapshot) -> None:
+        self._server = server
+        self._snapshot = snapshot
+
+    def describe(self) -> Iterable[Metric]:
+        return ()  # nothing to check at registration: the names are this module's
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._streams()
+        yield from self._consumers()
+        yield from self._doors()
+        yield from self._write_path()
+
+    def _streams(self) -> Iterator[Metric]:
+        stats = self._server.store.write_stats
+        appended = CounterMetricFamily(
+            "futoin_evt_events_appended",
+            "Events appended since the process started (every door).",
+            labels=STREAM_LABELS,
+        )
+        size = CounterMetricFamily(
+            "futoin_evt_events_appended_bytes",
+            "Bytes of the events appended since the process started, as stored (FTN18 JSON).",
+            labels=STREAM_LABELS,
+        )
+        head = GaugeMetricFamily(
+            "futoin_evt_stream_head_id", "The newest event id.", labels=STREAM_LABELS
+        )
+        oldest = GaugeMetricFamily(
+            "futoin_evt_stream_oldest_id",
+            "The oldest event id kept (0: the stream is empty).",
+            labels=STREAM_LABELS,
+        )
+        for key in STREAMS:
+            labels = list(key)
+            appended.add_metric(labels, stats.appended[key])
+            size.add_metric(labels, stats.appended_bytes[key])
+            head.add_metric(labels, self._server.store.head.head)
+            oldest.add_metric(labels, self._snapshot.oldest_id)
+        yield from (appended, size, head, oldest)
+
+    def _consumers(self) -> Iterator[Metric]:
+        snapshot = self._snapshot
+        position = GaugeMetricFamily(
+            "futoin_evt_consumer_position",
+            "The id of the last event the consumer acknowledged.",
+            labels=CONSUMER_LABELS,
+        )
+        lag = GaugeMetricFamily(
+            "futoin_evt_consumer_lag_events",
+            "Events kept after the consumer's position.",
+            labels=CONSUMER_LABELS,
+        )
+        age = GaugeMetricFamily(
+            "futoin_evt_consumer_oldest_unread_age_seconds",
+            "Age of the oldest event the consumer has not acknowledged (0: none).",
+            labels=CONSUMER_LABELS,
+        )
+        in_flight = GaugeMetricFamily(
+            "futoin_evt_consumer_push_groups_in_flight",
+            "Pushed groups of events not acknowledged yet (push consumers connected here).",
+            labels=CONSUMER_LABELS,
+        )
+        retries = CounterMetricFamily(
+            "futoin_evt_consumer_push_retries",
+            "Pushed groups that failed and were sent again, on the current push connection.",
+            labels=CONSUMER_LABELS,
+        )
+        streams = {(s.user_id, s.component): s for s in self._server.push.streams}
+        now = time.time()
+        stream, partition = DEFAULT_STREAM
+        for row in snapshot.consumers:
+            labels = [row.user, row.component, stream, partition]
+            position.add_metric(labels, row.position)
+            lag.add_metric(labels, row.behind)
+            age.add_metric(labels, _age(row.oldest_unread_ts, now))
+            push = streams.get((row.user_id, row.component))
+            in_flight.add_metric(labels, push.in_flight if push is not None else 0)
+            retries.add_metric(labels, push.stats.groups_failed if push is not None else 0)
+        yield from (position, lag, age, in_flight, retries)
+        yield GaugeMetricFamily(
+            "futoin_evt_consumers_registered",
+            "Registered consumers.",
+            value=snapshot.registered,
+        )
+        yield GaugeMetricFamily(
+            "futoin_evt_consumers_left_out",
+            "Registered consumers not reported per consumer (past the limit of the scrape).",
+            value=max(snapshot.registered - len(snapshot.consumers), 0),
+        )
+        yield GaugeMetricFamily(
+            "futoin_evt_consumers_read_seconds",
+            "How long the last read of the consumers from the store took.",
+            value=snapshot.read_seconds,
+        )
+
+    def _doors(self) -> Iterator[Metric]:
+        server = self._server
+        connections = GaugeMetricFamily(
+            "futoin_evt_door_connections",
+            "Connections past their handshake, per listening port (the WebSocket port also "
+            "serves the HTTP feed, DCB and notification).",
+            labels=("door",),
+        )
+        handshakes = GaugeMetricFamily(
+            "futoin_evt_door_handshakes",
+            "Connections still in their handshake, per listening port.",
+            labels=("door",),
+        )
+        refusals: dict[tuple[str, str], int] = dict.fromkeys(
+            ((door, reason) for door in DOORS for reason in REFUSAL_REASONS), 0
+        )
+        for key, count in list(server.authenticator.refusals.counts.items()):
+            refusals[key] = refusals.get(key, 0) + count
+        ports: list[tuple[str, Slots[Any]]] = [("websocket", server.transport.slots)]
+        if server.amqp is not None:
+            ports.append(("amqp", server.amqp.slots))
+        for door, slots in ports:
+            connections.add_metric([door], slots.established)
+            handshakes.add_metric([door], slots.handshakes)
+            refusals[(door, TOO_MANY_CONNECTIONS)] += slots.refused
+            refusals[(door, HANDSHAKE_EVICTED)] += slots.evicted
+        refused = CounterMetricFamily(
+            "futoin_evt_door_refusals",
+            "Connections, handshakes and logins refused, by door and reason.",
+            labels=("door", "reason"),
+        )
+        for (door, reason), count in sorted(refusals.items()):
+            refused.add_metric([door, reason], count)
+        yield from (connections, handshakes, refused)
+        calls = [server.executor.calls, *(e.calls for e in server.http_endpoints)]
+        if server.amqp is not None:
+            calls.append(server.amqp.node.calls)
+        yield from _calls(calls)
+
+    def _write_path(self) -> Iterator[Metric]:
+        server = self._server
+        stats = server.store.write_stats
+        yield _histogram(
+            "futoin_evt_commit_batch_writes",
+            "Writes (appends and others) committed together in one group commit.",
+            stats.batch_sizes,
+        )
+        yield _histogram(
+            "futoin_evt_commit_duration_seconds",
+            "Time of one group commit, from the writer's start to the commit's end.",
+            stats.commit_seconds,
+        )
+        pool_usage = getattr(server.store, "pool_usage", None)
+        if pool_usage is not None:
+            in_use, waiting = pool_usage()
+            yield GaugeMetricFamily(
+                "futoin_evt_pg_pool_connections_in_use",
+                "PostgreSQL pooled connections in use (PostgreSQL only).",
+                value=in_use,
+            )
+            yield GaugeMetricFamily(
+                "futoin_evt_pg_pool_requests_waiting",
+                "Calls waiting for a pooled PostgreSQL connection (PostgreSQL only).",
+                value=waiting,
+            )
+        discarded = CounterMetricFamily(
+            "futoin_evt_events_discarded",
+            "Events discarded by retention since the process started.",
+            labels=STREAM_LABELS,
+        )
+        discarded.add_metric(list(DEFAULT_STREAM), server.discarder.discarded_total)
+        archived = CounterMetricFamily(
+            "futoin_evt_events_archived",
+            "Events copied to the --archive file since the process started.",
+            labels=STREAM_LABELS,
+        )
+        archiver = server.archiver
+        archived.add_metric(list(DEFAULT_STREAM), archiver.archived_total if archiver else 0)
+        published = CounterMetricFamily(
+            "futoin_evt_management_events",
+            "Management events published, by type.",
+            labels=("type",),
+        )
+        for event_type, count in sorted(dict(server.notices.published).items()):
+            published.add_metric([event_type], count)
+        yield from (discarded, archived, published)
+
+
+def _calls(sources: list[Calls]) -> Iterator[Metric]:
+    total = CounterMetricFamily(
+        "futoin_evt_calls",
+        "Calls by door, iface, function and outcome (ok, the FTN3 error, or the HTTP status; "
+        "a function or iface the server does not define counts as unknown).",
+        labels=CALL_LABELS,
+    )
+    seconds = HistogramMetricFamily(
+        "futoin_evt_call_duration_seconds",
+        "Time from a call's arrival to its reply.",
+        labels=CALL_LABELS,
+    )
+    for calls in sources:
+        for (iface, function, outcome), histogram in list(calls.by_key.items()):
+            labels = [calls.door, iface, function, outcome]
+            buckets = histogram.cumulative()
+            total.add_metric(labels, buckets[-1][1])
+            seconds.add_metric(labels, buckets, histogram.sum)
+    yield from (total, seconds)
+
+
+def _histogram(name: str, documentation: str, histogram: Histogram) -> Metric:
+    family = HistogramMetricFamily(name, documentation)
+    family.add_metric([], histogram.cumulative(), histogram.sum)
+    return family
+
+
+def _age(ts: str | None, now: float) -> float:
+    if ts is None:
+        return 0.0
+    return max(now - datetime.fromisoformat(ts).timestamp(), 0.0)
+
+
+class MetricsListener:
+    """The plain HTTP port of ``--metrics``."""
+
+    def __init__(
+        self,
+        server: EventServer,
+        host: str,
+        port: int,
+        *,
+        consumer_limit: int = 1000,
+        cache_seconds: float = DEFAULT_CACHE_SECONDS,
+    ) -> None:
+        self._eventserver = server
+        self.host = host
+        self._port = port
+        self.snapshot = StoreSnapshot(server, consumer_limit, cache_seconds)
+        self.registry = CollectorRegistry()
+        ProcessCollector(registry=self.registry)
+        PlatformCollector(registry=self.registry)
+        GCCollector(registry=self.registry)
+        self.registry.register(ServerCollector(server, self.snapshot))
+        self._server: asyncio.Server | None = None
+        self._connections = 0
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(
+            self._serve, self.host, self._port, limit=MAX_REQUEST_BYTES
+        )
+
+    @property
+    def serving(self) -> bool:
+        return self._server is not None and self._server.is_serving()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "not started"
+        return int(self._server.sockets[0].getsockname()[1])
+
+    @property
+    def url(self) -> str:
+        """``http://host:port/metrics``."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}/metrics"
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def scrape(self) -> bytes:
+        """The text of ``GET /metrics``, written in a thread: the event loop goes on serving
+        (the collector copies what it reads from the loop's objects in single C calls)."""
+        await self.snapshot.refresh()
+        return await asyncio.to_thread(generate_latest, self.registry)
+
+    async def readiness(self) -> str | None:
+        """None when ready, else why not (one line)."""
+        server = self._eventserver
+        if not server.transport.serving:
+            return "the WebSocket port is not serving"
+        if server.amqp is not None and not server.amqp.serving:
+            return "the AMQP listener is not serving"
+        try:
+            await asyncio.wait_for(server.store.newest_event_id(), READY_TIMEOUT)
+        except TimeoutError:
+            return f"the store did not answer within {READY_TIMEOUT:g} s"
+        except Exception as exc:
+            return f"the store does not answer: {exc or type(exc).__name__}"
+        return None
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections += 1
+        try:
+            if self._connections <= MAX_CONNECTIONS:
+                head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
+                writer.write(await self._respond(head))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
+            pass
+        except Exception:
+            log.exception("metrics request failed")
+            writer.write(_response(500, b"Internal error.\n"))
+        finally:
+            self._connections -= 1
+            writer.close()
+
+    async def _respond(self, head: bytes) -> bytes:
+        words = head.split(b"\r\n", 1)[0].split(b" ")
+        if len(words) != 3 or not words[2].startswith(b"HTTP/"):
+            return _response(400, b"Bad request.\n")
+        method, target = words[0], words[1].split(b"?", 1)[0]
+        if target not in (b"/metrics", b"/healthz", b"/readyz"):
+            return _response(404, b"Not found: /metrics, /healthz and /readyz are.\n")
+        if method != b"GET":
+            return _response(405, b"GET only.\n", [("Allow", "GET")])
+        if target == b"/healthz":
+            return _response(200, b"ok\n")
+        if target == b"/readyz":
+            reason = await self.readiness()
+            if reason is not None:
+                return _response(503, f"not ready: {reason}\n".encode())
+            return _response(200, b"ready\n")
+        return _response(200, await self.scrape(), [("Content-Type", CONTENT_TYPE_LATEST)])
+
+
+_REASONS: Final = {
+    200: "OK",
+    400: "Bad Request",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
+
+
+def _response(status: int, body: bytes, headers: list[tuple[str, str]] | None = None) -> bytes:
+    lines = [f"HTTP/1.1 {status} {_REASONS[status]}"]
+    fields: dict[str, Any] = {"Content-Type": "text/plain; charset=utf-8"}
+    fields.update(headers or [])
+    fields["Content-Length"] = len(body)
+    fields["Connection"] = "close"
+    lines += [f"{name}: {value}" for name, value in fields.items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
