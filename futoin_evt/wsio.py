@@ -62,6 +62,9 @@ HttpHandler = Callable[["ServerIO", Request, bytes], bool]
 
 #: What a peer may send while its HTTP response is being written, before reading pauses.
 HTTP_HELD_BYTES: Final = 64 * 1024
+#: After refusing a request, what the peer still sends is read and dropped, up to this much
+#: (and until the handshake's deadline), so that the refusal reaches it (see ``_linger``).
+LINGER_BYTES: Final = 8 * 1024 * 1024
 #: The longest HTTP request line read before the method is known.
 REQUEST_LINE_BYTES: Final = 8 * 1024
 #: The most a request's line and headers may take (a body is bounded by ``max_size``).
@@ -363,6 +366,8 @@ class ServerIO(FrameIO):
         self._slots = slots
         #: The start of a request until websockets takes it, or the whole of one with a body.
         self._head: bytearray | None = bytearray()
+        #: After a refusal: how much more of the peer's input is dropped before cutting it.
+        self._linger_left: int | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -373,6 +378,11 @@ class ServerIO(FrameIO):
         super().connection_lost(exc)
 
     def _receive(self, data: bytes) -> None:
+        if self._linger_left is not None:
+            self._linger_left -= len(data)
+            if self._linger_left < 0:
+                self.abort()
+            return
         if self._detached:
             self._held += data
             if len(self._held) > HTTP_HELD_BYTES:
@@ -450,8 +460,26 @@ class ServerIO(FrameIO):
             + body
         )
         self._head = None
-        if self.transport is not None:
-            self.transport.close()
+        self._linger()
+
+    def _linger(self) -> None:
+        """Close the connection once the refusal is sent, reading and dropping what the peer
+        still sends until it closes too (within ``LINGER_BYTES`` and the handshake's deadline).
+        A socket closed with input unread is reset by the kernel, and the peer, still
+        sending a body the server did not want, would get the reset instead of the answer."""
+        transport = self.transport
+        if transport is None:
+            return
+        if not transport.can_write_eof():  # TLS: no half-close
+            transport.close()
+            return
+        transport.write_eof()
+        self._linger_left = LINGER_BYTES
+
+    def eof_received(self) -> None:
+        if self._linger_left is None:
+            super().eof_received()
+        # else: asyncio closes the transport (the refusal is sent by then, or goes first)
 
     @property
     def serving_http(self) -> bool:

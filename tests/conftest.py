@@ -13,6 +13,8 @@ import socket
 import sqlite3
 import subprocess
 import sys
+import tempfile
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -154,34 +156,48 @@ class ServerProcess:
 
     def __init__(self, db: str | Path, port: int = 0, *extra: str) -> None:
         self.db = db
+        # The log goes to a file: a pipe nobody reads would stop the server once it is full.
+        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the process)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
              "--db", str(db), "--port", str(port), *extra],
             stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+            stderr=self.log,
             text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
         match = re.search(r"ws://[^ ]+", line)
         if match is None:
-            _out, err = self.proc.communicate(timeout=30)
-            raise AssertionError(f"no URL in {line!r}; stderr: {err}")
+            self.proc.communicate(timeout=30)
+            raise AssertionError(f"no URL in {line!r}; stderr: {self.logged()}")
         self.url = match.group(0)
         self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
         amqp = re.search(r"amqps?://[^ ]+", line)
         self.amqp_url = amqp.group(0) if amqp else None
 
+    def logged(self) -> str:
+        """What the server logged so far."""
+        self.log.seek(0)
+        return self.log.read()
+
     def stop(self) -> int:
         """SIGTERM, as an operator stops it; returns the exit code."""
+        return self.stop_and_read_log(timeout=30)[0]
+
+    def stop_and_read_log(self, timeout: float) -> tuple[int, str]:
+        """SIGTERM; the exit code and everything the server logged."""
         self.proc.send_signal(signal.SIGTERM)
-        self.proc.communicate(timeout=30)  # also closes the pipes
-        return self.proc.returncode
+        self.proc.communicate(timeout=timeout)  # also closes the pipes
+        logged = self.logged()
+        self.log.close()
+        return self.proc.returncode, logged
 
     def kill(self) -> None:
         """SIGKILL: a crash."""
         self.proc.kill()
         self.proc.communicate(timeout=30)
+        self.log.close()
 
 
 async def run_js(js_dir: Path, script: str, scenario: dict[str, Any]) -> list[Any]:
@@ -229,9 +245,11 @@ def pg_database() -> Iterator[str]:
     name = f"futoin_evt_test_{secrets.token_hex(6)}"
     with conn:
         conn.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield urlunsplit(urlsplit(admin)._replace(path="/" + name))
-        finally:
+    try:
+        yield urlunsplit(urlsplit(admin)._replace(path="/" + name))
+    finally:
+        # a new connection: the outage tests restart the server under the session
+        with psycopg.connect(admin, autocommit=True, connect_timeout=30) as conn:
             conn.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
@@ -252,6 +270,68 @@ def store_db(request: pytest.FixtureRequest, db_path: Path) -> str:
     if request.param == "sqlite":
         return str(db_path)
     return str(request.getfixturevalue("pg_url"))
+
+
+class PgCluster:
+    """The PostgreSQL cluster (Debian's pg_ctlcluster) that serves the test database."""
+
+    def __init__(self, version: str, name: str, host: str, port: int) -> None:
+        self.version, self.name, self.host, self.port = version, name, host, port
+
+    def control(self, action: str, *, check: bool = True) -> None:
+        """``restart``, ``stop`` or ``start`` (fast mode: connections are cut); returns once
+        the cluster answers again (or, for ``stop``, has stopped)."""
+        subprocess.run(
+            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action],
+            check=check,
+            capture_output=True,
+            timeout=120,
+        )
+        if action != "stop":
+            self.wait_ready()
+
+    def is_ready(self) -> bool:
+        ready = subprocess.run(
+            ["pg_isready", "-q", "-h", self.host, "-p", str(self.port), "-t", "1"],
+            check=False,
+            timeout=30,
+        )
+        return ready.returncode == 0
+
+    def wait_ready(self, seconds: float = 60.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.is_ready():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"PostgreSQL on port {self.port} not ready in {seconds} s")
+            time.sleep(0.1)  # between probes; each probe itself waits up to 1 s
+
+
+@pytest.fixture
+def pg_cluster(pg_database: str) -> Iterator[PgCluster]:
+    """Control of the cluster that serves the test database (found by its port with
+    ``pg_lsclusters``), for the outage tests; whatever the test does, the cluster runs
+    again at its end. Skips when that cluster is not local, except under CI."""
+    parts = urlsplit(pg_database)
+    host, port = parts.hostname or "127.0.0.1", parts.port or 5432
+    found = None
+    if host in ("127.0.0.1", "localhost", "::1") and shutil.which("pg_lsclusters"):
+        listing = subprocess.run(
+            ["pg_lsclusters", "--no-header"], capture_output=True, text=True, check=True
+        ).stdout
+        for line in listing.splitlines():
+            fields = line.split()
+            if len(fields) >= 3 and fields[2] == str(port):
+                found = PgCluster(fields[0], fields[1], host, port)
+    if found is None:
+        message = f"no local cluster (pg_lsclusters) serves PostgreSQL on {host}:{port}"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    try:
+        yield found
+    finally:
+        if not found.is_ready():
+            found.control("start", check=False)  # (it may be starting already)
 
 
 def execute_sql(db: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:

@@ -158,6 +158,66 @@ def test_fuzzed_peers_never_hurt_the_server(
     assert errors.records == []  # nothing failed inside the server (logged as an error)
 
 
+SESSION = (
+    login()
+    + OPEN
+    + BEGIN
+    + ATTACH_SENDER
+    + transfer(Message(subject="CUT", body={"a": [1, "x"]}).encode())
+    + transfer(Message(subject="CUT", body=2).encode(), delivery_id=1)
+    + ATTACH_RECEIVER
+    + amqp_frame(0x13, [uint(0), uint(100), uint(0), uint(100), uint(1), uint(0), uint(10)])
+    + amqp_frame(0x16, [uint(0), True])
+    + CLOSE
+)
+#: A change to a well-formed session: bytes overwritten, cut out, repeated, or the end cut off.
+MUTATIONS = st.one_of(
+    st.tuples(st.just("set"), st.integers(0, len(SESSION) - 1), st.binary(min_size=1, max_size=4)),
+    st.tuples(st.just("cut"), st.integers(0, len(SESSION) - 1), st.integers(1, 64)),
+    st.tuples(st.just("repeat"), st.integers(0, len(SESSION) - 1), st.integers(1, 64)),
+    st.tuples(st.just("end"), st.integers(0, len(SESSION) - 1), st.just(0)),
+)
+
+
+def mutate(data: bytes, mutations: list[tuple[str, int, Any]]) -> bytes:
+    out = bytearray(data)
+    for kind, at, arg in mutations:
+        at = min(at, len(out))
+        if kind == "set":
+            out[at : at + len(arg)] = arg
+        elif kind == "cut":
+            del out[at : at + arg]
+        elif kind == "repeat":
+            out[at:at] = out[at : at + arg]
+        else:
+            del out[at:]
+    return bytes(out)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
+@given(mutations=st.lists(MUTATIONS, min_size=1, max_size=4))
+def test_sessions_cut_and_corrupted_at_random_never_hurt_the_server(
+    fuzz_amqp: tuple[asyncio.AbstractEventLoop, EventServer, ErrorLog],
+    mutations: list[tuple[str, int, Any]],
+) -> None:
+    loop, server, errors = fuzz_amqp
+    assert server.amqp is not None
+    port = server.amqp.port
+
+    async def attack() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(mutate(SESSION, mutations))
+        writer.write_eof()  # so that a frame cut short is not waited for until the time-out
+        async with asyncio.timeout(30):
+            while await reader.read(65536):
+                pass
+        writer.close()
+        assert await handshake_works(port)
+
+    loop.run_until_complete(attack())
+    assert errors.records == []  # nothing failed inside the server (logged as an error)
+
+
 @pytest.fixture(scope="module")
 def fuzz_amqp(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[str, str]) -> Any:
     """One server for all fuzzed examples (hypothesis runs the test many times)."""

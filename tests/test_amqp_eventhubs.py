@@ -298,7 +298,7 @@ async def test_links_need_a_token_first(hub: EventServer) -> None:
     ("name", "expiry", "audience", "reason"),
     [
         ("alice", -10, AUDIENCE, "has expired"),
-        ("nobody", 600, AUDIENCE, "names no user"),
+        ("nobody", 600, AUDIENCE, "signature does not match"),  # not "no such user"
         ("bob", 600, AUDIENCE, "signature does not match"),  # alice's key, bob's name
         ("alice", 600, "sb://127.0.0.1/elsewhere", "does not cover"),
     ],

@@ -168,6 +168,32 @@ def test_port_in_use_is_a_clear_error(
     assert "Traceback" not in result.stderr
 
 
+def test_an_unopenable_sqlite_file_is_reported_at_once_even_with_wait_for_db(
+    tmp_path: Path,
+) -> None:
+    """--wait-for-db waits for a database server; a file that cannot be opened is not one."""
+    db = tmp_path / "no-such-dir" / "x.sqlite"
+    result = run("serve", "--port", "0", "--db", str(db), "--wait-for-db", "600")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"futoin-evt: cannot open the database {db}: ")
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("option", "message"),
+    [
+        (["--pg-pool-size", "0"], "--pg-pool-size must be at least 1."),
+        (["--pg-pool-timeout", "0"], "--pg-pool-timeout must be above 0."),
+        (["--wait-for-db", "-1"], "--wait-for-db cannot be negative."),
+    ],
+)
+def test_pool_and_wait_settings_are_checked(
+    tmp_path: Path, option: list[str], message: str
+) -> None:
+    result = run("serve", "--port", "0", "--db", str(tmp_path / "x.sqlite"), *option)
+    assert (result.returncode, result.stderr) == (2, f"futoin-evt: {message}\n")
+
+
 def test_version() -> None:
     assert run("--version").stdout.startswith("futoin-evt ")
 

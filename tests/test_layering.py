@@ -65,9 +65,10 @@ def test_the_amqp_door_knows_no_other_door() -> None:
 #: futoin_evt's packages from the bottom up. A package imports its own modules and those of the
 #: layers below it; never a layer above, nor a sibling in its layer (but in "shared").
 LAYERS: dict[str, set[str]] = {
-    # the FTN3 core (no I/O), connection slots, quoting of input, the version: they know
-    # nothing of ours
-    "floor": {"ftn3", "slots", "quoting", "__init__"},
+    # how input is quoted in error messages
+    "quoting": {"quoting"},
+    # the FTN3 core (no I/O), connection slots, the version
+    "floor": {"ftn3", "slots", "__init__"},
     # WebSocket I/O, shared by the server and the client
     "wire": {"wsio"},
     # the domain's values: the event stream's, the DCB store's

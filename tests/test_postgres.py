@@ -6,23 +6,26 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import re
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 import pytest
 
-from futoin_evt.client.aio import CommError, Event, EventStreamClient
+from futoin_evt.client.aio import CommError, Event, EventStreamClient, RemoteError
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.domain.stream import EventRejected
 from futoin_evt.storage import open_store
+from futoin_evt.storage.head import HeadWatch
 from futoin_evt.storage.postgres import add_event, add_event_async
 from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK
 
-from .conftest import USERS, ServerProcess, execute_sql, free_port, run_js
-from .test_cli import run
+from .conftest import USERS, PgCluster, ServerProcess, execute_sql, free_port, run_js
+from .test_cli import CLI, run
 
 pytestmark = [pytest.mark.functional, pytest.mark.postgres]
 
@@ -92,7 +95,8 @@ def run_python(code: str) -> Any:
 
 def test_the_password_stays_out_of_what_is_printed(pg_database: str) -> None:
     url = pg_database.replace("postgres@", "postgres:s3cret-pw@")
-    listing = run("user", "list", "--db", url.replace(":5432", ":1"))
+    port = f":{urlsplit(url).port or 5432}/"
+    listing = run("user", "list", "--db", url.replace(port, ":1/"))  # nothing listens there
     assert listing.returncode == 2
     assert "s3cret-pw" not in listing.stderr
     assert ":***@" in listing.stderr
@@ -147,7 +151,7 @@ async def test_native_extension_async_and_rejects_bad_events(pg_url: str) -> Non
 # -- several processes on one database ---------------------------------------------------------
 
 
-ServersFactory = Callable[[int], list[ServerProcess]]
+ServersFactory = Callable[..., list[ServerProcess]]
 
 
 @pytest.fixture
@@ -158,8 +162,8 @@ async def servers(pg_url: str, password_hashes: dict[str, str]) -> AsyncIterator
             await store.add_user(name, password_hash)
     started: list[ServerProcess] = []
 
-    def start(count: int) -> list[ServerProcess]:
-        new = [ServerProcess(pg_url) for _ in range(count)]
+    def start(count: int, *options: str) -> list[ServerProcess]:
+        new = [ServerProcess(pg_url, 0, *options) for _ in range(count)]
         started.extend(new)
         return new
 
@@ -342,6 +346,32 @@ async def test_a_newer_receiver_on_another_process_takes_the_consumer_over(
     assert new.ids == sorted(set(new.ids))
 
 
+async def test_a_takeover_on_another_process_ends_the_old_stream_at_once(
+    servers: ServersFactory,
+) -> None:
+    """The claim reaches the old stream's process on the notification channel, ahead of any
+    event added after it: the old stream sends nothing more, as on a takeover in one
+    process, and does not wait for its next acknowledgement to be fenced off."""
+    a, b = servers(2)
+    async with await connect(a.url) as producer:
+        await producer.register_consumer("MOVED")
+        first = [await producer.add_event("T", i) for i in range(10)]
+        old = Collector(a.url, "MOVED")
+        await old.wait_for(first[-1])
+        new = Collector(b.url, "MOVED")
+        async with asyncio.timeout(30):
+            await new.receiver.ready.wait()
+        later = [await producer.add_event("T", i) for i in range(20)]
+        await new.wait_for(later[-1])
+        assert not await push_connected(a.url, "MOVED")
+        assert await push_connected(b.url, "MOVED")
+    await old.stop()
+    await new.stop()
+    assert not set(later) & set(old.ids)
+    assert set(later) <= set(new.ids)
+    assert new.ids == sorted(set(new.ids))
+
+
 async def consumer_info(url: str, component: str) -> dict[str, Any]:
     async with await connect(url) as client:
         consumers = await client.ftn3.call("futoinevt.ops:1.0", "listConsumers", {})
@@ -370,3 +400,229 @@ async def test_one_process_discards_at_a_time_and_never_past_a_consumer(pg_url: 
         assert await second.delete_events(10, 100) == 4
         assert (await first.stream_bounds()).first_id == 5
         assert await first.last_given_id() == 10
+
+
+# -- outages -------------------------------------------------------------------------------------
+
+DCB = "futoin.evt.dcb:1.0"
+UNAVAILABLE = "Database unavailable: "
+
+
+class Producer:
+    """Adds events in a loop through one server; every id it got back is acknowledged. An
+    FTN3 error (the database restarting) is retried after a short backoff."""
+
+    def __init__(self, url: str, number: int, acknowledged: list[int], errors: list[str]) -> None:
+        self.url, self.number = url, number
+        self.acknowledged, self.errors = acknowledged, errors
+        self.count = 0
+        self.progress = HeadWatch()
+        self.stop = asyncio.Event()
+        self.task = asyncio.ensure_future(self._run())
+
+    async def _run(self) -> None:
+        async with await connect(self.url) as client:
+            while not self.stop.is_set():
+                try:
+                    event_id = await client.add_event("LOAD", [self.number, self.count])
+                except RemoteError as exc:
+                    self.errors.append(exc.desc)
+                    await asyncio.sleep(0.02)  # backoff before the retry; nothing waits on it
+                    continue
+                self.acknowledged.append(event_id)
+                self.count += 1
+                self.progress.advance(self.count)
+
+    async def wait_for(self, count: int) -> None:
+        """Until ``count`` events are acknowledged; raises why the producer ended, if it did."""
+        waiting = asyncio.ensure_future(self.progress.wait_beyond(count - 1))
+        try:
+            async with asyncio.timeout(60):
+                await asyncio.wait([waiting, self.task], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if self.task.done():
+            self.task.result()
+        assert self.count >= count
+
+
+async def poll_through(
+    url: str, component: str, done: asyncio.Event, until: list[int], errors: list[str]
+) -> list[int]:
+    """A reliable poll consumer that retries FTN3 errors (kept in ``errors``), until
+    ``done`` is set and it has seen the newest of ``until``."""
+    seen: list[int] = []
+    async with await connect(url) as client:
+        last_id: int | None = None
+        while not done.is_set() or not seen or seen[-1] < max(until):
+            try:
+                events = await client.poll_events(component, last_id, None)
+            except RemoteError as exc:
+                errors.append(exc.desc)
+                events = []
+            seen.extend(event.id for event in events)
+            if events:
+                last_id = events[-1].id
+            else:
+                await asyncio.sleep(0.005)  # backoff between empty polls; nothing waits on it
+    return seen
+
+
+async def test_a_database_restart_under_load_loses_nothing_acknowledged(
+    servers: ServersFactory, pg_url: str, pg_cluster: PgCluster
+) -> None:
+    a, b = servers(2, "--discard-interval", "3600")  # everything read stays in the log
+    async with await connect(a.url) as client:
+        await client.register_consumer("POLLED")
+        await client.register_consumer("PUSHED")
+    acknowledged: list[int] = []
+    errors: list[str] = []
+    producers = [Producer(s.url, n, acknowledged, errors) for n, s in enumerate((a, b, a, b))]
+    done = asyncio.Event()
+    polled = asyncio.ensure_future(poll_through(a.url, "POLLED", done, acknowledged, errors))
+    pushed = Collector(b.url, "PUSHED")
+    for producer in producers:
+        await producer.wait_for(10)
+    await asyncio.to_thread(pg_cluster.control, "restart")
+    # every producer, on both servers, is acknowledged again after the restart
+    for producer in producers:
+        await producer.wait_for(producer.count + 5)
+    for producer in producers:
+        producer.stop.set()
+    await asyncio.gather(*(p.task for p in producers))
+    done.set()
+    async with asyncio.timeout(60):
+        seen = await polled
+    await pushed.wait_for(max(acknowledged))
+    await pushed.stop()
+    assert a.proc.returncode is None
+    assert b.proc.returncode is None
+    assert len(acknowledged) == len(set(acknowledged))
+    stored = {row[0] for row in execute_sql(pg_url, "SELECT id FROM events")}
+    assert set(acknowledged) <= stored
+    for ids in (seen, pushed.ids):
+        assert ids == sorted(set(ids))  # each id once, in increasing order
+        assert set(acknowledged) <= set(ids) <= stored
+    assert all(desc.startswith(UNAVAILABLE) for desc in errors), set(errors)
+
+
+async def test_more_calls_than_pooled_connections_wait_then_fail_clearly(
+    servers: ServersFactory, pg_url: str
+) -> None:
+    (server,) = servers(1, "--pg-pool-size", "2", "--pg-pool-timeout", "1")
+    event = {"type": "Booked", "data": {}, "tags": ["room:1"]}
+    async with await connect(server.url) as client:
+        assert await client.ftn3.call(DCB, "append", {"events": [event]}) == 1
+        # An application's transaction holds the append lock (the native extension) until it
+        # commits; each DCB append waits for that lock on a pooled connection of its own.
+        app = await psycopg.AsyncConnection.connect(pg_url)
+        async with app:
+            await add_event_async(app, "APP", 1)
+            calls = [
+                asyncio.ensure_future(client.ftn3.call(DCB, "append", {"events": [event]}))
+                for _ in range(4)
+            ]
+            async with asyncio.timeout(30):
+                while sum(call.done() for call in calls) < 2:
+                    await asyncio.wait(
+                        [c for c in calls if not c.done()], return_when=asyncio.FIRST_COMPLETED
+                    )
+            failed = [call for call in calls if call.done()]
+            waiting = [call for call in calls if not call.done()]
+            assert len(failed) == 2
+            for call in failed:
+                error = call.exception()
+                assert isinstance(error, RemoteError)
+                assert error.name == "InternalError"
+                assert error.desc == (
+                    f"{UNAVAILABLE}no database connection within 1 s (all 2 of the pool busy,"
+                    " or the database unreachable)"
+                )
+            await app.commit()
+        async with asyncio.timeout(30):
+            assert sorted(await asyncio.gather(*waiting)) == [3, 4]
+        # the pool is whole again
+        assert await client.ftn3.call(DCB, "append", {"events": [event]}) == 5
+        assert await client.add_event("AFTER", 1) == 6
+    # the two that failed stored nothing
+    assert execute_sql(pg_url, "SELECT COUNT(*) FROM events") == [(6,)]
+
+
+async def test_a_push_stream_that_cannot_read_tries_again(
+    servers: ServersFactory, pg_url: str
+) -> None:
+    """A read that finds no pooled connection in time (as during an outage) does not end the
+    stream: its receiver gets the events once the database answers again."""
+    (server,) = servers(1, "--pg-pool-size", "1", "--pg-pool-timeout", "0.5")
+    (other,) = servers(1)
+    async with await connect(server.url) as client, await connect(other.url) as producer:
+        await client.register_consumer("PUSHED")
+        pushed = Collector(server.url, "PUSHED")
+        async with asyncio.timeout(30):
+            await pushed.receiver.ready.wait()
+        # An application locks the consumers; a registration on the server waits for it on
+        # the pool's only connection.
+        app = await psycopg.AsyncConnection.connect(pg_url)
+        async with app:
+            await app.execute("LOCK TABLE consumers IN ACCESS EXCLUSIVE MODE")
+            blocked = asyncio.ensure_future(client.register_consumer("OTHER"))
+            waiting_sql = (
+                "SELECT COUNT(*) > 0 FROM pg_stat_activity"
+                " WHERE wait_event_type = 'Lock' AND position('consumers' in query) > 0"
+            )
+            await eventually(lambda: bool(execute_sql(pg_url, waiting_sql)[0][0]))
+            # added elsewhere, so the server reads them from the database
+            ids = [await producer.add_event("T", i) for i in range(5)]
+            stream_failed = re.compile(r"push stream PUSHED .*(cannot read|failed)")
+            await eventually(lambda: stream_failed.search(server.logged()) is not None)
+            await app.rollback()
+        await blocked
+        await pushed.wait_for(ids[-1])
+        await pushed.stop()
+    assert pushed.ids == ids
+
+
+async def eventually(check: Callable[[], bool], seconds: float = 30.0) -> None:
+    """Until ``check()`` holds (a condition that nothing signals), at most ``seconds``."""
+    for _ in range(int(seconds / 0.05)):
+        if check():
+            return
+        await asyncio.sleep(0.05)  # between checks
+    raise AssertionError(f"not within {seconds} s")
+
+
+async def test_serve_waits_for_a_database_that_starts_later(
+    servers: ServersFactory, pg_url: str, pg_cluster: PgCluster
+) -> None:
+    # (``servers`` added the users)
+    await asyncio.to_thread(pg_cluster.control, "stop")
+    # without --wait-for-db: one sentence and status 2, at once
+    refused = run("serve", "--port", "0", "--db", pg_url)
+    assert refused.returncode == 2
+    assert refused.stderr.startswith("futoin-evt: cannot connect to the PostgreSQL database ")
+    assert len(refused.stderr.strip().splitlines()) == 1
+    proc = await asyncio.create_subprocess_exec(
+        *CLI, "--log-level", "warning", "serve", "--port", "0", "--db", pg_url,
+        "--wait-for-db", "120",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stderr is not None
+    try:
+        async with asyncio.timeout(60):
+            for _ in range(2):
+                line = (await proc.stderr.readline()).decode()
+                assert "cannot connect to the PostgreSQL database" in line, line
+                assert "trying again in" in line
+        await asyncio.to_thread(pg_cluster.control, "start")
+        async with asyncio.timeout(60):
+            banner = (await proc.stdout.readline()).decode()
+        url = banner.split(" listening on ")[1].split()[0]
+        async with await connect(url) as client:
+            assert await client.add_event("AFTER_START", 1) == 1
+    finally:
+        if proc.returncode is None:
+            proc.terminate()
+        async with asyncio.timeout(30):
+            await proc.communicate()
+    assert proc.returncode == 0

@@ -67,7 +67,7 @@ async def test_a_name_encoded_twice_is_understood() -> None:
         ("SharedAccessSignature sr=a&sig=x&se=soon&skn=alice", "not a time"),
         ("SharedAccessSignature sr=a&sig=x&se=1" + "9" * 20 + "&skn=alice", "not a time"),
         ("SharedAccessSignature " + "x" * 5000, "at most 4096"),
-        (sign(RESOURCE, "nobody", "k", 4_000_000_000), "names no user"),
+        (sign(RESOURCE, "nobody", "k", 4_000_000_000), "signature does not match"),
         (sign(RESOURCE, "alice", "not the key", 4_000_000_000), "signature does not match"),
         (sign(RESOURCE, "alice", sas_key(SECRET, ALICE), 1_000_000), "has expired"),
         (
@@ -83,6 +83,37 @@ async def test_a_name_encoded_twice_is_understood() -> None:
 async def test_bad_tokens(token: object, reason: str) -> None:
     with pytest.raises(InvalidToken, match=reason):
         await SasVerifier(Users(ALICE), SECRET).verify(token, RESOURCE)
+
+
+async def test_a_token_of_no_user_costs_what_a_wrong_signature_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The same key derivation and constant-time comparison run whether ``skn`` names a user or
+    not, so the time a refusal takes does not tell which names are users."""
+    import hmac
+
+    calls: list[str] = []
+    digest, compare = hmac.digest, hmac.compare_digest
+
+    def counted_digest(key: bytes, message: bytes, algorithm: str) -> bytes:
+        calls.append("digest")
+        return bytes(digest(key, message, algorithm))
+
+    def counted_compare(a: bytes, b: bytes) -> bool:
+        calls.append(f"compare {len(a)} {len(b)}")
+        return bool(compare(a, b))
+
+    monkeypatch.setattr(hmac, "digest", counted_digest)
+    monkeypatch.setattr(hmac, "compare_digest", counted_compare)
+    verifier = SasVerifier(Users(ALICE), SECRET)
+    work = []
+    for name in ("alice", "nobody"):
+        token = sign(RESOURCE, name, "not the key", 4_000_000_000)
+        calls.clear()
+        with pytest.raises(InvalidToken):
+            await verifier.verify(token, RESOURCE)
+        work.append(list(calls))
+    assert work[0] == work[1] == ["digest", "digest", "compare 44 44"]
 
 
 def test_a_tampered_expiry_breaks_the_signature() -> None:
@@ -108,3 +139,15 @@ def test_a_short_or_unreadable_secret_is_refused(tmp_path: Path) -> None:
         load_secret(short, create=True)
     with pytest.raises(SecretFileError, match="cannot"):
         load_secret(tmp_path / "no-such-dir" / "secret", create=True)
+
+
+async def test_a_name_that_is_no_user_is_refused_like_a_wrong_signature() -> None:
+    """The client cannot tell which names are users; the server's log can."""
+    verifier = SasVerifier(Users(ALICE), SECRET)
+    with pytest.raises(InvalidToken) as unknown:
+        await verifier.verify(sign(RESOURCE, "nobody", "k", 4_000_000_000), RESOURCE)
+    with pytest.raises(InvalidToken) as wrong:
+        await verifier.verify(sign(RESOURCE, "alice", "k", 4_000_000_000), RESOURCE)
+    assert str(unknown.value) == str(wrong.value)
+    assert "names no user" in unknown.value.detail
+    assert "names no user" not in wrong.value.detail

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 from proton import Message
 
 from ..auth.sas import InvalidToken, SasVerifier
+from ..quoting import quote_input
 from .management import RequestReplyNode
 
 if TYPE_CHECKING:
@@ -37,7 +38,7 @@ class CbsNode(RequestReplyNode):
     async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
         if properties.get("operation") != PUT_TOKEN:
-            return 400, f"unsupported operation: {properties.get('operation')!r:.40}", None
+            return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None
         if properties.get("type") != SAS_TOKEN_TYPE:
             return 400, f"only {SAS_TOKEN_TYPE} tokens are accepted", None
         audience = properties.get("name")
@@ -48,7 +49,7 @@ class CbsNode(RequestReplyNode):
         try:
             principal, expiry = await self._verifier.verify(request.body, audience)
         except InvalidToken as exc:
-            log.warning("AMQP token refused from %s: %s", conn.peer_name, exc)
+            log.warning("AMQP token refused from %s: %s", conn.peer_name, exc.detail)
             return 401, str(exc), None
         refusal = conn.grant_claims(principal, expiry)
         if refusal is not None:

@@ -21,6 +21,7 @@ from proton import (
     Endpoint,
     Event,
     Link,
+    Session,
     SymbolList,
     Transport,
     symbol,
@@ -355,7 +356,7 @@ class AmqpConnection(asyncio.Protocol):
             if kind == Event.SESSION_REMOTE_OPEN:
                 session.open()
             else:
-                session.close()
+                self._end_session(session)
         elif kind == Event.TRANSPORT_TAIL_CLOSED:
             self._input_ended(connection)
         elif kind == Event.TRANSPORT_ERROR:
@@ -364,6 +365,23 @@ class AmqpConnection(asyncio.Protocol):
             log.info("AMQP connection from %s: %s", _peer(self._peer), condition)
         elif (link := event.link) is not None:
             self._dispatch_link(kind, link, event)
+
+    def _end_session(self, session: Session) -> None:
+        """The peer ended a session: its links end with it (AMQP 2.5.4), without detaches of
+        their own. Their handlers are told, and proton may drop the lot."""
+        for link in [link for link in self._handlers if link.session == session]:
+            handler = self._handlers.pop(link)
+            handler.on_closed()
+        session.close()
+        each = self._connection.link_head(0) if self._connection is not None else None
+        while each is not None:
+            following = each.next(0)
+            if each.session == session:
+                if each.state & Endpoint.LOCAL_ACTIVE:
+                    each.close()
+                _free(each)
+            each = following
+        session.free()
 
     def _input_ended(self, connection: Connection) -> None:
         """Nothing more comes from the peer: close our side too. proton ends the input on a
@@ -379,12 +397,15 @@ class AmqpConnection(asyncio.Protocol):
         connection.close()
 
     def _dispatch_link(self, kind: object, link: Link, event: Event) -> None:
-        if kind == Event.LINK_REMOTE_OPEN:
+        if kind == Event.LINK_LOCAL_CLOSE:
+            _free_when_closed(link)
+        elif kind == Event.LINK_REMOTE_OPEN:
             self._attach(link)
         elif kind in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
             handler = self._handlers.pop(link, None)
             finishing = handler.on_closed() if handler is not None else None
             if not link.state & Endpoint.LOCAL_ACTIVE:
+                _free_when_closed(link)
                 return
             if finishing is None or finishing.done():
                 link.close()
@@ -462,6 +483,20 @@ def refuse_link(link: Link, condition: str, description: str) -> None:
     link.condition = Condition(condition, description)
     link.open()
     link.close()
+
+
+def _free_when_closed(link: Link) -> None:
+    """Let proton drop a link both ends have closed: it keeps every link of a connection until
+    the connection ends otherwise, and a peer could attach and detach without end."""
+    closed = Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED
+    if link.state & closed == closed:
+        _free(link)
+
+
+def _free(link: Link) -> None:
+    if not getattr(link, "freed", False):
+        link.freed = True  # kept with proton's link: both closing events may still be queued
+        link.free()
 
 
 def _peer(address: Any) -> str:

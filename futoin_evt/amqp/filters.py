@@ -20,6 +20,7 @@ from lark import Lark, LarkError, Token, Transformer, v_args
 
 from ..log.eventlog import StoredEvent
 from ..notify.selector import COMPARISONS, FLIPPED
+from ..quoting import quote_input
 from .codec import EARLIEST, LATEST, BadFilter, Position, parse_offset
 
 #: Longest filter text accepted.
@@ -202,7 +203,9 @@ def _constant(field: Field, domain: Domain, value: str | int, head: int) -> int:
     try:
         return int(value)
     except ValueError:
-        raise BadFilter(f"{field.name} is compared with a number, not {value!r:.40}") from None
+        raise BadFilter(
+            f"{field.name} is compared with a number, not {quote_input(value)}"
+        ) from None
 
 
 def _max_ms(a: int | None, b: int | None) -> int | None:

@@ -22,6 +22,7 @@ from proton import Condition, Delivery, Link, Message, MessageException, timesta
 
 from ..log.eventlog import EventLog, ts_to_ms
 from ..notify.catalog import EventCatalog
+from ..quoting import quote_input
 from .codec import format_offset
 
 if TYPE_CHECKING:
@@ -35,6 +36,8 @@ PARTITION_TYPE: Final = "com.microsoft:partition"
 GET_EVENTS: Final = "GET-EVENTS"
 #: Replies kept for a peer that gives no credit for them; one more detaches the reply link.
 MAX_QUEUED_REPLIES: Final = 64
+#: A larger request detaches its link (a token or a READ is a few hundred bytes).
+MAX_REQUEST_BYTES: Final = 64 * 1024
 
 
 class RequestReplyNode:
@@ -47,6 +50,8 @@ class RequestReplyNode:
     def attach(self, conn: AmqpConnection, link: Link) -> RequestLink | ReplyLink:
         link.source.copy(link.remote_source)
         link.target.copy(link.remote_target)
+        if link.is_receiver:
+            link.max_message_size = MAX_REQUEST_BYTES
         link.open()
         if link.is_receiver:
             return RequestLink(conn, link, self)
@@ -89,9 +94,9 @@ class ManagementNode(RequestReplyNode):
         if properties.get("operation") == GET_EVENTS:
             return await self._get_events(properties.get("eventType"))
         if properties.get("operation") != "READ":
-            return 400, f"unsupported operation: {properties.get('operation')!r:.40}", None
+            return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None
         if properties.get("name") != self._hub:
-            return 404, f"no such event hub: {properties.get('name')!r:.80}", None
+            return 404, f"no such event hub: {quote_input(properties.get('name'))}", None
         kind = properties.get("type")
         bounds = await self._events.bounds()
         created = timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0)
@@ -104,9 +109,9 @@ class ManagementNode(RequestReplyNode):
                 "partition_ids": [self._partition],
             }  # fmt: skip
         if kind != PARTITION_TYPE:
-            return 400, f"unsupported type: {kind!r:.60}", None
+            return 400, f"unsupported type: {quote_input(kind)}", None
         if properties.get("partition") != self._partition:
-            return 404, f"no such partition: {properties.get('partition')!r:.40}", None
+            return 404, f"no such partition: {quote_input(properties.get('partition'))}", None
         last_id = bounds.last_id or 0
         return 200, "OK", {
             "name": self._hub,
@@ -140,6 +145,13 @@ class RequestLink:
 
     def on_delivery(self, delivery: Delivery) -> None:
         link = self._link
+        if delivery.aborted:
+            delivery.settle()
+            return
+        if delivery.pending > MAX_REQUEST_BYTES:  # without this, proton would buffer it all
+            message = f"request larger than {MAX_REQUEST_BYTES} bytes"
+            self._conn.detach(link, "amqp:link:message-size-exceeded", message)
+            return
         if delivery.partial:
             return
         raw = link.recv(delivery.pending) or b""

@@ -28,6 +28,7 @@ from ..notify.live import READ_BATCH, LiveEvents, Subscription, management_visib
 from ..notify.management import ManagementBus
 from ..notify.message import Notification, NotifyError, Transformation, real_message
 from ..notify.selector import Selector, compile_selector
+from ..quoting import quote_input
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
 from .connection import LinkRefused
 from .node import _SourceLink
@@ -91,7 +92,7 @@ def subscription_filters(link: Link) -> tuple[Selector | None, Transformation | 
             elif descriptor == TRANSFORMATION_FILTER:
                 transformation = Transformation.parse(argument)
             else:
-                raise BadFilter(f"filter not supported on $events: {descriptor!r:.60}")
+                raise BadFilter(f"filter not supported on $events: {quote_input(descriptor)}")
     except (BadFilter, NotifyError) as exc:
         raise LinkRefused(INVALID_FIELD, str(exc)) from None
     return selector, transformation

@@ -20,6 +20,8 @@ from typing import Any, Final
 
 from proton import UNDESCRIBED, Array, Data, DataException, Described, symbol, ubyte, ulong
 
+from ..quoting import quote_input
+
 SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"
 _SASL_FRAME_TYPE: Final = 1
@@ -188,7 +190,7 @@ def _decode_init(body: bytes, mechanisms: Sequence[str]) -> SaslInit:
     fields = frame.value if isinstance(frame.value, list) else []
     mechanism = fields[0] if fields else None
     if not isinstance(mechanism, str) or mechanism not in mechanisms:
-        raise SaslError(f"mechanism not offered: {mechanism!r:.40}")
+        raise SaslError(f"mechanism not offered: {quote_input(mechanism)}")
     response = fields[1] if len(fields) > 1 and fields[1] is not None else b""
     if not isinstance(response, bytes | memoryview):
         raise SaslError("the initial response is not binary")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import parse_qsl, quote_plus, unquote_plus
 
+from ..domain.stream import UserId
 from ..storage.base import User
 from .users import Principal
 
@@ -30,11 +31,23 @@ SECRET_BYTES: Final = 32
 MAX_TOKEN_CHARS: Final = 4096
 TOKEN_PREFIX: Final = "SharedAccessSignature "
 _KEY_CONTEXT: Final = b"futoin-evt sas-key v1\0"
+#: Whose key a token that names no user is checked against (no user has an empty name).
+_NOBODY: Final = User(UserId(0), "", "", False)
+
+
+#: What a client is told of a token whose skn names no user: the same as for a wrong
+#: signature, so that refusals do not tell which names are users.
+SIGNATURE_MISMATCH: Final = "the token's signature does not match the key of its skn"
 
 
 class InvalidToken(Exception):
     """A token that names no user of ours, has a wrong signature, or has expired. The message
-    says which, without repeating the token."""
+    (for the client) says which, without repeating the token and without telling a name that
+    is no user from a wrong signature; ``detail`` is the reason for the server's log."""
+
+    def __init__(self, message: str, detail: str | None = None) -> None:
+        super().__init__(message)
+        self.detail = detail or message
 
 
 class SecretFileError(Exception):
@@ -104,12 +117,16 @@ class SasToken:
         decoded = unquote_plus(self.key_name)
         return (self.key_name,) if decoded == self.key_name else (self.key_name, decoded)
 
+    def signed_with(self, key: str) -> bool:
+        """Whether the signature is that of ``key`` (in constant time)."""
+        expected = _signature(key, self.resource, self.expiry)
+        return hmac.compare_digest(expected.encode(), self.signature.encode("utf-8", "replace"))
+
     def check(self, key: str, audience: str, now: float) -> None:
         """Raises :class:`InvalidToken` unless signed with ``key``, unexpired, and for a
         resource that ``audience`` is (or is under)."""
-        expected = _signature(key, self.resource, self.expiry)
-        if not hmac.compare_digest(expected.encode(), self.signature.encode("utf-8", "replace")):
-            raise InvalidToken("the token's signature does not match the key of its skn")
+        if not self.signed_with(key):
+            raise InvalidToken(SIGNATURE_MISMATCH)
         if self.expiry <= now:
             raise InvalidToken("the token has expired")
         if not _covers(self.resource, audience):
@@ -135,7 +152,10 @@ class SasVerifier:
             if user is not None:
                 token.check(sas_key(self._secret, user), audience, time.time())
                 return Principal(user.id, user.name, user.is_admin), token.expiry
-        raise InvalidToken("the token's skn names no user of this server")
+        # The work of a wrong signature (a key derived, the signature compared), so that the
+        # time taken does not tell a name that is a user from one that is not.
+        token.signed_with(sas_key(self._secret, _NOBODY))
+        raise InvalidToken(SIGNATURE_MISMATCH, "the token's skn names no user of this server")
 
 
 def _signature(key: str, resource: str, expiry: int) -> str:

@@ -157,7 +157,7 @@ class Authenticator:
             # Calls that arrive together with the same credentials share one slow check.
             pending = asyncio.ensure_future(self._verify_for(peer, name, password))
             self._pending[digest] = pending
-            pending.add_done_callback(lambda _f: self._pending.pop(digest, None))
+            pending.add_done_callback(lambda done: self._settled(digest, done))
         try:
             principal = await asyncio.shield(pending)
         except FTN3Error as exc:
@@ -168,6 +168,13 @@ class Authenticator:
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return principal
+
+    def _settled(self, digest: bytes, done: asyncio.Future[Principal]) -> None:
+        self._pending.pop(digest, None)
+        if not done.cancelled():
+            # Looked at: every caller may have gone (a connection closed during the check), and
+            # asyncio would log a failure nobody retrieved as an error.
+            done.exception()
 
     async def _verify_for(self, peer: str, name: str, password: str) -> Principal:
         checks = self._checks_by_peer.get(peer)

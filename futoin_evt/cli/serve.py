@@ -8,6 +8,7 @@ import re
 import signal
 import ssl
 from pathlib import Path
+from typing import Final
 
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
@@ -16,7 +17,7 @@ from ..server.app import EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
 from ..server.http import DEFAULT_FEED_PATH, FeedConfig
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
-from ..storage.base import Durability
+from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, StoreUnreachable
 from .common import (
     DEFAULT_PORT,
     BadSetting,
@@ -38,6 +39,29 @@ def add_commands(commands: Commands) -> None:
         choices=["full", "normal"],
         default="full",
         help="full: acknowledged events survive power loss; normal: a process crash only",
+    )
+    pg = serve.add_argument_group("PostgreSQL")
+    pg.add_argument(
+        "--pg-pool-size",
+        type=int,
+        default=DEFAULT_POOL.size,
+        metavar="N",
+        help="pooled connections for reads and consumer updates (plus one writer, one listener)",
+    )
+    pg.add_argument(
+        "--pg-pool-timeout",
+        type=float,
+        default=DEFAULT_POOL.timeout,
+        metavar="T",
+        help="a call waits T seconds for a pooled connection, then fails (InternalError)",
+    )
+    pg.add_argument(
+        "--wait-for-db",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="at start, try an unreachable database again for up to T seconds "
+        "(no effect on SQLite)",
     )
     serve.add_argument("--tls-cert", type=Path, help="PEM certificate: serve wss://")
     serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
@@ -142,6 +166,12 @@ async def _serve(args: argparse.Namespace) -> int:
             raise BadSetting(f"--{name.replace('_', '-')} cannot be negative.")
     if args.discard_interval <= 0:
         raise BadSetting("--discard-interval must be above 0.")
+    if args.pg_pool_size < 1:
+        raise BadSetting("--pg-pool-size must be at least 1.")
+    if args.pg_pool_timeout <= 0:
+        raise BadSetting("--pg-pool-timeout must be above 0.")
+    if args.wait_for_db < 0:
+        raise BadSetting("--wait-for-db cannot be negative.")
     if not 0 <= args.port <= 65535:
         raise BadSetting(f"--port must be 0 to 65535, not {args.port}.")
     if args.max_handshakes is not None and args.max_handshakes < 1:
@@ -165,6 +195,7 @@ async def _serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         db=args.db,
         durability=Durability(args.durability.upper()),
+        pool=PoolLimits(size=args.pg_pool_size, timeout=args.pg_pool_timeout),
         transport=TransportConfig(
             host=args.host,
             port=args.port,
@@ -190,7 +221,7 @@ async def _serve(args: argparse.Namespace) -> int:
         ),
     )
     try:
-        server = await EventServer.start(config)
+        server = await _start_waiting_for_db(config, args.wait_for_db)
     except OSError as exc:
         raise BadSetting(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
@@ -206,6 +237,27 @@ async def _serve(args: argparse.Namespace) -> int:
     log.info("shutting down")
     await server.close()
     return 0
+
+
+#: Seconds between attempts to reach the database with --wait-for-db.
+DB_RETRY_SECONDS: Final = 1.0
+
+
+async def _start_waiting_for_db(config: ServerConfig, wait: float) -> EventServer:
+    """Start the server; while the database does not answer (StoreUnreachable), try again
+    every second, with a log line each time, until ``wait`` seconds have passed."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + wait
+    while True:
+        try:
+            return await EventServer.start(config)
+        except StoreUnreachable as exc:
+            left = deadline - loop.time()
+            if left <= 0:
+                raise
+            delay = min(DB_RETRY_SECONDS, left)
+            log.warning("%s; trying again in %.1f s (%.1f s left)", exc, delay, left)
+            await asyncio.sleep(delay)
 
 
 def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpConfig | None:

@@ -22,7 +22,7 @@ from ..ftn3.messages import Response
 from ..notify.live import LiveEvents, Subscription, management_visible_to
 from ..notify.management import ManagementBus
 from ..notify.message import NotifyError, Transformation, real_message
-from ..notify.selector import compile_selector
+from ..notify.selector import Selector, compile_selector
 
 if TYPE_CHECKING:
     from .services import CallContext, PeerLink
@@ -108,16 +108,19 @@ class NotifyService:
         #: By connection (its PeerLink).
         self._subscriptions: dict[object, dict[str, _Pushing]] = {}
         self._sids = itertools.count(1)
+        self._compiling = asyncio.Lock()
 
     async def get_events(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, list[str]]:
         return await self._live.catalog.event_types(params["event_type"])
 
-    def subscribe(self, ctx: CallContext, params: dict[str, Any]) -> str:
+    async def subscribe(self, ctx: CallContext, params: dict[str, Any]) -> str:
         link = ctx.link
         if link is None:
             raise FTN3Error("SecurityError", "Bi-directional channel is required")
+        if len(self._subscriptions.get(link, ())) >= MAX_PER_CONNECTION:  # before any work
+            raise FTN3Error(TOO_MANY, f"at most {MAX_PER_CONNECTION} subscriptions per connection")
         try:
-            selector = compile_selector(params["selector"]) if params["selector"] else None
+            selector = await self._compile(params["selector"]) if params["selector"] else None
         except NotifyError as exc:
             raise FTN3Error(INVALID_SELECTOR, str(exc)) from None
         try:
@@ -142,6 +145,14 @@ class NotifyService:
         pushing.task = asyncio.create_task(pushing.run(), name=f"notify {sid}")
         pushing.task.add_done_callback(lambda task: self._ended(link, sid, task))
         return sid
+
+    async def _compile(self, text: str) -> Selector:
+        """Selectors are compiled one per turn of the event loop: a large one takes tens of
+        milliseconds, and a thousand subscribe calls at once would otherwise hold the loop
+        (every other connection) for as many seconds before it read anything again."""
+        async with self._compiling:
+            await asyncio.sleep(0)  # the others queue behind; this one gets a turn of its own
+            return compile_selector(text)
 
     def unsubscribe(self, ctx: CallContext, params: dict[str, Any]) -> bool:
         pushing = self._subscriptions.get(ctx.link, {}).get(params["sid"])

@@ -19,7 +19,14 @@ no stream polls the database while it is caught up.
 
 One stream per (user, component): a new readyToReceive takes over and the older stream
 stops, so a consumer that restarts is never blocked by its own half-open old connection.
-For LIVE, one stream per connection and user.
+The claim reaches the other processes on one database through the store's claim watch
+(PostgreSQL: the notification channel), and their older stream stops too; one that missed
+the claim stops at its next acknowledgement, fenced by the epoch. For LIVE, one stream per
+connection and user.
+
+When the database does not answer (:class:`StoreUnreachable`: a restart, an exhausted pool),
+a stream keeps its connection and tries again after a backoff, for reads and for storing its
+position alike.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from typing import Any, Final
 from ..domain.stream import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
 from ..ftn3.errors import FTN3Error
 from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
-from ..storage.base import ConsumerLog, EventPage
+from ..storage.base import ConsumerLog, EventPage, StoreUnreachable
 from ..storage.head import HeadWatch
 from .services import NOT_REGISTERED, CallContext, PeerLink
 
@@ -46,6 +53,8 @@ ON_EVENTS: Final = "futoin.evt.receiver:1.1:onEvents"
 _GROUP_ENVELOPE_BYTES: Final = 256
 #: onEvents of receiver 1.1 accepts 8 MiB: no configured group size goes above it.
 _RECEIVER_MAX_GROUP_BYTES: Final = 8 * 1024 * 1024 - _GROUP_ENVELOPE_BYTES
+#: Longest wait before a stream tries an unreachable database again.
+_STORE_RETRY_MAX: Final = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +121,8 @@ class PushStream:
     _skip_to: int = 0
     _wake: asyncio.Event = field(default_factory=asyncio.Event)
     _task: asyncio.Task[None] | None = None
+    #: Storing the position again after the database did not answer.
+    _ack_retry: asyncio.TimerHandle | None = None
     #: The stored (durable) position, as this stream moved it.
     durable: HeadWatch = field(default_factory=HeadWatch)
 
@@ -126,6 +137,8 @@ class PushStream:
     def stop(self) -> None:
         if self._task is not None:
             self._task.cancel()
+        if self._ack_retry is not None:
+            self._ack_retry.cancel()
         for group in self._in_flight.values():
             if group.retry is not None:
                 group.retry.cancel()
@@ -154,10 +167,17 @@ class PushStream:
         stop_listening = head.listen(self._wake.set)
         stop_waiting = self.link.on_writable(self._wake.set)
         closed.add_done_callback(lambda _closed: self._wake.set())
+        failures = 0
         try:
             while not closed.done():
                 if self._room_for_more() and head.head > self.next_id:
-                    page = await self._read()
+                    try:
+                        page = await self._read()
+                    except StoreUnreachable as exc:
+                        failures += 1
+                        await self._wait_for_store(exc, failures)
+                        continue
+                    failures = 0
                     if page.count:
                         self._enqueue(page)
                         self._send_queued()
@@ -176,6 +196,14 @@ class PushStream:
         finally:
             stop_listening()
             stop_waiting()
+
+    async def _wait_for_store(self, exc: StoreUnreachable, failures: int) -> None:
+        delay = min(self.config.retry_initial * 2 ** (failures - 1), _STORE_RETRY_MAX)
+        log.warning(
+            "push stream %s of user %s cannot read (%s); again in %.2fs",
+            self.component, self.user_id, exc, delay,
+        )  # fmt: skip
+        await asyncio.sleep(delay)
 
     def _room_for_more(self) -> bool:
         if self.reliable:
@@ -303,6 +331,7 @@ class PushService:
         self.notices = notices
         self._streams: dict[Hashable, PushStream] = {}
         self._acks: set[asyncio.Task[Any]] = set()
+        self._stop_claims = store.claims.listen(self._claimed)
 
     @property
     def streams(self) -> list[PushStream]:
@@ -365,8 +394,11 @@ class PushService:
             self._acks.discard(task)
             if task.cancelled():
                 return
-            if task.exception() is not None:
-                log.error("storing a push acknowledgement failed: %s", task.exception())
+            failure = task.exception()
+            if isinstance(failure, StoreUnreachable):
+                self._store_again(stream, failure)
+            elif failure is not None:
+                log.error("storing a push acknowledgement failed: %s", failure)
             elif task.result() is None:
                 # Claimed by a newer stream (perhaps on another process), or dropped.
                 log.info("push stream %s of user %s taken over", stream.component,
@@ -377,6 +409,38 @@ class PushService:
                 stream.durable.advance(last_id)
 
         task.add_done_callback(done)
+
+    def _store_again(self, stream: PushStream, failure: StoreUnreachable) -> None:
+        """Store the stream's position again later (once at a time, newest position)."""
+        if self._streams.get(stream.key) is not stream or stream._ack_retry is not None:
+            return
+        log.warning("storing the position of %s failed (%s); again in %.2fs",
+                    stream.component, failure, _STORE_RETRY_MAX)  # fmt: skip
+
+        def again() -> None:
+            stream._ack_retry = None
+            if self._streams.get(stream.key) is stream:
+                self.acknowledge(stream, stream._acked_to)
+
+        stream._ack_retry = asyncio.get_running_loop().call_later(_STORE_RETRY_MAX, again)
+
+    def _claimed(self, user_id: UserId, component: str, epoch: int) -> None:
+        """A claim, perhaps on another process: a stream here with an older epoch stops."""
+        stream = self._streams.get((user_id, component))
+        if stream is None or stream.epoch >= epoch:
+            return
+        log.info("push stream %s of user %s taken over elsewhere", component, user_id)
+        del self._streams[stream.key]
+        stream.stop()
+        if self.notices is not None:
+            self.notices.publish(
+                CONSUMER_TAKEN_OVER,
+                user=stream.user_name,
+                component=component,
+                transport="ws",
+                epoch=epoch,
+                reason="a newer readyToReceive on another process took the consumer over",
+            )
 
     def stop_stream(self, user_id: UserId, component: str) -> None:
         """Stop a consumer's stream and drop its connection, so its receiver reconnects and
@@ -392,6 +456,7 @@ class PushService:
 
     async def close(self) -> None:
         """Stop every stream and let stored acknowledgements finish."""
+        self._stop_claims()
         for stream in list(self._streams.values()):
             stream.stop()
         self._streams.clear()

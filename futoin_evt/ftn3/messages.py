@@ -67,6 +67,7 @@ class Response:
 MAX_INT_DIGITS: Final = sys.get_int_max_str_digits() or 4300
 #: Only where a frame holds one of these can a decoded string hold a lone surrogate.
 _SURROGATE_ESCAPE: Final = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE_ESCAPE_BYTES: Final = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 class _NumberRefused(ValueError):
@@ -210,6 +211,16 @@ def _refusal(text: str, exc: ValueError) -> ProtocolViolation:
     else:
         return ProtocolViolation(f"frame is not valid JSON: {exc}")
     return RefusedMessage(rid, INVALID_REQUEST, reason)
+
+
+def holds_lone_surrogate(text: str | bytes, value: Any) -> bool:
+    """Whether ``value``, decoded from the JSON ``text``, has a string with a lone surrogate
+    (which no UTF-8 can carry on to other doors). Cheap when the text escapes none."""
+    if isinstance(text, bytes):
+        escaped = _SURROGATE_ESCAPE_BYTES.search(text) is not None
+    else:
+        escaped = _SURROGATE_ESCAPE.search(text) is not None
+    return escaped and _holds_lone_surrogate(value)
 
 
 def _holds_lone_surrogate(value: Any) -> bool:

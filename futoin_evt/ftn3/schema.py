@@ -14,6 +14,8 @@ from typing import Any, Final
 from jsonschema import Draft202012Validator, ValidationError, validators
 from jsonschema.protocols import Validator
 
+from ..quoting import quote_input
+
 STANDARD_TYPES: Final = frozenset(
     {"any", "boolean", "integer", "number", "string", "map", "array", "enum", "set", "data"}
 )
@@ -64,7 +66,7 @@ def _js_pattern(
     validator: Validator, pattern: str, instance: Any, schema: dict[str, Any]
 ) -> Iterator[ValidationError]:
     if validator.is_type(instance, "string") and js_regex(pattern).search(instance) is None:
-        yield ValidationError(f"{instance!r:.80} does not match {pattern!r}")
+        yield ValidationError(f"{quote_input(instance)} does not match {pattern!r}")
 
 
 _FTN3Validator: Any = validators.extend(  # type: ignore[no-untyped-call]

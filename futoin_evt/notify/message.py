@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..log.eventlog import StoredEvent
+from ..quoting import quote_input
 
 #: An attribute value: what a selector compares and a message carries. None is NULL.
 Value = str | int | float | bool | None
@@ -123,7 +124,7 @@ class Transformation:
             raise NotifyError("a transformation is a map: {requestedAttributes, compact}")
         unknown = [str(k) for k in spec if str(k) not in ("requestedAttributes", "compact")]
         if unknown:
-            raise NotifyError(f"unknown transformation entry: {unknown[0]!r:.60}")
+            raise NotifyError(f"unknown transformation entry: {quote_input(unknown[0])}")
         names = spec.get("requestedAttributes")
         if not isinstance(names, list | tuple) or not names:
             raise NotifyError("requestedAttributes must be a non-empty list of attribute names")
@@ -133,7 +134,7 @@ class Transformation:
             if not isinstance(name, str) or not 0 < len(name) <= MAX_NAME_CHARS:
                 raise NotifyError(
                     f"each requested attribute is a name of 1-{MAX_NAME_CHARS} characters,"
-                    f" not {name!r:.60}"
+                    f" not {quote_input(name)}"
                 )
         compact = spec.get("compact", False)
         if compact is None:

@@ -28,7 +28,7 @@ from ..log.streams import DEFAULT_POLL_SECONDS, StreamRegistry
 from ..notify.live import LiveEvents
 from ..notify.management import ManagementBus
 from ..storage import open_store
-from ..storage.base import Durability, Store
+from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor, Routes
@@ -58,6 +58,8 @@ class ServerConfig:
     #: A SQLite file path, or a ``postgresql://`` URL.
     db: str | Path = DEFAULT_DB
     durability: Durability = Durability.FULL
+    #: PostgreSQL's pool: its size, and how long a call waits for a connection.
+    pool: PoolLimits = DEFAULT_POOL
     transport: TransportConfig = field(default_factory=TransportConfig)
     #: Check every reply against the iface (tests); peers' input is always checked.
     check_results: bool = False
@@ -199,7 +201,7 @@ class EventServer:
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
-        store = await open_store(config.db, durability=config.durability)
+        store = await open_store(config.db, durability=config.durability, pool=config.pool)
         notices = ManagementBus()
         live = LiveEvents(EventLog(store))
         notify = NotifyService(live, notices)

@@ -25,7 +25,7 @@ from ..dcb.model import (
 )
 from ..dcb.service import MAX_WAIT_SECONDS, DcbService, ReadRequest
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
-from ..ftn3.messages import decode_json, encode_json
+from ..ftn3.messages import decode_json, encode_json, holds_lone_surrogate
 from ..wsio import ServerIO
 from .http import Exchange, HttpEndpoint, HttpError
 
@@ -64,6 +64,8 @@ class DcbEndpoint(HttpEndpoint):
             raise refusal(400, "InvalidRequest", f"The body is not JSON: {exc}.") from None
         if not isinstance(document, dict):
             raise refusal(400, "InvalidRequest", "The body is a JSON object.")
+        if holds_lone_surrogate(body, document):
+            raise refusal(400, "InvalidRequest", "Text with a lone surrogate is not Unicode.")
         try:
             if action == "/append":
                 await self._append(document, exchange)

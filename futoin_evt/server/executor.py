@@ -3,7 +3,8 @@
 Order of checks: credentials, iface/version/function (masked as UnknownInterface for an
 anonymous caller, so nobody probes without credentials), iface constraints (anonymous,
 secure channel), request size, params. Errors a function does not declare go out as
-InternalError and are logged with their traceback.
+InternalError and are logged with their traceback; a database that does not answer
+(:class:`StoreUnreachable`) is InternalError too, saying so, logged in one line.
 
 Dispatch is synchronous wherever it can be: with credentials already verified, the checks
 and the handler run inside the frame's ``data_received``; a handler that only waits for the
@@ -41,6 +42,7 @@ from ..ftn3.ifaces import (
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
 from ..ftn18.services import CallContext, PeerLink, Pending
 from ..slots import TOO_MANY_CONNECTIONS
+from ..storage.base import StoreUnreachable
 
 log = logging.getLogger(__name__)
 
@@ -239,6 +241,9 @@ class Executor:
             if func is None or func.may_raise(exc.name):
                 return encode_error(request.rid, exc.name, exc.desc)
             log.error("%s raised undeclared %s: %s", request.f, exc.name, exc.desc)
+        elif isinstance(exc, StoreUnreachable):
+            log.warning("%s from %s: database unavailable: %s", request.f, channel.peer, exc)
+            return encode_error(request.rid, INTERNAL_ERROR, f"Database unavailable: {exc}")
         else:
             log.error("%s from %s failed", request.f, channel.peer, exc_info=exc)
         return encode_error(request.rid, INTERNAL_ERROR, "Internal error")

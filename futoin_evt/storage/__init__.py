@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
-from .base import Durability, Store, StoreUnavailable
+from .base import DEFAULT_POOL, Durability, PoolLimits, Store, StoreUnavailable
 
 POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
 
@@ -14,9 +14,11 @@ def is_postgres_url(db: str | Path) -> bool:
     return isinstance(db, str) and db.startswith(POSTGRES_SCHEMES)
 
 
-async def open_store(db: str | Path, *, durability: Durability = Durability.FULL) -> Store:
+async def open_store(
+    db: str | Path, *, durability: Durability = Durability.FULL, pool: PoolLimits = DEFAULT_POOL
+) -> Store:
     """Open (and create or migrate) the store ``db`` names: a ``postgresql://`` or
-    ``postgres://`` URL for PostgreSQL, anything else a SQLite file path.
+    ``postgres://`` URL for PostgreSQL (with ``pool``), anything else a SQLite file path.
 
     Raises :class:`~.base.StoreUnavailable` (one sentence) when it cannot be opened.
     """
@@ -27,7 +29,7 @@ async def open_store(db: str | Path, *, durability: Durability = Durability.FULL
             raise StoreUnavailable(
                 "a PostgreSQL database needs the driver: pip install 'futoin-evt[postgres]'"
             ) from None
-        return await PostgresStore.open(str(db), durability=durability)
+        return await PostgresStore.open(str(db), durability=durability, pool=pool)
     from .sqlite import SqliteStore
 
     return await SqliteStore.open(db, durability=durability)

@@ -18,6 +18,8 @@ Errors::
     StoreError
     ├── StoreClosed        the store was closed before a write could commit
     ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
+    │   └── StoreUnreachable   it does not answer now (refused, lost, no pooled connection
+    │                          in time): trying again later may succeed; raised by calls too
     └── SchemaTooNew       the database was written by a newer futoin-evt
 
 Streams and partitions: every partition is a log of its own with the roles above
@@ -36,7 +38,7 @@ from typing import Final, NamedTuple, Protocol
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.partition import Partition, StreamInfo
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
-from .head import HeadWatch
+from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
 SCHEMA_VERSION: Final = 5
@@ -52,6 +54,11 @@ class StoreClosed(StoreError, RuntimeError):
 
 class StoreUnavailable(StoreError):
     """The database cannot be opened; the message is one sentence for the user."""
+
+
+class StoreUnreachable(StoreUnavailable):
+    """The database does not answer now: the connection is refused or was lost, or no
+    pooled connection came free within the bound. Trying again later may succeed."""
 
 
 class SchemaTooNew(StoreError):
@@ -82,6 +89,19 @@ class Durability(Enum):
 
     FULL = "FULL"
     NORMAL = "NORMAL"
+
+
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """PostgreSQL: the pooled connections for reads and the other writes (the writer and
+    the listener have their own), and how long a call waits for one before it fails with
+    :class:`StoreUnreachable`. SQLite has no pool and ignores them."""
+
+    size: int = 8
+    timeout: float = 10.0
+
+
+DEFAULT_POOL: Final = PoolLimits()
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +234,12 @@ class Consumers(Protocol):
         """Make the caller the consumer's one push stream in the whole cluster: bump its
         epoch and return (new epoch, position), or None when it is not registered.
         Acknowledgements with an older epoch no longer move the position."""
+
+    @property
+    def claims(self) -> ClaimWatch:
+        """Told of other processes' claims (:meth:`claim_consumer`) where the backend
+        hears of them (PostgreSQL: on the notification channel, this process's own too;
+        SQLite: never)."""
 
     async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
         """(position, last given id) in one snapshot; None when not registered."""

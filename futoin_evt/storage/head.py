@@ -5,6 +5,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from ..domain.stream import UserId
+
+#: Told of a claim: (user, component, the epoch it claimed).
+ClaimListener = Callable[[UserId, str, int], None]
+
 
 class HeadWatch:
     """A growing id (the newest committed event, a durable position) and its waiters.
@@ -47,3 +52,19 @@ class HeadWatch:
                 await waiter
             finally:
                 self._waiters.discard(waiter)
+
+
+class ClaimWatch:
+    """Claims of reliable consumers (a new epoch), for the push streams that held them."""
+
+    def __init__(self) -> None:
+        self._listeners: set[ClaimListener] = set()
+
+    def listen(self, callback: ClaimListener) -> Callable[[], None]:
+        """Call ``callback`` on each claim; returns the function that stops it."""
+        self._listeners.add(callback)
+        return lambda: self._listeners.discard(callback)
+
+    def claimed(self, user_id: UserId, component: str, epoch: int) -> None:
+        for listener in list(self._listeners):
+            listener(user_id, component, epoch)

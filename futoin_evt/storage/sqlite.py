@@ -57,7 +57,7 @@ from .dcb_sql import (
     stored_event,
     stored_retry,
 )
-from .head import HeadWatch
+from .head import ClaimWatch, HeadWatch
 from .pages import PagedReads, ReadDialect, rows_sql
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
@@ -168,6 +168,8 @@ class SqlitePartitionLog(PagedReads):
         self.read_dialect = _dialect(self._tables)
         self._last_given = _last_given_id(self._tables)
         self.head = HeadWatch()
+        #: Nothing tells this process of other processes' claims of a consumer.
+        self.claims = ClaimWatch()
         if partition.key:
             self.recent = RecentEvents(
                 DEFAULT_CAPACITY // _PARTITION_RING_DIVISOR,

@@ -26,8 +26,10 @@ RETENTION_LOCK: Final = 3
 PARTITION_APPEND_NAMESPACE: Final = 0x46544F  # "FTO"
 PARTITION_RETENTION_NAMESPACE: Final = 0x465452  # "FTR"
 
-#: The channel that carries a new head id to every process.
+#: The channel that carries a new head id to every process, and the claims of consumers.
 CHANNEL: Final = "futoin_evt_head"
+#: A claim's payload is ``claim <user id> <epoch> <component>`` (a head's is only digits).
+CLAIM_PAYLOAD: Final = "claim"
 
 _VERSION_1: Final = (
     """CREATE TABLE IF NOT EXISTS events (

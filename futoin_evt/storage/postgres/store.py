@@ -41,7 +41,17 @@ tables: about 21,000 rows/s with the NOTIFY in the transaction, 21,000 without i
 with it in a transaction of its own after the commit), so it stays in the transaction. Every
 process LISTENs on its own connection and advances the partition's
 :class:`~futoin_evt.storage.head.HeadWatch`; a slow poll of the newest id covers a
-notification lost with a broken connection.
+notification lost with a broken connection. A claim of a consumer (a new epoch) goes out on
+the same channel (``'claim <user id> <epoch> <component>'``, ``'claim.<key> ...'`` for a
+partition other than ``events``/0), so a push stream on another process that held the
+consumer stops within one wake-up (a lost one: at its next acknowledgement, which is fenced).
+
+Outages
+-------
+A call that finds the database gone, or no pooled connection free within the pool's bound,
+fails with :class:`~..base.StoreUnreachable`. Nothing waits for the database to come back:
+the writer reconnects on its next batch, the pool replaces broken connections, the listener
+retries every second and then catches up with the newest id.
 """
 
 from __future__ import annotations
@@ -50,14 +60,14 @@ import asyncio
 import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 from psycopg.rows import TupleRow
-from psycopg_pool import AsyncConnectionPool
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
 from ...domain.partition import (
@@ -71,12 +81,15 @@ from ...domain.partition import (
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ..base import (
+    DEFAULT_POOL,
     ConsumerRow,
     DiscardLimits,
     Durability,
     EventRow,
+    PoolLimits,
     StoreClosed,
     StoreUnavailable,
+    StoreUnreachable,
     StreamBounds,
     User,
 )
@@ -88,12 +101,13 @@ from ..dcb_sql import (
     stored_event,
     stored_retry,
 )
-from ..head import HeadWatch
+from ..head import ClaimWatch, HeadWatch
 from ..pages import PagedReads, ReadDialect, rows_sql
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from ..tables import STREAM_ROWS, Tables, stream_infos
 from .schema import (
     CHANNEL,
+    CLAIM_PAYLOAD,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
     drop_partition_tables_sql,
@@ -110,10 +124,8 @@ _T = TypeVar("_T")
 
 #: Largest number of queued appends committed in one transaction.
 MAX_APPENDS_PER_COMMIT: Final = 4096
-#: Seconds to wait for a connection when opening or when the pool is exhausted.
+#: Seconds to wait for a connection when opening.
 CONNECT_TIMEOUT: Final = 10.0
-#: Connections for reads and the other writes (the writer and the listener have their own).
-POOL_MAX: Final = 8
 #: Connections the writers of partitions other than ``events``/0 share (opened when needed).
 WRITE_POOL_MAX: Final = 8
 #: Seconds between attempts to restore a lost LISTEN connection.
@@ -175,16 +187,32 @@ class _Queue:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
 async def _connect(url: str, *, autocommit: bool) -> Connection:
     try:
         return await psycopg.AsyncConnection.connect(
             url, autocommit=autocommit, connect_timeout=int(CONNECT_TIMEOUT)
         )
     except (psycopg.Error, ValueError) as exc:
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise StoreUnavailable(
-            f"cannot connect to the PostgreSQL database {safe_url(url)}: {reason}"
+        unavailable = (
+            StoreUnreachable if isinstance(exc, psycopg.OperationalError) else StoreUnavailable
+        )
+        raise unavailable(
+            f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
         ) from None
+
+
+def _lost(exc: psycopg.Error) -> StoreUnreachable:
+    """A connection that failed during a call: the database went away, or is restarting."""
+    return StoreUnreachable(f"the database connection failed: {_first_line(exc)}")
+
+
+def _claim_kind(key: int) -> str:
+    """The first word of a claim's payload on the channel."""
+    return CLAIM_PAYLOAD if key == 0 else f"{CLAIM_PAYLOAD}.{key}"
 
 
 class PostgresPartitionLog(PagedReads):
@@ -200,6 +228,7 @@ class PostgresPartitionLog(PagedReads):
         self._lock_sql = append_lock_sql(partition.key)
         self._notify_sql = notify_head_sql(partition.key)
         self.head = HeadWatch()
+        self.claims = ClaimWatch()
         if partition.key:
             self.recent = RecentEvents(
                 DEFAULT_CAPACITY // _PARTITION_RING_DIVISOR,
@@ -213,9 +242,25 @@ class PostgresPartitionLog(PagedReads):
     # -- plumbing -------------------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-        async with self._store._pool.connection() as conn:
-            cursor = await conn.execute(sql, params)
-            return await cursor.fetchall() if cursor.description is not None else []
+        try:
+            async with self._store._pool.connection() as conn:
+                cursor = await conn.execute(sql, params)
+                return await cursor.fetchall() if cursor.description is not None else []
+        except PoolTimeout:
+            raise self._store._no_connection() from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _lost(exc) from None
+
+    @contextlib.asynccontextmanager
+    async def _transaction(self) -> AsyncIterator[Connection]:
+        """A pooled connection in a transaction, with the errors of :meth:`_fetch`."""
+        try:
+            async with self._store._pool.connection() as conn, conn.transaction():
+                yield conn
+        except PoolTimeout:
+            raise self._store._no_connection() from None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            raise _lost(exc) from None
 
     async def _fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
         rows = await self._fetch(sql, params)
@@ -255,6 +300,8 @@ class PostgresPartitionLog(PagedReads):
                 ids, ts = await self._commit_batch(batch)
             except Exception as exc:
                 log.error("commit of %d events to %s failed: %s", len(batch), self.partition, exc)
+                if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+                    exc = _lost(exc)
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)
@@ -281,8 +328,11 @@ class PostgresPartitionLog(PagedReads):
     async def _commit_batch(self, batch: list[_Append]) -> tuple[list[int], str]:
         if self._key == 0:
             return await self._commit(self._store._writer, batch)
-        async with self._store._write_pool.connection() as conn:
-            return await self._commit(conn, batch)
+        try:
+            async with self._store._write_pool.connection() as conn:
+                return await self._commit(conn, batch)
+        except PoolTimeout:
+            raise self._store._no_connection() from None
 
     async def _commit(self, conn: Connection, batch: list[_Append]) -> tuple[list[int], str]:
         ts = utc_timestamp()
@@ -361,11 +411,16 @@ class PostgresPartitionLog(PagedReads):
         return int(rows[0][0]) if rows else None
 
     async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """As the contract says; the claim goes out on the channel with the commit, so the
+        stream that held the consumer on another process stops."""
         rows = await self._fetch(
-            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
+            "WITH claimed AS (UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
             " WHERE partition_key = %s AND user_id = %s AND component = %s"
-            " RETURNING epoch, position",
-            (utc_timestamp(), self._key, user_id, component),
+            " RETURNING epoch, position)"
+            f" SELECT epoch, position, pg_notify('{CHANNEL}',"
+            f" concat_ws(' ', '{_claim_kind(self._key)}', %s::bigint, epoch, %s::text))"
+            " FROM claimed",
+            (utc_timestamp(), self._key, user_id, component, user_id, component),
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
@@ -491,7 +546,7 @@ class PostgresPartitionLog(PagedReads):
         partition at a time (the others' calls delete nothing and return 0), and nothing
         above the lowest position of a registered consumer goes, whatever ``up_to`` says."""
         t = self._tables
-        async with self._store._pool.connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             cursor = await conn.execute(try_retention_lock_sql(self._key))
             locked = await cursor.fetchone()
             if locked is None or not locked[0]:
@@ -530,7 +585,7 @@ class PostgresPartitionLog(PagedReads):
         nothing can commit between the check and the insert."""
         ts = utc_timestamp()
         t = self._tables
-        async with self._store._pool.connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             await conn.execute(self._lock_sql)
             client_ids = [e.id for e in events if e.id is not None]
             if client_ids:
@@ -603,10 +658,12 @@ class PostgresStore(PostgresPartitionLog):
         write_pool: AsyncConnectionPool[Connection],
         writer: Connection,
         listener: Connection,
+        limits: PoolLimits = DEFAULT_POOL,
     ) -> None:
         self.url = url
         self.description = safe_url(url)
         self._pool = pool
+        self._limits = limits
         self._write_pool = write_pool
         self._writer = writer
         self._listener = listener
@@ -618,8 +675,12 @@ class PostgresStore(PostgresPartitionLog):
         self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
-    async def open(cls, url: str, *, durability: Durability = Durability.FULL) -> PostgresStore:
-        """Connect, create or migrate the schema; StoreUnavailable when that fails."""
+    async def open(
+        cls, url: str, *, durability: Durability = Durability.FULL, pool: PoolLimits = DEFAULT_POOL
+    ) -> PostgresStore:
+        """Connect, create or migrate the schema; StoreUnavailable when that fails
+        (StoreUnreachable when the database does not answer)."""
+        limits = pool
         writer = await _connect(url, autocommit=False)
         listener: Connection | None = None
         pools: list[AsyncConnectionPool[Connection]] = []
@@ -630,16 +691,16 @@ class PostgresStore(PostgresPartitionLog):
                 await writer.commit()
             listener = await _connect(url, autocommit=True)
             await listener.execute(f"LISTEN {CHANNEL}")
-            pool = AsyncConnectionPool(
+            connections = AsyncConnectionPool(
                 url,
                 min_size=1,
-                max_size=POOL_MAX,
+                max_size=limits.size,
                 kwargs={"autocommit": True},
-                timeout=CONNECT_TIMEOUT,
+                timeout=limits.timeout,
                 open=False,
             )
-            pools.append(pool)
-            await pool.open(wait=True, timeout=CONNECT_TIMEOUT)
+            pools.append(connections)
+            await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
             write_kwargs: dict[str, Any] = {"autocommit": True}
             if durability is Durability.NORMAL:
                 write_kwargs["options"] = "-c synchronous_commit=off"
@@ -648,19 +709,23 @@ class PostgresStore(PostgresPartitionLog):
                 min_size=0,
                 max_size=WRITE_POOL_MAX,
                 kwargs=write_kwargs,
-                timeout=CONNECT_TIMEOUT,
+                timeout=limits.timeout,
                 open=False,
             )
             pools.append(write_pool)
             await write_pool.open()
-        except BaseException:
+        except BaseException as exc:
             await writer.close()
             if listener is not None:
                 await listener.close()
             for opened in pools:
                 await opened.close()
+            if isinstance(exc, psycopg.OperationalError):  # lost during the setup
+                raise StoreUnreachable(
+                    f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
+                ) from None
             raise
-        store = cls(url, pool, write_pool, writer, listener)
+        store = cls(url, connections, write_pool, writer, listener, limits)
         store.head.advance(await store.newest_event_id())
         return store
 
@@ -686,7 +751,17 @@ class PostgresStore(PostgresPartitionLog):
         self._streams_listeners.add(callback)
         return lambda: self._streams_listeners.discard(callback)
 
+    def _no_connection(self) -> StoreUnreachable:
+        limits = self._limits
+        return StoreUnreachable(
+            f"no database connection within {limits.timeout:g} s (all {limits.size} of the pool"
+            " busy, or the database unreachable)"
+        )
+
     def _notified(self, payload: str) -> None:
+        if payload.startswith(CLAIM_PAYLOAD):
+            self._heard_claim(payload)
+            return
         key_text, _, id_text = payload.rpartition(":")
         with contextlib.suppress(ValueError):
             if key_text == STREAMS_PAYLOAD_PREFIX[:-1]:
@@ -696,6 +771,17 @@ class PostgresStore(PostgresPartitionLog):
             partition_log = self._logs.get(int(key_text) if key_text else 0)
             if partition_log is not None:
                 partition_log.head.advance(int(id_text))
+
+    def _heard_claim(self, payload: str) -> None:
+        kind, _, rest = payload.partition(" ")
+        word, dot, key_text = kind.partition(".")
+        if word != CLAIM_PAYLOAD:
+            return
+        with contextlib.suppress(ValueError):  # not a claim this version sends
+            partition_log = self._logs.get(int(key_text) if dot else 0)
+            user_id, epoch, component = rest.split(" ", 2)
+            if partition_log is not None:  # else no stream here holds it
+                partition_log.claims.claimed(UserId(int(user_id)), component, int(epoch))
 
     async def _listen(self) -> None:
         while not self._closing:
@@ -814,7 +900,7 @@ class PostgresStore(PostgresPartitionLog):
     ) -> _T:
         """Run ``work(conn)`` in a transaction; when it says it changed the registry, the
         version moves on and every process is told, on commit."""
-        async with self._pool.connection() as conn, conn.transaction():
+        async with self._transaction() as conn:
             result, changed = await work(conn)
             if changed:
                 cursor = await conn.execute(
