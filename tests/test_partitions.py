@@ -409,3 +409,23 @@ async def test_a_postgres_database_of_the_previous_release_opens_as_events_0(
         assert await store.append("NEW", "1") == 4
         assert [s.name for s in await store.streams()] == ["events"]
     assert execute_sql(pg_url, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+
+
+@pytest.mark.postgres
+async def test_a_claim_reaches_the_same_partition_in_another_process(pg_url: str) -> None:
+    """The push stream that held a consumer of a partition, on another process, hears of its
+    claim; the same consumer name on events/0 is another consumer and hears nothing."""
+    async with await open_store(pg_url) as one, await open_store(pg_url) as other:
+        info = await one.add_stream("claimed", 2)
+        user = await one.add_user("u", "h")
+        partition = info.partitions[1]
+        await one.partition_log(partition).register_consumer(user, "C")
+        heard: asyncio.Queue[tuple[int, str, int]] = asyncio.Queue()
+        elsewhere: list[tuple[int, str, int]] = []
+        other.partition_log(partition).claims.listen(lambda *claim: heard.put_nowait(claim))
+        other.claims.listen(lambda *claim: elsewhere.append(claim))
+        claimed = await one.partition_log(partition).claim_consumer(user, "C")
+        assert claimed == (1, 0)
+        async with asyncio.timeout(30):
+            assert await heard.get() == (user, "C", 1)
+        assert elsewhere == []

@@ -1,10 +1,12 @@
 """The streams a server serves, kept up to date across processes.
 
 Every process reads the registry from the store when it starts and again whenever the
-store's registry version moves: it polls the version (one cheap read) every
-``poll_seconds``, and is woken at once by a change the store reports (this process's own;
-on PostgreSQL any process's, through its notification channel). So a stream added or grown
-by the command line or another server is served within ``poll_seconds`` at the latest.
+store's registry version moves: it is woken at once by a change the store reports (this
+process's own; on PostgreSQL any process's, through its notification channel), and polls
+the version (one cheap read) every ``poll_seconds`` where the store does not hear other
+processes (SQLite), else every :data:`FALLBACK_POLL_SECONDS` (a read on PostgreSQL's small
+pool each second would compete with the calls). So a stream added or grown by the command
+line or another server is served within ``poll_seconds`` on SQLite, at once on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds between two reads of the registry's version (a stream is served within this).
 DEFAULT_POLL_SECONDS: Final = 1.0
+#: Seconds between two reads of it where every change is notified: only a fallback.
+FALLBACK_POLL_SECONDS: Final = 30.0
 
 
 class StreamRegistry:
@@ -29,7 +33,11 @@ class StreamRegistry:
 
     def __init__(self, store: Streams, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
         self._store = store
-        self._poll_seconds = poll_seconds
+        self._poll_seconds = (
+            max(poll_seconds, FALLBACK_POLL_SECONDS)
+            if store.hears_all_stream_changes
+            else poll_seconds
+        )
         self._streams: dict[str, StreamInfo] = {}
         self.version = -1
         self._changed = asyncio.Event()

@@ -387,6 +387,11 @@ class Streams(Protocol):
         """Call ``callback(version)`` after a change of the registry this store learns of at
         once (its own; on PostgreSQL, any process's); returns the function that stops it."""
 
+    @property
+    def hears_all_stream_changes(self) -> bool:
+        """True when :meth:`listen_streams` hears every process's changes (PostgreSQL: also
+        after its notification connection is restored): polling is then only a fallback."""
+
     def partition_log(self, partition: Partition) -> PartitionLog:
         """The log of one partition of this store (the same object for the same key while
         the store is open). ``events``/0 is the store itself."""

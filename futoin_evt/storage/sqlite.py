@@ -562,6 +562,9 @@ class SqliteStore(SqlitePartitionLog):
             found = self._logs[partition.key] = SqlitePartitionLog(self, partition)
         return found
 
+    #: Other processes' changes are seen only by polling the version.
+    hears_all_stream_changes = False
+
     def listen_streams(self, callback: Callable[[int], None]) -> Callable[[], None]:
         """Changes this process makes; other processes' are seen by polling the version."""
         self._streams_listeners.add(callback)

@@ -745,6 +745,10 @@ class PostgresStore(PostgresPartitionLog):
                     except Exception as exc:
                         log.debug("checking for new events failed: %s", exc)
 
+    #: Every change is notified on the channel, and the listeners are called again after a
+    #: lost connection is restored (a change may have gone by meanwhile).
+    hears_all_stream_changes = True
+
     def listen_streams(self, callback: Callable[[int], None]) -> Callable[[], None]:
         """Call ``callback(version)`` when another process (or this one) changes the
         registry; returns the function that stops it."""
@@ -799,6 +803,9 @@ class PostgresStore(PostgresPartitionLog):
                 await self._listener.execute(f"LISTEN {CHANNEL}")
                 for partition_log in list(self._logs.values()):
                     partition_log.head.advance(await partition_log.newest_event_id())
+                version = await self.streams_version()
+                for callback in list(self._streams_listeners):
+                    callback(version)
 
     async def close(self) -> None:
         """Commit what is queued, then close. Appends queued after this call are refused."""
