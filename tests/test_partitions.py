@@ -23,7 +23,7 @@ from futoin_evt.domain.partition import (
     check_stream_name,
 )
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import SCHEMA_VERSION, PartitionLog, Store
+from futoin_evt.storage.base import SCHEMA_VERSION, PartitionLog, Store, StoreClosed
 
 from .conftest import execute_sql
 
@@ -216,6 +216,8 @@ async def test_dropping_a_stream_removes_its_data(store: Store, store_db: str) -
     await store.register_consumer(user, "C")
     version = await store.streams_version()
     assert await store.drop_stream("gone")
+    with pytest.raises(StoreClosed, match="the stream gone was dropped"):
+        await log.append("T", "2")
     assert await store.stream("gone") is None
     assert await store.streams_version() == version + 1
     assert await store.position(user, "C") == 0

@@ -167,6 +167,8 @@ class SqlitePartitionLog(PagedReads):
         self._key = partition.key
         self.read_dialect = _dialect(self._tables)
         self._last_given = _last_given_id(self._tables)
+        #: Its stream was dropped by this process: appends are refused.
+        self._retired = False
         self.head = HeadWatch()
         #: Nothing tells this process of other processes' claims of a consumer.
         self.claims = ClaimWatch()
@@ -204,6 +206,8 @@ class SqlitePartitionLog(PagedReads):
         self, event_type: str, data_json: str, content_type: str | None = None
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable."""
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
         return future
@@ -594,7 +598,9 @@ class SqliteStore(SqlitePartitionLog):
             raise ValueError(f"the stream {DEFAULT_STREAM} cannot be dropped")
         keys: list[int] | None = await self._submit(_drop_stream_sync, name)
         for key in keys or ():
-            self._logs.pop(key, None)
+            dropped = self._logs.pop(key, None)
+            if dropped is not None:
+                dropped._retired = True
         if keys is not None:
             await self._streams_changed()
         return keys is not None

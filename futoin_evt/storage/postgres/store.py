@@ -238,6 +238,8 @@ class PostgresPartitionLog(PagedReads):
             self.recent = RecentEvents()
         self._queue = _Queue()
         self._task: asyncio.Task[None] | None = None
+        #: Its stream was dropped by this process: the writer ends once its queue is empty.
+        self._retired = False
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -276,6 +278,8 @@ class PostgresPartitionLog(PagedReads):
     ) -> asyncio.Future[EventId]:
         if self._store._closing:
             raise StoreClosed("the event store is closed")
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._queue.items.append(_Append(event_type, data_json, future, content_type))
         self._queue.ready.set()
@@ -289,7 +293,7 @@ class PostgresPartitionLog(PagedReads):
         queue = self._queue
         while True:
             if not queue.items:
-                if self._store._closing:
+                if self._store._closing or self._retired:
                     return
                 queue.ready.clear()
                 await queue.ready.wait()
@@ -318,6 +322,10 @@ class PostgresPartitionLog(PagedReads):
                     item.future.set_result(EventId(event_id))
             self.recent.extend(recent)
             self.head.advance(ids[-1])
+
+    def _retire(self) -> None:
+        self._retired = True
+        self._queue.ready.set()
 
     async def _stop_writing(self) -> None:
         """Once the store is closing: commit what is queued."""
@@ -899,7 +907,9 @@ class PostgresStore(PostgresPartitionLog):
         except KeyError:
             return False
         for partition in info.partitions:
-            self._logs.pop(partition.key, None)
+            dropped = self._logs.pop(partition.key, None)
+            if dropped is not None:
+                dropped._retire()
         return True
 
     async def _change_registry(
