@@ -58,7 +58,8 @@ async def measure(events: int, adds: int) -> dict[str, float]:
         prepare_futoin_evt_db(db, events)
         with sqlite3.connect(db) as conn:  # a consumer that has read none of them yet
             conn.execute(
-                "INSERT INTO consumers VALUES (1, 'READER', 0, '2026-01-01T00:00:00Z',"
+                "INSERT INTO consumers (user_id, component, position, registered_at,"
+                " last_seen_at) VALUES (1, 'READER', 0, '2026-01-01T00:00:00Z',"
                 " '2099-01-01T00:00:00Z')"
             )
         config = ServerConfig(

@@ -24,6 +24,7 @@ from ..ftn18.services import GenService, PollService, ping
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
+from ..log.streams import DEFAULT_POLL_SECONDS, StreamRegistry
 from ..notify.live import LiveEvents
 from ..notify.management import ManagementBus
 from ..storage import open_store
@@ -71,6 +72,9 @@ class ServerConfig:
     retention: RetentionConfig = field(default_factory=RetentionConfig)
     #: How soon events that other processes add to the file reach push consumers.
     other_writers_seconds: float = 0.2
+    #: Seconds between reads of the streams registry's version: a stream added or grown by
+    #: another process is known here within this.
+    streams_poll_seconds: float = DEFAULT_POLL_SECONDS
     #: Archive every event to this SQLite file (a reliable consumer inside the server).
     archive_path: Path | None = None
     #: The HTTP feed (FeedAPI v2, ZeroEventHub v1) on the same port.
@@ -200,8 +204,11 @@ class EventServer:
         transport: WebSocketTransport,
         authenticator: Authenticator,
         executor: Executor,
+        streams: StreamRegistry,
     ) -> None:
         self.store = store
+        #: The streams and partitions of the database, followed across processes.
+        self.streams = streams
         #: The database as configured: a SQLite path or a PostgreSQL URL.
         self.db: str | Path = DEFAULT_DB
         self.push = push
@@ -225,6 +232,11 @@ class EventServer:
         notices = ManagementBus()
         live = LiveEvents(EventLog(store))
         notify = NotifyService(live, notices)
+        try:
+            streams = await StreamRegistry.open(store, config.streams_poll_seconds)
+        except BaseException:
+            await store.close()
+            raise
         try:
             push = PushService(store, config.push, notices)
             discarder = Discarder(store, push, config.retention, notices)
@@ -261,6 +273,7 @@ class EventServer:
                     await transport.close()
                     raise
         except BaseException:
+            await streams.close()
             await store.close()
             raise
         store.watch_other_writers(config.other_writers_seconds)
@@ -270,7 +283,7 @@ class EventServer:
             await archiver.start()
         discarder.start()
         log.info("serving %s on %s", store.description, transport.url)
-        server = cls(store, push, discarder, transport, authenticator, executor)
+        server = cls(store, push, discarder, transport, authenticator, executor, streams)
         server.archiver = archiver
         server.db = config.db
         server.feed = feed
@@ -342,6 +355,7 @@ class EventServer:
         endings += [endpoint.close(deadline) for endpoint in self.http_endpoints]
         await asyncio.gather(*endings)
         self._transport.abort_all()
+        await self.streams.close()
         await self.store.close()
 
     async def __aenter__(self) -> EventServer:

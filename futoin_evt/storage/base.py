@@ -21,23 +21,28 @@ Errors::
     │   └── StoreUnreachable   it does not answer now (refused, lost, no pooled connection
     │                          in time): trying again later may succeed; raised by calls too
     └── SchemaTooNew       the database was written by a newer futoin-evt
+
+Streams and partitions: every partition is a log of its own with the roles above
+(:meth:`Store.partition_log`); the :class:`Store` itself plays them as the view of
+``events``/0, the log every door serves.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Final, NamedTuple, Protocol
 
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
+from ..domain.partition import Partition, StreamInfo
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 4
+SCHEMA_VERSION: Final = 5
 
 
 class StoreError(Exception):
@@ -354,8 +359,55 @@ class DcbLog(EventLog, Protocol):
         the same snapshot."""
 
 
-class Store(ConsumerLog, DcbLog, Retention, Users, Protocol):
-    """A whole backend, opened by :func:`futoin_evt.storage.open_store`."""
+class PartitionLog(ConsumerLog, DcbLog, Retention, Protocol):
+    """One partition's log: its events (ids from 1), consumers, positions and retention."""
+
+    @property
+    def partition(self) -> Partition: ...
+
+
+class Streams(Protocol):
+    """The registry of streams and their partitions. ``events``/0 always exists.
+
+    Bad names and counts raise ValueError (:func:`~futoin_evt.domain.partition.check_stream_name`,
+    :func:`~futoin_evt.domain.partition.check_partition_count`), with one sentence."""
+
+    async def add_stream(self, name: str, partitions: int) -> StreamInfo:
+        """Create a stream and its partitions' tables; KeyError when the name is taken."""
+
+    async def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        """Add partitions up to ``partitions`` (never fewer: ValueError); KeyError when there
+        is no such stream."""
+
+    async def drop_stream(self, name: str) -> bool:
+        """Remove a stream with its events, consumers and tables; False when there is none.
+        ValueError for ``events``, which cannot be dropped."""
+
+    async def streams(self) -> list[StreamInfo]:
+        """Every stream, by name."""
+
+    async def stream(self, name: str) -> StreamInfo | None: ...
+
+    async def streams_version(self) -> int:
+        """A number every add, grow and drop moves on (in any process): cheap to poll."""
+
+    def listen_streams(self, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(version)`` after a change of the registry this store learns of at
+        once (its own; on PostgreSQL, any process's); returns the function that stops it."""
+
+    @property
+    def hears_all_stream_changes(self) -> bool:
+        """True when :meth:`listen_streams` hears every process's changes (PostgreSQL: also
+        after its notification connection is restored): polling is then only a fallback."""
+
+    def partition_log(self, partition: Partition) -> PartitionLog:
+        """The log of one partition of this store (the same object for the same key while
+        the store is open). ``events``/0 is the store itself."""
+
+
+class Store(PartitionLog, Streams, Users, Protocol):
+    """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
+    of ``events``/0."""
 
     #: What group commit did, for the metrics.
     write_stats: WriteStats

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ..domain.dcb import EventIdConflict, NewEvent, Query, QueryItem, StoredEvent
+from .tables import DEFAULT_TABLES, Tables
 
 #: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes.
 READ_COLUMNS: Final = "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes"
@@ -41,14 +42,17 @@ def _in(values: Sequence[Any], mark: str) -> str:
     return ",".join([mark] * len(values))
 
 
-def _item_sql(item: QueryItem, bound: str, bound_value: int, mark: str) -> tuple[str, list[Any]]:
+def _item_sql(
+    item: QueryItem, bound: str, bound_value: int, mark: str, tables: Tables
+) -> tuple[str, list[Any]]:
     params: list[Any] = []
+    tags_table = tables.event_tags
     tags = sorted(item.tags)
     keys = sorted(item.tag_keys)
     if tags or keys:
         if tags:
             ref = "t.event_id"
-            sql = f"SELECT t.event_id AS id FROM event_tags t WHERE t.tag = {mark}"
+            sql = f"SELECT t.event_id AS id FROM {tags_table} t WHERE t.tag = {mark}"
             sql += f" AND t.event_id {bound} {mark}"
             params += [tags[0], bound_value]
             rest_tags, rest_keys = tags[1:], keys
@@ -56,9 +60,9 @@ def _item_sql(item: QueryItem, bound: str, bound_value: int, mark: str) -> tuple
             # two index ranges: the bare key, and every key:value
             ref = "t.id"
             sql = (
-                f"SELECT t.id AS id FROM (SELECT event_id AS id FROM event_tags"
+                f"SELECT t.id AS id FROM (SELECT event_id AS id FROM {tags_table}"
                 f" WHERE tag = {mark} AND event_id {bound} {mark}"
-                f" UNION SELECT event_id FROM event_tags"
+                f" UNION SELECT event_id FROM {tags_table}"
                 f" WHERE tag > {mark} AND tag < {mark} AND event_id {bound} {mark}) AS t WHERE 1"
             )
             key, low, high = _key_range(keys[0])
@@ -66,50 +70,59 @@ def _item_sql(item: QueryItem, bound: str, bound_value: int, mark: str) -> tuple
             rest_tags, rest_keys = [], keys[1:]
         for tag in rest_tags:
             sql += (
-                " AND EXISTS (SELECT 1 FROM event_tags o"
+                f" AND EXISTS (SELECT 1 FROM {tags_table} o"
                 f" WHERE o.tag = {mark} AND o.event_id = {ref})"
             )
             params.append(tag)
         for key in rest_keys:
             sql += (
-                f" AND EXISTS (SELECT 1 FROM event_tags o WHERE o.event_id = {ref}"
+                f" AND EXISTS (SELECT 1 FROM {tags_table} o WHERE o.event_id = {ref}"
                 f" AND (o.tag = {mark} OR (o.tag > {mark} AND o.tag < {mark})))"
             )
             params.extend(_key_range(key))
         if item.types:
             types = sorted(item.types)
             sql += (
-                f" AND EXISTS (SELECT 1 FROM events x WHERE x.id = {ref}"
+                f" AND EXISTS (SELECT 1 FROM {tables.events} x WHERE x.id = {ref}"
                 f" AND x.type IN ({_in(types, mark)}))"
             )
             params.extend(types)
         return sql, params
     types = sorted(item.types)
-    sql = f"SELECT id FROM events WHERE type IN ({_in(types, mark)}) AND id {bound} {mark}"
+    sql = f"SELECT id FROM {tables.events} WHERE type IN ({_in(types, mark)}) AND id {bound} {mark}"
     return sql, [*types, bound_value]
 
 
 def matching_ids(
-    query: Query, bound: str, bound_value: int, mark: str = "?"
+    query: Query, bound: str, bound_value: int, mark: str = "?", tables: Tables = DEFAULT_TABLES
 ) -> tuple[str, list[Any]] | None:
     """``SELECT id ...`` of the events matching ``query`` with ``id <bound> bound_value``
     (``bound`` is ``>`` or ``<``); None when the query matches every event."""
     if query.matches_all:
         return None
-    parts = [_item_sql(item, bound, bound_value, mark) for item in query.items]
+    parts = [_item_sql(item, bound, bound_value, mark, tables) for item in query.items]
     return " UNION ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
 
 
 def read_sql(
-    query: Query, *, after: int | None, before: int | None, limit: int, mark: str = "?"
+    query: Query,
+    *,
+    after: int | None,
+    before: int | None,
+    limit: int,
+    mark: str = "?",
+    tables: Tables = DEFAULT_TABLES,
 ) -> tuple[str, list[Any]]:
     """Events matching ``query`` after ``after`` in id order, or, with ``before``, before it
     newest first; at most ``limit``."""
     backwards = before is not None
     bound, value = ("<", before) if backwards else (">", after or 0)
     assert value is not None
-    sql = f"SELECT {READ_COLUMNS} FROM events e LEFT JOIN dcb_events d ON d.event_id = e.id"
-    ids = matching_ids(query, bound, value, mark)
+    sql = (
+        f"SELECT {READ_COLUMNS} FROM {tables.events} e"
+        f" LEFT JOIN {tables.dcb_events} d ON d.event_id = e.id"
+    )
+    ids = matching_ids(query, bound, value, mark, tables)
     if ids is None:
         sql += f" WHERE e.id {bound} {mark}"
         params: list[Any] = [value]
@@ -121,12 +134,14 @@ def read_sql(
     return sql, params
 
 
-def condition_sql(query: Query, after: int | None, mark: str = "?") -> tuple[str, list[Any]]:
+def condition_sql(
+    query: Query, after: int | None, mark: str = "?", tables: Tables = DEFAULT_TABLES
+) -> tuple[str, list[Any]]:
     """The first position after ``after`` (any, when None) of an event matching ``query``;
     no row when there is none."""
-    ids = matching_ids(query, ">", after or 0, mark)
+    ids = matching_ids(query, ">", after or 0, mark, tables)
     if ids is None:
-        return f"SELECT id FROM events WHERE id > {mark} ORDER BY id LIMIT 1", [after or 0]
+        return f"SELECT id FROM {tables.events} WHERE id > {mark} ORDER BY id LIMIT 1", [after or 0]
     return f"SELECT MIN(id) FROM ({ids[0]}) AS m HAVING MIN(id) IS NOT NULL", ids[1]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any
 
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId, event_json
 from .base import EventPage
@@ -143,12 +143,12 @@ def page_sql(
 
 
 def rows_sql(
-    mark: str, after_id: int, limit: int, types: Sequence[str] | None
+    mark: str, after_id: int, limit: int, types: Sequence[str] | None, events: str = "events"
 ) -> tuple[str, list[Any]]:
     """Events after ``after_id`` as (id, type, data, ts, content_type), in id order. With
     ``types``, one index range per type (on (type, id)) merged by id: events of other types
     are not read."""
-    select = "SELECT id, type, data, ts, content_type FROM events WHERE "
+    select = f"SELECT id, type, data, ts, content_type FROM {events} WHERE "
     if types is None:
         return f"{select}id > {mark} ORDER BY id LIMIT {mark}", [after_id, limit]
     if not types:
@@ -165,9 +165,10 @@ def rows_sql(
 class PagedReads:
     """The page reads of the ``EventLog`` and ``Consumers`` roles, the same in every backend:
     one statement each (:func:`page_sql`), spelled by the backend's :attr:`read_dialect`
-    and run by its :meth:`_fetch_page`; reads near the head come from :attr:`recent`."""
+    (one per partition) and run by its :meth:`_fetch_page`; reads near the head come from
+    :attr:`recent`."""
 
-    read_dialect: ClassVar[ReadDialect]
+    read_dialect: ReadDialect
     recent: RecentEvents
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:

@@ -76,7 +76,80 @@ _VERSION_4: Final = """
 ALTER TABLE events ADD COLUMN content_type TEXT
 """
 
-MIGRATIONS: Final = {1: _VERSION_1, 2: _VERSION_2, 3: _VERSION_3, 4: _VERSION_4}
+#: Version 5: named streams of partitions. The log so far is ``events``/0 (key 0) and keeps
+#: its tables; consumers are registered per partition (the small table is rebuilt, positions
+#: and epochs kept). ``streams_version`` moves on with every add, grow and drop.
+_VERSION_5: Final = """
+CREATE TABLE IF NOT EXISTS streams (
+    name TEXT PRIMARY KEY,
+    created_at TEXT NOT NULL,
+    aggregate_of TEXT
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS partitions (
+    key INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a dropped stream's tables go too
+    stream TEXT NOT NULL REFERENCES streams(name) ON DELETE CASCADE,
+    number INTEGER NOT NULL,
+    UNIQUE (stream, number)
+);
+INSERT OR IGNORE INTO streams (name, created_at) VALUES ('events', strftime('%Y-%m-%dT%H:%M:%SZ'));
+INSERT OR IGNORE INTO partitions (key, stream, number) VALUES (0, 'events', 0);
+CREATE TABLE consumers_v5 (
+    partition_key INTEGER NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    component TEXT NOT NULL,
+    position INTEGER NOT NULL DEFAULT 0,
+    registered_at TEXT NOT NULL,
+    last_seen_at TEXT NOT NULL,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (partition_key, user_id, component)
+) WITHOUT ROWID;
+INSERT INTO consumers_v5 (partition_key, user_id, component, position, registered_at,
+    last_seen_at, epoch)
+    SELECT 0, user_id, component, position, registered_at, last_seen_at, epoch FROM consumers;
+DROP TABLE consumers;
+ALTER TABLE consumers_v5 RENAME TO consumers;
+CREATE INDEX IF NOT EXISTS consumers_by_user ON consumers (user_id);
+INSERT OR IGNORE INTO meta (key, value) VALUES ('streams_version', '0')
+"""
+
+MIGRATIONS: Final = {
+    1: _VERSION_1,
+    2: _VERSION_2,
+    3: _VERSION_3,
+    4: _VERSION_4,
+    5: _VERSION_5,
+}
+
+
+def partition_tables_sql(key: int) -> list[str]:
+    """The statements that create the tables of partition ``key`` (> 0): those of ``events``/0
+    as the migrations left them, every column included."""
+    return [
+        f"""CREATE TABLE events_{key} (
+            id INTEGER PRIMARY KEY AUTOINCREMENT,
+            type TEXT NOT NULL,
+            data TEXT NOT NULL,
+            ts TEXT NOT NULL,
+            content_type TEXT
+        )""",
+        f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
+        f"""CREATE TABLE dcb_events_{key} (
+            event_id INTEGER PRIMARY KEY,
+            client_id TEXT UNIQUE,
+            tags TEXT NOT NULL,
+            is_bytes INTEGER NOT NULL DEFAULT 0
+        )""",
+        f"""CREATE TABLE event_tags_{key} (
+            tag TEXT NOT NULL,
+            event_id INTEGER NOT NULL,
+            PRIMARY KEY (tag, event_id)
+        ) WITHOUT ROWID""",
+        f"CREATE INDEX event_tags_{key}_by_event ON event_tags_{key} (event_id)",
+    ]
+
+
+def drop_partition_tables_sql(key: int) -> list[str]:
+    return [f"DROP TABLE IF EXISTS {t}_{key}" for t in ("events", "dcb_events", "event_tags")]
 
 
 def ensure_schema(conn: sqlite3.Connection) -> None:

@@ -30,6 +30,14 @@ from typing import Any, Final
 import aiosqlite
 
 from ..domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
+from ..domain.partition import (
+    DEFAULT_PARTITION,
+    DEFAULT_STREAM,
+    Partition,
+    StreamInfo,
+    check_partition_count,
+    check_stream_name,
+)
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
@@ -53,8 +61,9 @@ from .dcb_sql import (
 )
 from .head import ClaimWatch, HeadWatch
 from .pages import PagedReads, ReadDialect, rows_sql
-from .recent import RecentEvent, RecentEvents
-from .schema import ensure_schema
+from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
+from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
+from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
 from .thread import WorkerThread
 
 log = logging.getLogger(__name__)
@@ -65,19 +74,32 @@ MAX_WRITES_PER_COMMIT: Final = 4096
 _ROWS_PER_INSERT: Final = 500
 
 
-_DIALECT: Final = ReadDialect(
-    mark="?",
-    start_row="SELECT -1, NULL, NULL, NULL, {start}",
-    events="SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM events WHERE 1",
-    page="SELECT * FROM ({inner} ORDER BY id LIMIT ?)",
-    head_row="SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM events)",
-    ftn18_type=SQLITE_FTN18_TYPE,
-    types_as_array=False,
-    consumer_start="(SELECT MAX(position, ?) FROM consumers WHERE user_id = ? AND component = ?)",
-    consumer_position="(SELECT position FROM consumers WHERE user_id = ? AND component = ?)",
-)
-#: The newest id ever given to an event (AUTOINCREMENT keeps it after a discard).
-_LAST_GIVEN_ID: Final = "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = 'events'"
+def _dialect(tables: Tables) -> ReadDialect:
+    events, key = tables.events, tables.key
+    consumer = f"FROM consumers WHERE partition_key = {key} AND user_id = ? AND component = ?"
+    return ReadDialect(
+        mark="?",
+        start_row="SELECT -1, NULL, NULL, NULL, {start}",
+        events=f"SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM {events} WHERE 1",
+        page="SELECT * FROM ({inner} ORDER BY id LIMIT ?)",
+        head_row=f"SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM {events})",
+        ftn18_type=SQLITE_FTN18_TYPE,
+        types_as_array=False,
+        consumer_start=f"(SELECT MAX(position, ?) {consumer})",
+        consumer_position=f"(SELECT position {consumer})",
+    )
+
+
+def _last_given_id(tables: Tables) -> str:
+    """The newest id ever given to an event (AUTOINCREMENT keeps it after a discard)."""
+    return (
+        "SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence"
+        f" WHERE name = '{tables.events}'"  # a name made of an integer key: see Tables
+    )
+
+
+#: The ring of recent events of a partition other than ``events``/0: a server may hold many.
+_PARTITION_RING_DIVISOR: Final = 32
 
 
 @dataclass(slots=True)
@@ -86,6 +108,7 @@ class _Append:
     data: str
     future: asyncio.Future[EventId]
     content_type: str | None = None
+    tables: Tables = DEFAULT_TABLES
 
 
 @dataclass(slots=True)
@@ -95,14 +118,19 @@ class _Statement:
     future: asyncio.Future[list[tuple[Any, ...]]]
 
 
+#: Events a write inserted: (id, type, data), in id order.
+_Inserted = list[tuple[int, str, str]]
+
+
 @dataclass(slots=True)
 class _Command:
     """Work that runs inside the writer's transaction, in queue order, on the writer thread:
-    ``apply(conn, ts)`` returns its result and the events it inserted (id, type, data) or
-    raises; a failure undoes only its own writes (a savepoint)."""
+    ``apply(conn, ts)`` returns its result and the events it inserted into ``key``'s
+    partition or raises; a failure undoes only its own writes (a savepoint)."""
 
-    apply: Callable[[sqlite3.Connection, str], tuple[Any, list[tuple[int, str, str]]]]
+    apply: Callable[[sqlite3.Connection, str], tuple[Any, _Inserted]]
     future: asyncio.Future[Any]
+    key: int = 0
 
 
 _Write = _Append | _Statement | _Command
@@ -130,28 +158,359 @@ def _prepare_file(path: Path) -> None:
         conn.close()
 
 
-#: Consumers with their lag in one pass over the events after the lowest position (a merge of
-#: the positions into the ids, counted by a window), not one count per consumer.
-_CONSUMER_LAGS = (
-    "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position, c.registered_at,"
-    " c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
-    " ORDER BY c.user_id, c.component LIMIT ?),"
-    " marks AS (SELECT id AS v, 1 AS ev FROM events"
-    " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
-    " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
-    " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
-    " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
-    " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
-    " SELECT l.name, l.user_id, l.component, l.position, l.registered_at, l.last_seen_at,"
-    " r.behind, e.ts FROM listed l JOIN runs r ON r.ev = 0 AND r.v = l.position"
-    " LEFT JOIN events e ON e.id = r.next_id ORDER BY l.name, l.component"
-)
+class SqlitePartitionLog(PagedReads):
+    """One partition's log in the store's file: its own tables, head and consumers. Writes go
+    through the store's one writer (a group commit takes appends to every partition)."""
+
+    def __init__(self, store: SqliteStore, partition: Partition) -> None:
+        self._store = store
+        self.partition = partition
+        self._tables = Tables.of(partition.key)
+        self._key = partition.key
+        self.read_dialect = _dialect(self._tables)
+        self._last_given = _last_given_id(self._tables)
+        #: Its stream was dropped by this process: appends are refused.
+        self._retired = False
+        self.head = HeadWatch()
+        #: Nothing tells this process of other processes' claims of a consumer.
+        self.claims = ClaimWatch()
+        if partition.key:
+            self.recent = RecentEvents(
+                DEFAULT_CAPACITY // _PARTITION_RING_DIVISOR,
+                DEFAULT_MAX_BYTES // _PARTITION_RING_DIVISOR,
+            )
+        else:
+            self.recent = RecentEvents()
+
+    @property
+    def _reader(self) -> aiosqlite.Connection:
+        return self._store._reader_conn
+
+    async def _write(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        return await self._store._write_statement(sql, params)
+
+    async def _submit(self, work: Callable[..., Any], *args: Any) -> Any:
+        """Run ``work(conn, ts, *args)`` inside the writer's transaction, in queue order."""
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._store._enqueue(_Command(lambda conn, ts: work(conn, ts, *args), future, self._key))
+        return await future
+
+    # -- events -------------------------------------------------------------------------------
+
+    async def append(self, event_type: str, data_json: str) -> EventId:
+        """Store one event (type and data already checked); return its id once durable.
+
+        Cancelling the caller does not cancel the write: the event may still be stored.
+        """
+        return await self.submit_append(event_type, data_json)
+
+    def submit_append(
+        self, event_type: str, data_json: str, content_type: str | None = None
+    ) -> asyncio.Future[EventId]:
+        """Queue one event; the future gets its id once it is durable."""
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
+        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
+        self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
+        return future
+
+    async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
+        return await self._reader.execute_fetchall(sql, params)
+
+    async def read_rows(
+        self, after_id: int, *, limit: int, types: Sequence[str] | None = None
+    ) -> list[EventRow]:
+        """Stored events as (id, type, data JSON, ts, content type)."""
+        sql, params = rows_sql("?", after_id, limit, types, self._tables.events)
+        rows = await self._reader.execute_fetchall(sql, params)
+        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
+
+    async def last_given_id(self) -> int:
+        """The newest id ever given to an event, even if that event is discarded."""
+        rows = await self._reader.execute_fetchall(self._last_given)
+        return int(next(iter(rows))[0])
+
+    async def stream_id(self) -> str:
+        rows = await self._reader.execute_fetchall("SELECT value FROM meta WHERE key = 'stream_id'")
+        name = str(next(iter(rows))[0])
+        return f"{name}-{self._key}" if self._key else name
+
+    async def newest_event_id(self) -> int:
+        rows = await self._reader.execute_fetchall(
+            f"SELECT COALESCE(MAX(id), 0) FROM {self._tables.events}"
+        )
+        return int(next(iter(rows))[0])
+
+    # -- consumers ----------------------------------------------------------------------------
+
+    async def register_consumer(self, user_id: UserId, component: str) -> bool:
+        """Register (idempotent); True when it was new. A new consumer starts before the
+        oldest retained event."""
+        now = utc_timestamp()
+        created = await self._write(
+            "INSERT INTO consumers (partition_key, user_id, component, position,"
+            " registered_at, last_seen_at) VALUES (?, ?, ?, 0, ?, ?)"
+            " ON CONFLICT DO NOTHING RETURNING 1",
+            (self._key, user_id, component, now, now),
+        )
+        if not created:
+            await self._write(
+                "UPDATE consumers SET last_seen_at = ?"
+                " WHERE partition_key = ? AND user_id = ? AND component = ?",
+                (now, self._key, user_id, component),
+            )
+        return bool(created)
+
+    async def acknowledge(
+        self, user_id: UserId, component: str, up_to: int, *, epoch: int | None = None
+    ) -> int | None:
+        """Durably move a consumer's position forward to ``up_to`` (never back).
+
+        Returns the position after the update, or None when the consumer is not registered
+        (or, with ``epoch``, claimed by another stream since).
+        """
+        fence = " AND epoch = ?" if epoch is not None else ""
+        rows = await self._write(
+            "UPDATE consumers SET position = MAX(position, ?), last_seen_at = ?"
+            f" WHERE partition_key = ? AND user_id = ? AND component = ?{fence}"
+            " RETURNING position",
+            (up_to, utc_timestamp(), self._key, user_id, component, *([epoch] if fence else [])),
+        )
+        return int(rows[0][0]) if rows else None
+
+    async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        rows = await self._write(
+            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = ?"
+            " WHERE partition_key = ? AND user_id = ? AND component = ?"
+            " RETURNING epoch, position",
+            (utc_timestamp(), self._key, user_id, component),
+        )
+        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    async def position(self, user_id: UserId, component: str) -> int | None:
+        rows = await self._reader.execute_fetchall(
+            "SELECT position FROM consumers"
+            " WHERE partition_key = ? AND user_id = ? AND component = ?",
+            (self._key, user_id, component),
+        )
+        for (position,) in rows:
+            return int(position)
+        return None
+
+    async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
+        """(position, newest event id) in one snapshot; None when it is not registered.
+        The newest id is the last one ever given, even when it has been discarded."""
+        rows = await self._reader.execute_fetchall(
+            f"SELECT position, ({self._last_given}) FROM consumers"
+            " WHERE partition_key = ? AND user_id = ? AND component = ?",
+            (self._key, user_id, component),
+        )
+        for position, head_id in rows:
+            return int(position), int(head_id)
+        return None
+
+    async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
+        """Put a consumer's position anywhere (an operator's seek, not an acknowledgement)."""
+        rows = await self._write(
+            "UPDATE consumers SET position = ?, last_seen_at = ?"
+            " WHERE partition_key = ? AND user_id = ? AND component = ? RETURNING 1",
+            (position, utc_timestamp(), self._key, user_id, component),
+        )
+        return bool(rows)
+
+    async def drop_consumer(self, user_id: UserId, component: str) -> bool:
+        rows = await self._write(
+            "DELETE FROM consumers WHERE partition_key = ? AND user_id = ? AND component = ?"
+            " RETURNING 1",
+            (self._key, user_id, component),
+        )
+        return bool(rows)
+
+    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
+        """Registered consumers (of one user, or all) with how far behind each is."""
+        events = self._tables.events
+        sql = (
+            "SELECT u.name, c.user_id, c.component, c.position, c.registered_at, c.last_seen_at,"
+            f" (SELECT COUNT(*) FROM {events} WHERE id > c.position),"
+            f" (SELECT ts FROM {events} WHERE id > c.position ORDER BY id LIMIT 1)"
+            " FROM consumers c JOIN users u ON u.id = c.user_id WHERE c.partition_key = ?"
+        )
+        params: list[Any] = [self._key]
+        if user_id is not None:
+            sql += " AND c.user_id = ?"
+            params.append(user_id)
+        sql += " ORDER BY u.name, c.component"
+        rows = await self._reader.execute_fetchall(sql, params)
+        return [ConsumerRow(*row) for row in rows]
+
+    async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
+        """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
+        component, read in one pass: a merge of the positions into the ids, counted by a
+        window, so its cost grows with the events after the lowest position, not with their
+        product by the consumers."""
+        events = self._tables.events
+        sql = (
+            "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position,"
+            " c.registered_at, c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
+            " WHERE c.partition_key = ? ORDER BY c.user_id, c.component LIMIT ?),"
+            f" marks AS (SELECT id AS v, 1 AS ev FROM {events}"
+            " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
+            " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
+            " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
+            " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
+            " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
+            " SELECT l.name, l.user_id, l.component, l.position, l.registered_at,"
+            " l.last_seen_at, r.behind, e.ts FROM listed l"
+            " JOIN runs r ON r.ev = 0 AND r.v = l.position"
+            f" LEFT JOIN {events} e ON e.id = r.next_id ORDER BY l.name, l.component"
+        )
+        rows = await self._reader.execute_fetchall(sql, [self._key, limit])
+        return [
+            ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
+            for r in rows
+        ]
+
+    async def count_consumers(self) -> int:
+        rows = await self._reader.execute_fetchall(
+            "SELECT COUNT(*) FROM consumers WHERE partition_key = ?", [self._key]
+        )
+        return int(next(iter(rows))[0])
+
+    async def stream_bounds(self) -> StreamBounds:
+        events = self._tables.events
+        rows = await self._reader.execute_fetchall(
+            f"SELECT (SELECT id FROM {events} ORDER BY id LIMIT 1),"
+            f" (SELECT ts FROM {events} ORDER BY id LIMIT 1),"
+            f" (SELECT id FROM {events} ORDER BY id DESC LIMIT 1),"
+            f" (SELECT ts FROM {events} ORDER BY id DESC LIMIT 1),"
+            f" (SELECT COUNT(*) FROM {events})"
+        )
+        return StreamBounds(*next(iter(rows)))
+
+    async def id_before(self, ts: str) -> int | None:
+        """The newest id before the first event at or after ``ts``; None when that is the
+        oldest retained event (or there are no events)."""
+        events = self._tables.events
+        rows = await self._reader.execute_fetchall(
+            f"SELECT (SELECT MAX(id) FROM {events} WHERE ts < ?), (SELECT MIN(id) FROM {events})",
+            (ts,),
+        )
+        before, first = next(iter(rows))
+        if before is not None:
+            return int(before)
+        return int(first) - 1 if first is not None and first > 1 else None
+
+    async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
+        """What bounds discarding, read in one snapshot."""
+        events = self._tables.events
+        keep_sql = f"(SELECT MAX(id) FROM {events} WHERE ts < ?)" if keep_since_ts else "NULL"
+        params: list[Any] = [self._key]
+        if keep_since_ts:
+            params.append(keep_since_ts)
+        rows = await self._reader.execute_fetchall(
+            "SELECT (SELECT MIN(position) FROM consumers WHERE partition_key = ?),"
+            f" (SELECT COALESCE(MAX(id), 0) FROM {events}),"
+            f" (SELECT COALESCE(MIN(id), 0) FROM {events}),"
+            f" {keep_sql}",
+            params,
+        )
+        return DiscardLimits(*next(iter(rows)))
+
+    async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
+        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many went.
+
+        Ids are never reused (AUTOINCREMENT), so deleting never frees an id. Events appended
+        through DCB are the system of record: they stay unless ``dcb_events``.
+        """
+        t = self._tables
+        if dcb_events:
+            count = await self._submit(_delete_with_dcb_rows, t, up_to, limit)
+        else:
+            rows = await self._write(
+                f"DELETE FROM {t.events} WHERE id IN (SELECT id FROM {t.events} WHERE id <= ?"
+                f" AND id NOT IN (SELECT event_id FROM {t.dcb_events}) ORDER BY id LIMIT ?)"
+                " RETURNING id",
+                (up_to, limit),
+            )
+            count = len(rows)
+        if count:
+            self.recent.forget_up_to(up_to)
+        return int(count)
+
+    # -- DCB -----------------------------------------------------------------------------------
+
+    async def dcb_append(
+        self, events: Sequence[NewEvent], condition: AppendCondition | None
+    ) -> int:
+        position: int = await self._submit(_dcb_append_sync, self._tables, events, condition)
+        return position
+
+    async def dcb_read(
+        self, query: Query, *, after: int | None, before: int | None, limit: int
+    ) -> tuple[list[StoredEvent], int]:
+        sql, params = read_sql(query, after=after, before=before, limit=limit, tables=self._tables)
+        # one statement, one snapshot: the head rides on every row, and on a marker row
+        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+        sql = f"SELECT r.*, ({self._last_given}) FROM ({sql}) AS r"
+        rows = await self._reader.execute_fetchall(sql, params)
+        events = [stored_event(r) for r in rows if r[0] is not None]
+        if before is not None:
+            events.sort(key=lambda e: -e.position)
+        else:
+            events.sort(key=lambda e: e.position)
+        head = int(next(iter(rows))[7]) if rows else await self.last_given_id()
+        return events, head
+
+    async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:
+        """Drop consumers not seen since ``seen_before``; returns (user, component) of each."""
+        rows = await self._write(
+            "DELETE FROM consumers WHERE partition_key = ? AND last_seen_at < ?"
+            " RETURNING (SELECT name FROM users WHERE id = user_id), component",
+            (self._key, seen_before),
+        )
+        return [(str(user), str(component)) for user, component in rows]
+
+    async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
+        """Mark consumers as seen now (push streams that are connected but idle)."""
+        if not keys:
+            return
+        pairs = ",".join(["(?, ?)"] * len(keys))
+        await self._write(  # one statement for all of them
+            "UPDATE consumers SET last_seen_at = ? WHERE partition_key = ?"
+            f" AND (user_id, component) IN (VALUES {pairs})",
+            [utc_timestamp(), self._key, *(v for key in keys for v in key)],
+        )
+
+    async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
+        """(user, user id, component) of the consumer with the lowest position."""
+        rows = await self._reader.execute_fetchall(
+            "SELECT u.name, c.user_id, c.component FROM consumers c"
+            " JOIN users u ON u.id = c.user_id WHERE c.partition_key = ?"
+            " ORDER BY c.position LIMIT 1",
+            (self._key,),
+        )
+        for name, user_id, component in rows:
+            return str(name), UserId(user_id), str(component)
+        return None
+
+    def _committed(self, ts: str, inserted: _Inserted) -> int:
+        """After a commit: the events this partition got, for readers at the tail; returns
+        their size as JSON (bytes)."""
+        recent = []
+        total = 0
+        for event_id, event_type, data in inserted:
+            text = event_json(event_id, event_type, data, ts)
+            size = len(text) if text.isascii() else len(text.encode())
+            total += size
+            recent.append(RecentEvent(event_id, event_type, text, size, is_ftn18_type(event_type)))
+        self.recent.extend(recent)
+        self.head.advance(inserted[-1][0])
+        return total
 
 
-class SqliteStore(PagedReads):
-    """Event, consumer and user storage. Create with :meth:`open`; close with :meth:`close`."""
-
-    read_dialect = _DIALECT
+class SqliteStore(SqlitePartitionLog):
+    """Event, consumer, user and stream storage; as a log, the view of ``events``/0.
+    Create with :meth:`open`; close with :meth:`close`."""
 
     def __init__(
         self,
@@ -164,13 +523,12 @@ class SqliteStore(PagedReads):
         self.description = str(path)
         self._writer = writer
         self._write_thread = write_thread
-        self._reader = reader
+        self._reader_conn = reader
         self._queue = _Queue()
         self._closing = False
-        self.head = HeadWatch()
-        #: Nothing tells this process of other processes' claims of a consumer.
-        self.claims = ClaimWatch()
-        self.recent = RecentEvents()
+        super().__init__(self, DEFAULT_PARTITION)
+        self._logs: dict[int, SqlitePartitionLog] = {0: self}
+        self._streams_listeners: set[Callable[[int], None]] = set()
         #: What group commit did (read by the metrics).
         self.write_stats = WriteStats()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
@@ -213,11 +571,12 @@ class SqliteStore(PagedReads):
     async def _watch(self, interval: float) -> None:
         while not self._closing:
             await asyncio.sleep(interval)
-            if self.head.waiting:
-                try:
-                    self.head.advance(await self.newest_event_id())
-                except Exception as exc:  # the store is closing, or the file is busy
-                    log.debug("checking for new events failed: %s", exc)
+            for log_ in list(self._logs.values()):
+                if log_.head.waiting:
+                    try:
+                        log_.head.advance(await log_.newest_event_id())
+                    except Exception as exc:  # the store is closing, or the file is busy
+                        log.debug("checking for new events failed: %s", exc)
 
     async def close(self) -> None:
         """Commit what is queued, then close. Writes queued after this call are refused."""
@@ -230,7 +589,7 @@ class SqliteStore(PagedReads):
             self._watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
-        await self._reader.close()
+        await self._reader_conn.close()
         await self._write_thread.run(self._writer.close)
         self._write_thread.stop()
 
@@ -240,269 +599,69 @@ class SqliteStore(PagedReads):
     async def __aexit__(self, *_exc: object) -> None:
         await self.close()
 
-    # -- events -------------------------------------------------------------------------------
+    # -- streams ------------------------------------------------------------------------------
 
-    async def append(self, event_type: str, data_json: str) -> EventId:
-        """Store one event (type and data already checked); return its id once durable.
+    def partition_log(self, partition: Partition) -> SqlitePartitionLog:
+        found = self._logs.get(partition.key)
+        if found is None:
+            found = self._logs[partition.key] = SqlitePartitionLog(self, partition)
+        return found
 
-        Cancelling the caller does not cancel the write: the event may still be stored.
-        """
-        return await self.submit_append(event_type, data_json)
+    #: Other processes' changes are seen only by polling the version.
+    hears_all_stream_changes = False
 
-    def submit_append(
-        self, event_type: str, data_json: str, content_type: str | None = None
-    ) -> asyncio.Future[EventId]:
-        """Queue one event; the future gets its id once it is durable."""
-        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Append(event_type, data_json, future, content_type))
-        return future
+    def listen_streams(self, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Changes this process makes; other processes' are seen by polling the version."""
+        self._streams_listeners.add(callback)
+        return lambda: self._streams_listeners.discard(callback)
 
-    async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
-        return await self._reader.execute_fetchall(sql, params)
+    async def _streams_changed(self) -> None:
+        if self._streams_listeners:
+            version = await self.streams_version()
+            for callback in list(self._streams_listeners):
+                callback(version)
 
-    async def read_rows(
-        self, after_id: int, *, limit: int, types: Sequence[str] | None = None
-    ) -> list[EventRow]:
-        """Stored events as (id, type, data JSON, ts, content type)."""
-        sql, params = rows_sql("?", after_id, limit, types)
-        rows = await self._reader.execute_fetchall(sql, params)
-        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
+    async def add_stream(self, name: str, partitions: int) -> StreamInfo:
+        check_stream_name(name)
+        check_partition_count(partitions)
+        info: StreamInfo = await self._submit(_add_stream_sync, name, partitions)
+        await self._streams_changed()
+        return info
 
-    async def last_given_id(self) -> int:
-        """The newest id ever given to an event, even if that event is discarded."""
-        rows = await self._reader.execute_fetchall(_LAST_GIVEN_ID)
+    async def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        check_partition_count(partitions)
+        info: StreamInfo = await self._submit(_grow_stream_sync, name, partitions)
+        await self._streams_changed()
+        return info
+
+    async def drop_stream(self, name: str) -> bool:
+        if name == DEFAULT_STREAM:
+            raise ValueError(f"the stream {DEFAULT_STREAM} cannot be dropped")
+        keys: list[int] | None = await self._submit(_drop_stream_sync, name)
+        for key in keys or ():
+            dropped = self._logs.pop(key, None)
+            if dropped is not None:
+                dropped._retired = True
+        if keys is not None:
+            await self._streams_changed()
+        return keys is not None
+
+    async def streams(self) -> list[StreamInfo]:
+        rows = await self._reader.execute_fetchall(STREAM_ROWS + " ORDER BY s.name, p.number")
+        return stream_infos(rows)
+
+    async def stream(self, name: str) -> StreamInfo | None:
+        rows = await self._reader.execute_fetchall(
+            STREAM_ROWS + " WHERE s.name = ? ORDER BY p.number", (name,)
+        )
+        infos = stream_infos(rows)
+        return infos[0] if infos else None
+
+    async def streams_version(self) -> int:
+        rows = await self._reader.execute_fetchall(
+            "SELECT value FROM meta WHERE key = 'streams_version'"
+        )
         return int(next(iter(rows))[0])
-
-    async def stream_id(self) -> str:
-        rows = await self._reader.execute_fetchall("SELECT value FROM meta WHERE key = 'stream_id'")
-        return str(next(iter(rows))[0])
-
-    async def newest_event_id(self) -> int:
-        rows = await self._reader.execute_fetchall("SELECT COALESCE(MAX(id), 0) FROM events")
-        return int(next(iter(rows))[0])
-
-    # -- consumers ----------------------------------------------------------------------------
-
-    async def register_consumer(self, user_id: UserId, component: str) -> bool:
-        """Register (idempotent); True when it was new. A new consumer starts before the
-        oldest retained event."""
-        now = utc_timestamp()
-        created = await self._write(
-            "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
-            " VALUES (?, ?, 0, ?, ?) ON CONFLICT DO NOTHING RETURNING 1",
-            (user_id, component, now, now),
-        )
-        if not created:
-            await self._write(
-                "UPDATE consumers SET last_seen_at = ? WHERE user_id = ? AND component = ?",
-                (now, user_id, component),
-            )
-        return bool(created)
-
-    async def acknowledge(
-        self, user_id: UserId, component: str, up_to: int, *, epoch: int | None = None
-    ) -> int | None:
-        """Durably move a consumer's position forward to ``up_to`` (never back).
-
-        Returns the position after the update, or None when the consumer is not registered
-        (or, with ``epoch``, claimed by another stream since).
-        """
-        fence = " AND epoch = ?" if epoch is not None else ""
-        rows = await self._write(
-            "UPDATE consumers SET position = MAX(position, ?), last_seen_at = ?"
-            f" WHERE user_id = ? AND component = ?{fence} RETURNING position",
-            (up_to, utc_timestamp(), user_id, component, *([epoch] if fence else [])),
-        )
-        return int(rows[0][0]) if rows else None
-
-    async def claim_consumer(self, user_id: UserId, component: str) -> tuple[int, int] | None:
-        rows = await self._write(
-            "UPDATE consumers SET epoch = epoch + 1, last_seen_at = ?"
-            " WHERE user_id = ? AND component = ? RETURNING epoch, position",
-            (utc_timestamp(), user_id, component),
-        )
-        return (int(rows[0][0]), int(rows[0][1])) if rows else None
-
-    async def position(self, user_id: UserId, component: str) -> int | None:
-        rows = await self._reader.execute_fetchall(
-            "SELECT position FROM consumers WHERE user_id = ? AND component = ?",
-            (user_id, component),
-        )
-        for (position,) in rows:
-            return int(position)
-        return None
-
-    async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
-        """(position, newest event id) in one snapshot; None when it is not registered.
-        The newest id is the last one ever given, even when it has been discarded."""
-        rows = await self._reader.execute_fetchall(
-            f"SELECT position, ({_LAST_GIVEN_ID}) FROM consumers"
-            " WHERE user_id = ? AND component = ?",
-            (user_id, component),
-        )
-        for position, head_id in rows:
-            return int(position), int(head_id)
-        return None
-
-    async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
-        """Put a consumer's position anywhere (an operator's seek, not an acknowledgement)."""
-        rows = await self._write(
-            "UPDATE consumers SET position = ?, last_seen_at = ?"
-            " WHERE user_id = ? AND component = ? RETURNING 1",
-            (position, utc_timestamp(), user_id, component),
-        )
-        return bool(rows)
-
-    async def drop_consumer(self, user_id: UserId, component: str) -> bool:
-        rows = await self._write(
-            "DELETE FROM consumers WHERE user_id = ? AND component = ? RETURNING 1",
-            (user_id, component),
-        )
-        return bool(rows)
-
-    async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
-        """Registered consumers (of one user, or all) with how far behind each is."""
-        sql = (
-            "SELECT u.name, c.user_id, c.component, c.position, c.registered_at, c.last_seen_at,"
-            " (SELECT COUNT(*) FROM events WHERE id > c.position),"
-            " (SELECT ts FROM events WHERE id > c.position ORDER BY id LIMIT 1)"
-            " FROM consumers c JOIN users u ON u.id = c.user_id"
-        )
-        params: list[Any] = []
-        if user_id is not None:
-            sql += " WHERE c.user_id = ?"
-            params.append(user_id)
-        sql += " ORDER BY u.name, c.component"
-        rows = await self._reader.execute_fetchall(sql, params)
-        return [ConsumerRow(*row) for row in rows]
-
-    async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
-        """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
-        component, read in one pass: its cost grows with the events after the lowest
-        position, not with their product by the consumers."""
-        rows = await self._reader.execute_fetchall(_CONSUMER_LAGS, [limit])
-        return [
-            ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
-            for r in rows
-        ]
-
-    async def count_consumers(self) -> int:
-        rows = await self._reader.execute_fetchall("SELECT COUNT(*) FROM consumers")
-        return int(next(iter(rows))[0])
-
-    async def stream_bounds(self) -> StreamBounds:
-        rows = await self._reader.execute_fetchall(
-            "SELECT (SELECT id FROM events ORDER BY id LIMIT 1),"
-            " (SELECT ts FROM events ORDER BY id LIMIT 1),"
-            " (SELECT id FROM events ORDER BY id DESC LIMIT 1),"
-            " (SELECT ts FROM events ORDER BY id DESC LIMIT 1),"
-            " (SELECT COUNT(*) FROM events)"
-        )
-        return StreamBounds(*next(iter(rows)))
-
-    async def id_before(self, ts: str) -> int | None:
-        """The newest id before the first event at or after ``ts``; None when that is the
-        oldest retained event (or there are no events)."""
-        rows = await self._reader.execute_fetchall(
-            "SELECT (SELECT MAX(id) FROM events WHERE ts < ?), (SELECT MIN(id) FROM events)",
-            (ts,),
-        )
-        before, first = next(iter(rows))
-        if before is not None:
-            return int(before)
-        return int(first) - 1 if first is not None and first > 1 else None
-
-    async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
-        """What bounds discarding, read in one snapshot."""
-        keep_sql = "(SELECT MAX(id) FROM events WHERE ts < ?)" if keep_since_ts else "NULL"
-        params = [keep_since_ts] if keep_since_ts else []
-        rows = await self._reader.execute_fetchall(
-            "SELECT (SELECT MIN(position) FROM consumers),"
-            " (SELECT COALESCE(MAX(id), 0) FROM events),"
-            " (SELECT COALESCE(MIN(id), 0) FROM events),"
-            f" {keep_sql}",
-            params,
-        )
-        return DiscardLimits(*next(iter(rows)))
-
-    async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
-        """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many went.
-
-        Ids are never reused (AUTOINCREMENT), so deleting never frees an id. Events appended
-        through DCB are the system of record: they stay unless ``dcb_events``.
-        """
-        if dcb_events:
-            count = await self._submit(_delete_with_dcb_rows, up_to, limit)
-        else:
-            rows = await self._write(
-                "DELETE FROM events WHERE id IN (SELECT id FROM events WHERE id <= ?"
-                " AND id NOT IN (SELECT event_id FROM dcb_events) ORDER BY id LIMIT ?)"
-                " RETURNING id",
-                (up_to, limit),
-            )
-            count = len(rows)
-        if count:
-            self.recent.forget_up_to(up_to)
-        return int(count)
-
-    # -- DCB -----------------------------------------------------------------------------------
-
-    async def dcb_append(
-        self, events: Sequence[NewEvent], condition: AppendCondition | None
-    ) -> int:
-        position: int = await self._submit(_dcb_append_sync, events, condition)
-        return position
-
-    async def dcb_read(
-        self, query: Query, *, after: int | None, before: int | None, limit: int
-    ) -> tuple[list[StoredEvent], int]:
-        sql, params = read_sql(query, after=after, before=before, limit=limit)
-        # one statement, one snapshot: the head rides on every row, and on a marker row
-        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL"
-        sql = f"SELECT r.*, ({_LAST_GIVEN_ID}) FROM ({sql}) AS r"
-        rows = await self._reader.execute_fetchall(sql, params)
-        events = [stored_event(r) for r in rows if r[0] is not None]
-        if before is not None:
-            events.sort(key=lambda e: -e.position)
-        else:
-            events.sort(key=lambda e: e.position)
-        head = int(next(iter(rows))[7]) if rows else await self.last_given_id()
-        return events, head
-
-    async def _submit(self, work: Callable[..., Any], *args: Any) -> Any:
-        """Run ``work(conn, ts, *args)`` inside the writer's transaction, in queue order."""
-        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
-        self._enqueue(_Command(lambda conn, ts: work(conn, ts, *args), future))
-        return await future
-
-    async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:
-        """Drop consumers not seen since ``seen_before``; returns (user, component) of each."""
-        rows = await self._write(
-            "DELETE FROM consumers WHERE last_seen_at < ?"
-            " RETURNING (SELECT name FROM users WHERE id = user_id), component",
-            (seen_before,),
-        )
-        return [(str(user), str(component)) for user, component in rows]
-
-    async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
-        """Mark consumers as seen now (push streams that are connected but idle)."""
-        if not keys:
-            return
-        pairs = ",".join(["(?, ?)"] * len(keys))
-        await self._write(  # one statement for all of them
-            f"UPDATE consumers SET last_seen_at = ? WHERE (user_id, component) IN (VALUES {pairs})",
-            [utc_timestamp(), *(v for key in keys for v in key)],
-        )
-
-    async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
-        """(user, user id, component) of the consumer with the lowest position."""
-        rows = await self._reader.execute_fetchall(
-            "SELECT u.name, c.user_id, c.component FROM consumers c"
-            " JOIN users u ON u.id = c.user_id ORDER BY c.position LIMIT 1"
-        )
-        for name, user_id, component in rows:
-            return str(name), UserId(user_id), str(component)
-        return None
 
     # -- users --------------------------------------------------------------------------------
 
@@ -523,7 +682,7 @@ class SqliteStore(PagedReads):
         return bool(rows)
 
     async def remove_user(self, name: str) -> bool:
-        """Remove a user and their consumers."""
+        """Remove a user and their consumers (of every partition)."""
         rows = await self._write("DELETE FROM users WHERE name = ? RETURNING id", (name,))
         return bool(rows)
 
@@ -543,7 +702,7 @@ class SqliteStore(PagedReads):
 
     # -- the writer ---------------------------------------------------------------------------
 
-    async def _write(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+    async def _write_statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
         future: asyncio.Future[list[tuple[Any, ...]]] = asyncio.get_running_loop().create_future()
         self._enqueue(_Statement(sql, params, future))
         return await future
@@ -585,20 +744,82 @@ class SqliteStore(PagedReads):
         started = time.perf_counter()
         ts, inserted, results = await self._write_thread.run(_commit_sync, self._writer, batch)
         seconds = time.perf_counter() - started
-        total = 0
-        if inserted:
-            recent = []
-            for event_id, event_type, data in inserted:
-                text = event_json(event_id, event_type, data, ts)
-                size = len(text) if text.isascii() else len(text.encode())
-                total += size
-                recent.append(
-                    RecentEvent(event_id, event_type, text, size, is_ftn18_type(event_type))
-                )
-            self.recent.extend(recent)
-            self.head.advance(inserted[-1][0])
-        self.write_stats.committed(len(batch), seconds, len(inserted), total)
+        appended = appended_bytes = 0
+        for key, events in inserted.items():
+            partition_log = self._logs.get(key)
+            if partition_log is not None and events:
+                size = partition_log._committed(ts, events)
+                if key == DEFAULT_PARTITION.key:  # the metrics are of events/0 for now
+                    appended, appended_bytes = len(events), size
+        self.write_stats.committed(len(batch), seconds, appended, appended_bytes)
         return results
+
+
+def _bump_streams_version(conn: sqlite3.Connection) -> None:
+    conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'streams_version'")
+
+
+def _read_stream(conn: sqlite3.Connection, name: str) -> StreamInfo | None:
+    rows = conn.execute(STREAM_ROWS + " WHERE s.name = ? ORDER BY p.number", (name,)).fetchall()
+    infos = stream_infos(rows)
+    return infos[0] if infos else None
+
+
+def _add_partitions(conn: sqlite3.Connection, name: str, numbers: range) -> None:
+    for number in numbers:
+        cursor = conn.execute(
+            "INSERT INTO partitions (stream, number) VALUES (?, ?)", (name, number)
+        )
+        assert cursor.lastrowid is not None
+        for statement in partition_tables_sql(cursor.lastrowid):
+            conn.execute(statement)
+
+
+def _add_stream_sync(
+    conn: sqlite3.Connection, ts: str, name: str, partitions: int
+) -> tuple[StreamInfo, _Inserted]:
+    if conn.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone():
+        raise KeyError(f"the stream {name} exists already")
+    conn.execute("INSERT INTO streams (name, created_at) VALUES (?, ?)", (name, ts))
+    _add_partitions(conn, name, range(partitions))
+    _bump_streams_version(conn)
+    info = _read_stream(conn, name)
+    assert info is not None
+    return info, []
+
+
+def _grow_stream_sync(
+    conn: sqlite3.Connection, _ts: str, name: str, partitions: int
+) -> tuple[StreamInfo, _Inserted]:
+    info = _read_stream(conn, name)
+    if info is None:
+        raise KeyError(f"no stream {name}")
+    if partitions < len(info.partitions):
+        raise ValueError(
+            f"the stream {name} has {len(info.partitions)} partitions: it can only grow"
+        )
+    if partitions > len(info.partitions):
+        _add_partitions(conn, name, range(len(info.partitions), partitions))
+        _bump_streams_version(conn)
+        info = _read_stream(conn, name)
+        assert info is not None
+    return info, []
+
+
+def _drop_stream_sync(
+    conn: sqlite3.Connection, _ts: str, name: str
+) -> tuple[list[int] | None, _Inserted]:
+    info = _read_stream(conn, name)
+    if info is None:
+        return None, []
+    keys = [p.key for p in info.partitions]
+    for key in keys:
+        for statement in drop_partition_tables_sql(key):
+            conn.execute(statement)
+    # partitions and their consumers go with the stream (ON DELETE CASCADE)
+    conn.execute("DELETE FROM streams WHERE name = ?", (name,))
+    _bump_streams_version(conn)
+    return keys, []
 
 
 def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
@@ -610,51 +831,53 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
     return conn
 
 
-def _commit_sync(conn: sqlite3.Connection, batch: list[_Write]) -> tuple[str, list[Any], list[Any]]:
-    """One transaction on the writer thread, the writes in queue order; runs of appends go in
-    multi-row INSERTs.
+def _commit_sync(
+    conn: sqlite3.Connection, batch: list[_Write]
+) -> tuple[str, dict[int, _Inserted], list[Any]]:
+    """One transaction on the writer thread, the writes in queue order; the appends of a run
+    of appends go in multi-row INSERTs, one group per partition (appends to different
+    partitions are independent; every other write stays in its place between them).
 
-    Returns the timestamp of the new events, the events inserted as (id, type, data) in id
-    order (one writer holds the lock, so AUTOINCREMENT gives consecutive ids), and each
-    write's result: an id, a statement's rows, a command's result, or the exception that
-    failed that write alone (an IntegrityError, a refused command).
+    Returns the timestamp of the new events, the events inserted by partition key as
+    (id, type, data) in id order (one writer holds the lock, so AUTOINCREMENT gives
+    consecutive ids), and each write's result: an id, a statement's rows, a command's
+    result, or the exception that failed that write alone (an IntegrityError, a refused
+    command, a partition dropped meanwhile).
     """
     ts = utc_timestamp()
-    inserted: list[tuple[int, str, str]] = []
-    results: list[Any] = []
+    inserted: dict[int, _Inserted] = {}
+    results: list[Any] = [None] * len(batch)
     conn.execute("BEGIN IMMEDIATE")
     try:
         index = 0
         while index < len(batch):
             item = batch[index]
             if isinstance(item, _Append):
-                end = index
-                while end < len(batch) and isinstance(batch[end], _Append):
-                    end += 1
-                appends = [a for a in batch[index:end] if isinstance(a, _Append)]
-                run = [(a.type, a.data) for a in appends]
-                first_id = _insert_events(conn, run, ts)
-                _keep_content_types(conn, first_id, appends)
-                for offset, (event_type, data) in enumerate(run):
-                    inserted.append((first_id + offset, event_type, data))
-                    results.append(EventId(first_id + offset))
-                index = end
+                by_partition: dict[int, list[tuple[int, _Append]]] = {}
+                while index < len(batch):
+                    append = batch[index]
+                    if not isinstance(append, _Append):
+                        break
+                    by_partition.setdefault(append.tables.key, []).append((index, append))
+                    index += 1
+                for placed in by_partition.values():
+                    _append_run(conn, ts, placed, inserted, results)
                 continue
             if isinstance(item, _Statement):
                 try:
-                    results.append(conn.execute(item.sql, item.params).fetchall())
+                    results[index] = conn.execute(item.sql, item.params).fetchall()
                 except sqlite3.IntegrityError as exc:
-                    results.append(exc)
+                    results[index] = exc
             else:
                 conn.execute("SAVEPOINT command")
                 try:
                     result, events = item.apply(conn, ts)
                 except Exception as exc:
                     conn.execute("ROLLBACK TO command")
-                    results.append(exc)
+                    results[index] = exc
                 else:
-                    inserted.extend(events)
-                    results.append(result)
+                    inserted.setdefault(item.key, []).extend(events)
+                    results[index] = result
                 conn.execute("RELEASE command")
             index += 1
         conn.execute("COMMIT")
@@ -665,12 +888,48 @@ def _commit_sync(conn: sqlite3.Connection, batch: list[_Write]) -> tuple[str, li
     return ts, inserted, results
 
 
-def _insert_events(conn: sqlite3.Connection, events: Sequence[tuple[str, str]], ts: str) -> int:
+def _append_run(
+    conn: sqlite3.Connection,
+    ts: str,
+    placed: list[tuple[int, _Append]],
+    inserted: dict[int, _Inserted],
+    results: list[Any],
+) -> None:
+    """Appends to one partition, with their places in the batch. Outside ``events``/0 (which
+    always exists) they go in a savepoint: a partition dropped while appends to it were
+    queued fails them alone."""
+    tables = placed[0][1].tables
+    appends = [append for _, append in placed]
+    run = [(a.type, a.data) for a in appends]
+    if tables.key:
+        conn.execute("SAVEPOINT appends")
+        try:
+            first_id = _insert_events(conn, tables.events, run, ts)
+            _keep_content_types(conn, tables.events, first_id, appends)
+        except sqlite3.OperationalError as exc:
+            conn.execute("ROLLBACK TO appends")
+            conn.execute("RELEASE appends")
+            for index, _ in placed:
+                results[index] = exc
+            return
+        conn.execute("RELEASE appends")
+    else:
+        first_id = _insert_events(conn, tables.events, run, ts)
+        _keep_content_types(conn, tables.events, first_id, appends)
+    events = inserted.setdefault(tables.key, [])
+    for offset, ((index, _), (event_type, data)) in enumerate(zip(placed, run, strict=True)):
+        events.append((first_id + offset, event_type, data))
+        results[index] = EventId(first_id + offset)
+
+
+def _insert_events(
+    conn: sqlite3.Connection, table: str, events: Sequence[tuple[str, str]], ts: str
+) -> int:
     """Insert events in multi-row statements; the first new id (the rest follow it)."""
     first_id = 0
     for start in range(0, len(events), _ROWS_PER_INSERT):
         chunk = events[start : start + _ROWS_PER_INSERT]
-        sql = "INSERT INTO events (type, data, ts) VALUES " + ",".join(["(?, ?, ?)"] * len(chunk))
+        sql = f"INSERT INTO {table} (type, data, ts) VALUES " + ",".join(["(?, ?, ?)"] * len(chunk))
         cursor = conn.execute(sql, [v for t, d in chunk for v in (t, d, ts)])
         assert cursor.lastrowid is not None
         if start == 0:
@@ -678,64 +937,68 @@ def _insert_events(conn: sqlite3.Connection, events: Sequence[tuple[str, str]], 
     return first_id
 
 
-def _keep_content_types(conn: sqlite3.Connection, first_id: int, appends: list[_Append]) -> None:
+def _keep_content_types(
+    conn: sqlite3.Connection, table: str, first_id: int, appends: list[_Append]
+) -> None:
     """The content types of the events that came as AMQP ``data`` sections (few, and only
     they pay for it: the inserts stay three columns wide)."""
     kept = [
         (a.content_type, first_id + i) for i, a in enumerate(appends) if a.content_type is not None
     ]
     if kept:
-        conn.executemany("UPDATE events SET content_type = ? WHERE id = ?", kept)
+        conn.executemany(f"UPDATE {table} SET content_type = ? WHERE id = ?", kept)
 
 
 def _dcb_append_sync(
     conn: sqlite3.Connection,
     ts: str,
+    tables: Tables,
     events: Sequence[NewEvent],
     condition: AppendCondition | None,
-) -> tuple[int, list[tuple[int, str, str]]]:
+) -> tuple[int, _Inserted]:
     """A DCB append inside the writer's transaction: an idempotent retry returns the stored
     positions; a failed condition raises; else the events go in with their tags."""
     client_ids = [e.id for e in events if e.id is not None]
     if client_ids:
         rows = conn.execute(
             "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
-            " FROM dcb_events d JOIN events e ON e.id = d.event_id"
+            f" FROM {tables.dcb_events} d JOIN {tables.events} e ON e.id = d.event_id"
             f" WHERE d.client_id IN ({','.join('?' * len(client_ids))})",
             client_ids,
         ).fetchall()
         if rows:
             return stored_retry(events, rows), []
     if condition is not None:
-        sql, params = condition_sql(condition.fail_if_events_match, condition.after)
+        sql, params = condition_sql(condition.fail_if_events_match, condition.after, tables=tables)
         row = conn.execute(sql, params).fetchone()
         if row is not None:
             raise AppendConditionFailed(int(row[0]))
-    first_id = _insert_events(conn, [(e.type, e.data_json) for e in events], ts)
+    first_id = _insert_events(conn, tables.events, [(e.type, e.data_json) for e in events], ts)
     placed = [(first_id + offset, event) for offset, event in enumerate(events)]
     conn.executemany(
-        "INSERT INTO dcb_events (event_id, client_id, tags, is_bytes) VALUES (?, ?, ?, ?)",
+        f"INSERT INTO {tables.dcb_events} (event_id, client_id, tags, is_bytes)"
+        " VALUES (?, ?, ?, ?)",
         [(p, e.id, encode_json(list(e.tags)), int(e.is_bytes)) for p, e in placed],
     )
     conn.executemany(
-        "INSERT INTO event_tags (tag, event_id) VALUES (?, ?)",
+        f"INSERT INTO {tables.event_tags} (tag, event_id) VALUES (?, ?)",
         [(tag, p) for p, e in placed for tag in e.tags],
     )
     return placed[-1][0], [(p, e.type, e.data_json) for p, e in placed]
 
 
 def _delete_with_dcb_rows(
-    conn: sqlite3.Connection, _ts: str, up_to: int, limit: int
-) -> tuple[int, list[tuple[int, str, str]]]:
+    conn: sqlite3.Connection, _ts: str, tables: Tables, up_to: int, limit: int
+) -> tuple[int, _Inserted]:
     ids = [
         row[0]
         for row in conn.execute(
-            "SELECT id FROM events WHERE id <= ? ORDER BY id LIMIT ?", (up_to, limit)
+            f"SELECT id FROM {tables.events} WHERE id <= ? ORDER BY id LIMIT ?", (up_to, limit)
         )
     ]
     if ids:
         low, high = ids[0], ids[-1]
-        conn.execute("DELETE FROM event_tags WHERE event_id BETWEEN ? AND ?", (low, high))
-        conn.execute("DELETE FROM dcb_events WHERE event_id BETWEEN ? AND ?", (low, high))
-        conn.execute("DELETE FROM events WHERE id BETWEEN ? AND ?", (low, high))
+        conn.execute(f"DELETE FROM {tables.event_tags} WHERE event_id BETWEEN ? AND ?", (low, high))
+        conn.execute(f"DELETE FROM {tables.dcb_events} WHERE event_id BETWEEN ? AND ?", (low, high))
+        conn.execute(f"DELETE FROM {tables.events} WHERE id BETWEEN ? AND ?", (low, high))
     return len(ids), []

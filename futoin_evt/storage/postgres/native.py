@@ -4,9 +4,10 @@ The application writes its business rows and the event on one psycopg connection
 event database; both commit or roll back together. Servers on the database see the event
 when it commits (their LISTEN connections get its id).
 
-The event's id is drawn under the same advisory lock the servers take to add events (see
-:mod:`.store`), and the lock is held until the application's transaction ends: keep that
-transaction short after this call, since every other producer waits for it.
+The event's id is drawn under the same advisory lock the servers take to add events to that
+partition (see :mod:`.store`), and the lock is held until the application's transaction
+ends: keep that transaction short after this call, since every other producer to the
+partition waits for it.
 
 Example::
 
@@ -21,30 +22,54 @@ from typing import Any
 
 import psycopg
 
+from ...domain.partition import DEFAULT_PARTITION, Partition
 from ...domain.stream import EventId, encode_event_data, utc_timestamp
-from .schema import INSERT_EVENT, NOTIFY_HEAD, TAKE_APPEND_LOCK
+from ..tables import Tables
+from .schema import append_lock_sql, notify_head_sql
 
 
-def add_event(conn: psycopg.Connection[Any], event_type: str, data: Any) -> EventId:
+def _statements(partition: Partition) -> tuple[str, str, str]:
+    """The lock, the insert and the notification of ``partition``."""
+    insert = (
+        f"INSERT INTO {Tables.of(partition.key).events} (type, data, ts)"
+        " VALUES (%s, %s, %s) RETURNING id"
+    )
+    return append_lock_sql(partition.key), insert, notify_head_sql(partition.key)
+
+
+def add_event(
+    conn: psycopg.Connection[Any],
+    event_type: str,
+    data: Any,
+    *,
+    partition: Partition = DEFAULT_PARTITION,
+) -> EventId:
     """Insert an event in the caller's transaction (one is begun if none is open); it is
-    visible to consumers after commit. Raises :class:`futoin_evt.domain.stream.EventRejected` for a
-    bad type or data."""
+    visible to consumers after commit. Raises :class:`futoin_evt.domain.stream.EventRejected`
+    for a bad type or data. ``partition``: one the store's registry gave (``events``/0 by
+    default)."""
     data_json = encode_event_data(event_type, data)
-    conn.execute(TAKE_APPEND_LOCK)
-    row = conn.execute(INSERT_EVENT, (event_type, data_json, utc_timestamp())).fetchone()
-    conn.execute(NOTIFY_HEAD)
+    lock, insert, notify = _statements(partition)
+    conn.execute(lock)
+    row = conn.execute(insert, (event_type, data_json, utc_timestamp())).fetchone()
+    conn.execute(notify)
     assert row is not None
     return EventId(int(row[0]))
 
 
 async def add_event_async(
-    conn: psycopg.AsyncConnection[Any], event_type: str, data: Any
+    conn: psycopg.AsyncConnection[Any],
+    event_type: str,
+    data: Any,
+    *,
+    partition: Partition = DEFAULT_PARTITION,
 ) -> EventId:
     """:func:`add_event` for an application on psycopg's asyncio connection."""
     data_json = encode_event_data(event_type, data)
-    await conn.execute(TAKE_APPEND_LOCK)
-    cursor = await conn.execute(INSERT_EVENT, (event_type, data_json, utc_timestamp()))
+    lock, insert, notify = _statements(partition)
+    await conn.execute(lock)
+    cursor = await conn.execute(insert, (event_type, data_json, utc_timestamp()))
     row = await cursor.fetchone()
-    await conn.execute(NOTIFY_HEAD)
+    await conn.execute(notify)
     assert row is not None
     return EventId(int(row[0]))

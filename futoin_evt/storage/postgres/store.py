@@ -1,28 +1,49 @@
 """The PostgreSQL event store: several futoin-evt processes on one database.
 
-Commit-ordered ids across processes
------------------------------------
-A sequence alone does not keep the ordering rule of :mod:`futoin_evt.storage.base`:
+Commit-ordered ids across processes, per partition
+--------------------------------------------------
+Each partition has its own tables and id sequence (``events``/0 keeps ``events``). A
+sequence alone does not keep the ordering rule of :mod:`futoin_evt.storage.base`:
 transaction A takes id 10, B takes 11, B commits first, a reader moves past 11, and 10
-appears later. Here every transaction that adds events first takes one transaction-scoped
-advisory lock (``pg_advisory_xact_lock``), then draws its ids from the sequence, then
+appears later. Here every transaction that adds events to a partition first takes that
+partition's transaction-scoped advisory lock (``pg_advisory_xact_lock``, see
+:func:`.schema.append_lock_sql`), then draws its ids from the partition's sequence, then
 commits. PostgreSQL releases transaction locks only after the commit is durable and visible
 (``CommitTransaction`` marks the transaction committed before it releases its locks), so the
 next holder draws larger ids only after the previous ids are visible: ids are handed out and
 become visible in the same order, in every process and in the native API. A transaction that
-rolls back leaves a gap, which readers simply never see.
+rolls back leaves a gap, which readers simply never see. No lock spans partitions: writes to
+different partitions never wait for each other.
 
-The lock makes appends one at a time across the cluster, so each process batches: one writer
-task per process takes whatever appends are queued and adds them in one transaction (one
-multi-row INSERT, the lock, a NOTIFY), sent as one pipeline round trip (group commit). The
-lock is held for one round trip plus the commit's WAL flush.
+Why a lock and not the visibility horizon (an ``xid8`` per row, readers stopping at
+``pg_snapshot_xmin(pg_current_snapshot())``): the horizon orders rows by transaction id, not
+by the id the producer gets back. Transaction T1 (older xid, e.g. an application's
+transaction that wrote its business rows first) draws id 10 after T2 (newer xid) drew 9; T1
+commits while T2 runs, the horizon passes T1's xid, a reader sees 10, and 9 appears later:
+the rule breaks for ids from a sequence, and FTN18 positions are those ids. It would keep
+the rule only with positions of (xid, id), which no door can give. Measured (bench/
+partitions.py, see README): the lock costs one round trip plus the commit's WAL flush per
+group commit of one partition, and partitions scale across processes.
+
+The lock makes appends to one partition one at a time across the cluster, so each process
+batches: one writer task per partition per process takes whatever appends are queued and
+adds them in one transaction (the lock, one multi-row INSERT, a NOTIFY), sent as one pipeline
+round trip (group commit). ``events``/0 has a connection of its own; the other partitions'
+writers take one from the writers' pool per commit.
 
 Wake-ups across processes
 -------------------------
-The commit sends ``NOTIFY futoin_evt_head, '<newest id>'``. Every process LISTENs on its own
-connection and advances its :class:`~futoin_evt.storage.head.HeadWatch`; a slow poll of the
-newest id covers a notification lost with a broken connection. A claim of a consumer
-(a new epoch) goes out on the same channel, so a push stream on another process that held the
+The commit sends ``NOTIFY futoin_evt_head, '<newest id>'`` (``'<key>:<newest id>'`` for a
+partition other than ``events``/0; ``'streams:<version>'`` when the registry changes). A
+NOTIFY takes a lock per database through its commit, which might have serialised commits to
+different partitions; measured, it does not limit them (2 processes of 32-row commits to two
+tables: about 21,000 rows/s with the NOTIFY in the transaction, 21,000 without it, 16,000-17,000
+with it in a transaction of its own after the commit), so it stays in the transaction. Every
+process LISTENs on its own connection and advances the partition's
+:class:`~futoin_evt.storage.head.HeadWatch`; a slow poll of the newest id covers a
+notification lost with a broken connection. A claim of a consumer (a new epoch) goes out on
+the same channel (``'claim <user id> <epoch> <component>'``, ``'claim.<key> ...'`` for a
+partition other than ``events``/0), so a push stream on another process that held the
 consumer stops within one wake-up (a lost one: at its next acknowledgement, which is fenced).
 
 Outages
@@ -40,9 +61,9 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
@@ -50,6 +71,14 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
+from ...domain.partition import (
+    DEFAULT_PARTITION,
+    DEFAULT_STREAM,
+    Partition,
+    StreamInfo,
+    check_partition_count,
+    check_stream_name,
+)
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import WriteStats
@@ -76,46 +105,64 @@ from ..dcb_sql import (
 )
 from ..head import ClaimWatch, HeadWatch
 from ..pages import PagedReads, ReadDialect, rows_sql
-from ..recent import RecentEvent, RecentEvents
+from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
+from ..tables import STREAM_ROWS, Tables, stream_infos
 from .schema import (
     CHANNEL,
     CLAIM_PAYLOAD,
-    LOCK_NAMESPACE,
-    NOTIFY_HEAD,
-    RETENTION_LOCK,
-    TAKE_APPEND_LOCK,
+    STREAMS_PAYLOAD_PREFIX,
+    append_lock_sql,
+    drop_partition_tables_sql,
     ensure_schema,
+    notify_head_sql,
+    partition_tables_sql,
+    try_retention_lock_sql,
 )
 
 log = logging.getLogger(__name__)
 
 Connection = psycopg.AsyncConnection[TupleRow]
+_T = TypeVar("_T")
 
 #: Largest number of queued appends committed in one transaction.
 MAX_APPENDS_PER_COMMIT: Final = 4096
 #: Seconds to wait for a connection when opening.
 CONNECT_TIMEOUT: Final = 10.0
+#: Connections the writers of partitions other than ``events``/0 share (opened when needed).
+WRITE_POOL_MAX: Final = 8
 #: Seconds between attempts to restore a lost LISTEN connection.
 RELISTEN_SECONDS: Final = 1.0
+#: The ring of recent events of a partition other than ``events``/0: a server may hold many.
+_PARTITION_RING_DIVISOR: Final = 32
 
-_DIALECT: Final = ReadDialect(
-    mark="%s",
-    start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, {start}::bigint",
-    events="SELECT id, type, data, ts, octet_length(data)::bigint FROM events WHERE true",
-    page="(SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)",
-    head_row="SELECT 0, NULL, NULL, NULL, (SELECT MAX(id) FROM events)",
-    ftn18_type=PG_FTN18_TYPE,
-    types_as_array=True,
-    consumer_start=(
-        "(SELECT GREATEST(position, %s::bigint) FROM consumers"
-        " WHERE user_id = %s AND component = %s)"
-    ),
-    consumer_position="(SELECT position FROM consumers WHERE user_id = %s AND component = %s)",
-)
-_LAST_GIVEN_ID: Final = (
-    "SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM events),"
-    " (SELECT COALESCE(MAX(value::bigint), 0) FROM meta WHERE key = 'last_deleted_id'))"
-)
+
+def _dialect(tables: Tables) -> ReadDialect:
+    events, key = tables.events, tables.key
+    consumer = f"FROM consumers WHERE partition_key = {key} AND user_id = %s AND component = %s"
+    return ReadDialect(
+        mark="%s",
+        start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, {start}::bigint",
+        events=f"SELECT id, type, data, ts, octet_length(data)::bigint FROM {events} WHERE true",
+        page="(SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)",
+        head_row=f"SELECT 0, NULL, NULL, NULL, (SELECT MAX(id) FROM {events})",
+        ftn18_type=PG_FTN18_TYPE,
+        types_as_array=True,
+        consumer_start=f"(SELECT GREATEST(position, %s::bigint) {consumer})",
+        consumer_position=f"(SELECT position {consumer})",
+    )
+
+
+def _last_deleted_key(key: int) -> str:
+    """The meta key that keeps the newest id given when all of a partition's are discarded."""
+    return "last_deleted_id" if key == 0 else f"last_deleted_id.{key}"
+
+
+def _last_given_id(tables: Tables) -> str:
+    return (
+        f"SELECT GREATEST((SELECT COALESCE(MAX(id), 0) FROM {tables.events}),"
+        " (SELECT COALESCE(MAX(value::bigint), 0) FROM meta"
+        f" WHERE key = '{_last_deleted_key(tables.key)}'))"
+    )
 
 
 def safe_url(url: str) -> str:
@@ -165,168 +212,46 @@ def _lost(exc: psycopg.Error) -> StoreUnreachable:
     return StoreUnreachable(f"the database connection failed: {_first_line(exc)}")
 
 
-#: Consumers with their lag in one pass over the events after the lowest position (a merge of
-#: the positions into the ids, counted by a window), not one count per consumer.
-_CONSUMER_LAGS = (
-    "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position, c.registered_at,"
-    " c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
-    " ORDER BY c.user_id, c.component LIMIT %s),"
-    " marks AS (SELECT id AS v, 1 AS ev FROM events"
-    " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
-    " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
-    " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
-    " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
-    " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
-    " SELECT l.name, l.user_id, l.component, l.position, l.registered_at, l.last_seen_at,"
-    " r.behind, e.ts FROM listed l JOIN runs r ON r.ev = 0 AND r.v = l.position"
-    " LEFT JOIN events e ON e.id = r.next_id ORDER BY l.name, l.component"
-)
+def _claim_kind(key: int) -> str:
+    """The first word of a claim's payload on the channel."""
+    return CLAIM_PAYLOAD if key == 0 else f"{CLAIM_PAYLOAD}.{key}"
 
 
-class PostgresStore(PagedReads):
-    """Event, consumer and user storage in PostgreSQL. Create with :meth:`open`."""
+class PostgresPartitionLog(PagedReads):
+    """One partition's log: its own tables, sequence, head, consumers and writer task."""
 
-    read_dialect = _DIALECT
-
-    def __init__(
-        self,
-        url: str,
-        pool: AsyncConnectionPool[Connection],
-        writer: Connection,
-        listener: Connection,
-        limits: PoolLimits = DEFAULT_POOL,
-    ) -> None:
-        self.url = url
-        self.description = safe_url(url)
-        self._pool = pool
-        self._limits = limits
-        self._writer = writer
-        self._listener = listener
-        self._queue = _Queue()
-        self._closing = False
+    def __init__(self, store: PostgresStore, partition: Partition) -> None:
+        self._store = store
+        self.partition = partition
+        self._tables = Tables.of(partition.key)
+        self._key = partition.key
+        self.read_dialect = _dialect(self._tables)
+        self._last_given = _last_given_id(self._tables)
+        self._lock_sql = append_lock_sql(partition.key)
+        self._notify_sql = notify_head_sql(partition.key)
         self.head = HeadWatch()
         self.claims = ClaimWatch()
-        self.recent = RecentEvents()
-        #: What group commit did (read by the metrics).
-        self.write_stats = WriteStats()
-        self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-pg-writer")
-        self._listen_task = asyncio.create_task(self._listen(), name="futoin-evt-pg-listen")
-        self._watcher: asyncio.Task[None] | None = None
-
-    @classmethod
-    async def open(
-        cls, url: str, *, durability: Durability = Durability.FULL, pool: PoolLimits = DEFAULT_POOL
-    ) -> PostgresStore:
-        """Connect, create or migrate the schema; StoreUnavailable when that fails
-        (StoreUnreachable when the database does not answer)."""
-        limits = pool
-        writer = await _connect(url, autocommit=False)
-        listener: Connection | None = None
-        connections: AsyncConnectionPool[Connection] | None = None
-        try:
-            await ensure_schema(writer)
-            if durability is Durability.NORMAL:
-                await writer.execute("SET synchronous_commit = off")
-                await writer.commit()
-            listener = await _connect(url, autocommit=True)
-            await listener.execute(f"LISTEN {CHANNEL}")
-            connections = AsyncConnectionPool(
-                url,
-                min_size=1,
-                max_size=limits.size,
-                kwargs={"autocommit": True},
-                timeout=limits.timeout,
-                open=False,
+        if partition.key:
+            self.recent = RecentEvents(
+                DEFAULT_CAPACITY // _PARTITION_RING_DIVISOR,
+                DEFAULT_MAX_BYTES // _PARTITION_RING_DIVISOR,
             )
-            await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
-        except BaseException as exc:
-            await writer.close()
-            if listener is not None:
-                await listener.close()
-            if connections is not None:
-                await connections.close()
-            if isinstance(exc, psycopg.OperationalError):  # lost during the setup
-                raise StoreUnreachable(
-                    f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
-                ) from None
-            raise
-        store = cls(url, connections, writer, listener, limits)
-        store.head.advance(await store.newest_event_id())
-        return store
-
-    def watch_other_writers(self, interval: float = 1.0) -> None:
-        """Poll the newest id every ``interval`` seconds while someone waits: the fallback
-        for a lost notification (LISTEN wakes waiters at once)."""
-        if self._watcher is None:
-            self._watcher = asyncio.create_task(self._watch(interval), name="futoin-evt-watch")
-
-    async def _watch(self, interval: float) -> None:
-        while not self._closing:
-            await asyncio.sleep(interval)
-            if self.head.waiting:
-                try:
-                    self.head.advance(await self.newest_event_id())
-                except Exception as exc:
-                    log.debug("checking for new events failed: %s", exc)
-
-    async def _listen(self) -> None:
-        while not self._closing:
-            try:
-                async for notify in self._listener.notifies():
-                    try:
-                        self.head.advance(int(notify.payload))
-                    except ValueError:
-                        self._heard_claim(notify.payload)
-            except psycopg.Error as exc:
-                if self._closing:
-                    return
-                log.warning("lost the notification connection: %s", exc)
-            await asyncio.sleep(RELISTEN_SECONDS)
-            with contextlib.suppress(StoreUnavailable, psycopg.Error):
-                await self._listener.close()
-                self._listener = await _connect(self.url, autocommit=True)
-                await self._listener.execute(f"LISTEN {CHANNEL}")
-                self.head.advance(await self.newest_event_id())
-
-    def _heard_claim(self, payload: str) -> None:
-        kind, _, rest = payload.partition(" ")
-        if kind != CLAIM_PAYLOAD:
-            return
-        with contextlib.suppress(ValueError):  # not a claim this version sends
-            user_id, epoch, component = rest.split(" ", 2)
-            self.claims.claimed(UserId(int(user_id)), component, int(epoch))
-
-    async def close(self) -> None:
-        """Commit what is queued, then close. Appends queued after this call are refused."""
-        if self._closing:
-            return
-        self._closing = True
-        self._queue.ready.set()
-        await self._task
-        for task in (self._watcher, self._listen_task):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-        await self._listener.close()
-        await self._writer.close()
-        await self._pool.close()
-
-    async def __aenter__(self) -> PostgresStore:
-        return self
-
-    async def __aexit__(self, *_exc: object) -> None:
-        await self.close()
+        else:
+            self.recent = RecentEvents()
+        self._queue = _Queue()
+        self._task: asyncio.Task[None] | None = None
+        #: Its stream was dropped by this process: the writer ends once its queue is empty.
+        self._retired = False
 
     # -- plumbing -------------------------------------------------------------------------
 
     async def _fetch(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         try:
-            async with self._pool.connection() as conn:
+            async with self._store._pool.connection() as conn:
                 cursor = await conn.execute(sql, params)
                 return await cursor.fetchall() if cursor.description is not None else []
         except PoolTimeout:
-            raise self._no_connection() from None
+            raise self._store._no_connection() from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _lost(exc) from None
 
@@ -334,19 +259,12 @@ class PostgresStore(PagedReads):
     async def _transaction(self) -> AsyncIterator[Connection]:
         """A pooled connection in a transaction, with the errors of :meth:`_fetch`."""
         try:
-            async with self._pool.connection() as conn, conn.transaction():
+            async with self._store._pool.connection() as conn, conn.transaction():
                 yield conn
         except PoolTimeout:
-            raise self._no_connection() from None
+            raise self._store._no_connection() from None
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             raise _lost(exc) from None
-
-    def _no_connection(self) -> StoreUnreachable:
-        limits = self._limits
-        return StoreUnreachable(
-            f"no database connection within {limits.timeout:g} s (all {limits.size} of the pool"
-            " busy, or the database unreachable)"
-        )
 
     async def _fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
         rows = await self._fetch(sql, params)
@@ -360,18 +278,24 @@ class PostgresStore(PagedReads):
     def submit_append(
         self, event_type: str, data_json: str, content_type: str | None = None
     ) -> asyncio.Future[EventId]:
-        if self._closing:
+        if self._store._closing:
             raise StoreClosed("the event store is closed")
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._queue.items.append(_Append(event_type, data_json, future, content_type))
         self._queue.ready.set()
+        if self._task is None:
+            self._task = asyncio.create_task(
+                self._write_loop(), name=f"futoin-evt-pg-writer-{self._key}"
+            )
         return future
 
     async def _write_loop(self) -> None:
         queue = self._queue
         while True:
             if not queue.items:
-                if self._closing:
+                if self._store._closing or self._retired:
                     return
                 queue.ready.clear()
                 await queue.ready.wait()
@@ -380,15 +304,15 @@ class PostgresStore(PagedReads):
             batch = [queue.items.popleft() for _ in range(count)]
             started = time.perf_counter()
             try:
-                ids, ts = await self._commit(batch)
+                ids, ts = await self._commit_batch(batch)
             except Exception as exc:
-                log.error("commit of %d events failed: %s", len(batch), exc)
+                log.error("commit of %d events to %s failed: %s", len(batch), self.partition, exc)
                 if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
                     exc = _lost(exc)
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)
-                await self._restore_writer()
+                await self._store._restore_writer()
                 continue
             seconds = time.perf_counter() - started
             recent = []
@@ -404,48 +328,55 @@ class PostgresStore(PagedReads):
                     item.future.set_result(EventId(event_id))
             self.recent.extend(recent)
             self.head.advance(ids[-1])
-            self.write_stats.committed(len(batch), seconds, len(ids), total)
+            if self._key == DEFAULT_PARTITION.key:  # the metrics are of events/0 for now
+                self._store.write_stats.committed(len(batch), seconds, len(ids), total)
 
-    def pool_usage(self) -> tuple[int, int]:
-        """(pooled connections in use, calls waiting for one)."""
-        stats = self._pool.get_stats()
-        in_use = stats.get("pool_size", 0) - stats.get("pool_available", 0)
-        return in_use, stats.get("requests_waiting", 0)
+    def _retire(self) -> None:
+        self._retired = True
+        self._queue.ready.set()
 
-    async def _commit(self, batch: list[_Append]) -> tuple[list[int], str]:
+    async def _stop_writing(self) -> None:
+        """Once the store is closing: commit what is queued."""
+        self._queue.ready.set()
+        if self._task is not None:
+            await self._task
+
+    async def _commit_batch(self, batch: list[_Append]) -> tuple[list[int], str]:
+        if self._key == 0:
+            return await self._commit(self._store._writer, batch)
+        try:
+            async with self._store._write_pool.connection() as conn:
+                return await self._commit(conn, batch)
+        except PoolTimeout:
+            raise self._store._no_connection() from None
+
+    async def _commit(self, conn: Connection, batch: list[_Append]) -> tuple[list[int], str]:
         ts = utc_timestamp()
-        conn = self._writer
+        events = self._tables.events
         # The rows go in the order of the queue (ORDER BY ord), so the sequence numbers them
-        # in that order; the lock is taken before the sequence is touched.
-        async with conn.transaction():
-            async with conn.pipeline():
-                await conn.execute(TAKE_APPEND_LOCK)
-                types = [item.type for item in batch]
-                datas = [item.data for item in batch]
-                content_types = [item.content_type for item in batch]
-                if any(c is not None for c in content_types):
-                    cursor = await conn.execute(
-                        "INSERT INTO events (type, data, ts, content_type)"
-                        " SELECT t, d, %s, c FROM unnest(%s::text[], %s::text[], %s::text[])"
-                        " WITH ORDINALITY AS u(t, d, c, ord) ORDER BY ord RETURNING id",
-                        (ts, types, datas, content_types),
-                    )
-                else:
-                    cursor = await conn.execute(
-                        "INSERT INTO events (type, data, ts)"
-                        " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
-                        " AS u(t, d, ord) ORDER BY ord RETURNING id",
-                        (ts, types, datas),
-                    )
-                await conn.execute(NOTIFY_HEAD)
-            ids = sorted(int(row[0]) for row in await cursor.fetchall())
+        # in that order; the partition's lock is taken before its sequence is touched.
+        async with conn.pipeline(), conn.transaction():
+            await conn.execute(self._lock_sql)
+            types = [item.type for item in batch]
+            datas = [item.data for item in batch]
+            content_types = [item.content_type for item in batch]
+            if any(c is not None for c in content_types):
+                cursor = await conn.execute(
+                    f"INSERT INTO {events} (type, data, ts, content_type)"
+                    " SELECT t, d, %s, c FROM unnest(%s::text[], %s::text[], %s::text[])"
+                    " WITH ORDINALITY AS u(t, d, c, ord) ORDER BY ord RETURNING id",
+                    (ts, types, datas, content_types),
+                )
+            else:
+                cursor = await conn.execute(
+                    f"INSERT INTO {events} (type, data, ts)"
+                    " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
+                    " AS u(t, d, ord) ORDER BY ord RETURNING id",
+                    (ts, types, datas),
+                )
+            await conn.execute(self._notify_sql)
+        ids = sorted(int(row[0]) for row in await cursor.fetchall())
         return ids, ts
-
-    async def _restore_writer(self) -> None:
-        if not self._writer.broken:
-            return
-        with contextlib.suppress(StoreUnavailable):
-            self._writer = await _connect(self.url, autocommit=False)
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         return await self._fetch(sql, params)
@@ -453,18 +384,21 @@ class PostgresStore(PagedReads):
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None
     ) -> list[EventRow]:
-        sql, params = rows_sql("%s", after_id, limit, types)
+        sql, params = rows_sql("%s", after_id, limit, types, self._tables.events)
         rows = await self._fetch(sql, params)
         return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
 
     async def last_given_id(self) -> int:
-        return int((await self._fetch_one(_LAST_GIVEN_ID))[0])
+        return int((await self._fetch_one(self._last_given))[0])
 
     async def stream_id(self) -> str:
-        return str((await self._fetch_one("SELECT value FROM meta WHERE key = 'stream_id'"))[0])
+        name = str((await self._fetch_one("SELECT value FROM meta WHERE key = 'stream_id'"))[0])
+        return f"{name}-{self._key}" if self._key else name
 
     async def newest_event_id(self) -> int:
-        return int((await self._fetch_one("SELECT COALESCE(MAX(id), 0) FROM events"))[0])
+        return int(
+            (await self._fetch_one(f"SELECT COALESCE(MAX(id), 0) FROM {self._tables.events}"))[0]
+        )
 
     # -- consumers ------------------------------------------------------------------------
 
@@ -472,10 +406,11 @@ class PostgresStore(PagedReads):
         now = utc_timestamp()
         # xmax = 0 only for a row this statement inserted (not one it updated).
         (created,) = await self._fetch_one(
-            "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
-            " VALUES (%s, %s, 0, %s, %s) ON CONFLICT (user_id, component)"
+            "INSERT INTO consumers (partition_key, user_id, component, position, registered_at,"
+            " last_seen_at) VALUES (%s, %s, %s, 0, %s, %s)"
+            " ON CONFLICT (partition_key, user_id, component)"
             " DO UPDATE SET last_seen_at = EXCLUDED.last_seen_at RETURNING xmax = 0",
-            (user_id, component, now, now),
+            (self._key, user_id, component, now, now),
         )
         return bool(created)
 
@@ -485,8 +420,9 @@ class PostgresStore(PagedReads):
         fence = " AND epoch = %s" if epoch is not None else ""
         rows = await self._fetch(
             "UPDATE consumers SET position = GREATEST(position, %s), last_seen_at = %s"
-            f" WHERE user_id = %s AND component = %s{fence} RETURNING position",
-            (up_to, utc_timestamp(), user_id, component, *([epoch] if fence else [])),
+            f" WHERE partition_key = %s AND user_id = %s AND component = %s{fence}"
+            " RETURNING position",
+            (up_to, utc_timestamp(), self._key, user_id, component, *([epoch] if fence else [])),
         )
         return int(rows[0][0]) if rows else None
 
@@ -495,53 +431,58 @@ class PostgresStore(PagedReads):
         stream that held the consumer on another process stops."""
         rows = await self._fetch(
             "WITH claimed AS (UPDATE consumers SET epoch = epoch + 1, last_seen_at = %s"
-            " WHERE user_id = %s AND component = %s RETURNING epoch, position)"
+            " WHERE partition_key = %s AND user_id = %s AND component = %s"
+            " RETURNING epoch, position)"
             f" SELECT epoch, position, pg_notify('{CHANNEL}',"
-            f" concat_ws(' ', '{CLAIM_PAYLOAD}', %s::bigint, epoch, %s::text)) FROM claimed",
-            (utc_timestamp(), user_id, component, user_id, component),
+            f" concat_ws(' ', '{_claim_kind(self._key)}', %s::bigint, epoch, %s::text))"
+            " FROM claimed",
+            (utc_timestamp(), self._key, user_id, component, user_id, component),
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         rows = await self._fetch(
-            "SELECT position FROM consumers WHERE user_id = %s AND component = %s",
-            (user_id, component),
+            "SELECT position FROM consumers"
+            " WHERE partition_key = %s AND user_id = %s AND component = %s",
+            (self._key, user_id, component),
         )
         return int(rows[0][0]) if rows else None
 
     async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
         rows = await self._fetch(
-            f"SELECT position, ({_LAST_GIVEN_ID}) FROM consumers"
-            " WHERE user_id = %s AND component = %s",
-            (user_id, component),
+            f"SELECT position, ({self._last_given}) FROM consumers"
+            " WHERE partition_key = %s AND user_id = %s AND component = %s",
+            (self._key, user_id, component),
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
 
     async def set_position(self, user_id: UserId, component: str, position: int) -> bool:
         rows = await self._fetch(
             "UPDATE consumers SET position = %s, last_seen_at = %s"
-            " WHERE user_id = %s AND component = %s RETURNING 1",
-            (position, utc_timestamp(), user_id, component),
+            " WHERE partition_key = %s AND user_id = %s AND component = %s RETURNING 1",
+            (position, utc_timestamp(), self._key, user_id, component),
         )
         return bool(rows)
 
     async def drop_consumer(self, user_id: UserId, component: str) -> bool:
         rows = await self._fetch(
-            "DELETE FROM consumers WHERE user_id = %s AND component = %s RETURNING 1",
-            (user_id, component),
+            "DELETE FROM consumers WHERE partition_key = %s AND user_id = %s AND component = %s"
+            " RETURNING 1",
+            (self._key, user_id, component),
         )
         return bool(rows)
 
     async def consumers(self, user_id: UserId | None = None) -> list[ConsumerRow]:
+        events = self._tables.events
         sql = (
             "SELECT u.name, c.user_id, c.component, c.position, c.registered_at, c.last_seen_at,"
-            " (SELECT COUNT(*) FROM events WHERE id > c.position),"
-            " (SELECT ts FROM events WHERE id > c.position ORDER BY id LIMIT 1)"
-            " FROM consumers c JOIN users u ON u.id = c.user_id"
+            f" (SELECT COUNT(*) FROM {events} WHERE id > c.position),"
+            f" (SELECT ts FROM {events} WHERE id > c.position ORDER BY id LIMIT 1)"
+            " FROM consumers c JOIN users u ON u.id = c.user_id WHERE c.partition_key = %s"
         )
-        params: list[Any] = []
+        params: list[Any] = [self._key]
         if user_id is not None:
-            sql += " WHERE c.user_id = %s"
+            sql += " AND c.user_id = %s"
             params.append(user_id)
         sql += " ORDER BY u.name, c.component"
         rows = await self._fetch(sql, params)
@@ -552,39 +493,60 @@ class PostgresStore(PagedReads):
 
     async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
         """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
-        component, read in one pass: its cost grows with the events after the lowest
-        position, not with their product by the consumers."""
-        rows = await self._fetch(_CONSUMER_LAGS, [limit])
+        component, read in one pass: a merge of the positions into the ids, counted by a
+        window, so its cost grows with the events after the lowest position, not with their
+        product by the consumers."""
+        events = self._tables.events
+        sql = (
+            "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position,"
+            " c.registered_at, c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
+            " WHERE c.partition_key = %s ORDER BY c.user_id, c.component LIMIT %s),"
+            f" marks AS (SELECT id AS v, 1 AS ev FROM {events}"
+            " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
+            " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
+            " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
+            " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
+            " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
+            " SELECT l.name, l.user_id, l.component, l.position, l.registered_at,"
+            " l.last_seen_at, r.behind, e.ts FROM listed l"
+            " JOIN runs r ON r.ev = 0 AND r.v = l.position"
+            f" LEFT JOIN {events} e ON e.id = r.next_id ORDER BY l.name, l.component"
+        )
+        rows = await self._fetch(sql, [self._key, limit])
         return [
             ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
             for r in rows
         ]
 
     async def count_consumers(self) -> int:
-        rows = await self._fetch("SELECT COUNT(*) FROM consumers", ())
+        rows = await self._fetch(
+            "SELECT COUNT(*) FROM consumers WHERE partition_key = %s", (self._key,)
+        )
         return int(rows[0][0])
 
     async def touch_consumers(self, keys: Sequence[tuple[UserId, str]]) -> None:
         if not keys:
             return
         await self._fetch(
-            "UPDATE consumers SET last_seen_at = %s WHERE (user_id, component) IN"
-            " (SELECT * FROM unnest(%s::bigint[], %s::text[]))",
-            (utc_timestamp(), [k[0] for k in keys], [k[1] for k in keys]),
+            "UPDATE consumers SET last_seen_at = %s WHERE partition_key = %s"
+            " AND (user_id, component) IN (SELECT * FROM unnest(%s::bigint[], %s::text[]))",
+            (utc_timestamp(), self._key, [k[0] for k in keys], [k[1] for k in keys]),
         )
 
     async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:
         rows = await self._fetch(
-            "DELETE FROM consumers c WHERE last_seen_at < %s"
+            "DELETE FROM consumers c WHERE partition_key = %s AND last_seen_at < %s"
             " RETURNING (SELECT name FROM users WHERE id = c.user_id), component",
-            (seen_before,),
+            (self._key, seen_before),
         )
         return [(str(user), str(component)) for user, component in rows]
 
     async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
         rows = await self._fetch(
             "SELECT u.name, c.user_id, c.component FROM consumers c"
-            " JOIN users u ON u.id = c.user_id ORDER BY c.position LIMIT 1"
+            " JOIN users u ON u.id = c.user_id WHERE c.partition_key = %s"
+            " ORDER BY c.position LIMIT 1",
+            (self._key,),
         )
         for name, user_id, component in rows:
             return str(name), UserId(user_id), str(component)
@@ -593,18 +555,20 @@ class PostgresStore(PagedReads):
     # -- retention ------------------------------------------------------------------------
 
     async def stream_bounds(self) -> StreamBounds:
+        events = self._tables.events
         row = await self._fetch_one(
-            "SELECT (SELECT id FROM events ORDER BY id LIMIT 1),"
-            " (SELECT ts FROM events ORDER BY id LIMIT 1),"
-            " (SELECT id FROM events ORDER BY id DESC LIMIT 1),"
-            " (SELECT ts FROM events ORDER BY id DESC LIMIT 1),"
-            " (SELECT COUNT(*) FROM events)"
+            f"SELECT (SELECT id FROM {events} ORDER BY id LIMIT 1),"
+            f" (SELECT ts FROM {events} ORDER BY id LIMIT 1),"
+            f" (SELECT id FROM {events} ORDER BY id DESC LIMIT 1),"
+            f" (SELECT ts FROM {events} ORDER BY id DESC LIMIT 1),"
+            f" (SELECT COUNT(*) FROM {events})"
         )
         return StreamBounds(row[0], row[1], row[2], row[3], int(row[4]))
 
     async def id_before(self, ts: str) -> int | None:
+        events = self._tables.events
         before, first = await self._fetch_one(
-            "SELECT (SELECT MAX(id) FROM events WHERE ts < %s), (SELECT MIN(id) FROM events)",
+            f"SELECT (SELECT MAX(id) FROM {events} WHERE ts < %s), (SELECT MIN(id) FROM {events})",
             (ts,),
         )
         if before is not None:
@@ -612,47 +576,49 @@ class PostgresStore(PagedReads):
         return int(first) - 1 if first is not None and first > 1 else None
 
     async def discard_limits(self, keep_since_ts: str | None) -> DiscardLimits:
-        keep_sql = "(SELECT MAX(id) FROM events WHERE ts < %s)" if keep_since_ts else "NULL"
-        params = [keep_since_ts] if keep_since_ts else []
+        events = self._tables.events
+        keep_sql = f"(SELECT MAX(id) FROM {events} WHERE ts < %s)" if keep_since_ts else "NULL"
+        params: list[Any] = [self._key]
+        if keep_since_ts:
+            params.append(keep_since_ts)
         row = await self._fetch_one(
-            "SELECT (SELECT MIN(position) FROM consumers),"
-            " (SELECT COALESCE(MAX(id), 0) FROM events),"
-            " (SELECT COALESCE(MIN(id), 0) FROM events),"
+            "SELECT (SELECT MIN(position) FROM consumers WHERE partition_key = %s),"
+            f" (SELECT COALESCE(MAX(id), 0) FROM {events}),"
+            f" (SELECT COALESCE(MIN(id), 0) FROM {events}),"
             f" {keep_sql}::bigint",
             params,
         )
         return DiscardLimits(*row)
 
     async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
-        """As the contract says; also, across processes: only one process deletes at a time
-        (the others' calls delete nothing and return 0), and nothing above the lowest
-        position of a registered consumer goes, whatever ``up_to`` says."""
+        """As the contract says; also, across processes: only one process deletes from a
+        partition at a time (the others' calls delete nothing and return 0), and nothing
+        above the lowest position of a registered consumer goes, whatever ``up_to`` says."""
+        t = self._tables
         async with self._transaction() as conn:
-            cursor = await conn.execute(
-                f"SELECT pg_try_advisory_xact_lock({LOCK_NAMESPACE}, {RETENTION_LOCK})"
-            )
+            cursor = await conn.execute(try_retention_lock_sql(self._key))
             locked = await cursor.fetchone()
             if locked is None or not locked[0]:
                 return 0
-            kept = "" if dcb_events else " AND id NOT IN (SELECT event_id FROM dcb_events)"
+            kept = "" if dcb_events else f" AND id NOT IN (SELECT event_id FROM {t.dcb_events})"
             cursor = await conn.execute(
-                "WITH gone AS (DELETE FROM events WHERE id IN (SELECT id FROM events"
-                f" WHERE id <= LEAST(%s, (SELECT MIN(position) FROM consumers)){kept}"
-                " ORDER BY id LIMIT %s) RETURNING id),"
-                " tags AS (DELETE FROM event_tags WHERE event_id IN (SELECT id FROM gone)),"
-                " dcb AS (DELETE FROM dcb_events WHERE event_id IN (SELECT id FROM gone))"
+                f"WITH gone AS (DELETE FROM {t.events} WHERE id IN (SELECT id FROM {t.events}"
+                " WHERE id <= LEAST(%s, (SELECT MIN(position) FROM consumers"
+                f" WHERE partition_key = %s)){kept} ORDER BY id LIMIT %s) RETURNING id),"
+                f" tags AS (DELETE FROM {t.event_tags} WHERE event_id IN (SELECT id FROM gone)),"
+                f" dcb AS (DELETE FROM {t.dcb_events} WHERE event_id IN (SELECT id FROM gone))"
                 " SELECT COUNT(*), MAX(id) FROM gone",
-                (up_to, limit),
+                (up_to, self._key, limit),
             )
             row = await cursor.fetchone()
             assert row is not None
             count, newest = int(row[0]), row[1]
             if newest is not None:
                 await conn.execute(
-                    "INSERT INTO meta (key, value) VALUES ('last_deleted_id', %s)"
+                    "INSERT INTO meta (key, value) VALUES (%s, %s)"
                     " ON CONFLICT (key) DO UPDATE SET value = GREATEST("
                     "meta.value::bigint, EXCLUDED.value::bigint)::text",
-                    (str(newest),),
+                    (_last_deleted_key(self._key), str(newest)),
                 )
         if newest is not None:
             self.recent.forget_up_to(int(newest))
@@ -663,17 +629,18 @@ class PostgresStore(PagedReads):
     async def dcb_append(
         self, events: Sequence[NewEvent], condition: AppendCondition | None
     ) -> int:
-        """Its own transaction under the append lock that orders every append, so the
-        condition is checked against everything committed before it, and nothing can commit
-        between the check and the insert."""
+        """Its own transaction under the partition's append lock that orders every append
+        to it, so the condition is checked against everything committed before it, and
+        nothing can commit between the check and the insert."""
         ts = utc_timestamp()
+        t = self._tables
         async with self._transaction() as conn:
-            await conn.execute(TAKE_APPEND_LOCK)
+            await conn.execute(self._lock_sql)
             client_ids = [e.id for e in events if e.id is not None]
             if client_ids:
                 cursor = await conn.execute(
                     "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
-                    " FROM dcb_events d JOIN events e ON e.id = d.event_id"
+                    f" FROM {t.dcb_events} d JOIN {t.events} e ON e.id = d.event_id"
                     " WHERE d.client_id = ANY(%s)",
                     (client_ids,),
                 )
@@ -681,20 +648,22 @@ class PostgresStore(PagedReads):
                 if rows:
                     return stored_retry(events, rows)
             if condition is not None:
-                sql, params = condition_sql(condition.fail_if_events_match, condition.after, "%s")
+                sql, params = condition_sql(
+                    condition.fail_if_events_match, condition.after, "%s", t
+                )
                 cursor = await conn.execute(sql, params)
                 row = await cursor.fetchone()
                 if row is not None:
                     raise AppendConditionFailed(int(row[0]))
             cursor = await conn.execute(
-                "INSERT INTO events (type, data, ts)"
+                f"INSERT INTO {t.events} (type, data, ts)"
                 " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
                 " AS u(t, d, ord) ORDER BY ord RETURNING id",
                 (ts, [e.type for e in events], [e.data_json for e in events]),
             )
             ids = sorted(int(row[0]) for row in await cursor.fetchall())
             await conn.execute(
-                "INSERT INTO dcb_events (event_id, client_id, tags, is_bytes)"
+                f"INSERT INTO {t.dcb_events} (event_id, client_id, tags, is_bytes)"
                 " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::boolean[])",
                 (
                     ids,
@@ -706,11 +675,11 @@ class PostgresStore(PagedReads):
             tagged = [(tag, i) for i, e in zip(ids, events, strict=True) for tag in e.tags]
             if tagged:
                 await conn.execute(
-                    "INSERT INTO event_tags (tag, event_id)"
+                    f"INSERT INTO {t.event_tags} (tag, event_id)"
                     " SELECT * FROM unnest(%s::text[], %s::bigint[])",
                     ([t for t, _ in tagged], [i for _, i in tagged]),
                 )
-            await conn.execute(NOTIFY_HEAD)
+            await conn.execute(self._notify_sql)
         self.head.advance(ids[-1])
         return ids[-1]
 
@@ -720,9 +689,308 @@ class PostgresStore(PagedReads):
         # The head first: every event it covers is in the read that follows (a later
         # statement sees at least as much), so a condition at ``head`` misses nothing seen.
         head = await self.last_given_id()
-        sql, params = read_sql(query, after=after, before=before, limit=limit, mark="%s")
+        sql, params = read_sql(
+            query, after=after, before=before, limit=limit, mark="%s", tables=self._tables
+        )
         rows = await self._fetch(sql, params)
         return [stored_event(row) for row in rows], head
+
+
+class PostgresStore(PostgresPartitionLog):
+    """Event, consumer, user and stream storage in PostgreSQL; as a log, the view of
+    ``events``/0. Create with :meth:`open`."""
+
+    def __init__(
+        self,
+        url: str,
+        pool: AsyncConnectionPool[Connection],
+        write_pool: AsyncConnectionPool[Connection],
+        writer: Connection,
+        listener: Connection,
+        limits: PoolLimits = DEFAULT_POOL,
+    ) -> None:
+        self.url = url
+        self.description = safe_url(url)
+        self._pool = pool
+        self._limits = limits
+        self._write_pool = write_pool
+        self._writer = writer
+        self._listener = listener
+        self._closing = False
+        super().__init__(self, DEFAULT_PARTITION)
+        self._logs: dict[int, PostgresPartitionLog] = {0: self}
+        #: What group commit did (read by the metrics).
+        self.write_stats = WriteStats()
+        self._streams_listeners: set[Callable[[int], None]] = set()
+        self._listen_task = asyncio.create_task(self._listen(), name="futoin-evt-pg-listen")
+        self._watcher: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def open(
+        cls, url: str, *, durability: Durability = Durability.FULL, pool: PoolLimits = DEFAULT_POOL
+    ) -> PostgresStore:
+        """Connect, create or migrate the schema; StoreUnavailable when that fails
+        (StoreUnreachable when the database does not answer)."""
+        limits = pool
+        writer = await _connect(url, autocommit=False)
+        listener: Connection | None = None
+        pools: list[AsyncConnectionPool[Connection]] = []
+        try:
+            await ensure_schema(writer)
+            if durability is Durability.NORMAL:
+                await writer.execute("SET synchronous_commit = off")
+                await writer.commit()
+            listener = await _connect(url, autocommit=True)
+            await listener.execute(f"LISTEN {CHANNEL}")
+            connections = AsyncConnectionPool(
+                url,
+                min_size=1,
+                max_size=limits.size,
+                kwargs={"autocommit": True},
+                timeout=limits.timeout,
+                open=False,
+            )
+            pools.append(connections)
+            await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
+            write_kwargs: dict[str, Any] = {"autocommit": True}
+            if durability is Durability.NORMAL:
+                write_kwargs["options"] = "-c synchronous_commit=off"
+            write_pool = AsyncConnectionPool(
+                url,
+                min_size=0,
+                max_size=WRITE_POOL_MAX,
+                kwargs=write_kwargs,
+                timeout=limits.timeout,
+                open=False,
+            )
+            pools.append(write_pool)
+            await write_pool.open()
+        except BaseException as exc:
+            await writer.close()
+            if listener is not None:
+                await listener.close()
+            for opened in pools:
+                await opened.close()
+            if isinstance(exc, psycopg.OperationalError):  # lost during the setup
+                raise StoreUnreachable(
+                    f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
+                ) from None
+            raise
+        store = cls(url, connections, write_pool, writer, listener, limits)
+        store.head.advance(await store.newest_event_id())
+        return store
+
+    def watch_other_writers(self, interval: float = 1.0) -> None:
+        """Poll the newest id every ``interval`` seconds while someone waits: the fallback
+        for a lost notification (LISTEN wakes waiters at once)."""
+        if self._watcher is None:
+            self._watcher = asyncio.create_task(self._watch(interval), name="futoin-evt-watch")
+
+    async def _watch(self, interval: float) -> None:
+        while not self._closing:
+            await asyncio.sleep(interval)
+            for partition_log in list(self._logs.values()):
+                if partition_log.head.waiting:
+                    try:
+                        partition_log.head.advance(await partition_log.newest_event_id())
+                    except Exception as exc:
+                        log.debug("checking for new events failed: %s", exc)
+
+    #: Every change is notified on the channel, and the listeners are called again after a
+    #: lost connection is restored (a change may have gone by meanwhile).
+    hears_all_stream_changes = True
+
+    def listen_streams(self, callback: Callable[[int], None]) -> Callable[[], None]:
+        """Call ``callback(version)`` when another process (or this one) changes the
+        registry; returns the function that stops it."""
+        self._streams_listeners.add(callback)
+        return lambda: self._streams_listeners.discard(callback)
+
+    def _no_connection(self) -> StoreUnreachable:
+        limits = self._limits
+        return StoreUnreachable(
+            f"no database connection within {limits.timeout:g} s (all {limits.size} of the pool"
+            " busy, or the database unreachable)"
+        )
+
+    def _notified(self, payload: str) -> None:
+        if payload.startswith(CLAIM_PAYLOAD):
+            self._heard_claim(payload)
+            return
+        key_text, _, id_text = payload.rpartition(":")
+        with contextlib.suppress(ValueError):
+            if key_text == STREAMS_PAYLOAD_PREFIX[:-1]:
+                for callback in list(self._streams_listeners):
+                    callback(int(id_text))
+                return
+            partition_log = self._logs.get(int(key_text) if key_text else 0)
+            if partition_log is not None:
+                partition_log.head.advance(int(id_text))
+
+    def _heard_claim(self, payload: str) -> None:
+        kind, _, rest = payload.partition(" ")
+        word, dot, key_text = kind.partition(".")
+        if word != CLAIM_PAYLOAD:
+            return
+        with contextlib.suppress(ValueError):  # not a claim this version sends
+            partition_log = self._logs.get(int(key_text) if dot else 0)
+            user_id, epoch, component = rest.split(" ", 2)
+            if partition_log is not None:  # else no stream here holds it
+                partition_log.claims.claimed(UserId(int(user_id)), component, int(epoch))
+
+    async def _listen(self) -> None:
+        while not self._closing:
+            try:
+                async for notify in self._listener.notifies():
+                    self._notified(notify.payload)
+            except psycopg.Error as exc:
+                if self._closing:
+                    return
+                log.warning("lost the notification connection: %s", exc)
+            await asyncio.sleep(RELISTEN_SECONDS)
+            with contextlib.suppress(StoreUnavailable, psycopg.Error):
+                await self._listener.close()
+                self._listener = await _connect(self.url, autocommit=True)
+                await self._listener.execute(f"LISTEN {CHANNEL}")
+                for partition_log in list(self._logs.values()):
+                    partition_log.head.advance(await partition_log.newest_event_id())
+                version = await self.streams_version()
+                for callback in list(self._streams_listeners):
+                    callback(version)
+
+    def pool_usage(self) -> tuple[int, int]:
+        """(pooled connections in use, calls waiting for one)."""
+        stats = self._pool.get_stats()
+        in_use = stats.get("pool_size", 0) - stats.get("pool_available", 0)
+        return in_use, stats.get("requests_waiting", 0)
+
+    async def close(self) -> None:
+        """Commit what is queued, then close. Appends queued after this call are refused."""
+        if self._closing:
+            return
+        self._closing = True
+        for partition_log in list(self._logs.values()):
+            await partition_log._stop_writing()
+        for task in (self._watcher, self._listen_task):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        await self._listener.close()
+        await self._writer.close()
+        await self._write_pool.close()
+        await self._pool.close()
+
+    async def __aenter__(self) -> PostgresStore:
+        return self
+
+    async def __aexit__(self, *_exc: object) -> None:
+        await self.close()
+
+    async def _restore_writer(self) -> None:
+        if not self._writer.broken:
+            return
+        with contextlib.suppress(StoreUnavailable):
+            self._writer = await _connect(self.url, autocommit=False)
+
+    # -- streams --------------------------------------------------------------------------
+
+    def partition_log(self, partition: Partition) -> PostgresPartitionLog:
+        found = self._logs.get(partition.key)
+        if found is None:
+            found = self._logs[partition.key] = PostgresPartitionLog(self, partition)
+        return found
+
+    async def add_stream(self, name: str, partitions: int) -> StreamInfo:
+        check_stream_name(name)
+        check_partition_count(partitions)
+
+        async def add(conn: Connection) -> tuple[StreamInfo, bool]:
+            cursor = await conn.execute(
+                "INSERT INTO streams (name, created_at) VALUES (%s, %s)"
+                " ON CONFLICT DO NOTHING RETURNING 1",
+                (name, utc_timestamp()),
+            )
+            if await cursor.fetchone() is None:
+                raise KeyError(f"the stream {name} exists already")
+            await _add_partitions(conn, name, range(partitions))
+            return await _read_stream(conn, name, lock=False), True
+
+        return await self._change_registry(add)
+
+    async def grow_stream(self, name: str, partitions: int) -> StreamInfo:
+        check_partition_count(partitions)
+
+        async def grow(conn: Connection) -> tuple[StreamInfo, bool]:
+            info = await _read_stream(conn, name, lock=True)
+            if partitions < len(info.partitions):
+                raise ValueError(
+                    f"the stream {name} has {len(info.partitions)} partitions: it can only grow"
+                )
+            if partitions == len(info.partitions):
+                return info, False
+            await _add_partitions(conn, name, range(len(info.partitions), partitions))
+            return await _read_stream(conn, name, lock=False), True
+
+        return await self._change_registry(grow)
+
+    async def drop_stream(self, name: str) -> bool:
+        if name == DEFAULT_STREAM:
+            raise ValueError(f"the stream {DEFAULT_STREAM} cannot be dropped")
+
+        async def drop(conn: Connection) -> tuple[StreamInfo, bool]:
+            info = await _read_stream(conn, name, lock=True)
+            for partition in info.partitions:
+                for statement in drop_partition_tables_sql(partition.key):
+                    await conn.execute(statement)
+            await conn.execute(
+                "DELETE FROM meta WHERE key = ANY(%s)",
+                ([_last_deleted_key(p.key) for p in info.partitions],),
+            )
+            # partitions and their consumers go with the stream (ON DELETE CASCADE)
+            await conn.execute("DELETE FROM streams WHERE name = %s", (name,))
+            return info, True
+
+        try:
+            info = await self._change_registry(drop)
+        except KeyError:
+            return False
+        for partition in info.partitions:
+            dropped = self._logs.pop(partition.key, None)
+            if dropped is not None:
+                dropped._retire()
+        return True
+
+    async def _change_registry(
+        self, work: Callable[[Connection], Awaitable[tuple[_T, bool]]]
+    ) -> _T:
+        """Run ``work(conn)`` in a transaction; when it says it changed the registry, the
+        version moves on and every process is told, on commit."""
+        async with self._transaction() as conn:
+            result, changed = await work(conn)
+            if changed:
+                cursor = await conn.execute(
+                    "UPDATE meta SET value = (value::bigint + 1)::text"
+                    " WHERE key = 'streams_version' RETURNING value"
+                )
+                row = await cursor.fetchone()
+                assert row is not None
+                await conn.execute(
+                    "SELECT pg_notify(%s, %s)", (CHANNEL, f"{STREAMS_PAYLOAD_PREFIX}{row[0]}")
+                )
+        return result
+
+    async def streams(self) -> list[StreamInfo]:
+        return stream_infos(await self._fetch(STREAM_ROWS + " ORDER BY s.name, p.number"))
+
+    async def stream(self, name: str) -> StreamInfo | None:
+        rows = await self._fetch(STREAM_ROWS + " WHERE s.name = %s ORDER BY p.number", (name,))
+        infos = stream_infos(rows)
+        return infos[0] if infos else None
+
+    async def streams_version(self) -> int:
+        row = await self._fetch_one("SELECT value FROM meta WHERE key = 'streams_version'")
+        return int(row[0])
 
     # -- users ----------------------------------------------------------------------------
 
@@ -744,6 +1012,7 @@ class PostgresStore(PagedReads):
         return bool(rows)
 
     async def remove_user(self, name: str) -> bool:
+        """Remove a user and their consumers (of every partition)."""
         rows = await self._fetch("DELETE FROM users WHERE name = %s RETURNING id", (name,))
         return bool(rows)
 
@@ -760,3 +1029,27 @@ class PostgresStore(PagedReads):
             "SELECT id, name, password_hash, is_admin FROM users ORDER BY name"
         )
         return [User(UserId(r[0]), r[1], r[2], bool(r[3])) for r in rows]
+
+
+async def _read_stream(conn: Connection, name: str, *, lock: bool) -> StreamInfo:
+    """The stream in ``conn``'s transaction (``lock``: its row locked until the end, so
+    changes to one stream go one at a time); KeyError when there is none."""
+    if lock:
+        await conn.execute("SELECT 1 FROM streams WHERE name = %s FOR UPDATE", (name,))
+    cursor = await conn.execute(STREAM_ROWS + " WHERE s.name = %s ORDER BY p.number", (name,))
+    infos = stream_infos(await cursor.fetchall())
+    if not infos:
+        raise KeyError(f"no stream {name}")
+    return infos[0]
+
+
+async def _add_partitions(conn: Connection, name: str, numbers: range) -> None:
+    for number in numbers:
+        cursor = await conn.execute(
+            "INSERT INTO partitions (stream, number) VALUES (%s, %s) RETURNING key",
+            (name, number),
+        )
+        row = await cursor.fetchone()
+        assert row is not None
+        for statement in partition_tables_sql(int(row[0])):
+            await conn.execute(statement)

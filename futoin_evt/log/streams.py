@@ -1,0 +1,98 @@
+"""The streams a server serves, kept up to date across processes.
+
+Every process reads the registry from the store when it starts and again whenever the
+store's registry version moves: it is woken at once by a change the store reports (this
+process's own; on PostgreSQL any process's, through its notification channel), and polls
+the version (one cheap read) every ``poll_seconds`` where the store does not hear other
+processes (SQLite), else every :data:`FALLBACK_POLL_SECONDS` (a read on PostgreSQL's small
+pool each second would compete with the calls). So a stream added or grown by the command
+line or another server is served within ``poll_seconds`` on SQLite, at once on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Final
+
+from ..domain.partition import Partition, StreamInfo
+from ..storage.base import Streams
+
+log = logging.getLogger(__name__)
+
+#: Seconds between two reads of the registry's version (a stream is served within this).
+DEFAULT_POLL_SECONDS: Final = 1.0
+#: Seconds between two reads of it where every change is notified: only a fallback.
+FALLBACK_POLL_SECONDS: Final = 30.0
+
+
+class StreamRegistry:
+    """``server.streams``: the streams and partitions this process knows, by name."""
+
+    def __init__(self, store: Streams, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
+        self._store = store
+        self._poll_seconds = (
+            max(poll_seconds, FALLBACK_POLL_SECONDS)
+            if store.hears_all_stream_changes
+            else poll_seconds
+        )
+        self._streams: dict[str, StreamInfo] = {}
+        self.version = -1
+        self._changed = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._stop_listening = store.listen_streams(lambda _version: self._changed.set())
+
+    @classmethod
+    async def open(
+        cls, store: Streams, poll_seconds: float = DEFAULT_POLL_SECONDS
+    ) -> StreamRegistry:
+        registry = cls(store, poll_seconds)
+        await registry.refresh()
+        registry._task = asyncio.create_task(registry._follow(), name="futoin-evt-streams")
+        return registry
+
+    def get(self, name: str) -> StreamInfo | None:
+        return self._streams.get(name)
+
+    def partition(self, name: str, number: int) -> Partition | None:
+        info = self._streams.get(name)
+        if info is None or not 0 <= number < len(info.partitions):
+            return None
+        return info.partitions[number]
+
+    def __iter__(self) -> Iterator[StreamInfo]:
+        return iter(list(self._streams.values()))
+
+    async def refresh(self) -> None:
+        """Read the registry again (the version first: a change after it is read again)."""
+        version = await self._store.streams_version()
+        infos = {info.name: info for info in await self._store.streams()}
+        for name, info in infos.items():
+            known = self._streams.get(name)
+            if known is None or len(known.partitions) != len(info.partitions):
+                log.info("stream %s: %d partitions", name, len(info.partitions))
+        for name in self._streams.keys() - infos.keys():
+            log.info("stream %s dropped", name)
+        self._streams = infos
+        self.version = version
+
+    async def _follow(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self._poll_seconds):
+                    await self._changed.wait()
+            self._changed.clear()
+            try:
+                if await self._store.streams_version() != self.version:
+                    await self.refresh()
+            except Exception as exc:  # the database is away for a moment: the next turn
+                log.warning("reading the streams failed: %s", exc)
+
+    async def close(self) -> None:
+        self._stop_listening()
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

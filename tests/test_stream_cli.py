@@ -1,0 +1,98 @@
+"""``futoin-evt stream`` on ``--db``, on a SQLite file and on PostgreSQL: every subcommand,
+and bad input that exits 2 with one line and changes nothing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from futoin_evt.storage import open_store
+
+from .conftest import execute_sql
+from .test_cli import run
+
+pytestmark = pytest.mark.functional
+
+
+def stream(db: str, *args: str) -> str:
+    result = run("stream", *args, "--db", db)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_add_list_info_grow_and_drop(store_db: str) -> None:
+    assert stream(store_db, "add", "orders", "--partitions", "3") == (
+        "added stream orders with 3 partitions\n"
+    )
+    listed = json.loads(stream(store_db, "list", "--json"))
+    assert [(s["name"], s["partitions"]) for s in listed] == [("events", 1), ("orders", 3)]
+    assert [line.split()[:3] for line in stream(store_db, "list").splitlines()] == [
+        ["events", "partitions", "1"],
+        ["orders", "partitions", "3"],
+    ]
+
+    async def fill() -> None:
+        async with await open_store(store_db) as store:
+            info = await store.stream("orders")
+            assert info is not None
+            log = store.partition_log(info.partitions[1])
+            for _ in range(5):
+                await log.append("T", "1")
+            user = await store.add_user("alice", "h")
+            await log.register_consumer(user, "C")
+            await log.acknowledge(user, "C", 2)
+            await log.delete_events(1, 10)
+
+    asyncio.run(fill())
+    info = json.loads(stream(store_db, "info", "orders", "--json"))
+    assert [(p["number"], p["head"], p["oldest_id"], p["events"]) for p in info["partitions"]] == [
+        (0, 0, None, 0),
+        (1, 5, 2, 4),
+        (2, 0, None, 0),
+    ]
+    consumers = info["partitions"][1]["consumers"]
+    assert consumers == [{"user": "alice", "component": "C", "position": 2, "behind": 3}]
+    text = stream(store_db, "info", "orders")
+    assert "partition 1: head 5, oldest 2, 4 events\n  alice/C: position 2, behind 3\n" in text
+    assert stream(store_db, "grow", "orders", "--partitions", "5") == (
+        "stream orders has 5 partitions\n"
+    )
+    assert len(json.loads(stream(store_db, "info", "orders", "--json"))["partitions"]) == 5
+    assert stream(store_db, "drop", "orders", "--yes") == "dropped stream orders\n"
+    assert [s["name"] for s in json.loads(stream(store_db, "list", "--json"))] == ["events"]
+
+
+BAD_INPUT = [
+    (["add", "Orders", "--partitions", "1"], "invalid stream name 'Orders'"),
+    (["add", "a" * 49, "--partitions", "1"], "invalid stream name"),
+    (["add", "feed", "--partitions", "1"], "reserved"),
+    (["add", "metrics", "--partitions", "1"], "reserved"),
+    (["add", "new", "--partitions", "0"], "1 to 1024 partitions, not 0"),
+    (["add", "new", "--partitions", "1025"], "1 to 1024 partitions, not 1025"),
+    (["add", "new", "--partitions", "x"], "invalid int value"),
+    (["add", "kept", "--partitions", "1"], "the stream kept exists already"),
+    (["add", "events", "--partitions", "1"], "the stream events exists already"),
+    (["grow", "kept", "--partitions", "1"], "it can only grow"),
+    (["grow", "kept", "--partitions", "1025"], "1 to 1024 partitions"),
+    (["grow", "nope", "--partitions", "3"], "no stream nope"),
+    (["info", "nope"], "no stream nope"),
+    (["drop", "events", "--yes"], "cannot be dropped"),
+    (["drop", "kept"], "add --yes"),
+    (["drop", "nope", "--yes"], "no stream nope"),
+]
+
+
+def test_bad_input_exits_2_with_one_line_and_changes_nothing(store_db: str) -> None:
+    stream(store_db, "add", "kept", "--partitions", "2")
+    before = stream(store_db, "list", "--json")
+    version = execute_sql(store_db, "SELECT value FROM meta WHERE key = 'streams_version'")
+    for args, says in BAD_INPUT:
+        result = run("stream", *args, "--db", store_db)
+        assert result.returncode == 2, args
+        assert says in result.stderr, args
+        assert len(result.stderr.strip().splitlines()) == 1, args
+        assert result.stdout == "", args
+    assert stream(store_db, "list", "--json") == before
+    assert execute_sql(store_db, "SELECT value FROM meta WHERE key = 'streams_version'") == version
