@@ -79,7 +79,11 @@ async def prepare(url: str, prefill: int) -> None:
 
 
 async def start_servers(url: str, count: int, *extra: str) -> list[System]:
-    """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say)."""
+    """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say). The servers of one
+    database share an AMQP SAS secret in the temporary directory (not the working one)."""
+    if "--sas-secret" not in extra:
+        secret = Path(tempfile.gettempdir()) / f"futoin-evt-bench-{url.rsplit('/', 1)[-1]}"
+        extra = (*extra, "--sas-secret", str(secret.with_suffix(".sas-secret")))
     started = []
     for _ in range(count):
         proc = await asyncio.create_subprocess_exec(
