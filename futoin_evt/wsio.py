@@ -470,7 +470,11 @@ class ServerIO(FrameIO):
         if not transport.can_write_eof():  # TLS: no half-close
             transport.close()
             return
-        transport.write_eof()
+        try:
+            transport.write_eof()
+        except OSError:  # the peer is gone already
+            transport.abort()
+            return
         self._linger_left = LINGER_BYTES
 
     def eof_received(self) -> None:

@@ -489,7 +489,11 @@ class AmqpConnection(asyncio.Protocol):
         if not socket.can_write_eof():  # TLS: no half-close
             socket.close()
             return
-        socket.write_eof()
+        try:
+            socket.write_eof()
+        except OSError:  # the peer is gone already
+            socket.abort()
+            return
         self._linger_left = LINGER_BYTES
         asyncio.get_running_loop().call_later(LINGER_SECONDS, self.abort)
 

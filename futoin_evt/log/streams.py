@@ -69,10 +69,12 @@ class StreamRegistry:
         """Read the registry again (the version first: a change after it is read again)."""
         version = await self._store.streams_version()
         infos = {info.name: info for info in await self._store.streams()}
+        # What is there at start is no news (and a command's one-line error stays one line).
+        level = logging.INFO if self.version >= 0 else logging.DEBUG
         for name, info in infos.items():
             known = self._streams.get(name)
             if known is None or len(known.partitions) != len(info.partitions):
-                log.info("stream %s: %d partitions", name, len(info.partitions))
+                log.log(level, "stream %s: %d partitions", name, len(info.partitions))
         for name in self._streams.keys() - infos.keys():
             log.info("stream %s dropped", name)
         self._streams = infos
