@@ -32,6 +32,30 @@ TOO_MANY_CONNECTIONS: Final = "too many connections"
 #: is reset by the kernel, and the peer would get the reset instead of the server's last word.
 LINGER_BYTES: Final = 8 * 1024 * 1024
 LINGER_SECONDS: Final = 5.0
+
+
+class HalfClosable(Protocol):
+    def can_write_eof(self) -> bool: ...
+    def write_eof(self) -> None: ...
+    def close(self) -> None: ...
+    def abort(self) -> None: ...
+
+
+def half_close(transport: HalfClosable) -> bool:
+    """Send EOF once what is written has gone, and keep reading: True when the caller is now
+    to drop the peer's input (up to ``LINGER_BYTES``) until it closes too. False when the
+    transport was closed instead (TLS has no half-close) or cut (the peer is gone already)."""
+    if not transport.can_write_eof():
+        transport.close()
+        return False
+    try:
+        transport.write_eof()
+    except OSError:
+        transport.abort()
+        return False
+    return True
+
+
 #: The default handshake budget is this fraction of the connection limit ...
 HANDSHAKE_FRACTION: Final = 4
 #: ... but at least this many.

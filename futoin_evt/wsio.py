@@ -43,7 +43,7 @@ from websockets.protocol import SEND_EOF, Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
-from .slots import LINGER_BYTES, Slots
+from .slots import LINGER_BYTES, Slots, half_close
 
 try:
     from websockets.speedups import apply_mask
@@ -464,18 +464,8 @@ class ServerIO(FrameIO):
         still sends until it closes too (within ``LINGER_BYTES`` and the handshake's deadline).
         A socket closed with input unread is reset by the kernel, and the peer, still
         sending a body the server did not want, would get the reset instead of the answer."""
-        transport = self.transport
-        if transport is None:
-            return
-        if not transport.can_write_eof():  # TLS: no half-close
-            transport.close()
-            return
-        try:
-            transport.write_eof()
-        except OSError:  # the peer is gone already
-            transport.abort()
-            return
-        self._linger_left = LINGER_BYTES
+        if self.transport is not None and half_close(self.transport):
+            self._linger_left = LINGER_BYTES
 
     def eof_received(self) -> None:
         if self._linger_left is None:

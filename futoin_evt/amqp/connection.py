@@ -30,7 +30,7 @@ from proton import (
 from .. import __version__
 from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import FTN3Error
-from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots
+from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots, half_close
 from ..stats import CONNECTION
 from .config import AmqpConfig
 from .frames import BatchSniffer, FramePadder
@@ -486,16 +486,9 @@ class AmqpConnection(asyncio.Protocol):
         socket = self._socket
         if socket is None or socket.is_closing() or self._linger_left is not None:
             return
-        if not socket.can_write_eof():  # TLS: no half-close
-            socket.close()
-            return
-        try:
-            socket.write_eof()
-        except OSError:  # the peer is gone already
-            socket.abort()
-            return
-        self._linger_left = LINGER_BYTES
-        asyncio.get_running_loop().call_later(LINGER_SECONDS, self.abort)
+        if half_close(socket):
+            self._linger_left = LINGER_BYTES
+            asyncio.get_running_loop().call_later(LINGER_SECONDS, self.abort)
 
 
 class LinkRefused(Exception):

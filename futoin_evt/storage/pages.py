@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId, event_json
-from .base import EventPage
+from .base import ConsumerRow, EventPage
 from .recent import RecentEvents
 
 
@@ -264,3 +264,31 @@ class PagedReads:
             ftn18_only,
         )
         return page_from_rows(await self._fetch_page(sql, params), max_bytes, data_as_text)
+
+
+def consumer_lags_sql(mark: str, events: str) -> str:
+    """Consumers of one partition (``mark``: its key, then the limit) with their lag, in one
+    pass over ``events`` after the lowest position: the positions merged into the ids and
+    counted by a window, not one count per consumer. Rows as :class:`~.base.ConsumerRow`."""
+    return (
+        "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position,"
+        " c.registered_at, c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
+        f" WHERE c.partition_key = {mark} ORDER BY c.user_id, c.component LIMIT {mark}),"
+        f" marks AS (SELECT id AS v, 1 AS ev FROM {events}"
+        " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
+        " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
+        " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
+        " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
+        " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
+        " SELECT l.name, l.user_id, l.component, l.position, l.registered_at,"
+        " l.last_seen_at, r.behind, e.ts FROM listed l"
+        " JOIN runs r ON r.ev = 0 AND r.v = l.position"
+        f" LEFT JOIN {events} e ON e.id = r.next_id ORDER BY l.name, l.component"
+    )
+
+
+def consumer_rows(rows: Iterable[Sequence[Any]]) -> list[ConsumerRow]:
+    """Rows of :func:`consumer_lags_sql` as typed values."""
+    return [
+        ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7]) for r in rows
+    ]

@@ -60,7 +60,7 @@ from .dcb_sql import (
     stored_retry,
 )
 from .head import ClaimWatch, HeadWatch
-from .pages import PagedReads, ReadDialect, rows_sql
+from .pages import PagedReads, ReadDialect, consumer_lags_sql, consumer_rows, rows_sql
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
@@ -345,30 +345,10 @@ class SqlitePartitionLog(PagedReads):
 
     async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
         """What :meth:`consumers` returns, for the first ``limit`` consumers by user id and
-        component, read in one pass: a merge of the positions into the ids, counted by a
-        window, so its cost grows with the events after the lowest position, not with their
-        product by the consumers."""
-        events = self._tables.events
-        sql = (
-            "WITH listed AS (SELECT u.name, c.user_id, c.component, c.position,"
-            " c.registered_at, c.last_seen_at FROM consumers c JOIN users u ON u.id = c.user_id"
-            " WHERE c.partition_key = ? ORDER BY c.user_id, c.component LIMIT ?),"
-            f" marks AS (SELECT id AS v, 1 AS ev FROM {events}"
-            " WHERE id > (SELECT COALESCE(MIN(position), 0) FROM listed)"
-            " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
-            " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
-            " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
-            " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
-            " SELECT l.name, l.user_id, l.component, l.position, l.registered_at,"
-            " l.last_seen_at, r.behind, e.ts FROM listed l"
-            " JOIN runs r ON r.ev = 0 AND r.v = l.position"
-            f" LEFT JOIN {events} e ON e.id = r.next_id ORDER BY l.name, l.component"
-        )
-        rows = await self._reader.execute_fetchall(sql, [self._key, limit])
-        return [
-            ConsumerRow(r[0], UserId(r[1]), r[2], int(r[3]), r[4], r[5], int(r[6]), r[7])
-            for r in rows
-        ]
+        component, read in one pass (its cost grows with the events after the lowest
+        position, not with their product by the consumers)."""
+        sql = consumer_lags_sql("?", self._tables.events)
+        return consumer_rows(await self._reader.execute_fetchall(sql, [self._key, limit]))
 
     async def count_consumers(self) -> int:
         rows = await self._reader.execute_fetchall(
