@@ -80,8 +80,8 @@ class Exchange:
         self._io.write_raw(head + body)
         self._io.http_done(self._keep_alive)
 
-    def start_stream(self, content_type: str) -> None:
-        headers = [("Content-Type", content_type)]
+    def start_stream(self, content_type: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+        headers = [("Content-Type", content_type), *headers]
         if self._chunked:
             headers.append(("Transfer-Encoding", "chunked"))
         self._io.write_raw(self._head(200, headers))
@@ -176,6 +176,7 @@ class HttpEndpoint:
     async def _serve(self, io: ServerIO, request: Request, body: bytes) -> None:
         started = time.perf_counter()
         CONNECTION.set((self.door, io.peer, None))
+        io.door = self.door
         status = await self._serve_counted(io, request, body)
         seconds = time.perf_counter() - started
         self.calls.observe(self.door, self.function(request), str(status), seconds)
