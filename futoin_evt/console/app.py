@@ -39,7 +39,7 @@ from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
 from ..storage.base import ConsumerRow, Store
 from .config import ConsoleConfig
-from .samples import HeadSamples, chart
+from .samples import Chart, HeadSamples, chart
 from .sessions import Session, Sessions
 
 DEFAULT_CONFIG: Final = ConsoleConfig()
@@ -251,7 +251,13 @@ class Console:
     ) -> ConsoleResponse:
         body = (
             self._env.get_template(template)
-            .render(base=self.base, session=session, nav=_NAV.get(template, ""), **values)
+            .render(
+                base=self.base,
+                session=session,
+                nav=_NAV.get(template, ""),
+                refresh=f"{self.config.refresh_seconds:g}",
+                **values,
+            )
             .encode()
         )
         return ConsoleResponse(status, body, headers=[*SECURITY_HEADERS, *(headers or [])])
@@ -324,8 +330,12 @@ class Console:
             "oldest": limits.oldest_id,
             "rate": self.samples.rate(partition),
             "held_back_by": lowest,
-            "chart": chart(self.samples.rates(partition), 160, 28, time.time()),
+            "chart": self._chart(partition, 160, 28),
         }
+
+    def _chart(self, partition: Partition, width: int, height: int) -> Chart:
+        rates = self.samples.rates(partition)
+        return chart(rates, width, height, time.time(), 30 * self.samples.interval)
 
     async def _streams_page(self, call: _Call) -> ConsoleResponse:
         prefix = call.query.get("q", "")
@@ -350,7 +360,7 @@ class Console:
         partition = self._partition(call.query)
         row = await self._extent(partition)
         bounds = await self._store.partition_log(partition).stream_bounds()
-        big = chart(self.samples.rates(partition), 720, 180, time.time())
+        big = self._chart(partition, 720, 180)
         return self._page(
             call.session,
             "partition.html",

@@ -17,6 +17,8 @@ class ConsoleConfig:
     idle_seconds: float = 30 * 60.0
     #: Seconds between two samples of every partition's head (the charts' resolution).
     sample_seconds: float = 10.0
+    #: Seconds between two refreshes of a table page (its script fetches the page again).
+    refresh_seconds: float = 3.0
     #: Live tails open at once, in all and per session.
     max_tails: int = 64
     tails_per_session: int = 4

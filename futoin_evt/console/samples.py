@@ -14,7 +14,6 @@ import itertools
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -106,16 +105,25 @@ class Chart:
     points: str
     peak: float
     empty: bool
+    #: What the left edge is: "15 min ago", or less while the samples cover less.
+    since: str
 
 
-def chart(rates: Iterable[tuple[float, float]], width: int, height: int, now: float) -> Chart:
-    """The rates of the last 15 minutes as a polyline, scaled to the peak."""
-    series = [(at, rate) for at, rate in rates if at >= now - WINDOW_SECONDS]
+def chart(
+    rates: list[tuple[float, float]], width: int, height: int, now: float, shortest: float
+) -> Chart:
+    """The rates of the last 15 minutes as a polyline, scaled to the peak. While the samples
+    cover less (a process started lately), the chart spans what they cover, ``shortest``
+    seconds at least."""
+    first = rates[0][0] if rates else now
+    window = min(max(now - first, shortest), WINDOW_SECONDS)
+    series = [(at, rate) for at, rate in rates if at >= now - window]
     peak = max((rate for _at, rate in series), default=0.0)
     scale = peak if peak > 0 else 1.0
     points = " ".join(
-        f"{(at - (now - WINDOW_SECONDS)) / WINDOW_SECONDS * width:.1f},"
+        f"{(at - (now - window)) / window * width:.1f},"
         f"{height - rate / scale * (height - 2) - 1:.1f}"
         for at, rate in series
     )
-    return Chart(width, height, points, peak, not series)
+    since = f"{window / 60:.0f} min ago" if window >= 120 else f"{window:.0f} s ago"
+    return Chart(width, height, points, peak, not series, since)

@@ -46,6 +46,7 @@ function follow(table) {
         row.insertCell().textContent = String(value);
       }
       row.cells[0].className = "num";
+      row.cells[2].className = "ts";
     }
     while (body.rows.length > keep) {
       body.deleteRow(-1);
