@@ -82,13 +82,18 @@ async def menu(page: Page, entry: str) -> None:
     await page.locator("header nav").get_by_role("link", name=entry).click()
 
 
-async def shoot(page: Page, tmp_path: Path, name: str) -> None:
-    """The page as a PNG in the test's output (and in $FUTOIN_EVT_SCREENSHOTS)."""
-    await page.screenshot(path=tmp_path / f"{name}.png", full_page=True)
+@pytest.fixture
+def shots(tmp_path: Path) -> list[Path]:
+    """Where screenshots go: the test's output, and $FUTOIN_EVT_SCREENSHOTS when set."""
     shared = os.environ.get("FUTOIN_EVT_SCREENSHOTS")
     if shared:
         Path(shared).mkdir(parents=True, exist_ok=True)
-        await page.screenshot(path=Path(shared) / f"{name}.png", full_page=True)
+    return [tmp_path, *([Path(shared)] if shared else [])]
+
+
+async def shoot(page: Page, shots: list[Path], name: str) -> None:
+    for directory in shots:
+        await page.screenshot(path=directory / f"{name}.png", full_page=True)
 
 
 def row_of(page: Page, table: str, **data: str) -> str:
@@ -96,7 +101,7 @@ def row_of(page: Page, table: str, **data: str) -> str:
 
 
 async def test_log_in_and_see_a_streams_head_move(
-    console: EventServer, page: Page, alice: EventStreamClient, tmp_path: Path
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
     info = await console.store.add_stream("orders", 3)
     await console.streams.refresh()
@@ -115,15 +120,15 @@ async def test_log_in_and_see_a_streams_head_move(
     await expect(
         page.locator(row_of(page, "streams", stream="orders", partition="1") + " .head")
     ).to_have_text("7")
-    await shoot(page, tmp_path, "streams")
+    await shoot(page, shots, "streams")
     await page.goto(f"{console.console_url}partition?stream=events&partition=0")
     await expect(page.locator("dd.head")).to_have_text("105")
     await expect(page.locator("figure.chart polyline")).to_have_count(1)
-    await shoot(page, tmp_path, "partition")
+    await shoot(page, shots, "partition")
 
 
 async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
-    console: EventServer, page: Page, alice: EventStreamClient, tmp_path: Path
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
     await alice.register_consumer("BILLING")
     async with await client_of(console, "bob") as bob:
@@ -154,7 +159,7 @@ async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
         await expect(page.locator(row_of(page, "consumers", component="AUDIT"))).to_contain_text(
             "holds back discarding"
         )
-        await shoot(page, tmp_path, "consumers")
+        await shoot(page, shots, "consumers")
         await billing.get_by_role("link", name="seek…").click()
         await page.get_by_label("Position").fill(str(ids[1]))
         await page.get_by_role("button", name="Seek").click()
@@ -168,7 +173,7 @@ async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
 
 
 async def test_drop_a_consumer_after_the_confirmation(
-    console: EventServer, page: Page, alice: EventStreamClient, tmp_path: Path
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
     await alice.register_consumer("OLD")
     await alice.register_consumer("KEPT")
@@ -178,7 +183,7 @@ async def test_drop_a_consumer_after_the_confirmation(
     await row.get_by_role("link", name="drop…").click()
     await expect(page.get_by_role("heading")).to_have_text("Drop consumer alice/OLD?")
     assert [r.component for r in await console.store.consumers()] == ["KEPT", "OLD"]
-    await shoot(page, tmp_path, "confirm")
+    await shoot(page, shots, "confirm")
     await page.get_by_role("button", name="Drop it").click()
     await expect(page.locator(".notice")).to_have_text("Dropped alice/OLD of events/0.")
     await expect(row).to_have_count(0)
@@ -186,7 +191,7 @@ async def test_drop_a_consumer_after_the_confirmation(
 
 
 async def test_the_live_tail_shows_only_the_events_that_match(
-    console: EventServer, page: Page, alice: EventStreamClient, tmp_path: Path
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
     await log_in(page, console, "alice", USERS["alice"])
     await menu(page, "Live tail")
@@ -207,16 +212,16 @@ async def test_the_live_tail_shows_only_the_events_that_match(
     await expect(page.locator("#tail")).not_to_contain_text("ORDER_SHIPPED")
     assert await page.locator("#tail img, #tail script").count() == 0
     assert await page.evaluate("document.body.dataset.pwned") is None
-    await shoot(page, tmp_path, "tail")
+    await shoot(page, shots, "tail")
 
 
 async def test_a_wrong_password_is_refused(
-    console: EventServer, page: Page, tmp_path: Path
+    console: EventServer, page: Page, shots: list[Path]
 ) -> None:
     await log_in(page, console, "alice", "not-her-password")
     await expect(page.get_by_role("alert")).to_have_text("Wrong user name or password.")
     await expect(page).to_have_url(re.compile(r"/console/login$"))
-    await shoot(page, tmp_path, "login")
+    await shoot(page, shots, "login")
     assert await page.context.cookies() == []
     await page.goto(f"{console.console_url}consumers")
     await expect(page).to_have_url(re.compile(r"/console/login\?next=%2Fconsole%2Fconsumers$"))
@@ -286,7 +291,7 @@ async def test_a_form_without_its_csrf_token_is_refused(
 
 
 async def test_the_event_browser_and_the_dcb_query_escape_what_they_show(
-    console: EventServer, page: Page, alice: EventStreamClient, tmp_path: Path
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
     for n in range(3):
         await alice.add_event("ORDER_PLACED", {"n": n, "note": HOSTILE})
@@ -304,7 +309,7 @@ async def test_the_event_browser_and_the_dcb_query_escape_what_they_show(
     await page.get_by_role("button", name="Show").click()
     await expect(page.locator("#events tbody tr")).to_have_count(5)
     await expect(page.locator("#events tbody tr").first).to_contain_text("<img src=x")
-    await shoot(page, tmp_path, "events")
+    await shoot(page, shots, "events")
     await menu(page, "DCB query")
     await page.get_by_label("Tags (all of)").fill("course:c1")
     await page.get_by_role("button", name="Query").click()
@@ -312,7 +317,7 @@ async def test_the_event_browser_and_the_dcb_query_escape_what_they_show(
     await expect(rows).to_have_count(2)
     await expect(rows.nth(0)).to_contain_text("CourseDefined")
     await expect(rows.nth(1)).to_contain_text("StudentSubscribed")
-    await shoot(page, tmp_path, "dcb")
+    await shoot(page, shots, "dcb")
     assert await page.locator("main img, main script").count() == 0
     assert await page.evaluate("document.body.dataset.pwned") is None
 
@@ -338,3 +343,34 @@ async def test_names_and_queries_are_escaped_in_every_page(
     await expect(page.get_by_role("alert")).to_have_text("An event id is a positive number.")
     assert await page.locator("main img, main script, main b").count() == 0
     assert await page.evaluate("document.body.dataset.pwned") is None
+
+
+async def test_sessions_are_bounded_and_end_at_logout(start_server: ServerFactory) -> None:
+    server = await start_server(console=ConsoleConfig(max_sessions=2))
+    assert server.console_url is not None
+    clients = [httpx.AsyncClient(base_url=server.console_url, timeout=30) for _ in range(3)]
+    try:
+        for http in clients:
+            form = {"user": "alice", "password": USERS["alice"]}
+            assert (await http.post("login", data=form)).status_code == 303
+        first, second, third = clients
+        # the least recently used session went to make room
+        assert (await first.get("streams")).headers["location"].startswith("/console/login")
+        assert (await second.get("streams")).status_code == 200
+        page = await third.get("streams")
+        assert page.status_code == 200
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token is not None
+        cookie = third.cookies["futoin_evt_console"]
+        reply = await third.post("logout", data={"csrf": token.group(1)})
+        assert reply.status_code == 303
+        assert "Max-Age=0" in reply.headers["set-cookie"]
+        # the cookie, sent again, opens nothing
+        third.cookies.set("futoin_evt_console", cookie)
+        again = await third.get("streams")
+        assert again.headers["location"].startswith("/console/login")
+        assert server.console is not None
+        assert len(server.console.sessions) == 1
+    finally:
+        for http in clients:
+            await http.aclose()

@@ -19,10 +19,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from futoin_evt.auth.users import hash_password
-from futoin_evt.domain.partition import Partition
 from futoin_evt.client.aio import Event, EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.domain.partition import Partition
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
