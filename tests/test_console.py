@@ -9,6 +9,8 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -26,11 +28,12 @@ from .conftest import USERS, ServerFactory
 
 CHROMIUM = Path("/usr/bin/chromium")
 
-pytestmark = [
-    pytest.mark.functional,
-    pytest.mark.browser,
-    pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Chromium (apt-get install chromium)"),
-]
+pytestmark = pytest.mark.functional
+#: The tests that drive the browser.
+in_browser = pytest.mark.browser
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Chromium (apt-get install chromium)"
+)
 
 ADMIN = ("root", "root-pw")
 #: Markup in event data: shown as text, never run.
@@ -100,6 +103,8 @@ def row_of(page: Page, table: str, **data: str) -> str:
     return f"#{table} tr" + "".join(f'[data-{k}="{v}"]' for k, v in data.items())
 
 
+@in_browser
+@needs_chromium
 async def test_log_in_and_see_a_streams_head_move(
     console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
@@ -127,6 +132,8 @@ async def test_log_in_and_see_a_streams_head_move(
     await shoot(page, shots, "partition")
 
 
+@in_browser
+@needs_chromium
 async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
     console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
@@ -172,6 +179,8 @@ async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
         await pushing
 
 
+@in_browser
+@needs_chromium
 async def test_drop_a_consumer_after_the_confirmation(
     console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
@@ -190,6 +199,8 @@ async def test_drop_a_consumer_after_the_confirmation(
     assert [r.component for r in await console.store.consumers()] == ["KEPT"]
 
 
+@in_browser
+@needs_chromium
 async def test_the_live_tail_shows_only_the_events_that_match(
     console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
@@ -215,6 +226,8 @@ async def test_the_live_tail_shows_only_the_events_that_match(
     await shoot(page, shots, "tail")
 
 
+@in_browser
+@needs_chromium
 async def test_a_wrong_password_is_refused(
     console: EventServer, page: Page, shots: list[Path]
 ) -> None:
@@ -227,6 +240,8 @@ async def test_a_wrong_password_is_refused(
     await expect(page).to_have_url(re.compile(r"/console/login\?next=%2Fconsole%2Fconsumers$"))
 
 
+@in_browser
+@needs_chromium
 async def test_another_users_consumers_are_invisible(
     console: EventServer, page: Page, alice: EventStreamClient
 ) -> None:
@@ -290,6 +305,8 @@ async def test_a_form_without_its_csrf_token_is_refused(
         assert await console.store.consumers() == []
 
 
+@in_browser
+@needs_chromium
 async def test_the_event_browser_and_the_dcb_query_escape_what_they_show(
     console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
 ) -> None:
@@ -322,6 +339,8 @@ async def test_the_event_browser_and_the_dcb_query_escape_what_they_show(
     assert await page.evaluate("document.body.dataset.pwned") is None
 
 
+@in_browser
+@needs_chromium
 async def test_names_and_queries_are_escaped_in_every_page(
     console: EventServer, page: Page
 ) -> None:
@@ -343,6 +362,9 @@ async def test_names_and_queries_are_escaped_in_every_page(
     await expect(page.get_by_role("alert")).to_have_text("An event id is a positive number.")
     assert await page.locator("main img, main script, main b").count() == 0
     assert await page.evaluate("document.body.dataset.pwned") is None
+
+
+# -- without a browser -----------------------------------------------------------------------
 
 
 async def test_sessions_are_bounded_and_end_at_logout(start_server: ServerFactory) -> None:
@@ -374,3 +396,37 @@ async def test_sessions_are_bounded_and_end_at_logout(start_server: ServerFactor
     finally:
         for http in clients:
             await http.aclose()
+
+
+def test_cli_console_prints_its_url_and_serves_the_login_page(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "futoin_evt", "serve", "--db", str(tmp_path / "x.sqlite"),
+         "--port", "0", "--console"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:[0-9]+/console/", line)
+        assert url is not None, line
+        reply = httpx.get(url.group(0) + "login", timeout=30)
+        assert reply.status_code == 200
+        assert "Log in" in reply.text
+        assert "default-src 'none'" in reply.headers["content-security-policy"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_cli_console_without_jinja2_says_what_to_install(tmp_path: Path) -> None:
+    db = str(tmp_path / "x.sqlite")
+    without = (
+        "import sys; sys.modules['jinja2'] = None  # as if not installed\n"
+        "from futoin_evt.cli import main\n"
+        f"sys.exit(main(['serve', '--db', {db!r}, '--console']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", without], capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr == "futoin-evt: --console needs Jinja2: pip install 'futoin-evt[console]'\n"
