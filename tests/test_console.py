@@ -17,6 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.async_api import Browser, Page, async_playwright, expect
+from prometheus_client.parser import text_string_to_metric_families
 
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import Event, EventStreamClient
@@ -430,3 +431,33 @@ def test_cli_console_without_jinja2_says_what_to_install(tmp_path: Path) -> None
     )
     assert proc.returncode == 2
     assert proc.stderr == "futoin-evt: --console needs Jinja2: pip install 'futoin-evt[console]'\n"
+
+
+async def test_the_console_counts_as_a_door_of_its_own(start_server: ServerFactory) -> None:
+    server = await start_server(console=ConsoleConfig(), metrics=("127.0.0.1", 0))
+    assert server.console_url is not None
+    assert server.metrics_url is not None
+    async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+        wrong = {"user": "alice", "password": "wrong"}
+        assert (await http.post("login", data=wrong)).status_code == 401
+        right = {"user": "alice", "password": USERS["alice"]}
+        assert (await http.post("login", data=right)).status_code == 303
+        assert (await http.get("streams")).status_code == 200
+        assert server.metrics is not None
+        server.metrics.snapshot.cache_seconds = 0.0
+        text = (await http.get(server.metrics_url)).text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("futoin_evt_door_connections", door="console") == 1
+    assert value("futoin_evt_door_refusals_total", door="console", reason="bad_credentials") == 1
+    calls = {"door": "console", "iface": "console"}
+    assert value("futoin_evt_calls_total", function="login", outcome="401", **calls) == 1
+    assert value("futoin_evt_calls_total", function="login", outcome="303", **calls) == 1
+    assert value("futoin_evt_calls_total", function="streams", outcome="200", **calls) == 1

@@ -104,6 +104,8 @@ class ConsoleResponse:
     headers: list[tuple[str, str]] = field(default_factory=list)
     #: A streamed body (Server-Sent Events): chunks as they come.
     stream: AsyncGenerator[bytes, None] | None = None
+    #: The user of the request's session, if it had one.
+    user: str | None = None
 
 
 class Refused(Exception):
@@ -217,9 +219,11 @@ class Console:
                 return _redirect(f"{self.base}/login?next={quote(request.target, safe='')}")
             raise Refused(401, "Log in first.")
         try:
-            return await handler(call)
+            response = await handler(call)
         except Refused as exc:
-            return self._page(session, "error.html", status=exc.status, message=exc.message)
+            response = self._page(session, "error.html", status=exc.status, message=exc.message)
+        response.user = session.principal.name if session is not None else None
+        return response
 
     def error(self, status: int, message: str) -> ConsoleResponse:
         return self._page(None, "error.html", status=status, message=message)
@@ -310,11 +314,8 @@ class Console:
     def _partition(self, query: Mapping[str, str]) -> Partition:
         name = query.get("stream") or DEFAULT_PARTITION.stream
         number = query.get("partition") or "0"
-        partition = (
-            self._streams.partition(name, int(number))
-            if number.isdigit() and len(number) < 6
-            else None
-        )
+        index = _number_in(number, 5)
+        partition = self._streams.partition(name, index) if index is not None else None
         if partition is None:
             raise Refused(404, f"No such stream and partition: {name[:60]}/{number[:10]}.")
         return partition
@@ -494,8 +495,8 @@ class Console:
         if at:
             ts = _iso_time(at)
             position = await partition_log.id_before(ts) or 0
-        elif given.isdigit() and len(given) < 20:
-            position = int(given)
+        elif (wanted := _number_in(given, 18)) is not None:
+            position = wanted
         else:
             raise Refused(400, "Give a position (an event id) or a time (UTC).")
         if not await partition_log.set_position(row.user_id, row.component, position):
@@ -519,10 +520,11 @@ class Console:
             except Refused as exc:
                 message = exc.message
         elif from_id:
-            if not from_id.isdigit() or len(from_id) > 19:
+            first = _number_in(from_id, 18)
+            if first is None:
                 message = "An event id is a positive number."
             else:
-                after = max(int(from_id) - 1, 0)
+                after = max(first - 1, 0)
         rows = [] if message else await partition_log.read_rows(after, limit=EVENTS_PER_PAGE)
         events = [{"id": r[0], "type": r[1], "data": _shorten(r[2]), "ts": r[3]} for r in rows]
         return self._page(
@@ -549,7 +551,7 @@ class Console:
         if query.get("run"):
             try:
                 items = [{"types": types, "tags": tags}] if types or tags else []
-                after = int(after_text) if after_text.isdigit() and len(after_text) < 19 else None
+                after = _number_in(after_text, 18)
                 if after_text and after is None:
                     raise DcbInputError("after", "a position is a number")
                 read = await DcbService(self._store.partition_log(partition)).read(
@@ -753,8 +755,13 @@ def _page_of(query: Mapping[str, str], total: int) -> tuple[int, int]:
     """The page asked for (1 when it is not a number), within 1..pages."""
     pages = max(math.ceil(total / PAGE_SIZE), 1)
     text = query.get("page", "1")
-    page = int(text) if text.isdigit() and len(text) < 7 else 1
+    page = _number_in(text, 6) or 1
     return min(max(page, 1), pages), pages
+
+
+def _number_in(text: str, digits: int) -> int | None:
+    """``text`` as a number of at most ``digits`` ASCII digits, else None."""
+    return int(text) if re.fullmatch(f"[0-9]{{1,{digits}}}", text) else None
 
 
 def _iso_time(text: str) -> str:

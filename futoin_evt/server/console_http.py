@@ -14,6 +14,7 @@ from websockets.http11 import Request
 from ..auth.users import Authenticator
 from ..console.app import Console, ConsoleRequest, Refused
 from ..slots import TOO_MANY_CONNECTIONS
+from ..stats import CONNECTION
 from ..wsio import ServerIO
 from .http import Exchange, HttpEndpoint, HttpError
 
@@ -43,7 +44,9 @@ class ConsoleEndpoint(HttpEndpoint):
         first = self.subpath(request).strip("/").split("/", 1)[0]
         return first if first in FUNCTIONS else "page"
 
-    async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
+    async def handle(
+        self, io: ServerIO, request: Request, body: bytes, exchange: Exchange
+    ) -> int | None:
         console_request = ConsoleRequest(
             method=request.method,
             target=request.path,
@@ -59,14 +62,18 @@ class ConsoleEndpoint(HttpEndpoint):
             response = await self.console.handle(console_request)
         except Refused as exc:
             response = self.console.error(exc.status, exc.message)
+        if response.user is not None:
+            # a session's connection is past its login, as a feed request with credentials
+            CONNECTION.set((self.door, io.peer, response.user))
+            if not io.log_in():
+                if response.stream is not None:
+                    await response.stream.aclose()
+                raise HttpError(503, TOO_MANY_CONNECTIONS.capitalize() + ".")
         if response.stream is None:
             exchange.respond(
                 response.status, response.body, response.content_type, response.headers
             )
-            return
-        if not io.log_in():  # a tail holds the connection: it needs an established slot
-            await response.stream.aclose()
-            raise HttpError(503, TOO_MANY_CONNECTIONS.capitalize() + ".")
+            return response.status
         exchange.start_stream(response.content_type, response.headers)
         try:
             async for chunk in response.stream:
@@ -74,3 +81,4 @@ class ConsoleEndpoint(HttpEndpoint):
         finally:
             await response.stream.aclose()
         exchange.end_stream()
+        return None

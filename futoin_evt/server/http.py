@@ -170,7 +170,10 @@ class HttpEndpoint:
         path = urlsplit(request.path).path
         return path[len(self.path) :] if self.path != "/" else path
 
-    async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
+    async def handle(
+        self, io: ServerIO, request: Request, body: bytes, exchange: Exchange
+    ) -> int | None:
+        """Serve the request; the status sent when it is not 200 (for the metrics)."""
         raise NotImplementedError
 
     async def _serve(self, io: ServerIO, request: Request, body: bytes) -> None:
@@ -197,7 +200,7 @@ class HttpEndpoint:
         try:
             if request.method not in self.methods:
                 raise HttpError(405, f"This path serves {', '.join(self.methods)} only.")
-            await self.handle(io, request, body, exchange)
+            status = await self.handle(io, request, body, exchange)
         except HttpError as exc:
             if exchange.started:
                 exchange.abort()  # the status line is out: cut the response short
@@ -216,7 +219,7 @@ class HttpEndpoint:
                 return 0
             exchange.respond(500, b"Internal error.\n")
             return 500
-        return 200
+        return status or 200
 
     async def authorize(self, io: ServerIO, request: Request) -> Principal:
         """The caller, from HTTP Basic credentials over a secure channel."""
