@@ -37,6 +37,7 @@ from ..notify.live import LiveEvents, Subscription, management_visible_to
 from ..notify.management import CONSUMER_DROPPED, ManagementBus
 from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
+from ..stats import INSECURE_CHANNEL
 from ..storage.base import ConsumerRow, Store
 from .config import ConsoleConfig
 from .samples import Chart, HeadSamples, chart
@@ -44,6 +45,8 @@ from .sessions import Session, Sessions
 
 DEFAULT_CONFIG: Final = ConsoleConfig()
 COOKIE: Final = "futoin_evt_console"
+#: The console as the metrics' door label.
+CONSOLE_DOOR: Final = "console"
 #: Rows per page of every table.
 PAGE_SIZE: Final = 50
 #: Events shown per page of the event browser and the DCB query.
@@ -89,6 +92,7 @@ class ConsoleRequest:
     #: Header names in lower case (only those the console reads).
     headers: Mapping[str, str]
     body: bytes
+    #: The peer's address (without its port): password checks are limited per address.
     peer: str
     #: TLS, loopback or a trusted channel: passwords may be sent.
     secure_channel: bool
@@ -264,7 +268,8 @@ class Console:
             )
             .encode()
         )
-        return ConsoleResponse(status, body, headers=[*SECURITY_HEADERS, *(headers or [])])
+        headers = [("Cache-Control", "no-store"), *SECURITY_HEADERS, *(headers or [])]
+        return ConsoleResponse(status, body, headers=headers)
 
     # -- sessions -------------------------------------------------------------------------
 
@@ -278,7 +283,7 @@ class Console:
         name, password = form.get("user", ""), form.get("password", "")
         nxt = form.get("next", "")
         if not request.secure_channel:
-            self._auth.refusals.note("console", "insecure_channel")
+            self._auth.refusals.note(CONSOLE_DOOR, INSECURE_CHANNEL)
             raise Refused(403, "Passwords are accepted only over TLS or loopback.")
         try:
             principal = await self._auth.authenticate(f"{name}:{password}", request.peer)
@@ -360,13 +365,16 @@ class Console:
     async def _partition_page(self, call: _Call) -> ConsoleResponse:
         partition = self._partition(call.query)
         row = await self._extent(partition)
-        bounds = await self._store.partition_log(partition).stream_bounds()
+        partition_log = self._store.partition_log(partition)
+        oldest = await partition_log.read_rows(max(row["oldest"] - 1, 0), limit=1)
+        newest = await partition_log.read_rows(max(row["head"] - 1, 0), limit=1)
         big = self._chart(partition, 720, 180)
         return self._page(
             call.session,
             "partition.html",
             row=row,
-            bounds=bounds,
+            oldest_ts=oldest[0][3] if oldest else None,
+            newest_ts=newest[0][3] if newest else None,
             big=big,
             interval=self.samples.interval,
             principal=call.principal,
@@ -406,7 +414,7 @@ class Console:
             pages=pages,
             total=total,
             stream=wanted,
-            notice=call.query.get("notice", ""),
+            notice=call.session.take_notice() if call.session is not None else None,
             principal=principal,
         )
 
@@ -484,8 +492,9 @@ class Console:
             by=call.principal.name,
             reason="dropped in the console",
         )
-        notice = f"Dropped {row.user}/{row.component} of {partition}."
-        return _redirect(f"{self.base}/consumers?notice={quote(notice)}")
+        assert call.session is not None
+        call.session.notice = f"Dropped {row.user}/{row.component} of {partition}."
+        return _redirect(f"{self.base}/consumers")
 
     async def _seek(self, call: _Call) -> ConsoleResponse:
         partition, row = await self._consumer(call, call.form)
@@ -503,8 +512,9 @@ class Console:
             raise Refused(404, "No such consumer.")
         if partition == DEFAULT_PARTITION:
             self._push.stop_stream(row.user_id, row.component)
-        notice = f"{row.user}/{row.component} of {partition} is at {position} now."
-        return _redirect(f"{self.base}/consumers?notice={quote(notice)}")
+        assert call.session is not None
+        call.session.notice = f"{row.user}/{row.component} of {partition} is at {position} now."
+        return _redirect(f"{self.base}/consumers")
 
     # -- events ---------------------------------------------------------------------------
 
@@ -626,7 +636,6 @@ class Console:
             message=message,
             source=source,
             rows=self.config.tail_rows,
-            streams=list(self._streams),
             principal=call.principal,
         )
 

@@ -33,6 +33,12 @@ class Session:
     tails: int = 0
     #: Set at logout or eviction: its live tails end.
     ended: bool = field(default=False)
+    #: What the next page says of the last change (a drop, a seek), once.
+    notice: str | None = None
+
+    def take_notice(self) -> str | None:
+        notice, self.notice = self.notice, None
+        return notice
 
     def csrf_matches(self, value: str | None) -> bool:
         return value is not None and hmac.compare_digest(value.encode(), self.csrf.encode())

@@ -12,10 +12,11 @@ from typing import Final
 from websockets.http11 import Request
 
 from ..auth.users import Authenticator
-from ..console.app import Console, ConsoleRequest, Refused
+from ..console.app import CONSOLE_DOOR, Console, ConsoleRequest, Refused
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION
 from ..wsio import ServerIO
+from .executor import peer_host
 from .http import Exchange, HttpEndpoint, HttpError
 
 #: The request headers the console reads.
@@ -27,7 +28,7 @@ FUNCTIONS: Final = frozenset({"login", "logout", "streams", "consumers", "tail",
 class ConsoleEndpoint(HttpEndpoint):
     methods = ("GET", "POST")
     realm = "futoin-evt console"
-    door = "console"
+    door = CONSOLE_DOOR
 
     def __init__(
         self,
@@ -54,7 +55,7 @@ class ConsoleEndpoint(HttpEndpoint):
                 name: request.headers.get(name, "") for name in HEADERS if name in request.headers
             },
             body=body,
-            peer=io.peer,
+            peer=peer_host(io.peer),
             secure_channel=self._secure(io),
             tls=self._tls,
         )
