@@ -415,3 +415,42 @@ async def test_the_official_js_client_on_a_partition(
     assert out[0] == {"ok": "1"}
     assert out[1]["error"] == "InvalidRequest"
     assert "/orders/0" in out[1]["desc"]
+
+
+async def test_a_takeover_through_another_server_stops_only_that_partition(
+    pg_url: str, password_hashes: dict[str, str]
+) -> None:
+    """Two servers on one PostgreSQL database: the claim goes out naming its partition."""
+    config = ServerConfig(
+        db=pg_url, transport=TransportConfig(port=0), retention=RetentionConfig(interval=3600)
+    )
+    async with await EventServer.start(config) as first:
+        for name, password_hash in password_hashes.items():
+            await first.store.add_user(name, password_hash)
+        await first.store.add_stream("orders", PARTITIONS)
+        await first.streams.refresh()
+        async with await EventServer.start(config) as second:
+            receivers = []
+            for n in (0, 1):
+                async with await EventStreamClient.connect(
+                    first.url + f"orders/{n}", credentials=ALICE
+                ) as client:
+                    await client.register_consumer("SAME", iface=PUSH)
+                receiver = ReliableReceiver(
+                    first.url + f"orders/{n}", credentials=ALICE, component="SAME"
+                )
+                receivers.append((receiver, await running(receiver)))
+            alice = await user_id(first, "alice")
+            on_0, on_1 = partition(first, 0), partition(first, 1)
+            assert first.push.connected_consumers(on_1) == [(alice, "SAME")]
+            newer = ReliableReceiver(second.url + "orders/1", credentials=ALICE, component="SAME")
+            newer_task = await running(newer)
+            assert second.push.connected_consumers(on_1) == [(alice, "SAME")]
+            deadline = time.monotonic() + 30
+            while first.push.connected_consumers(on_1):  # the claim travels by NOTIFY
+                assert time.monotonic() < deadline, "the older stream did not stop"
+                await asyncio.sleep(0.02)
+            assert first.push.connected_consumers(on_0) == [(alice, "SAME")]
+            await stop(newer, newer_task)
+            for receiver, task in receivers:
+                await stop(receiver, task)
