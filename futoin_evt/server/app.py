@@ -22,6 +22,7 @@ from ..ftn18.notify import NotifyService
 from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
 from ..ftn18.services import GenService, PollService, Routes, ping
+from ..ftn18.stream_ops import StreamAdmin
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
@@ -104,6 +105,7 @@ def build_routes(
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
     ops = OpsService(store, push, discarder, notices)
+    streams = StreamAdmin(store)
     consumer = {
         "ping": ping,
         "registerConsumer": poll.register_consumer,
@@ -136,6 +138,11 @@ def build_routes(
             "idBefore": ops.id_before,
             "consumerState": ops.consumer_state,
             "readEvents": ops.read_events,
+            "listStreams": streams.list_streams,
+            "describeStream": streams.describe_stream,
+            "addStream": streams.add_stream,
+            "growStream": streams.grow_stream,
+            "dropStream": streams.drop_stream,
         },
     }
 
