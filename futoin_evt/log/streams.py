@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from ..domain.partition import Partition, StreamInfo
@@ -44,6 +44,7 @@ class StreamRegistry:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stop_listening = store.listen_streams(lambda _version: self._changed.set())
+        self._listeners: set[Callable[[], None]] = set()
 
     @classmethod
     async def open(
@@ -53,6 +54,11 @@ class StreamRegistry:
         await registry.refresh()
         registry._task = asyncio.create_task(registry._follow(), name="futoin-evt-streams")
         return registry
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after each read of a changed registry; returns how to stop."""
+        self._listeners.add(callback)
+        return lambda: self._listeners.discard(callback)
 
     def get(self, name: str) -> StreamInfo | None:
         return self._streams.get(name)
@@ -80,6 +86,8 @@ class StreamRegistry:
             log.info("stream %s dropped", name)
         self._streams = infos
         self.version = version
+        for callback in list(self._listeners):
+            callback()
 
     async def _follow(self) -> None:
         while True:
