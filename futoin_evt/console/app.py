@@ -430,18 +430,14 @@ class Console:
         self, partition: Partition, listed: list[ConsumerRow], limit: int
     ) -> list[dict[str, Any]]:
         lowest = await self._store.partition_log(partition).lowest_consumer()
-        pushing = (
-            {(s.user_id, s.component): s for s in self._push.streams if s.reliable}
-            if partition == DEFAULT_PARTITION
-            else {}
-        )
+        pushing = {s.key: s for s in self._push.streams if s.reliable}
         now = time.time()
         return [
             {
                 "partition": partition,
                 "row": row,
                 "age": _age(row.oldest_unread_ts, now),
-                "push": pushing.get((row.user_id, row.component)),
+                "push": pushing.get((partition.key, row.user_id, row.component)),
                 "holds_back": lowest is not None
                 and (lowest[1], lowest[2]) == (row.user_id, row.component),
             }
@@ -483,8 +479,7 @@ class Console:
         partition_log = self._store.partition_log(partition)
         if not await partition_log.drop_consumer(row.user_id, row.component):
             raise Refused(404, "No such consumer.")
-        if partition == DEFAULT_PARTITION:
-            self._push.stop_stream(row.user_id, row.component)
+        self._push.stop_stream(row.user_id, row.component, partition)
         self._notices.publish(
             CONSUMER_DROPPED,
             user=row.user,
@@ -510,8 +505,7 @@ class Console:
             raise Refused(400, "Give a position (an event id) or a time (UTC).")
         if not await partition_log.set_position(row.user_id, row.component, position):
             raise Refused(404, "No such consumer.")
-        if partition == DEFAULT_PARTITION:
-            self._push.stop_stream(row.user_id, row.component)
+        self._push.stop_stream(row.user_id, row.component, partition)
         assert call.session is not None
         call.session.notice = f"{row.user}/{row.component} of {partition} is at {position} now."
         return _redirect(f"{self.base}/consumers")

@@ -230,15 +230,14 @@ class ServerCollector(Collector):
             "Pushed groups that failed and were sent again, on the current push connection.",
             labels=CONSUMER_LABELS,
         )
-        # push streams serve the default partition
-        streams = {(s.user_id, s.component): s for s in self._server.push.streams}
+        streams = {s.key: s for s in self._server.push.streams if s.reliable}
         now = time.time()
         for partition, row in snapshot.consumers:
             labels = [row.user, row.component, partition.stream, str(partition.number)]
             position.add_metric(labels, row.position)
             lag.add_metric(labels, row.behind)
             age.add_metric(labels, _age(row.oldest_unread_ts, now))
-            push = streams.get((row.user_id, row.component)) if partition.key == 0 else None
+            push = streams.get((partition.key, row.user_id, row.component))
             in_flight.add_metric(labels, push.in_flight if push is not None else 0)
             retries.add_metric(labels, push.stats.groups_failed if push is not None else 0)
         yield from (position, lag, age, in_flight, retries)
