@@ -23,7 +23,8 @@ from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import Event, EventStreamClient
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.console.config import ConsoleConfig
-from futoin_evt.server.app import EventServer
+from futoin_evt.server.app import EventServer, ServerConfig
+from futoin_evt.server.websocket import TransportConfig
 
 from .conftest import USERS, ServerFactory
 
@@ -146,8 +147,13 @@ async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
     async def keep(events: list[Event]) -> None:
         received.extend(events)
 
-    mailer = ReliableReceiver(
-        console.url, credentials=f"alice:{USERS['alice']}", component="MAILER", on_events=keep
+    await console.store.add_stream("orders", 2)
+    await console.streams.refresh()
+    mailer = ReliableReceiver(  # a push consumer of another stream's partition
+        console.url.rstrip("/") + "/orders/1",
+        credentials=f"alice:{USERS['alice']}",
+        component="MAILER",
+        on_events=keep,
     )
     pushing = asyncio.create_task(mailer.run())
     await mailer.ready.wait()
@@ -163,6 +169,7 @@ async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
         await expect(lag).to_have_text("3")
         mailer_row = page.locator(row_of(page, "consumers", user="alice", component="MAILER"))
         await expect(mailer_row.locator(".lag")).to_have_text("0")
+        await expect(mailer_row).to_contain_text("orders/1")
         await expect(mailer_row).to_contain_text("connected")
         await expect(page.locator(row_of(page, "consumers", component="AUDIT"))).to_contain_text(
             "holds back discarding"
@@ -461,3 +468,25 @@ async def test_the_console_counts_as_a_door_of_its_own(start_server: ServerFacto
     assert value("futoin_evt_calls_total", function="login", outcome="401", **calls) == 1
     assert value("futoin_evt_calls_total", function="login", outcome="303", **calls) == 1
     assert value("futoin_evt_calls_total", function="streams", outcome="200", **calls) == 1
+
+
+async def test_the_console_on_postgresql(pg_url: str) -> None:
+    config = ServerConfig(db=pg_url, transport=TransportConfig(port=0), console=ConsoleConfig())
+    async with await EventServer.start(config) as server:
+        alice = await server.store.add_user("alice", hash_password(USERS["alice"]))
+        info = await server.store.add_stream("orders", 2)
+        await server.streams.refresh()
+        orders = server.store.partition_log(info.partitions[1])
+        await orders.register_consumer(alice, "BILLING")
+        for _ in range(3):
+            await orders.append("Placed", "{}")
+        assert server.console_url is not None
+        async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+            form = {"user": "alice", "password": USERS["alice"]}
+            assert (await http.post("login", data=form)).status_code == 303
+            streams = await http.get("streams")
+            assert re.search(r'data-stream="orders" data-partition="1">.*?class="num head">3<',
+                             streams.text, re.S)  # fmt: skip
+            consumers = await http.get("consumers")
+            assert re.search(r'data-component="BILLING">.*?orders/1.*?class="num lag">3<',
+                             consumers.text, re.S)  # fmt: skip

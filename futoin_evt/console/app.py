@@ -430,7 +430,7 @@ class Console:
         self, partition: Partition, listed: list[ConsumerRow], limit: int
     ) -> list[dict[str, Any]]:
         lowest = await self._store.partition_log(partition).lowest_consumer()
-        pushing = {s.key: s for s in self._push.streams if s.reliable}
+        pushing = {s.key: s for s in self._push.all_streams if s.reliable}
         now = time.time()
         return [
             {

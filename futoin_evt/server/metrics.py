@@ -230,7 +230,7 @@ class ServerCollector(Collector):
             "Pushed groups that failed and were sent again, on the current push connection.",
             labels=CONSUMER_LABELS,
         )
-        streams = {s.key: s for s in self._server.push.streams if s.reliable}
+        streams = {s.key: s for s in self._server.push.all_streams if s.reliable}
         now = time.time()
         for partition, row in snapshot.consumers:
             labels = [row.user, row.component, partition.stream, str(partition.number)]
