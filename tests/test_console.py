@@ -26,7 +26,7 @@ from futoin_evt.console.config import ConsoleConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 
-from .conftest import USERS, ServerFactory
+from .conftest import USERS, ServerFactory, run_without
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -427,15 +427,7 @@ def test_cli_console_prints_its_url_and_serves_the_login_page(tmp_path: Path) ->
 
 
 def test_cli_console_without_jinja2_says_what_to_install(tmp_path: Path) -> None:
-    db = str(tmp_path / "x.sqlite")
-    without = (
-        "import sys; sys.modules['jinja2'] = None  # as if not installed\n"
-        "from futoin_evt.cli import main\n"
-        f"sys.exit(main(['serve', '--db', {db!r}, '--console']))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", without], capture_output=True, text=True, timeout=60
-    )
+    proc = run_without("jinja2", ["serve", "--db", str(tmp_path / "x.sqlite"), "--console"])
     assert proc.returncode == 2
     assert proc.stderr == "futoin-evt: --console needs Jinja2: pip install 'futoin-evt[console]'\n"
 

@@ -28,7 +28,7 @@ from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
 from .amqp_wire import Peer, login
-from .conftest import USERS, ServerFactory
+from .conftest import USERS, ServerFactory, run_without
 
 pytestmark = pytest.mark.functional
 
@@ -529,14 +529,7 @@ def test_cli_metrics_refuses_a_bad_address(tmp_path: Path) -> None:
 
 def test_cli_metrics_without_prometheus_client_says_what_to_install(tmp_path: Path) -> None:
     db = str(tmp_path / "x.sqlite")
-    without = (
-        "import sys; sys.modules['prometheus_client'] = None  # as if not installed\n"
-        "from futoin_evt.cli import main\n"
-        f"sys.exit(main(['serve', '--db', {db!r}, '--metrics', '127.0.0.1:0']))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", without], capture_output=True, text=True, timeout=60
-    )
+    proc = run_without("prometheus_client", ["serve", "--db", db, "--metrics", "127.0.0.1:0"])
     assert proc.returncode == 2
     assert proc.stderr == (
         "futoin-evt: --metrics needs prometheus-client: pip install 'futoin-evt[metrics]'\n"
