@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import ssl
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -16,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import trustme
 from playwright.async_api import Browser, Page, async_playwright, expect
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -482,3 +484,19 @@ async def test_the_console_on_postgresql(pg_url: str) -> None:
             consumers = await http.get("consumers")
             assert re.search(r'data-component="BILLING">.*?orders/1.*?class="num lag">3<',
                              consumers.text, re.S)  # fmt: skip
+
+
+async def test_under_tls_the_session_cookie_is_secure(start_server: ServerFactory) -> None:
+    authority = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    server = await start_server(tls=context, console=ConsoleConfig())
+    assert server.console_url is not None
+    assert server.console_url.startswith("https://")
+    trusted = ssl.create_default_context()
+    authority.configure_trust(trusted)
+    async with httpx.AsyncClient(base_url=server.console_url, verify=trusted, timeout=30) as http:
+        reply = await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+        assert reply.status_code == 303
+        assert reply.headers["set-cookie"].endswith("; HttpOnly; SameSite=Strict; Secure")
+        assert (await http.get("consumers")).status_code == 200
