@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
-from ..storage.base import Store, StreamBounds
+from ..storage.base import PartitionLog, StreamBounds
 
 #: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
 COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
@@ -54,7 +54,7 @@ def ts_to_ms(ts: str) -> int:
 class EventLog:
     """One ordered log: what a transport calls instead of the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: PartitionLog) -> None:
         self._store = store
 
     def append(self, event_type: str, data: Any) -> asyncio.Future[EventId]:

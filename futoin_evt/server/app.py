@@ -13,6 +13,7 @@ from websockets.http11 import Request
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
+from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
@@ -39,6 +40,8 @@ from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
+    from ..console.app import Console
+    from .console_http import ConsoleEndpoint
     from .metrics import MetricsListener
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,8 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+    #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
+    console: ConsoleConfig | None = None
 
 
 def build_routes(
@@ -187,6 +192,25 @@ async def _start_amqp(
     return listener
 
 
+def _console_endpoint(
+    config: ConsoleConfig,
+    store: Store,
+    streams: StreamRegistry,
+    push: PushService,
+    authenticator: Authenticator,
+    notices: ManagementBus,
+    live: LiveEvents,
+    transport: WebSocketTransport,
+    tls: bool,
+) -> ConsoleEndpoint:
+    """The console's endpoint (imported here: Jinja2 is an optional dependency)."""
+    from ..console.app import Console
+    from .console_http import ConsoleEndpoint
+
+    console = Console(store, streams, push, authenticator, notices, live, config)
+    return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
+
+
 async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsListener:
     """The metrics listener (imported here: prometheus-client is an optional dependency)."""
     from .metrics import MetricsListener
@@ -228,6 +252,7 @@ class EventServer:
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
         self.metrics: MetricsListener | None = None
+        self.console: Console | None = None
         self.authenticator = authenticator
         self.executor = executor
         #: Event notification: management events, the shared reader, the FTN3 service.
@@ -272,6 +297,21 @@ class EventServer:
                     DcbService(store), authenticator, transport.is_secure, config.dcb_path
                 )
                 endpoints.append(dcb)
+            console = None
+            if config.console is not None:
+                endpoint = _console_endpoint(
+                    config.console,
+                    store,
+                    streams,
+                    push,
+                    authenticator,
+                    notices,
+                    live,
+                    transport,
+                    config.transport.tls is not None,
+                )
+                endpoints.append(endpoint)
+                console = endpoint.console
             if endpoints:
                 transport.http_handler = _route(endpoints)
             await transport.start()
@@ -300,6 +340,9 @@ class EventServer:
         server.feed = feed
         server.http_endpoints = endpoints
         server.amqp = amqp
+        server.console = console
+        if console is not None:
+            console.start()
         server.notices = notices
         server.live = live
         server.notify = notify
@@ -311,6 +354,8 @@ class EventServer:
                 raise
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
+        if server.console_url is not None:
+            log.info("console on %s", server.console_url)
         if amqp is not None:
             log.info("AMQP on %s", amqp.url)
         if server.metrics is not None:
@@ -320,10 +365,15 @@ class EventServer:
     @property
     def feed_url(self) -> str | None:
         """``http(s)://host:port/feed``, or None when the feed is off."""
-        if self.feed is None:
-            return None
-        base = self._transport.url.replace("ws", "http", 1).rstrip("/")
-        return base + self.feed.path
+        return self._http_url(self.feed.path) if self.feed is not None else None
+
+    @property
+    def console_url(self) -> str | None:
+        """``http(s)://host:port/console/``, or None when the console is off."""
+        return self._http_url(self.console.base + "/") if self.console is not None else None
+
+    def _http_url(self, path: str) -> str:
+        return self._transport.url.replace("ws", "http", 1).rstrip("/") + path
 
     @property
     def url(self) -> str:
@@ -360,6 +410,8 @@ class EventServer:
         if self.amqp is not None:
             await self.amqp.close()
         await self.discarder.close()
+        if self.console is not None:
+            await self.console.close()
         if self.archiver is not None:
             await self.archiver.close()
         endings = [self.push.close(), self.notify.close(), self._transport.close(deadline)]
