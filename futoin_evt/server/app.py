@@ -13,7 +13,7 @@ from websockets.http11 import Request
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
-from ..dcb.service import DcbService
+from ..dcb.service import DcbService, stream_dcb_log
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.dcb import DcbCalls
@@ -259,7 +259,11 @@ class EventServer:
                 endpoints.append(feed)
             if config.dcb_path is not None:
                 dcb = DcbEndpoint(
-                    DcbService(store), authenticator, transport.is_secure, config.dcb_path
+                    DcbService(store),
+                    authenticator,
+                    transport.is_secure,
+                    config.dcb_path,
+                    lambda name: DcbService(stream_dcb_log(name, streams.get, store.partition_log)),
                 )
                 endpoints.append(dcb)
             if endpoints:
