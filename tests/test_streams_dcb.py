@@ -13,11 +13,9 @@ import pytest
 
 from futoin_evt.dcb.client import DcbClient, DcbError, Event, Query, QueryItem, condition
 from futoin_evt.domain.partition import DEFAULT_STREAM
-from futoin_evt.log.retention import RetentionConfig
-from futoin_evt.server.app import EventServer, ServerConfig
-from futoin_evt.server.websocket import TransportConfig
+from futoin_evt.server.app import EventServer
 
-from .conftest import USERS
+from .conftest import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 
@@ -25,23 +23,13 @@ ALICE = ("alice", USERS["alice"])
 
 
 @pytest.fixture
-async def streams_server(
-    store_db: str, password_hashes: dict[str, str]
-) -> AsyncIterator[EventServer]:
+async def streams_server(start_server: ServerFactory, store_db: str) -> EventServer:
     """A server on each backend with the streams ``ledger`` (1 partition) and ``orders`` (4)."""
-    config = ServerConfig(
-        db=store_db,
-        transport=TransportConfig(port=0),
-        check_results=True,
-        retention=RetentionConfig(interval=3600),
-    )
-    async with await EventServer.start(config) as server:
-        for name, password_hash in password_hashes.items():
-            await server.store.add_user(name, password_hash)
-        await server.store.add_stream("ledger", 1)
-        await server.store.add_stream("orders", 4)
-        await server.streams.refresh()
-        yield server
+    server = await start_server(db=store_db)
+    await server.store.add_stream("ledger", 1)
+    await server.store.add_stream("orders", 4)
+    await server.streams.refresh()
+    return server
 
 
 def base_url(server: EventServer) -> str:

@@ -36,11 +36,12 @@ class Notifications:
         requested: Sequence[str] | None = None,
         *,
         compact: bool = False,
-        after: int | Sequence[int] | None = None,
+        after: int | str | Sequence[int] | None = None,
         stream: str | None = None,
     ) -> Subscribed:
         """``stream``: every partition of that stream (None: ``events``); ``after``: start
-        after this id, or after these ids, one per partition, instead of at the newest."""
+        after this id, or after these ids, one per partition (a list, or the text
+        ``"12,0,7,3"``), instead of at the newest."""
         params: dict[str, Any] = {}
         if stream is not None:
             params["stream"] = stream
@@ -48,7 +49,7 @@ class Notifications:
             params["selector"] = selector
         if requested is not None:
             params["transformation"] = {"requestedAttributes": list(requested), "compact": compact}
-        if isinstance(after, int):
+        if isinstance(after, int | str):
             params["after"] = str(after)
         elif after is not None:
             params["after"] = ",".join(str(position) for position in after)
