@@ -6,7 +6,7 @@ transformations use; unknown and bad stream names are refused. On both backends.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
@@ -264,8 +264,9 @@ async def test_amqp_events_of_a_named_stream(streams_server: EventServer) -> Non
     expected = {k for k, data in added.items() if data.get("total", 0) >= 150 and k[0] != 0}
     assert {(props(m)["partition"], props(m)["id"]) for m in big} == expected
     assert all(props(m)["stream"] == "orders" for m in big)
-    assert {(m.body[1], m.body[2]) for m in compact} == where(added, "ORDER", -1)
-    assert {m.body[0] for m in compact} == {"orders"}
+    bodies: list[list[Any]] = [cast(list[Any], m.body) for m in compact]
+    assert {(body[1], body[2]) for body in bodies} == where(added, "ORDER", -1)
+    assert {body[0] for body in bodies} == {"orders"}
 
     replies = await in_thread(
         management_requests,
