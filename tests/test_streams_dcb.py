@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, cast
 
 import httpx
 import pytest
 
 from futoin_evt.dcb.client import DcbClient, DcbError, Event, Query, QueryItem, condition
 from futoin_evt.domain.partition import DEFAULT_STREAM
+from futoin_evt.ftn3.errors import FTN3Error
+from futoin_evt.ftn18.dcb import DcbCalls
+from futoin_evt.ftn18.services import CallContext
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
@@ -197,3 +200,22 @@ async def test_the_eventsourcing_recorder_takes_a_stream(streams_server: EventSe
 
     assert await asyncio.to_thread(run) == (1, [1])
     assert (await stored(streams_server))["events/0"] == 0
+
+
+async def test_the_ftn3_calls_of_a_stream(streams_server: EventServer) -> None:
+    """What the FTN3 door on ``/NAME`` calls: the DCB calls of a stream, or the refusal."""
+    streams, store = streams_server.streams, streams_server.store
+    calls = DcbCalls.of_stream("ledger", streams.get, store.partition_log)
+    context = cast(CallContext, None)  # append looks at nothing of its caller
+    params = {"events": [course("c1")], "condition": None}
+    assert await calls.append(context, params) == 1
+    for name, says in [
+        ("orders", "4 partitions: a DCB condition needs one order of events"),
+        ("nowhere", "There is no stream nowhere"),
+        ("Bad", "invalid stream name"),
+    ]:
+        with pytest.raises(FTN3Error) as refused:
+            DcbCalls.of_stream(name, streams.get, store.partition_log)
+        assert refused.value.name == "InvalidRequest"
+        assert says in refused.value.desc
+    assert (await stored(streams_server))["ledger/0"] == 1
