@@ -316,3 +316,19 @@ async def test_the_feed_selector_sees_stream_and_partition(streams_server: Event
             lines = response.text.splitlines()
             counts.append(sum(line.startswith('{"data"') for line in lines))
     assert counts == [1, 0]
+
+
+async def test_a_subscription_follows_the_partitions_a_stream_gains(
+    streams_server: EventServer,
+) -> None:
+    async with await EventStreamClient.connect(streams_server.url, credentials=ALICE) as client:
+        notifications = Notifications(client.ftn3)
+        queue = await notifications.subscribe(
+            "eventType = 'GROWN'", ["partition", "id"], compact=True, stream="orders"
+        )
+        await streams_server.store.grow_stream("orders", PARTITIONS + 2)
+        await streams_server.streams.refresh()
+        await add(streams_server, "orders", PARTITIONS + 1, "GROWN", {})
+        await add(streams_server, "orders", 0, "GROWN", {})
+        got = [(await asyncio.wait_for(queue.get(), 30))["body"] for _ in range(2)]
+        assert sorted(got) == [[0, 1], [PARTITIONS + 1, 1]]

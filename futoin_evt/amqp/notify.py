@@ -28,7 +28,6 @@ from proton import DataException, Link, Message
 
 from ..notify.live import (
     READ_BATCH,
-    LiveEvents,
     LiveStreams,
     Subscription,
     UnknownStream,
@@ -72,26 +71,29 @@ class NotificationNode:
         if link.is_receiver:
             raise LinkRefused(NOT_FOUND, "$events is a source: attach a receiving link")
         assert conn.principal is not None
-        lives = self._of_stream(link.remote_source.address or EVENTS_SOURCE)
+        name = self._stream_name(link.remote_source.address or EVENTS_SOURCE)
+        try:
+            lives = self._streams.of_stream(name)
+        except UnknownStream as exc:
+            raise LinkRefused(NOT_FOUND, str(exc)) from None
         selector, transformation = subscription_filters(link)
         subscription = Subscription.of_partitions(
             [(live, live.events.head) for live in lives],
             self.bus,
             selector,
             management_visible_to(conn.principal),
+            self._streams.growing(name),
         )
         return NotificationLink(conn, link, subscription, transformation)
 
     async def event_types(self, stream: str | None, event_type: str | None) -> dict[str, list[str]]:
         return await self._streams.event_types(stream, event_type)
 
-    def _of_stream(self, address: str) -> list[LiveEvents]:
-        """The readers of the stream a ``$events[/NAME]`` address (or URI) names."""
+    @staticmethod
+    def _stream_name(address: str) -> str | None:
+        """The stream a ``$events[/NAME]`` address (or URI) names; None: ``events``."""
         _node, _slash, name = _address_path(address).partition("/")
-        try:
-            return self._streams.of_stream(name or None)
-        except UnknownStream as exc:
-            raise LinkRefused(NOT_FOUND, str(exc)) from None
+        return name or None
 
 
 def subscription_filters(link: Link) -> tuple[Selector | None, Transformation | None]:

@@ -163,6 +163,7 @@ class NotifyService:
             self._notices,
             selector,
             management_visible_to(ctx.principal),
+            self._streams.growing(params.get("stream")),
         )
         sid = str(next(self._sids))
         pushing = _Pushing(sid, link, subscription, transformation)

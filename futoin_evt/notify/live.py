@@ -201,9 +201,10 @@ class Subscription:
     """One subscriber: matching notifications after its positions, as :meth:`next` is called.
 
     It reads one partition (``live``, after ``after_id``) or, with ``more``, every partition
-    of a stream: each in id order, the partitions taken in turns. ``management`` is a filter
-    on the management events this subscriber may see at all (its user's own, say); None:
-    none at all.
+    of a stream: each in id order, the partitions taken in turns; with ``grows``, also the
+    partitions the stream gets later, from their first event. ``management`` is a filter on
+    the management events this subscriber may see at all (its user's own, say); None: none
+    at all.
     """
 
     def __init__(
@@ -215,6 +216,7 @@ class Subscription:
         management: Callable[[Notification], bool] | None = None,
         *,
         more: Sequence[tuple[LiveEvents, int]] = (),
+        grows: StreamPartitions | None = None,
     ) -> None:
         self.bus = bus
         self.selector = selector
@@ -230,6 +232,9 @@ class Subscription:
         self._stops: list[Callable[[], None]] = []
         self._log_types: frozenset[str] | None = None
         self._reads_log = True
+        self._grows = grows
+        #: The stream's registry changed since its partitions were last counted.
+        self._changed = False
 
     @classmethod
     def of_partitions(
@@ -238,10 +243,11 @@ class Subscription:
         bus: ManagementBus | None,
         selector: Selector | None,
         management: Callable[[Notification], bool] | None = None,
+        grows: StreamPartitions | None = None,
     ) -> Subscription:
         """Over several partitions: (their shared reader, the id to start after) each."""
         (live, after_id), *more = positions
-        return cls(live, bus, selector, after_id, management, more=more)
+        return cls(live, bus, selector, after_id, management, more=more, grows=grows)
 
     @property
     def live(self) -> LiveEvents:
@@ -265,17 +271,40 @@ class Subscription:
             self._reads_log = bool(self._log_types)
         if self._reads_log:
             for cursor in self._cursors:
-                self._stops.append(cursor.live.register(self._log_types))
-                self._stops.append(cursor.live.events.listen(self.wake.set))
+                self._follow(cursor)
+            if self._grows is not None:
+                self._stops.append(self._grows.listen(self._registry_changed))
         wants_management = pinned is None or any(is_management_type(t) for t in pinned)
         if self.bus is not None and self.management is not None and wants_management:
             self._stops.append(self.bus.listen(self._on_management))
         return self
 
+    def _follow(self, cursor: _Cursor) -> None:
+        self._stops.append(cursor.live.register(self._log_types))
+        self._stops.append(cursor.live.events.listen(self.wake.set))
+
+    def _registry_changed(self) -> None:
+        self._changed = True
+        self.wake.set()
+
+    def _grow(self) -> None:
+        """Read the partitions the stream has gained from their start."""
+        self._changed = False
+        assert self._grows is not None
+        try:
+            lives = self._grows.current()
+        except UnknownStream:  # dropped: its reads end with the error its store gives
+            return
+        for live in lives[len(self._cursors) :]:
+            cursor = _Cursor(live, 0)
+            self._cursors.append(cursor)
+            self._follow(cursor)
+
     def close(self) -> None:
         for stop in self._stops:
             stop()
         self._stops.clear()
+        self._grows, self._changed = None, False
 
     def _on_management(self, notification: Notification) -> None:
         assert self.management is not None
@@ -290,6 +319,8 @@ class Subscription:
         self.wake.set()
 
     def _behind(self) -> bool:
+        if self._changed:
+            self._grow()
         return self._reads_log and any(c.live.events.head > c.after_id for c in self._cursors)
 
     def has_more(self) -> bool:
@@ -347,6 +378,16 @@ class UnknownStream(NotifyError):
     """A subscription or GET-EVENTS names no stream this server has (or no possible name)."""
 
 
+@dataclass(frozen=True, slots=True)
+class StreamPartitions:
+    """One stream's partitions as it grows: ``current()`` gives their readers now (or raises
+    :class:`UnknownStream`), ``listen(callback)`` calls back on each change of the registry
+    and returns how to stop."""
+
+    current: Callable[[], list[LiveEvents]]
+    listen: Callable[[Callable[[], None]], Callable[[], None]]
+
+
 class LiveStreams:
     """The shared reader (:class:`LiveEvents`) of every partition that subscribers read,
     made when one first asks for it and kept with the server: one store read and one parse
@@ -358,13 +399,16 @@ class LiveStreams:
         default: LiveEvents,
         stream: Callable[[str], StreamInfo | None],
         event_log: Callable[[Partition], EventLog],
+        listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
     ) -> None:
         """``default``: the reader of ``events``/0; ``stream`` looks a stream up
         (``server.streams.get``; ``events`` is ``default`` alone when it does not know it);
-        ``event_log`` gives the log of a partition."""
+        ``event_log`` gives the log of a partition; ``listen`` hears of registry changes
+        (``server.streams.listen``; None: subscriptions do not follow a stream's growth)."""
         self.default = default
         self._stream = stream
         self._event_log = event_log
+        self._listen = listen
         self._lives: dict[int, LiveEvents] = {default.events.partition.key: default}
 
     def of_stream(self, name: str | None) -> list[LiveEvents]:
@@ -383,6 +427,12 @@ class LiveStreams:
             raise UnknownStream(f"there is no stream {name}")
         capacity = max(RING_EVENTS // len(info.partitions), 2 * READ_BATCH)
         return [self._live(partition, capacity) for partition in info.partitions]
+
+    def growing(self, name: str | None) -> StreamPartitions | None:
+        """How a subscription to ``name`` follows the partitions it gains."""
+        if self._listen is None:
+            return None
+        return StreamPartitions(lambda: self.of_stream(name), self._listen)
 
     def _live(self, partition: Partition, capacity: int) -> LiveEvents:
         live = self._lives.get(partition.key)

@@ -156,6 +156,7 @@ def live_streams(
         live,
         streams.get if streams is not None else lambda _name: None,
         lambda partition: EventLog(store.partition_log(partition)),
+        streams.listen if streams is not None else None,
     )
 
 
