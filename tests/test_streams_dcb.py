@@ -11,6 +11,7 @@ from typing import Any, cast
 import httpx
 import pytest
 
+from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.dcb.client import DcbClient, DcbError, Event, Query, QueryItem, condition
 from futoin_evt.domain.partition import DEFAULT_STREAM
 from futoin_evt.ftn3.errors import FTN3Error
@@ -219,3 +220,46 @@ async def test_the_ftn3_calls_of_a_stream(streams_server: EventServer) -> None:
         assert refused.value.name == "InvalidRequest"
         assert says in refused.value.desc
     assert (await stored(streams_server))["ledger/0"] == 1
+
+
+async def test_ftn3_dcb_on_the_paths_of_a_stream(
+    streams_server: EventServer, http: httpx.AsyncClient
+) -> None:
+    """``ws://HOST:PORT/NAME`` and ``/NAME/0`` serve DCB of a stream of one partition, the
+    same log as ``/dcb/v1/streams/NAME``; on a stream of more every call says why not."""
+    iface = "futoin.evt.dcb:1.0"
+    credentials = ":".join(ALICE)
+    query = {"items": [{"tags": ["course:c1"]}]}
+    async with (
+        await EventStreamClient.connect(
+            streams_server.url + "ledger", credentials=credentials
+        ) as ledger,
+        await EventStreamClient.connect(
+            streams_server.url + "ledger/0", credentials=credentials
+        ) as ledger_0,
+    ):
+        assert await ledger.ftn3.call(iface, "append", {"events": [course("c1")]}) == 1
+        assert await ledger_0.ftn3.call(iface, "append", {"events": [course("c1")]}) == 2
+        over_http = await http.post("/streams/ledger/read", json={"query": query})
+        assert [e["position"] for e in over_http.json()["events"]] == [1, 2]
+        with pytest.raises(RemoteError) as failed:
+            await ledger.ftn3.call(
+                iface,
+                "append",
+                {"events": [course("c1")], "condition": {"failIfEventsMatch": query, "after": 1}},
+            )
+        assert failed.value.name == "AppendConditionFailed"
+        backwards = await ledger_0.ftn3.call(iface, "readBackwards", {"query": query, "limit": 1})
+        assert [e["position"] for e in backwards["events"]] == [2]
+    for path in ("orders", "orders/2"):
+        async with await EventStreamClient.connect(
+            streams_server.url + path, credentials=credentials
+        ) as orders:
+            for func, params in [("append", {"events": [course("c1")]}), ("read", {})]:
+                with pytest.raises(RemoteError) as refused:
+                    await orders.ftn3.call(iface, func, params)
+                assert refused.value.name == "InvalidRequest"
+                assert "a DCB condition needs one order of events" in refused.value.desc
+    heads = await stored(streams_server)
+    assert (heads["ledger/0"], heads["events/0"]) == (2, 0)
+    assert all(heads[f"orders/{n}"] == 0 for n in range(4))
