@@ -16,6 +16,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..domain.partition import Partition
 from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
 from ..storage.base import PartitionLog, StreamBounds
 
@@ -52,10 +53,14 @@ def ts_to_ms(ts: str) -> int:
 
 
 class EventLog:
-    """One ordered log: what a transport calls instead of the store."""
+    """One ordered log (a partition of a stream): what a transport calls instead of the store."""
 
     def __init__(self, store: PartitionLog) -> None:
         self._store = store
+
+    @property
+    def partition(self) -> Partition:
+        return self._store.partition
 
     def append(self, event_type: str, data: Any) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable.

@@ -14,7 +14,7 @@ from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
-from ..dcb.service import DcbService
+from ..dcb.service import DcbService, stream_dcb_log
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.dcb import DcbCalls
@@ -28,7 +28,7 @@ from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamRegistry
-from ..notify.live import LiveEvents
+from ..notify.live import LiveEvents, LiveStreams
 from ..notify.management import ManagementBus
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
@@ -105,7 +105,8 @@ def build_routes(
     notify: NotifyService | None = None,
 ) -> Routes:
     """The explicit map from wire names to service methods."""
-    notify = notify if notify is not None else NotifyService(LiveEvents(EventLog(store)), notices)
+    if notify is None:
+        notify = NotifyService(live_streams(store, LiveEvents(EventLog(store))), notices)
     gen = GenService(store)
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
@@ -152,6 +153,18 @@ def build_routes(
     }
 
 
+def live_streams(
+    store: Store, live: LiveEvents, streams: StreamRegistry | None = None
+) -> LiveStreams:
+    """The shared readers of every stream's partitions, ``live`` that of ``events``/0."""
+    return LiveStreams(
+        live,
+        streams.get if streams is not None else lambda _name: None,
+        lambda partition: EventLog(store.partition_log(partition)),
+        streams.listen if streams is not None else None,
+    )
+
+
 def build_registry() -> IfaceRegistry:
     registry = IfaceRegistry()
     for name, versions in SERVED_IFACES.items():
@@ -170,7 +183,7 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
 
 async def _start_amqp(
     store: Store,
-    live: LiveEvents,
+    live: LiveStreams,
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
@@ -181,7 +194,7 @@ async def _start_amqp(
     from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
-    node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus))
+    node = EventLogNode(live.default.events, config.limits.node, sas, NotificationNode(live, bus))
     listener = AmqpListener(node, authenticator, config)
     listener.notices = bus
     try:
@@ -255,23 +268,26 @@ class EventServer:
         self.console: Console | None = None
         self.authenticator = authenticator
         self.executor = executor
-        #: Event notification: management events, the shared reader, the FTN3 service.
+        #: Event notification: management events, the shared readers (that of ``events``/0
+        #: and those of every partition read), the FTN3 service.
         self.notices = ManagementBus()
         self.live = LiveEvents(EventLog(store))
-        self.notify = NotifyService(self.live, self.notices)
+        self.live_streams = live_streams(store, self.live, streams)
+        self.notify = NotifyService(self.live_streams, self.notices)
         self._transport = transport
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
         store = await open_store(config.db, durability=config.durability, pool=config.pool)
         notices = ManagementBus()
-        live = LiveEvents(EventLog(store))
-        notify = NotifyService(live, notices)
         try:
             streams = await StreamRegistry.open(store, config.streams_poll_seconds)
         except BaseException:
             await store.close()
             raise
+        live = LiveEvents(EventLog(store))
+        lives = live_streams(store, live, streams)
+        notify = NotifyService(lives, notices)
         try:
             push = PushService(store, config.push, notices)
             discarder = Discarder(store, push, config.retention, notices)
@@ -294,7 +310,11 @@ class EventServer:
                 endpoints.append(feed)
             if config.dcb_path is not None:
                 dcb = DcbEndpoint(
-                    DcbService(store), authenticator, transport.is_secure, config.dcb_path
+                    DcbService(store),
+                    authenticator,
+                    transport.is_secure,
+                    config.dcb_path,
+                    lambda name: DcbService(stream_dcb_log(name, streams.get, store.partition_log)),
                 )
                 endpoints.append(dcb)
             console = None
@@ -318,7 +338,7 @@ class EventServer:
             amqp = None
             if config.amqp is not None:
                 try:
-                    amqp = await _start_amqp(store, live, notices, authenticator, config.amqp)
+                    amqp = await _start_amqp(store, lives, notices, authenticator, config.amqp)
                 except BaseException:
                     await transport.close()
                     raise
@@ -345,6 +365,7 @@ class EventServer:
             console.start()
         server.notices = notices
         server.live = live
+        server.live_streams = lives
         server.notify = notify
         if config.metrics is not None:
             try:
