@@ -14,6 +14,8 @@ from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..dcb.service import DcbService
+from ..domain.partition import DEFAULT_PARTITION, Partition
+from ..domain.stream import UserId
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.dcb import DcbCalls
@@ -88,6 +90,18 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+
+
+class _PushOnEventsZero:
+    """Retention's view of the push door while every push stream is on ``events``/0."""
+
+    def __init__(self, push: PushService) -> None:
+        self._push = push
+
+    def connected_consumers(self, partition: Partition) -> list[tuple[UserId, str]]:
+        if partition != DEFAULT_PARTITION:
+            return []
+        return [(s.user_id, s.component) for s in self._push.streams if s.reliable]
 
 
 def build_routes(
@@ -239,7 +253,9 @@ class EventServer:
             raise
         try:
             push = PushService(store, config.push, notices)
-            discarder = Discarder(store, push, config.retention, notices)
+            discarder = Discarder(
+                store, _PushOnEventsZero(push), config.retention, notices, streams
+            )
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
