@@ -64,9 +64,7 @@ RAW_1: Final = "raw limit: 32-row INSERT + COMMIT, 1 connection round 4 tables (
 RAW_2: Final = "raw limit: 32-row INSERT + COMMIT, 2 processes x 2 tables (rows/s)"
 DOOR_SQLITE: Final = "addEvent, 32 in flight, SQLite, 4 partitions, 1 server (calls/s)"
 DOOR_PG_1: Final = "addEvent, 32 in flight, PostgreSQL, 4 partitions, 1 server (calls/s)"
-DOOR_PG_2: Final = (
-    "addEvent, 32 in flight each, PostgreSQL, 4 partitions, 2 servers x 2 (calls/s)"
-)
+DOOR_PG_2: Final = "addEvent, 32 in flight each, PostgreSQL, 4 partitions, 2 servers x 2 (calls/s)"
 
 #: One writer process: appends ``count`` events spread over the partitions ``keys`` (numbers
 #: 0.. of stream ``bench``) with IN_FLIGHT in flight; waits for "go" on stdin, prints
@@ -182,9 +180,10 @@ async def together(commands: list[list[str]], count: int) -> float:
     return count * len(procs) / (max(s[1] for s in spans) - min(s[0] for s in spans))
 
 
-async def store_rate(db: str, count: int, groups: list[list[int]]) -> float:
-    """Events/s of one store writer process per group of partition keys."""
-    code = STORE_WRITER.format(root=ROOT, in_flight=IN_FLIGHT)
+async def store_rate(db: str, count: int, groups: list[list[int]], root: str = ROOT) -> float:
+    """Events/s of one store writer process per group of partition keys (the store of the
+    tree ``root``)."""
+    code = STORE_WRITER.format(root=root, in_flight=IN_FLIGHT)
     per = count // len(groups)
     commands = [["-c", code, db, str(per), ",".join(map(str, g))] for g in groups]
     return await together(commands, per)
@@ -244,8 +243,11 @@ async def create_raw_tables(url: str, count: int) -> list[str]:
 Rows = dict[str, list[float]]
 
 
-async def store_rows(admin_url: str | None, events: int, runs: int) -> Rows:
-    """The ``store`` set (PostgreSQL's rows only with ``admin_url``)."""
+async def store_rows(
+    admin_url: str | None, events: int, runs: int, source: Path | None = None
+) -> Rows:
+    """The ``store`` set (PostgreSQL's rows only with ``admin_url``); with ``source``, each
+    PostgreSQL store row also for that tree's store, right before this one's ("before: ")."""
     row: Rows = {}
     for _ in range(runs):
         for partitions, label in ((1, SQLITE_1), (PARTITIONS, SQLITE_4)):
@@ -258,9 +260,13 @@ async def store_rows(admin_url: str | None, events: int, runs: int) -> Rows:
         async with database(admin_url) as url:
             keys = await stream_keys(url, PARTITIONS)
             tables = await create_raw_tables(url, PARTITIONS)
-            row.setdefault(PG_1, []).append(await store_rate(url, events, [keys]))
-            two = await store_rate(url, events, [keys[:2], keys[2:]])
-            row.setdefault(PG_2, []).append(two)
+            for root, prefix in ((source, "before: "), (ROOT, "")):
+                if root is None:
+                    continue
+                one = await store_rate(url, events, [keys], str(root))
+                row.setdefault(prefix + PG_1, []).append(one)
+                two = await store_rate(url, events, [keys[:2], keys[2:]], str(root))
+                row.setdefault(prefix + PG_2, []).append(two)
             row.setdefault(RAW_1, []).append(await raw_rate(url, events, [tables]))
             row.setdefault(RAW_2, []).append(await raw_rate(url, events, [tables[:2], tables[2:]]))
     return row
@@ -376,7 +382,7 @@ def ratios(table: dict[str, float]) -> dict[str, float]:
 
 Measure = Callable[[argparse.Namespace], Awaitable[Rows]]
 ROWS: Final[dict[str, Measure]] = {
-    "store": lambda a: store_rows(a.url, a.events, a.runs),
+    "store": lambda a: store_rows(a.url, a.events, a.runs, a.source),
     "door": lambda a: door_rows(a.url, a.events, a.runs),
     "add32": lambda a: add32_rows(a.events, a.runs, a.source),
     "ordering": lambda a: ordering_rows(a.url, a.events, a.runs),
@@ -403,7 +409,11 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=20_000, help="events per measurement")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))
-    parser.add_argument("--source", type=Path, help="run the add32 server from this tree")
+    parser.add_argument(
+        "--source",
+        type=Path,
+        help="add32: run the server from this tree; store: its store too, beside",
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -182,6 +182,32 @@ def notify_head_sql(key: int) -> str:
     return f"SELECT pg_notify('{CHANNEL}', {prefix}{newest}::text)"
 
 
+def append_sql(key: int, *, content_type: bool) -> str:
+    """A group commit to partition ``key`` as ONE statement, its own transaction on an
+    autocommit connection (one message, one round trip; the server never waits for the
+    client inside it): the partition's append lock first, then the rows in the order given
+    (so the sequence numbers them in that order), then the notification with the newest id.
+    Parameters: ts, types, datas (and content types). Returns one row: the ids, ascending.
+
+    The lock comes first: the rows reach the INSERT, whose column default draws the ids,
+    only through the join with the lock's row, which holds once the lock is taken."""
+    events = "events" if key == 0 else f"events_{key}"
+    prefix = "" if key == 0 else f"'{key}:' || "
+    columns, values, arrays = "type, data, ts", "t, d, %s", "%s::text[], %s::text[]"
+    if content_type:
+        columns, values = columns + ", content_type", values + ", c"
+        arrays += ", %s::text[]"
+    names = "t, d, c, ord" if content_type else "t, d, ord"
+    return (
+        f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
+        f" added AS (INSERT INTO {events} ({columns}) SELECT {values}"
+        f" FROM locked, unnest({arrays}) WITH ORDINALITY AS u({names}) ORDER BY ord"
+        " RETURNING id)"
+        f" SELECT array_agg(id ORDER BY id), pg_notify('{CHANNEL}', {prefix}MAX(id)::text)"
+        " FROM added"
+    )
+
+
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).
 STREAMS_PAYLOAD_PREFIX: Final = "streams:"
 

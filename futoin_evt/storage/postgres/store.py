@@ -112,6 +112,7 @@ from .schema import (
     CLAIM_PAYLOAD,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
+    append_sql,
     drop_partition_tables_sql,
     ensure_schema,
     notify_head_sql,
@@ -130,6 +131,8 @@ MAX_APPENDS_PER_COMMIT: Final = 4096
 CONNECT_TIMEOUT: Final = 10.0
 #: Connections the writers of partitions other than ``events``/0 share (opened when needed).
 WRITE_POOL_MAX: Final = 8
+#: The writers' connection options at each durability.
+WRITE_OPTIONS: Final = {Durability.FULL: "", Durability.NORMAL: "-c synchronous_commit=off"}
 #: Seconds between attempts to restore a lost LISTEN connection.
 RELISTEN_SECONDS: Final = 1.0
 #: The ring of recent events of a partition other than ``events``/0: a server may hold many.
@@ -193,10 +196,10 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-async def _connect(url: str, *, autocommit: bool) -> Connection:
+async def _connect(url: str, *, autocommit: bool, options: str = "") -> Connection:
     try:
         return await psycopg.AsyncConnection.connect(
-            url, autocommit=autocommit, connect_timeout=int(CONNECT_TIMEOUT)
+            url, autocommit=autocommit, connect_timeout=int(CONNECT_TIMEOUT), options=options
         )
     except (psycopg.Error, ValueError) as exc:
         unavailable = (
@@ -229,6 +232,10 @@ class PostgresPartitionLog(PagedReads):
         self._last_given = _last_given_id(self._tables)
         self._lock_sql = append_lock_sql(partition.key)
         self._notify_sql = notify_head_sql(partition.key)
+        self._append_sql = (
+            append_sql(partition.key, content_type=False),
+            append_sql(partition.key, content_type=True),
+        )
         self.head = HeadWatch()
         self.claims = ClaimWatch()
         if partition.key:
@@ -352,31 +359,16 @@ class PostgresPartitionLog(PagedReads):
 
     async def _commit(self, conn: Connection, batch: list[_Append]) -> tuple[list[int], str]:
         ts = utc_timestamp()
-        events = self._tables.events
-        # The rows go in the order of the queue (ORDER BY ord), so the sequence numbers them
-        # in that order; the partition's lock is taken before its sequence is touched.
-        async with conn.pipeline(), conn.transaction():
-            await conn.execute(self._lock_sql)
-            types = [item.type for item in batch]
-            datas = [item.data for item in batch]
-            content_types = [item.content_type for item in batch]
-            if any(c is not None for c in content_types):
-                cursor = await conn.execute(
-                    f"INSERT INTO {events} (type, data, ts, content_type)"
-                    " SELECT t, d, %s, c FROM unnest(%s::text[], %s::text[], %s::text[])"
-                    " WITH ORDINALITY AS u(t, d, c, ord) ORDER BY ord RETURNING id",
-                    (ts, types, datas, content_types),
-                )
-            else:
-                cursor = await conn.execute(
-                    f"INSERT INTO {events} (type, data, ts)"
-                    " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
-                    " AS u(t, d, ord) ORDER BY ord RETURNING id",
-                    (ts, types, datas),
-                )
-            await conn.execute(self._notify_sql)
-        ids = sorted(int(row[0]) for row in await cursor.fetchall())
-        return ids, ts
+        types = [item.type for item in batch]
+        datas = [item.data for item in batch]
+        content_types = [item.content_type for item in batch]
+        if any(c is not None for c in content_types):
+            cursor = await conn.execute(self._append_sql[1], (ts, types, datas, content_types))
+        else:
+            cursor = await conn.execute(self._append_sql[0], (ts, types, datas))
+        row = await cursor.fetchone()
+        assert row is not None
+        return list(row[0]), ts
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         return await self._fetch(sql, params)
@@ -695,6 +687,8 @@ class PostgresStore(PostgresPartitionLog):
         self._limits = limits
         self._write_pool = write_pool
         self._writer = writer
+        #: The writers' connection options (the durability's).
+        self._write_options = ""
         self._listener = listener
         self._closing = False
         super().__init__(self, DEFAULT_PARTITION)
@@ -717,9 +711,9 @@ class PostgresStore(PostgresPartitionLog):
         pools: list[AsyncConnectionPool[Connection]] = []
         try:
             await ensure_schema(writer)
+            await writer.set_autocommit(True)  # a group commit is one statement
             if durability is Durability.NORMAL:
                 await writer.execute("SET synchronous_commit = off")
-                await writer.commit()
             listener = await _connect(url, autocommit=True)
             await listener.execute(f"LISTEN {CHANNEL}")
             connections = AsyncConnectionPool(
@@ -732,9 +726,8 @@ class PostgresStore(PostgresPartitionLog):
             )
             pools.append(connections)
             await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
-            write_kwargs: dict[str, Any] = {"autocommit": True}
-            if durability is Durability.NORMAL:
-                write_kwargs["options"] = "-c synchronous_commit=off"
+            write_options = WRITE_OPTIONS[durability]
+            write_kwargs: dict[str, Any] = {"autocommit": True, "options": write_options}
             write_pool = AsyncConnectionPool(
                 url,
                 min_size=0,
@@ -757,6 +750,7 @@ class PostgresStore(PostgresPartitionLog):
                 ) from None
             raise
         store = cls(url, connections, write_pool, writer, listener, limits)
+        store._write_options = write_options
         store.head.advance(await store.newest_event_id())
         return store
 
@@ -871,7 +865,7 @@ class PostgresStore(PostgresPartitionLog):
         if not self._writer.broken:
             return
         with contextlib.suppress(StoreUnavailable):
-            self._writer = await _connect(self.url, autocommit=False)
+            self._writer = await _connect(self.url, autocommit=True, options=self._write_options)
 
     # -- streams --------------------------------------------------------------------------
 
