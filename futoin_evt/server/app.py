@@ -290,7 +290,7 @@ class EventServer:
         notify = NotifyService(lives, notices)
         try:
             push = PushService(store, config.push, notices)
-            discarder = Discarder(store, push, config.retention, notices)
+            discarder = Discarder(store, push, config.retention, notices, streams)
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )

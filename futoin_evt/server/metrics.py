@@ -330,7 +330,9 @@ class ServerCollector(Collector):
             "Events discarded by retention since the process started.",
             labels=STREAM_LABELS,
         )
-        discarded.add_metric(list(DEFAULT_STREAM), server.discarder.discarded_total)
+        by_partition = {(p.stream, str(p.number)): n for p, n in server.discarder.discarded.items()}
+        for labels, count in {DEFAULT_STREAM: 0, **by_partition}.items():
+            discarded.add_metric(list(labels), count)
         archived = CounterMetricFamily(
             "futoin_evt_events_archived",
             "Events copied to the --archive file since the process started.",
