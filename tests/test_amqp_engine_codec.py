@@ -4,6 +4,7 @@ raise DecodeError and nothing else."""
 
 from __future__ import annotations
 
+import contextlib
 import struct
 import uuid
 from typing import Any
@@ -60,7 +61,7 @@ SCALARS: dict[int, st.SearchStrategy[tuple[Any, Any]]] = {
         st.characters(min_codepoint=33, max_codepoint=126), max_size=300
     ).map(lambda s: (t.Symbol(s), proton.symbol(s))),
     t.BOOLEAN: st.booleans().map(lambda b: (b, b)),
-    t.CHAR: st.characters(blacklist_categories=("Cs",)).map(lambda c: (t.Char(c), proton.char(c))),
+    t.CHAR: st.characters(exclude_categories=["Cs"]).map(lambda c: (t.Char(c), proton.char(c))),
 }  # fmt: skip
 NULL = st.just((None, None))
 DECIMALS = st.one_of(
@@ -75,10 +76,11 @@ DECIMALS = st.one_of(
 
 
 def _array(code: int) -> st.SearchStrategy[tuple[Any, Any]]:
+    undescribed: Any = proton.UNDESCRIBED
     return st.lists(SCALARS[code], max_size=12).map(
         lambda items: (
             t.Array(code, [a for a, _ in items]),
-            proton.Array(proton.UNDESCRIBED, _PROTON_TYPES[code], *[b for _, b in items]),
+            proton.Array(undescribed, _PROTON_TYPES[code], *[b for _, b in items]),
         )
     )
 
@@ -90,7 +92,9 @@ LEAVES = st.one_of(NULL, DECIMALS, ARRAYS, *SCALARS.values())
 def _compound(children: st.SearchStrategy[tuple[Any, Any]]) -> st.SearchStrategy[Any]:
     keys = st.one_of(SCALARS[t.STR32], SCALARS[t.SYM32], SCALARS[t.LONG], SCALARS[t.UINT])
     return st.one_of(
-        st.lists(children, max_size=8).map(lambda items: ([a for a, _ in items], [b for _, b in items])),
+        st.lists(children, max_size=8).map(
+            lambda items: ([a for a, _ in items], [b for _, b in items])
+        ),
         st.lists(st.tuples(keys, children), max_size=6).map(
             lambda pairs: ({k[0]: v[0] for k, v in pairs}, {k[1]: v[1] for k, v in pairs})
         ),
@@ -240,10 +244,8 @@ def test_cut_and_corrupted_values_raise_decode_error_only(
     for _ in range(data.draw(st.integers(0, 3))):
         if raw:
             raw[data.draw(st.integers(0, len(raw) - 1))] = data.draw(st.integers(0, 255))
-    try:
+    with contextlib.suppress(t.DecodeError):
         t.decode(bytes(raw))
-    except t.DecodeError:
-        pass
 
 
 def test_deep_nesting_is_refused() -> None:
@@ -287,9 +289,10 @@ def test_performatives_round_trip_through_proton() -> None:
     data.decode(t.encode(attach.described()))
     data.rewind()
     data.next()
-    theirs = data.get_object()
+    theirs: Any = data.get_object()
     assert theirs.descriptor == 0x12
-    assert theirs.value[0] == "link" and type(theirs.value[1]) is proton.uint
+    assert theirs.value[0] == "link"
+    assert type(theirs.value[1]) is proton.uint
     assert type(theirs.value[10]) is proton.ulong
     again = from_described(t.decode(_proton_encode(theirs)))
     assert again == attach

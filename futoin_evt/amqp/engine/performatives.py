@@ -156,15 +156,19 @@ _BY_CODE: dict[int, type[Composite]] = {}
 _BY_NAME: dict[str, type[Composite]] = {}
 
 
-def _composite(code: int, name: str, kinds: Sequence[_Kind]) -> Callable[[type[Any]], Any]:
+def _composite(
+    code: int, name: str, kinds: Sequence[_Kind], optional: Sequence[int] = ()
+) -> Callable[[type[Any]], Any]:
+    """Register a composite; ``optional``: fields without a default that may be null."""
+
     def register(cls: type[Any]) -> Any:
         cls.DESCRIPTOR = code
         cls.NAME = name
         cls.KINDS = tuple(kinds)
         defaults = []
-        for field in dataclasses.fields(cls):
+        for index, field in enumerate(dataclasses.fields(cls)):
             missing = field.default is dataclasses.MISSING
-            defaults.append((missing, None if missing else field.default))
+            defaults.append((missing and index not in optional, None if missing else field.default))
         if len(defaults) != len(kinds):
             raise AssertionError(f"{name}: {len(defaults)} fields, {len(kinds)} kinds")
         cls._DEFAULTS = tuple(defaults)
@@ -301,7 +305,9 @@ class Open(Composite):
     properties: dict[Any, Any] | None = None
 
 
-@_composite(0x11, "begin", (USHORT_K, UINT_K, UINT_K, UINT_K, UINT_K, SYMBOLS_K, SYMBOLS_K, MAP_K))
+@_composite(
+    0x11, "begin", (USHORT_K, UINT_K, UINT_K, UINT_K, UINT_K, SYMBOLS_K, SYMBOLS_K, MAP_K), (0,)
+)
 @dataclass(slots=True)
 class Begin(Composite):
     remote_channel: int | None
@@ -342,6 +348,7 @@ class Attach(Composite):
     0x13,
     "flow",
     (UINT_K, UINT_K, UINT_K, UINT_K, UINT_K, UINT_K, UINT_K, UINT_K, BOOL_K, BOOL_K, MAP_K),
+    (0,),
 )
 @dataclass(slots=True)
 class Flow(Composite):
