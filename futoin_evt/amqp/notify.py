@@ -22,8 +22,6 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from proton import DataException, Link, Message
-
 from ..notify.live import READ_BATCH, LiveEvents, Subscription, management_visible_to
 from ..notify.management import ManagementBus
 from ..notify.message import Notification, NotifyError, Transformation, real_message
@@ -31,6 +29,9 @@ from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
 from .connection import LinkRefused
+from .engine.connection import Link
+from .engine.message import Message
+from .engine.types import EncodeError
 from .node import _SourceLink
 
 if TYPE_CHECKING:
@@ -55,7 +56,7 @@ class NotificationNode:
         self.bus = bus
 
     def attach(self, conn: AmqpConnection, link: Link) -> NotificationLink:
-        if link.is_receiver:
+        if not link.is_sender:
             raise LinkRefused(NOT_FOUND, "$events is a source: attach a receiving link")
         assert conn.principal is not None
         selector, transformation = subscription_filters(link)
@@ -72,11 +73,7 @@ class NotificationNode:
 def subscription_filters(link: Link) -> tuple[Selector | None, Transformation | None]:
     """The selector and transformation of a link's source filter set."""
     source = link.remote_source
-    filters: Any = None
-    if source is not None:
-        data = source.filter
-        data.rewind()
-        filters = data.get_object() if data.next() is not None else None
+    filters: Any = source.filter if source is not None else None
     if not filters:
         return None, None
     if not isinstance(filters, Mapping):
@@ -109,10 +106,10 @@ def encode(notification: Notification, transformation: Transformation | None) ->
         body=[_amqp_value(v) for v in body] if transformation is not None and body else body,
     )
     try:
-        return bytes(message.encode())
-    except (OverflowError, DataException):  # an integer beyond 64 bits in the body
+        return message.encode()
+    except EncodeError:  # an integer beyond 64 bits in the body
         message.body = json.dumps(body)
-        return bytes(message.encode())
+        return message.encode()
 
 
 def _amqp_value(value: Any) -> Any:
@@ -161,7 +158,7 @@ class NotificationLink(_SourceLink):
                         self._send(encode(notification, self._transformation), str(sent))
                     self._conn.wake()
                     continue
-                if link.drain_mode:
+                if link.drain:
                     link.drained()
                     self._conn.wake()
             await subscription.wake.wait()

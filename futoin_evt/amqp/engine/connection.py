@@ -10,13 +10,15 @@ its bytes.
 
 The engine answers what needs no decision by itself: ``open``, ``begin``, ``end``, ``close``,
 echoed flows, session windows, the settling of what the peer has decided. It begins no
-session and attaches no link of its own: its sessions and links mirror the peer's, on the
-same channel and handle numbers. Frames that break the protocol close the connection with
-the condition the spec names; frames about links or deliveries that are gone are ignored.
+session and attaches no link of its own: its sessions mirror the peer's on the same channel
+numbers, and each link the peer attaches gets a handle of ours when it is answered. Frames
+that break the protocol close the connection with the condition the spec names; frames about
+links or deliveries that are gone are ignored.
 """
 
 from __future__ import annotations
 
+import heapq
 import struct
 import time
 from collections import deque
@@ -241,7 +243,9 @@ class Link:
         self.session = session
         self.remote = remote
         self.name = remote.name
-        self.handle = remote.handle
+        #: Ours, given when the attach is answered (the peer's is ``remote.handle``).
+        self.handle = -1
+        self.remote_closed = True
         self.is_sender = remote.role == RECEIVER
         self.attached = False
         self.detached = False
@@ -313,7 +317,7 @@ class Link:
             rcv_settle_mode if rcv_settle_mode is not None else remote.rcv_settle_mode
         )
         self.max_message_size = max_message_size
-        self.attached = True
+        self._take_handle()
         self.session.send(
             Attach(
                 remote.name,
@@ -336,7 +340,7 @@ class Link:
     def refuse(self, condition: str, description: str) -> None:
         """Attach with no terminus and detach at once with the error (AMQP 2.6.3)."""
         remote = self.remote
-        self.attached = True
+        self._take_handle()
         self.session.send(
             Attach(remote.name, self.handle, SENDER if self.is_sender else RECEIVER, SND_MIXED,
                    RCV_FIRST, None, None, None, False, 0 if self.is_sender else None)
@@ -354,7 +358,7 @@ class Link:
         self._flow_due = False
         self._drop_incoming()
         error = Error(condition, description) if condition is not None else None
-        closed = self.session.detached_closed.get(self.handle, True)
+        closed = self.remote_closed if self.remote_detached else True
         self.session.send(Detach(self.handle, closed, error))
         self.session.link_done(self)
 
@@ -366,6 +370,10 @@ class Link:
             return
         self.credit = min(self.credit + credit, _SERIAL)
         self._request_flow()
+
+    def _take_handle(self) -> None:
+        self.attached = True
+        self.handle = self.session.take_handle()
 
     def _request_flow(self) -> None:
         if not self._flow_due:
@@ -441,9 +449,12 @@ class Session:
         self.engine = engine
         self.channel = channel
         self.ended = False
+        #: Links by the peer's handle, until the peer detaches them.
         self.links: dict[int, Link] = {}
-        #: Links we detached that the peer still sends frames on until it reads our detach.
-        self.detached_closed: dict[int, bool] = {}
+        #: Our handles in use, and the lowest never used.
+        self._handles: set[int] = set()
+        self._free_handles: list[int] = []
+        self._next_handle = 0
         self.next_outgoing_id = 0
         self.next_delivery_id = 0
         self.incoming_window = engine.incoming_window
@@ -469,12 +480,23 @@ class Session:
         self.settlements.append((role, delivery_id, state))
         self.engine.pending_sessions.add(self)
 
+    def take_handle(self) -> int:
+        if self._free_handles:
+            handle = heapq.heappop(self._free_handles)
+        else:
+            handle = self._next_handle
+            self._next_handle += 1
+        self._handles.add(handle)
+        return handle
+
     def link_done(self, link: Link) -> None:
         """Both ends detached: forget the link and its unsettled deliveries."""
         if link.detached and link.remote_detached:
-            if self.links.get(link.handle) is link:
-                del self.links[link.handle]
-            self.detached_closed.pop(link.handle, None)
+            if self.links.get(link.remote.handle) is link:
+                del self.links[link.remote.handle]
+            if link.handle in self._handles:
+                self._handles.discard(link.handle)
+                heapq.heappush(self._free_handles, link.handle)
             for delivery_id in link.unsettled:
                 self.outgoing_unsettled.pop(delivery_id, None)
             link.unsettled.clear()
@@ -925,12 +947,13 @@ class Engine:
         if link is None or link.remote_detached:
             return  # a detach of a link that never was, or was ended with its session
         link.remote_detached = True
+        link.remote_closed = remote.closed
         self.links_held -= 1
+        del session.links[remote.handle]  # the peer may use the handle again at once
         link._drop_incoming()
         if link.detached:
             session.link_done(link)
             return
-        session.detached_closed[link.handle] = remote.closed
         self._events.append(LinkDetached(link, remote.error, remote.closed, True))
 
     def _flow(self, session: Session, flow: Flow) -> None:
@@ -942,7 +965,7 @@ class Engine:
         if session.blocked:
             session.unblock()
         link = session.links.get(flow.handle) if flow.handle is not None else None
-        if link is not None and link.active:
+        if link is not None and not link.detached:  # credit may come before our attach
             if link.is_sender:
                 count = flow.delivery_count
                 if count is None:
