@@ -512,14 +512,19 @@ class Session:
         )
         room = engine.remote_max_frame_size - 8 - len(head)
         if size <= room:
-            frame = bytearray(HEADER.pack(8 + len(head) + size, 2, AMQP_FRAME, self.channel))
-            frame += head
-            if isinstance(payload, bytes):
-                frame += payload
+            start = HEADER.pack(8 + len(head) + size, 2, AMQP_FRAME, self.channel) + head
+            if self.remote_incoming_window > 0 and not self.blocked and not engine.closed:
+                # the parts go out as they are: joined once, with the whole batch
+                self._count_transfer()
+                out = engine._out
+                out.append(start)
+                if isinstance(payload, bytes):
+                    out.append(payload)
+                else:
+                    out.extend(payload)
             else:
-                for part in payload:
-                    frame += part
-            self._queue_transfer(frame)
+                joined = payload if isinstance(payload, bytes) else b"".join(payload)
+                self._queue_transfer(start + joined)
             return
         joined = payload if isinstance(payload, bytes) else b"".join(payload)
         view = memoryview(joined)
@@ -704,7 +709,7 @@ class Engine:
         self.remote_idle_timeout: float | None = None
         self.sessions: dict[int, Session] = {}
         self.links_held = 0
-        self._out: list[bytes | bytearray] = []
+        self._out: list[bytes | bytearray] = []  # joined by data_to_send
         self._events: list[Event] = []
         self.pending_sessions: set[Session] = set()
         self._opened = False
