@@ -8,6 +8,9 @@
 - raw limit: the same proton client against a proton echo node in a process of its own
   (accepts every message at once; sends ready-made event messages as credit allows).
 
+``--profile``: instead, py-spy samples of the server while the proton producer and the
+consumer run, to ``bench/profiles/amqp-produce.*`` and ``amqp-consume.*``.
+
 The proton clients are reactor-driven (``proton.reactor.Container``), as a real AMQP
 application's would be; the server is a process of its own, started with ``--amqp``.
 """
@@ -17,6 +20,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import multiprocessing
+import shutil
+import signal
+import sys
 import tempfile
 import time
 from collections.abc import Awaitable
@@ -28,6 +34,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container, Filter
 
 from . import workloads
+from .profile import OUT, summary
 from .systems import (
     PASSWORD,
     USER,
@@ -235,12 +242,50 @@ async def measure(produce: int, catch_up: int, source: Path | None = None) -> di
     return figures
 
 
+async def profile(produce: int, catch_up: int, source: Path | None = None) -> None:
+    """py-spy samples of the server while the producer, then the consumer, run."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
+        system = await start_futoin_evt(
+            Path(tmp), "--amqp", "127.0.0.1:0", prefill=catch_up, source=source
+        )
+        async with running(system):
+            url = system.amqp_url
+            assert url is not None
+            for name, count, handler in (
+                ("amqp-consume", catch_up, Consumer(url, catch_up, **_login())),
+                ("amqp-produce", produce, Producer(url, produce, **_login())),
+            ):
+                folded = OUT / f"{name}.folded"
+                spy = await asyncio.create_subprocess_exec(
+                    py_spy, "record", "--pid", str(system.process.pid), "--rate", "1000",
+                    "--gil", "--format", "raw", "--output", str(folded), "--nonblocking",
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                )  # fmt: skip
+                await asyncio.sleep(1.0)  # py-spy attaches (not synchronisation of the server)
+                before = system.cpu_seconds()
+                rate = await asyncio.to_thread(run, handler)
+                cpu = (system.cpu_seconds() - before) / count * 1e6
+                spy.send_signal(signal.SIGINT)
+                await spy.wait()
+                head = (
+                    f"{name}: python-qpid-proton client, {count:,} messages, window/credit"
+                    f" {WINDOW}: {rate:,.0f} msg/s, server CPU {cpu:.1f} µs per message"
+                )
+                (OUT / f"{name}.txt").write_text("\n".join([head, "", *summary(folded)]) + "\n")
+                print(head, flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.amqp", description=__doc__)
     parser.add_argument("--produce", type=int, default=30_000)
     parser.add_argument("--catch-up", type=int, default=100_000)
     parser.add_argument("--source", type=Path, help="run the server from this source tree")
+    parser.add_argument("--profile", action="store_true", help="py-spy profiles instead")
     args = parser.parse_args(argv)
+    if args.profile:
+        asyncio.run(profile(args.produce, args.catch_up, args.source))
+        return 0
     figures = asyncio.run(measure(args.produce, args.catch_up, args.source))
     figures.update(raw_limits(args.produce, args.catch_up))
     print_figures(

@@ -620,3 +620,37 @@ def _encode_frame(channel: int, performative: Composite) -> bytes:
     from futoin_evt.amqp.engine.framing import frame_bytes
 
     return frame_bytes(channel, performative)
+
+
+def test_transfers_read_quickly_match_the_general_decoder() -> None:
+    from futoin_evt.amqp.engine.connection import _quick_transfer
+    from futoin_evt.amqp.engine.types import encode
+
+    cases = [
+        Transfer(0, 0, b"t", 0, False),
+        Transfer(7, 70000, b"tag" * 10, 0x80013700, True, True),
+        Transfer(3),
+        Transfer(1, 2, b"x", 0, None, False, 1, None, False, True, True),
+    ]
+    for transfer in cases:
+        body = memoryview(encode(transfer.described()) + b"payload")
+        quick = _quick_transfer(body)
+        assert quick is not None
+        assert quick[0] == decode_body(body)[0]
+        assert bytes(body[quick[1] :]) == b"payload"
+    bool_handle = memoryview(b"\x00\x53\x14\xc0\x02\x01\x41")
+    assert _quick_transfer(bool_handle) is None
+
+
+@pytest.mark.parametrize("size", range(9, 17))
+def test_frames_of_every_short_size_close_with_a_decode_error(size: int) -> None:
+    pair = Pair(max_frame_size=4096)
+    pair.open()
+    pair.engine.receive_data(
+        b"\x00\x00\x00"
+        + bytes([size])
+        + b"\x02\x00\x00\x00"
+        + b"\x00\x53\x14\xc0\xff\x0b\x52\x01"[: size - 8]
+    )
+    closes = _performatives(_frames(bytes(pair.sent_bytes) + pair.engine.data_to_send()), Close)
+    assert closes[-1].error.condition.startswith("amqp:")

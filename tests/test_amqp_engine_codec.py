@@ -11,7 +11,7 @@ from typing import Any
 
 import proton
 import pytest
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from proton import Data
 
@@ -175,14 +175,14 @@ def _same(ours: Any, theirs: Any) -> None:
         assert ours == theirs
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(VALUES)
 def test_what_we_encode_proton_decodes_type_for_type(pair: tuple[Any, Any]) -> None:
     ours, _theirs = pair
     _same(_proton_decode(t.encode(ours)), ours)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(VALUES)
 def test_what_proton_encodes_we_decode_type_for_type(pair: tuple[Any, Any]) -> None:
     ours, theirs = pair
@@ -232,7 +232,7 @@ def test_what_no_amqp_type_holds_is_refused(value: Any) -> None:
         t.encode(value)
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(VALUES, st.data())
 def test_cut_and_corrupted_values_raise_decode_error_only(
     pair: tuple[Any, Any], data: st.DataObject

@@ -293,10 +293,28 @@ class EventEncoder:
             start = position + size
         self._tail = template[start:]
         self._properties: dict[tuple[str, str | None], bytes] = {}
+        #: (event id, Event Hubs form) -> the encoded properties and body, oldest first.
+        self._recent: dict[tuple[int, bool], tuple[tuple[str, str | None, str], bytes]] = {}
 
     def encode(self, event: StoredEvent, event_hubs: bool = False) -> bytes:
         """The message of ``event``; ``event_hubs``: for a link opened through an Event Hubs
         address (JSON as a ``data`` section)."""
+        return b"".join(self.parts(event, event_hubs))
+
+    def parts(self, event: StoredEvent, event_hubs: bool = False) -> list[bytes]:
+        """The message of ``event`` as the parts it joins into. Its properties and body are
+        encoded once for every consumer link that sends it (the recent events' are kept)."""
+        key = (event.id, event_hubs)
+        kept = self._recent.get(key)
+        # the same id in another log (servers share this encoder) is another event
+        if kept is not None and kept[0] == (event.type, event.content_type, event.data_json):
+            tail = kept[1]
+        else:
+            body, content_type = self._body(event, event_hubs)
+            tail = self._properties_of(event.type, content_type) + body
+            if len(self._recent) >= _RECENT_EVENTS:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = ((event.type, event.content_type, event.data_json), tail)
         values = {
             "offset": format_offset(event.id).encode(),
             "timestamp": event.timestamp_ms.to_bytes(8, "big", signed=True),
@@ -307,10 +325,8 @@ class EventEncoder:
             parts.append(piece)
             parts.append(values[kind])
         parts.append(self._tail)
-        body, content_type = self._body(event, event_hubs)
-        parts.append(self._properties_of(event.type, content_type))
-        parts.append(body)
-        return b"".join(parts)
+        parts.append(tail)
+        return parts
 
     def _properties_of(self, event_type: str, content_type: str | None) -> bytes:
         key = (event_type, content_type)
@@ -355,6 +371,8 @@ class EventEncoder:
 #: to find out.
 _BINARY_START: Final = '{"$binary":'
 _MAX_PROPERTIES_KEPT: Final = 4096
+#: Events whose encoded body is kept for the next consumer link that sends them.
+_RECENT_EVENTS: Final = 4096
 _AMQP_VALUE: Final = b"\x00\x53\x77"
 _AMQP_DATA: Final = b"\x00\x53\x75"
 _LONG: Final = struct.Struct(">bq")

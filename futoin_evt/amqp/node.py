@@ -532,7 +532,7 @@ class ConsumerLink(_SourceLink):
         self._after = self._acked = after = await self._start_after()
         link = self._link
         matches = self._start.matches
-        encode = _ENCODER.encode
+        encode = _ENCODER.parts
         event_hubs = self._event_hubs
         while True:
             self._wake.clear()

@@ -11,7 +11,7 @@ import struct
 from typing import Any, Final
 
 from .performatives import BadComposite, Composite, composite_class
-from .types import DecodeError, Described, encode_into
+from .types import DecodeError, Described, Symbol, ULong, encode_into
 
 HEADER: Final = struct.Struct(">IBBH")
 HEADER_BYTES: Final = 8
@@ -98,8 +98,8 @@ def decode_body(body: memoryview) -> tuple[Composite, memoryview]:
     if not isinstance(value, Described):
         raise BadComposite("a frame body that is not a described performative", "amqp:decode-error")
     descriptor = value.descriptor
-    cls = composite_class(descriptor) if isinstance(descriptor, int) else None
-    if cls is None and isinstance(descriptor, str):
+    cls = composite_class(descriptor) if type(descriptor) is ULong else None
+    if cls is None and type(descriptor) is Symbol:
         from .performatives import _BY_NAME
 
         cls = _BY_NAME.get(descriptor)

@@ -96,6 +96,8 @@ BINARY_K: Final = _Kind(lambda v: isinstance(v, bytes))
 SYMBOLS_K: Final = _Kind(lambda v: True, _symbols_out, _symbols_in)
 MAP_K: Final = _Kind(lambda v: isinstance(v, dict))
 ANY_K: Final = _Kind(lambda v: True)
+#: An ``error`` field: an error composite (decoded by :func:`from_described` already).
+ERROR_K: Final = _Kind(lambda v: isinstance(v, Error))
 
 
 class Composite:
@@ -183,7 +185,7 @@ def _composite(
 def from_described(value: Described) -> Any:
     """The composite a described value is, when it is one we know; else the value itself."""
     descriptor = value.descriptor
-    if isinstance(descriptor, int):
+    if type(descriptor) is ULong:
         cls = _BY_CODE.get(descriptor)
     elif isinstance(descriptor, str):
         cls = _BY_NAME.get(descriptor)
@@ -250,7 +252,7 @@ class Accepted(Composite):
     pass
 
 
-@_composite(0x25, "rejected", (ANY_K,))
+@_composite(0x25, "rejected", (ERROR_K,))
 @dataclass(slots=True)
 class Rejected(Composite):
     error: Error | None = None
@@ -396,7 +398,7 @@ class Disposition(Composite):
     batchable: bool = False
 
 
-@_composite(0x16, "detach", (UINT_K, BOOL_K, ANY_K))
+@_composite(0x16, "detach", (UINT_K, BOOL_K, ERROR_K))
 @dataclass(slots=True)
 class Detach(Composite):
     handle: int
@@ -404,13 +406,13 @@ class Detach(Composite):
     error: Error | None = None
 
 
-@_composite(0x17, "end", (ANY_K,))
+@_composite(0x17, "end", (ERROR_K,))
 @dataclass(slots=True)
 class End(Composite):
     error: Error | None = None
 
 
-@_composite(0x18, "close", (ANY_K,))
+@_composite(0x18, "close", (ERROR_K,))
 @dataclass(slots=True)
 class Close(Composite):
     error: Error | None = None
