@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, NamedTuple, Protocol
 
 from ..domain.stream import MAX_EVENT_DATA_BYTES, encode_event_data
 from ..log.eventlog import StoredEvent
@@ -151,7 +151,21 @@ def stored_form(event: IncomingEvent) -> tuple[str, str, str | None]:
     return event.type, data_json, event.content_type
 
 
-def message_to_event(message: Message) -> IncomingEvent:
+class MessageLike(Protocol):
+    """What an event is read from: our :class:`~.engine.message.Message`, or a client
+    library's message of the same attribute names."""
+
+    @property
+    def subject(self) -> Any: ...
+    @property
+    def body(self) -> Any: ...
+    @property
+    def inferred(self) -> Any: ...
+    @property
+    def content_type(self) -> Any: ...
+
+
+def message_to_event(message: MessageLike) -> IncomingEvent:
     """The event of a received message; raises :class:`BadMessage`."""
     event_type = DEFAULT_EVENT_TYPE if message.subject is None else message.subject
     if not isinstance(event_type, str) or not event_type:
@@ -169,7 +183,7 @@ def message_to_event(message: Message) -> IncomingEvent:
     return IncomingEvent(event_type, to_json(body))
 
 
-def _content_type(message: Message) -> str:
+def _content_type(message: MessageLike) -> str:
     """The content type, ``""`` for none (some clients' getters give ``'None'`` then)."""
     content_type = message.content_type
     return "" if content_type is None or content_type == "None" else str(content_type)
