@@ -8,6 +8,14 @@
 - raw limit: the same proton client against a proton echo node in a process of its own
   (accepts every message at once; sends ready-made event messages as credit allows).
 
+``--client rhea``: instead, rhea (npm) in a node process of its own produces and consumes
+against futoin-evt (this tree, and the tree ``--before`` names when given) and RabbitMQ's
+AMQP 1.0 plugin (guest/guest on 5672, a durable queue, durable messages; the plugin is
+enabled here, or the rows say why not), with the server CPU per message of each.
+
+``--profile``: instead, py-spy samples of the server while the proton producer and the
+consumer run, to ``bench/profiles/amqp-produce.*`` and ``amqp-consume.*``.
+
 The proton clients are reactor-driven (``proton.reactor.Container``), as a real AMQP
 application's would be; the server is a process of its own, started with ``--amqp``.
 """
@@ -16,9 +24,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
@@ -28,6 +44,7 @@ from proton.handlers import MessagingHandler
 from proton.reactor import Container, Filter
 
 from . import workloads
+from .profile import OUT, summary
 from .systems import (
     PASSWORD,
     USER,
@@ -235,12 +252,164 @@ async def measure(produce: int, catch_up: int, source: Path | None = None) -> di
     return figures
 
 
+async def profile(produce: int, catch_up: int, source: Path | None = None) -> None:
+    """py-spy samples of the server while the producer, then the consumer, run."""
+    py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
+        system = await start_futoin_evt(
+            Path(tmp), "--amqp", "127.0.0.1:0", prefill=catch_up, source=source
+        )
+        async with running(system):
+            url = system.amqp_url
+            assert url is not None
+            for name, count, handler in (
+                ("amqp-consume", catch_up, Consumer(url, catch_up, **_login())),
+                ("amqp-produce", produce, Producer(url, produce, **_login())),
+            ):
+                folded = OUT / f"{name}.folded"
+                spy = await asyncio.create_subprocess_exec(
+                    py_spy, "record", "--pid", str(system.process.pid), "--rate", "1000",
+                    "--gil", "--format", "raw", "--output", str(folded), "--nonblocking",
+                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+                )  # fmt: skip
+                await asyncio.sleep(1.0)  # py-spy attaches (not synchronisation of the server)
+                before = system.cpu_seconds()
+                rate = await asyncio.to_thread(run, handler)
+                cpu = (system.cpu_seconds() - before) / count * 1e6
+                spy.send_signal(signal.SIGINT)
+                await spy.wait()
+                head = (
+                    f"{name}: python-qpid-proton client, {count:,} messages, window/credit"
+                    f" {WINDOW}: {rate:,.0f} msg/s, server CPU {cpu:.1f} µs per message"
+                )
+                (OUT / f"{name}.txt").write_text("\n".join([head, "", *summary(folded)]) + "\n")
+                print(head, flush=True)
+
+
+RHEA_DIR = Path(__file__).resolve().parent / "amqp_js"
+RABBITMQ_PORT = 5672
+
+
+def _install_rhea() -> None:
+    stamp = RHEA_DIR / "node_modules" / ".installed-from"
+    wanted = (RHEA_DIR / "package.json").read_text()
+    if stamp.exists() and stamp.read_text() == wanted:
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        raise RuntimeError("npm is needed for --client rhea")
+    cache = RHEA_DIR.parent.parent / ".cache" / "npm"
+    subprocess.run(
+        [npm, "install", "--no-audit", "--no-fund", "--cache", str(cache)],
+        cwd=RHEA_DIR, check=True, stdout=subprocess.DEVNULL,
+    )  # fmt: skip
+    stamp.write_text(wanted)
+
+
+async def _rhea(**scenario: Any) -> float:
+    proc = await asyncio.create_subprocess_exec(
+        "node", "client.js", json.dumps(scenario), cwd=RHEA_DIR,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, err = await proc.communicate()
+    if proc.returncode != 0 or not out.strip():
+        raise RuntimeError(f"rhea client failed: {err.decode().strip() or 'no result'}")
+    return float(json.loads(out.decode().splitlines()[-1])["rate"])
+
+
+def _beam_cpu_seconds() -> float:
+    """User and system time of the RabbitMQ node (its beam.smp processes)."""
+    total = 0.0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        if "(beam.smp)" in text:
+            fields = text.rpartition(")")[2].split()
+            total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def _enable_rabbitmq_amqp() -> str | None:
+    """None when RabbitMQ takes AMQP 1.0 on 5672, else why not."""
+    try:
+        listed = subprocess.run(
+            ["rabbitmq-plugins", "list", "-e", "rabbitmq_amqp1_0"],
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        if not re.search(r"^\[[Ee]\*?\]\s+rabbitmq_amqp1_0\b", listed.stdout, re.M):
+            print("enabling RabbitMQ's AMQP 1.0 plugin (rabbitmq_amqp1_0)", flush=True)
+            enabled = subprocess.run(
+                ["rabbitmq-plugins", "enable", "rabbitmq_amqp1_0"],
+                capture_output=True, text=True, timeout=120,
+            )  # fmt: skip
+            if enabled.returncode != 0:
+                return f"rabbitmq-plugins enable rabbitmq_amqp1_0 failed: {enabled.stderr.strip()}"
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"RabbitMQ's plugins cannot be listed or enabled: {exc}"
+    return None
+
+
+async def rhea_rows(count: int, before: Path | None) -> dict[str, float]:
+    """rhea against futoin-evt (before and after) and RabbitMQ: rates and server CPU."""
+    _install_rhea()
+    figures: dict[str, float] = {}
+    common = {"host": "127.0.0.1", "count": count, "window": WINDOW}
+    trees: list[tuple[str, Path | None]] = [("futoin-evt", None)]
+    if before is not None:
+        trees.append(("futoin-evt before", before))
+    for name, source in trees:
+        with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
+            system = await start_futoin_evt(Path(tmp), "--amqp", "127.0.0.1:0", source=source)
+            async with running(system):
+                assert system.amqp_url is not None
+                port = int(system.amqp_url.rpartition(":")[2])
+                login = {"port": port, "user": USER, "password": PASSWORD, "address": "events"}
+                for mode in ("produce", "consume"):
+                    cpu = system.cpu_seconds()
+                    rate = await _rhea(mode=mode, earliest=True, **login, **common)
+                    per = (system.cpu_seconds() - cpu) / count * 1e6
+                    figures[f"rhea {mode}, {name} (msg/s)"] = rate
+                    figures[f"rhea {mode}, {name}: server CPU (µs/msg)"] = per
+    why_not = _enable_rabbitmq_amqp()
+    if why_not is not None:
+        print(f"RabbitMQ not measured: {why_not}", flush=True)
+        return figures
+    queue = f"bench-futoin-evt-{uuid.uuid4().hex[:8]}"
+    login = {"port": RABBITMQ_PORT, "user": "guest", "password": "guest",
+             "address": f"/queue/{queue}", "durable": True}  # fmt: skip
+    try:
+        for mode in ("produce", "consume"):
+            cpu = _beam_cpu_seconds()
+            rate = await _rhea(mode=mode, **login, **common)
+            per = (_beam_cpu_seconds() - cpu) / count * 1e6
+            figures[f"rhea {mode}, RabbitMQ durable queue (msg/s)"] = rate
+            figures[f"rhea {mode}, RabbitMQ durable queue: server CPU (µs/msg)"] = per
+    except RuntimeError as exc:
+        print(f"RabbitMQ not measured: {exc}", flush=True)
+    finally:
+        delete = ["rabbitmqctl", "delete_queue", queue]
+        await asyncio.to_thread(subprocess.run, delete, capture_output=True, timeout=60)
+    return figures
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.amqp", description=__doc__)
     parser.add_argument("--produce", type=int, default=30_000)
     parser.add_argument("--catch-up", type=int, default=100_000)
     parser.add_argument("--source", type=Path, help="run the server from this source tree")
+    parser.add_argument("--profile", action="store_true", help="py-spy profiles instead")
+    parser.add_argument("--client", choices=["proton", "rhea"], default="proton")
+    parser.add_argument("--before", type=Path, help="with rhea: also the server of this tree")
     args = parser.parse_args(argv)
+    if args.client == "rhea":
+        rows = asyncio.run(rhea_rows(args.produce, args.before))
+        print_figures(f"AMQP with rhea: {args.produce:,} messages each way", rows)
+        return 0
+    if args.profile:
+        asyncio.run(profile(args.produce, args.catch_up, args.source))
+        return 0
     figures = asyncio.run(measure(args.produce, args.catch_up, args.source))
     figures.update(raw_limits(args.produce, args.catch_up))
     print_figures(

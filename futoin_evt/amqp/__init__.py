@@ -1,8 +1,9 @@
 """AMQP 1.0 door to the event log (OASIS AMQP event streams extensions).
 
 ``sasl`` (our SASL server frames) and ``codec`` (messages, offsets, filters) have no I/O;
-``connection`` drives proton's sans-I/O engine from asyncio; ``node`` serves the links;
-``listener`` accepts connections. Only ``config`` imports without proton installed.
+``engine`` is the protocol itself (types, frames, connection, messages; no I/O, no server);
+``connection`` drives it from asyncio; ``node`` serves the links; ``listener`` accepts
+connections. Only ``config`` imports without the amqp extra installed.
 """
 
 from .config import AmqpConfig, AmqpLimits, NodeLimits

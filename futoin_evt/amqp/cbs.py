@@ -12,10 +12,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
-from proton import Message
-
 from ..auth.sas import InvalidToken, SasVerifier
 from ..quoting import quote_input
+from .engine.message import Message
 from .management import RequestReplyNode
 
 if TYPE_CHECKING:

@@ -17,22 +17,23 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Final, NamedTuple
-
-from proton import (
-    Data,
-    DataException,
-    Described,
-    Message,
-    MessageException,
-    symbol,
-    timestamp,
-    ulong,
-)
+from typing import Any, Final, NamedTuple, Protocol
 
 from ..domain.stream import MAX_EVENT_DATA_BYTES, encode_event_data
 from ..log.eventlog import StoredEvent
 from ..quoting import quote_input
+from .engine.message import Message, decode_message
+from .engine.types import (
+    Array,
+    DecodeError,
+    Described,
+    EncodeError,
+    Symbol,
+    Timestamp,
+    ULong,
+    decode_value,
+    encode,
+)
 
 #: Width of ``event-streams-offset``: every event id fits, so text order is id order.
 OFFSET_WIDTH: Final = 20
@@ -44,13 +45,15 @@ JSON_CONTENT_TYPE: Final = "application/json"
 MAX_CONTENT_TYPE_CHARS: Final = 256
 #: The type of an event from a message without a subject (Event Hubs clients send none).
 DEFAULT_EVENT_TYPE: Final = "EVENT"
-_DATA_SECTION: Final = ulong(0x75)
+_DATA_SECTION: Final = 0x75
+#: Event Hubs' batch message format: each ``data`` section of the body is a whole message.
+BATCH_FORMAT: Final = 0x8001_3700
 
-OFFSET_ANNOTATION: Final = symbol("event-streams-offset")
-TIMESTAMP_ANNOTATION: Final = symbol("event-streams-timestamp")
-EH_OFFSET: Final = symbol("x-opt-offset")
-EH_SEQUENCE: Final = symbol("x-opt-sequence-number")
-EH_ENQUEUED: Final = symbol("x-opt-enqueued-time")
+OFFSET_ANNOTATION: Final = Symbol("event-streams-offset")
+TIMESTAMP_ANNOTATION: Final = Symbol("event-streams-timestamp")
+EH_OFFSET: Final = Symbol("x-opt-offset")
+EH_SEQUENCE: Final = Symbol("x-opt-sequence-number")
+EH_ENQUEUED: Final = Symbol("x-opt-enqueued-time")
 
 DELIVERY_ANNOTATIONS_FILTER: Final = (
     0x0000_0000_0000_0200,
@@ -148,7 +151,21 @@ def stored_form(event: IncomingEvent) -> tuple[str, str, str | None]:
     return event.type, data_json, event.content_type
 
 
-def message_to_event(message: Message) -> IncomingEvent:
+class MessageLike(Protocol):
+    """What an event is read from: our :class:`~.engine.message.Message`, or a client
+    library's message of the same attribute names."""
+
+    @property
+    def subject(self) -> Any: ...
+    @property
+    def body(self) -> Any: ...
+    @property
+    def inferred(self) -> Any: ...
+    @property
+    def content_type(self) -> Any: ...
+
+
+def message_to_event(message: MessageLike) -> IncomingEvent:
     """The event of a received message; raises :class:`BadMessage`."""
     event_type = DEFAULT_EVENT_TYPE if message.subject is None else message.subject
     if not isinstance(event_type, str) or not event_type:
@@ -166,8 +183,8 @@ def message_to_event(message: Message) -> IncomingEvent:
     return IncomingEvent(event_type, to_json(body))
 
 
-def _content_type(message: Message) -> str:
-    """The content type, ``""`` for none (proton's getter gives ``symbol('None')`` then)."""
+def _content_type(message: MessageLike) -> str:
+    """The content type, ``""`` for none (some clients' getters give ``'None'`` then)."""
     content_type = message.content_type
     return "" if content_type is None or content_type == "None" else str(content_type)
 
@@ -176,25 +193,19 @@ def batch_messages(raw: bytes) -> list[Message]:
     """The messages of an Event Hubs batch: each ``data`` section of its body is one encoded
     message. Raises :class:`BadMessage`."""
     messages: list[Message] = []
-    view = memoryview(raw)
-    while view:
-        section = Data()
+    position = 0
+    while position < len(raw):
         try:
-            used = section.decode(bytes(view))
-            section.rewind()
-            section.next()
-            value = section.get_object()
-        except DataException as exc:
+            value, position = decode_value(raw, position)
+        except DecodeError as exc:
             raise BadMessage("amqp:decode-error", f"undecodable batch section: {exc}") from None
-        view = view[used:]
         if not isinstance(value, Described) or value.descriptor != _DATA_SECTION:
             continue  # the batch's own header, properties and annotations
-        if not isinstance(value.value, bytes | memoryview):
+        if not isinstance(value.value, bytes):
             raise BadMessage("amqp:decode-error", "a data section that holds no binary")
-        message = Message()
         try:
-            message.decode(bytes(value.value))
-        except (MessageException, TypeError) as exc:
+            message = decode_message(value.value)
+        except DecodeError as exc:
             raise BadMessage("amqp:decode-error", f"undecodable batched message: {exc}") from None
         messages.append(message)
     if not messages:
@@ -225,8 +236,8 @@ def to_json(value: Any, depth: int = 0) -> Any:
         return result
     if isinstance(value, list | tuple):
         return [to_json(item, depth + 1) for item in value]
-    if hasattr(value, "elements") and not isinstance(value, Described):  # an AMQP array
-        return [to_json(item, depth + 1) for item in value.elements]
+    if isinstance(value, Array):
+        return [to_json(item, depth + 1) for item in value.items]
     raise BadMessage(
         "amqp:invalid-field", f"the body holds a {type(value).__name__}, which JSON cannot hold"
     )
@@ -238,7 +249,7 @@ def to_json(value: Any, depth: int = 0) -> Any:
 class EventEncoder:
     """Events as encoded messages, one per delivery, without building a ``Message`` each time.
 
-    proton encodes every section. The two annotation sections come from a template encoded
+    The two annotation sections come from a template encoded
     once, whose fixed-width fields (the offsets, the sequence number, the timestamps) are
     filled in per event; the properties section (the subject, the content type) is kept per
     event type and content type. Only the body is encoded per event:
@@ -248,7 +259,7 @@ class EventEncoder:
     - other opaque bytes (``{"$binary": ...}``) as a ``data`` section;
     - other JSON data, on a link opened through an Event Hubs address, as its JSON text in a
       ``data`` section with ``content-type: application/json``; on a plain link as
-      ``amqp-value``, unless proton cannot hold it (an integer beyond 64 bits): then as JSON
+      ``amqp-value``, unless AMQP cannot hold it (an integer beyond 64 bits): then as JSON
       text too.
     """
 
@@ -259,27 +270,24 @@ class EventEncoder:
     _EH_TIMESTAMP = 0x3333_3333_3333_3333
 
     def __init__(self) -> None:
-        annotations = Data()
-        annotations.put_object(
+        template = encode(
             Described(
-                ulong(0x71),
+                ULong(0x71),
                 {
-                    OFFSET_ANNOTATION: symbol(self._OFFSET.decode()),
-                    TIMESTAMP_ANNOTATION: timestamp(self._TIMESTAMP),
+                    OFFSET_ANNOTATION: Symbol(self._OFFSET.decode()),
+                    TIMESTAMP_ANNOTATION: Timestamp(self._TIMESTAMP),
                 },
             )
-        )
-        annotations.put_object(
+        ) + encode(
             Described(
-                ulong(0x72),
+                ULong(0x72),
                 {
                     EH_OFFSET: self._EH_OFFSET.decode(),
                     EH_SEQUENCE: self._SEQUENCE,
-                    EH_ENQUEUED: timestamp(self._EH_TIMESTAMP),
+                    EH_ENQUEUED: Timestamp(self._EH_TIMESTAMP),
                 },
             )
         )
-        template = bytes(annotations.encode())
         holes = sorted(
             (_find_once(template, marker), len(marker), kind)
             for marker, kind in (
@@ -299,10 +307,28 @@ class EventEncoder:
             start = position + size
         self._tail = template[start:]
         self._properties: dict[tuple[str, str | None], bytes] = {}
+        #: (event id, Event Hubs form) -> the encoded properties and body, oldest first.
+        self._recent: dict[tuple[int, bool], tuple[tuple[str, str | None, str], bytes]] = {}
 
     def encode(self, event: StoredEvent, event_hubs: bool = False) -> bytes:
         """The message of ``event``; ``event_hubs``: for a link opened through an Event Hubs
         address (JSON as a ``data`` section)."""
+        return b"".join(self.parts(event, event_hubs))
+
+    def parts(self, event: StoredEvent, event_hubs: bool = False) -> list[bytes]:
+        """The message of ``event`` as the parts it joins into. Its properties and body are
+        encoded once for every consumer link that sends it (the recent events' are kept)."""
+        key = (event.id, event_hubs)
+        kept = self._recent.get(key)
+        # the same id in another log (servers share this encoder) is another event
+        if kept is not None and kept[0] == (event.type, event.content_type, event.data_json):
+            tail = kept[1]
+        else:
+            body, content_type = self._body(event, event_hubs)
+            tail = self._properties_of(event.type, content_type) + body
+            if len(self._recent) >= _RECENT_EVENTS:
+                del self._recent[next(iter(self._recent))]
+            self._recent[key] = ((event.type, event.content_type, event.data_json), tail)
         values = {
             "offset": format_offset(event.id).encode(),
             "timestamp": event.timestamp_ms.to_bytes(8, "big", signed=True),
@@ -313,10 +339,8 @@ class EventEncoder:
             parts.append(piece)
             parts.append(values[kind])
         parts.append(self._tail)
-        body, content_type = self._body(event, event_hubs)
-        parts.append(self._properties_of(event.type, content_type))
-        parts.append(body)
-        return b"".join(parts)
+        parts.append(tail)
+        return parts
 
     def _properties_of(self, event_type: str, content_type: str | None) -> bytes:
         key = (event_type, content_type)
@@ -325,12 +349,15 @@ class EventEncoder:
             # message-id, user-id, to, subject, reply-to, correlation-id, content-type
             fields: list[Any] = [None, None, None, event_type]
             if content_type:
-                fields += [None, None, symbol(content_type)]
-            section = Data()
-            section.put_object(Described(ulong(0x73), fields))
+                fields += [None, None, Symbol(content_type)]
+            try:
+                encoded = encode(Described(ULong(0x73), fields))
+            except EncodeError:  # a content type that is not ASCII: as a string
+                fields[-1] = content_type
+                encoded = encode(Described(ULong(0x73), fields))
             if len(self._properties) >= _MAX_PROPERTIES_KEPT:
                 self._properties.clear()  # content types come from clients: stay bounded
-            encoded = self._properties[key] = bytes(section.encode())
+            self._properties[key] = encoded
         return encoded
 
     @staticmethod
@@ -358,6 +385,8 @@ class EventEncoder:
 #: to find out.
 _BINARY_START: Final = '{"$binary":'
 _MAX_PROPERTIES_KEPT: Final = 4096
+#: Events whose encoded body is kept for the next consumer link that sends them.
+_RECENT_EVENTS: Final = 4096
 _AMQP_VALUE: Final = b"\x00\x53\x77"
 _AMQP_DATA: Final = b"\x00\x53\x75"
 _LONG: Final = struct.Struct(">bq")
@@ -370,9 +399,8 @@ class _TooBig(Exception):
 
 
 def _put_json(value: Any, out: bytearray) -> None:
-    """Append the AMQP encoding of JSON data, as proton encodes the same Python value (a str
-    as string, an int as long, a float as double, a list as list, a dict as map), without
-    proton's per-value calls."""
+    """Append the AMQP encoding of JSON data (a str as string, an int as long, a float as
+    double, a list as list, a dict as map), faster than the general encoder."""
     if isinstance(value, str):
         raw = value.encode()
         if len(raw) < 256:
@@ -485,5 +513,5 @@ def described_filter(value: object) -> tuple[object, object]:
     """(descriptor, value) of one filter-set entry."""
     if isinstance(value, Described):
         descriptor = value.descriptor
-        return (int(descriptor) if isinstance(descriptor, ulong | int) else descriptor), value.value
+        return (int(descriptor) if isinstance(descriptor, int) else descriptor), value.value
     raise BadFilter("filter entries must be described values")

@@ -1,4 +1,4 @@
-"""Settings of the AMQP listener (importable without proton installed)."""
+"""Settings of the AMQP listener (importable without the amqp extra installed)."""
 
 from __future__ import annotations
 

@@ -1,10 +1,9 @@
-"""One AMQP connection: our SASL layer, then proton's sans-I/O engine, driven by asyncio.
+"""One AMQP connection: our SASL layer, then our sans-I/O engine, driven by asyncio.
 
-Bytes from the socket go to :class:`~.sasl.SaslServer` until the login is settled, then to a
-``proton.Transport`` (server mode, SASL off) bound to a ``proton.Connection`` whose
-``Collector`` events we dispatch: endpoints are opened and closed here, links are handed to
-the node. Whatever proton has to send is written after each batch of events. There are no
-proton reactor threads: everything runs on the server's loop.
+Bytes from the socket go to :class:`~.sasl.SaslServer` until the login is settled, then to an
+:class:`~.engine.connection.Engine` whose events are dispatched here: links go to the node
+table, which hands each a handler; messages, credit and outcomes go to the link's handler.
+What the engine has to send leaves in one write per turn of the loop.
 """
 
 from __future__ import annotations
@@ -14,40 +13,42 @@ import logging
 import time
 from typing import Any, Final, Protocol, cast
 
-from proton import (
-    Collector,
-    Condition,
-    Connection,
-    Endpoint,
-    Event,
-    Link,
-    Session,
-    SymbolList,
-    Transport,
-    symbol,
-)
-
 from .. import __version__
 from ..auth.users import Authenticator, Principal
 from ..ftn3.errors import FTN3Error
 from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots, half_close
 from ..stats import CONNECTION
 from .config import AmqpConfig
-from .frames import BatchSniffer, FramePadder
+from .engine.connection import (
+    ConnectionClosed,
+    DeliveriesUpdated,
+    Delivery,
+    Engine,
+    Link,
+    LinkAttached,
+    LinkDetached,
+    LinkFlow,
+    MessageReceived,
+    SessionEnded,
+)
+from .engine.types import Symbol
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
 
 log = logging.getLogger(__name__)
 
-CAPABILITY: Final = symbol("AMQP_EVENT_STREAMS_V1_0")
+CAPABILITY: Final = "AMQP_EVENT_STREAMS_V1_0"
 CONTAINER_ID: Final = "futoin-evt"
 MECHANISMS: Final = ("PLAIN", "ANONYMOUS")
 PROPERTIES: Final[dict[Any, Any]] = {
-    symbol("product"): "futoin-evt",
-    symbol("version"): __version__,
+    Symbol("product"): "futoin-evt",
+    Symbol("version"): __version__,
 }
 DECODE_ERROR: Final = "amqp:decode-error"
 RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
 UNAUTHORIZED: Final = "amqp:unauthorized-access"
+#: Links one connection may hold at once, refused ones not yet detached by the peer included:
+#: beyond this many times the link limit, the connection is closed.
+_HELD_LINKS_FACTOR: Final = 4
 
 
 class LinkHandler(Protocol):
@@ -55,7 +56,11 @@ class LinkHandler(Protocol):
 
     def on_flow(self) -> None: ...
 
-    def on_delivery(self, delivery: Any) -> None: ...
+    def on_delivery(self, delivery: Delivery) -> None:
+        """A whole message arrived (on a link the node receives on)."""
+
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        """The peer settled or gave outcomes to deliveries the node sent (settled here)."""
 
     def on_writable(self) -> None: ...
 
@@ -107,14 +112,9 @@ class AmqpConnection(asyncio.Protocol):
         #: The user logged in with PLAIN or named by a token put to ``$cbs``; None before.
         self.principal: Principal | None = None
         self._claims_timer: asyncio.TimerHandle | None = None
-        self._engine: Transport | None = None
-        self._connection: Connection | None = None
-        self._collector = Collector()
-        self._padder = FramePadder()
-        self._batches = BatchSniffer()
+        self._engine: Engine | None = None
         self._handlers: dict[Link, LinkHandler] = {}
         self._processing = False
-        self._again = False
         self._timer: asyncio.TimerHandle | None = None
         self._auth_task: asyncio.Task[None] | None = None
         self._wake_pending = False
@@ -157,7 +157,7 @@ class AmqpConnection(asyncio.Protocol):
 
     def eof_received(self) -> bool | None:
         if self._engine is not None and self._linger_left is None:
-            self._engine.close_tail()
+            self._engine.receive_eof()
             self.process()
         return None
 
@@ -171,9 +171,7 @@ class AmqpConnection(asyncio.Protocol):
         for handler in list(self._handlers.values()):
             handler.on_closed()
         self._handlers.clear()
-        if self._engine is not None:
-            self._engine.unbind()
-            self._engine = None
+        self._engine = None
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -229,10 +227,6 @@ class AmqpConnection(asyncio.Protocol):
         log.warning("AMQP login failed for %r from %s", user[:64], _peer(self._peer))
         return Outcome.AUTH
 
-    def is_batch(self, link_name: str, tag: str) -> bool:
-        """Whether the peer sent that delivery as an Event Hubs batch (asked once for each)."""
-        return self._batches.is_batch(link_name, tag)
-
     @property
     def peer_name(self) -> str:
         """The peer's address, for log lines."""
@@ -263,13 +257,15 @@ class AmqpConnection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        engine = Transport(Transport.SERVER)
-        engine.max_frame_size = self._limits.max_frame_bytes
-        engine.idle_timeout = self._limits.idle_timeout
-        connection = Connection()
-        connection.collect(self._collector)
-        engine.bind(connection)
-        self._engine, self._connection = engine, connection
+        limits = self._limits
+        self._engine = Engine(
+            CONTAINER_ID,
+            max_frame_size=limits.max_frame_bytes,
+            idle_timeout=limits.idle_timeout,
+            max_links=limits.max_links * _HELD_LINKS_FACTOR,
+            properties=PROPERTIES,
+            offered_capabilities=[CAPABILITY],
+        )
         self._push(AMQP_HEADER + rest)
 
     def _arm_login_timer(self) -> None:
@@ -283,33 +279,21 @@ class AmqpConnection(asyncio.Protocol):
     def _push(self, data: bytes) -> None:
         engine = self._engine
         assert engine is not None
-        self._batches.feed(data)
-        view = memoryview(data)
-        while view:
-            capacity = engine.capacity()
-            if capacity <= 0:  # the input side is closed (an error, or the peer's close)
-                break
-            engine.push(bytes(view[:capacity]))
-            view = view[capacity:]
-            self.process()
-        if not data:
-            self.process()
+        engine.receive_data(data)
+        self.process()
 
     def process(self) -> None:
         """Dispatch the engine's events and write what it has to send. Re-entrant calls (a
         handler that changes state while we dispatch) are folded into the running one."""
-        if self._processing:
-            self._again = True
+        engine = self._engine
+        if self._processing or engine is None:
             return
         self._processing = True
         try:
-            self._again = True
-            while self._again:
-                self._again = False
-                while (event := self._collector.peek()) is not None:
+            while events := engine.events():
+                for event in events:
                     self._dispatch(event)
-                    self._collector.pop()
-                self._flush()
+            self._flush()
         finally:
             self._processing = False
 
@@ -322,152 +306,110 @@ class AmqpConnection(asyncio.Protocol):
 
     def _woken(self) -> None:
         self._wake_pending = False
-        if self._engine is not None:
-            self.process()
+        self.process()
 
     def _flush(self) -> None:
         engine = self._engine
         if engine is None:
             return
-        while True:
-            pending = engine.pending()
-            if pending < 0:  # the engine has said its last word
-                self._close_socket()
-                return
-            if pending == 0:
-                break
-            out = self._padder.feed(engine.peek(pending) or b"")
-            if out:
-                self._write(out)
-            engine.pop(pending)
-        deadline = engine.tick(time.monotonic())
+        out = engine.data_to_send()
+        if out:
+            self._write(out)
+        if engine.finished:
+            self._close_socket()
+            return
+        deadline = engine.tick()
+        out = engine.data_to_send()  # an empty frame the tick sent, or its close
+        if out:
+            self._write(out)
+        if engine.finished:
+            self._close_socket()
+            return
         self._schedule_tick(deadline)
 
-    def _schedule_tick(self, deadline: float) -> None:
+    def _schedule_tick(self, deadline: float | None) -> None:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
-        if deadline:
+        if deadline is not None:
             loop = asyncio.get_running_loop()
             delay = max(deadline - time.monotonic(), 0.0)
             self._timer = loop.call_later(delay, self.process)
 
-    def _dispatch(self, event: Event) -> None:
-        kind = event.type
-        connection = self._connection
-        assert connection is not None
-        if kind == Event.CONNECTION_REMOTE_OPEN:
-            connection.container = CONTAINER_ID
-            connection.offered_capabilities = SymbolList([CAPABILITY])
-            # Some clients (Event Hubs' pyamqp) index every field of open: send them all.
-            connection.properties = PROPERTIES
-            connection.open()
-        elif kind == Event.CONNECTION_REMOTE_CLOSE:
-            connection.close()
-        elif kind in (Event.SESSION_REMOTE_OPEN, Event.SESSION_REMOTE_CLOSE):
-            session = event.session
-            assert session is not None
-            if kind == Event.SESSION_REMOTE_OPEN:
-                session.open()
-            else:
-                self._end_session(session)
-        elif kind == Event.TRANSPORT_TAIL_CLOSED:
-            self._input_ended(connection)
-        elif kind == Event.TRANSPORT_ERROR:
-            engine = event.transport
-            condition = engine.condition if engine is not None else None
-            log.info("AMQP connection from %s: %s", _peer(self._peer), condition)
-        elif (link := event.link) is not None:
-            self._dispatch_link(kind, link, event)
-
-    def _end_session(self, session: Session) -> None:
-        """The peer ended a session: its links end with it (AMQP 2.5.4), without detaches of
-        their own. Their handlers are told, and proton may drop the lot."""
-        for link in [link for link in self._handlers if link.session == session]:
-            handler = self._handlers.pop(link)
-            handler.on_closed()
-        session.close()
-        each = self._connection.link_head(0) if self._connection is not None else None
-        while each is not None:
-            following = each.next(0)
-            if each.session == session:
-                if each.state & Endpoint.LOCAL_ACTIVE:
-                    each.close()
-                _free(each)
-            each = following
-        session.free()
-
-    def _input_ended(self, connection: Connection) -> None:
-        """Nothing more comes from the peer: close our side too. proton ends the input on a
-        frame it cannot decode, sometimes without closing the connection itself."""
-        if connection.state & Endpoint.LOCAL_CLOSED:
-            return
-        if not connection.state & Endpoint.REMOTE_CLOSED and connection.condition is None:
-            engine = self._engine
-            known = engine.condition if engine is not None else None
-            connection.condition = known or Condition(DECODE_ERROR, "a frame could not be decoded")
-        if connection.state & Endpoint.LOCAL_UNINIT:
-            connection.open()
-        connection.close()
-
-    def _dispatch_link(self, kind: object, link: Link, event: Event) -> None:
-        if kind == Event.LINK_LOCAL_CLOSE:
-            _free_when_closed(link)
-        elif kind == Event.LINK_REMOTE_OPEN:
-            self._attach(link)
-        elif kind in (Event.LINK_REMOTE_CLOSE, Event.LINK_REMOTE_DETACH):
-            handler = self._handlers.pop(link, None)
-            finishing = handler.on_closed() if handler is not None else None
-            if not link.state & Endpoint.LOCAL_ACTIVE:
-                _free_when_closed(link)
-                return
-            if finishing is None or finishing.done():
-                link.close()
-            else:
-                finishing.add_done_callback(lambda _done: self._close_link(link))
-        elif (handler := self._handlers.get(link)) is not None:
-            if kind == Event.LINK_FLOW:
-                handler.on_flow()
-            elif kind == Event.DELIVERY:
+    def _dispatch(self, event: Any) -> None:
+        if isinstance(event, MessageReceived):
+            handler = self._handlers.get(event.link)
+            if handler is not None:
                 handler.on_delivery(event.delivery)
+        elif isinstance(event, DeliveriesUpdated):
+            handler = self._handlers.get(event.link)
+            if handler is not None:
+                handler.on_outcomes(event.deliveries)
+        elif isinstance(event, LinkFlow):
+            handler = self._handlers.get(event.link)
+            if handler is not None:
+                handler.on_flow()
+        elif isinstance(event, LinkAttached):
+            self._attach(event.link)
+        elif isinstance(event, LinkDetached):
+            self._detached(event.link, event.by_peer)
+        elif isinstance(event, SessionEnded):
+            # Its links end with it (AMQP 2.5.4), without detaches of their own.
+            for link in event.links:
+                self._forget_link(link)
+        elif isinstance(event, ConnectionClosed) and event.error is not None:
+            error = event.error
+            log.info(
+                "AMQP connection from %s: %s: %s",
+                _peer(self._peer),
+                error.condition,
+                error.description,
+            )
+
+    def _forget_link(self, link: Link) -> asyncio.Future[None] | None:
+        handler = self._handlers.pop(link, None)
+        return handler.on_closed() if handler is not None else None
+
+    def _detached(self, link: Link, by_peer: bool) -> None:
+        finishing = self._forget_link(link)
+        if not by_peer:
+            return  # the engine detached it (a message too large): answered already
+        if finishing is None or finishing.done():
+            link.close()
+        else:
+            finishing.add_done_callback(lambda _done: self._close_link(link))
 
     def _attach(self, link: Link) -> None:
         if len(self._handlers) >= self._limits.max_links:
             limit = self._limits.max_links
-            refuse_link(link, RESOURCE_LIMIT, f"at most {limit} links per connection")
+            link.refuse(RESOURCE_LIMIT, f"at most {limit} links per connection")
             return
         try:
             handler = self._listener.node.attach(self, link)
         except LinkRefused as exc:
-            refuse_link(link, exc.condition, str(exc))
+            link.refuse(exc.condition, str(exc))
             return
         self._handlers[link] = handler
 
     def _close_link(self, link: Link) -> None:
-        if self._engine is not None and link.state & Endpoint.LOCAL_ACTIVE:
+        if self._engine is not None:
             link.close()
             self.wake()
 
     def detach(self, link: Link, condition: str, description: str) -> None:
         """Close one of our links with an error (the link's handler is told)."""
-        handler = self._handlers.pop(link, None)
-        if handler is not None:
-            handler.on_closed()
-        link.condition = Condition(condition, description)
-        link.close()
-        self.process()
+        self._forget_link(link)
+        link.close(condition, description)
+        self.wake()
 
     # -- closing --------------------------------------------------------------------------------
 
     def close(self, condition: str, description: str) -> None:
         """Close the connection with an error (the server is shutting down, say)."""
-        if self._connection is None or self._engine is None:
+        if self._engine is None:
             self._close_socket()
             return
-        self._connection.condition = Condition(condition, description)
-        self._connection.close()
-        self.process()
-        self._engine.close_tail()
+        self._engine.close(condition, description)
         self.process()
 
     def abort(self) -> None:
@@ -497,27 +439,6 @@ class LinkRefused(Exception):
     def __init__(self, condition: str, description: str) -> None:
         super().__init__(description)
         self.condition = condition
-
-
-def refuse_link(link: Link, condition: str, description: str) -> None:
-    """Attach with no terminus and detach at once with the error (AMQP 2.6.3)."""
-    link.condition = Condition(condition, description)
-    link.open()
-    link.close()
-
-
-def _free_when_closed(link: Link) -> None:
-    """Let proton drop a link both ends have closed: it keeps every link of a connection until
-    the connection ends otherwise, and a peer could attach and detach without end."""
-    closed = Endpoint.LOCAL_CLOSED | Endpoint.REMOTE_CLOSED
-    if link.state & closed == closed:
-        _free(link)
-
-
-def _free(link: Link) -> None:
-    if not getattr(link, "freed", False):
-        link.freed = True  # kept with proton's link: both closing events may still be queued
-        link.free()
 
 
 def _peer(address: Any) -> str:

@@ -20,12 +20,13 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
-from proton import Condition, Delivery, Link, Message, MessageException, timestamp
-
 from ..log.eventlog import EventLog, ts_to_ms
 from ..notify.live import UnknownStream
 from ..quoting import quote_input
 from .codec import format_offset
+from .engine.connection import Delivery, Link
+from .engine.message import Message, decode_message
+from .engine.types import DecodeError, Timestamp
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
@@ -54,14 +55,12 @@ class RequestReplyNode:
         self._replies: dict[AmqpConnection, dict[str | None, ReplyLink]] = {}
 
     def attach(self, conn: AmqpConnection, link: Link) -> RequestLink | ReplyLink:
-        link.source.copy(link.remote_source)
-        link.target.copy(link.remote_target)
-        if link.is_receiver:
-            link.max_message_size = MAX_REQUEST_BYTES
-        link.open()
-        if link.is_receiver:
+        if not link.is_sender:
+            link.accept(max_message_size=MAX_REQUEST_BYTES)
             return RequestLink(conn, link, self)
-        address = link.remote_target.address if link.remote_target is not None else None
+        link.accept()
+        target = link.remote_target
+        address = target.address if target is not None else None
         reply = ReplyLink(conn, link, lambda: self._forget(conn, address))
         self._replies.setdefault(conn, {})[address] = reply
         return reply
@@ -110,7 +109,7 @@ class ManagementNode(RequestReplyNode):
             return 404, f"no such event hub: {quote_input(properties.get('name'))}", None
         kind = properties.get("type")
         bounds = await self._events.bounds()
-        created = timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0)
+        created = Timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0)
         if kind == HUB_TYPE:
             return 200, "OK", {
                 "name": self._hub,
@@ -131,7 +130,7 @@ class ManagementNode(RequestReplyNode):
             "begin_sequence_number": bounds.first_id or 0,
             "last_enqueued_sequence_number": last_id,
             "last_enqueued_offset": format_offset(last_id) if last_id else "-1",
-            "last_enqueued_time_utc": timestamp(ts_to_ms(bounds.last_ts) if bounds.last_ts else 0),
+            "last_enqueued_time_utc": Timestamp(ts_to_ms(bounds.last_ts) if bounds.last_ts else 0),
             "is_partition_empty": bounds.events == 0,
         }  # fmt: skip
 
@@ -160,31 +159,17 @@ class RequestLink:
         link.flow(16)
 
     def on_delivery(self, delivery: Delivery) -> None:
-        link = self._link
-        if delivery.aborted:
-            delivery.settle()
-            return
-        if delivery.pending > MAX_REQUEST_BYTES:  # without this, proton would buffer it all
-            message = f"request larger than {MAX_REQUEST_BYTES} bytes"
-            self._conn.detach(link, "amqp:link:message-size-exceeded", message)
-            return
-        if delivery.partial:
-            return
-        raw = link.recv(delivery.pending) or b""
-        link.advance()
-        request = Message()
+        """A whole request (the engine detaches a link whose request is too large)."""
         try:
-            request.decode(raw)
-        except MessageException as exc:
-            delivery.local.condition = Condition("amqp:decode-error", str(exc))
-            delivery.update(Delivery.REJECTED)
+            request = decode_message(delivery.payload)
+        except DecodeError as exc:
+            delivery.reject("amqp:decode-error", str(exc))
         else:
-            delivery.update(Delivery.ACCEPTED)
+            delivery.accept()
             task = asyncio.ensure_future(self._answer(request))
             self._answering.add(task)
             task.add_done_callback(self._answering.discard)
-        delivery.settle()
-        link.flow(1)
+        self._link.flow(1)
 
     async def _answer(self, request: Message) -> None:
         status, description, body = await self._node.answer(self._conn, request)
@@ -201,6 +186,9 @@ class RequestLink:
         target.send(reply.encode())
 
     def on_flow(self) -> None:
+        pass
+
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
         pass
 
     def on_writable(self) -> None:
@@ -235,14 +223,14 @@ class ReplyLink:
         link = self._link
         while link.credit > 0 and self._queue:
             self._sent += 1
-            delivery = link.delivery(str(self._sent))
-            link.send(self._queue.popleft())
-            link.advance()
-            delivery.settle()
+            link.send(self._queue.popleft(), str(self._sent).encode(), settled=True)
         self._conn.wake()
 
     def on_delivery(self, delivery: Delivery) -> None:
-        delivery.settle()
+        pass
+
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        pass
 
     def on_writable(self) -> None:
         pass

@@ -16,8 +16,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from proton import Condition, Delivery, Link, Message, MessageException, symbol
-
 from ..auth.sas import SasVerifier
 from ..domain.stream import EventRejected, UserId
 from ..log.eventlog import EventLog, is_registrable
@@ -27,6 +25,7 @@ from ..quoting import quote_input
 from ..stats import Calls
 from .cbs import CBS, CbsNode
 from .codec import (
+    BATCH_FORMAT,
     DELIVERY_ANNOTATIONS_FILTER,
     SELECTOR_FILTER,
     SQL_FILTER,
@@ -44,6 +43,10 @@ from .codec import (
 )
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
 from .connection import UNAUTHORIZED, LinkHandler, LinkRefused
+from .engine.connection import Delivery, Link
+from .engine.message import Message, decode_message
+from .engine.performatives import Accepted, Rejected
+from .engine.types import DecodeError, Symbol
 from .filters import compile_filter
 from .management import MANAGEMENT, ManagementNode
 from .quickdecode import quick_event
@@ -56,9 +59,9 @@ log = logging.getLogger(__name__)
 NODE: Final = "events"
 INFO: Final = "events/$info"
 PARTITION: Final = "0"
-PARTITION_PROPERTY: Final = symbol("event-streams-partition")
-GROUP_PROPERTY: Final = symbol("event-streams-consumer-group")
-EPOCH_PROPERTY: Final = symbol("event-streams-epoch")
+PARTITION_PROPERTY: Final = Symbol("event-streams-partition")
+GROUP_PROPERTY: Final = Symbol("event-streams-consumer-group")
+EPOCH_PROPERTY: Final = Symbol("event-streams-epoch")
 #: A consumer group named ``ftn18:<component>`` keeps its position as the user's registered
 #: FTN18 consumer ``<component>`` (registered on attach if need be).
 FTN18_GROUP_PREFIX: Final = "ftn18:"
@@ -131,8 +134,7 @@ class EventLogNode:
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
-        terminus = link.remote_target if link.is_receiver else link.remote_source
-        address = terminus.address if terminus is not None else None
+        address = link.address
         uri = address is not None and "://" in address
         address = _address_path(address) if address is not None else None
         if address == CBS:
@@ -148,14 +150,14 @@ class EventLogNode:
         if notifications is not None and address is not None and notifications.takes(address):
             return notifications.attach(conn, link)
         if address == INFO:
-            if link.is_receiver:
+            if not link.is_sender:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
             _check_partition(_link_properties(link))
             return InfoLink(conn, link, self.events)
         address_group, names_partition = _parse_address(address)
         properties = _link_properties(link)
         _check_partition(properties)
-        if link.is_receiver:
+        if not link.is_sender:
             return ProducerLink(conn, link, self.events, self.limits, self.calls)
         start = _start_position(link, self.events.head)
         group = properties.get(GROUP_PROPERTY, address_group)
@@ -312,31 +314,12 @@ def _start_position(link: Link, head: int) -> Position | None:
 
 def _filter_set(link: Link) -> Any:
     source = link.remote_source
-    if source is None:
-        return None
-    data = source.filter
-    data.rewind()
-    return data.get_object() if data.next() is not None else None
+    return source.filter if source is not None else None
 
 
-def _open_like_peer(link: Link, properties: Mapping[Any, Any] | None = None) -> None:
-    link.source.copy(link.remote_source)
-    link.target.copy(link.remote_target)
-    link.properties = {PARTITION_PROPERTY: symbol(PARTITION), **(properties or {})}
-
-
-def _tag(delivery: Delivery) -> str:
-    """The delivery tag as proton gives it (it decodes tags as UTF-8); empty when it cannot."""
-    try:
-        return delivery.tag
-    except UnicodeDecodeError:
-        return ""
-
-
-def _reject(delivery: Delivery, condition: str, description: str) -> None:
-    delivery.local.condition = Condition(condition, description)
-    delivery.update(Delivery.REJECTED)
-    delivery.settle()
+def _link_answer(properties: Mapping[Any, Any] | None = None) -> dict[Any, Any]:
+    """The properties our end of a link has: the partition, and ``properties``."""
+    return {PARTITION_PROPERTY: Symbol(PARTITION), **(properties or {})}
 
 
 class ProducerLink:
@@ -361,9 +344,7 @@ class ProducerLink:
         self._limits = limits
         self._in_store = 0
         self._closed = False
-        _open_like_peer(link)
-        link.max_message_size = limits.max_message_bytes
-        link.open()
+        link.accept(properties=_link_answer(), max_message_size=limits.max_message_bytes)
         self._top_up()
 
     def on_flow(self) -> None:
@@ -372,31 +353,20 @@ class ProducerLink:
     def on_writable(self) -> None:
         pass
 
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        pass
+
     def on_closed(self) -> asyncio.Future[None] | None:
         self._closed = True
         return None
 
     def on_delivery(self, delivery: Delivery) -> None:
-        link = self._link
-        if delivery.aborted:
-            delivery.settle()
-            return
-        if delivery.pending > self._limits.max_message_bytes:
-            self._conn.detach(
-                link,
-                MESSAGE_SIZE_EXCEEDED,
-                f"message larger than {self._limits.max_message_bytes} bytes",
-            )
-            return
-        if delivery.partial:
-            return
+        """A whole message (the engine detaches a link whose message is too large)."""
         started = time.perf_counter()
-        raw = link.recv(delivery.pending) or b""
-        link.advance()
         try:
-            future = self._append(raw, self._conn.is_batch(link.name, _tag(delivery)))
+            future = self._append(delivery.payload, delivery.message_format == BATCH_FORMAT)
         except BadMessage as exc:
-            _reject(delivery, exc.condition, str(exc))
+            delivery.reject(exc.condition, str(exc))
             self._count(exc.condition, started)
         else:
             self._in_store += 1
@@ -412,10 +382,9 @@ class ProducerLink:
         elif batch:
             events = [message_to_event(message) for message in batch_messages(raw)]
         else:
-            message = Message()
             try:
-                message.decode(raw)
-            except MessageException as exc:
+                message = decode_message(raw)
+            except DecodeError as exc:
                 raise BadMessage(DECODE_ERROR, f"undecodable message: {exc}") from None
             events = [message_to_event(message)]
         try:
@@ -434,11 +403,10 @@ class ProducerLink:
                 done.exception()  # retrieved: nobody is left to tell
             return
         if done.cancelled() or done.exception() is not None:
-            _reject(delivery, INTERNAL_ERROR, "the event could not be stored")
+            delivery.reject(INTERNAL_ERROR, "the event could not be stored")
             self._count(INTERNAL_ERROR, started)
         else:
-            delivery.update(Delivery.ACCEPTED)
-            delivery.settle()
+            delivery.accept()
             self._count("ok", started)
         self._top_up()
         self._conn.wake()
@@ -467,9 +435,7 @@ class _SourceLink:
         self._events = events
         self._wake = asyncio.Event()
         self._closed = False
-        _open_like_peer(link, properties)
-        link.snd_settle_mode = link.remote_snd_settle_mode
-        link.open()
+        link.accept(properties=_link_answer(properties))
         self._task = asyncio.ensure_future(self._run())
         self._task.add_done_callback(self._finished)
 
@@ -484,16 +450,9 @@ class _SourceLink:
             log.error("AMQP link failed", exc_info=exc)
             self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")
 
-    def _send(self, encoded: bytes, tag: str) -> bool:
+    def _send(self, encoded: bytes | list[bytes], tag: str) -> bool:
         """Send one message; True when it is settled already (the peer asked for that)."""
-        link = self._link
-        delivery = link.delivery(tag)
-        link.send(encoded)
-        link.advance()
-        if link.snd_settle_mode == Link.SND_SETTLED:
-            delivery.settle()
-            return True
-        return False
+        return self._link.send(encoded, tag.encode()).settled
 
     def on_flow(self) -> None:
         self._wake.set()
@@ -502,9 +461,10 @@ class _SourceLink:
         self._wake.set()
 
     def on_delivery(self, delivery: Delivery) -> None:
-        """The consumer's disposition: settle our side too."""
-        if delivery.remote_state or delivery.settled:
-            delivery.settle()
+        pass  # the engine refuses transfers on a link the peer receives on
+
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        pass  # the engine settles what the consumer settled
 
     def on_closed(self) -> asyncio.Future[None] | None:
         self._closed = True
@@ -578,7 +538,7 @@ class ConsumerLink(_SourceLink):
         self._after = self._acked = after = await self._start_after()
         link = self._link
         matches = self._start.matches
-        encode = _ENCODER.encode
+        encode = _ENCODER.parts
         event_hubs = self._event_hubs
         while True:
             self._wake.clear()
@@ -597,19 +557,18 @@ class ConsumerLink(_SourceLink):
                     self._acknowledge()
                     self._conn.wake()
                     continue
-            if link.credit > 0 and link.drain_mode and self._events.head <= after:
+            if link.credit > 0 and link.drain and self._events.head <= after:
                 link.drained()
                 self._conn.wake()
             await self._wake.wait()
 
-    def on_delivery(self, delivery: Delivery) -> None:
-        if self._binding is not None and delivery.remote_state in (
-            Delivery.ACCEPTED,
-            Delivery.REJECTED,
-        ):
-            self._done.add(int(delivery.tag))
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        if self._binding is None:
+            return
+        done = [int(d.tag) for d in deliveries if isinstance(d.remote_state, Accepted | Rejected)]
+        if done:
+            self._done.update(done)
             self._acknowledge()
-        super().on_delivery(delivery)
 
     def _acknowledge(self) -> None:
         """Move the bound consumer's position over what is settled or was skipped."""
@@ -655,15 +614,15 @@ class InfoLink(_SourceLink):
 
 def _info(first_id: int | None, last_id: int | None) -> dict[Any, Any]:
     def offset(event_id: int | None) -> Any:
-        return symbol(format_offset(event_id)) if event_id is not None else None
+        return Symbol(format_offset(event_id)) if event_id is not None else None
 
     return {
-        symbol("partitions"): [
+        Symbol("partitions"): [
             {
-                symbol("partition"): symbol(PARTITION),
-                symbol("earliest-offset"): offset(first_id),
-                symbol("latest-offset"): offset(last_id),
+                Symbol("partition"): Symbol(PARTITION),
+                Symbol("earliest-offset"): offset(first_id),
+                Symbol("latest-offset"): offset(last_id),
             }
         ],
-        symbol("futoin-evt:head-id"): last_id or 0,
+        Symbol("futoin-evt:head-id"): last_id or 0,
     }

@@ -24,8 +24,6 @@ import logging
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Final
 
-from proton import DataException, Link, Message
-
 from ..notify.live import (
     READ_BATCH,
     LiveStreams,
@@ -39,6 +37,9 @@ from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
 from .connection import LinkRefused
+from .engine.connection import Link
+from .engine.message import Message
+from .engine.types import EncodeError
 from .node import _address_path, _SourceLink
 
 if TYPE_CHECKING:
@@ -68,10 +69,11 @@ class NotificationNode:
         return address == EVENTS_SOURCE or address.startswith(EVENTS_SOURCE + "/")
 
     def attach(self, conn: AmqpConnection, link: Link) -> NotificationLink:
-        if link.is_receiver:
+        if not link.is_sender:
             raise LinkRefused(NOT_FOUND, "$events is a source: attach a receiving link")
         assert conn.principal is not None
-        name = self._stream_name(link.remote_source.address or EVENTS_SOURCE)
+        source = link.remote_source
+        name = self._stream_name((source.address if source is not None else None) or EVENTS_SOURCE)
         try:
             lives = self._streams.of_stream(name)
         except UnknownStream as exc:
@@ -99,11 +101,7 @@ class NotificationNode:
 def subscription_filters(link: Link) -> tuple[Selector | None, Transformation | None]:
     """The selector and transformation of a link's source filter set."""
     source = link.remote_source
-    filters: Any = None
-    if source is not None:
-        data = source.filter
-        data.rewind()
-        filters = data.get_object() if data.next() is not None else None
+    filters: Any = source.filter if source is not None else None
     if not filters:
         return None, None
     if not isinstance(filters, Mapping):
@@ -136,10 +134,10 @@ def encode(notification: Notification, transformation: Transformation | None) ->
         body=[_amqp_value(v) for v in body] if transformation is not None and body else body,
     )
     try:
-        return bytes(message.encode())
-    except (OverflowError, DataException):  # an integer beyond 64 bits in the body
+        return message.encode()
+    except EncodeError:  # an integer beyond 64 bits in the body
         message.body = json.dumps(body)
-        return bytes(message.encode())
+        return message.encode()
 
 
 def _amqp_value(value: Any) -> Any:
@@ -188,7 +186,7 @@ class NotificationLink(_SourceLink):
                         self._send(encode(notification, self._transformation), str(sent))
                     self._conn.wake()
                     continue
-                if link.drain_mode:
+                if link.drain:
                     link.drained()
                     self._conn.wake()
             await subscription.wake.wait()

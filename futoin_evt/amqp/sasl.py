@@ -1,9 +1,8 @@
 """The server side of AMQP 1.0 SASL (part 5.3), as plain state with no I/O.
 
-proton's own SASL layer cannot check PLAIN credentials on the server without Cyrus, so the
-few SASL frames are ours: the peer's protocol header, ``sasl-mechanisms``, ``sasl-init`` and
-``sasl-outcome``, encoded with ``proton.Data``. Everything after a successful outcome is the
-AMQP protocol proper and goes to a ``proton.Transport`` that has SASL turned off.
+The few SASL frames: the peer's protocol header, ``sasl-mechanisms``, ``sasl-init`` and
+``sasl-outcome``. Everything after a successful outcome is the AMQP protocol proper and goes
+to the engine (:mod:`.engine.connection`).
 
 The owner feeds bytes to :meth:`SaslServer.receive`, sends :meth:`SaslServer.data_to_send`,
 checks the :class:`SaslInit` it is handed (asynchronously, as it likes) and answers with
@@ -18,9 +17,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from proton import UNDESCRIBED, Array, Data, DataException, Described, symbol, ubyte, ulong
-
 from ..quoting import quote_input
+from .engine.types import DecodeError, Described, UByte, ULong, decode, encode, symbols
 
 SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER: Final = b"AMQP\x00\x01\x00\x00"
@@ -65,9 +63,7 @@ class _State(enum.Enum):
 
 
 def encode_sasl_frame(descriptor: int, fields: list[Any]) -> bytes:
-    body = Data()
-    body.put_object(Described(ulong(descriptor), fields))
-    encoded = bytes(body.encode())
+    encoded = encode(Described(ULong(descriptor), fields))
     return _FRAME_HEADER.pack(_FRAME_HEADER.size + len(encoded), 2, _SASL_FRAME_TYPE, 0) + encoded
 
 
@@ -119,7 +115,7 @@ class SaslServer:
         """Answer the ``sasl-init``; anything but OK ends the connection after it is sent."""
         if self._state is not _State.CHECKING:
             raise RuntimeError("no sasl-init to answer")
-        self._out += encode_sasl_frame(_OUTCOME, [ubyte(int(code))])
+        self._out += encode_sasl_frame(_OUTCOME, [UByte(int(code))])
         if code is Outcome.OK:
             self._state = _State.AMQP_HEADER
             try:
@@ -139,8 +135,7 @@ class SaslServer:
             if self._buffer[: len(SASL_HEADER)] != SASL_HEADER:
                 self._refuse_header()
             del self._buffer[: len(SASL_HEADER)]
-            symbols = (symbol(m) for m in self._mechanisms)
-            offered = Array(UNDESCRIBED, Data.SYMBOL, *symbols)  # type: ignore[arg-type]
+            offered = symbols(*self._mechanisms)
             self._out += SASL_HEADER + encode_sasl_frame(_MECHANISMS, [offered])
             self._state = _State.INIT
         if self._state is _State.INIT:
@@ -176,14 +171,9 @@ class SaslServer:
 
 
 def _decode_init(body: bytes, mechanisms: Sequence[str]) -> SaslInit:
-    decoded = Data()
     try:
-        if decoded.decode(body) != len(body):
-            raise SaslError("trailing bytes after sasl-init")
-        decoded.rewind()
-        decoded.next()
-        frame = decoded.get_object()
-    except (DataException, TypeError, ValueError) as exc:
+        frame = decode(body)
+    except DecodeError as exc:
         raise SaslError(f"undecodable SASL frame: {exc}") from None
     if not isinstance(frame, Described) or frame.descriptor != _INIT:
         raise SaslError("expected sasl-init")

@@ -337,11 +337,9 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
     if args.amqp_idle_timeout <= 0:
         raise BadSetting("--amqp-idle-timeout must be above 0.")
     try:
-        import proton  # noqa: F401
+        import lark  # noqa: F401
     except ImportError:
-        raise BadSetting(
-            "--amqp needs python-qpid-proton: pip install 'futoin-evt[amqp]'"
-        ) from None
+        raise BadSetting("--amqp needs lark: pip install 'futoin-evt[amqp]'") from None
     limits = AmqpLimits(
         max_connections=args.max_connections,
         max_handshakes=args.max_handshakes,

@@ -188,7 +188,7 @@ async def _start_amqp(
     authenticator: Authenticator,
     config: AmqpConfig,
 ) -> AmqpListener:
-    """The AMQP listener (imported here: proton is an optional dependency)."""
+    """The AMQP listener (imported here: its filter parser, lark, is an optional dependency)."""
     from ..amqp.listener import AmqpListener
     from ..amqp.node import EventLogNode
     from ..amqp.notify import NotificationNode
