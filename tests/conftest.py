@@ -34,6 +34,9 @@ JS_DIR = ROOT / "tests" / "js"
 NPM_CACHE = ROOT / ".cache" / "npm"
 USERS = {"alice": "alice-pw", "bob": "bob-pw"}
 TRANSPORT_OPTIONS = {"host", "tls", "trust_channel", "limits"}
+#: ``futoin-evt serve`` started by the tests runs one process unless a test asks for more
+#: (tests/test_workers.py) or the whole suite runs with FUTOIN_EVT_WORKERS=2.
+os.environ.setdefault("FUTOIN_EVT_WORKERS", "1")
 
 
 @pytest.fixture(scope="session")

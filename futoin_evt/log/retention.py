@@ -98,8 +98,13 @@ class Discarder:
         push: PushStreams,
         config: RetentionConfig,
         notices: ManagementBus | None = None,
+        *,
+        discarding: bool = True,
     ) -> None:
         self._store = store
+        #: False: another process of the server discards and expires; this one only keeps
+        #: the consumers of its connected push streams seen.
+        self._discarding = discarding
         self._notices = notices
         self._push = push
         self.config = config
@@ -119,7 +124,8 @@ class Discarder:
         while True:
             try:
                 await self.expire_consumers()
-                await self.discard()
+                if self._discarding:
+                    await self.discard()
             except asyncio.CancelledError:
                 raise
             except Exception:
@@ -160,6 +166,8 @@ class Discarder:
             return
         connected = [(s.user_id, s.component) for s in self._push.streams if s.reliable]
         await self._store.touch_consumers(connected)  # a connected stream is a live consumer
+        if not self._discarding:
+            return
         seen_before = utc_timestamp(time.time() - self.config.expire_consumers_after)
         for user, component in await self._store.expire_consumers(seen_before):
             log.warning("consumer %s of user %s expired: not seen since %s", component, user,

@@ -35,6 +35,7 @@ from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import FeedConfig, FeedEndpoint, HttpEndpoint
+from .peers import PeerChannel, WorkerPlace
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
@@ -90,6 +91,8 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+    #: One worker of a group (``serve --workers``): the channel to the others is opened.
+    worker: WorkerPlace | None = None
 
 
 def build_routes(
@@ -193,7 +196,13 @@ async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsLi
 
     assert config.metrics is not None
     host, port = config.metrics
-    listener = MetricsListener(server, host, port, consumer_limit=config.metrics_consumers)
+    listener = MetricsListener(
+        server,
+        host,
+        port,
+        consumer_limit=config.metrics_consumers,
+        reuse_port=config.worker is not None,  # the port was reserved by the supervisor
+    )
     try:
         await listener.start()
     except OSError as exc:
@@ -234,12 +243,25 @@ class EventServer:
         self.notices = ManagementBus()
         self.live = LiveEvents(EventLog(store))
         self.notify = NotifyService(self.live, self.notices)
+        #: The channel to the other workers of the group, when this is one.
+        self.channel: PeerChannel | None = None
         self._transport = transport
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
-        store = await open_store(config.db, durability=config.durability, pool=config.pool)
+        # The channel is bound before the store reads its heads: nothing committed later
+        # by another worker goes unheard.
+        channel = PeerChannel(config.worker) if config.worker is not None else None
+        try:
+            store = await open_store(config.db, durability=config.durability, pool=config.pool)
+        except BaseException:
+            if channel is not None:
+                channel.close()
+            raise
         notices = ManagementBus()
+        if channel is not None:
+            channel.listen(store.join_peers(channel), notices)
+            notices.relay = channel.management
         live = LiveEvents(EventLog(store))
         notify = NotifyService(live, notices)
         try:
@@ -249,7 +271,8 @@ class EventServer:
             raise
         try:
             push = PushService(store, config.push, notices)
-            discarder = Discarder(store, push, config.retention, notices)
+            discarding = config.worker is None or config.worker.slot == 0
+            discarder = Discarder(store, push, config.retention, notices, discarding=discarding)
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
@@ -285,6 +308,8 @@ class EventServer:
         except BaseException:
             await streams.close()
             await store.close()
+            if channel is not None:
+                channel.close()
             raise
         store.watch_other_writers(config.other_writers_seconds)
         archiver = None
@@ -303,6 +328,7 @@ class EventServer:
         server.notices = notices
         server.live = live
         server.notify = notify
+        server.channel = channel
         if config.metrics is not None:
             try:
                 server.metrics = await _start_metrics(server, config)
@@ -370,6 +396,8 @@ class EventServer:
             self.doors.close()
         await self.streams.close()
         await self.store.close()
+        if self.channel is not None:
+            self.channel.close()
 
     async def __aenter__(self) -> EventServer:
         return self

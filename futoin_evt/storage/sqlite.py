@@ -46,6 +46,7 @@ from .base import (
     DiscardLimits,
     Durability,
     EventRow,
+    PeerNews,
     StoreClosed,
     StoreUnavailable,
     StreamBounds,
@@ -172,7 +173,7 @@ class SqlitePartitionLog(PagedReads):
         #: Its stream was dropped by this process: appends are refused.
         self._retired = False
         self.head = HeadWatch()
-        #: Nothing tells this process of other processes' claims of a consumer.
+        #: Other processes' claims of a consumer: only those of peer workers (join_peers).
         self.claims = ClaimWatch()
         if partition.key:
             self.recent = RecentEvents(
@@ -285,7 +286,12 @@ class SqlitePartitionLog(PagedReads):
             " RETURNING epoch, position",
             (utc_timestamp(), self._key, user_id, component),
         )
-        return (int(rows[0][0]), int(rows[0][1])) if rows else None
+        if not rows:
+            return None
+        epoch = int(rows[0][0])
+        if self._store._peers is not None:
+            self._store._peers.claimed(self._key, user_id, component, epoch)
+        return epoch, int(rows[0][1])
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         rows = await self._reader.execute_fetchall(
@@ -513,6 +519,8 @@ class SqliteStore(SqlitePartitionLog):
         self.write_stats = WriteStats()
         self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
         self._watcher: asyncio.Task[None] | None = None
+        #: The other workers of this server on this machine (see :meth:`join_peers`).
+        self._peers: PeerNews | None = None
 
     @classmethod
     async def open(
@@ -558,6 +566,12 @@ class SqliteStore(SqlitePartitionLog):
                     except Exception as exc:  # the store is closing, or the file is busy
                         log.debug("checking for new events failed: %s", exc)
 
+    def join_peers(self, peers: PeerNews) -> PeerNews:
+        """Tell ``peers`` of each commit's heads, each claim and each change of the streams;
+        the news heard from them wakes this process's readers and push streams alike."""
+        self._peers = peers
+        return _HeardFromPeers(self)
+
     async def close(self) -> None:
         """Commit what is queued, then close. Writes queued after this call are refused."""
         if self._closing:
@@ -596,6 +610,11 @@ class SqliteStore(SqlitePartitionLog):
         return lambda: self._streams_listeners.discard(callback)
 
     async def _streams_changed(self) -> None:
+        if self._peers is not None:
+            self._peers.streams_changed()
+        await self._streams_heard()
+
+    async def _streams_heard(self) -> None:
         if self._streams_listeners:
             version = await self.streams_version()
             for callback in list(self._streams_listeners):
@@ -732,7 +751,35 @@ class SqliteStore(SqlitePartitionLog):
                 if key == DEFAULT_PARTITION.key:  # the metrics are of events/0 for now
                     appended, appended_bytes = len(events), size
         self.write_stats.committed(len(batch), seconds, appended, appended_bytes)
+        if self._peers is not None:
+            for key, events in inserted.items():
+                if events:
+                    self._peers.committed(key, events[-1][0])
         return results
+
+
+class _HeardFromPeers:
+    """Another worker's news (:class:`PeerNews`), applied to the partitions open here."""
+
+    def __init__(self, store: SqliteStore) -> None:
+        self._store = store
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def committed(self, key: int, head: int) -> None:
+        found = self._store._logs.get(key)
+        if found is not None:
+            found.head.advance(head)
+
+    def claimed(self, key: int, user_id: UserId, component: str, epoch: int) -> None:
+        found = self._store._logs.get(key)
+        if found is not None:
+            found.claims.claimed(user_id, component, epoch)
+
+    def streams_changed(self) -> None:
+        if self._store._streams_listeners and not self._store._closing:
+            task = asyncio.create_task(self._store._streams_heard())
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
 
 
 def _bump_streams_version(conn: sqlite3.Connection) -> None:

@@ -88,6 +88,7 @@ from ..base import (
     DiscardLimits,
     Durability,
     EventRow,
+    PeerNews,
     PoolLimits,
     StoreClosed,
     StoreUnavailable,
@@ -759,6 +760,11 @@ class PostgresStore(PostgresPartitionLog):
         store = cls(url, connections, write_pool, writer, listener, limits)
         store.head.advance(await store.newest_event_id())
         return store
+
+    def join_peers(self, peers: PeerNews) -> None:
+        """Nothing to tell: the notification channel carries heads, claims and stream changes
+        to every process."""
+        return
 
     def watch_other_writers(self, interval: float = 1.0) -> None:
         """Poll the newest id every ``interval`` seconds while someone waits: the fallback
