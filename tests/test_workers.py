@@ -7,9 +7,6 @@ import asyncio
 import os
 import re
 import signal
-import subprocess
-import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -22,6 +19,7 @@ from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.storage import open_store
 
+from .conftest import ServerProcess
 from .test_push import Collector, running, stop
 
 pytestmark = pytest.mark.functional
@@ -40,30 +38,13 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.05)
 
 
-class Group:
+class Group(ServerProcess):
     """``futoin-evt serve --workers 2`` in a session of its own (to SIGKILL it whole), with
-    debug logs (each connection is logged by the worker that took it) in a file."""
+    debug logs (each connection is logged by the worker that took it)."""
 
     def __init__(self, db: str, *extra: str, workers: int = 2) -> None:
-        self.db = db
-        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the process)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "futoin_evt", "--log-level", "debug", "serve", "--db", db,
-             "--port", "0", "--workers", str(workers), *extra],
-            stdout=subprocess.PIPE, stderr=self.log, text=True, start_new_session=True,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        match = re.search(r"ws://[^ ]+", line)
-        if match is None:
-            self.proc.communicate(timeout=30)
-            raise AssertionError(f"no URL in {line!r}; stderr: {self.logged()}")
-        self.line = line
-        self.url = match.group(0)
-
-    def logged(self) -> str:
-        self.log.seek(0)
-        return self.log.read()
+        options = ("--workers", str(workers), *extra)
+        super().__init__(db, 0, *options, log_level="debug", new_session=True)
 
     def workers(self) -> list[int]:
         """The pids of the running workers (the supervisor's children)."""
@@ -86,19 +67,16 @@ class Group:
         assert transport is not None
         port = transport.get_extra_info("sockname")[1]
         pattern = re.compile(rf" worker (\d+) \S+: connection from 127\.0\.0\.1:{port}\n")
-        found: list[str] = []
-        await until(lambda: bool(found.extend(pattern.findall(self.logged())) or found), "log")
-        return int(found[0])
-
-    def stop(self) -> int:
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.communicate(timeout=90)
-        return self.proc.returncode
+        await until(lambda: pattern.search(self.logged()) is not None, "the connection logged")
+        match = pattern.search(self.logged())
+        assert match is not None
+        return int(match.group(1))
 
     def kill_all(self) -> None:
         """SIGKILL to the supervisor and every worker at once."""
         os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.communicate(timeout=30)
+        self.log.close()
 
 
 @pytest.fixture
@@ -115,7 +93,6 @@ def groups() -> Iterator[list[Group]]:
     for group in started:
         if group.proc.poll() is None:
             group.kill_all()
-        group.log.close()
 
 
 @pytest.fixture
@@ -264,8 +241,8 @@ async def test_a_killed_worker_loses_nothing_acknowledged_and_is_restarted(
     group.kill_all()
     stop_load.set()
     await load
-    assert set(acked) <= set(await stored_ids(group.db))
-    groups.append(Group(group.db))
+    assert set(acked) <= set(await stored_ids(str(group.db)))
+    groups.append(Group(str(group.db)))
     async with await EventStreamClient.connect(groups[-1].url, credentials=ALICE) as client:
         assert await client.add_event("E", {}) > max(acked)
 
@@ -277,9 +254,10 @@ async def test_sigterm_stops_every_worker_gracefully(group: Group) -> None:
     load = asyncio.create_task(_load(group, acked, stop_load))
     await until(lambda: len(acked) > 300, "load")
     workers = group.workers()
-    assert await asyncio.to_thread(group.stop) == 0
+    status, logged = await asyncio.to_thread(group.stop_and_read_log, 90)
+    assert status == 0
     stop_load.set()
     await load
     assert not [pid for pid in workers if _alive(pid)]
-    assert set(acked) <= set(await stored_ids(group.db))
-    assert "shutting down 2 workers" in group.logged()
+    assert set(acked) <= set(await stored_ids(str(group.db)))
+    assert "shutting down 2 workers" in logged
