@@ -260,7 +260,8 @@ class EventServer:
             raise
         notices = ManagementBus()
         if channel is not None:
-            channel.listen(store.join_peers(channel), notices)
+            turns = channel.place.channel_dir / "turns.lock"
+            channel.listen(store.join_peers(channel, turns), notices)
             notices.relay = channel.management
         live = LiveEvents(EventLog(store))
         notify = NotifyService(live, notices)

@@ -33,6 +33,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
@@ -435,10 +436,12 @@ class Store(PartitionLog, Streams, Users, Protocol):
     def watch_other_writers(self, interval: float) -> None:
         """Notice events other processes commit within ``interval`` seconds (at the latest)."""
 
-    def join_peers(self, peers: PeerNews) -> PeerNews | None:
+    def join_peers(self, peers: PeerNews, turns: Path | None = None) -> PeerNews | None:
         """Tell ``peers`` of this process's commits, claims and stream changes that the
         database does not carry to other processes; returns what applies the same news heard
-        from them, or None when the database carries it all (PostgreSQL)."""
+        from them, or None when the database carries it all (PostgreSQL). ``turns``: a file
+        the peers lock in turn around each commit where writers wait for one another
+        (SQLite's one write lock)."""
 
     async def close(self) -> None:
         """Commit what is queued, then close; later writes raise :class:`StoreClosed`."""

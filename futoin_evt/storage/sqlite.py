@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import logging
+import os
 import sqlite3
 import time
 from collections import deque
@@ -521,6 +523,8 @@ class SqliteStore(SqlitePartitionLog):
         self._watcher: asyncio.Task[None] | None = None
         #: The other workers of this server on this machine (see :meth:`join_peers`).
         self._peers: PeerNews | None = None
+        #: The file descriptor of the workers' turn lock (see :func:`_commit_sync`).
+        self._turns: int | None = None
 
     @classmethod
     async def open(
@@ -566,10 +570,13 @@ class SqliteStore(SqlitePartitionLog):
                     except Exception as exc:  # the store is closing, or the file is busy
                         log.debug("checking for new events failed: %s", exc)
 
-    def join_peers(self, peers: PeerNews) -> PeerNews:
+    def join_peers(self, peers: PeerNews, turns: Path | None = None) -> PeerNews:
         """Tell ``peers`` of each commit's heads, each claim and each change of the streams;
-        the news heard from them wakes this process's readers and push streams alike."""
+        the news heard from them wakes this process's readers and push streams alike.
+        Commits take turns with the peers' through an exclusive ``flock`` of ``turns``."""
         self._peers = peers
+        if turns is not None and self._turns is None:
+            self._turns = os.open(turns, os.O_RDWR | os.O_CREAT, 0o600)
         return _HeardFromPeers(self)
 
     async def close(self) -> None:
@@ -586,6 +593,8 @@ class SqliteStore(SqlitePartitionLog):
         await self._reader_conn.close()
         await self._write_thread.run(self._writer.close)
         self._write_thread.stop()
+        if self._turns is not None:
+            os.close(self._turns)
 
     async def __aenter__(self) -> SqliteStore:
         return self
@@ -741,7 +750,9 @@ class SqliteStore(SqlitePartitionLog):
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
         started = time.perf_counter()
-        ts, inserted, results = await self._write_thread.run(_commit_sync, self._writer, batch)
+        ts, inserted, results = await self._write_thread.run(
+            _commit_sync, self._writer, batch, self._turns
+        )
         seconds = time.perf_counter() - started
         appended = appended_bytes = 0
         for key, events in inserted.items():
@@ -859,6 +870,21 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
 
 
 def _commit_sync(
+    conn: sqlite3.Connection, batch: list[_Write], turns: int | None = None
+) -> tuple[str, dict[int, _Inserted], list[Any]]:
+    """:func:`_commit_in_turn`, holding the workers' turn lock (``turns``, a file
+    descriptor) when given: a worker waiting for another's commit wakes as it ends, rather
+    than after SQLite's busy handler sleeps (1, 2, 5, 10 ms and more between tries)."""
+    if turns is None:
+        return _commit_in_turn(conn, batch)
+    fcntl.flock(turns, fcntl.LOCK_EX)
+    try:
+        return _commit_in_turn(conn, batch)
+    finally:
+        fcntl.flock(turns, fcntl.LOCK_UN)
+
+
+def _commit_in_turn(
     conn: sqlite3.Connection, batch: list[_Write]
 ) -> tuple[str, dict[int, _Inserted], list[Any]]:
     """One transaction on the writer thread, the writes in queue order; the appends of a run

@@ -63,6 +63,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -761,9 +762,9 @@ class PostgresStore(PostgresPartitionLog):
         store.head.advance(await store.newest_event_id())
         return store
 
-    def join_peers(self, peers: PeerNews) -> None:
+    def join_peers(self, peers: PeerNews, turns: Path | None = None) -> None:
         """Nothing to tell: the notification channel carries heads, claims and stream changes
-        to every process."""
+        to every process; writers lock per partition in the database."""
         return
 
     def watch_other_writers(self, interval: float = 1.0) -> None:
