@@ -7,6 +7,7 @@ import asyncio
 import os
 import re
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,6 +21,7 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.storage import open_store
 
 from .conftest import ServerProcess
+from .test_cli import run
 from .test_push import Collector, running, stop
 
 pytestmark = pytest.mark.functional
@@ -261,3 +263,28 @@ async def test_sigterm_stops_every_worker_gracefully(group: Group) -> None:
     assert not [pid for pid in workers if _alive(pid)]
     assert set(acked) <= set(await stored_ids(str(group.db)))
     assert "shutting down 2 workers" in logged
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "message"),
+    [
+        (["--workers", "0"], "1", "--workers must be at least 1."),
+        ([], "many", "$FUTOIN_EVT_WORKERS must be a number of processes, not 'many'."),
+    ],
+)
+def test_the_worker_count_is_checked(
+    tmp_path: Path, option: list[str], env: str, message: str
+) -> None:
+    db = str(tmp_path / "x.sqlite")
+    result = run("serve", "--port", "0", "--db", db, *option, env={"FUTOIN_EVT_WORKERS": env})
+    assert (result.returncode, result.stderr) == (2, f"futoin-evt: {message}\n")
+
+
+def test_a_port_in_use_is_refused_once(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = run("serve", "--port", port, "--db", str(tmp_path / "x.sqlite"), "--workers", "2")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"futoin-evt: cannot listen on 127.0.0.1:{port}: ")

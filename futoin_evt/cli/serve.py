@@ -7,6 +7,7 @@ import asyncio
 import dataclasses
 import os
 import re
+import shutil
 import signal
 import ssl
 import sys
@@ -192,7 +193,8 @@ def add_commands(commands: Commands) -> None:
 async def _serve(args: argparse.Namespace) -> int:
     place = _worker_place(args.worker)
     if place is not None:
-        die_with_parent(int(args.worker.split("/")[2]))
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor's SIGTERM stops it
+        die_with_parent(place.supervisor)
         tag_logs(place.slot)
     workers = _workers(args.workers) if place is None else 1
     tls = _tls_context(args.tls_cert, args.tls_key)
@@ -280,11 +282,14 @@ async def _serve(args: argparse.Namespace) -> int:
     print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # a worker stops when its supervisor says so (Ctrl-C reaches the whole process group)
+    for sig in (signal.SIGTERM,) if place is not None else (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
     await server.close()
+    if place is not None and os.getppid() != place.supervisor:
+        shutil.rmtree(place.channel_dir, ignore_errors=True)  # the supervisor died: tidy up
     return 0
 
 
@@ -386,8 +391,8 @@ def _worker_place(value: str | None) -> WorkerPlace | None:
     """``--worker SLOT/COUNT/SUPERVISOR_PID/CHANNEL_DIR``, as the supervisor passes it."""
     if value is None:
         return None
-    slot, count, _parent, where = value.split("/", 3)
-    return WorkerPlace(int(slot), int(count), Path(where))
+    slot, count, supervisor, where = value.split("/", 3)
+    return WorkerPlace(int(slot), int(count), Path(where), int(supervisor))
 
 
 async def _migrated(config: ServerConfig) -> None:

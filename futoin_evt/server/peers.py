@@ -53,6 +53,8 @@ class WorkerPlace:
     count: int
     #: The group's private directory, where the channel's sockets are.
     channel_dir: Path
+    #: The supervisor's process id.
+    supervisor: int = 0
 
     def socket_path(self, slot: int) -> str:
         return str(self.channel_dir / f"w{slot}.sock")
