@@ -412,16 +412,20 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
     held = []
     try:
         port_args = []
-        listeners: list[tuple[str, tuple[str, int]]] = [("--port", (args.host, args.port))]
+        listeners: list[tuple[str, str, tuple[str, int]]] = [("--port", "", (args.host, args.port))]
         if config.amqp is not None:
-            listeners.append(("--amqp", (config.amqp.host, config.amqp.port)))
+            listeners.append(("--amqp", "AMQP on ", (config.amqp.host, config.amqp.port)))
         if config.metrics is not None:
-            listeners.append(("--metrics", config.metrics))
-        for option, (host, port) in listeners:
+            listeners.append(("--metrics", "metrics on ", config.metrics))
+        for option, which, (host, port) in listeners:
             try:
                 port, sockets = reserve_port(host, port)
             except OSError as exc:
-                raise BadSetting(f"cannot listen on {host}:{port}: {exc.strerror or exc}") from None
+                # worded as a single process words it
+                where = f"{which}{host}:{port}: " if which else ""
+                raise BadSetting(
+                    f"cannot listen on {args.host}:{args.port}: {where}{exc.strerror or exc}"
+                ) from None
             held += sockets
             port_args += [option, str(port) if option == "--port" else _address(host, port)]
         workdir = channel_dir()
