@@ -1,6 +1,6 @@
 """``python -m bench.workers [--count N] [--runs N] [--pg URL]``: ``serve --workers 1``
-beside ``--workers 2``, same run, SQLite at ``--durability full`` (and PostgreSQL with
-``--pg``).
+beside ``--workers 2``, same run, SQLite at ``--durability full`` (or ``normal``), and PostgreSQL
+with ``--pg``.
 
 Rows: addEvent with 32 in flight on one connection, addEvent from 8 connections x 4 in
 flight, and push latency at 1,000 events/s twice: the producer's connection on the same
@@ -82,11 +82,13 @@ async def _latency(system: System, count: int, same: bool) -> dict[str, float]:
         await producer.close()
 
 
-async def _run(db: str, workers: int, count: int, workdir: Path) -> dict[str, float]:
+async def _run(
+    db: str, workers: int, count: int, workdir: Path, durability: str
+) -> dict[str, float]:
     options: tuple[str, ...] = ("--workers", str(workers))
     if db:
         options += ("--db", db)
-    system = await start_futoin_evt(workdir, *options)
+    system = await start_futoin_evt(workdir, *options, durability=durability)
     try:
         figures = {
             ADD_32: await workloads.add_in_flight(system, count),
@@ -115,7 +117,8 @@ async def _compare(name: str, db: str, args: argparse.Namespace) -> None:
     for _ in range(args.runs):
         for workers in (1, 2):
             with tempfile.TemporaryDirectory() as workdir:
-                results[workers].append(await _run(db, workers, args.count, Path(workdir)))
+                run = await _run(db, workers, args.count, Path(workdir), args.durability)
+                results[workers].append(run)
     print(f"\n{name}, median of {args.runs}: --workers 1 / --workers 2")
     for row in results[2][0]:
         one = [r[row] for r in results[1] if row in r]
@@ -128,6 +131,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.workers", description=__doc__)
     parser.add_argument("--count", type=int, default=20_000, help="addEvent calls per row")
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--durability", choices=["full", "normal"], default="full")
     parser.add_argument("--pg", metavar="URL", help="also on a new database on this server")
     asyncio.run(main_async(parser.parse_args()))
 
