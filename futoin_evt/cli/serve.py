@@ -17,6 +17,7 @@ from typing import Final, TypeVar
 
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
+from ..console.config import DEFAULT_MAX_SESSIONS, ConsoleConfig
 from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
@@ -187,6 +188,18 @@ def add_commands(commands: Commands) -> None:
         metavar="N",
         help="report at most N consumers one by one per scrape (the rest are counted)",
     )
+    serve.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the web console at /console on the WebSocket port (needs the 'console' extra)",
+    )
+    serve.add_argument(
+        "--console-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        metavar="N",
+        help="console sessions open at once at most (the least recently used ends)",
+    )
     serve.set_defaults(run=_serve)
 
 
@@ -196,7 +209,7 @@ async def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor's SIGTERM stops it
         die_with_parent(place.supervisor)
         tag_logs(place.slot)
-    workers = _workers(args.workers) if place is None else 1
+    workers = _workers(args.workers, console=args.console) if place is None else 1
     tls = _tls_context(args.tls_cert, args.tls_key)
     for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
@@ -231,6 +244,7 @@ async def _serve(args: argparse.Namespace) -> int:
         amqp = dataclasses.replace(amqp, reuse_port=True)
     if args.metrics_consumers < 0:
         raise BadSetting("--metrics-consumers cannot be negative.")
+    console = _console_config(args)
     feed_users = None
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
@@ -256,6 +270,7 @@ async def _serve(args: argparse.Namespace) -> int:
         amqp=amqp,
         metrics=metrics if place is None or place.slot == 0 else None,
         metrics_consumers=args.metrics_consumers,
+        console=console,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
         dcb_path=None if args.no_dcb else args.dcb_path,
         retention=RetentionConfig(
@@ -276,7 +291,9 @@ async def _serve(args: argparse.Namespace) -> int:
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
     urls = " and ".join(
-        url for url in (server.url, server.amqp_url, server.metrics_url) if url is not None
+        url
+        for url in (server.url, server.amqp_url, server.metrics_url, server.console_url)
+        if url is not None
     )
     where = server.store.description
     print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
@@ -323,6 +340,18 @@ def _host_port(option: str, value: str) -> tuple[str, int]:
     if not sep or not host or re.fullmatch(r"[0-9]{1,5}", port) is None or int(port) > 65535:
         raise BadSetting(f"{option} must be HOST:PORT, not {value!r}.")
     return host, int(port)
+
+
+def _console_config(args: argparse.Namespace) -> ConsoleConfig | None:
+    if not args.console:
+        return None
+    if args.console_sessions < 1:
+        raise BadSetting("--console-sessions must be at least 1.")
+    try:
+        import jinja2  # noqa: F401
+    except ImportError:
+        raise BadSetting("--console needs Jinja2: pip install 'futoin-evt[console]'") from None
+    return ConsoleConfig(max_sessions=args.console_sessions)
 
 
 def _metrics_address(value: str | None) -> tuple[str, int] | None:
@@ -372,16 +401,20 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     return context
 
 
-def _workers(value: int | None) -> int:
+def _workers(value: int | None, *, console: bool) -> int:
+    """The number of workers; the console's sessions live in one process's memory, so with
+    ``--console`` the default is 1 and more are refused."""
     if value is None:
         env = os.environ.get(ENV_WORKERS)
         if env is None:
-            return os.cpu_count() or 1
+            return 1 if console else os.cpu_count() or 1
         if re.fullmatch(r"[0-9]{1,4}", env.strip()) is None:
             raise BadSetting(f"${ENV_WORKERS} must be a number of processes, not {env!r}.")
         value = int(env)
     if value < 1:
         raise BadSetting("--workers must be at least 1.")
+    if value > 1 and console:
+        raise BadSetting("--console needs one process (--workers 1): its sessions are in memory.")
     if value > 1 and not sys.platform.startswith("linux"):
         raise BadSetting("--workers above 1 needs Linux (SO_REUSEPORT spreads connections).")
     return value
