@@ -117,10 +117,21 @@ async def push_latency(
 ) -> dict[str, float]:
     """addEvent -> reliable receiver latency (ms) with events added at ``rate`` per second;
     added through ``add_to`` when given (another server process on the same database)."""
-    component = f"LAT{next(_components)}"
-    push = "futoin.evt.push:1.1"
     receiver = await connect(system)
     producer = await connect(add_to or system)
+    try:
+        return await push_latency_on(receiver, producer, count, rate)
+    finally:
+        await receiver.close()
+        await producer.close()
+
+
+async def push_latency_on(
+    receiver: LoadClient, producer: LoadClient, count: int, rate: float = 1000.0
+) -> dict[str, float]:
+    """:func:`push_latency` on these two connections (left open)."""
+    component = f"LAT{next(_components)}"
+    push = "futoin.evt.push:1.1"
     latencies: list[float] = []
     done = asyncio.get_running_loop().create_future()
 
@@ -134,37 +145,33 @@ async def push_latency(
         return True
 
     receiver.on_push = on_events
-    try:
-        await receiver.call(f"{push}:registerConsumer", json.dumps({"component": component}))
-        # start at the newest event: acknowledge everything earlier workloads added
-        newest = await producer.call(f"{GEN}:addEvent", '{"type":"MARK","data":null}')
-        ack = {"component": component, "last_id": newest}
-        await receiver.call(f"{push}:pollEvents", json.dumps(ack))
-        await receiver.call(f"{push}:readyToReceive", json.dumps({"component": component}))
-        start = time.perf_counter()
-        in_flight: set[asyncio.Future[Any]] = set()
-        for i in range(count):
-            delay = start + i / rate - time.perf_counter()
-            if delay > 0:
-                await asyncio.sleep(delay)  # pacing the producer, not synchronisation
-            params = json.dumps({"type": "LATENCY", "data": {"t": time.perf_counter(), "i": i}})
-            call = asyncio.ensure_future(producer.call(f"{GEN}:addEvent", params))
-            in_flight.add(call)
-            call.add_done_callback(in_flight.discard)
-        async with asyncio.timeout(120):
-            await done
-            # the producer's last calls may not be answered yet: a server must not see them
-            # cut off by the close (the reference server exits on that)
-            await asyncio.gather(*in_flight)
-        ordered = sorted(latencies[:count])
-        return {
-            "p50": ordered[len(ordered) // 2],
-            "p99": ordered[int(len(ordered) * 0.99)],
-            "max": ordered[-1],
-        }
-    finally:
-        await receiver.close()
-        await producer.close()
+    await receiver.call(f"{push}:registerConsumer", json.dumps({"component": component}))
+    # start at the newest event: acknowledge everything earlier workloads added
+    newest = await producer.call(f"{GEN}:addEvent", '{"type":"MARK","data":null}')
+    ack = {"component": component, "last_id": newest}
+    await receiver.call(f"{push}:pollEvents", json.dumps(ack))
+    await receiver.call(f"{push}:readyToReceive", json.dumps({"component": component}))
+    start = time.perf_counter()
+    in_flight: set[asyncio.Future[Any]] = set()
+    for i in range(count):
+        delay = start + i / rate - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)  # pacing the producer, not synchronisation
+        params = json.dumps({"type": "LATENCY", "data": {"t": time.perf_counter(), "i": i}})
+        call = asyncio.ensure_future(producer.call(f"{GEN}:addEvent", params))
+        in_flight.add(call)
+        call.add_done_callback(in_flight.discard)
+    async with asyncio.timeout(120):
+        await done
+        # the producer's last calls may not be answered yet: a server must not see them
+        # cut off by the close (the reference server exits on that)
+        await asyncio.gather(*in_flight)
+    ordered = sorted(latencies[:count])
+    return {
+        "p50": ordered[len(ordered) // 2],
+        "p99": ordered[int(len(ordered) * 0.99)],
+        "max": ordered[-1],
+    }
 
 
 async def add_from_connections(system: System, count: int, connections: int = 8) -> float:

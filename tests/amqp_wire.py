@@ -228,8 +228,9 @@ class ServerProcess:
         self.log_path = db.with_suffix(".log")
         self._log = self.log_path.open("w")
         self.proc = subprocess.Popen(
+            # one process: the limits and the memory measured are a process's
             [sys.executable, "-m", "futoin_evt", "--log-level", "info", "serve", "--db", str(db),
-             "--port", "0", "--amqp", "127.0.0.1:0", *extra],
+             "--port", "0", "--amqp", "127.0.0.1:0", "--workers", "1", *extra],
             stdout=subprocess.PIPE, stderr=self._log, text=True,
         )  # fmt: skip
         assert self.proc.stdout is not None

@@ -34,6 +34,9 @@ JS_DIR = ROOT / "tests" / "js"
 NPM_CACHE = ROOT / ".cache" / "npm"
 USERS = {"alice": "alice-pw", "bob": "bob-pw"}
 TRANSPORT_OPTIONS = {"host", "tls", "trust_channel", "limits"}
+#: ``futoin-evt serve`` started by the tests runs one process unless a test asks for more
+#: (tests/test_workers.py) or the whole suite runs with FUTOIN_EVT_WORKERS=2.
+os.environ.setdefault("FUTOIN_EVT_WORKERS", "1")
 
 
 @pytest.fixture(scope="session")
@@ -155,16 +158,24 @@ def free_port() -> int:
 class ServerProcess:
     """``futoin-evt serve`` as its own process, as an operator runs it."""
 
-    def __init__(self, db: str | Path, port: int = 0, *extra: str) -> None:
+    def __init__(
+        self,
+        db: str | Path,
+        port: int = 0,
+        *extra: str,
+        log_level: str = "warning",
+        new_session: bool = False,
+    ) -> None:
         self.db = db
         # The log goes to a file: a pipe nobody reads would stop the server once it is full.
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the process)
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
+            [sys.executable, "-m", "futoin_evt", "--log-level", log_level, "serve",
              "--db", str(db), "--port", str(port), *extra],
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
+            start_new_session=new_session,
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -172,6 +183,7 @@ class ServerProcess:
         if match is None:
             self.proc.communicate(timeout=30)
             raise AssertionError(f"no URL in {line!r}; stderr: {self.logged()}")
+        self.line = line
         self.url = match.group(0)
         self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
         amqp = re.search(r"amqps?://[^ ]+", line)

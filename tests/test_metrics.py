@@ -416,9 +416,10 @@ def _serve(
     db: Path, *extra: str
 ) -> tuple[subprocess.Popen[str], str, tempfile._TemporaryFileWrapper[str]]:
     log = tempfile.NamedTemporaryFile("w+")  # noqa: SIM115 (closed by the test)
+    # one process: with --workers, /metrics counts worker 0's connections only
     proc = subprocess.Popen(
         [sys.executable, "-m", "futoin_evt", "--log-format", "json", "serve",
-         "--db", str(db), "--port", "0", *extra],
+         "--db", str(db), "--port", "0", "--workers", "1", *extra],
         stdout=subprocess.PIPE, stderr=log, text=True,
     )  # fmt: skip
     assert proc.stdout is not None

@@ -49,3 +49,5 @@ class AmqpConfig:
     #: The secret users' SAS keys derive from (:mod:`futoin_evt.auth.sas`), for the tokens Event
     #: Hubs clients put to ``$cbs``; None: every token is refused.
     sas_secret: bytes | None = field(default=None, repr=False)
+    #: Share the port with the other workers of a group (SO_REUSEPORT).
+    reuse_port: bool = False

@@ -39,7 +39,11 @@ class AmqpListener:
 
     async def start(self) -> None:
         self._server = await asyncio.get_running_loop().create_server(
-            lambda: AmqpConnection(self), self.config.host, self.config.port, ssl=self.config.tls
+            lambda: AmqpConnection(self),
+            self.config.host,
+            self.config.port,
+            ssl=self.config.tls,
+            reuse_port=self.config.reuse_port or None,
         )
 
     @property

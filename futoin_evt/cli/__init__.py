@@ -18,6 +18,7 @@ from .common import CliError, Parser, configure_logging, event_loop_factory
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     configure_logging(args.log_level, args.log_format)
     if args.log_level != "debug":
         logging.getLogger("websockets").setLevel(logging.WARNING)

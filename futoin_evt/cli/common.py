@@ -32,6 +32,7 @@ ENV_SAS_SECRET: Final = "FUTOIN_EVT_SAS_SECRET"
 DEFAULT_SAS_SECRET: Final = "futoin-evt.sas-secret"
 SAS_SECRET_SUFFIX: Final = ".sas-secret"
 ENV_LOOP: Final = "FUTOIN_EVT_LOOP"
+ENV_WORKERS: Final = "FUTOIN_EVT_WORKERS"
 
 log = logging.getLogger("futoin_evt")
 
@@ -139,6 +140,29 @@ def configure_logging(level: str, log_format: str = "text") -> None:
             handler.setFormatter(JsonFormatter())
 
 
+class _WorkerTag(logging.Filter):
+    def __init__(self, worker: int) -> None:
+        super().__init__()
+        self.worker = worker
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.worker = self.worker
+        return True
+
+
+def tag_logs(worker: int) -> None:
+    """Every log line of this process names its worker (``serve --workers``): after the
+    level in text, as ``worker`` in JSON."""
+    for handler in logging.getLogger().handlers:
+        handler.addFilter(_WorkerTag(worker))
+        if not isinstance(handler.formatter, JsonFormatter):
+            handler.setFormatter(
+                logging.Formatter(
+                    "%(asctime)s %(levelname)s worker %(worker)s %(name)s: %(message)s"
+                )
+            )
+
+
 class JsonFormatter(logging.Formatter):
     """One JSON object per line: ``time`` (ISO 8601 UTC), ``level``, ``logger``, ``message``,
     ``exception`` when there is one, and ``peer``, ``user``, ``door`` of the connection being
@@ -154,6 +178,9 @@ class JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
+        worker = getattr(record, "worker", None)
+        if worker is not None:
+            entry["worker"] = worker
         connection = CONNECTION.get()
         if connection is not None:
             entry["door"], entry["peer"], user = connection

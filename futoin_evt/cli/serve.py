@@ -4,11 +4,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import os
 import re
+import shutil
 import signal
 import ssl
+import sys
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final
+from typing import Final, TypeVar
 
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
@@ -17,16 +22,21 @@ from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
 from ..server.http import DEFAULT_FEED_PATH, FeedConfig
+from ..server.peers import WorkerPlace
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
+from ..server.workers import Supervisor, WorkerFailed, channel_dir, die_with_parent, reserve_port
+from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, StoreUnreachable
 from .common import (
     DEFAULT_PORT,
+    ENV_WORKERS,
     BadSetting,
     Commands,
     add_db,
     add_sas_secret,
     log,
     sas_secret,
+    tag_logs,
 )
 
 
@@ -34,6 +44,14 @@ def add_commands(commands: Commands) -> None:
     serve = commands.add_parser("serve", help="run the server")
     add_db(serve)
     serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help=f"server processes sharing the ports (Linux; default: ${ENV_WORKERS}, else the "
+        "number of cores); 1 runs the server in this process",
+    )
+    serve.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
     serve.add_argument(
         "--durability",
@@ -186,6 +204,12 @@ def add_commands(commands: Commands) -> None:
 
 
 async def _serve(args: argparse.Namespace) -> int:
+    place = _worker_place(args.worker)
+    if place is not None:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor's SIGTERM stops it
+        die_with_parent(place.supervisor)
+        tag_logs(place.slot)
+    workers = _workers(args.workers, console=args.console) if place is None else 1
     tls = _tls_context(args.tls_cert, args.tls_key)
     for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
@@ -216,6 +240,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise BadSetting("--dcb-path and --feed-path must differ.")
     amqp = _amqp_config(args, tls)
     metrics = _metrics_address(args.metrics)
+    if place is not None and amqp is not None:
+        amqp = dataclasses.replace(amqp, reuse_port=True)
     if args.metrics_consumers < 0:
         raise BadSetting("--metrics-consumers cannot be negative.")
     console = _console_config(args)
@@ -231,6 +257,7 @@ async def _serve(args: argparse.Namespace) -> int:
             port=args.port,
             tls=tls,
             trust_channel=args.trust_channel,
+            reuse_port=place is not None,
             limits=Limits(
                 max_frame_bytes=args.max_frame_bytes,
                 max_connections=args.max_connections,
@@ -238,9 +265,10 @@ async def _serve(args: argparse.Namespace) -> int:
                 max_calls_in_flight=args.max_calls_in_flight,
             ),
         ),
-        archive_path=args.archive,
+        # one archiver and one metrics listener per group: those of worker 0
+        archive_path=args.archive if place is None or place.slot == 0 else None,
         amqp=amqp,
-        metrics=metrics,
+        metrics=metrics if place is None or place.slot == 0 else None,
         metrics_consumers=args.metrics_consumers,
         console=console,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
@@ -252,9 +280,12 @@ async def _serve(args: argparse.Namespace) -> int:
             expire_consumers_after=args.expire_consumers_after,
             discard_dcb_events=args.discard_dcb_events,
         ),
+        worker=place,
     )
+    if workers > 1:
+        return await _supervise(args, config, workers)
     try:
-        server = await _start_waiting_for_db(config, args.wait_for_db)
+        server = await _waiting_for_db(lambda: EventServer.start(config), args.wait_for_db)
     except OSError as exc:
         raise BadSetting(
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
@@ -268,11 +299,14 @@ async def _serve(args: argparse.Namespace) -> int:
     print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
+    # a worker stops when its supervisor says so (Ctrl-C reaches the whole process group)
+    for sig in (signal.SIGTERM,) if place is not None else (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await stop.wait()
     log.info("shutting down")
     await server.close()
+    if place is not None and os.getppid() != place.supervisor:
+        shutil.rmtree(place.channel_dir, ignore_errors=True)  # the supervisor died: tidy up
     return 0
 
 
@@ -280,14 +314,17 @@ async def _serve(args: argparse.Namespace) -> int:
 DB_RETRY_SECONDS: Final = 1.0
 
 
-async def _start_waiting_for_db(config: ServerConfig, wait: float) -> EventServer:
-    """Start the server; while the database does not answer (StoreUnreachable), try again
+_T = TypeVar("_T")
+
+
+async def _waiting_for_db(start: Callable[[], Awaitable[_T]], wait: float) -> _T:
+    """``start()``; while the database does not answer (StoreUnreachable), try again
     every second, with a log line each time, until ``wait`` seconds have passed."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + wait
     while True:
         try:
-            return await EventServer.start(config)
+            return await start()
         except StoreUnreachable as exc:
             left = deadline - loop.time()
             if left <= 0:
@@ -360,3 +397,90 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     except (OSError, ssl.SSLError) as exc:
         raise BadSetting(f"cannot load the TLS certificate or key: {exc}") from None
     return context
+
+
+def _workers(value: int | None, *, console: bool) -> int:
+    """The number of workers; the console's sessions live in one process's memory, so with
+    ``--console`` the default is 1 and more are refused."""
+    if value is None:
+        env = os.environ.get(ENV_WORKERS)
+        if env is None:
+            return 1 if console else os.cpu_count() or 1
+        if re.fullmatch(r"[0-9]{1,4}", env.strip()) is None:
+            raise BadSetting(f"${ENV_WORKERS} must be a number of processes, not {env!r}.")
+        value = int(env)
+    if value < 1:
+        raise BadSetting("--workers must be at least 1.")
+    if value > 1 and console:
+        raise BadSetting("--console needs one process (--workers 1): its sessions are in memory.")
+    if value > 1 and not sys.platform.startswith("linux"):
+        raise BadSetting("--workers above 1 needs Linux (SO_REUSEPORT spreads connections).")
+    return value
+
+
+def _worker_place(value: str | None) -> WorkerPlace | None:
+    """``--worker SLOT/COUNT/SUPERVISOR_PID/CHANNEL_DIR``, as the supervisor passes it."""
+    if value is None:
+        return None
+    slot, count, supervisor, where = value.split("/", 3)
+    return WorkerPlace(int(slot), int(count), Path(where), int(supervisor))
+
+
+async def _migrated(config: ServerConfig) -> None:
+    """Open the database once (migrating it), so the workers do not race to."""
+    store = await open_store(config.db, durability=config.durability, pool=config.pool)
+    await store.close()
+
+
+def _address(host: str, port: int) -> str:
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: int) -> int:
+    """``serve --workers N``: reserve the ports, start the workers, keep them running; the
+    start-up line is worker 0's (every worker serves the same URLs)."""
+    await _waiting_for_db(lambda: _migrated(config), args.wait_for_db)
+    held = []
+    try:
+        port_args = []
+        listeners: list[tuple[str, str, tuple[str, int]]] = [("--port", "", (args.host, args.port))]
+        if config.amqp is not None:
+            listeners.append(("--amqp", "AMQP on ", (config.amqp.host, config.amqp.port)))
+        if config.metrics is not None:
+            listeners.append(("--metrics", "metrics on ", config.metrics))
+        for option, which, (host, port) in listeners:
+            try:
+                port, sockets = reserve_port(host, port)
+            except OSError as exc:
+                # worded as a single process words it
+                where = f"{which}{host}:{port}: " if which else ""
+                raise BadSetting(
+                    f"cannot listen on {args.host}:{args.port}: {where}{exc.strerror or exc}"
+                ) from None
+            held += sockets
+            port_args += [option, str(port) if option == "--port" else _address(host, port)]
+        workdir = channel_dir()
+        base = [sys.executable, "-m", "futoin_evt", *args.argv, *port_args, "--worker"]
+
+        def command(slot: int) -> list[str]:
+            return [*base, f"{slot}/{workers}/{os.getpid()}/{workdir}"]
+
+        supervisor = Supervisor(workers, command, workdir)
+        try:
+            line = await supervisor.start()
+        except WorkerFailed as exc:
+            log.error("%s", exc)
+            return exc.returncode if exc.returncode > 0 else 1
+        print(line, flush=True)
+        log.info("%d workers: pids %s", workers, " ".join(map(str, supervisor.pids)))
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        log.info("shutting down %d workers", workers)
+        await supervisor.close()
+        return 0
+    finally:
+        for sock in held:
+            sock.close()

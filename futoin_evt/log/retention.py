@@ -116,8 +116,13 @@ class Discarder:
         config: RetentionConfig,
         notices: ManagementBus | None = None,
         streams: Iterable[StreamInfo] | None = None,
+        *,
+        discarding: bool = True,
     ) -> None:
         self._store = store
+        #: False: another process of the server discards and expires; this one only keeps
+        #: the consumers of its connected push streams seen.
+        self._discarding = discarding
         self._notices = notices
         self._push = push
         self._streams = streams
@@ -131,7 +136,14 @@ class Discarder:
 
     def with_config(self, config: RetentionConfig) -> Discarder:
         """Another discarder of the same partitions, under ``config``."""
-        return Discarder(self._store, self._push, config, self._notices, self._streams)
+        return Discarder(
+            self._store,
+            self._push,
+            config,
+            self._notices,
+            self._streams,
+            discarding=self._discarding,
+        )
 
     @property
     def discarded_total(self) -> int:
@@ -181,6 +193,8 @@ class Discarder:
             self._next_key = partition.key + 1
             try:
                 await self.expire_consumers(partition)
+                if not self._discarding:
+                    continue
                 count, used = await self._discard(partition, chunks)
             except Exception:
                 if partition in self.partitions():
@@ -245,6 +259,8 @@ class Discarder:
         partition_log = self._store.partition_log(partition)
         # a connected stream is a live consumer
         await partition_log.touch_consumers(self._push.connected_consumers(partition))
+        if not self._discarding:
+            return
         seen_before = utc_timestamp(time.time() - self.config.expire_consumers_after)
         for user, component in await partition_log.expire_consumers(seen_before):
             log.warning("consumer %s of user %s on %s expired: not seen since %s", component,

@@ -65,11 +65,14 @@ class ManagementBus:
         self._listeners: list[Listener] = []
         #: Management events published, by type (metrics).
         self.published: dict[str, int] = {}
+        #: Also told of each event published here: the other workers of the server, whose
+        #: subscribers get it through :meth:`deliver`.
+        self.relay: Listener | None = None
 
     @property
     def active(self) -> bool:
         """True while someone listens: only then is an event worth building."""
-        return bool(self._listeners)
+        return bool(self._listeners) or self.relay is not None
 
     def listen(self, listener: Listener) -> Callable[[], None]:
         """Call ``listener`` with each management event; returns how to stop."""
@@ -83,11 +86,16 @@ class ManagementBus:
     def publish(self, event_type: str, **attributes: Value) -> None:
         """Tell the listeners; ``event_type`` is one of :data:`DECLARED`."""
         self.published[event_type] = self.published.get(event_type, 0) + 1
-        listeners = self._listeners
-        if not listeners:
+        if not self.active:
             return
         notification = Notification(event_type, None, utc_timestamp(), attributes)
-        for listener in listeners:
+        if self.relay is not None:
+            self.relay(notification)
+        self.deliver(notification)
+
+    def deliver(self, notification: Notification) -> None:
+        """Tell the listeners here of an event published here or by another worker."""
+        for listener in self._listeners:
             try:
                 listener(notification)
             except Exception:  # one subscriber's fault is not the publisher's

@@ -36,6 +36,7 @@ from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import FeedConfig, FeedEndpoint, HttpEndpoint
+from .peers import PeerChannel, WorkerPlace
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
@@ -93,6 +94,8 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+    #: One worker of a group (``serve --workers``): the channel to the others is opened.
+    worker: WorkerPlace | None = None
     #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
     console: ConsoleConfig | None = None
 
@@ -230,7 +233,13 @@ async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsLi
 
     assert config.metrics is not None
     host, port = config.metrics
-    listener = MetricsListener(server, host, port, consumer_limit=config.metrics_consumers)
+    listener = MetricsListener(
+        server,
+        host,
+        port,
+        consumer_limit=config.metrics_consumers,
+        reuse_port=config.worker is not None,  # the port was reserved by the supervisor
+    )
     try:
         await listener.start()
     except OSError as exc:
@@ -274,12 +283,26 @@ class EventServer:
         self.live = LiveEvents(EventLog(store))
         self.live_streams = live_streams(store, self.live, streams)
         self.notify = NotifyService(self.live_streams, self.notices)
+        #: The channel to the other workers of the group, when this is one.
+        self.channel: PeerChannel | None = None
         self._transport = transport
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
-        store = await open_store(config.db, durability=config.durability, pool=config.pool)
+        # The channel is bound before the store reads its heads: nothing committed later
+        # by another worker goes unheard.
+        channel = PeerChannel(config.worker) if config.worker is not None else None
+        try:
+            store = await open_store(config.db, durability=config.durability, pool=config.pool)
+        except BaseException:
+            if channel is not None:
+                channel.close()
+            raise
         notices = ManagementBus()
+        if channel is not None:
+            turns = channel.place.channel_dir / "turns.lock"
+            channel.listen(store.join_peers(channel, turns), notices)
+            notices.relay = channel.management
         try:
             streams = await StreamRegistry.open(store, config.streams_poll_seconds)
         except BaseException:
@@ -290,7 +313,10 @@ class EventServer:
         notify = NotifyService(lives, notices)
         try:
             push = PushService(store, config.push, notices)
-            discarder = Discarder(store, push, config.retention, notices, streams)
+            discarding = config.worker is None or config.worker.slot == 0
+            discarder = Discarder(
+                store, push, config.retention, notices, streams, discarding=discarding
+            )
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
@@ -345,6 +371,8 @@ class EventServer:
         except BaseException:
             await streams.close()
             await store.close()
+            if channel is not None:
+                channel.close()
             raise
         store.watch_other_writers(config.other_writers_seconds)
         archiver = None
@@ -367,6 +395,7 @@ class EventServer:
         server.live = live
         server.live_streams = lives
         server.notify = notify
+        server.channel = channel
         if config.metrics is not None:
             try:
                 server.metrics = await _start_metrics(server, config)
@@ -443,6 +472,8 @@ class EventServer:
             self.doors.close()
         await self.streams.close()
         await self.store.close()
+        if self.channel is not None:
+            self.channel.close()
 
     async def __aenter__(self) -> EventServer:
         return self

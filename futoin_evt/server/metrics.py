@@ -406,8 +406,10 @@ class MetricsListener:
         *,
         consumer_limit: int = 1000,
         cache_seconds: float = DEFAULT_CACHE_SECONDS,
+        reuse_port: bool = False,
     ) -> None:
         self._eventserver = server
+        self._reuse_port = reuse_port
         self.host = host
         self._port = port
         self.snapshot = StoreSnapshot(server, consumer_limit, cache_seconds)
@@ -421,7 +423,11 @@ class MetricsListener:
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
-            self._serve, self.host, self._port, limit=MAX_REQUEST_BYTES
+            self._serve,
+            self.host,
+            self._port,
+            limit=MAX_REQUEST_BYTES,
+            reuse_port=self._reuse_port or None,
         )
 
     @property

@@ -65,6 +65,8 @@ class TransportConfig:
     #: Plain ws from any peer counts as secure (a TLS-terminating proxy is in front).
     trust_channel: bool = False
     limits: Limits = field(default=DEFAULT_LIMITS)
+    #: Share the port with the other workers of a group (SO_REUSEPORT).
+    reuse_port: bool = False
 
 
 class PathRoutes(Protocol):
@@ -287,6 +289,7 @@ class WebSocketTransport:
             self._config.host,
             self._config.port,
             ssl=self._config.tls,
+            reuse_port=self._config.reuse_port or None,
         )
 
     @property

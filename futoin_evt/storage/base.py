@@ -33,6 +33,7 @@ import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
@@ -240,7 +241,7 @@ class Consumers(Protocol):
     def claims(self) -> ClaimWatch:
         """Told of other processes' claims (:meth:`claim_consumer`) where the backend
         hears of them (PostgreSQL: on the notification channel, this process's own too;
-        SQLite: never)."""
+        SQLite: those of the other workers of a server, see :meth:`Store.join_peers`)."""
 
     async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
         """(position, last given id) in one snapshot; None when not registered."""
@@ -409,6 +410,22 @@ class Streams(Protocol):
         the store is open). ``events``/0 is the store itself."""
 
 
+class PeerNews(Protocol):
+    """What the worker processes of one server on one machine tell each other when the
+    database itself does not carry it between processes (SQLite; PostgreSQL's notification
+    channel does): a partition's new head, a claim of a consumer, a change of the streams.
+    Each method returns at once (the news goes out after the current loop turn)."""
+
+    def committed(self, key: int, head: int) -> None:
+        """Events up to id ``head`` of partition ``key`` are committed."""
+
+    def claimed(self, key: int, user_id: UserId, component: str, epoch: int) -> None:
+        """A push stream claimed the consumer (:meth:`Consumers.claim_consumer`)."""
+
+    def streams_changed(self) -> None:
+        """A stream was added, grown or dropped."""
+
+
 class Store(PartitionLog, Streams, Users, Protocol):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
     of ``events``/0."""
@@ -422,6 +439,13 @@ class Store(PartitionLog, Streams, Users, Protocol):
 
     def watch_other_writers(self, interval: float) -> None:
         """Notice events other processes commit within ``interval`` seconds (at the latest)."""
+
+    def join_peers(self, peers: PeerNews, turns: Path | None = None) -> PeerNews | None:
+        """Tell ``peers`` of this process's commits, claims and stream changes that the
+        database does not carry to other processes; returns what applies the same news heard
+        from them, or None when the database carries it all (PostgreSQL). ``turns``: a file
+        the peers lock in turn around each commit where writers wait for one another
+        (SQLite's one write lock)."""
 
     async def close(self) -> None:
         """Commit what is queued, then close; later writes raise :class:`StoreClosed`."""

@@ -75,6 +75,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -100,6 +101,7 @@ from ..base import (
     DiscardLimits,
     Durability,
     EventRow,
+    PeerNews,
     PoolLimits,
     StoreClosed,
     StoreUnavailable,
@@ -793,6 +795,11 @@ class PostgresStore(PostgresPartitionLog):
         store._write_options = write_options
         store.head.advance(await store.newest_event_id())
         return store
+
+    def join_peers(self, peers: PeerNews, turns: Path | None = None) -> None:
+        """Nothing to tell: the notification channel carries heads, claims and stream changes
+        to every process; writers lock per partition in the database."""
+        return
 
     # -- the combined commit ------------------------------------------------------------
 

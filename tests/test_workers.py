@@ -1,0 +1,295 @@
+"""``serve --workers 2``: two server processes on one port behave as one server. Real
+processes, real sockets, SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import signal
+import socket
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from futoin_evt.client.aio import CommError, EventStreamClient, FTN3Client, RemoteError
+from futoin_evt.client.notify import Notifications
+from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.storage import open_store
+
+from .conftest import ServerProcess
+from .test_cli import run
+from .test_push import Collector, running, stop
+
+pytestmark = pytest.mark.functional
+
+ALICE = "alice:alice-pw"
+PUSH = "futoin.evt.push:1.1"
+#: Bound of every wait for something the processes do not signal to the test.
+WITHIN_SECONDS = 60.0
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WITHIN_SECONDS
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WITHIN_SECONDS} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+class Group(ServerProcess):
+    """``futoin-evt serve --workers 2`` in a session of its own (to SIGKILL it whole), with
+    debug logs (each connection is logged by the worker that took it)."""
+
+    def __init__(self, db: str, *extra: str, workers: int = 2) -> None:
+        options = ("--workers", str(workers), *extra)
+        super().__init__(db, 0, *options, log_level="debug", new_session=True)
+
+    def workers(self) -> list[int]:
+        """The pids of the running workers (the supervisor's children)."""
+        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        try:
+            return [int(pid) for pid in path.read_text().split()]
+        except FileNotFoundError:
+            return []
+
+    def connections(self) -> dict[int, int]:
+        """Worker slot -> connections it logged."""
+        found: dict[int, int] = {}
+        for slot in re.findall(r" worker (\d+) \S+: connection from ", self.logged()):
+            found[int(slot)] = found.get(int(slot), 0) + 1
+        return found
+
+    async def worker_of(self, client: FTN3Client) -> int:
+        """The slot of the worker that took ``client``'s connection."""
+        transport = client._io.transport
+        assert transport is not None
+        port = transport.get_extra_info("sockname")[1]
+        pattern = re.compile(rf" worker (\d+) \S+: connection from 127\.0\.0\.1:{port}\n")
+        await until(lambda: pattern.search(self.logged()) is not None, "the connection logged")
+        match = pattern.search(self.logged())
+        assert match is not None
+        return int(match.group(1))
+
+    def kill_all(self) -> None:
+        """SIGKILL to the supervisor and every worker at once."""
+        os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.communicate(timeout=30)
+        self.log.close()
+
+
+@pytest.fixture
+async def db(store_db: str, password_hashes: dict[str, str]) -> str:
+    async with await open_store(store_db) as store:
+        await store.add_user("alice", password_hashes["alice"], is_admin=True)
+    return store_db
+
+
+@pytest.fixture
+def groups() -> Iterator[list[Group]]:
+    started: list[Group] = []
+    yield started
+    for group in started:
+        if group.proc.poll() is None:
+            group.kill_all()
+
+
+@pytest.fixture
+def group(db: str, groups: list[Group]) -> Group:
+    groups.append(Group(db))
+    return groups[-1]
+
+
+async def connect_to(group: Group, slot: int) -> FTN3Client:
+    """A connection the kernel gave worker ``slot`` (others are closed until one is)."""
+    for _ in range(200):
+        client = await FTN3Client.connect(group.url, credentials=ALICE)
+        if await group.worker_of(client) == slot:
+            return client
+        await client.close()
+    raise AssertionError(f"no connection reached worker {slot}")
+
+
+def _alive(pid: int) -> bool:
+    return Path(f"/proc/{pid}").exists()
+
+
+async def stored_ids(db: str) -> list[int]:
+    async with await open_store(db) as store:
+        rows = await store.read_rows(0, limit=1_000_000)
+    return [row[0] for row in rows]
+
+
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+async def test_connections_land_on_every_worker(group: Group) -> None:
+    assert group.line.startswith("futoin-evt ")
+    assert " listening on ws://127.0.0.1:" in group.line
+    assert len(group.workers()) == 2
+    for _ in range(24):
+        async with await EventStreamClient.connect(group.url, credentials=ALICE) as client:
+            assert await client.ping(7) == 7
+    await until(lambda: sum(group.connections().values()) == 24, "24 connections logged")
+    assert sorted(group.connections()) == [0, 1]
+
+
+async def test_ids_in_commit_order_and_every_consumer_sees_each_once(group: Group) -> None:
+    """Eight producers and four push consumers spread over both workers: ids are unique, and
+    each consumer gets every acknowledged id once, in increasing order."""
+    collectors = [Collector() for _ in range(4)]
+    receivers = [
+        ReliableReceiver(group.url, credentials=ALICE, component=f"C{i}", on_events=collector)
+        for i, collector in enumerate(collectors)
+    ]
+    tasks = [await running(receiver) for receiver in receivers]
+
+    async def produce(index: int) -> list[int]:
+        async with await EventStreamClient.connect(group.url, credentials=ALICE) as client:
+            ids: list[int] = []
+            for start in range(0, 400, 16):
+                batch = [client.add_event("E", {"p": index, "i": start + i}) for i in range(16)]
+                ids += await asyncio.gather(*batch)
+            return ids
+
+    acked = [i for ids in await asyncio.gather(*(produce(p) for p in range(8))) for i in ids]
+    assert len(set(acked)) == len(acked) == 3200
+    for collector in collectors:
+        await collector.wait_for(max(acked))
+    for receiver, task in zip(receivers, tasks, strict=True):
+        await stop(receiver, task)
+    for collector in collectors:
+        assert collector.ids == sorted(set(acked))
+    assert sorted(group.connections()) == [0, 1]
+
+
+async def test_push_takeover_across_workers(group: Group) -> None:
+    async with await EventStreamClient.connect(group.url, credentials=ALICE) as producer:
+        await producer.register_consumer("ONE")
+        first_seen: list[int] = []
+        second_seen: list[int] = []
+
+        async def receive(seen: list[int], params: dict[str, Any]) -> bool:
+            seen.extend(int(event["id"]) for event in params["events"])
+            return True
+
+        first = await connect_to(group, 0)
+        first.on_request("futoin.evt.receiver", "onEvents", lambda p: receive(first_seen, p))
+        await first.call(PUSH, "readyToReceive", {"component": "ONE"})
+        one = await producer.add_event("E", {})
+        await until(lambda: one in first_seen, "the first stream gets an event")
+        second = await connect_to(group, 1)
+        second.on_request("futoin.evt.receiver", "onEvents", lambda p: receive(second_seen, p))
+        await second.call(PUSH, "readyToReceive", {"component": "ONE"})
+        taken_at = len(first_seen)
+        ids = [await producer.add_event("E", {}) for _ in range(20)]
+        await until(lambda: ids[-1] in second_seen, "the second stream gets the new events")
+        assert first_seen[taken_at:] == []  # the first stream stopped at the takeover
+        await first.close()
+        await second.close()
+
+
+async def test_a_subscriber_hears_events_and_management_events_of_the_other_worker(
+    group: Group,
+) -> None:
+    listener = await connect_to(group, 0)
+    notifications = Notifications(listener)
+    subscribed = await notifications.subscribe()
+    writer = await connect_to(group, 1)
+    added = await writer.call("futoin.evt.gen:1.1", "addEvent", {"type": "PAID", "data": {"n": 1}})
+    await writer.call("futoin.evt.poll:1.1", "registerConsumer", {"component": "ELSEWHERE"})
+    seen: list[dict[str, Any]] = []
+    async with asyncio.timeout(WITHIN_SECONDS):
+        while not any(m["properties"].get("component") == "ELSEWHERE" for m in seen):
+            seen.append(await subscribed.get())
+    paid = [m for m in seen if m["properties"]["eventType"] == "PAID"]
+    assert [str(m["properties"]["id"]) for m in paid] == [str(added)]
+    await listener.close()
+    await writer.close()
+
+
+async def _load(group: Group, acked: list[int], stop_load: asyncio.Event) -> None:
+    """Add events on four connections until told to stop, reconnecting when one is lost;
+    the ids the server acknowledged go to ``acked``."""
+
+    async def producer(index: int) -> None:
+        while not stop_load.is_set():
+            try:
+                async with await EventStreamClient.connect(group.url, credentials=ALICE) as c:
+                    while not stop_load.is_set():
+                        batch = [c.add_event("E", {"p": index}) for _ in range(8)]
+                        acked.extend(await asyncio.gather(*batch))
+            except (CommError, RemoteError, OSError):
+                continue  # the worker died: connect again (to the one alive, or its successor)
+
+    await asyncio.gather(*(producer(i) for i in range(4)))
+
+
+async def test_a_killed_worker_loses_nothing_acknowledged_and_is_restarted(
+    group: Group, groups: list[Group]
+) -> None:
+    acked: list[int] = []
+    stop_load = asyncio.Event()
+    load = asyncio.create_task(_load(group, acked, stop_load))
+    await until(lambda: len(acked) > 500, "load before the kill")
+    before = group.workers()
+    os.kill(before[1], signal.SIGKILL)
+    await until(lambda: len(group.workers()) == 2 and group.workers() != before, "a restart")
+    count = len(acked)
+    await until(lambda: len(acked) > count + 500, "load after the restart")
+    assert "exited with status -9; starting it again" in group.logged()
+    # and now the whole group at once
+    group.kill_all()
+    stop_load.set()
+    await load
+    assert set(acked) <= set(await stored_ids(str(group.db)))
+    groups.append(Group(str(group.db)))
+    async with await EventStreamClient.connect(groups[-1].url, credentials=ALICE) as client:
+        assert await client.add_event("E", {}) > max(acked)
+
+
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+async def test_sigterm_stops_every_worker_gracefully(group: Group) -> None:
+    acked: list[int] = []
+    stop_load = asyncio.Event()
+    load = asyncio.create_task(_load(group, acked, stop_load))
+    await until(lambda: len(acked) > 300, "load")
+    workers = group.workers()
+    status, logged = await asyncio.to_thread(group.stop_and_read_log, 90)
+    assert status == 0
+    stop_load.set()
+    await load
+    assert not [pid for pid in workers if _alive(pid)]
+    assert set(acked) <= set(await stored_ids(str(group.db)))
+    assert "shutting down 2 workers" in logged
+
+
+@pytest.mark.parametrize(
+    ("option", "env", "message"),
+    [
+        (["--workers", "0"], "1", "--workers must be at least 1."),
+        ([], "many", "$FUTOIN_EVT_WORKERS must be a number of processes, not 'many'."),
+        (
+            ["--console", "--workers", "2"],
+            "1",
+            "--console needs one process (--workers 1): its sessions are in memory.",
+        ),
+    ],
+)
+def test_the_worker_count_is_checked(
+    tmp_path: Path, option: list[str], env: str, message: str
+) -> None:
+    db = str(tmp_path / "x.sqlite")
+    result = run("serve", "--port", "0", "--db", db, *option, env={"FUTOIN_EVT_WORKERS": env})
+    assert (result.returncode, result.stderr) == (2, f"futoin-evt: {message}\n")
+
+
+def test_a_port_in_use_is_refused_once(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        result = run("serve", "--port", port, "--db", str(tmp_path / "x.sqlite"), "--workers", "2")
+    assert result.returncode == 2
+    assert result.stderr.startswith(f"futoin-evt: cannot listen on 127.0.0.1:{port}: ")
