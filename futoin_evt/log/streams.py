@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final
 
 from ..domain.partition import Partition, StreamInfo
@@ -43,6 +43,7 @@ class StreamRegistry:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stop_listening = store.listen_streams(lambda _version: self._changed.set())
+        self._listeners: set[Callable[[], None]] = set()
 
     @classmethod
     async def open(
@@ -52,6 +53,12 @@ class StreamRegistry:
         await registry.refresh()
         registry._task = asyncio.create_task(registry._follow(), name="futoin-evt-streams")
         return registry
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after each read of the registry that changed what is known;
+        returns the function that stops it."""
+        self._listeners.add(callback)
+        return lambda: self._listeners.discard(callback)
 
     def get(self, name: str) -> StreamInfo | None:
         return self._streams.get(name)
@@ -77,8 +84,12 @@ class StreamRegistry:
                 log.log(level, "stream %s: %d partitions", name, len(info.partitions))
         for name in self._streams.keys() - infos.keys():
             log.info("stream %s dropped", name)
+        changed = infos != self._streams
         self._streams = infos
         self.version = version
+        if changed:
+            for callback in list(self._listeners):
+                callback()
 
     async def _follow(self) -> None:
         while True:

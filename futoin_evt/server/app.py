@@ -21,6 +21,7 @@ from ..ftn18.notify import NotifyService
 from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
 from ..ftn18.services import GenService, PollService, ping
+from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
@@ -88,6 +89,8 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+    #: The copying into aggregated streams (every serving process competes for it).
+    aggregate: AggregateConfig = field(default_factory=AggregateConfig)
 
 
 def build_routes(
@@ -214,6 +217,8 @@ class EventServer:
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
+        #: The copying into aggregated streams (set by :meth:`start`).
+        self.aggregator: Aggregator | None = None
         self.feed: FeedEndpoint | None = None
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
@@ -282,9 +287,12 @@ class EventServer:
             archiver = InProcessArchiver(store, config.archive_path)
             await archiver.start()
         discarder.start()
+        aggregator = Aggregator(store, streams, config.aggregate)
+        aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
         server = cls(store, push, discarder, transport, authenticator, executor, streams)
         server.archiver = archiver
+        server.aggregator = aggregator
         server.db = config.db
         server.feed = feed
         server.http_endpoints = endpoints
@@ -349,6 +357,8 @@ class EventServer:
         if self.amqp is not None:
             await self.amqp.close()
         await self.discarder.close()
+        if self.aggregator is not None:
+            await self.aggregator.close()
         if self.archiver is not None:
             await self.archiver.close()
         endings = [self.push.close(), self.notify.close(), self._transport.close(deadline)]

@@ -96,7 +96,9 @@ def aggregated_by_sql(mark: str) -> str:
     return f"SELECT name FROM streams WHERE aggregate_of = {mark} ORDER BY name LIMIT 1"
 
 
-def check_aggregate(name: str, partitions: int, source: StreamInfo | None, source_name: str) -> None:
+def check_aggregate(
+    name: str, partitions: int, source: StreamInfo | None, source_name: str
+) -> None:
     """ValueError (one sentence) when ``name`` cannot be made an aggregate of the stream
     ``source_name`` (``source``: that stream as the registry has it, None when unknown)."""
     if partitions != 1:
@@ -117,9 +119,7 @@ def rotated(sources: Sequence[tuple[int, int]], start: int) -> list[tuple[int, i
     return [*sources[turn:], *sources[:turn]]
 
 
-def counts_sql(
-    sources: Sequence[tuple[int, int]], limit: int, mark: str
-) -> tuple[str, list[int]]:
+def counts_sql(sources: Sequence[tuple[int, int]], limit: int, mark: str) -> tuple[str, list[int]]:
     """(key, count, newest id) of the first ``limit`` events after each source's position;
     one row per source, in the order given."""
     terms = [
@@ -176,7 +176,7 @@ def copy_steps(
         after_of = dict(group)
         for key, count, newest in (yield counts_sql(group, left, mark)):
             after = after_of[int(key)]
-            if not count:
+            if not count or not left:
                 continue
             if count > left:  # the limit falls inside this source: take its first ``left``
                 (cut,) = yield (cut_sql(int(key), mark), [after, left - 1])
