@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import shutil
 import time
@@ -25,7 +24,7 @@ from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, NotWritable, Store
 
-from .conftest import execute_sql
+from .conftest import execute_sql, pg_schema_at
 from .test_cli import run
 from .test_streams_serving import _Serving
 
@@ -86,20 +85,20 @@ def stream(db: str, *args: str) -> str:
     return result.stdout
 
 
-def serving(db: str, **aggregate: float) -> ServerConfig:
+def serving(db: str, aggregate: AggregateConfig) -> ServerConfig:
     return ServerConfig(
         db=db,
         transport=TransportConfig(port=0),
         retention=RetentionConfig(interval=3600),
         streams_poll_seconds=0.1,
-        aggregate=AggregateConfig(**aggregate),  # type: ignore[arg-type]
+        aggregate=aggregate,
     )
 
 
 async def test_an_aggregate_holds_every_event_of_every_partition_once_in_order(
     store_db: str,
 ) -> None:
-    async with await EventServer.start(serving(store_db, batch=50)) as server:
+    async with await EventServer.start(serving(store_db, AggregateConfig(batch=50))) as server:
         store = server.store
         source = await store.add_stream("orders", 4)
         await fill(store, source, 30, "before")
@@ -135,11 +134,11 @@ async def test_clients_cannot_add_to_an_aggregate(store_db: str) -> None:
         with pytest.raises(NotWritable):
             await log.dcb_append([NewEvent("T", "1")], None)
     async with await open_store(store_db) as store:  # another process learns it from the registry
-        info = await store.stream("all")
-        assert info is not None
+        known = await store.stream("all")
+        assert known is not None
         with pytest.raises(NotWritable):
-            store.partition_log(info.partitions[0]).submit_append("T", "1")
-        assert await store.partition_log(info.partitions[0]).newest_event_id() == 0
+            store.partition_log(known.partitions[0]).submit_append("T", "1")
+        assert await store.partition_log(known.partitions[0]).newest_event_id() == 0
 
 
 async def test_retention_keeps_what_an_aggregate_has_not_copied(store_db: str) -> None:
@@ -367,19 +366,10 @@ async def test_a_database_of_schema_version_5_gets_aggregates(tmp_path: Path) ->
 @pytest.mark.postgres
 async def test_a_postgres_database_of_schema_version_5_gets_aggregates(pg_url: str) -> None:
     """A database made by the migration steps up to version 5 (which stay in the code)."""
-    import psycopg
-
-    from futoin_evt.storage.postgres.schema import MIGRATIONS
-
-    with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        for version in range(1, 6):
-            for statement in MIGRATIONS[version]:
-                conn.execute(statement)
-        conn.execute("INSERT INTO schema_version VALUES (5)")
-        conn.execute(
-            "INSERT INTO events (type, data, ts) VALUES ('OLD', '1', 't'), ('OLD', '2', 't')"
-        )
+    pg_schema_at(pg_url, 5)
+    execute_sql(
+        pg_url, "INSERT INTO events (type, data, ts) VALUES ('OLD', '1', 't'), ('OLD', '2', 't')"
+    )
     async with await open_store(pg_url) as store:
         info = await store.add_stream("all", 1, aggregate_of="events")
         done = await store.copy_into_aggregate(info.partitions[0], "me", 30, 100)
@@ -388,10 +378,3 @@ async def test_a_postgres_database_of_schema_version_5_gets_aggregates(pg_url: s
         rows = await store.partition_log(info.partitions[0]).read_rows(0, limit=100)
         assert [r[:4] for r in rows] == [(1, "OLD", "1", "t"), (2, "OLD", "2", "t")]
     assert execute_sql(pg_url, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
-
-
-def test_the_v5_file_is_what_its_script_says() -> None:
-    assert os.path.getsize(DATA / "schema-v5.sqlite") > 0
-    assert execute_sql(str(DATA / "schema-v5.sqlite"), "SELECT version FROM schema_version") == [
-        (5,)
-    ]

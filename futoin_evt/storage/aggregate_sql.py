@@ -18,8 +18,8 @@ Table names are built from integer keys only (:class:`~.tables.Tables`).
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from typing import Any, Final, NamedTuple, TypeVar
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from ..domain.partition import StreamInfo
 from .base import AggregateCopy
@@ -109,6 +109,28 @@ def check_aggregate(
         raise ValueError(f"no stream {source_name} to aggregate")
     if source.aggregate_of == name:
         raise ValueError(f"the stream {source_name} is an aggregate of {name}: no cycles")
+
+
+class _Refusing(Protocol):
+    """A partition log, as :func:`note_aggregates` sees it."""
+
+    _aggregate_of: str | None
+
+
+def note_aggregates(
+    infos: list[StreamInfo], aggregates: dict[int, str], logs: Mapping[int, _Refusing]
+) -> list[StreamInfo]:
+    """Streams a store read from its registry: the partitions of aggregates go into
+    ``aggregates`` (key: source name), and their logs refuse appends from now on (a stream
+    is an aggregate from its creation to its end, so what was learnt stays true)."""
+    for info in infos:
+        if info.aggregate_of is not None:
+            for partition in info.partitions:
+                aggregates[partition.key] = info.aggregate_of
+                known = logs.get(partition.key)
+                if known is not None:
+                    known._aggregate_of = info.aggregate_of
+    return infos
 
 
 def rotated(sources: Sequence[tuple[int, int]], start: int) -> list[tuple[int, int]]:

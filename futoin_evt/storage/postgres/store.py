@@ -89,6 +89,7 @@ from ..aggregate_sql import (
     copied_up_to_sql,
     copy_steps,
     lease_sql,
+    note_aggregates,
     positions_sql,
     release_sql,
 )
@@ -906,16 +907,7 @@ class PostgresStore(PostgresPartitionLog):
         return found
 
     def _known(self, infos: list[StreamInfo]) -> list[StreamInfo]:
-        """Streams read from the registry: their aggregates' logs refuse appends (a stream is
-        an aggregate from its creation to its end, so what was learnt stays true)."""
-        for info in infos:
-            if info.aggregate_of is not None:
-                for partition in info.partitions:
-                    self._aggregates[partition.key] = info.aggregate_of
-                    known = self._logs.get(partition.key)
-                    if known is not None:
-                        known._aggregate_of = info.aggregate_of
-        return infos
+        return note_aggregates(infos, self._aggregates, self._logs)
 
     async def add_stream(
         self, name: str, partitions: int, *, aggregate_of: str | None = None
