@@ -59,9 +59,11 @@ def check_aggregate(
     rows: list[tuple[int, str, str, str, str | None]],
     sources: dict[int, list[tuple[int, str, str, str, str | None]]],
 ) -> None:
-    """Every source event once, ids 1..N, each source partition's events in their order,
-    with type, data, time and content type as they were stored (every event here differs)."""
-    assert [r[0] for r in rows] == list(range(1, len(rows) + 1))
+    """Every source event once, in increasing ids, each source partition's events in their
+    order, with type, data, time and content type as they were stored (every event here
+    differs). Ids may have gaps: on PostgreSQL a copy rolled back by a kill used some."""
+    ids = [r[0] for r in rows]
+    assert ids == sorted(set(ids))
     copied = [r[1:] for r in rows]
     owner = {r[1:]: number for number, events in sources.items() for r in events}
     assert len(owner) == sum(len(events) for events in sources.values())
@@ -184,11 +186,10 @@ async def _taken(store: Store, aggregate: Partition, holder: str) -> bool:
 
 
 def aggregate_count(db: str, name: str) -> int:
-    """Events in the partition of an aggregate (its ids run from 1 without gaps), read the
-    cheapest way: outside any store."""
+    """Events in the partition of an aggregate, read outside any store."""
     ((key,),) = execute_sql(db, "SELECT key FROM partitions WHERE stream = ?", (name,))
-    ((newest,),) = execute_sql(db, f"SELECT COALESCE(MAX(id), 0) FROM events_{int(key)}")
-    return int(newest)
+    ((count,),) = execute_sql(db, f"SELECT COUNT(*) FROM events_{int(key)}")
+    return int(count)
 
 
 def lease_holder(db: str) -> str | None:

@@ -155,13 +155,13 @@ class _Copier:
                 store.partition_log(p).head.listen(self._wake.set) for p in self._sources
             ]
 
-    def _held(self, holding: bool) -> None:
+    def _held(self, holding: bool, failed: bool = False) -> None:
         if holding != self.holding:
             self.holding = holding
             self._listen(holding)
             if holding:
                 log.info("copying into the aggregate %s", self.aggregate.stream)
-            else:
+            elif not failed:
                 log.info("another process copies into the aggregate %s", self.aggregate.stream)
 
     async def _run(self) -> None:
@@ -176,9 +176,11 @@ class _Copier:
                 )
             except Exception as exc:  # the database is away for a moment: the next turn
                 log.warning("copying into the aggregate %s failed: %s", self.aggregate.stream, exc)
+                self._held(False, failed=True)
                 done = None
+            else:
+                self._held(done is not None)
             turn += 1
-            self._held(done is not None)
             if done is not None and done.copied >= config.batch:
                 continue  # more is waiting
             wait = config.lease_seconds / (3 if self.holding else 2)
