@@ -27,6 +27,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ..domain.partition import DEFAULT_PARTITION
 from ..notify.message import Notification, NotifyError
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
@@ -262,7 +263,14 @@ class FeedService:
 
 def _notification(item: str) -> Notification:
     event = json.loads(item)
-    return Notification(event["type"], int(event["id"]), event["ts"], event["data"])
+    return Notification(
+        event["type"],
+        int(event["id"]),
+        event["ts"],
+        event["data"],
+        DEFAULT_PARTITION.stream,
+        DEFAULT_PARTITION.number,
+    )
 
 
 def _line_prefixes(version: int) -> tuple[bytes, bytes]:
