@@ -297,6 +297,21 @@ def store_db(request: pytest.FixtureRequest, db_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
+def pg_schema_at(url: str, version: int) -> None:
+    """Make the empty database ``url`` as a release at schema ``version`` left it (the
+    migration steps stay in the code)."""
+    import psycopg
+
+    from futoin_evt.storage.postgres.schema import MIGRATIONS
+
+    with psycopg.connect(url, autocommit=True) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        for step in range(1, version + 1):
+            for statement in MIGRATIONS[step]:
+                conn.execute(statement)
+        conn.execute("INSERT INTO schema_version VALUES (%s)", (version,))
+
+
 class PgCluster:
     """The PostgreSQL cluster (Debian's pg_ctlcluster) that serves the test database."""
 

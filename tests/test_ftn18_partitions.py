@@ -454,3 +454,25 @@ async def test_a_takeover_through_another_server_stops_only_that_partition(
             await stop(newer, newer_task)
             for receiver, task in receivers:
                 await stop(receiver, task)
+
+
+async def test_an_aggregate_refuses_add_event_and_serves_its_copies(
+    server: EventServer, connect: Connect
+) -> None:
+    """Only the copying adds events to an aggregated stream; consumers read them there."""
+    await server.store.add_stream("all", 1, aggregate_of="orders")
+    await server.streams.refresh()
+    producer = await connect("orders/2")
+    await producer.add_event("ORDER", {"n": 1})
+    client = await connect("all")
+    with pytest.raises(RemoteError) as refused:
+        await client.add_event("ORDER", {"n": 2})
+    assert refused.value.name == "InvalidRequest"
+    assert "the stream all is an aggregate of orders" in str(refused.value)
+    assert await client.register_consumer("C")
+    events: list[object] = []
+    async with asyncio.timeout(60):
+        while not events:  # the copying is woken by the source's head: soon
+            events = list(await client.poll_events("C"))
+            await asyncio.sleep(0.02)
+    assert [(e.id, e.type, e.data) for e in events] == [(1, "ORDER", {"n": 1})]  # type: ignore[attr-defined]

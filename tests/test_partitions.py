@@ -25,7 +25,7 @@ from futoin_evt.domain.partition import (
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, PartitionLog, Store, StoreClosed
 
-from .conftest import execute_sql
+from .conftest import execute_sql, pg_schema_at
 
 pytestmark = pytest.mark.functional
 
@@ -381,14 +381,8 @@ async def test_a_postgres_database_of_the_previous_release_opens_as_events_0(
     stay in the code), with its data, opens with everything as events/0."""
     import psycopg
 
-    from futoin_evt.storage.postgres.schema import MIGRATIONS
-
+    pg_schema_at(pg_url, 4)
     with psycopg.connect(pg_url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        for version in range(1, 5):
-            for statement in MIGRATIONS[version]:
-                conn.execute(statement)
-        conn.execute("INSERT INTO schema_version VALUES (4)")
         conn.execute(
             "INSERT INTO events (type, data, ts, content_type) VALUES ('OLD', '1', 't', NULL),"
             " ('OLD', '2', 't', 'application/json'), ('Opened', '{}', 't', NULL)"

@@ -336,14 +336,14 @@ async def test_consumers_not_seen_expire_unless_touched(store: Store, store_db: 
 
 async def test_discard_limits_and_deleting_the_oldest(store: Store) -> None:
     limits = await store.discard_limits(None)
-    assert tuple(limits) == (None, 0, 0, None)
+    assert tuple(limits) == (None, 0, 0, None, None)
     for _ in range(10):
         await store.append("T", "1")
     user = await store.add_user("u", "h")
     await store.register_consumer(user, "C")
     await store.acknowledge(user, "C", 6)
     limits = await store.discard_limits(utc_timestamp(time.time() + 5))
-    assert tuple(limits) == (6, 10, 1, 10)
+    assert tuple(limits) == (6, 10, 1, 10, None)
     assert (await store.discard_limits("2000-01-01T00:00:00Z")).older_than_kept is None
     assert await store.delete_events(4, 3) == 3  # the oldest three, within the bound
     assert await store.delete_events(4, 3) == 1

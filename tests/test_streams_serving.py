@@ -73,10 +73,10 @@ async def test_a_server_follows_streams_changed_by_the_command_line(store_db: st
 class _Serving:
     """``futoin-evt serve`` with info logs, read line by line on a thread."""
 
-    def __init__(self, db: str) -> None:
+    def __init__(self, db: str, *extra: str) -> None:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "futoin_evt", "--log-level", "info", "serve", "--db", db,
-             "--port", "0"],
+             "--port", "0", *extra],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,

@@ -18,6 +18,7 @@ from typing import Final, TypeVar
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
 from ..console.config import DEFAULT_MAX_SESSIONS, ConsoleConfig
+from ..log.aggregate import DEFAULT_LEASE_SECONDS, AggregateConfig
 from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
@@ -176,6 +177,14 @@ def add_commands(commands: Commands) -> None:
     )
     serve.add_argument("--no-dcb", action="store_true", help="do not serve the DCB HTTP API")
     serve.add_argument(
+        "--aggregate-lease",
+        type=float,
+        default=DEFAULT_LEASE_SECONDS,
+        metavar="T",
+        help="one serving process copies into each aggregated stream; another takes over "
+        "within 1.5 T seconds after it dies",
+    )
+    serve.add_argument(
         "--metrics",
         metavar="HOST:PORT",
         help="serve GET /metrics (Prometheus), /healthz and /readyz over plain HTTP here "
@@ -216,6 +225,8 @@ async def _serve(args: argparse.Namespace) -> int:
             raise BadSetting(f"--{name.replace('_', '-')} cannot be negative.")
     if args.discard_interval <= 0:
         raise BadSetting("--discard-interval must be above 0.")
+    if not args.aggregate_lease > 0:
+        raise BadSetting("--aggregate-lease must be above 0.")
     if args.pg_pool_size < 1:
         raise BadSetting("--pg-pool-size must be at least 1.")
     if args.pg_pool_timeout <= 0:
@@ -273,6 +284,7 @@ async def _serve(args: argparse.Namespace) -> int:
         console=console,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
         dcb_path=None if args.no_dcb else args.dcb_path,
+        aggregate=AggregateConfig(lease_seconds=args.aggregate_lease),
         retention=RetentionConfig(
             interval=args.discard_interval,
             keep_events=args.keep_events,

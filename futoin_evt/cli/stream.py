@@ -37,7 +37,13 @@ def add_commands(commands: Commands) -> None:
     )
     add = stream.add_parser("add", help="add a stream of partitions")
     add.add_argument("name")
-    _add_partitions(add)
+    _add_partitions(add, required=False)
+    add.add_argument(
+        "--aggregate",
+        metavar="SOURCE",
+        help="a stream of one partition that every serving process fills with every event "
+        "of every partition of SOURCE (new ids, each partition's order kept; --db only)",
+    )
     _add_where(add)
     add.set_defaults(run=_stream_add)
     listing = stream.add_parser("list", help="list streams")
@@ -63,9 +69,9 @@ def add_commands(commands: Commands) -> None:
     drop.set_defaults(run=_stream_drop)
 
 
-def _add_partitions(parser: argparse.ArgumentParser) -> None:
+def _add_partitions(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     parser.add_argument(
-        "--partitions", type=int, required=True, metavar="P", help=f"1 to {MAX_PARTITIONS}"
+        "--partitions", type=int, required=required, metavar="P", help=f"1 to {MAX_PARTITIONS}"
     )
 
 
@@ -105,11 +111,16 @@ class _InDatabase:
     def __init__(self, store: Store) -> None:
         self._store = store
 
-    async def add(self, name: str, partitions: int) -> dict[str, Any]:
+    async def add(
+        self, name: str, partitions: int, aggregate_of: str | None = None
+    ) -> dict[str, Any]:
         try:
-            return stream_summary(await self._store.add_stream(name, partitions))
+            info = await self._store.add_stream(name, partitions, aggregate_of=aggregate_of)
         except KeyError:
             raise BadSetting(f"the stream {name} exists already.") from None
+        except ValueError as exc:
+            raise BadSetting(f"{exc}.") from None
+        return stream_summary(info)
 
     async def grow(self, name: str, partitions: int) -> dict[str, Any]:
         try:
@@ -120,7 +131,11 @@ class _InDatabase:
             raise BadSetting(f"{exc}.") from None
 
     async def drop(self, name: str) -> None:
-        if not await self._store.drop_stream(name):
+        try:
+            dropped = await self._store.drop_stream(name)
+        except ValueError as exc:  # an aggregate of it exists
+            raise BadSetting(f"{exc}.") from None
+        if not dropped:
             raise BadSetting(f"no stream {name}.")
 
     async def list(self) -> list[dict[str, Any]]:
@@ -192,9 +207,24 @@ def _checked(name: str, partitions: int | None = None) -> None:
 
 
 async def _stream_add(args: argparse.Namespace) -> int:
-    _checked(args.name, args.partitions)
+    partitions = args.partitions
+    if args.aggregate is not None:
+        if partitions is not None and partitions != 1:
+            raise BadSetting(f"an aggregated stream has one partition, not {partitions}.")
+        if args.aggregate == args.name:
+            raise BadSetting(f"the stream {args.name} cannot aggregate itself.")
+        _checked(args.name, 1)
+        if args.url is not None:
+            raise BadSetting("--aggregate works on --db only.")
+        async with opened_store(args.db) as store:
+            await _InDatabase(store).add(args.name, 1, args.aggregate)
+        print(f"added stream {args.name} aggregating {args.aggregate}")
+        return 0
+    if partitions is None:
+        raise BadSetting("the number of partitions is needed: --partitions P.")
+    _checked(args.name, partitions)
     async with _admin(args) as admin:
-        added = await admin.add(args.name, args.partitions)
+        added = await admin.add(args.name, partitions)
     print(f"added stream {added['name']} with {added['partitions']} partitions")
     return 0
 

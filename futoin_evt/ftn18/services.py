@@ -22,7 +22,7 @@ from ..domain.stream import (
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson, Response
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
-from ..storage.base import ConsumerLog, EventLog, EventPage
+from ..storage.base import ConsumerLog, EventLog, EventPage, NotWritable
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,10 @@ class GenService:
             data_json = encode_event_data(params["type"], params["data"])
         except EventRejected as exc:
             raise FTN3Error(INVALID_REQUEST, str(exc)) from None
-        return Pending(self._store.submit_append(params["type"], data_json), _id_json)
+        try:
+            return Pending(self._store.submit_append(params["type"], data_json), _id_json)
+        except NotWritable as exc:  # an aggregated stream: only its copying adds events
+            raise FTN3Error(INVALID_REQUEST, str(exc)) from None
 
 
 def _id_json(event_id: int) -> EncodedJson:

@@ -8,7 +8,8 @@ that each hold the write lock only briefly, and pauses between chunks (``duty``)
 producers keep going at most of their speed while a large backlog is deleted. Without any
 registered consumer nothing is discarded, unless a retention policy is set: then events
 are deleted once they are outside the policy. A policy also always keeps the newest
-``keep_events`` events and those younger than ``keep_seconds``, whatever was read.
+``keep_events`` events and those younger than ``keep_seconds``, whatever was read. Events
+an aggregated stream has not copied yet stay, whatever the rest allows.
 
 A consumer not seen for ``expire_consumers_after`` seconds (no poll, no acknowledgement, no
 connected push stream) is dropped, logged, and listed in the stream information, so a dead
@@ -93,6 +94,8 @@ def discard_bound(limits: DiscardLimits, config: RetentionConfig) -> int:
         bound = min(bound, limits.newest_id - config.keep_events)
     if config.keep_seconds is not None:
         bound = min(bound, limits.older_than_kept or 0)
+    if limits.copied_up_to is not None:  # an aggregate has yet to copy the rest
+        bound = min(bound, limits.copied_up_to)
     return max(bound, 0)
 
 

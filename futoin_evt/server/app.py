@@ -24,6 +24,7 @@ from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
 from ..ftn18.services import GenService, PollService, Routes, ping
 from ..ftn18.stream_ops import StreamAdmin
+from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
@@ -96,6 +97,8 @@ class ServerConfig:
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
     #: One worker of a group (``serve --workers``): the channel to the others is opened.
     worker: WorkerPlace | None = None
+    #: The copying into aggregated streams (every serving process competes for it).
+    aggregate: AggregateConfig = field(default_factory=AggregateConfig)
     #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
     console: ConsoleConfig | None = None
 
@@ -268,6 +271,8 @@ class EventServer:
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
+        #: The copying into aggregated streams (set by :meth:`start`).
+        self.aggregator: Aggregator | None = None
         #: Which partition a WebSocket path reaches (the FTN18 door per partition).
         self.doors: PartitionDoors | None = None
         self.feed: FeedEndpoint | None = None
@@ -380,9 +385,12 @@ class EventServer:
             archiver = InProcessArchiver(store, config.archive_path)
             await archiver.start()
         discarder.start()
+        aggregator = Aggregator(store, streams, config.aggregate)
+        aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
         server = cls(store, push, discarder, transport, authenticator, executor, streams)
         server.archiver = archiver
+        server.aggregator = aggregator
         server.doors = doors
         server.db = config.db
         server.feed = feed
@@ -460,6 +468,8 @@ class EventServer:
         if self.amqp is not None:
             await self.amqp.close()
         await self.discarder.close()
+        if self.aggregator is not None:
+            await self.aggregator.close()
         if self.console is not None:
             await self.console.close()
         if self.archiver is not None:

@@ -17,6 +17,7 @@ Errors::
 
     StoreError
     ├── StoreClosed        the store was closed before a write could commit
+    ├── NotWritable        events go into an aggregated stream only by its copying
     ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
     │   └── StoreUnreachable   it does not answer now (refused, lost, no pooled connection
     │                          in time): trying again later may succeed; raised by calls too
@@ -43,7 +44,7 @@ from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 
 class StoreError(Exception):
@@ -52,6 +53,18 @@ class StoreError(Exception):
 
 class StoreClosed(StoreError, RuntimeError):
     """The store was closed before the write could be committed."""
+
+
+class NotWritable(StoreError, ValueError):
+    """An append to a partition of an aggregated stream: only the copying from its source
+    adds events there (:meth:`Aggregates.copy_into_aggregate`)."""
+
+    def __init__(self, partition: Partition, source: str | None = None) -> None:
+        of = f" of {source}" if source else ""
+        super().__init__(
+            f"the stream {partition.stream} is an aggregate{of}: events go into its source"
+        )
+        self.partition = partition
 
 
 class StoreUnavailable(StoreError):
@@ -149,6 +162,18 @@ class DiscardLimits(NamedTuple):
     oldest_id: int
     #: The newest id older than the time retention keeps (None: no such event or no policy).
     older_than_kept: int | None
+    #: The lowest position of the aggregates that copy this partition (None: none does);
+    #: nothing above it may go, whatever the consumers and the policy allow.
+    copied_up_to: int | None = None
+
+
+class AggregateCopy(NamedTuple):
+    """What one copying transaction did."""
+
+    #: Events copied into the aggregate.
+    copied: int
+    #: The aggregate's newest id after it (0 when nothing was copied).
+    head: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -360,6 +385,32 @@ class DcbLog(EventLog, Protocol):
         the same snapshot."""
 
 
+class Aggregates(Protocol):
+    """Aggregated streams (FTN18 2.3.3): a one-partition stream that holds every event of
+    every partition of its source, with new ids, each source partition's order kept.
+
+    The copying is done in transactions that each take the aggregate's lease, copy a batch
+    and move the source positions together, so every source event is copied exactly once
+    whatever happens to the process copying. The lease keeps the copying to one process;
+    the positions, read and moved under the aggregate's write lock, keep it exact even if
+    two processes hold a lease they think is theirs."""
+
+    async def copy_into_aggregate(
+        self, aggregate: Partition, holder: str, lease_seconds: float, limit: int, start: int = 0
+    ) -> AggregateCopy | None:
+        """One transaction: take or renew the lease of ``aggregate`` for ``holder`` (for
+        ``lease_seconds``), copy at most ``limit`` events of its sources after their
+        positions (the sources in key order, turned by ``start``, so none waits behind
+        another for long), and move the positions. None when another holder's lease has
+        not expired, or the aggregate is gone: nothing was done."""
+
+    async def release_aggregate(self, aggregate: Partition, holder: str) -> None:
+        """Give the lease up (another process takes over at its next try)."""
+
+    async def aggregate_sources(self, aggregate: Partition) -> list[tuple[int, int]]:
+        """(source partition key, the newest source id copied) of each source, by key."""
+
+
 class PartitionLog(ConsumerLog, DcbLog, Retention, Protocol):
     """One partition's log: its events (ids from 1), consumers, positions and retention."""
 
@@ -373,16 +424,24 @@ class Streams(Protocol):
     Bad names and counts raise ValueError (:func:`~futoin_evt.domain.partition.check_stream_name`,
     :func:`~futoin_evt.domain.partition.check_partition_count`), with one sentence."""
 
-    async def add_stream(self, name: str, partitions: int) -> StreamInfo:
-        """Create a stream and its partitions' tables; KeyError when the name is taken."""
+    async def add_stream(
+        self, name: str, partitions: int, *, aggregate_of: str | None = None
+    ) -> StreamInfo:
+        """Create a stream and its partitions' tables; KeyError when the name is taken.
+        With ``aggregate_of``: one partition that aggregates that stream (ValueError when
+        there is no such stream, or ``partitions`` is not 1); it is filled by
+        :meth:`Aggregates.copy_into_aggregate`, and clients cannot append to it
+        (:class:`NotWritable`)."""
 
     async def grow_stream(self, name: str, partitions: int) -> StreamInfo:
         """Add partitions up to ``partitions`` (never fewer: ValueError); KeyError when there
-        is no such stream."""
+        is no such stream. The aggregates of the stream copy the new partitions too; an
+        aggregate itself cannot grow (ValueError)."""
 
     async def drop_stream(self, name: str) -> bool:
         """Remove a stream with its events, consumers and tables; False when there is none.
-        ValueError for ``events``, which cannot be dropped."""
+        ValueError for ``events``, which cannot be dropped, and for a stream another one
+        aggregates (naming that one)."""
 
     async def streams(self) -> list[StreamInfo]:
         """Every stream, by name."""
@@ -426,7 +485,7 @@ class PeerNews(Protocol):
         """A stream was added, grown or dropped."""
 
 
-class Store(PartitionLog, Streams, Users, Protocol):
+class Store(PartitionLog, Streams, Aggregates, Users, Protocol):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
     of ``events``/0."""
 

@@ -112,12 +112,31 @@ CREATE INDEX IF NOT EXISTS consumers_by_user ON consumers (user_id);
 INSERT OR IGNORE INTO meta (key, value) VALUES ('streams_version', '0')
 """
 
+#: Version 6: aggregated streams. Each row of ``aggregate_sources`` is one source partition
+#: of an aggregate partition and how far it is copied (the position moves in the copy's
+#: transaction); ``aggregate_leases`` names the one process that copies into an aggregate.
+_VERSION_6: Final = """
+CREATE TABLE aggregate_sources (
+    aggregate_key INTEGER NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+    source_key INTEGER NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+    position INTEGER NOT NULL DEFAULT 0,   -- the newest source id copied
+    PRIMARY KEY (aggregate_key, source_key)
+) WITHOUT ROWID;
+CREATE INDEX aggregate_sources_by_source ON aggregate_sources (source_key);
+CREATE TABLE aggregate_leases (
+    aggregate_key INTEGER PRIMARY KEY REFERENCES partitions(key) ON DELETE CASCADE,
+    holder TEXT NOT NULL,
+    expires_at REAL NOT NULL               -- seconds since the epoch
+)
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
     3: _VERSION_3,
     4: _VERSION_4,
     5: _VERSION_5,
+    6: _VERSION_6,
 }
 
 

@@ -43,11 +43,24 @@ from ..domain.partition import (
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
+from .aggregate_sql import (
+    add_sources_sql,
+    aggregated_by_sql,
+    check_aggregate,
+    copied_up_to_sql,
+    copy_steps,
+    lease_sql,
+    note_aggregates,
+    positions_sql,
+    release_sql,
+)
 from .base import (
+    AggregateCopy,
     ConsumerRow,
     DiscardLimits,
     Durability,
     EventRow,
+    NotWritable,
     PeerNews,
     StoreClosed,
     StoreUnavailable,
@@ -183,6 +196,8 @@ class SqlitePartitionLog(PagedReads):
         self._last_given = _last_given_id(self._tables)
         #: Its stream was dropped by this process: appends are refused.
         self._retired = False
+        #: Its stream aggregates this one (its events come only by copying).
+        self._aggregate_of: str | None = None
         self.head = HeadWatch()
         #: Other processes' claims of a consumer: only those of peer workers (join_peers).
         self.claims = ClaimWatch()
@@ -222,6 +237,8 @@ class SqlitePartitionLog(PagedReads):
         """Queue one event; the future gets its id once it is durable."""
         if self._retired:
             raise StoreClosed(f"the stream {self.partition.stream} was dropped")
+        if self._aggregate_of is not None:
+            raise NotWritable(self.partition, self._aggregate_of)
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
         return future
@@ -404,11 +421,12 @@ class SqlitePartitionLog(PagedReads):
         params: list[Any] = [self._key]
         if keep_since_ts:
             params.append(keep_since_ts)
+        params.append(self._key)
         rows = await self._reader.execute_fetchall(
             "SELECT (SELECT MIN(position) FROM consumers WHERE partition_key = ?),"
             f" (SELECT COALESCE(MAX(id), 0) FROM {events}),"
             f" (SELECT COALESCE(MIN(id), 0) FROM {events}),"
-            f" {keep_sql}",
+            f" {keep_sql}, {copied_up_to_sql('?')}",
             params,
         )
         return DiscardLimits(*next(iter(rows)))
@@ -434,6 +452,8 @@ class SqlitePartitionLog(PagedReads):
     async def dcb_append(
         self, events: Sequence[NewEvent], condition: AppendCondition | None
     ) -> int:
+        if self._aggregate_of is not None:
+            raise NotWritable(self.partition, self._aggregate_of)
         position: int = await self._submit(_dcb_append_sync, self._tables, events, condition)
         return position
 
@@ -520,6 +540,8 @@ class SqliteStore(SqlitePartitionLog):
         self._closing = False
         super().__init__(self, DEFAULT_PARTITION)
         self._logs: dict[int, SqlitePartitionLog] = {0: self}
+        #: Partition keys of aggregated streams, with their sources.
+        self._aggregates: dict[int, str] = {}
         self._streams_listeners: set[Callable[[int], None]] = set()
         #: What group commit did (read by the metrics).
         self.write_stats = WriteStats()
@@ -612,7 +634,11 @@ class SqliteStore(SqlitePartitionLog):
         found = self._logs.get(partition.key)
         if found is None:
             found = self._logs[partition.key] = SqlitePartitionLog(self, partition)
+            found._aggregate_of = self._aggregates.get(partition.key)
         return found
+
+    def _known(self, infos: list[StreamInfo]) -> list[StreamInfo]:
+        return note_aggregates(infos, self._aggregates, self._logs)
 
     #: Other processes' changes are seen only by polling the version.
     hears_all_stream_changes = False
@@ -633,10 +659,13 @@ class SqliteStore(SqlitePartitionLog):
             for callback in list(self._streams_listeners):
                 callback(version)
 
-    async def add_stream(self, name: str, partitions: int) -> StreamInfo:
+    async def add_stream(
+        self, name: str, partitions: int, *, aggregate_of: str | None = None
+    ) -> StreamInfo:
         check_stream_name(name)
         check_partition_count(partitions)
-        info: StreamInfo = await self._submit(_add_stream_sync, name, partitions)
+        info: StreamInfo = await self._submit(_add_stream_sync, name, partitions, aggregate_of)
+        self._known([info])
         await self._streams_changed()
         return info
 
@@ -660,13 +689,13 @@ class SqliteStore(SqlitePartitionLog):
 
     async def streams(self) -> list[StreamInfo]:
         rows = await self._reader.execute_fetchall(STREAM_ROWS + " ORDER BY s.name, p.number")
-        return stream_infos(rows)
+        return self._known(stream_infos(rows))
 
     async def stream(self, name: str) -> StreamInfo | None:
         rows = await self._reader.execute_fetchall(
             STREAM_ROWS + " WHERE s.name = ? ORDER BY p.number", (name,)
         )
-        infos = stream_infos(rows)
+        infos = self._known(stream_infos(rows))
         return infos[0] if infos else None
 
     async def streams_version(self) -> int:
@@ -674,6 +703,27 @@ class SqliteStore(SqlitePartitionLog):
             "SELECT value FROM meta WHERE key = 'streams_version'"
         )
         return int(next(iter(rows))[0])
+
+    # -- aggregates ---------------------------------------------------------------------------
+
+    async def copy_into_aggregate(
+        self, aggregate: Partition, holder: str, lease_seconds: float, limit: int, start: int = 0
+    ) -> AggregateCopy | None:
+        """As the contract says: one command of the writer, so in a transaction that holds
+        the file's write lock, which no other process's copying can enter meanwhile."""
+        done: AggregateCopy | None = await self._submit(
+            _copy_sync, Tables.of(aggregate.key), holder, lease_seconds, limit, start
+        )
+        if done is not None and done.copied:
+            self.partition_log(aggregate).head.advance(done.head)
+        return done
+
+    async def release_aggregate(self, aggregate: Partition, holder: str) -> None:
+        await self._write(release_sql("?"), (aggregate.key, holder))
+
+    async def aggregate_sources(self, aggregate: Partition) -> list[tuple[int, int]]:
+        rows = await self._reader.execute_fetchall(positions_sql("?"), (aggregate.key,))
+        return [(int(key), int(position)) for key, position in rows]
 
     async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
         sql = consumer_counts_sql("?", user_id is not None)
@@ -812,6 +862,8 @@ def _read_stream(conn: sqlite3.Connection, name: str) -> StreamInfo | None:
 
 
 def _add_partitions(conn: sqlite3.Connection, name: str, numbers: range) -> None:
+    """The partitions' rows and tables; the aggregates of the stream copy them (an
+    aggregate's own partition, once its stream row is there, copies every source)."""
     for number in numbers:
         cursor = conn.execute(
             "INSERT INTO partitions (stream, number) VALUES (?, ?)", (name, number)
@@ -819,14 +871,22 @@ def _add_partitions(conn: sqlite3.Connection, name: str, numbers: range) -> None
         assert cursor.lastrowid is not None
         for statement in partition_tables_sql(cursor.lastrowid):
             conn.execute(statement)
+        as_source, as_aggregate = add_sources_sql("?")
+        conn.execute(as_source, (cursor.lastrowid,))
+        conn.execute(as_aggregate, (cursor.lastrowid, name))
 
 
 def _add_stream_sync(
-    conn: sqlite3.Connection, ts: str, name: str, partitions: int
+    conn: sqlite3.Connection, ts: str, name: str, partitions: int, aggregate_of: str | None
 ) -> tuple[StreamInfo, _Inserted]:
     if conn.execute("SELECT 1 FROM streams WHERE name = ?", (name,)).fetchone():
         raise KeyError(f"the stream {name} exists already")
-    conn.execute("INSERT INTO streams (name, created_at) VALUES (?, ?)", (name, ts))
+    if aggregate_of is not None:
+        check_aggregate(name, partitions, _read_stream(conn, aggregate_of), aggregate_of)
+    conn.execute(
+        "INSERT INTO streams (name, created_at, aggregate_of) VALUES (?, ?, ?)",
+        (name, ts, aggregate_of),
+    )
     _add_partitions(conn, name, range(partitions))
     _bump_streams_version(conn)
     info = _read_stream(conn, name)
@@ -840,6 +900,8 @@ def _grow_stream_sync(
     info = _read_stream(conn, name)
     if info is None:
         raise KeyError(f"no stream {name}")
+    if info.aggregate_of is not None and partitions != 1:
+        raise ValueError(f"the stream {name} aggregates {info.aggregate_of}: it has one partition")
     if partitions < len(info.partitions):
         raise ValueError(
             f"the stream {name} has {len(info.partitions)} partitions: it can only grow"
@@ -858,6 +920,9 @@ def _drop_stream_sync(
     info = _read_stream(conn, name)
     if info is None:
         return None, []
+    aggregate = conn.execute(aggregated_by_sql("?"), (name,)).fetchone()
+    if aggregate is not None:
+        raise ValueError(f"the stream {aggregate[0]} aggregates {name}: drop {aggregate[0]} first")
     keys = [p.key for p in info.partitions]
     for key in keys:
         for statement in drop_partition_tables_sql(key):
@@ -866,6 +931,29 @@ def _drop_stream_sync(
     conn.execute("DELETE FROM streams WHERE name = ?", (name,))
     _bump_streams_version(conn)
     return keys, []
+
+
+def _copy_sync(
+    conn: sqlite3.Connection,
+    _ts: str,
+    aggregate: Tables,
+    holder: str,
+    lease_seconds: float,
+    limit: int,
+    start: int,
+) -> tuple[AggregateCopy | None, _Inserted]:
+    """The copying transaction's statements (:func:`.aggregate_sql.copy_steps`), run inside
+    the writer's; the lease in this machine's clock (every process on the file shares it)."""
+    now = time.time()
+    lease = (lease_sql("?", "?", "?"), [aggregate.key, holder, now + lease_seconds, now])
+    steps = copy_steps(aggregate, lease, limit, start, "?")
+    try:
+        sql, params = next(steps)
+        while True:
+            sql, params = steps.send(conn.execute(sql, params).fetchall())
+    except StopIteration as done:
+        result: AggregateCopy | None = done.value
+        return result, []
 
 
 def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:

@@ -118,12 +118,31 @@ _VERSION_5: Final = (
     "INSERT INTO meta (key, value) VALUES ('streams_version', '0') ON CONFLICT DO NOTHING",
 )
 
+_VERSION_6: Final = (
+    # Aggregated streams: how far each source partition is copied into an aggregate (moved
+    # in the copy's transaction), and the one process that copies (a lease with an expiry,
+    # in the database's clock: seconds since the epoch).
+    """CREATE TABLE IF NOT EXISTS aggregate_sources (
+        aggregate_key BIGINT NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+        source_key BIGINT NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+        position BIGINT NOT NULL DEFAULT 0,
+        PRIMARY KEY (aggregate_key, source_key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS aggregate_sources_by_source ON aggregate_sources (source_key)",
+    """CREATE TABLE IF NOT EXISTS aggregate_leases (
+        aggregate_key BIGINT PRIMARY KEY REFERENCES partitions(key) ON DELETE CASCADE,
+        holder TEXT NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL
+    )""",
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
     3: _VERSION_3,
     4: _VERSION_4,
     5: _VERSION_5,
+    6: _VERSION_6,
 }
 
 

@@ -95,12 +95,25 @@ from ...domain.partition import (
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import WriteStats
+from ..aggregate_sql import (
+    add_sources_sql,
+    aggregated_by_sql,
+    check_aggregate,
+    copied_up_to_sql,
+    copy_steps,
+    lease_sql,
+    note_aggregates,
+    positions_sql,
+    release_sql,
+)
 from ..base import (
     DEFAULT_POOL,
+    AggregateCopy,
     ConsumerRow,
     DiscardLimits,
     Durability,
     EventRow,
+    NotWritable,
     PeerNews,
     PoolLimits,
     StoreClosed,
@@ -279,6 +292,8 @@ class PostgresPartitionLog(PagedReads):
         self._task: asyncio.Task[None] | None = None
         #: Its stream was dropped by this process: the writer ends once its queue is empty.
         self._retired = False
+        #: Its stream aggregates this one (its events come only by copying).
+        self._aggregate_of: str | None = None
         #: Its lock was held by another process at the last combined commit: the next batch
         #: waits for it alone.
         self._contended = False
@@ -322,6 +337,8 @@ class PostgresPartitionLog(PagedReads):
             raise StoreClosed("the event store is closed")
         if self._retired:
             raise StoreClosed(f"the stream {self.partition.stream} was dropped")
+        if self._aggregate_of is not None:
+            raise NotWritable(self.partition, self._aggregate_of)
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._queue.items.append(_Append(event_type, data_json, future, content_type))
         self._queue.ready.set()
@@ -589,11 +606,12 @@ class PostgresPartitionLog(PagedReads):
         params: list[Any] = [self._key]
         if keep_since_ts:
             params.append(keep_since_ts)
+        params.append(self._key)
         row = await self._fetch_one(
             "SELECT (SELECT MIN(position) FROM consumers WHERE partition_key = %s),"
             f" (SELECT COALESCE(MAX(id), 0) FROM {events}),"
             f" (SELECT COALESCE(MIN(id), 0) FROM {events}),"
-            f" {keep_sql}::bigint",
+            f" {keep_sql}::bigint, {copied_up_to_sql('%s')}",
             params,
         )
         return DiscardLimits(*row)
@@ -601,7 +619,8 @@ class PostgresPartitionLog(PagedReads):
     async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
         """As the contract says; also, across processes: only one process deletes from a
         partition at a time (the others' calls delete nothing and return 0), and nothing
-        above the lowest position of a registered consumer goes, whatever ``up_to`` says."""
+        above the lowest position of a registered consumer, or of an aggregate copying the
+        partition, goes, whatever ``up_to`` says."""
         t = self._tables
         async with self._transaction() as conn:
             cursor = await conn.execute(try_retention_lock_sql(self._key))
@@ -612,11 +631,12 @@ class PostgresPartitionLog(PagedReads):
             cursor = await conn.execute(
                 f"WITH gone AS (DELETE FROM {t.events} WHERE id IN (SELECT id FROM {t.events}"
                 " WHERE id <= LEAST(%s, (SELECT MIN(position) FROM consumers"
-                f" WHERE partition_key = %s)){kept} ORDER BY id LIMIT %s) RETURNING id),"
+                f" WHERE partition_key = %s), {copied_up_to_sql('%s')}){kept}"
+                " ORDER BY id LIMIT %s) RETURNING id),"
                 f" tags AS (DELETE FROM {t.event_tags} WHERE event_id IN (SELECT id FROM gone)),"
                 f" dcb AS (DELETE FROM {t.dcb_events} WHERE event_id IN (SELECT id FROM gone))"
                 " SELECT COUNT(*), MAX(id) FROM gone",
-                (up_to, self._key, limit),
+                (up_to, self._key, self._key, limit),
             )
             row = await cursor.fetchone()
             assert row is not None
@@ -640,6 +660,8 @@ class PostgresPartitionLog(PagedReads):
         """Its own transaction under the partition's append lock that orders every append
         to it, so the condition is checked against everything committed before it, and
         nothing can commit between the check and the insert."""
+        if self._aggregate_of is not None:
+            raise NotWritable(self.partition, self._aggregate_of)
         ts = utc_timestamp()
         t = self._tables
         async with self._transaction() as conn:
@@ -729,6 +751,8 @@ class PostgresStore(PostgresPartitionLog):
         self._closing = False
         super().__init__(self, DEFAULT_PARTITION)
         self._logs: dict[int, PostgresPartitionLog] = {0: self}
+        #: Partition keys of aggregated streams, with their sources.
+        self._aggregates: dict[int, str] = {}
         #: What group commit did (read by the metrics).
         self.write_stats = WriteStats()
         self._streams_listeners: set[Callable[[int], None]] = set()
@@ -1011,30 +1035,47 @@ class PostgresStore(PostgresPartitionLog):
         found = self._logs.get(partition.key)
         if found is None:
             found = self._logs[partition.key] = PostgresPartitionLog(self, partition)
+            found._aggregate_of = self._aggregates.get(partition.key)
         return found
 
-    async def add_stream(self, name: str, partitions: int) -> StreamInfo:
+    def _known(self, infos: list[StreamInfo]) -> list[StreamInfo]:
+        return note_aggregates(infos, self._aggregates, self._logs)
+
+    async def add_stream(
+        self, name: str, partitions: int, *, aggregate_of: str | None = None
+    ) -> StreamInfo:
         check_stream_name(name)
         check_partition_count(partitions)
 
         async def add(conn: Connection) -> tuple[StreamInfo, bool]:
+            if aggregate_of is not None:
+                # the source's row locked: it cannot be dropped or grown meanwhile
+                try:
+                    source: StreamInfo | None = await _read_stream(conn, aggregate_of, lock=True)
+                except KeyError:
+                    source = None
+                check_aggregate(name, partitions, source, aggregate_of)
             cursor = await conn.execute(
-                "INSERT INTO streams (name, created_at) VALUES (%s, %s)"
+                "INSERT INTO streams (name, created_at, aggregate_of) VALUES (%s, %s, %s)"
                 " ON CONFLICT DO NOTHING RETURNING 1",
-                (name, utc_timestamp()),
+                (name, utc_timestamp(), aggregate_of),
             )
             if await cursor.fetchone() is None:
                 raise KeyError(f"the stream {name} exists already")
             await _add_partitions(conn, name, range(partitions))
             return await _read_stream(conn, name, lock=False), True
 
-        return await self._change_registry(add)
+        return self._known([await self._change_registry(add)])[0]
 
     async def grow_stream(self, name: str, partitions: int) -> StreamInfo:
         check_partition_count(partitions)
 
         async def grow(conn: Connection) -> tuple[StreamInfo, bool]:
             info = await _read_stream(conn, name, lock=True)
+            if info.aggregate_of is not None and partitions != 1:
+                raise ValueError(
+                    f"the stream {name} aggregates {info.aggregate_of}: it has one partition"
+                )
             if partitions < len(info.partitions):
                 raise ValueError(
                     f"the stream {name} has {len(info.partitions)} partitions: it can only grow"
@@ -1052,6 +1093,12 @@ class PostgresStore(PostgresPartitionLog):
 
         async def drop(conn: Connection) -> tuple[StreamInfo, bool]:
             info = await _read_stream(conn, name, lock=True)
+            cursor = await conn.execute(aggregated_by_sql("%s"), (name,))
+            aggregate = await cursor.fetchone()
+            if aggregate is not None:
+                raise ValueError(
+                    f"the stream {aggregate[0]} aggregates {name}: drop {aggregate[0]} first"
+                )
             for partition in info.partitions:
                 for statement in drop_partition_tables_sql(partition.key):
                     await conn.execute(statement)
@@ -1093,16 +1140,53 @@ class PostgresStore(PostgresPartitionLog):
         return result
 
     async def streams(self) -> list[StreamInfo]:
-        return stream_infos(await self._fetch(STREAM_ROWS + " ORDER BY s.name, p.number"))
+        rows = await self._fetch(STREAM_ROWS + " ORDER BY s.name, p.number")
+        return self._known(stream_infos(rows))
 
     async def stream(self, name: str) -> StreamInfo | None:
         rows = await self._fetch(STREAM_ROWS + " WHERE s.name = %s ORDER BY p.number", (name,))
-        infos = stream_infos(rows)
+        infos = self._known(stream_infos(rows))
         return infos[0] if infos else None
 
     async def streams_version(self) -> int:
         row = await self._fetch_one("SELECT value FROM meta WHERE key = 'streams_version'")
         return int(row[0])
+
+    # -- aggregates -----------------------------------------------------------------------
+
+    async def copy_into_aggregate(
+        self, aggregate: Partition, holder: str, lease_seconds: float, limit: int, start: int = 0
+    ) -> AggregateCopy | None:
+        """As the contract says, in one transaction under the aggregate's append lock (the
+        lease's row lock alone would order the copying; the append lock keeps the ids
+        visible in their order for the aggregate's readers, as for any partition). The
+        lease runs on the database's clock, which every process shares."""
+        key = aggregate.key
+        now = "extract(epoch FROM clock_timestamp())"
+        lease = (lease_sql("%s", f"{now} + %s", now), [key, holder, lease_seconds])
+        steps = copy_steps(Tables.of(key), lease, limit, start, "%s")
+        async with self._transaction() as conn:
+            await conn.execute(append_lock_sql(key))
+            try:
+                sql, params = next(steps)
+                while True:
+                    cursor = await conn.execute(sql, params)
+                    rows = await cursor.fetchall() if cursor.description is not None else []
+                    sql, params = steps.send(list(rows))
+            except StopIteration as stop:
+                done: AggregateCopy | None = stop.value
+            if done is not None and done.copied:
+                await conn.execute(notify_head_sql(key))
+        if done is not None and done.copied:
+            self.partition_log(aggregate).head.advance(done.head)
+        return done
+
+    async def release_aggregate(self, aggregate: Partition, holder: str) -> None:
+        await self._fetch(release_sql("%s"), (aggregate.key, holder))
+
+    async def aggregate_sources(self, aggregate: Partition) -> list[tuple[int, int]]:
+        rows = await self._fetch(positions_sql("%s"), (aggregate.key,))
+        return [(int(key), int(position)) for key, position in rows]
 
     async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
         sql = consumer_counts_sql("%s", user_id is not None)
@@ -1168,5 +1252,9 @@ async def _add_partitions(conn: Connection, name: str, numbers: range) -> None:
         )
         row = await cursor.fetchone()
         assert row is not None
-        for statement in partition_tables_sql(int(row[0])):
+        key = int(row[0])
+        for statement in partition_tables_sql(key):
             await conn.execute(statement)
+        as_source, as_aggregate = add_sources_sql("%s")
+        await conn.execute(as_source, (key,))
+        await conn.execute(as_aggregate, (key, name))
