@@ -57,10 +57,11 @@ async def start_server(
     started: list[EventServer] = []
 
     async def start(**options: Any) -> EventServer:
-        """Options of TransportConfig (host, limits, ...) or of ServerConfig."""
+        """Options of TransportConfig (host, limits, ...) or of ServerConfig (``db``: another
+        database than the SQLite file of ``db_path``)."""
         transport = {k: options.pop(k) for k in list(options) if k in TRANSPORT_OPTIONS}
         config = ServerConfig(
-            db=db_path,
+            db=options.pop("db", db_path),
             transport=TransportConfig(port=0, **transport),
             check_results=True,
             # discarding runs when a test asks for it (server.discarder.discard())

@@ -15,7 +15,7 @@ from ..amqp import AmqpConfig, AmqpLimits
 from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
-from ..server.http import DEFAULT_FEED_PATH, FeedConfig
+from ..server.http import DEFAULT_FEED_PATH, STREAM_FEEDS_PATH, FeedConfig
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, StoreUnreachable
 from .common import (
@@ -201,6 +201,11 @@ async def _serve(args: argparse.Namespace) -> int:
         and args.dcb_path.rstrip("/") == args.feed_path.rstrip("/")
     ):
         raise BadSetting("--dcb-path and --feed-path must differ.")
+    for option, value in (("--feed-path", args.feed_path), ("--dcb-path", args.dcb_path)):
+        if not args.no_feed and (value + "/").startswith(STREAM_FEEDS_PATH + "/"):
+            raise BadSetting(
+                f"{option} cannot be under {STREAM_FEEDS_PATH}: each stream's feed is."
+            )
     amqp = _amqp_config(args, tls)
     metrics = _metrics_address(args.metrics)
     if args.metrics_consumers < 0:

@@ -32,7 +32,7 @@ from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor, Routes
-from .http import FeedConfig, FeedEndpoint, HttpEndpoint
+from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
@@ -254,7 +254,7 @@ class EventServer:
             feed = None
             endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
-                service = await FeedService.open(store)
+                service = await FeedService.open(store, streams)
                 feed = FeedEndpoint(service, authenticator, config.feed, transport.is_secure)
                 endpoints.append(feed)
             if config.dcb_path is not None:
@@ -313,6 +313,14 @@ class EventServer:
             return None
         base = self._transport.url.replace("ws", "http", 1).rstrip("/")
         return base + self.feed.path
+
+    def stream_feed_url(self, name: str) -> str | None:
+        """``http(s)://host:port/feeds/NAME``, or None when the feed is off."""
+        if self.feed is None:
+            return None
+        return (
+            self._transport.url.replace("ws", "http", 1).rstrip("/") + f"{STREAM_FEEDS_PATH}/{name}"
+        )
 
     @property
     def url(self) -> str:
