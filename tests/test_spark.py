@@ -427,18 +427,19 @@ def test_offsets_and_the_rows_shared_by_partitions() -> None:
     assert describe_range('{"0":0,"1":4}', '{"0":3,"1":4,"2":0}') == "partition 0 ids 1..3"
 
 
+@pytest.mark.timeout(600)  # two Spark drivers, one after the other, on a loaded machine
 def test_a_stream_of_four_partitions_is_archived_once_per_partition_across_a_kill(
     spark: SparkSession, evt: ServerProcess, tmp_path: Path
 ) -> None:
     stream_command(evt.db, "add", STREAM, "--partitions", "4")
     wait_until(lambda: _serves(evt, 3), "the server serves the stream")
-    ids = add_to_partitions(evt.db, [24_000, 15_000, 6_000, 1])
+    ids = add_to_partitions(evt.db, [12_000, 8_000, 3_000, 1])
     out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
     job = subprocess.Popen(
         [sys.executable, "-m", "spark_consumer", "archive", "--endpoint", evt.url,
          "--stream", STREAM, "--component", "ARCHIVE", "--out", str(out),
          "--checkpoint", str(checkpoint), "--master", "local[2]", "--once",
-         "--max-events-per-batch", "4000"],
+         "--max-events-per-batch", "2000"],
         env={**os.environ, **SPARK_ENV, "FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": PASSWORD},
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
     )  # fmt: skip
