@@ -181,29 +181,40 @@ def test_a_batch_that_fails_after_writing_its_files_is_replayed_once(
     assert position(evt, "ARCHIVE") == ids[-1]
 
 
-def test_killed_job_resumes_exactly_once(
-    spark: SparkSession, evt: ServerProcess, tmp_path: Path
-) -> None:
-    ids = add_natively(evt.db, 60_000)
-    out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
+def archive_killed_after_batch_1(
+    evt: ServerProcess, out: Path, checkpoint: Path, batch: str, *extra: str
+) -> dict[str, int]:
+    """Run the archive command with micro-batches of ``batch`` events; SIGKILL it once it has
+    logged batch 1. The source's offsets of the last batch its checkpoint committed."""
     job = subprocess.Popen(
         [sys.executable, "-m", "spark_consumer", "archive", "--endpoint", evt.url,
          "--component", "ARCHIVE", "--out", str(out), "--checkpoint", str(checkpoint),
-         "--master", "local[2]", "--once", "--max-events-per-batch", "3000"],
+         "--master", "local[2]", "--once", "--max-events-per-batch", batch, *extra],
         env={**os.environ, **SPARK_ENV, "FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": PASSWORD},
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
     )  # fmt: skip
     assert job.stderr is not None
     try:
-        wait_for_line(job.stderr, r"batch 1, \d+ events")
+        wait_for_line(job.stderr, r"batch 1, [1-9]\d* events")
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # the driver JVM and its Python workers too
         job.communicate()
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    offsets: dict[str, int] = json.loads(
+        (checkpoint / "offsets" / str(committed)).read_text().splitlines()[-1]
+    )
+    return offsets
+
+
+def test_killed_job_resumes_exactly_once(
+    spark: SparkSession, evt: ServerProcess, tmp_path: Path
+) -> None:
+    ids = add_natively(evt.db, 60_000)
+    out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
+    offsets = archive_killed_after_batch_1(evt, out, checkpoint, "3000")
 
     # The position never passes what the checkpoint has committed.
-    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    offsets = (checkpoint / "offsets" / str(committed)).read_text().splitlines()
-    assert position(evt, "ARCHIVE") <= json.loads(offsets[-1])["id"] < ids[-1]
+    assert position(evt, "ARCHIVE") <= offsets["id"] < ids[-1]
 
     archive_once(spark, ArchiveJob(options(evt, "ARCHIVE"), str(out), str(checkpoint), once=True))
     assert archived_ids(spark, out) == ids
@@ -435,24 +446,9 @@ def test_a_stream_of_four_partitions_is_archived_once_per_partition_across_a_kil
     wait_until(lambda: _serves(evt, 3), "the server serves the stream")
     ids = add_to_partitions(evt.db, [12_000, 8_000, 3_000, 1])
     out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
-    job = subprocess.Popen(
-        [sys.executable, "-m", "spark_consumer", "archive", "--endpoint", evt.url,
-         "--stream", STREAM, "--component", "ARCHIVE", "--out", str(out),
-         "--checkpoint", str(checkpoint), "--master", "local[2]", "--once",
-         "--max-events-per-batch", "2000"],
-        env={**os.environ, **SPARK_ENV, "FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": PASSWORD},
-        stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
-    )  # fmt: skip
-    assert job.stderr is not None
-    try:
-        wait_for_line(job.stderr, r"batch 1, \d+ events, partition 0 ids")
-    finally:
-        os.killpg(job.pid, signal.SIGKILL)  # the driver JVM and its Python workers too
-        job.communicate()
+    offsets = archive_killed_after_batch_1(evt, out, checkpoint, "2000", "--stream", STREAM)
 
     # On every partition, the position never passes what the checkpoint has committed.
-    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    offsets = json.loads((checkpoint / "offsets" / str(committed)).read_text().splitlines()[-1])
     assert set(offsets) == {"0", "1", "2", "3"}
     for number in range(4):
         assert partition_position(evt, number, "ARCHIVE") <= offsets[str(number)]
