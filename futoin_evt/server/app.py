@@ -17,10 +17,12 @@ from ..dcb.service import DcbService
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.dcb import DcbCalls
+from ..ftn18.doors import PartitionDoors
 from ..ftn18.notify import NotifyService
 from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
-from ..ftn18.services import GenService, PollService, ping
+from ..ftn18.services import GenService, PollService, Routes, ping
+from ..ftn18.stream_ops import StreamAdmin
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
@@ -31,7 +33,7 @@ from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
-from .executor import Executor, Routes
+from .executor import Executor
 from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
@@ -103,6 +105,7 @@ def build_routes(
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
     ops = OpsService(store, push, discarder, notices)
+    streams = StreamAdmin(store)
     consumer = {
         "ping": ping,
         "registerConsumer": poll.register_consumer,
@@ -135,6 +138,11 @@ def build_routes(
             "idBefore": ops.id_before,
             "consumerState": ops.consumer_state,
             "readEvents": ops.read_events,
+            "listStreams": streams.list_streams,
+            "describeStream": streams.describe_stream,
+            "addStream": streams.add_stream,
+            "growStream": streams.grow_stream,
+            "dropStream": streams.drop_stream,
         },
     }
 
@@ -214,6 +222,8 @@ class EventServer:
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
+        #: Which partition a WebSocket path reaches (the FTN18 door per partition).
+        self.doors: PartitionDoors | None = None
         self.feed: FeedEndpoint | None = None
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
@@ -243,14 +253,14 @@ class EventServer:
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
+            routes = build_routes(store, push, discarder, notices, notify)
             executor = Executor(
-                build_registry(),
-                build_routes(store, push, discarder, notices, notify),
-                authenticator,
-                check_results=config.check_results,
+                build_registry(), routes, authenticator, check_results=config.check_results
             )
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
+            doors = PartitionDoors(streams, store, push, routes, notices)
+            transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
@@ -285,6 +295,7 @@ class EventServer:
         log.info("serving %s on %s", store.description, transport.url)
         server = cls(store, push, discarder, transport, authenticator, executor, streams)
         server.archiver = archiver
+        server.doors = doors
         server.db = config.db
         server.feed = feed
         server.http_endpoints = endpoints
@@ -363,6 +374,8 @@ class EventServer:
         endings += [endpoint.close(deadline) for endpoint in self.http_endpoints]
         await asyncio.gather(*endings)
         self._transport.abort_all()
+        if self.doors is not None:
+            self.doors.close()
         await self.streams.close()
         await self.store.close()
 
