@@ -7,11 +7,12 @@ times, and prints the median of each beside the others, with the raw limits of t
 futoin-evt builds on at both durabilities. Two pairs are compared at equal durability:
 ``full`` (futoin-evt, the reference, the raw limit with fsync at each commit) and ``normal``
 (futoin-evt, JetStream's default file store, the raw limit without fsync). A second table
-gives the server's CPU time per operation, from ``/proc/PID/stat``.
+gives the server's CPU time per operation, from ``/proc/PID/stat``. A third gives the rows
+of a stream with 4 partitions (``partitions``: :mod:`bench.partitions`), with their ratios.
 
 After the tables, each floor in :data:`FLOORS` is checked: a ratio to the raw limit measured
-in the same run. The exit status is 1 when one is not reached. ``--quick`` uses small sizes
-and one run.
+in the same run (and those of ``bench.partitions.FLOORS``). The exit status is 1 when one is
+not reached. ``--quick`` uses small sizes and one run.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from . import notify, others, postgres, systems, workloads
+from . import notify, others, partitions, postgres, systems, workloads
 from .systems import System
 
 RESULTS: Final = Path(__file__).resolve().parent / "results"
@@ -68,6 +69,11 @@ RATIOS: Final = (
     ("normal/JetStream", "futoin-evt normal", "JetStream"),
     ("normal/raw", "futoin-evt normal", "raw limit normal"),
 )
+
+
+#: The row set of a stream with 4 partitions (bench/partitions.py), printed as a table of
+#: its own: it has no column per system.
+PARTITIONS: Final = "partitions"
 
 
 def cpu_row(row: str) -> str:
@@ -116,10 +122,13 @@ class Sizes:
     selector_events: int = 300_000
     fan_out_seconds: float = 5.0
 
+    #: Events per measurement of the 4-partition rows.
+    partition_events: int = 20_000
+
 
 FULL: Final = Sizes(3_000, 30_000, 100_000, 3_000, 1_000, 100)
 QUICK: Final = Sizes(300, 3_000, 10_000, 500, 1_000, 100, selector_events=30_000,
-                     fan_out_seconds=1.0)  # fmt: skip
+                     fan_out_seconds=1.0, partition_events=4_000)  # fmt: skip
 #: The stream the fan-out subscribers follow (events/s).
 FAN_OUT_RATE: Final = 10_000
 
@@ -320,15 +329,25 @@ async def main_async(args: argparse.Namespace) -> None:
     sizes = QUICK if args.quick else FULL
     runs = args.runs or (1 if args.quick else 3)
     raw: dict[str, Results] = {}
-    for name in args.only or SYSTEMS:
+    partitioned: dict[str, float] = {}
+    for name in args.only or (*SYSTEMS, PARTITIONS):
         started = time.perf_counter()
-        raw[name] = await measure(name, sizes, runs, args.source)
+        if name == PARTITIONS:
+            pg = os.environ.get("FUTOIN_EVT_TEST_PG", postgres.DEFAULT_PG)
+            partitioned = await partitions.measure(pg, sizes.partition_events, runs)
+        else:
+            raw[name] = await measure(name, sizes, runs, args.source)
         print(f"# {name}: {time.perf_counter() - started:.0f} s", flush=True)
     medians = {n: {w: statistics.median(v) for w, v in per.items()} for n, per in raw.items()}
-    print(render(medians))
-    print()
-    print(render(medians, cpu=True))
-    missed = check_floors(medians)
+    missed = []
+    if medians:
+        print(render(medians))
+        print()
+        print(render(medians, cpu=True))
+        missed = check_floors(medians)
+    if partitioned:
+        print()
+        missed += partitions.report(partitioned)
     out = args.json or RESULTS / "latest.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     report: dict[str, Any] = {
@@ -338,6 +357,7 @@ async def main_async(args: argparse.Namespace) -> None:
         "runs": runs,
         "median": medians,
         "all": raw,
+        PARTITIONS: partitioned,
     }
     out.write_text(json.dumps(report, indent=2))
     print(f"# written to {out}")
@@ -368,7 +388,7 @@ def check_floors(table: dict[str, dict[str, float]]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small sizes, one run (CI)")
-    parser.add_argument("--only", nargs="+", choices=SYSTEMS)
+    parser.add_argument("--only", nargs="+", choices=(*SYSTEMS, PARTITIONS))
     parser.add_argument("--runs", type=int, help="runs per workload (default 3; --quick: 1)")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--source", type=Path, help="run futoin-evt from this source tree")

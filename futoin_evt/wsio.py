@@ -372,6 +372,9 @@ class ServerIO(FrameIO):
         self._head: bytearray | None = bytearray()
         #: After a refusal: how much more of the peer's input is dropped before cutting it.
         self._linger_left: int | None = None
+        #: The door the connection serves, for the metrics: an HTTP endpoint that takes a
+        #: request sets its own.
+        self.door = "websocket"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)

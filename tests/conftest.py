@@ -58,7 +58,7 @@ async def start_server(
 
     async def start(**options: Any) -> EventServer:
         """Options of TransportConfig (host, limits, ...) or of ServerConfig (``db``: another
-        database than the SQLite file of ``db_path``)."""
+        database than the test's SQLite file)."""
         transport = {k: options.pop(k) for k in list(options) if k in TRANSPORT_OPTIONS}
         config = ServerConfig(
             db=options.pop("db", db_path),
@@ -199,6 +199,18 @@ class ServerProcess:
         self.proc.kill()
         self.proc.communicate(timeout=30)
         self.log.close()
+
+
+def run_without(module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """The command line, run with ``module`` missing (as if it were not installed)."""
+    script = (
+        f"import sys; sys.modules[{module!r}] = None\n"
+        "from futoin_evt.cli import main\n"
+        f"sys.exit(main({argv!r}))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
 
 
 async def run_js(js_dir: Path, script: str, scenario: dict[str, Any]) -> list[Any]:

@@ -259,7 +259,7 @@ def test_tail_with_a_selector_prints_transformed_notifications(
     assert tail.returncode == 0
     events = run("events", "--type", "ORDER_PLACED", env=env)
     assert events.returncode == 0
-    assert events.stdout == "ORDER_PLACED: eventType, id, ts, total\n"
+    assert events.stdout == "ORDER_PLACED: eventType, id, ts, stream, partition, total\n"
     listed = json.loads(run("events", "--json", env=env).stdout)
     assert listed["org.futoin.evt.consumerRegistered"][:3] == ["eventType", "ts", "user"]
 

@@ -113,6 +113,8 @@ async def test_virtual_message_and_transformations(amqp_server: EventServer) -> 
         "eventType": "ORDER_PLACED",
         "id": 1,
         "ts": props(first)["ts"],
+        "stream": "events",
+        "partition": 0,
         "total": 150,
         "region": "EU",
         "customer": "alice",
@@ -200,9 +202,12 @@ async def test_get_events_lists_management_and_log_types(amqp_server: EventServe
     assert status["status-code"] == one_status["status-code"] == 200
     assert everything[CONSUMER_REGISTERED] == ["eventType", "ts", "user", "component", "transport"]
     assert everything["ORDER_PLACED"] == [
-        "eventType", "id", "ts", "total", "region", "customer", "express", "discount", "note",
+        "eventType", "id", "ts", "stream", "partition",
+        "total", "region", "customer", "express", "discount", "note",
     ]  # fmt: skip
-    assert one == {"PAYMENT": ["eventType", "id", "ts", "amount", "currency", "ratio"]}
+    assert one == {
+        "PAYMENT": ["eventType", "id", "ts", "stream", "partition", "amount", "currency", "ratio"]
+    }
     assert bad["status-code"] == 400
 
 

@@ -107,7 +107,7 @@ async def test_management_events_for_a_consumer(
     ]  # fmt: skip
     await alice.add_event("ORDER", {"total": 5, "region": "EU"})
     assert await notifications.event_types("ORDER") == {
-        "ORDER": ["eventType", "id", "ts", "total", "region"]
+        "ORDER": ["eventType", "id", "ts", "stream", "partition", "total", "region"]
     }
 
 

@@ -146,10 +146,11 @@ async def test_catalog_lists_declared_and_seen_types(store: Store) -> None:
     await events.append("ORDER", {"total": 2, "express": True})
     await events.append("USER", ["not", "a", "map"])
     first = await catalog.event_types()
-    assert first["ORDER"] == ["eventType", "id", "ts", "total", "region", "express"]
-    assert first["USER"] == ["eventType", "id", "ts"]
+    base = ["eventType", "id", "ts", "stream", "partition"]
+    assert first["ORDER"] == [*base, "total", "region", "express"]
+    assert first["USER"] == base
     assert first[CONSUMER_REGISTERED] == ["eventType", "ts", "user", "component", "transport"]
     await events.append("USER", {"name": "x"})
-    assert await catalog.event_types("USER") == {"USER": ["eventType", "id", "ts", "name"]}
+    assert await catalog.event_types("USER") == {"USER": [*base, "name"]}
     assert await catalog.event_types("NOPE") == {}
     assert catalog.seen_up_to == 4

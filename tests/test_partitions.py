@@ -352,6 +352,9 @@ async def test_commits_to_one_partition_are_ordered_and_others_do_not_wait(pg_ur
         with psycopg.connect(pg_url) as app:
             assert add_event(app, "APP", 1, partition=info.partitions[0]) == 1
             waiting = asyncio.ensure_future(first.append("SRV", "2"))
+            other = asyncio.ensure_future(second.append("OTHER", "1"))  # ready at once with it
+            async with asyncio.timeout(30):
+                assert await other == 1  # while the first partition waits
             await until(
                 lambda: bool(
                     execute_sql(
@@ -361,7 +364,7 @@ async def test_commits_to_one_partition_are_ordered_and_others_do_not_wait(pg_ur
                 "the append waits for the partition's lock",
             )
             async with asyncio.timeout(30):
-                assert await second.append("OTHER", "1") == 1  # while the first partition waits
+                assert await second.append("OTHER", "2") == 2  # still
             assert not waiting.done()
             assert (await first.read_events(0, max_bytes=BIG)).count == 0
             app.commit()

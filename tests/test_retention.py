@@ -13,10 +13,13 @@ import pytest
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.domain.partition import DEFAULT_PARTITION, Partition
+from futoin_evt.domain.stream import UserId
 from futoin_evt.log.retention import Discarder, RetentionConfig
+from futoin_evt.notify.message import Notification
 from futoin_evt.server.app import EventServer
 
-from .conftest import ClientFactory, ServerProcess
+from .conftest import ClientFactory, ServerFactory, ServerProcess, execute_sql
 
 pytestmark = pytest.mark.functional
 
@@ -35,7 +38,7 @@ def set_ts(db: str | Path, up_to_id: int, ts: str) -> None:
 
 async def policy(server: EventServer, **config: Any) -> Discarder:
     """The server's discarder, run by hand with another retention config."""
-    return Discarder(server.store, server.push, RetentionConfig(interval=3600, **config))
+    return server.discarder.with_config(RetentionConfig(interval=3600, **config))
 
 
 @pytest.fixture
@@ -182,7 +185,7 @@ async def test_dead_consumers_expire_and_are_listed(
     await expiring.expire_consumers()
     # a connected push stream counts as seen
     assert [c["component"] for c in await ops(alice, "listConsumers")] == ["ALIVE", "PUSHED"]
-    assert list(expiring.expired) == [("alice", "DEAD")]
+    assert expiring.expired_in(DEFAULT_PARTITION) == [("alice", "DEAD")]
     pushed.stop()
     await asyncio.wait_for(receiver_task, 30)
 
@@ -257,3 +260,168 @@ async def test_acknowledging_without_reading(
     with pytest.raises(RemoteError) as info:
         await ops(bob, "acknowledge", component="BULK", last_id=str(ids[9]))
     assert info.value.name == "UnknownConsumer"
+
+
+# -- every partition of every stream -------------------------------------------------------------
+
+
+@pytest.fixture
+async def any_server(start_server: ServerFactory, store_db: str) -> EventServer:
+    """A server on each backend, with the stream ``orders`` of 3 partitions besides ``events``."""
+    server = await start_server(db=store_db)
+    await server.store.add_stream("orders", 3)
+    await server.streams.refresh()
+    return server
+
+
+async def fill(server: EventServer, count: int = 10) -> list[Partition]:
+    """``count`` events in each partition; its partitions by key."""
+    partitions = server.discarder.partitions()
+    for partition in partitions:
+        log = server.store.partition_log(partition)
+        for i in range(count):
+            await log.append("E", str(i))
+    return partitions
+
+
+async def kept(server: EventServer, partition: Partition) -> list[int]:
+    rows = await server.store.partition_log(partition).read_rows(0, limit=1000)
+    return [row[0] for row in rows]
+
+
+async def user_id(server: EventServer, name: str) -> UserId:
+    user = await server.store.get_user(name)
+    assert user is not None
+    return user.id
+
+
+async def test_each_partition_keeps_what_its_own_consumers_have_not_read(
+    any_server: EventServer,
+) -> None:
+    server = any_server
+    events0, orders0, orders1, orders2 = await fill(server)
+    alice = await user_id(server, "alice")
+    for partition, component, read in (
+        (events0, "ALL", 10), (orders0, "NONE", 0), (orders1, "A", 7), (orders1, "B", 4),
+    ):  # fmt: skip
+        log = server.store.partition_log(partition)
+        await log.register_consumer(alice, component)
+        await log.acknowledge(alice, component, read)
+    heard: list[Notification] = []
+    server.notices.listen(heard.append)
+    assert await server.discarder.turn() == 10 + 4
+    assert await kept(server, events0) == []
+    assert await kept(server, orders0) == list(range(1, 11))
+    assert await kept(server, orders1) == list(range(5, 11))
+    assert await kept(server, orders2) == list(range(1, 11))  # no consumer, no policy
+    assert sorted((n.data["stream"], n.data["partition"], n.data["count"]) for n in heard) == [
+        ("events", 0, 10), ("orders", 1, 4),
+    ]  # fmt: skip
+    await server.store.partition_log(orders1).acknowledge(alice, "B", 10)
+    assert await server.discarder.turn() == 3
+    assert await kept(server, orders1) == [8, 9, 10]
+    assert server.discarder.discarded_in(orders1) == 7
+    assert server.discarder.discarded_in(orders0) == 0
+    # ids are per partition and never reused
+    assert await server.store.partition_log(orders1).append("E", "next") == 11
+    assert await server.store.partition_log(events0).append("E", "next") == 11
+
+
+async def test_a_policy_applies_to_each_partition_within_the_bounds_of_a_turn(
+    any_server: EventServer,
+) -> None:
+    server = any_server
+    partitions = await fill(server)
+    keep_three = server.discarder.with_config(
+        RetentionConfig(keep_events=3, chunk=2, partitions_per_turn=2, chunks_per_turn=6)
+    )
+    # a turn: two partitions, six chunks of two: the first partition loses 7 (4 chunks), the
+    # second the 4 the budget leaves
+    assert await keep_three.turn() == 7 + 4
+    assert [len(await kept(server, p)) for p in partitions] == [3, 6, 10, 10]
+    assert await keep_three.turn() == 7 + 4  # the next turn goes on with the others
+    assert [len(await kept(server, p)) for p in partitions] == [3, 6, 3, 6]
+    assert await keep_three.turn() == 3  # round again: whatever is left
+    assert await keep_three.turn() == 3
+    assert [await kept(server, p) for p in partitions] == [[8, 9, 10]] * 4
+
+
+async def test_partitions_added_and_streams_dropped_are_followed(any_server: EventServer) -> None:
+    server = any_server
+    await fill(server)
+    keep_one = server.discarder.with_config(RetentionConfig(keep_events=1))
+    assert await keep_one.turn() == 4 * 9
+    await server.store.grow_stream("orders", 4)
+    await server.store.add_stream("later", 1)
+    await server.streams.refresh()
+    added = [p for p in server.discarder.partitions() if p.key > 3]
+    assert [str(p) for p in added] == ["orders/3", "later/0"]
+    for partition in added:
+        for i in range(5):
+            await server.store.partition_log(partition).append("E", str(i))
+    assert await keep_one.turn() == 2 * 4
+    assert keep_one.discarded_in(added[0]) == 4
+    assert await server.store.drop_stream("orders")
+    await server.streams.refresh()
+    assert [str(p) for p in keep_one.partitions()] == ["events/0", "later/0"]
+    assert await keep_one.turn() == 0
+    assert {str(p) for p in keep_one.discarded} == {"events/0", "later/0"}
+
+
+async def test_consumers_expire_per_partition(any_server: EventServer) -> None:
+    server = any_server
+    alice = await user_id(server, "alice")
+    orders1 = server.discarder.partitions()[2]
+    for partition in (DEFAULT_PARTITION, orders1):
+        for component in ("DEAD", "ALIVE"):
+            await server.store.partition_log(partition).register_consumer(alice, component)
+    execute_sql(
+        str(server.db),
+        "UPDATE consumers SET last_seen_at = '2001-01-01T00:00:00Z'"
+        " WHERE component = 'DEAD' AND partition_key = ?",
+        (orders1.key,),
+    )
+    heard: list[Notification] = []
+    server.notices.listen(heard.append)
+    expiring = server.discarder.with_config(RetentionConfig(expire_consumers_after=60))
+    await expiring.turn()
+    assert expiring.expired_in(orders1) == [("alice", "DEAD")]
+    assert expiring.expired_in(DEFAULT_PARTITION) == []
+    assert [c.component for c in await server.store.partition_log(orders1).consumers()] == ["ALIVE"]
+    assert len(await server.store.consumers()) == 2
+    assert [(n.type, n.data["stream"], n.data["partition"]) for n in heard] == [
+        ("org.futoin.evt.consumerExpired", "orders", 1)
+    ]
+
+
+async def test_two_processes_never_delete_what_a_consumer_has_not_read(
+    start_server: ServerFactory, store_db: str
+) -> None:
+    """Two servers on one database discard one partition at once: every event goes once, and
+    a deletion bounded by a position read before the consumer moved back keeps the events
+    the consumer now wants."""
+    first = await start_server(db=store_db)
+    await first.store.add_stream("orders", 2)
+    second = await start_server(db=store_db)
+    await first.streams.refresh()
+    partition = first.discarder.partitions()[-1]
+    log = first.store.partition_log(partition)
+    for start in range(0, 1000, 100):
+        await asyncio.gather(*(log.append("E", str(i)) for i in range(start, start + 100)))
+    alice = await user_id(first, "alice")
+    await log.register_consumer(alice, "C")
+    await log.acknowledge(alice, "C", 900)
+    small_chunks = RetentionConfig(chunk=10, duty=0.9)
+    one, other = (
+        first.discarder.with_config(small_chunks),
+        second.discarder.with_config(small_chunks),
+    )
+    counts = await asyncio.gather(one.discard(partition), other.discard(partition))
+    assert sum(counts) == 900
+    assert await kept(first, partition) == list(range(901, 1001))
+    # a bound read before the consumer was set back (a seek) deletes only up to where it is
+    await log.set_position(alice, "C", 950)
+    stale = await second.discarder.bound(partition)
+    await log.set_position(alice, "C", 920)
+    assert await second.store.partition_log(partition).delete_events(stale, 1000) == 20
+    assert await kept(first, partition) == list(range(921, 1001))

@@ -5,7 +5,8 @@ on the hub and its partition and the event notification's GET-EVENTS, and the ba
 A request arrives on a link to ``$management``, with ``operation: READ``, ``type`` (
 ``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (``events``) and, for a
 partition, ``partition`` in its application properties. ``operation: GET-EVENTS`` (with an
-optional ``eventType``) answers a map of event type to its attribute names. The reply goes out
+optional ``eventType``, and ``stream`` for a stream other than ``events``: 404 when there is
+none) answers a map of event type to its attribute names. The reply goes out
 on the peer's link from ``$management`` whose target is the request's ``reply-to`` (or its
 only one), with ``status-code``/``status-description`` and the request's id as
 ``correlation-id``.
@@ -16,12 +17,13 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
 from proton import Condition, Delivery, Link, Message, MessageException, timestamp
 
 from ..log.eventlog import EventLog, ts_to_ms
-from ..notify.catalog import EventCatalog
+from ..notify.live import UnknownStream
 from ..quoting import quote_input
 from .codec import format_offset
 
@@ -38,6 +40,10 @@ GET_EVENTS: Final = "GET-EVENTS"
 MAX_QUEUED_REPLIES: Final = 64
 #: A larger request detaches its link (a token or a READ is a few hundred bytes).
 MAX_REQUEST_BYTES: Final = 64 * 1024
+
+
+#: GET-EVENTS: (stream or None for ``events``, event type or None) -> type -> attribute names.
+EventTypes = Callable[[str | None, str | None], Awaitable[dict[str, list[str]]]]
 
 
 class RequestReplyNode:
@@ -81,18 +87,23 @@ class ManagementNode(RequestReplyNode):
     """``$management``: READ of the hub and of its partition, and GET-EVENTS."""
 
     def __init__(
-        self, events: EventLog, hub: str, partition: str, catalog: EventCatalog | None = None
+        self,
+        events: EventLog,
+        hub: str,
+        partition: str,
+        event_types: EventTypes | None = None,
     ) -> None:
+        """``event_types(stream, event_type)``: GET-EVENTS (None: not served)."""
         super().__init__()
         self._events = events
-        self._catalog = catalog
+        self._event_types = event_types
         self._hub = hub
         self._partition = partition
 
     async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
         if properties.get("operation") == GET_EVENTS:
-            return await self._get_events(properties.get("eventType"))
+            return await self._get_events(properties.get("eventType"), properties.get("stream"))
         if properties.get("operation") != "READ":
             return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None
         if properties.get("name") != self._hub:
@@ -124,13 +135,18 @@ class ManagementNode(RequestReplyNode):
             "is_partition_empty": bounds.events == 0,
         }  # fmt: skip
 
-    async def _get_events(self, event_type: Any) -> tuple[int, str, Any]:
+    async def _get_events(self, event_type: Any, stream: Any) -> tuple[int, str, Any]:
         """GET-EVENTS: event type -> its attribute names (all types, or ``eventType``)."""
-        if self._catalog is None:
+        if self._event_types is None:
             return 501, "event notification is not served here", None
         if event_type is not None and not isinstance(event_type, str):
             return 400, "eventType must be a string", None
-        return 200, "OK", await self._catalog.event_types(event_type)
+        if stream is not None and not isinstance(stream, str):
+            return 400, "stream must be a string", None
+        try:
+            return 200, "OK", await self._event_types(stream, event_type)
+        except UnknownStream as exc:
+            return 404, str(exc), None
 
 
 class RequestLink:

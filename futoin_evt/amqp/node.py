@@ -89,6 +89,12 @@ class AddressNode(Protocol):
     @property
     def bus(self) -> ManagementBus | None: ...
 
+    def takes(self, address: str) -> bool:
+        """True when ``address`` is this node's (or below it)."""
+
+    async def event_types(self, stream: str | None, event_type: str | None) -> dict[str, list[str]]:
+        """GET-EVENTS of a stream (None: ``events``); UnknownStream."""
+
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
 
@@ -119,8 +125,8 @@ class EventLogNode:
         self._groups: dict[tuple[UserId, str], _Owner] = {}
         #: ``$events`` (event notification), when served.
         self._notifications = notifications
-        catalog = notifications.live.catalog if notifications is not None else None
-        self._management = ManagementNode(events, NODE, PARTITION, catalog)
+        event_types = notifications.event_types if notifications is not None else None
+        self._management = ManagementNode(events, NODE, PARTITION, event_types)
         self._cbs = CbsNode(sas)
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
@@ -139,7 +145,7 @@ class EventLogNode:
         if address == MANAGEMENT:
             return self._management.attach(conn, link)
         notifications = self._notifications
-        if notifications is not None and address == notifications.address:
+        if notifications is not None and address is not None and notifications.takes(address):
             return notifications.attach(conn, link)
         if address == INFO:
             if link.is_receiver:

@@ -1,6 +1,8 @@
 """``$events``: event notification over AMQP (the seed's notification model).
 
-A receiving link from source ``$events`` subscribes. Its source filter set may hold:
+A receiving link from source ``$events`` subscribes to the stream ``events``; from
+``$events/NAME``, to every partition of the stream ``NAME`` (``amqp:not-found`` when there is
+no such stream). Its source filter set may hold:
 
 - ``apache.org:selector-filter:string`` (descriptor ``0x0000468C:0x00000004``): a selector;
 - ``org.futoin.evt:notification-transformation:map`` (a symbolic descriptor): the
@@ -11,7 +13,7 @@ application-properties = every attribute, body = the event data. With one: only 
 requested attributes as application-properties (no body); with ``compact``, no subject and
 no properties, the body a list of the requested values (null for those missing).
 
-The subscription starts at the newest event: it is live. Messages are sent as credit allows
+The subscription starts at the newest events: it is live. Messages are sent as credit allows
 and are not acknowledged (nothing is stored for the subscriber).
 """
 
@@ -24,14 +26,20 @@ from typing import TYPE_CHECKING, Any, Final
 
 from proton import DataException, Link, Message
 
-from ..notify.live import READ_BATCH, LiveEvents, Subscription, management_visible_to
+from ..notify.live import (
+    READ_BATCH,
+    LiveStreams,
+    Subscription,
+    UnknownStream,
+    management_visible_to,
+)
 from ..notify.management import ManagementBus
 from ..notify.message import Notification, NotifyError, Transformation, real_message
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
 from .connection import LinkRefused
-from .node import _SourceLink
+from .node import _address_path, _SourceLink
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
@@ -50,23 +58,42 @@ class NotificationNode:
 
     address: Final = EVENTS_SOURCE
 
-    def __init__(self, live: LiveEvents, bus: ManagementBus | None) -> None:
-        self.live = live
+    def __init__(self, streams: LiveStreams, bus: ManagementBus | None) -> None:
+        self._streams = streams
+        #: The reader of ``events``/0.
+        self.live = streams.default
         self.bus = bus
+
+    def takes(self, address: str) -> bool:
+        return address == EVENTS_SOURCE or address.startswith(EVENTS_SOURCE + "/")
 
     def attach(self, conn: AmqpConnection, link: Link) -> NotificationLink:
         if link.is_receiver:
             raise LinkRefused(NOT_FOUND, "$events is a source: attach a receiving link")
         assert conn.principal is not None
+        name = self._stream_name(link.remote_source.address or EVENTS_SOURCE)
+        try:
+            lives = self._streams.of_stream(name)
+        except UnknownStream as exc:
+            raise LinkRefused(NOT_FOUND, str(exc)) from None
         selector, transformation = subscription_filters(link)
-        subscription = Subscription(
-            self.live,
+        subscription = Subscription.of_partitions(
+            [(live, live.events.head) for live in lives],
             self.bus,
             selector,
-            self.live.events.head,
-            management=management_visible_to(conn.principal),
+            management_visible_to(conn.principal),
+            self._streams.growing(name),
         )
         return NotificationLink(conn, link, subscription, transformation)
+
+    async def event_types(self, stream: str | None, event_type: str | None) -> dict[str, list[str]]:
+        return await self._streams.event_types(stream, event_type)
+
+    @staticmethod
+    def _stream_name(address: str) -> str | None:
+        """The stream a ``$events[/NAME]`` address (or URI) names; None: ``events``."""
+        _node, _slash, name = _address_path(address).partition("/")
+        return name or None
 
 
 def subscription_filters(link: Link) -> tuple[Selector | None, Transformation | None]:

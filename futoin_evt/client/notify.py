@@ -36,15 +36,23 @@ class Notifications:
         requested: Sequence[str] | None = None,
         *,
         compact: bool = False,
-        after: int | None = None,
+        after: int | str | Sequence[int] | None = None,
+        stream: str | None = None,
     ) -> Subscribed:
+        """``stream``: every partition of that stream (None: ``events``); ``after``: start
+        after this id, or after these ids, one per partition (a list, or the text
+        ``"12,0,7,3"``), instead of at the newest."""
         params: dict[str, Any] = {}
+        if stream is not None:
+            params["stream"] = stream
         if selector is not None:
             params["selector"] = selector
         if requested is not None:
             params["transformation"] = {"requestedAttributes": list(requested), "compact": compact}
-        if after is not None:
+        if isinstance(after, int | str):
             params["after"] = str(after)
+        elif after is not None:
+            params["after"] = ",".join(str(position) for position in after)
         sid = str(await self.ftn3.call(NOTIFY, "subscribe", params))
         queue = self._queues[sid] = Subscribed(sid)
         return queue
@@ -53,9 +61,13 @@ class Notifications:
         self._queues.pop(subscribed.sid, None)
         return bool(await self.ftn3.call(NOTIFY, "unsubscribe", {"sid": subscribed.sid}))
 
-    async def event_types(self, event_type: str | None = None) -> dict[str, list[str]]:
-        """GET-EVENTS: event type -> attribute names."""
+    async def event_types(
+        self, event_type: str | None = None, *, stream: str | None = None
+    ) -> dict[str, list[str]]:
+        """GET-EVENTS: event type -> attribute names (of ``stream``; None: ``events``)."""
         params = {"event_type": event_type} if event_type is not None else {}
+        if stream is not None:
+            params["stream"] = stream
         result: dict[str, list[str]] = await self.ftn3.call(NOTIFY, "getEvents", params)
         return result
 

@@ -5,6 +5,8 @@ and :class:`AsyncDcbClient` (the same calls, each in a worker thread).
 last event appended, and ``subscribe`` yields matching events as they commit, for as long
 as the caller iterates. Event data is any JSON value, or ``bytes`` kept exactly.
 
+``stream="NAME"`` talks to the stream ``NAME`` (one of one partition) instead of ``events``.
+
 Errors: :class:`DcbError` with the server's ``error`` name and message;
 :class:`AppendConditionFailed` (a subclass) when the condition failed.
 """
@@ -19,7 +21,7 @@ import threading
 from collections.abc import AsyncGenerator, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 
 class DcbError(Exception):
@@ -97,7 +99,13 @@ class DcbClient:
     threads (calls take turns)."""
 
     def __init__(
-        self, url: str, *, credentials: str, path: str = "/dcb/v1", timeout: float = 60.0
+        self,
+        url: str,
+        *,
+        credentials: str,
+        path: str = "/dcb/v1",
+        timeout: float = 60.0,
+        stream: str | None = None,
     ) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https", "ws", "wss"):
@@ -110,7 +118,7 @@ class DcbClient:
             else http.client.HTTPConnection(host, port, timeout=timeout)
         )
         self._timeout = timeout
-        self._path = path.rstrip("/")
+        self._path = stream_path(path, stream)
         token = base64.b64encode(credentials.encode()).decode("ascii")
         self._headers = {"Authorization": f"Basic {token}", "Content-Type": "application/json"}
         self._lock = threading.Lock()
@@ -197,6 +205,12 @@ class DcbClient:
         return answer
 
 
+def stream_path(path: str, stream: str | None) -> str:
+    """The DCB API's path for ``stream`` (None: the server's ``events``)."""
+    path = path.rstrip("/")
+    return path if stream is None else f"{path}/streams/{quote(stream, safe='')}"
+
+
 def condition(query: Query | dict[str, Any], after: int | None = None) -> dict[str, Any]:
     """An append condition: fail if an event matching ``query`` exists after ``after``."""
     raw: dict[str, Any] = {
@@ -210,9 +224,11 @@ def condition(query: Query | dict[str, Any], after: int | None = None) -> dict[s
 class AsyncDcbClient:
     """:class:`DcbClient` for asyncio code: each call runs in a worker thread."""
 
-    def __init__(self, url: str, *, credentials: str, path: str = "/dcb/v1") -> None:
-        self._url, self._credentials, self._path = url, credentials, path
-        self._client = DcbClient(url, credentials=credentials, path=path)
+    def __init__(
+        self, url: str, *, credentials: str, path: str = "/dcb/v1", stream: str | None = None
+    ) -> None:
+        self._url, self._credentials, self._path = url, credentials, stream_path(path, stream)
+        self._client = DcbClient(url, credentials=credentials, path=self._path)
 
     async def close(self) -> None:
         await asyncio.to_thread(self._client.close)

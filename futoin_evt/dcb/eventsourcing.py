@@ -4,6 +4,9 @@
 
     recorder = FutoinDCBRecorder("http://127.0.0.1:8480/", credentials="shop:s3cret")
 
+With ``stream="NAME"`` it records in the stream ``NAME`` (of one partition) instead of
+``events``.
+
 Event data is ``bytes`` in eventsourcing; it is stored exactly, as opaque bytes. A failed
 append condition raises eventsourcing's ``IntegrityError``, as its own recorders do.
 """
@@ -24,7 +27,7 @@ from eventsourcing.dcb.api import (
 )
 from eventsourcing.persistence import IntegrityError
 
-from .client import AppendConditionFailed, DcbClient, Event, SequencedEvent
+from .client import AppendConditionFailed, DcbClient, Event, SequencedEvent, stream_path
 
 #: How long one long poll of a subscription waits; also how soon it notices ``stop()``.
 SUBSCRIPTION_POLL_SECONDS = 1.0
@@ -55,11 +58,13 @@ class _ReadResponse(DCBReadResponse):
 
 
 class FutoinDCBRecorder(DCBRecorder):
-    def __init__(self, url: str, *, credentials: str, path: str = "/dcb/v1") -> None:
+    def __init__(
+        self, url: str, *, credentials: str, path: str = "/dcb/v1", stream: str | None = None
+    ) -> None:
         self._url = url
         self._credentials = credentials
-        self._path = path
-        self._client = DcbClient(url, credentials=credentials, path=path)
+        self._path = stream_path(path, stream)
+        self._client = DcbClient(url, credentials=credentials, path=self._path)
 
     def close(self) -> None:
         self._client.close()

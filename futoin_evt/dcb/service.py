@@ -1,20 +1,23 @@
-"""The DCB service: conditional appends and query reads over the one log. No wire format.
+"""The DCB service: conditional appends and query reads over one log. No wire format.
 
 Every door (HTTP, FTN3, Python) parses its requests with :mod:`futoin_evt.dcb.model` and
 calls this; the rules (atomic batches, conditions checked in the write transaction, the
-snapshot a read answers from) live in the store behind it.
+snapshot a read answers from) live in the store behind it. The log is the one partition of
+a stream (:func:`stream_dcb_log`): a condition is checked against one order of events, which
+a stream of several partitions does not have.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
-from ..storage.base import DcbLog
+from ..domain.partition import Partition, StreamInfo, check_stream_name
+from ..storage.base import DcbLog, PartitionLog
 
 #: Events read from the store per step of a read.
 PAGE_SIZE: Final = 1000
@@ -69,6 +72,42 @@ class DcbReadResult:
 
     async def all(self) -> list[StoredEvent]:
         return [event async for page in self.pages() for event in page]
+
+
+class DcbStreamRefused(Exception):
+    """A stream the DCB API cannot serve. ``status`` is 400 (``error`` ``InvalidStream``: not
+    a stream name; ``PartitionedStream``: more than one partition) or 404 (``UnknownStream``)."""
+
+    def __init__(self, status: int, error: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.error = error
+        self.message = message
+
+
+def stream_dcb_log(
+    name: str,
+    stream: Callable[[str], StreamInfo | None],
+    partition_log: Callable[[Partition], PartitionLog],
+) -> PartitionLog:
+    """The log DCB calls on the stream ``name`` go to, or :class:`DcbStreamRefused` saying why
+    not. ``stream`` looks a stream up (``server.streams.get``); ``partition_log`` is the
+    store's."""
+    try:
+        check_stream_name(name)
+    except ValueError as exc:
+        raise DcbStreamRefused(400, "InvalidStream", f"{exc}.") from None
+    info = stream(name)
+    if info is None:
+        raise DcbStreamRefused(404, "UnknownStream", f"There is no stream {name}.")
+    if len(info.partitions) != 1:
+        raise DcbStreamRefused(
+            400,
+            "PartitionedStream",
+            f"The stream {name} has {len(info.partitions)} partitions: a DCB condition needs"
+            " one order of events, so DCB serves only streams of one partition.",
+        )
+    return partition_log(info.partitions[0])
 
 
 class DcbService:

@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..domain.partition import DEFAULT_STREAM, StreamInfo
+from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo
 from ..log.streams import StreamRegistry
 from ..notify.message import Notification, NotifyError
 from ..notify.selector import Selector, compile_selector
@@ -347,7 +347,11 @@ async def _chunk(
         return 0, True
     items = page.items
     if request.selector is not None:
-        items = [item for item in items if request.selector.matches(_notification(item))]
+        items = [
+            item
+            for item in items
+            if request.selector.matches(_notification(item, reading.log.partition))
+        ]
     lines = [reading.prefix + item.encode() + b"}\n" for item in items]
     lines.append(reading.cursor_prefix + str(new_after).encode() + b'"}\n')
     await write(b"".join(lines))
@@ -356,9 +360,16 @@ async def _chunk(
     return page.count, done
 
 
-def _notification(item: str) -> Notification:
+def _notification(item: str, partition: Partition) -> Notification:
     event = json.loads(item)
-    return Notification(event["type"], int(event["id"]), event["ts"], event["data"])
+    return Notification(
+        event["type"],
+        int(event["id"]),
+        event["ts"],
+        event["data"],
+        partition.stream,
+        partition.number,
+    )
 
 
 def _line_prefixes(version: int, number: int) -> tuple[bytes, bytes]:

@@ -10,10 +10,12 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from ..dcb.model import DcbInputError, parse_condition, parse_events, parse_query
-from ..dcb.service import DcbService, ReadRequest
+from ..dcb.service import DcbService, DcbStreamRefused, ReadRequest, stream_dcb_log
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
+from ..domain.partition import Partition, StreamInfo
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
+from ..storage.base import PartitionLog
 from .services import REPLY_ENVELOPE_BYTES, CallContext
 
 APPEND_CONDITION_FAILED: Final = "AppendConditionFailed"
@@ -39,6 +41,20 @@ async def _checked(call: Callable[[], Awaitable[T]]) -> T:
 class DcbCalls:
     def __init__(self, service: DcbService) -> None:
         self._service = service
+
+    @classmethod
+    def of_stream(
+        cls,
+        name: str,
+        stream: Callable[[str], StreamInfo | None],
+        partition_log: Callable[[Partition], PartitionLog],
+    ) -> DcbCalls:
+        """The calls on the stream ``name`` (see :func:`~futoin_evt.dcb.service.stream_dcb_log`);
+        a stream DCB cannot serve is an ``InvalidRequest`` that says why."""
+        try:
+            return cls(DcbService(stream_dcb_log(name, stream, partition_log)))
+        except DcbStreamRefused as exc:
+            raise FTN3Error(INVALID_REQUEST, exc.message) from None
 
     async def append(self, _ctx: CallContext, params: dict[str, Any]) -> int:
         async def run() -> int:

@@ -8,7 +8,9 @@ round robin over connections (so one producer's order holds), and consumer calls
 naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the ops iface are the same
 on every path, but for the ops calls on the caller's own consumer (``consumerState``,
 ``acknowledge``, ``readEvents``, ``idBefore``: what a range reader such as the Spark source
-makes), which act on the path's partition; DCB is served on ``events``/0 only.
+makes), which act on the path's partition. DCB on any path of a stream serves that stream
+while it has one partition; on a stream of more each call is an ``InvalidRequest`` that says
+why.
 
 A path that names no stream or partition is refused at the upgrade (HTTP 404, one sentence).
 A partition's services are built on its first connection and shared by later ones. When its
@@ -24,11 +26,12 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
-from ..ftn3.errors import INVALID_REQUEST, NOT_IMPLEMENTED, FTN3Error
+from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..log.streams import StreamRegistry
 from ..notify.management import ManagementBus
 from ..quoting import quote_input
 from ..storage.base import PartitionLog, Streams
+from .dcb import DcbCalls
 from .ops import ConsumerOps
 from .push import PushService
 from .services import CallContext, GenService, Handler, PollService, Routes, ping
@@ -169,17 +172,28 @@ class PartitionDoors:
             "registerConsumer": poll.register_consumer,
             "pollEvents": poll.poll_events,
         }
-        no_dcb = _refuse_with(
-            NOT_IMPLEMENTED, f"DCB is served on the stream {DEFAULT_STREAM} only (the path /)"
-        )
         routes = {iface: dict(funcs) for iface, funcs in self._default.items()}
         routes[GEN] = {"ping": ping, "addEvent": gen.add_event}
         routes[POLL] = consumer
         routes[PUSH] = {**consumer, "readyToReceive": self._push.receiver(log_)}
-        routes[DCB] = {func: no_dcb if func != "ping" else ping for func in routes.get(DCB, {})}
+        if DCB in routes:
+            routes[DCB] = self._dcb_routes(log_.partition.stream)
         ops = ConsumerOps(log_)
         routes[OPS] = {**routes.get(OPS, {}), **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}}
         return routes
+
+    def _dcb_routes(self, name: str) -> dict[str, Handler]:
+        """DCB on the stream ``name``, looked up at each call: it may grow or be dropped."""
+
+        def calls() -> DcbCalls:
+            return DcbCalls.of_stream(name, self._streams.get, self._store.partition_log)
+
+        return {
+            "ping": ping,
+            "append": lambda ctx, params: calls().append(ctx, params),
+            "read": lambda ctx, params: calls().read(ctx, params),
+            "readBackwards": lambda ctx, params: calls().read_backwards(ctx, params),
+        }
 
     def _pinned(self, door: _PartitionDoor) -> Routes:
         if door.pinned is None:

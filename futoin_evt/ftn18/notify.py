@@ -5,6 +5,11 @@ connection as ``futoin.evt.notify.receiver:1.0:onNotify`` requests, a group at a
 few groups in flight; ``seq`` counts groups from 0 per subscription. Notifications are live:
 nothing is stored for the subscriber, and a reply (even an error) only frees room in the
 window. A subscription ends with ``unsubscribe`` or with its connection.
+
+``stream`` (default ``events``) names the stream a subscription reads, every partition of
+it, and GET-EVENTS describes. ``after`` starts after given ids instead of at the newest
+events: one id per partition, in partition order, separated by commas (``"12,0,7,3"``),
+each as the notifications' ``id`` attribute gives it for their ``partition``.
 """
 
 from __future__ import annotations
@@ -17,9 +22,16 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from ..ftn3.errors import FTN3Error
+from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import Response
-from ..notify.live import LiveEvents, Subscription, management_visible_to
+from ..notify.live import (
+    LiveEvents,
+    LiveStreams,
+    Subscription,
+    UnknownStream,
+    management_visible_to,
+    start_positions,
+)
 from ..notify.management import ManagementBus
 from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import Selector, compile_selector
@@ -33,6 +45,7 @@ ON_NOTIFY: Final = "futoin.evt.notify.receiver:1.0:onNotify"
 INVALID_SELECTOR: Final = "InvalidSelector"
 INVALID_TRANSFORMATION: Final = "InvalidTransformation"
 TOO_MANY: Final = "TooManySubscriptions"
+UNKNOWN_STREAM: Final = "UnknownStream"
 #: Subscriptions one connection may hold.
 MAX_PER_CONNECTION: Final = 64
 #: Groups in flight per subscription; notifications per group; bytes of a group's messages.
@@ -102,16 +115,30 @@ class _Pushing:
 class NotifyService:
     """The calls of ``futoin.evt.notify``."""
 
-    def __init__(self, live: LiveEvents, notices: ManagementBus | None = None) -> None:
-        self._live = live
+    def __init__(self, streams: LiveStreams, notices: ManagementBus | None = None) -> None:
+        self._streams = streams
         self._notices = notices
         #: By connection (its PeerLink).
         self._subscriptions: dict[object, dict[str, _Pushing]] = {}
         self._sids = itertools.count(1)
         self._compiling = asyncio.Lock()
 
+    @property
+    def connections(self) -> int:
+        """Connections holding a subscription."""
+        return len(self._subscriptions)
+
+    def _of_stream(self, name: str | None) -> list[LiveEvents]:
+        try:
+            return self._streams.of_stream(name)
+        except UnknownStream as exc:
+            raise FTN3Error(UNKNOWN_STREAM, str(exc)) from None
+
     async def get_events(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, list[str]]:
-        return await self._live.catalog.event_types(params["event_type"])
+        try:
+            return await self._streams.event_types(params.get("stream"), params["event_type"])
+        except UnknownStream as exc:
+            raise FTN3Error(UNKNOWN_STREAM, str(exc)) from None
 
     async def subscribe(self, ctx: CallContext, params: dict[str, Any]) -> str:
         link = ctx.link
@@ -128,16 +155,20 @@ class NotifyService:
             transformation = Transformation.parse(shape) if shape is not None else None
         except NotifyError as exc:
             raise FTN3Error(INVALID_TRANSFORMATION, str(exc)) from None
+        lives = self._of_stream(params.get("stream"))
+        try:
+            positions = start_positions(lives, params["after"])
+        except NotifyError as exc:
+            raise FTN3Error(INVALID_REQUEST, str(exc)) from None
         mine = self._subscriptions.setdefault(link, {})
         if len(mine) >= MAX_PER_CONNECTION:
             raise FTN3Error(TOO_MANY, f"at most {MAX_PER_CONNECTION} subscriptions per connection")
-        after = int(params["after"]) if params["after"] is not None else self._live.events.head
-        subscription = Subscription(
-            self._live,
+        subscription = Subscription.of_partitions(
+            list(zip(lives, positions, strict=True)),
             self._notices,
             selector,
-            after,
-            management=management_visible_to(ctx.principal),
+            management_visible_to(ctx.principal),
+            self._streams.growing(params.get("stream")),
         )
         sid = str(next(self._sids))
         pushing = _Pushing(sid, link, subscription, transformation)

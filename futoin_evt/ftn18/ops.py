@@ -11,6 +11,7 @@ import calendar
 import time
 from typing import Any, Final
 
+from ..domain.partition import DEFAULT_PARTITION
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..log.retention import Discarder
@@ -109,7 +110,7 @@ class OpsService(ConsumerOps):
             held_back_by = {"user": lowest[0], "component": lowest[2]}
         expired = [
             {"user": user, "component": component}
-            for user, component in self._discarder.expired
+            for user, component in self._discarder.expired_in(DEFAULT_PARTITION)
             if ctx.principal.is_admin or user == ctx.principal.name
         ]
         return _without_none({
@@ -120,7 +121,7 @@ class OpsService(ConsumerOps):
             "events": bounds.events,
             "discard_up_to": _event_id(await self._discarder.bound()),
             "held_back_by": held_back_by,
-            "discarded_total": self._discarder.discarded_total,
+            "discarded_total": self._discarder.discarded_in(DEFAULT_PARTITION),
             "expired_consumers": expired,
         })  # fmt: skip
 

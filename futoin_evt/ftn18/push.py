@@ -354,6 +354,11 @@ class PushService:
         """The streams of ``events``/0 (what the ops calls and the metrics show)."""
         return [s for s in self._streams.values() if s.key[0] == DEFAULT_PARTITION.key]
 
+    @property
+    def all_streams(self) -> list[PushStream]:
+        """The streams of every partition (keyed by partition key first)."""
+        return list(self._streams.values())
+
     def connected_consumers(self, partition: Partition) -> list[tuple[UserId, str]]:
         """The reliable consumers with a push stream connected now on ``partition``."""
         return [

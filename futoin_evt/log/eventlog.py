@@ -16,8 +16,9 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..domain.partition import Partition
 from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
-from ..storage.base import Store, StreamBounds
+from ..storage.base import PartitionLog, StreamBounds
 
 #: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
 COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
@@ -52,10 +53,14 @@ def ts_to_ms(ts: str) -> int:
 
 
 class EventLog:
-    """One ordered log: what a transport calls instead of the store."""
+    """One ordered log (a partition of a stream): what a transport calls instead of the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: PartitionLog) -> None:
         self._store = store
+
+    @property
+    def partition(self) -> Partition:
+        return self._store.partition
 
     def append(self, event_type: str, data: Any) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable.

@@ -1,8 +1,10 @@
 """Retention: discard events every registered reliable consumer has read, expire dead consumers.
 
 FTN18 keeps an event in the active store until the last registered reliable consumer has
-read it (2.3.1). The discarder deletes events at or below the lowest consumer position, in
-chunks that each hold the write lock only briefly, and pauses between chunks (``duty``), so
+read it (2.3.1). Every partition of every stream is a log of its own, with its own
+consumers and positions, and is discarded on its own under the one retention config. The
+discarder deletes events at or below the partition's lowest consumer position, in chunks
+that each hold the write lock only briefly, and pauses between chunks (``duty``), so
 producers keep going at most of their speed while a large backlog is deleted. Without any
 registered consumer nothing is discarded, unless a retention policy is set: then events
 are deleted once they are outside the policy. A policy also always keeps the newest
@@ -11,6 +13,16 @@ are deleted once they are outside the policy. A policy also always keeps the new
 A consumer not seen for ``expire_consumers_after`` seconds (no poll, no acknowledgement, no
 connected push stream) is dropped, logged, and listed in the stream information, so a dead
 consumer cannot pin the store forever.
+
+One task serves every partition: each turn visits at most ``partitions_per_turn`` of them,
+round the registry from where the last turn stopped, and deletes at most
+``chunks_per_turn`` chunks in all, so a turn's cost stays bounded with thousands of
+partitions (each is visited every ``ceil(P / partitions_per_turn)`` turns). Processes
+sharing a database each run one: the store lets one of them delete from a partition at a
+time (PostgreSQL: a per-partition try-lock per chunk; SQLite: its one writer), and each
+chunk's transaction bounds the deletion by the lowest position it reads itself, so two
+processes never delete what a consumer has not acknowledged, and each counts only what it
+deleted.
 """
 
 from __future__ import annotations
@@ -19,10 +31,11 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ..domain.stream import UserId, utc_timestamp
 from ..notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from ..storage.base import Consumers, DiscardLimits, Retention
@@ -30,17 +43,23 @@ from ..storage.base import Consumers, DiscardLimits, Retention
 log = logging.getLogger(__name__)
 
 
-class RetentionStore(Retention, Consumers, Protocol):
-    """Discarding and expiring consumers."""
+class RetentionLog(Retention, Consumers, Protocol):
+    """One partition's discarding and consumers."""
 
 
-#: Expired consumers remembered for the stream information.
+class RetentionStore(Protocol):
+    """Where the partitions' logs are."""
+
+    def partition_log(self, partition: Partition) -> RetentionLog: ...
+
+
+#: Expired consumers remembered for the stream information (of every partition together).
 _EXPIRED_SHOWN: Final = 100
 
 
 @dataclass(frozen=True, slots=True)
 class RetentionConfig:
-    #: Seconds between discard passes.
+    #: Seconds between discard turns.
     interval: float = 1.0
     #: Events deleted per transaction.
     chunk: int = 1000
@@ -52,6 +71,10 @@ class RetentionConfig:
     expire_consumers_after: float | None = None
     #: Events appended through DCB are the system of record: discarded only when set.
     discard_dcb_events: bool = False
+    #: Partitions visited per turn at most (the next turn goes on from there).
+    partitions_per_turn: int = 100
+    #: Chunks deleted per turn at most, over all the partitions it visits.
+    chunks_per_turn: int = 100
 
     @property
     def has_policy(self) -> bool:
@@ -73,39 +96,59 @@ def discard_bound(limits: DiscardLimits, config: RetentionConfig) -> int:
     return max(bound, 0)
 
 
-class ConnectedStream(Protocol):
-    """A push stream that is connected now."""
-
-    @property
-    def user_id(self) -> UserId: ...
-    @property
-    def component(self) -> str: ...
-    @property
-    def reliable(self) -> bool: ...
-
-
 class PushStreams(Protocol):
     """The push door, as retention sees it: a connected reliable stream keeps its consumer."""
 
-    @property
-    def streams(self) -> Sequence[ConnectedStream]: ...
+    def connected_consumers(self, partition: Partition) -> list[tuple[UserId, str]]:
+        """(user, component) of each reliable push stream connected now on ``partition``."""
+        ...
 
 
 class Discarder:
+    """Discards and expires on every partition ``streams`` lists (None: ``events``/0 only;
+    the server passes its :class:`~.streams.StreamRegistry`, so partitions added or dropped
+    while it runs are followed)."""
+
     def __init__(
         self,
         store: RetentionStore,
         push: PushStreams,
         config: RetentionConfig,
         notices: ManagementBus | None = None,
+        streams: Iterable[StreamInfo] | None = None,
     ) -> None:
         self._store = store
         self._notices = notices
         self._push = push
+        self._streams = streams
         self.config = config
-        self.discarded_total = 0
-        self.expired: deque[tuple[str, str]] = deque(maxlen=_EXPIRED_SHOWN)
+        #: Events discarded by this process since it started, per partition.
+        self.discarded: dict[Partition, int] = {}
+        self._expired: deque[tuple[Partition, str, str]] = deque(maxlen=_EXPIRED_SHOWN)
+        #: The key the next turn starts at (round the partitions by key).
+        self._next_key = 0
         self._task: asyncio.Task[None] | None = None
+
+    def with_config(self, config: RetentionConfig) -> Discarder:
+        """Another discarder of the same partitions, under ``config``."""
+        return Discarder(self._store, self._push, config, self._notices, self._streams)
+
+    @property
+    def discarded_total(self) -> int:
+        return sum(self.discarded.values())
+
+    def discarded_in(self, partition: Partition) -> int:
+        return self.discarded.get(partition, 0)
+
+    def expired_in(self, partition: Partition) -> list[tuple[str, str]]:
+        """(user, component) of the consumers of ``partition`` expired lately."""
+        return [(user, component) for p, user, component in self._expired if p == partition]
+
+    def partitions(self) -> list[Partition]:
+        """The partitions served now, by key."""
+        if self._streams is None:
+            return [DEFAULT_PARTITION]
+        return sorted((p for info in self._streams for p in info.partitions), key=_key)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="futoin-evt-discarder")
@@ -118,55 +161,105 @@ class Discarder:
     async def _run(self) -> None:
         while True:
             try:
-                await self.expire_consumers()
-                await self.discard()
+                await self.turn()
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("discard pass failed")
+                log.exception("discard turn failed")
             await asyncio.sleep(self.config.interval)
 
-    async def bound(self) -> int:
+    async def turn(self) -> int:
+        """Expire and discard on the next partitions, within the turn's bounds; how many
+        events went."""
+        partitions = self.partitions()
+        self._forget_dropped(partitions)
+        start = next((i for i, p in enumerate(partitions) if p.key >= self._next_key), 0)
+        due = (partitions[start:] + partitions[:start])[: self.config.partitions_per_turn]
+        chunks = self.config.chunks_per_turn
+        deleted = 0
+        for partition in due:
+            self._next_key = partition.key + 1
+            try:
+                await self.expire_consumers(partition)
+                count, used = await self._discard(partition, chunks)
+            except Exception:
+                if partition in self.partitions():
+                    raise  # the store failed: the next turn goes on from the next partition
+                continue  # dropped meanwhile
+            deleted += count
+            chunks -= used
+            if chunks <= 0:
+                break
+        return deleted
+
+    def _forget_dropped(self, partitions: list[Partition]) -> None:
+        if self.discarded.keys() - set(partitions):
+            served = set(partitions)
+            self.discarded = {p: n for p, n in self.discarded.items() if p in served}
+
+    async def bound(self, partition: Partition = DEFAULT_PARTITION) -> int:
         keep_since = None
         if self.config.keep_seconds is not None:
             keep_since = utc_timestamp(time.time() - self.config.keep_seconds)
-        return discard_bound(await self._store.discard_limits(keep_since), self.config)
+        limits = await self._store.partition_log(partition).discard_limits(keep_since)
+        return discard_bound(limits, self.config)
 
-    async def discard(self) -> int:
-        """One pass: delete everything that may go now, chunk by chunk."""
-        bound = await self.bound()
-        deleted = 0
+    async def discard(self, partition: Partition = DEFAULT_PARTITION) -> int:
+        """Delete everything of ``partition`` that may go now, chunk by chunk."""
+        deleted, _chunks = await self._discard(partition, None)
+        return deleted
+
+    async def _discard(self, partition: Partition, max_chunks: int | None) -> tuple[int, int]:
+        """(events deleted, chunks tried) in at most ``max_chunks`` chunks."""
+        bound = await self.bound(partition)
+        partition_log = self._store.partition_log(partition)
+        deleted = chunks = 0
         pause_per_busy = (1 - self.config.duty) / self.config.duty
-        while bound:
+        while bound and (max_chunks is None or chunks < max_chunks):
             started = time.monotonic()
-            count = await self._store.delete_events(
+            count = await partition_log.delete_events(
                 bound, self.config.chunk, dcb_events=self.config.discard_dcb_events
             )
+            chunks += 1
             deleted += count
             if count < self.config.chunk:
                 break
             await asyncio.sleep((time.monotonic() - started) * pause_per_busy)
         if deleted:
-            self.discarded_total += deleted
-            log.debug("discarded %d events up to id %d", deleted, bound)
+            self.discarded[partition] = self.discarded.get(partition, 0) + deleted
+            log.debug("%s: discarded %d events up to id %d", partition, deleted, bound)
             if self._notices is not None:
                 self._notices.publish(
-                    EVENTS_DISCARDED, count=deleted, upToId=bound, reason="retention policy"
+                    EVENTS_DISCARDED,
+                    stream=partition.stream,
+                    partition=partition.number,
+                    count=deleted,
+                    upToId=bound,
+                    reason="retention policy",
                 )
-        return deleted
+        return deleted, chunks
 
-    async def expire_consumers(self) -> None:
+    async def expire_consumers(self, partition: Partition = DEFAULT_PARTITION) -> None:
         if self.config.expire_consumers_after is None:
             return
-        connected = [(s.user_id, s.component) for s in self._push.streams if s.reliable]
-        await self._store.touch_consumers(connected)  # a connected stream is a live consumer
+        partition_log = self._store.partition_log(partition)
+        # a connected stream is a live consumer
+        await partition_log.touch_consumers(self._push.connected_consumers(partition))
         seen_before = utc_timestamp(time.time() - self.config.expire_consumers_after)
-        for user, component in await self._store.expire_consumers(seen_before):
-            log.warning("consumer %s of user %s expired: not seen since %s", component, user,
-                        seen_before)  # fmt: skip
-            self.expired.append((user, component))
+        for user, component in await partition_log.expire_consumers(seen_before):
+            log.warning("consumer %s of user %s on %s expired: not seen since %s", component,
+                        user, partition, seen_before)  # fmt: skip
+            self._expired.append((partition, user, component))
             if self._notices is not None:
-                reason = f"not seen since {seen_before}"
                 self._notices.publish(
-                    CONSUMER_EXPIRED, user=user, component=component, reason=reason
+                    CONSUMER_EXPIRED,
+                    stream=partition.stream,
+                    partition=partition.number,
+                    user=user,
+                    component=component,
+                    reason=f"not seen since {seen_before}",
                 )
+
+
+def _key(partition: Partition) -> int:
+    return partition.key

@@ -75,7 +75,8 @@ class EventCatalog:
         self._seen_up_to = max(self._seen_up_to, after)
         while after < head:
             batch, reached = await self._events.read_of_types(after, _READ_BATCH, None)
-            self.note((Notification.of(event) for event in batch), (after, reached))
+            partition = self._events.partition
+            self.note((Notification.of(e, partition) for e in batch), (after, reached))
             if reached <= after:
                 break
             after = reached

@@ -6,8 +6,10 @@ subscribe. The ring reads only the event types its subscribers can match (their 
 pinned types, when every one pins them). A subscriber behind the ring, or one that wants a
 type the ring leaves out, reads the store itself with its own types pushed down.
 
-:class:`Subscription` is one subscriber, whatever its door: log events after a position and
-management events from the bus, through its selector, in batches as the door asks.
+:class:`Subscription` is one subscriber, whatever its door: log events after a position in
+each partition it reads and management events from the bus, through its selector, in
+batches as the door asks. :class:`LiveStreams` keeps one :class:`LiveEvents` per partition
+that subscribers read, never one per subscriber.
 """
 
 from __future__ import annotations
@@ -15,14 +17,16 @@ from __future__ import annotations
 import asyncio
 import bisect
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
+from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
 from ..log.eventlog import EventLog
+from ..quoting import quote_input
 from .catalog import EventCatalog
 from .management import ManagementBus, is_management_type
-from .message import Notification
+from .message import Notification, NotifyError
 from .selector import Selector
 
 if TYPE_CHECKING:
@@ -50,6 +54,7 @@ class LiveEvents:
         self, events: EventLog, catalog: EventCatalog | None = None, capacity: int = RING_EVENTS
     ) -> None:
         self.events = events
+        self._partition = events.partition
         self.catalog = catalog if catalog is not None else EventCatalog(events)
         self._capacity = capacity
         self._interests: list[_Interest] = []
@@ -69,7 +74,13 @@ class LiveEvents:
         """A subscriber that can match ``types`` only; returns how to unregister."""
         interest = _Interest(types)
         self._interests.append(interest)
-        return lambda: self._interests.remove(interest)
+
+        def unregister() -> None:
+            self._interests.remove(interest)
+            if not self._interests:  # no one reads the ring: its memory goes
+                self._reset(-1)
+
+        return unregister
 
     def _wanted_types(self) -> frozenset[str] | None:
         wanted: set[str] = set()
@@ -95,7 +106,7 @@ class LiveEvents:
             return self._from_ring(after_id, types, limit)
         events, reached = await self.events.read_of_types(after_id, limit, types)
         self.rows_read += len(events)
-        return [Notification.of(event) for event in events], reached
+        return [Notification.of(event, self._partition) for event in events], reached
 
     def _from_ring(
         self, after_id: int, types: frozenset[str] | None, limit: int
@@ -137,7 +148,8 @@ class LiveEvents:
         log_types = None if wanted is None else [t for t in wanted if not is_management_type(t)]
         events, reached = await self.events.read_of_types(after, READ_BATCH, log_types)
         self.rows_read += len(events)
-        notifications = [Notification.of(event) for event in events]
+        partition = self._partition
+        notifications = [Notification.of(event, partition) for event in events]
         if self._to != after:  # reset meanwhile: what was read belongs to no ring
             return
         by_type = self._by_type
@@ -178,26 +190,79 @@ def _within(types: frozenset[str] | None, ring_types: frozenset[str] | None) -> 
 
 
 @dataclass(slots=True)
-class Subscription:
-    """One subscriber: matching notifications after ``after_id``, as :meth:`next` is called.
-
-    ``management`` is a filter on the management events this subscriber may see at all (its
-    user's own, say); None: none at all.
-    """
+class _Cursor:
+    """Where a subscription is in one partition."""
 
     live: LiveEvents
-    bus: ManagementBus | None
-    selector: Selector | None
     after_id: int
-    management: Callable[[Notification], bool] | None = None
-    #: Management events dropped because the subscriber did not take them in time.
-    dropped: int = 0
-    _pending: deque[Notification] = field(default_factory=deque)
-    #: Set when there may be more to read (doors also set it when they can send again).
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    _stops: list[Callable[[], None]] = field(default_factory=list)
-    _log_types: frozenset[str] | None = None
-    _reads_log: bool = True
+
+
+class Subscription:
+    """One subscriber: matching notifications after its positions, as :meth:`next` is called.
+
+    It reads one partition (``live``, after ``after_id``) or, with ``more``, every partition
+    of a stream: each in id order, the partitions taken in turns; with ``grows``, also the
+    partitions the stream gets later, from their first event. ``management`` is a filter on
+    the management events this subscriber may see at all (its user's own, say); None: none
+    at all.
+    """
+
+    def __init__(
+        self,
+        live: LiveEvents,
+        bus: ManagementBus | None,
+        selector: Selector | None,
+        after_id: int,
+        management: Callable[[Notification], bool] | None = None,
+        *,
+        more: Sequence[tuple[LiveEvents, int]] = (),
+        grows: StreamPartitions | None = None,
+    ) -> None:
+        self.bus = bus
+        self.selector = selector
+        self.management = management
+        #: Management events dropped because the subscriber did not take them in time.
+        self.dropped = 0
+        #: Set when there may be more to read (doors also set it when they can send again).
+        self.wake = asyncio.Event()
+        self._cursors = [_Cursor(live, after_id), *(_Cursor(other, at) for other, at in more)]
+        #: The partition read first in the next turn.
+        self._turn = 0
+        self._pending: deque[Notification] = deque()
+        self._stops: list[Callable[[], None]] = []
+        self._log_types: frozenset[str] | None = None
+        self._reads_log = True
+        self._grows = grows
+        #: The stream's registry changed since its partitions were last counted.
+        self._changed = False
+
+    @classmethod
+    def of_partitions(
+        cls,
+        positions: Sequence[tuple[LiveEvents, int]],
+        bus: ManagementBus | None,
+        selector: Selector | None,
+        management: Callable[[Notification], bool] | None = None,
+        grows: StreamPartitions | None = None,
+    ) -> Subscription:
+        """Over several partitions: (their shared reader, the id to start after) each."""
+        (live, after_id), *more = positions
+        return cls(live, bus, selector, after_id, management, more=more, grows=grows)
+
+    @property
+    def live(self) -> LiveEvents:
+        """The (first) partition's shared reader."""
+        return self._cursors[0].live
+
+    @property
+    def after_id(self) -> int:
+        """Everything of the (first) partition up to this id has been read."""
+        return self._cursors[0].after_id
+
+    @property
+    def positions(self) -> list[int]:
+        """What every partition has been read up to, in partition order."""
+        return [cursor.after_id for cursor in self._cursors]
 
     def start(self) -> Subscription:
         pinned = self.selector.event_types if self.selector is not None else None
@@ -205,17 +270,41 @@ class Subscription:
             self._log_types = frozenset(t for t in pinned if not is_management_type(t))
             self._reads_log = bool(self._log_types)
         if self._reads_log:
-            self._stops.append(self.live.register(self._log_types))
-            self._stops.append(self.live.events.listen(self.wake.set))
+            for cursor in self._cursors:
+                self._follow(cursor)
+            if self._grows is not None:
+                self._stops.append(self._grows.listen(self._registry_changed))
         wants_management = pinned is None or any(is_management_type(t) for t in pinned)
         if self.bus is not None and self.management is not None and wants_management:
             self._stops.append(self.bus.listen(self._on_management))
         return self
 
+    def _follow(self, cursor: _Cursor) -> None:
+        self._stops.append(cursor.live.register(self._log_types))
+        self._stops.append(cursor.live.events.listen(self.wake.set))
+
+    def _registry_changed(self) -> None:
+        self._changed = True
+        self.wake.set()
+
+    def _grow(self) -> None:
+        """Read the partitions the stream has gained from their start."""
+        self._changed = False
+        assert self._grows is not None
+        try:
+            lives = self._grows.current()
+        except UnknownStream:  # dropped: its reads end with the error its store gives
+            return
+        for live in lives[len(self._cursors) :]:
+            cursor = _Cursor(live, 0)
+            self._cursors.append(cursor)
+            self._follow(cursor)
+
     def close(self) -> None:
         for stop in self._stops:
             stop()
         self._stops.clear()
+        self._grows, self._changed = None, False
 
     def _on_management(self, notification: Notification) -> None:
         assert self.management is not None
@@ -229,8 +318,13 @@ class Subscription:
             self.dropped += 1
         self.wake.set()
 
+    def _behind(self) -> bool:
+        if self._changed:
+            self._grow()
+        return self._reads_log and any(c.live.events.head > c.after_id for c in self._cursors)
+
     def has_more(self) -> bool:
-        return bool(self._pending) or (self._reads_log and self.live.events.head > self.after_id)
+        return bool(self._pending) or self._behind()
 
     async def next(self, limit: int = READ_BATCH) -> list[Notification]:
         """The next matching notifications (at most ``limit``); waits until there is one."""
@@ -244,9 +338,9 @@ class Subscription:
 
     async def poll(self, limit: int = READ_BATCH) -> list[Notification]:
         """Matching notifications there are now, at most ``limit`` (maybe none): the pending
-        management events, then log events from one read."""
+        management events, then log events from one read of each partition behind."""
         batch = self.take_pending(limit)
-        if self._reads_log and len(batch) < limit and self.live.events.head > self.after_id:
+        if len(batch) < limit and self._behind():
             batch.extend(await self.read_log(limit - len(batch)))
         return batch
 
@@ -255,14 +349,126 @@ class Subscription:
         return [pending.popleft() for _ in range(min(limit, len(pending)))]
 
     async def read_log(self, limit: int) -> list[Notification]:
-        """Matching log events after :attr:`after_id` from one read; moves it on."""
-        notifications, reached = await self.live.read(self.after_id, self._log_types, limit)
-        self.after_id = reached
-        if self.selector is None:
-            return notifications
-        # What was read has the pinned types only: their tests need not run again.
-        matches = self.selector.matches_of_pinned
-        return [n for n in notifications if matches(n)]
+        """Matching log events from one read of each partition that is behind (the first
+        one in turn), at most ``limit``; moves the positions on."""
+        cursors = self._cursors
+        count = len(cursors)
+        start = self._turn
+        self._turn = (start + 1) % count
+        result: list[Notification] = []
+        for step in range(count):
+            if len(result) >= limit:
+                break
+            cursor = cursors[(start + step) % count]
+            if cursor.live.events.head <= cursor.after_id:
+                continue
+            read, reached = await cursor.live.read(
+                cursor.after_id, self._log_types, limit - len(result)
+            )
+            cursor.after_id = reached
+            if self.selector is None:
+                result.extend(read)
+            else:  # what was read has the pinned types only: their tests need not run again
+                matches = self.selector.matches_of_pinned
+                result.extend(n for n in read if matches(n))
+        return result
+
+
+class UnknownStream(NotifyError):
+    """A subscription or GET-EVENTS names no stream this server has (or no possible name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StreamPartitions:
+    """One stream's partitions as it grows: ``current()`` gives their readers now (or raises
+    :class:`UnknownStream`), ``listen(callback)`` calls back on each change of the registry
+    and returns how to stop."""
+
+    current: Callable[[], list[LiveEvents]]
+    listen: Callable[[Callable[[], None]], Callable[[], None]]
+
+
+class LiveStreams:
+    """The shared reader (:class:`LiveEvents`) of every partition that subscribers read,
+    made when one first asks for it and kept with the server: one store read and one parse
+    per event and partition, however many subscribe. A partition's ring holds events only
+    while it has subscribers, and a stream's rings together about :data:`RING_EVENTS`."""
+
+    def __init__(
+        self,
+        default: LiveEvents,
+        stream: Callable[[str], StreamInfo | None],
+        event_log: Callable[[Partition], EventLog],
+        listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+    ) -> None:
+        """``default``: the reader of ``events``/0; ``stream`` looks a stream up
+        (``server.streams.get``; ``events`` is ``default`` alone when it does not know it);
+        ``event_log`` gives the log of a partition; ``listen`` hears of registry changes
+        (``server.streams.listen``; None: subscriptions do not follow a stream's growth)."""
+        self.default = default
+        self._stream = stream
+        self._event_log = event_log
+        self._listen = listen
+        self._lives: dict[int, LiveEvents] = {default.events.partition.key: default}
+
+    def of_stream(self, name: str | None) -> list[LiveEvents]:
+        """The readers of the partitions of stream ``name`` (None: ``events``), in partition
+        order; :class:`UnknownStream` when there is none of that name."""
+        if name is None:
+            name = DEFAULT_STREAM
+        try:
+            check_stream_name(name)
+        except ValueError as exc:
+            raise UnknownStream(str(exc)) from None
+        info = self._stream(name)
+        if info is None:
+            if name == DEFAULT_STREAM:
+                return [self.default]
+            raise UnknownStream(f"there is no stream {name}")
+        capacity = max(RING_EVENTS // len(info.partitions), 2 * READ_BATCH)
+        return [self._live(partition, capacity) for partition in info.partitions]
+
+    def growing(self, name: str | None) -> StreamPartitions | None:
+        """How a subscription to ``name`` follows the partitions it gains."""
+        if self._listen is None:
+            return None
+        return StreamPartitions(lambda: self.of_stream(name), self._listen)
+
+    def _live(self, partition: Partition, capacity: int) -> LiveEvents:
+        live = self._lives.get(partition.key)
+        if live is None:
+            live = LiveEvents(self._event_log(partition), capacity=capacity)
+            self._lives[partition.key] = live
+        return live
+
+    async def event_types(
+        self, stream: str | None, event_type: str | None = None
+    ) -> dict[str, list[str]]:
+        """GET-EVENTS over every partition of a stream: event type -> attribute names."""
+        lives = self.of_stream(stream)
+        if len(lives) == 1:
+            return await lives[0].catalog.event_types(event_type)
+        merged: dict[str, dict[str, None]] = {}
+        for live in lives:
+            for name, attributes in (await live.catalog.event_types(event_type)).items():
+                merged.setdefault(name, {}).update(dict.fromkeys(attributes))
+        return {name: list(attributes) for name, attributes in merged.items()}
+
+
+def start_positions(lives: Sequence[LiveEvents], after: str | None) -> list[int]:
+    """Where a subscription over ``lives`` starts: after the newest event of each (``after``
+    None), or after the ids ``after`` names, one per partition in partition order separated
+    by commas (``"12,0,7,3"``); a single id for a stream of one partition. NotifyError when
+    they do not fit."""
+    if after is None:
+        return [live.events.head for live in lives]
+    parts = after.split(",")
+    if len(parts) != len(lives) or not all(p.isdigit() and len(p) <= 19 for p in parts):
+        raise NotifyError(
+            f"after names one id per partition, {len(lives)} here, separated by commas:"
+            f" not {quote_input(after, 60)}"
+        )
+    return [int(part) for part in parts]
 
 
 def management_visible_to(principal: Principal) -> Callable[[Notification], bool]:

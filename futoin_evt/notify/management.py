@@ -31,13 +31,14 @@ AUTH_FAILED: Final = PREFIX + "authFailed"
 
 #: Each management event type and its declared attributes (besides eventType and ts).
 #: ``user`` and ``component`` name a consumer; ``transport`` is ``ws``, ``amqp`` or ``http``;
-#: ``peer`` is the remote address; counts are numbers; ``reason`` is one sentence.
+#: ``peer`` is the remote address; counts are numbers; ``reason`` is one sentence; ``stream``
+#: and ``partition`` (a number) name the partition whose log it concerns.
 DECLARED: Final[dict[str, tuple[str, ...]]] = {
     CONSUMER_REGISTERED: ("user", "component", "transport"),
     CONSUMER_DROPPED: ("user", "component", "by", "reason"),
-    CONSUMER_EXPIRED: ("user", "component", "reason"),
+    CONSUMER_EXPIRED: ("stream", "partition", "user", "component", "reason"),
     CONSUMER_TAKEN_OVER: ("user", "component", "transport", "epoch", "reason"),
-    EVENTS_DISCARDED: ("count", "upToId", "reason"),
+    EVENTS_DISCARDED: ("stream", "partition", "count", "upToId", "reason"),
     PUSH_RETRY: ("user", "component", "seq", "attempts", "delaySeconds", "reason"),
     CONNECTION_OPENED: ("transport", "peer", "user"),
     CONNECTION_CLOSED: ("transport", "peer", "user", "reason"),

@@ -1,10 +1,12 @@
 """The virtual notification message of an event, and the transformation a subscriber asks for.
 
-A notification's subject is its event type. Its attributes are ``eventType``, ``id``, ``ts``
-and, when the data is a JSON object, each top-level field whose value is a string, number,
+A notification's subject is its event type. Its attributes are ``eventType``, ``id``, ``ts``,
+``stream`` and ``partition`` (where the event is: its id counts within that partition) and,
+when the data is a JSON object, each top-level field whose value is a string, number,
 boolean or null. A dotted name (``order.total``) reaches into nested objects; a field whose
-own name holds the dot wins over the walk. ``eventType``, ``id`` and ``ts`` win over data
-fields of the same name. No I/O here: every door shapes the result into its own messages.
+own name holds the dot wins over the walk. The five base attributes win over data fields of
+the same name. Management events are in no log: they have no ``id``, ``stream`` or
+``partition``. No I/O here: every door shapes the result into its own messages.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..log.eventlog import StoredEvent
 from ..quoting import quote_input
 
@@ -25,8 +28,10 @@ Getter = Callable[["Notification"], Value]
 EVENT_TYPE: Final = "eventType"
 ID: Final = "id"
 TS: Final = "ts"
+STREAM: Final = "stream"
+PARTITION: Final = "partition"
 #: The attributes every event of the log has, in this order.
-BASE_ATTRIBUTES: Final = (EVENT_TYPE, ID, TS)
+BASE_ATTRIBUTES: Final = (EVENT_TYPE, ID, TS, STREAM, PARTITION)
 _SCALARS: Final = frozenset({str, int, float, bool})
 #: The most attributes a transformation may ask for, and the longest name.
 MAX_REQUESTED: Final = 256
@@ -39,17 +44,26 @@ class NotifyError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Notification:
-    """One event as its virtual notification message. ``id`` is None for management events,
-    which are not in the log."""
+    """One event as its virtual notification message. ``id``, ``stream`` and ``partition``
+    are None for management events, which are not in a log."""
 
     type: str
     id: int | None
     ts: str
     data: Any
+    stream: str | None = None
+    partition: int | None = None
 
     @classmethod
-    def of(cls, event: StoredEvent) -> Notification:
-        return cls(event.type, event.id, event.ts, json.loads(event.data_json))
+    def of(cls, event: StoredEvent, partition: Partition = DEFAULT_PARTITION) -> Notification:
+        return cls(
+            event.type,
+            event.id,
+            event.ts,
+            json.loads(event.data_json),
+            partition.stream,
+            partition.number,
+        )
 
     def attributes(self) -> dict[str, Value]:
         """Every attribute, in order: the base ones, then the data's scalar fields."""
@@ -57,6 +71,9 @@ class Notification:
         if self.id is not None:
             result[ID] = self.id
         result[TS] = self.ts
+        if self.stream is not None:
+            result[STREAM] = self.stream
+            result[PARTITION] = self.partition
         data = self.data
         if type(data) is dict:
             for name, value in data.items():
@@ -74,6 +91,10 @@ def getter(name: str) -> Getter:
         return _id
     if name == TS:
         return _ts
+    if name == STREAM:
+        return _stream
+    if name == PARTITION:
+        return _partition
     path = tuple(name.split("."))
 
     def read_field(notification: Notification) -> Value:
@@ -102,6 +123,14 @@ def _id(notification: Notification) -> Value:
 
 def _ts(notification: Notification) -> Value:
     return notification.ts
+
+
+def _stream(notification: Notification) -> Value:
+    return notification.stream
+
+
+def _partition(notification: Notification) -> Value:
+    return notification.partition
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,7 +189,7 @@ class Transformation:
 def _has_null(notification: Notification, name: str) -> bool:
     """The attribute is there and NULL (a JSON null), not missing."""
     data = notification.data
-    if type(data) is not dict:
+    if type(data) is not dict or name in BASE_ATTRIBUTES:
         return False
     if name in data:
         return data[name] is None

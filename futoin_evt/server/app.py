@@ -13,7 +13,8 @@ from websockets.http11 import Request
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
-from ..dcb.service import DcbService
+from ..console.config import ConsoleConfig
+from ..dcb.service import DcbService, stream_dcb_log
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.dcb import DcbCalls
@@ -27,7 +28,7 @@ from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamRegistry
-from ..notify.live import LiveEvents
+from ..notify.live import LiveEvents, LiveStreams
 from ..notify.management import ManagementBus
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
@@ -39,6 +40,8 @@ from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
+    from ..console.app import Console
+    from .console_http import ConsoleEndpoint
     from .metrics import MetricsListener
 
 log = logging.getLogger(__name__)
@@ -90,6 +93,8 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+    #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
+    console: ConsoleConfig | None = None
 
 
 def build_routes(
@@ -100,7 +105,8 @@ def build_routes(
     notify: NotifyService | None = None,
 ) -> Routes:
     """The explicit map from wire names to service methods."""
-    notify = notify if notify is not None else NotifyService(LiveEvents(EventLog(store)), notices)
+    if notify is None:
+        notify = NotifyService(live_streams(store, LiveEvents(EventLog(store))), notices)
     gen = GenService(store)
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
@@ -147,6 +153,18 @@ def build_routes(
     }
 
 
+def live_streams(
+    store: Store, live: LiveEvents, streams: StreamRegistry | None = None
+) -> LiveStreams:
+    """The shared readers of every stream's partitions, ``live`` that of ``events``/0."""
+    return LiveStreams(
+        live,
+        streams.get if streams is not None else lambda _name: None,
+        lambda partition: EventLog(store.partition_log(partition)),
+        streams.listen if streams is not None else None,
+    )
+
+
 def build_registry() -> IfaceRegistry:
     registry = IfaceRegistry()
     for name, versions in SERVED_IFACES.items():
@@ -165,7 +183,7 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
 
 async def _start_amqp(
     store: Store,
-    live: LiveEvents,
+    live: LiveStreams,
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
@@ -176,7 +194,7 @@ async def _start_amqp(
     from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
-    node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus))
+    node = EventLogNode(live.default.events, config.limits.node, sas, NotificationNode(live, bus))
     listener = AmqpListener(node, authenticator, config)
     listener.notices = bus
     try:
@@ -185,6 +203,25 @@ async def _start_amqp(
         where = f"AMQP on {config.host}:{config.port}"
         raise OSError(exc.errno, f"{where}: {exc.strerror or exc}") from None
     return listener
+
+
+def _console_endpoint(
+    config: ConsoleConfig,
+    store: Store,
+    streams: StreamRegistry,
+    push: PushService,
+    authenticator: Authenticator,
+    notices: ManagementBus,
+    live: LiveEvents,
+    transport: WebSocketTransport,
+    tls: bool,
+) -> ConsoleEndpoint:
+    """The console's endpoint (imported here: Jinja2 is an optional dependency)."""
+    from ..console.app import Console
+    from .console_http import ConsoleEndpoint
+
+    console = Console(store, streams, push, authenticator, notices, live, config)
+    return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
 
 
 async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsListener:
@@ -228,28 +265,32 @@ class EventServer:
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
         self.metrics: MetricsListener | None = None
+        self.console: Console | None = None
         self.authenticator = authenticator
         self.executor = executor
-        #: Event notification: management events, the shared reader, the FTN3 service.
+        #: Event notification: management events, the shared readers (that of ``events``/0
+        #: and those of every partition read), the FTN3 service.
         self.notices = ManagementBus()
         self.live = LiveEvents(EventLog(store))
-        self.notify = NotifyService(self.live, self.notices)
+        self.live_streams = live_streams(store, self.live, streams)
+        self.notify = NotifyService(self.live_streams, self.notices)
         self._transport = transport
 
     @classmethod
     async def start(cls, config: ServerConfig = ServerConfig()) -> EventServer:
         store = await open_store(config.db, durability=config.durability, pool=config.pool)
         notices = ManagementBus()
-        live = LiveEvents(EventLog(store))
-        notify = NotifyService(live, notices)
         try:
             streams = await StreamRegistry.open(store, config.streams_poll_seconds)
         except BaseException:
             await store.close()
             raise
+        live = LiveEvents(EventLog(store))
+        lives = live_streams(store, live, streams)
+        notify = NotifyService(lives, notices)
         try:
             push = PushService(store, config.push, notices)
-            discarder = Discarder(store, push, config.retention, notices)
+            discarder = Discarder(store, push, config.retention, notices, streams)
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
@@ -269,16 +310,35 @@ class EventServer:
                 endpoints.append(feed)
             if config.dcb_path is not None:
                 dcb = DcbEndpoint(
-                    DcbService(store), authenticator, transport.is_secure, config.dcb_path
+                    DcbService(store),
+                    authenticator,
+                    transport.is_secure,
+                    config.dcb_path,
+                    lambda name: DcbService(stream_dcb_log(name, streams.get, store.partition_log)),
                 )
                 endpoints.append(dcb)
+            console = None
+            if config.console is not None:
+                endpoint = _console_endpoint(
+                    config.console,
+                    store,
+                    streams,
+                    push,
+                    authenticator,
+                    notices,
+                    live,
+                    transport,
+                    config.transport.tls is not None,
+                )
+                endpoints.append(endpoint)
+                console = endpoint.console
             if endpoints:
                 transport.http_handler = _route(endpoints)
             await transport.start()
             amqp = None
             if config.amqp is not None:
                 try:
-                    amqp = await _start_amqp(store, live, notices, authenticator, config.amqp)
+                    amqp = await _start_amqp(store, lives, notices, authenticator, config.amqp)
                 except BaseException:
                     await transport.close()
                     raise
@@ -300,8 +360,12 @@ class EventServer:
         server.feed = feed
         server.http_endpoints = endpoints
         server.amqp = amqp
+        server.console = console
+        if console is not None:
+            console.start()
         server.notices = notices
         server.live = live
+        server.live_streams = lives
         server.notify = notify
         if config.metrics is not None:
             try:
@@ -311,6 +375,8 @@ class EventServer:
                 raise
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
+        if server.console_url is not None:
+            log.info("console on %s", server.console_url)
         if amqp is not None:
             log.info("AMQP on %s", amqp.url)
         if server.metrics is not None:
@@ -320,10 +386,15 @@ class EventServer:
     @property
     def feed_url(self) -> str | None:
         """``http(s)://host:port/feed``, or None when the feed is off."""
-        if self.feed is None:
-            return None
-        base = self._transport.url.replace("ws", "http", 1).rstrip("/")
-        return base + self.feed.path
+        return self._http_url(self.feed.path) if self.feed is not None else None
+
+    @property
+    def console_url(self) -> str | None:
+        """``http(s)://host:port/console/``, or None when the console is off."""
+        return self._http_url(self.console.base + "/") if self.console is not None else None
+
+    def _http_url(self, path: str) -> str:
+        return self._transport.url.replace("ws", "http", 1).rstrip("/") + path
 
     def stream_feed_url(self, name: str) -> str | None:
         """``http(s)://host:port/feeds/NAME``, or None when the feed is off."""
@@ -368,6 +439,8 @@ class EventServer:
         if self.amqp is not None:
             await self.amqp.close()
         await self.discarder.close()
+        if self.console is not None:
+            await self.console.close()
         if self.archiver is not None:
             await self.archiver.close()
         endings = [self.push.close(), self.notify.close(), self._transport.close(deadline)]

@@ -1,5 +1,9 @@
 """The DCB API over HTTP: ``POST /dcb/v1/append`` and ``POST /dcb/v1/read`` with JSON bodies.
 
+These serve the stream ``events``; ``/dcb/v1/streams/NAME/append`` and ``.../read`` serve
+the stream ``NAME`` when it has one partition (400 ``PartitionedStream`` when it has more,
+404 ``UnknownStream``, 400 ``InvalidStream`` for what cannot be a stream's name).
+
 Authentication is HTTP Basic with the server's users, as on the feed. Errors are
 ``{"error": NAME, "message": ...}`` with 400 (the message names the field), 401, 409
 (``AppendConditionFailed``, ``EventIdConflict``) or 413. A read streams its answer a page
@@ -23,7 +27,7 @@ from ..dcb.model import (
     parse_query,
     position,
 )
-from ..dcb.service import MAX_WAIT_SECONDS, DcbService, ReadRequest
+from ..dcb.service import MAX_WAIT_SECONDS, DcbService, DcbStreamRefused, ReadRequest
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..ftn3.messages import decode_json, encode_json, holds_lone_surrogate
 from ..stats import UNKNOWN
@@ -31,6 +35,9 @@ from ..wsio import ServerIO
 from .http import Exchange, HttpEndpoint, HttpError
 
 DCB_PATH: Final = "/dcb/v1"
+#: ``/streams/NAME/append``: the calls on a named stream.
+STREAMS: Final = "/streams/"
+ACTIONS: Final = ("/append", "/read")
 NDJSON: Final = "application/x-ndjson"
 JSON: Final = "application/json"
 
@@ -51,19 +58,43 @@ class DcbEndpoint(HttpEndpoint):
         authenticator: Authenticator,
         secure: Callable[[ServerIO], bool],
         path: str = DCB_PATH,
+        stream_service: Callable[[str], DcbService] | None = None,
     ) -> None:
+        """``stream_service(name)``: the service of a named stream, or DcbStreamRefused;
+        None: only ``events`` is served."""
         super().__init__(path, authenticator, secure)
         self._service = service
+        self._stream_service = stream_service
+
+    def _route(self, request: Request) -> tuple[str | None, str]:
+        """(stream name or None for ``events``, action) of the path; action "" when none."""
+        subpath = self.subpath(request)
+        if subpath.startswith(STREAMS) and self._stream_service is not None:
+            name, _, action = subpath[len(STREAMS) :].partition("/")
+            return name, "/" + action if action else ""
+        return None, subpath if subpath in ACTIONS else ""
 
     def function(self, request: Request) -> str:
-        action = self.subpath(request)
-        return action[1:] if action in ("/append", "/read") else UNKNOWN
+        _name, action = self._route(request)
+        return action[1:] if action in ACTIONS else UNKNOWN
 
     async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
         await self.authorize(io, request)
-        action = self.subpath(request)
-        if action not in ("/append", "/read"):
-            raise refusal(404, "NotFound", f"No such resource: {DCB_PATH}/append and /read are.")
+        name, action = self._route(request)
+        if action not in ACTIONS:
+            raise refusal(
+                404,
+                "NotFound",
+                f"No such resource: {self.path}/append and /read are"
+                f" (and {self.path}/streams/NAME/append and /read).",
+            )
+        service = self._service
+        if name is not None:
+            assert self._stream_service is not None
+            try:
+                service = self._stream_service(name)
+            except DcbStreamRefused as exc:
+                raise refusal(exc.status, exc.error, exc.message) from None
         try:
             document = decode_json(body) if body else {}
         except (ValueError, UnicodeDecodeError) as exc:
@@ -74,9 +105,9 @@ class DcbEndpoint(HttpEndpoint):
             raise refusal(400, "InvalidRequest", "Text with a lone surrogate is not Unicode.")
         try:
             if action == "/append":
-                await self._append(document, exchange)
+                await self._append(service, document, exchange)
             else:
-                await self._read(document, request, exchange)
+                await self._read(service, document, request, exchange)
         except DcbInputError as exc:
             raise refusal(400, "InvalidRequest", f"{exc.field}: {exc.message}.") from None
         except AppendConditionFailed as exc:
@@ -84,14 +115,22 @@ class DcbEndpoint(HttpEndpoint):
         except EventIdConflict as exc:
             raise refusal(409, "EventIdConflict", f"{exc}.") from None
 
-    async def _append(self, document: dict[str, Any], exchange: Exchange) -> None:
+    async def _append(
+        self, service: DcbService, document: dict[str, Any], exchange: Exchange
+    ) -> None:
         _only(document, {"events", "condition"})
         events = parse_events(document.get("events"))
         condition = parse_condition(document.get("condition"))
-        last = await self._service.append(events, condition)
+        last = await service.append(events, condition)
         exchange.respond(200, f'{{"position":{last}}}'.encode(), JSON)
 
-    async def _read(self, document: dict[str, Any], request: Request, exchange: Exchange) -> None:
+    async def _read(
+        self,
+        service: DcbService,
+        document: dict[str, Any],
+        request: Request,
+        exchange: Exchange,
+    ) -> None:
         _only(document, {"query", "after", "backwards", "limit", "wait"})
         after = document.get("after")
         backwards = document.get("backwards", False)
@@ -104,7 +143,7 @@ class DcbEndpoint(HttpEndpoint):
             or not (0 <= wait <= MAX_WAIT_SECONDS)
         ):
             raise DcbInputError("wait", f"seconds from 0 to {MAX_WAIT_SECONDS:g}")
-        read = await self._service.read(
+        read = await service.read(
             ReadRequest(
                 query=parse_query(document.get("query")),
                 after=None if after is None else position(after, "after"),

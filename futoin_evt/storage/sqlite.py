@@ -60,7 +60,14 @@ from .dcb_sql import (
     stored_retry,
 )
 from .head import ClaimWatch, HeadWatch
-from .pages import PagedReads, ReadDialect, consumer_lags_sql, consumer_rows, rows_sql
+from .pages import (
+    PagedReads,
+    ReadDialect,
+    consumer_counts_sql,
+    consumer_lags_sql,
+    consumer_rows,
+    rows_sql,
+)
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
@@ -165,6 +172,8 @@ class SqlitePartitionLog(PagedReads):
     def __init__(self, store: SqliteStore, partition: Partition) -> None:
         self._store = store
         self.partition = partition
+        #: (stream, partition number) as the metrics label it.
+        self.labels = (partition.stream, str(partition.number))
         self._tables = Tables.of(partition.key)
         self._key = partition.key
         self.read_dialect = _dialect(self._tables)
@@ -399,22 +408,17 @@ class SqlitePartitionLog(PagedReads):
     async def delete_events(self, up_to: int, limit: int, *, dcb_events: bool = False) -> int:
         """Delete at most ``limit`` of the oldest events with id <= ``up_to``; how many went.
 
-        Ids are never reused (AUTOINCREMENT), so deleting never frees an id. Events appended
-        through DCB are the system of record: they stay unless ``dcb_events``.
+        Nothing above the lowest position of a registered consumer goes, whatever ``up_to``
+        says (read in the deleting transaction: another process's pass, or a consumer moved
+        back, cannot make it delete what is not acknowledged). Ids are never reused
+        (AUTOINCREMENT), so deleting never frees an id. Events appended through DCB are the
+        system of record: they stay unless ``dcb_events``.
         """
-        t = self._tables
-        if dcb_events:
-            count = await self._submit(_delete_with_dcb_rows, t, up_to, limit)
-        else:
-            rows = await self._write(
-                f"DELETE FROM {t.events} WHERE id IN (SELECT id FROM {t.events} WHERE id <= ?"
-                f" AND id NOT IN (SELECT event_id FROM {t.dcb_events}) ORDER BY id LIMIT ?)"
-                " RETURNING id",
-                (up_to, limit),
-            )
-            count = len(rows)
-        if count:
-            self.recent.forget_up_to(up_to)
+        count, newest = await self._submit(
+            _delete_events_sync, self._tables, up_to, limit, dcb_events
+        )
+        if newest is not None:
+            self.recent.forget_up_to(newest)
         return int(count)
 
     # -- DCB -----------------------------------------------------------------------------------
@@ -643,6 +647,11 @@ class SqliteStore(SqlitePartitionLog):
         )
         return int(next(iter(rows))[0])
 
+    async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
+        sql = consumer_counts_sql("?", user_id is not None)
+        rows = await self._reader.execute_fetchall(sql, [] if user_id is None else [user_id])
+        return {int(key): int(count) for key, count in rows}
+
     # -- users --------------------------------------------------------------------------------
 
     async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
@@ -724,14 +733,13 @@ class SqliteStore(SqlitePartitionLog):
         started = time.perf_counter()
         ts, inserted, results = await self._write_thread.run(_commit_sync, self._writer, batch)
         seconds = time.perf_counter() - started
-        appended = appended_bytes = 0
+        stats = self.write_stats
         for key, events in inserted.items():
             partition_log = self._logs.get(key)
             if partition_log is not None and events:
                 size = partition_log._committed(ts, events)
-                if key == DEFAULT_PARTITION.key:  # the metrics are of events/0 for now
-                    appended, appended_bytes = len(events), size
-        self.write_stats.committed(len(batch), seconds, appended, appended_bytes)
+                stats.appended_to(partition_log.labels, len(events), size)
+        stats.committed(len(batch), seconds)
         return results
 
 
@@ -967,18 +975,27 @@ def _dcb_append_sync(
     return placed[-1][0], [(p, e.type, e.data_json) for p, e in placed]
 
 
-def _delete_with_dcb_rows(
-    conn: sqlite3.Connection, _ts: str, tables: Tables, up_to: int, limit: int
-) -> tuple[int, _Inserted]:
+def _delete_events_sync(
+    conn: sqlite3.Connection, _ts: str, tables: Tables, up_to: int, limit: int, dcb_events: bool
+) -> tuple[tuple[int, int | None], _Inserted]:
+    """(count, newest id deleted) of one chunk of :meth:`SqlitePartitionLog.delete_events`."""
+    (lowest,) = conn.execute(
+        "SELECT MIN(position) FROM consumers WHERE partition_key = ?", (tables.key,)
+    ).fetchone()
+    bound = up_to if lowest is None else min(up_to, int(lowest))
+    kept = "" if dcb_events else f" AND id NOT IN (SELECT event_id FROM {tables.dcb_events})"
     ids = [
         row[0]
         for row in conn.execute(
-            f"SELECT id FROM {tables.events} WHERE id <= ? ORDER BY id LIMIT ?", (up_to, limit)
+            f"SELECT id FROM {tables.events} WHERE id <= ?{kept} ORDER BY id LIMIT ?",
+            (bound, limit),
         )
     ]
-    if ids:
-        low, high = ids[0], ids[-1]
+    if not ids:
+        return (0, None), []
+    low, high = ids[0], ids[-1]
+    if dcb_events:
         conn.execute(f"DELETE FROM {tables.event_tags} WHERE event_id BETWEEN ? AND ?", (low, high))
         conn.execute(f"DELETE FROM {tables.dcb_events} WHERE event_id BETWEEN ? AND ?", (low, high))
-        conn.execute(f"DELETE FROM {tables.events} WHERE id BETWEEN ? AND ?", (low, high))
-    return len(ids), []
+    conn.execute(f"DELETE FROM {tables.events} WHERE id BETWEEN ? AND ?{kept}", (low, high))
+    return (len(ids), high), []

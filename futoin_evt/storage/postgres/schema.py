@@ -6,6 +6,7 @@ sent to consumers as is (``jsonb`` would rewrite it), ts is ``YYYY-MM-DDTHH:MM:S
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 import psycopg
@@ -166,6 +167,14 @@ def append_lock_sql(key: int) -> str:
     return f"SELECT pg_advisory_xact_lock({PARTITION_APPEND_NAMESPACE}, {key})"
 
 
+def try_append_lock_sql(key: int) -> str:
+    """The append lock of partition ``key``, if free: true when taken (until the end of the
+    transaction), false at once when another transaction holds it."""
+    if key == 0:
+        return f"pg_try_advisory_xact_lock({LOCK_NAMESPACE}, {APPEND_LOCK})"
+    return f"pg_try_advisory_xact_lock({PARTITION_APPEND_NAMESPACE}, {key})"
+
+
 def try_retention_lock_sql(key: int) -> str:
     """Taken by the one process that discards partition ``key`` (per transaction)."""
     if key == 0:
@@ -180,6 +189,65 @@ def notify_head_sql(key: int) -> str:
     newest = f"currval(pg_get_serial_sequence('{'events' if key == 0 else f'events_{key}'}', 'id'))"
     prefix = "" if key == 0 else f"'{key}:' || "
     return f"SELECT pg_notify('{CHANNEL}', {prefix}{newest}::text)"
+
+
+def _append_parts(key: int, content_type: bool) -> tuple[str, str, str, str]:
+    """(table, columns, values, unnest of the arrays) of an append to partition ``key``."""
+    table = "events" if key == 0 else f"events_{key}"
+    columns, values = "type, data, ts", "t, d, %s"
+    arrays = "unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, ord)"
+    if content_type:
+        columns, values = columns + ", content_type", values + ", c"
+        arrays = "unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, c, ord)"
+    return table, columns, values, arrays
+
+
+def _notify_newest(key: int, added: str) -> str:
+    prefix = "" if key == 0 else f"'{key}:' || "
+    return f"pg_notify('{CHANNEL}', {prefix}MAX(id)::text) FROM {added}"
+
+
+def append_sql(key: int, *, content_type: bool) -> str:
+    """A group commit to partition ``key`` as ONE statement, its own transaction on an
+    autocommit connection (one message, one round trip; the server never waits for the
+    client inside it): the partition's append lock first, then the rows in the order given
+    (so the sequence numbers them in that order), then the notification with the newest id.
+    Parameters: ts, types, datas (and content types). Returns one row: the ids, ascending.
+
+    The lock comes first: the rows reach the INSERT, whose column default draws the ids,
+    only through the join with the lock's row, which holds once the lock is taken."""
+    table, columns, values, arrays = _append_parts(key, content_type)
+    return (
+        f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
+        f" added AS (INSERT INTO {table} ({columns}) SELECT {values}"
+        f" FROM locked, {arrays} ORDER BY ord RETURNING id)"
+        f" SELECT array_agg(id ORDER BY id), {_notify_newest(key, 'added')}"
+    )
+
+
+def combined_append_sql(parts: Sequence[tuple[int, bool]]) -> str:
+    """Appends to several partitions ``(key, content_type)`` as ONE statement and commit,
+    each under its partition's append lock, taken with a try: a partition whose lock another
+    transaction holds gets no rows and draws no ids (its result is NULL; the caller commits
+    it on its own), so this never waits for a commit to another partition. Parameters: per
+    partition, those of :func:`append_sql`. Returns one row: per partition, its ids
+    ascending (or NULL), then its notification."""
+    locks = ", ".join(
+        f"{try_append_lock_sql(key)} AS g{n}" for n, (key, _content) in enumerate(parts)
+    )
+    sql = [f"WITH locked AS MATERIALIZED (SELECT {locks})"]
+    results = []
+    for n, (key, content_type) in enumerate(parts):
+        table, columns, values, arrays = _append_parts(key, content_type)
+        sql.append(
+            f", a{n} AS (INSERT INTO {table} ({columns}) SELECT {values}"
+            f" FROM locked, {arrays} WHERE g{n} ORDER BY ord RETURNING id)"
+        )
+        results.append(
+            f"(SELECT array_agg(id ORDER BY id) FROM a{n}),"
+            f" (SELECT {_notify_newest(key, f'a{n}')} HAVING COUNT(*) > 0)"
+        )
+    return "".join(sql) + " SELECT " + ", ".join(results)
 
 
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).

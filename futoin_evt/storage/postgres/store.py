@@ -21,24 +21,36 @@ by the id the producer gets back. Transaction T1 (older xid, e.g. an application
 transaction that wrote its business rows first) draws id 10 after T2 (newer xid) drew 9; T1
 commits while T2 runs, the horizon passes T1's xid, a reader sees 10, and 9 appears later:
 the rule breaks for ids from a sequence, and FTN18 positions are those ids. It would keep
-the rule only with positions of (xid, id), which no door can give. Measured (bench/
-partitions.py, see README): the lock costs one round trip plus the commit's WAL flush per
-group commit of one partition, and partitions scale across processes.
+the rule only with positions of (xid, id), which no door can give. Nor is it faster here:
+measured side by side (``python -m bench.partitions --rows ordering``: two processes of
+32-row one-statement commits into one partition's table, three runs of three in one
+sitting, rows/s, lock against horizon), 10,810 / 10,929, 8,148 / 8,521 and 6,043 / 6,050.
+Once a commit is one message, the lock is held for the server's own work and the WAL flush,
+which the horizon's commits wait for too.
 
 The lock makes appends to one partition one at a time across the cluster, so each process
-batches: one writer task per partition per process takes whatever appends are queued and
-adds them in one transaction (the lock, one multi-row INSERT, a NOTIFY), sent as one pipeline
-round trip (group commit). ``events``/0 has a connection of its own; the other partitions'
-writers take one from the writers' pool per commit.
+batches: one writer task per partition per process takes whatever appends are queued (group
+commit), and the batches of the partitions ready at the same moment go in ONE statement and
+commit on the store's writer connection (:func:`.schema.combined_append_sql`): each
+partition's lock taken with a try, its rows inserted only when taken. A partition whose
+lock another process holds gets nothing and draws no ids; its batch then commits alone on a
+pooled connection (:func:`.schema.append_sql`, the lock waited for), in a task of its own,
+so no partition waits for another's commit. The commit rate, not the rows, is what bounds
+appends here (a WAL flush each): with 32 appends in flight over 4 partitions, one commit per
+partition carried 8 rows, and one commit for all of them made 2.1x to 2.9x the rows/s in raw
+SQL (``--rows commits``) and 2.4x in the store (``--rows store``, against the store with a
+commit per partition).
 
 Wake-ups across processes
 -------------------------
 The commit sends ``NOTIFY futoin_evt_head, '<newest id>'`` (``'<key>:<newest id>'`` for a
 partition other than ``events``/0; ``'streams:<version>'`` when the registry changes). A
-NOTIFY takes a lock per database through its commit, which might have serialised commits to
-different partitions; measured, it does not limit them (2 processes of 32-row commits to two
-tables: about 21,000 rows/s with the NOTIFY in the transaction, 21,000 without it, 16,000-17,000
-with it in a transaction of its own after the commit), so it stays in the transaction. Every
+NOTIFY takes a lock for the whole cluster through its commit, which serialises commits that
+notify (``Lock:object`` in ``pg_stat_activity``); measured, it did not limit commits to
+different tables (2 processes of 32-row commits to two tables: about 21,000 rows/s with the
+NOTIFY in the transaction, 21,000 without it, 16,000-17,000 with it in a transaction of its
+own after the commit; 8-row commits from 4 connections: within the noise), so it stays in
+the transaction, and the combined commit sends one per partition in one commit. Every
 process LISTENs on its own connection and advances the partition's
 :class:`~futoin_evt.storage.head.HeadWatch`; a slow poll of the newest id covers a
 notification lost with a broken connection. A claim of a consumer (a new epoch) goes out on
@@ -104,7 +116,14 @@ from ..dcb_sql import (
     stored_retry,
 )
 from ..head import ClaimWatch, HeadWatch
-from ..pages import PagedReads, ReadDialect, consumer_lags_sql, consumer_rows, rows_sql
+from ..pages import (
+    PagedReads,
+    ReadDialect,
+    consumer_counts_sql,
+    consumer_lags_sql,
+    consumer_rows,
+    rows_sql,
+)
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from ..tables import STREAM_ROWS, Tables, stream_infos
 from .schema import (
@@ -112,6 +131,8 @@ from .schema import (
     CLAIM_PAYLOAD,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
+    append_sql,
+    combined_append_sql,
     drop_partition_tables_sql,
     ensure_schema,
     notify_head_sql,
@@ -130,6 +151,8 @@ MAX_APPENDS_PER_COMMIT: Final = 4096
 CONNECT_TIMEOUT: Final = 10.0
 #: Connections the writers of partitions other than ``events``/0 share (opened when needed).
 WRITE_POOL_MAX: Final = 8
+#: The writers' connection options at each durability.
+WRITE_OPTIONS: Final = {Durability.FULL: "", Durability.NORMAL: "-c synchronous_commit=off"}
 #: Seconds between attempts to restore a lost LISTEN connection.
 RELISTEN_SECONDS: Final = 1.0
 #: The ring of recent events of a partition other than ``events``/0: a server may hold many.
@@ -189,14 +212,20 @@ class _Queue:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+#: A partition's batch for the combined commit, and where its (ids, ts) go.
+_Grouped = tuple["PostgresPartitionLog", list[_Append], "asyncio.Future[tuple[list[int], str]]"]
+#: Combined statements kept, by the partitions they take (cleared when full).
+_COMBINED_SQL_KEPT: Final = 256
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-async def _connect(url: str, *, autocommit: bool) -> Connection:
+async def _connect(url: str, *, autocommit: bool, options: str = "") -> Connection:
     try:
         return await psycopg.AsyncConnection.connect(
-            url, autocommit=autocommit, connect_timeout=int(CONNECT_TIMEOUT)
+            url, autocommit=autocommit, connect_timeout=int(CONNECT_TIMEOUT), options=options
         )
     except (psycopg.Error, ValueError) as exc:
         unavailable = (
@@ -223,12 +252,18 @@ class PostgresPartitionLog(PagedReads):
     def __init__(self, store: PostgresStore, partition: Partition) -> None:
         self._store = store
         self.partition = partition
+        #: (stream, partition number) as the metrics label it.
+        self.labels = (partition.stream, str(partition.number))
         self._tables = Tables.of(partition.key)
         self._key = partition.key
         self.read_dialect = _dialect(self._tables)
         self._last_given = _last_given_id(self._tables)
         self._lock_sql = append_lock_sql(partition.key)
         self._notify_sql = notify_head_sql(partition.key)
+        self._append_sql = (
+            append_sql(partition.key, content_type=False),
+            append_sql(partition.key, content_type=True),
+        )
         self.head = HeadWatch()
         self.claims = ClaimWatch()
         if partition.key:
@@ -242,6 +277,9 @@ class PostgresPartitionLog(PagedReads):
         self._task: asyncio.Task[None] | None = None
         #: Its stream was dropped by this process: the writer ends once its queue is empty.
         self._retired = False
+        #: Its lock was held by another process at the last combined commit: the next batch
+        #: waits for it alone.
+        self._contended = False
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -328,8 +366,9 @@ class PostgresPartitionLog(PagedReads):
                     item.future.set_result(EventId(event_id))
             self.recent.extend(recent)
             self.head.advance(ids[-1])
-            if self._key == DEFAULT_PARTITION.key:  # the metrics are of events/0 for now
-                self._store.write_stats.committed(len(batch), seconds, len(ids), total)
+            stats = self._store.write_stats
+            stats.committed(len(batch), seconds)
+            stats.appended_to(self.labels, len(ids), total)
 
     def _retire(self) -> None:
         self._retired = True
@@ -342,8 +381,10 @@ class PostgresPartitionLog(PagedReads):
             await self._task
 
     async def _commit_batch(self, batch: list[_Append]) -> tuple[list[int], str]:
-        if self._key == 0:
-            return await self._commit(self._store._writer, batch)
+        return await self._store._group_commit(self, batch)
+
+    async def _commit_alone(self, batch: list[_Append]) -> tuple[list[int], str]:
+        """Under the partition's lock, waited for, on a pooled writer connection."""
         try:
             async with self._store._write_pool.connection() as conn:
                 return await self._commit(conn, batch)
@@ -352,31 +393,16 @@ class PostgresPartitionLog(PagedReads):
 
     async def _commit(self, conn: Connection, batch: list[_Append]) -> tuple[list[int], str]:
         ts = utc_timestamp()
-        events = self._tables.events
-        # The rows go in the order of the queue (ORDER BY ord), so the sequence numbers them
-        # in that order; the partition's lock is taken before its sequence is touched.
-        async with conn.pipeline(), conn.transaction():
-            await conn.execute(self._lock_sql)
-            types = [item.type for item in batch]
-            datas = [item.data for item in batch]
-            content_types = [item.content_type for item in batch]
-            if any(c is not None for c in content_types):
-                cursor = await conn.execute(
-                    f"INSERT INTO {events} (type, data, ts, content_type)"
-                    " SELECT t, d, %s, c FROM unnest(%s::text[], %s::text[], %s::text[])"
-                    " WITH ORDINALITY AS u(t, d, c, ord) ORDER BY ord RETURNING id",
-                    (ts, types, datas, content_types),
-                )
-            else:
-                cursor = await conn.execute(
-                    f"INSERT INTO {events} (type, data, ts)"
-                    " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
-                    " AS u(t, d, ord) ORDER BY ord RETURNING id",
-                    (ts, types, datas),
-                )
-            await conn.execute(self._notify_sql)
-        ids = sorted(int(row[0]) for row in await cursor.fetchall())
-        return ids, ts
+        types = [item.type for item in batch]
+        datas = [item.data for item in batch]
+        content_types = [item.content_type for item in batch]
+        if any(c is not None for c in content_types):
+            cursor = await conn.execute(self._append_sql[1], (ts, types, datas, content_types))
+        else:
+            cursor = await conn.execute(self._append_sql[0], (ts, types, datas))
+        row = await cursor.fetchone()
+        assert row is not None
+        return list(row[0]), ts
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         return await self._fetch(sql, params)
@@ -695,6 +721,8 @@ class PostgresStore(PostgresPartitionLog):
         self._limits = limits
         self._write_pool = write_pool
         self._writer = writer
+        #: The writers' connection options (the durability's).
+        self._write_options = ""
         self._listener = listener
         self._closing = False
         super().__init__(self, DEFAULT_PARTITION)
@@ -703,6 +731,12 @@ class PostgresStore(PostgresPartitionLog):
         self.write_stats = WriteStats()
         self._streams_listeners: set[Callable[[int], None]] = set()
         self._listen_task = asyncio.create_task(self._listen(), name="futoin-evt-pg-listen")
+        #: The partitions' batches waiting for the next combined commit.
+        self._grouped: list[_Grouped] = []
+        self._group_ready = asyncio.Event()
+        self._group_task: asyncio.Task[None] | None = None
+        self._alone: set[asyncio.Task[None]] = set()
+        self._combined_sql: dict[tuple[tuple[int, bool], ...], str] = {}
         self._watcher: asyncio.Task[None] | None = None
 
     @classmethod
@@ -717,9 +751,9 @@ class PostgresStore(PostgresPartitionLog):
         pools: list[AsyncConnectionPool[Connection]] = []
         try:
             await ensure_schema(writer)
+            await writer.set_autocommit(True)  # a group commit is one statement
             if durability is Durability.NORMAL:
                 await writer.execute("SET synchronous_commit = off")
-                await writer.commit()
             listener = await _connect(url, autocommit=True)
             await listener.execute(f"LISTEN {CHANNEL}")
             connections = AsyncConnectionPool(
@@ -732,9 +766,8 @@ class PostgresStore(PostgresPartitionLog):
             )
             pools.append(connections)
             await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
-            write_kwargs: dict[str, Any] = {"autocommit": True}
-            if durability is Durability.NORMAL:
-                write_kwargs["options"] = "-c synchronous_commit=off"
+            write_options = WRITE_OPTIONS[durability]
+            write_kwargs: dict[str, Any] = {"autocommit": True, "options": write_options}
             write_pool = AsyncConnectionPool(
                 url,
                 min_size=0,
@@ -757,8 +790,100 @@ class PostgresStore(PostgresPartitionLog):
                 ) from None
             raise
         store = cls(url, connections, write_pool, writer, listener, limits)
+        store._write_options = write_options
         store.head.advance(await store.newest_event_id())
         return store
+
+    # -- the combined commit ------------------------------------------------------------
+
+    def _group_commit(
+        self, partition_log: PostgresPartitionLog, batch: list[_Append]
+    ) -> asyncio.Future[tuple[list[int], str]]:
+        """Commit ``batch`` with the batches of other partitions ready at the same time."""
+        future: asyncio.Future[tuple[list[int], str]] = asyncio.get_running_loop().create_future()
+        self._grouped.append((partition_log, batch, future))
+        self._group_ready.set()
+        if self._group_task is None:
+            self._group_task = asyncio.create_task(self._group_loop(), name="futoin-evt-pg-group")
+        return future
+
+    async def _group_loop(self) -> None:
+        while True:
+            if not self._grouped:
+                self._group_ready.clear()
+                await self._group_ready.wait()
+                continue
+            await asyncio.sleep(0)  # the partitions' writers ready now join this commit
+            entries, self._grouped = self._grouped, []
+            together = []
+            for entry in entries:
+                if entry[0]._contended:
+                    self._start_alone(entry)
+                else:
+                    together.append(entry)
+            if together:
+                await self._commit_together(together)
+
+    async def _commit_together(self, entries: list[_Grouped]) -> None:
+        ts = utc_timestamp()
+        parts: list[tuple[int, bool]] = []
+        params: list[Any] = []
+        for partition_log, batch, _future in entries:
+            content_types = [item.content_type for item in batch]
+            with_content = any(c is not None for c in content_types)
+            parts.append((partition_log._key, with_content))
+            params += [ts, [item.type for item in batch], [item.data for item in batch]]
+            if with_content:
+                params.append(content_types)
+        shape = tuple(parts)
+        sql = self._combined_sql.get(shape)
+        if sql is None:
+            if len(self._combined_sql) >= _COMBINED_SQL_KEPT:
+                self._combined_sql.clear()
+            sql = self._combined_sql[shape] = combined_append_sql(parts)
+        try:
+            cursor = await self._writer.execute(sql, params)
+            row = await cursor.fetchone()
+            assert row is not None
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            # The commit may or may not have happened: no second try, the callers are told.
+            for _log, _batch, future in entries:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        except psycopg.Error as exc:  # refused as a whole (a partition dropped meanwhile)
+            log.debug("a combined commit failed, each partition alone: %s", _first_line(exc))
+            for entry in entries:
+                self._start_alone(entry)
+            return
+        for n, entry in enumerate(entries):
+            partition_log, _batch, future = entry
+            ids = row[2 * n]
+            if ids is None:  # its lock is held by another process's commit
+                partition_log._contended = True
+                self._start_alone(entry)
+            elif not future.done():
+                future.set_result((list(ids), ts))
+
+    def _start_alone(self, entry: _Grouped) -> None:
+        """Commit one partition's batch in a task of its own (it waits for the partition's
+        lock, and nothing else waits for it)."""
+        partition_log, batch, future = entry
+
+        async def commit() -> None:
+            try:
+                result = await partition_log._commit_alone(batch)
+            except Exception as exc:
+                if not future.done():
+                    future.set_exception(exc)
+                return
+            partition_log._contended = False
+            if not future.done():
+                future.set_result(result)
+
+        task = asyncio.create_task(commit(), name=f"futoin-evt-pg-alone-{partition_log._key}")
+        self._alone.add(task)
+        task.add_done_callback(self._alone.discard)
 
     def watch_other_writers(self, interval: float = 1.0) -> None:
         """Poll the newest id every ``interval`` seconds while someone waits: the fallback
@@ -851,7 +976,7 @@ class PostgresStore(PostgresPartitionLog):
         self._closing = True
         for partition_log in list(self._logs.values()):
             await partition_log._stop_writing()
-        for task in (self._watcher, self._listen_task):
+        for task in (self._watcher, self._listen_task, self._group_task):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -871,7 +996,7 @@ class PostgresStore(PostgresPartitionLog):
         if not self._writer.broken:
             return
         with contextlib.suppress(StoreUnavailable):
-            self._writer = await _connect(self.url, autocommit=False)
+            self._writer = await _connect(self.url, autocommit=True, options=self._write_options)
 
     # -- streams --------------------------------------------------------------------------
 
@@ -971,6 +1096,11 @@ class PostgresStore(PostgresPartitionLog):
     async def streams_version(self) -> int:
         row = await self._fetch_one("SELECT value FROM meta WHERE key = 'streams_version'")
         return int(row[0])
+
+    async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
+        sql = consumer_counts_sql("%s", user_id is not None)
+        rows = await self._fetch(sql, [] if user_id is None else [user_id])
+        return {int(key): int(count) for key, count in rows}
 
     # -- users ----------------------------------------------------------------------------
 
