@@ -24,7 +24,6 @@ from futoin_evt.cli.common import (
     read_credentials,
 )
 from futoin_evt.client.aio import CommError, RemoteError
-from futoin_evt.client.sync import BlockingClient
 from futoin_evt.ftn3.ifaces import default_iface_dir
 
 if TYPE_CHECKING:
@@ -69,6 +68,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     archive.add_argument("--endpoint", default=DEFAULT_ENDPOINT, help="the server's ws:// URL")
     archive.add_argument("--component", default="ARCHIVE", help="the consumer's name")
+    archive.add_argument(
+        "--stream",
+        metavar="NAME",
+        help="archive every partition of this stream (the consumer is registered on each;"
+        " --endpoint is then the server's base URL); default: the log --endpoint serves",
+    )
     archive.add_argument("--out", required=True, help="the archive's directory")
     archive.add_argument("--checkpoint", required=True, help="Spark's checkpoint directory")
     archive.add_argument("--master", help="Spark master URL (default: local[*])")
@@ -127,6 +132,8 @@ def _archive(args: argparse.Namespace) -> int:
         options["eventsPerPartition"] = str(args.events_per_partition)
     if args.want:
         options["want"] = args.want
+    if args.stream:
+        options["stream"] = args.stream
     _check_consumer(options)
     job = ArchiveJob(options, args.out, args.checkpoint, once=args.once, interval=args.interval)
     spark = _session(args.master, job.query_name)
@@ -200,22 +207,22 @@ def _package_files(package: str) -> Iterator[tuple[str, bytes]]:
 
 def _check_consumer(options: dict[str, str]) -> None:
     """Fail early with a clear message, before Spark starts, if the server cannot serve us."""
+    from .source import SourceError, SourceOptions, consumer_states
+
     try:
-        with BlockingClient(
-            options["endpoint"], credentials=f"{options['user']}:{options['password']}"
-        ) as client:
-            client.register_consumer(options["component"])
-            position, head_id = client.consumer_state(options["component"])
-    except CommError as exc:
+        states = consumer_states(SourceOptions.parse(options))
+    except (CommError, SourceError) as exc:
         raise CliError(str(exc)) from None
     except RemoteError as exc:
         raise CliError(f"the server refused: {exc}.") from None
-    log.info(
-        "consumer %s: acknowledged up to %d, newest event %d",
-        options["component"],
-        position,
-        head_id,
-    )
+    for partition, (position, head_id) in states.items():
+        log.info(
+            "consumer %s%s: acknowledged up to %d, newest event %d",
+            options["component"],
+            "" if partition is None else f" on {options['stream']}/{partition}",
+            position,
+            head_id,
+        )
 
 
 def _session(master: str | None, app_name: str) -> SparkSession:

@@ -26,10 +26,11 @@ from pyspark.sql.streaming.listener import (
 )
 from pyspark.sql.streaming.query import StreamingQuery
 
-from .source import FORMAT, FutoinEvtDataSource
+from .source import FORMAT, FutoinEvtDataSource, Positions, load_offset
 
 log = logging.getLogger("spark_consumer")
 
+#: The archive's directories. With a stream, each row also has its stream and partition.
 ARCHIVE_PARTITIONS: Final = ("date", "type")
 
 
@@ -45,7 +46,9 @@ class ArchiveJob:
 
     @property
     def query_name(self) -> str:
-        return f"futoin-evt archive {self.source_options['component']}"
+        stream = self.source_options.get("stream")
+        of = f" {stream}" if stream else ""
+        return f"futoin-evt archive{of} {self.source_options['component']}"
 
 
 def register_source(spark: SparkSession) -> None:
@@ -84,12 +87,11 @@ class ProgressLog(StreamingQueryListener):
         for source in progress.sources:
             log.log(
                 logging.INFO if source.numInputRows else logging.DEBUG,
-                "%s: batch %d, %d events, ids %s..%s, %.0f events/s",
+                "%s: batch %d, %d events, %s, %.0f events/s",
                 progress.name,
                 progress.batchId,
                 source.numInputRows,
-                _offset_id(source.startOffset) + 1,
-                _offset_id(source.endOffset),
+                describe_range(source.startOffset, source.endOffset),
                 source.processedRowsPerSecond,
             )
 
@@ -110,12 +112,26 @@ def flush_listeners(spark: SparkSession) -> None:
     jsc.sc().listenerBus().waitUntilEmpty()
 
 
-def _offset_id(offset: str | None) -> int:
+def describe_range(start: str | None, end: str | None) -> str:
+    """``ids 1..500`` for one log; ``partition 0 ids 1..120, partition 1 ids 1..80`` (those
+    with events) for a stream's partitions."""
+    starts, ends = _positions(start), _positions(end)
+    if set(ends) <= {None}:
+        return f"ids {starts.get(None, 0) + 1}..{ends.get(None, 0)}"
+    spans = [
+        f"partition {p} ids {starts.get(p, upto) + 1}..{upto}"
+        for p, upto in sorted((p, upto) for p, upto in ends.items() if p is not None)
+        if upto > starts.get(p, upto)
+    ]
+    return ", ".join(spans) or "no events"
+
+
+def _positions(offset: str | None) -> Positions:
     try:
-        parsed: Any = json.loads(offset) if offset else None
+        parsed: Any = json.loads(offset) if offset else {}
+        return load_offset(parsed) if isinstance(parsed, dict) else {}
     except ValueError:
-        return 0
-    return int(parsed["id"]) if isinstance(parsed, dict) and "id" in parsed else 0
+        return {}
 
 
 @dataclass(frozen=True)

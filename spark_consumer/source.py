@@ -10,21 +10,35 @@ to its checkpoint, so the server may discard exactly what the checkpoint says is
   never passes to ``commit``, and the checkpoint of an earlier run at start-up.
 - ``commit(end)`` acknowledges ``end``.
 
+With ``stream`` (a stream's name), the source reads every partition of that stream: the
+consumer is registered on each partition (``ws://HOST:PORT/NAME/P``), the offsets hold a
+position per partition (``{"0": N0, "1": N1, ...}``), each Spark input partition reads one
+stream partition's id range, and the rows carry ``stream`` and ``partition`` columns. The
+partitions are listed by the stream's feed discovery (``GET /feeds/NAME`` on the same port,
+with the same credentials), before each micro-batch: a partition added by growing the stream
+joins at its consumer's position, with an empty range in the batch that adds it.
+
 Readers are pickled and sent to Spark's Python workers: connections are opened lazily and are
 never part of the pickled state. ``read`` runs on the workers, one connection per partition.
 
-Options: ``endpoint`` (ws:// URL), ``user`` and ``password`` (Spark redacts an option named
-``password`` in plans and logs), ``component``, ``want`` (event types, comma-separated),
-``maxEventsPerBatch`` (default 1000000), ``eventsPerPartition`` (default 50000). A batch read
+Options: ``endpoint`` (ws:// URL; with ``stream``, the server's base URL), ``user`` and
+``password`` (Spark redacts an option named ``password`` in plans and logs), ``component``,
+``stream``, ``want`` (event types, comma-separated), ``maxEventsPerBatch`` (default 1000000,
+shared by the partitions), ``eventsPerPartition`` (default 50000). A batch read
 (``spark.read``) also takes ``afterId`` and ``uptoId`` (default: the consumer's position and
-the newest event).
+the newest event; not with ``stream``).
 """
 
 from __future__ import annotations
 
+import base64
+import json
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
+from urllib.parse import quote, urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -41,7 +55,9 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from futoin_evt.client.aio import normalize_url
 from futoin_evt.client.sync import BlockingClient
+from futoin_evt.domain.partition import check_stream_name
 
 T = TypeVar("T")
 
@@ -58,11 +74,25 @@ ARROW_SCHEMA: Final = pa.schema([
     ("date", pa.date32()),
 ])  # fmt: skip
 
+#: With the option ``stream``: which stream and partition each event is of.
+STREAM_SCHEMA: Final = SCHEMA + ", stream string, partition int"
+
+STREAM_ARROW_SCHEMA: Final = ARROW_SCHEMA.append(pa.field("stream", pa.string())).append(
+    pa.field("partition", pa.int32())
+)
+
+#: Where a stream's feed discovery lists its partitions (on the WebSocket port).
+FEEDS_PATH: Final = "/feeds"
+
 DEFAULT_MAX_EVENTS_PER_BATCH: Final = 1_000_000
 DEFAULT_EVENTS_PER_PARTITION: Final = 50_000
 
 
-class OptionError(ValueError):
+class SourceError(Exception):
+    """What keeps the source from reading, in one sentence."""
+
+
+class OptionError(SourceError, ValueError):
     """An option of the data source is missing or malformed."""
 
 
@@ -77,6 +107,8 @@ class SourceOptions:
     events_per_partition: int
     after_id: int | None
     upto_id: int | None
+    #: Every partition of this stream; None: the one log ``endpoint`` serves.
+    stream: str | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -86,6 +118,14 @@ class SourceOptions:
             if not opts.get(required):
                 raise OptionError(f"the {FORMAT} source needs the option {required!r}")
         want = opts.get("want")
+        stream = opts.get("stream")
+        if stream is not None:
+            try:
+                check_stream_name(stream)
+            except ValueError as exc:
+                raise OptionError(f"the option 'stream': {exc}") from None
+            if "afterid" in opts or "uptoid" in opts:
+                raise OptionError("afterId and uptoId read one log: leave them out with 'stream'")
         return cls(
             endpoint=opts["endpoint"],
             user=opts["user"],
@@ -98,10 +138,43 @@ class SourceOptions:
             ),
             after_id=_optional_id(opts, "afterId"),
             upto_id=_optional_id(opts, "uptoId"),
+            stream=stream,
         )
 
-    def connect(self) -> BlockingClient:
-        return BlockingClient(self.endpoint, credentials=f"{self.user}:{self.password}")
+    def connect(self, partition: int | None = None) -> BlockingClient:
+        """A connection to the endpoint, or with ``stream`` to one of its partitions."""
+        url = self.endpoint if partition is None else self._url(f"/{self.stream}/{partition}")
+        return BlockingClient(url, credentials=f"{self.user}:{self.password}")
+
+    def _url(self, path: str, scheme: str | None = None) -> str:
+        parts = urlsplit(normalize_url(self.endpoint))
+        base = parts.path.rstrip("/")
+        return urlunsplit((scheme or parts.scheme, parts.netloc, base + path, "", ""))
+
+    def partitions(self) -> list[int | None]:
+        """The partitions to read: the stream's, from its feed discovery; ``[None]`` without
+        ``stream`` (the endpoint's one log)."""
+        if self.stream is None:
+            return [None]
+        scheme = "https" if normalize_url(self.endpoint).startswith("wss:") else "http"
+        url = self._url(f"{FEEDS_PATH}/{quote(self.stream)}", scheme)
+        credentials = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
+        request = urllib.request.Request(url, headers={"Authorization": f"Basic {credentials}"})
+        try:
+            with urllib.request.urlopen(request, timeout=30) as response:
+                discovery = json.load(response)
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                raise SourceError(f"the server has no stream {self.stream}") from None
+            reason = exc.read(200).decode(errors="replace").strip()
+            raise SourceError(
+                f"cannot list the partitions of {self.stream} ({url}): HTTP {exc.code} {reason}"
+            ) from None
+        except (OSError, ValueError) as exc:
+            raise SourceError(
+                f"cannot list the partitions of {self.stream} ({url}): {exc}"
+            ) from None
+        return [int(p["id"]) for p in discovery["partitions"]]
 
 
 def _positive(opts: Mapping[str, str], key: str, default: int) -> int:
@@ -124,21 +197,67 @@ def _optional_id(opts: Mapping[str, str], key: str) -> int | None:
 
 @dataclass(frozen=True)
 class EventRange(InputPartition):
-    """Events with ``after_id < id <= upto_id``."""
+    """Events with ``after_id < id <= upto_id`` (of one partition of the stream)."""
 
     after_id: int
     upto_id: int
+    partition: int | None = None
 
 
-def split_range(after_id: int, upto_id: int, per_partition: int) -> list[EventRange]:
+def split_range(
+    after_id: int, upto_id: int, per_partition: int, partition: int | None = None
+) -> list[EventRange]:
     return [
-        EventRange(start, min(start + per_partition, upto_id))
+        EventRange(start, min(start + per_partition, upto_id), partition)
         for start in range(after_id, upto_id, per_partition)
     ]
 
 
-def record_batch(events: Sequence[dict[str, Any]]) -> pa.RecordBatch:
-    """One readEvents reply (read with ``data_as_text``) as Arrow columns."""
+#: Positions by partition (``None``: the endpoint's one log).
+Positions = dict[int | None, int]
+
+
+def load_offset(offset: Mapping[str, Any]) -> Positions:
+    """``{"id": N}`` (one log) or ``{"0": N0, "1": N1, ...}`` (a stream's partitions). An
+    offset of one log read with ``stream`` is partition 0's, and the other way round."""
+    if "id" in offset:
+        return {None: int(offset["id"])}
+    return {int(key): int(value) for key, value in offset.items()}
+
+
+def dump_offset(positions: Positions) -> dict[str, int]:
+    if None in positions:
+        return {"id": positions[None]}
+    return {str(p): positions[p] for p in sorted(k for k in positions if k is not None)}
+
+
+def _as_stream(positions: Positions, stream: str | None) -> Positions:
+    """The positions keyed as the source reads: by partition with ``stream``, else one log."""
+    if stream is None:
+        return {None: positions.get(None, positions.get(0, 0))}
+    if None in positions:
+        return {0: positions[None]}
+    return positions
+
+
+def share_rows(starts: Positions, heads: Positions, max_rows: int) -> Positions:
+    """Each partition's end, at most ``max_rows`` ids past the starts in all: the partitions
+    with less to read take it all, the others share what is left evenly."""
+    wanted = {p: heads[p] - starts[p] for p in heads}
+    ends: Positions = {}
+    left = max_rows
+    for turn, p in enumerate(sorted(wanted, key=lambda k: (wanted[k], k or 0))):
+        take = min(wanted[p], left // (len(wanted) - turn))
+        ends[p] = starts[p] + take
+        left -= take
+    return ends
+
+
+def record_batch(
+    events: Sequence[dict[str, Any]], stream: str | None = None, partition: int | None = None
+) -> pa.RecordBatch:
+    """One readEvents reply (read with ``data_as_text``) as Arrow columns; with ``stream``,
+    also the stream and partition columns."""
     ts = pc.assume_timezone(
         pc.strptime(
             pa.array([e["ts"] for e in events], pa.string()),
@@ -147,41 +266,45 @@ def record_batch(events: Sequence[dict[str, Any]]) -> pa.RecordBatch:
         ),
         "UTC",
     )
-    return pa.record_batch(
-        [
-            pa.array([e["id"] for e in events], pa.string()).cast(pa.int64()),
-            pa.array([e["type"] for e in events], pa.string()),
-            pa.array([e["data"] for e in events], pa.string()),
-            ts,
-            ts.cast(pa.date32()),
-        ],
-        schema=ARROW_SCHEMA,
-    )
+    columns = [
+        pa.array([e["id"] for e in events], pa.string()).cast(pa.int64()),
+        pa.array([e["type"] for e in events], pa.string()),
+        pa.array([e["data"] for e in events], pa.string()),
+        ts,
+        ts.cast(pa.date32()),
+    ]
+    if stream is None:
+        return pa.record_batch(columns, schema=ARROW_SCHEMA)
+    columns.append(pa.array([stream] * len(events), pa.string()))
+    columns.append(pa.array([partition] * len(events), pa.int32()))
+    return pa.record_batch(columns, schema=STREAM_ARROW_SCHEMA)
 
 
 def read_range(options: SourceOptions, events: InputPartition) -> Iterator[pa.RecordBatch]:
     """Every event of the range, one Arrow batch per reply (runs on a Spark worker)."""
     if not isinstance(events, EventRange):
         return  # Spark reads one placeholder partition when there are none
-    with options.connect() as client:
+    with options.connect(events.partition) as client:
         after_id = events.after_id
         while page := client.read_events(
             options.component, after_id, events.upto_id, options.want, data_as_text=True
         ):
-            yield record_batch(page)
+            yield record_batch(page, options.stream, events.partition)
             after_id = int(page[-1]["id"])
 
 
 class _Consumer:
-    """The driver side's connection, opened when first needed and left out of pickles."""
+    """The driver side's connection to one log, opened when first needed and left out of
+    pickles."""
 
-    def __init__(self, options: SourceOptions) -> None:
+    def __init__(self, options: SourceOptions, partition: int | None = None) -> None:
         self.options = options
+        self.partition = partition
         self._client: BlockingClient | None = None
         self._acknowledged = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_client": None, "_acknowledged": 0}
+        return {**self.__dict__, "_client": None, "_acknowledged": 0}
 
     def _call(self, call: Callable[[BlockingClient, str], T]) -> T:
         """Run ``call(client, component)``; reconnect once if the connection was lost."""
@@ -194,7 +317,7 @@ class _Consumer:
 
     def _connected(self) -> BlockingClient:
         if self._client is None:
-            self._client = self.options.connect()
+            self._client = self.options.connect(self.partition)
             self._client.register_consumer(self.options.component)
         return self._client
 
@@ -211,6 +334,44 @@ class _Consumer:
             client.close()
 
 
+class _Consumers:
+    """The driver side's consumer on each partition read."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self._consumers: dict[int | None, _Consumer] = {}
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"options": self.options, "_consumers": {}}
+
+    def get(self, partition: int | None) -> _Consumer:
+        consumer = self._consumers.get(partition)
+        if consumer is None:
+            consumer = self._consumers[partition] = _Consumer(self.options, partition)
+        return consumer
+
+    def states(self) -> dict[int | None, tuple[int, int]]:
+        """(position, newest id) of each partition there is now."""
+        return {p: self.get(p).state() for p in self.options.partitions()}
+
+    def acknowledge(self, positions: Positions) -> None:
+        for partition, position in positions.items():
+            self.get(partition).acknowledge(position)
+
+    def close(self) -> None:
+        for consumer in self._consumers.values():
+            consumer.close()
+
+
+def consumer_states(options: SourceOptions) -> dict[int | None, tuple[int, int]]:
+    """Register the consumer on every partition read; (position, newest id) of each."""
+    consumers = _Consumers(options)
+    try:
+        return consumers.states()
+    finally:
+        consumers.close()
+
+
 class FutoinEvtDataSource(DataSource):
     """``spark.read.format("futoin-evt")`` and ``spark.readStream.format("futoin-evt")``."""
 
@@ -219,7 +380,7 @@ class FutoinEvtDataSource(DataSource):
         return FORMAT
 
     def schema(self) -> str:
-        return SCHEMA
+        return SCHEMA if SourceOptions.parse(self.options).stream is None else STREAM_SCHEMA
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return BatchReader(SourceOptions.parse(self.options))
@@ -236,14 +397,12 @@ class BatchReader(DataSourceReader):
         self.options = options
 
     def partitions(self) -> Sequence[InputPartition]:
-        consumer = _Consumer(self.options)
-        try:
-            position, head_id = consumer.state()
-        finally:
-            consumer.close()
-        after_id = self.options.after_id if self.options.after_id is not None else position
-        upto_id = self.options.upto_id if self.options.upto_id is not None else head_id
-        return split_range(after_id, upto_id, self.options.events_per_partition)
+        ranges: list[EventRange] = []
+        for partition, (position, head_id) in consumer_states(self.options).items():
+            after_id = self.options.after_id if self.options.after_id is not None else position
+            upto_id = self.options.upto_id if self.options.upto_id is not None else head_id
+            ranges += split_range(after_id, upto_id, self.options.events_per_partition, partition)
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(self.options, partition)
@@ -252,38 +411,49 @@ class BatchReader(DataSourceReader):
 class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: SourceOptions) -> None:
         self.options = options
-        self._consumer = _Consumer(options)
-        #: With Trigger.AvailableNow: the newest id when the query started.
-        self._target: int | None = None
+        self._consumers = _Consumers(options)
+        #: With Trigger.AvailableNow: each partition's newest id when the query started.
+        self._target: Positions | None = None
 
     def initialOffset(self) -> dict[str, int]:
-        position, _head = self._consumer.state()
-        return {"id": position}
+        return dump_offset({p: state[0] for p, state in self._consumers.states().items()})
 
     def getDefaultReadLimit(self) -> ReadLimit:
         return ReadMaxRows(self.options.max_events_per_batch)
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = self._consumer.state()[1]
+        self._target = {p: state[1] for p, state in self._consumers.states().items()}
 
     def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
-        start_id = int(start["id"])
-        self._consumer.acknowledge(start_id)  # committed: see the module docstring
-        _position, end_id = self._consumer.state()
-        if self._target is not None:
-            end_id = min(end_id, self._target)
+        starts = _as_stream(load_offset(start), self.options.stream)
+        self._consumers.acknowledge(starts)  # committed: see the module docstring
+        heads: Positions = {}
+        joining: Positions = {}
+        for partition, (position, head_id) in self._consumers.states().items():
+            if partition not in starts:  # new: it joins at its position, reading nothing yet
+                joining[partition] = position
+                continue
+            if self._target is not None:
+                head_id = min(head_id, self._target.get(partition, starts[partition]))
+            heads[partition] = max(head_id, starts[partition])
         if isinstance(limit, ReadMaxRows):
-            end_id = min(end_id, start_id + limit.max_rows)
-        return {"id": max(end_id, start_id)}
+            heads = share_rows(starts, heads, limit.max_rows)
+        return dump_offset({**starts, **heads, **joining})
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
-        return split_range(int(start["id"]), int(end["id"]), self.options.events_per_partition)
+        starts = _as_stream(load_offset(start), self.options.stream)
+        ends = _as_stream(load_offset(end), self.options.stream)
+        per = self.options.events_per_partition
+        ranges: list[EventRange] = []
+        for partition, upto_id in ends.items():
+            ranges += split_range(starts.get(partition, upto_id), upto_id, per, partition)
+        return ranges
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_range(self.options, partition)
 
     def commit(self, end: dict[str, int]) -> None:
-        self._consumer.acknowledge(int(end["id"]))
+        self._consumers.acknowledge(_as_stream(load_offset(end), self.options.stream))
 
     def stop(self) -> None:
-        self._consumer.close()
+        self._consumers.close()

@@ -185,6 +185,8 @@ def test_an_unopenable_sqlite_file_is_reported_at_once_even_with_wait_for_db(
         (["--pg-pool-size", "0"], "--pg-pool-size must be at least 1."),
         (["--pg-pool-timeout", "0"], "--pg-pool-timeout must be above 0."),
         (["--wait-for-db", "-1"], "--wait-for-db cannot be negative."),
+        (["--feed-path", "/feeds"], "--feed-path cannot be under /feeds: each stream's feed is."),
+        (["--dcb-path", "/feeds/x"], "--dcb-path cannot be under /feeds: each stream's feed is."),
     ],
 )
 def test_pool_and_wait_settings_are_checked(

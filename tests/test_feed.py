@@ -62,13 +62,18 @@ class FeedApiClient:
         return discovery
 
     async def page(
-        self, cursor: str, size: int | str | None = None, types: str | None = None, wait: float = 0
+        self,
+        cursor: str,
+        size: int | str | None = None,
+        types: str | None = None,
+        wait: float = 0,
+        partition: str = "0",
     ) -> tuple[list[dict[str, Any]], str]:
-        """One response: its events' data, and the last cursor in it."""
+        """One response of a partition: its events' data, and the last cursor in it."""
         while True:
             if self.token is None:
                 await self.discover()
-            params: dict[str, Any] = {"token": self.token, "partition": "0", "cursor": cursor}
+            params: dict[str, Any] = {"token": self.token, "partition": partition, "cursor": cursor}
             if size is not None:
                 params["pagesizehint"] = size
             if types is not None:
@@ -92,10 +97,12 @@ class FeedApiClient:
             assert all(isinstance(c, str) and c for c in cursors)
             return events, cursors[-1]
 
-    async def read_to_end(self, cursor: str, size: int) -> tuple[list[dict[str, Any]], str]:
+    async def read_to_end(
+        self, cursor: str, size: int, partition: str = "0"
+    ) -> tuple[list[dict[str, Any]], str]:
         seen: list[dict[str, Any]] = []
         while True:
-            events, cursor = await self.page(cursor, size)
+            events, cursor = await self.page(cursor, size, partition=partition)
             if not events:
                 return seen, cursor
             seen += events

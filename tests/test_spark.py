@@ -20,7 +20,9 @@ import pytest
 
 from futoin_evt.client.aio import OPS
 from futoin_evt.client.sync import BlockingClient
+from futoin_evt.domain.stream import encode_event_data, utc_timestamp
 from futoin_evt.storage.native import add_event
+from futoin_evt.storage.tables import Tables
 
 from .conftest import ServerProcess, free_port
 
@@ -33,11 +35,13 @@ from pyspark.sql import SparkSession  # noqa: E402
 from spark_consumer.jobs import (  # noqa: E402
     ArchiveJob,
     aggregate,
+    describe_range,
     read_archive,
     register_source,
     start_archive,
     write_aggregates,
 )
+from spark_consumer.source import dump_offset, load_offset, share_rows  # noqa: E402
 
 USER, PASSWORD = "archivist", "archivist-pw"
 SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
@@ -177,29 +181,40 @@ def test_a_batch_that_fails_after_writing_its_files_is_replayed_once(
     assert position(evt, "ARCHIVE") == ids[-1]
 
 
-def test_killed_job_resumes_exactly_once(
-    spark: SparkSession, evt: ServerProcess, tmp_path: Path
-) -> None:
-    ids = add_natively(evt.db, 60_000)
-    out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
+def archive_killed_after_batch_1(
+    evt: ServerProcess, out: Path, checkpoint: Path, batch: str, *extra: str
+) -> dict[str, int]:
+    """Run the archive command with micro-batches of ``batch`` events; SIGKILL it once it has
+    logged batch 1. The source's offsets of the last batch its checkpoint committed."""
     job = subprocess.Popen(
         [sys.executable, "-m", "spark_consumer", "archive", "--endpoint", evt.url,
          "--component", "ARCHIVE", "--out", str(out), "--checkpoint", str(checkpoint),
-         "--master", "local[2]", "--once", "--max-events-per-batch", "3000"],
+         "--master", "local[2]", "--once", "--max-events-per-batch", batch, *extra],
         env={**os.environ, **SPARK_ENV, "FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": PASSWORD},
         stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True, start_new_session=True,
     )  # fmt: skip
     assert job.stderr is not None
     try:
-        wait_for_line(job.stderr, r"batch 1, \d+ events")
+        wait_for_line(job.stderr, r"batch 1, [1-9]\d* events")
     finally:
         os.killpg(job.pid, signal.SIGKILL)  # the driver JVM and its Python workers too
         job.communicate()
+    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
+    offsets: dict[str, int] = json.loads(
+        (checkpoint / "offsets" / str(committed)).read_text().splitlines()[-1]
+    )
+    return offsets
+
+
+def test_killed_job_resumes_exactly_once(
+    spark: SparkSession, evt: ServerProcess, tmp_path: Path
+) -> None:
+    ids = add_natively(evt.db, 60_000)
+    out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
+    offsets = archive_killed_after_batch_1(evt, out, checkpoint, "3000")
 
     # The position never passes what the checkpoint has committed.
-    committed = max(int(p.name) for p in (checkpoint / "commits").iterdir() if p.name.isdigit())
-    offsets = (checkpoint / "offsets" / str(committed)).read_text().splitlines()
-    assert position(evt, "ARCHIVE") <= json.loads(offsets[-1])["id"] < ids[-1]
+    assert position(evt, "ARCHIVE") <= offsets["id"] < ids[-1]
 
     archive_once(spark, ArchiveJob(options(evt, "ARCHIVE"), str(out), str(checkpoint), once=True))
     assert archived_ids(spark, out) == ids
@@ -358,3 +373,150 @@ def test_archive_command_fails_early_with_one_sentence(
     assert line.startswith("futoin-evt-spark: ")
     assert message in line
     assert PASSWORD not in result.stderr
+
+
+# -- a stream of several partitions ----------------------------------------------------------
+
+STREAM = "orders"
+
+
+def stream_command(db: str | Path, *args: str) -> None:
+    subprocess.run([sys.executable, "-m", "futoin_evt", "stream", *args, "--db", str(db)],
+                   check=True, capture_output=True, text=True)  # fmt: skip
+
+
+def add_to_partitions(db: str | Path, counts: list[int]) -> dict[int, list[int]]:
+    """``counts[p]`` events on partition ``p`` of the stream, by an application writing to the
+    database, in one transaction; their ids by partition."""
+    ts = utc_timestamp()
+    ids: dict[int, list[int]] = {}
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT number, key FROM partitions WHERE stream = ?", (STREAM,))
+        keys = dict(rows.fetchall())
+        for number, count in enumerate(counts):
+            table = Tables.of(keys[number]).events
+            ids[number] = []
+            for i in range(count):
+                data = encode_event_data("ORDER", {"p": number, "n": i})
+                cursor = conn.execute(
+                    f"INSERT INTO {table} (type, data, ts) VALUES (?, ?, ?)", ("ORDER", data, ts)
+                )
+                assert cursor.lastrowid is not None
+                ids[number].append(cursor.lastrowid)
+    return ids
+
+
+def partition_url(server: ServerProcess, number: int) -> str:
+    return f"{server.url.rstrip('/')}/{STREAM}/{number}"
+
+
+def partition_position(server: ServerProcess, number: int, component: str) -> int:
+    with BlockingClient(partition_url(server, number), credentials=f"{USER}:{PASSWORD}") as client:
+        return client.consumer_state(component)[0]
+
+
+def archived_by_partition(spark: SparkSession, out: Path) -> dict[int, list[int]]:
+    """Each partition's archived ids, sorted (a repeat would show twice)."""
+    rows = read_archive(spark, str(out)).select("stream", "partition", "id").collect()
+    assert {row.stream for row in rows} == {STREAM}
+    found: dict[int, list[int]] = {}
+    for row in rows:
+        found.setdefault(row.partition, []).append(row.id)
+    return {p: sorted(ids) for p, ids in sorted(found.items())}
+
+
+def test_offsets_and_the_rows_shared_by_partitions() -> None:
+    assert load_offset({"id": 7}) == {None: 7}
+    assert load_offset({"0": 3, "2": 9}) == {0: 3, 2: 9}
+    assert dump_offset({None: 7}) == {"id": 7}
+    assert dump_offset({2: 9, 0: 3}) == {"0": 3, "2": 9}
+    # the partitions with less take all of it; the others share the rest evenly
+    assert share_rows({0: 0, 1: 10, 2: 5}, {0: 100, 1: 12, 2: 105}, 60) == {0: 29, 1: 12, 2: 34}
+    assert share_rows({0: 0, 1: 0}, {0: 10, 1: 10}, 1) == {0: 0, 1: 1}
+    assert share_rows({None: 5}, {None: 50}, 1000) == {None: 50}
+    assert describe_range('{"id":10}', '{"id":20}') == "ids 11..20"
+    assert describe_range('{"0":0,"1":4}', '{"0":3,"1":4,"2":0}') == "partition 0 ids 1..3"
+
+
+@pytest.mark.timeout(600)  # two Spark drivers, one after the other, on a loaded machine
+def test_a_stream_of_four_partitions_is_archived_once_per_partition_across_a_kill(
+    spark: SparkSession, evt: ServerProcess, tmp_path: Path
+) -> None:
+    stream_command(evt.db, "add", STREAM, "--partitions", "4")
+    wait_until(lambda: _serves(evt, 3), "the server serves the stream")
+    ids = add_to_partitions(evt.db, [12_000, 8_000, 3_000, 1])
+    out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
+    offsets = archive_killed_after_batch_1(evt, out, checkpoint, "2000", "--stream", STREAM)
+
+    # On every partition, the position never passes what the checkpoint has committed.
+    assert set(offsets) == {"0", "1", "2", "3"}
+    for number in range(4):
+        assert partition_position(evt, number, "ARCHIVE") <= offsets[str(number)]
+    assert offsets["0"] < ids[0][-1]
+
+    options_ = {**options(evt, "ARCHIVE"), "stream": STREAM}
+    archive_once(spark, ArchiveJob(options_, str(out), str(checkpoint), once=True))
+    assert archived_by_partition(spark, out) == ids
+    for number in range(4):
+        assert partition_position(evt, number, "ARCHIVE") == ids[number][-1]
+    sample = read_archive(spark, str(out)).where("partition = 2 AND id = 5").collect()[0]
+    assert json.loads(sample.data) == {"p": 2, "n": 4}
+
+
+def _serves(server: ServerProcess, number: int) -> bool:
+    """Whether the server already serves the partition (it follows the registry by polling)."""
+    try:
+        with BlockingClient(partition_url(server, number), credentials=f"{USER}:{PASSWORD}") as c:
+            c.ping()
+    except ConnectionError:
+        return False
+    return True
+
+
+def test_streaming_a_stream_follows_its_growth(
+    spark: SparkSession, evt: ServerProcess, tmp_path: Path
+) -> None:
+    stream_command(evt.db, "add", STREAM, "--partitions", "2")
+    wait_until(lambda: _serves(evt, 1), "the server serves the stream")
+    out = tmp_path / "archive"
+    job = ArchiveJob({**options(evt, "STREAM"), "stream": STREAM}, str(out), str(tmp_path / "cp"),
+                     interval="200 milliseconds")  # fmt: skip
+    query = start_archive(spark, job)
+    added: dict[int, list[int]] = {}
+    try:
+        for wave in range(2):
+            for number in (0, 1):
+                with BlockingClient(partition_url(evt, number),
+                                    credentials=f"{USER}:{PASSWORD}") as client:  # fmt: skip
+                    added.setdefault(number, []).extend(
+                        client.add_event("ORDER", {"wave": wave}) for _ in range(50 * (number + 1))
+                    )
+            query.processAllAvailable()
+            assert archived_by_partition(spark, out) == added
+        stream_command(evt.db, "grow", STREAM, "--partitions", "3")
+        wait_until(lambda: _serves(evt, 2), "the server serves the new partition")
+        with BlockingClient(partition_url(evt, 2), credentials=f"{USER}:{PASSWORD}") as client:
+            added[2] = [client.add_event("ORDER", {"new": i}) for i in range(30)]
+        query.processAllAvailable()  # the partition joins, then its events are read
+        query.processAllAvailable()
+        assert archived_by_partition(spark, out) == added
+        assert query.isActive
+    finally:
+        query.stop()
+
+
+def test_a_batch_read_of_a_stream_and_its_errors(spark: SparkSession, evt: ServerProcess) -> None:
+    stream_command(evt.db, "add", STREAM, "--partitions", "3")
+    wait_until(lambda: _serves(evt, 2), "the server serves the stream")
+    ids = add_to_partitions(evt.db, [5, 0, 7])
+    frame = spark.read.format("futoin-evt").options(**options(evt, "BATCH"), stream=STREAM).load()
+    assert frame.columns == ["id", "type", "data", "ts", "date", "stream", "partition"]
+    rows = frame.orderBy("partition", "id").collect()
+    assert [(r.partition, r.id) for r in rows] == [(p, i) for p in (0, 2) for i in ids[p]]
+    for stream, message in [("nosuch", "has no stream nosuch"), ("Bad!", "invalid stream name")]:
+        with pytest.raises(Exception, match=message):
+            spark.read.format("futoin-evt").options(
+                **options(evt, "BATCH"), stream=stream).load().count()  # fmt: skip
+    with pytest.raises(Exception, match="leave them out with 'stream'"):
+        spark.read.format("futoin-evt").options(
+            **options(evt, "BATCH"), stream=STREAM, afterId="3").load().count()  # fmt: skip

@@ -22,7 +22,7 @@ from ..log.aggregate import DEFAULT_LEASE_SECONDS, AggregateConfig
 from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
-from ..server.http import DEFAULT_FEED_PATH, FeedConfig
+from ..server.http import DEFAULT_FEED_PATH, STREAM_FEEDS_PATH, FeedConfig
 from ..server.peers import WorkerPlace
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from ..server.workers import Supervisor, WorkerFailed, channel_dir, die_with_parent, reserve_port
@@ -249,6 +249,11 @@ async def _serve(args: argparse.Namespace) -> int:
         and args.dcb_path.rstrip("/") == args.feed_path.rstrip("/")
     ):
         raise BadSetting("--dcb-path and --feed-path must differ.")
+    for option, value in (("--feed-path", args.feed_path), ("--dcb-path", args.dcb_path)):
+        if not args.no_feed and (value + "/").startswith(STREAM_FEEDS_PATH + "/"):
+            raise BadSetting(
+                f"{option} cannot be under {STREAM_FEEDS_PATH}: each stream's feed is."
+            )
     amqp = _amqp_config(args, tls)
     metrics = _metrics_address(args.metrics)
     if place is not None and amqp is not None:

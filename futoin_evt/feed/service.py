@@ -5,12 +5,18 @@ No sockets here: :func:`parse_feed_request` turns a path and query into a reques
 a response through a callback, a few events at a time, so memory stays bounded whatever page
 size is asked for.
 
-The feed has one partition, ``"0"``. A cursor is the id of the last event it covers, as a
-decimal string: ``_first`` is before the oldest retained event, ``_last`` is after the newest
-one (only events added later follow). Each line's ``data`` is the event as FTN18 has it:
+Each stream is a feed; its partitions ``"0".."P-1"`` are the feed's partitions. A cursor is
+the id of the last event it covers in its partition, as a decimal string: ``_first`` is
+before the oldest retained event, ``_last`` is after the newest one (only events added later
+follow). Each line's ``data`` is the event as FTN18 has it:
 ``{"id": "17", "type": "ORDER", "data": {...}, "ts": "2026-11-22T10:00:00Z"}``. Cursors
 belong to the clients: reading the feed moves no consumer's position, and does not hold
 back discarding.
+
+A stream's token names the database, the stream (its partitions' keys are never reused, so
+a stream dropped and added again has another) and its partition count: growing the stream
+changes it, and a fetch with the old one gets 409 (FeedAPI's method 1). Partitions are never
+closed (every one keeps taking events), so none is listed ``startsAfterPartition``.
 
 ``selector=`` (a selector of the event notification, URL-encoded) keeps the events it
 matches; the event types it pins are read alone, as ``event-types`` would be. Cursors still
@@ -20,20 +26,19 @@ move over the events it leaves out.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..domain.partition import DEFAULT_PARTITION
+from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo
+from ..log.streams import StreamRegistry
 from ..notify.message import Notification, NotifyError
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
-from ..storage.base import EventLog
+from ..storage.base import PartitionLog, Store
 
-PARTITION: Final = "0"
 FIRST: Final = "_first"
 LAST: Final = "_last"
 #: The most events one response carries, whatever ``pagesizehint`` asks for.
@@ -49,6 +54,8 @@ CHUNK_BYTES: Final = 1024 * 1024
 # [0-9], not str.isdigit() or float(): those take other scripts' digits, which int() may not.
 _EVENT_TYPE = re.compile(r"[A-Z_]{1,16}")
 _CURSOR = re.compile(r"0|[1-9][0-9]{0,17}")
+_PARTITION = re.compile(r"0|[1-9][0-9]{0,4}")
+_CURSOR_KEY = re.compile(r"cursor(0|[1-9][0-9]{0,4})")
 _DIGITS = re.compile(r"[0-9]+")
 _SECONDS = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
 
@@ -64,14 +71,15 @@ class FeedError(Exception):
 
 @dataclass(frozen=True)
 class Discovery:
-    """FeedAPI v2: ``GET /feed`` with no arguments."""
+    """FeedAPI v2: ``GET`` of the feed with no arguments."""
 
 
 @dataclass(frozen=True)
 class EventsRequest:
-    #: 1: ZeroEventHub (``n``, ``cursor0``, lines carry ``"partition": 0``); 2: FeedAPI.
+    #: 1: ZeroEventHub (``n``, ``cursorK``, lines carry ``"partition": K``); 2: FeedAPI.
     version: int
-    cursor: str
+    #: (partition number, cursor) of each partition read, in partition order.
+    cursors: tuple[tuple[int, str], ...]
     page_size: int
     types: tuple[str, ...] | None
     wait_seconds: float
@@ -80,45 +88,57 @@ class EventsRequest:
 
 
 def parse_feed_request(
-    subpath: str, query: Mapping[str, Sequence[str]], token: str
+    subpath: str, query: Mapping[str, Sequence[str]], stream: StreamInfo, token: str
 ) -> Discovery | EventsRequest:
     """``subpath`` is what follows the feed's path: ``""`` or ``"/events"``."""
     args = {key: values[-1] for key, values in query.items()}
+    count = len(stream.partitions)
     if subpath in ("", "/"):
         if "n" in args:
-            return _zeroeventhub(args)
+            return _zeroeventhub(args, count)
         if args:
             raise FeedError(400, "Fetch events at the feed's /events path (FeedAPI v2).")
         return Discovery()
     if subpath == "/events":
-        return _feedapi(args, token)
+        return _feedapi(args, token, count)
     raise FeedError(404, "No such resource in this feed.")
 
 
-def _zeroeventhub(args: Mapping[str, str]) -> EventsRequest:
-    if args["n"] != "1":
-        raise FeedError(400, "n must be 1: this feed has one partition.")
-    extra = [k for k in args if k.startswith("cursor") and k != "cursor0"]
-    if extra:
-        raise FeedError(
-            400, f"Unknown partition in {quote_input(extra[0])}: this feed has partition 0 only."
-        )
-    if "cursor0" not in args:
-        raise FeedError(400, "No cursors given: pass cursor0.")
+def _partitions_text(count: int) -> str:
+    return "partition 0 only" if count == 1 else f"partitions 0 to {count - 1}"
+
+
+def _zeroeventhub(args: Mapping[str, str], count: int) -> EventsRequest:
+    if args["n"] != str(count):
+        plural = "partition" if count == 1 else "partitions"
+        raise FeedError(400, f"n must be {count}: this feed has {count} {plural}.")
+    cursors: list[tuple[int, str]] = []
+    for key, value in args.items():
+        if not key.startswith("cursor"):
+            continue
+        match = _CURSOR_KEY.fullmatch(key)
+        if match is None or int(match[1]) >= count:
+            raise FeedError(
+                400,
+                f"Unknown partition in {quote_input(key)}: this feed has "
+                f"{_partitions_text(count)}.",
+            )
+        cursors.append((int(match[1]), _cursor(value)))
+    if not cursors:
+        raise FeedError(400, f"No cursors given: pass cursor0 (to cursor{count - 1}).")
     selector, types = _selector(args, None)
-    return EventsRequest(
-        1, _cursor(args["cursor0"]), _page_size(args), types, _wait(args), selector
-    )
+    return EventsRequest(1, tuple(sorted(cursors)), _page_size(args), types, _wait(args), selector)
 
 
-def _feedapi(args: Mapping[str, str], token: str) -> EventsRequest:
+def _feedapi(args: Mapping[str, str], token: str, count: int) -> EventsRequest:
     if "token" not in args:
         raise FeedError(400, "No token given: discover the feed first.")
     if args["token"] != token:
         raise FeedError(409, "The feed's token has changed: discover the feed again.")
-    if args.get("partition") != PARTITION:
+    raw = args.get("partition")
+    if raw is None or _PARTITION.fullmatch(raw) is None or int(raw) >= count:
         raise FeedError(
-            400, f"Unknown partition {quote_input(args.get('partition'))}: use partition 0."
+            400, f"Unknown partition {quote_input(raw)}: this feed has {_partitions_text(count)}."
         )
     if "cursor" not in args:
         raise FeedError(400, "No cursor given: use _first, _last or a cursor from the feed.")
@@ -131,7 +151,8 @@ def _feedapi(args: Mapping[str, str], token: str) -> EventsRequest:
                 400, f"Bad event-types {quote_input(args['event-types'])}: use TYPE_A;TYPE_B."
             )
     selector, types = _selector(args, types)
-    return EventsRequest(2, _cursor(args["cursor"]), _page_size(args), types, _wait(args), selector)
+    cursors = ((int(raw), _cursor(args["cursor"])),)
+    return EventsRequest(2, cursors, _page_size(args), types, _wait(args), selector)
 
 
 def _selector(
@@ -182,98 +203,176 @@ def _wait(args: Mapping[str, str]) -> float:
 Write = Callable[[bytes], Awaitable[None]]
 
 
-class FeedService:
-    """Serves feed responses from the store."""
+@dataclass(frozen=True)
+class Feed:
+    """One stream's feed as this process knows it now."""
 
-    def __init__(self, store: EventLog, token: str) -> None:
+    stream: StreamInfo
+    token: str
+
+
+@dataclass
+class PartitionRead:
+    """One partition of a response: where it is, and whether its cursor line went out."""
+
+    number: int
+    log: PartitionLog
+    after_id: int
+    prefix: bytes
+    cursor_prefix: bytes
+    cursor_written: bool = False
+
+
+class FeedService:
+    """Serves feed responses from the store, for every stream the registry knows."""
+
+    def __init__(self, store: Store, streams: StreamRegistry, database: str) -> None:
         self._store = store
-        self.token = token
+        self._streams = streams
+        #: The database's random name, which every token starts with.
+        self._database = database
         #: Set when the server shuts down: waiting responses end at once.
         self.closing = asyncio.Event()
 
     @classmethod
-    async def open(cls, store: EventLog) -> FeedService:
-        return cls(store, await store.stream_id())
+    async def open(cls, store: Store, streams: StreamRegistry) -> FeedService:
+        return cls(store, streams, await store.stream_id())
 
-    def discovery(self) -> bytes:
+    def feed(self, name: str = DEFAULT_STREAM) -> Feed:
+        """The stream's feed; FeedError 404 when there is no such stream (or it was dropped)."""
+        stream = self._streams.get(name)
+        if stream is None:
+            raise FeedError(404, f"No stream {quote_input(name)}.")
+        return Feed(stream, self.token(stream))
+
+    def token(self, stream: StreamInfo) -> str:
+        """The database's name alone for ``events`` with one partition (as before streams)."""
+        first, count = stream.partitions[0].key, len(stream.partitions)
+        if first == 0 and count == 1:
+            return self._database
+        return f"{self._database}-{first}-{count}"
+
+    def discovery(self, feed: Feed) -> bytes:
+        partitions = [{"id": str(p.number)} for p in feed.stream.partitions]
         return json.dumps({
-            "token": self.token,
-            "partitions": [{"id": PARTITION}],
+            "token": feed.token,
+            "partitions": partitions,
             "exactlyOnce": True,
         }, separators=(",", ":")).encode()  # fmt: skip
 
-    async def start_after(self, request: EventsRequest) -> int:
-        """The id the response starts after; FeedError for a cursor beyond the newest event."""
-        if request.cursor == FIRST:
-            return 0
-        newest = await self._store.last_given_id()
-        if request.cursor == LAST:
-            return newest
-        after_id = int(request.cursor)
-        if after_id > newest:
-            raise FeedError(400, f"Cursor {after_id} is beyond the newest event ({newest}).")
-        return after_id
+    async def start_after(self, feed: Feed, request: EventsRequest) -> list[PartitionRead]:
+        """Where each partition's response starts; FeedError for a cursor beyond the newest
+        event of its partition."""
+        readings = []
+        for number, cursor in request.cursors:
+            log = self._store.partition_log(feed.stream.partitions[number])
+            prefix, cursor_prefix = _line_prefixes(request.version, number)
+            after_id = await _start_after(log, cursor, number)
+            readings.append(PartitionRead(number, log, after_id, prefix, cursor_prefix))
+        return readings
 
-    async def events(self, request: EventsRequest, after_id: int, write: Write) -> None:
-        """Write the response's NDJSON lines: events after ``after_id`` (from
-        :meth:`start_after`), a cursor line after each chunk, and always at least one."""
-        if request.wait_seconds and self._store.head.head <= after_id:
-            await self._wait_beyond(after_id, request.wait_seconds)
-        prefix, cursor_prefix = _line_prefixes(request.version)
+    async def events(
+        self, request: EventsRequest, readings: list[PartitionRead], write: Write
+    ) -> None:
+        """Write the response's NDJSON lines: events after each reading's start (from
+        :meth:`start_after`), a cursor line after each chunk, and always at least one cursor
+        line per partition. With several partitions the page is shared among those that have
+        events, a chunk of each in turn."""
+        if request.wait_seconds and all(r.log.head.head <= r.after_id for r in readings):
+            await self._wait_beyond(readings, request.wait_seconds)
         if request.types == ():  # the selector pins no type this log can hold
-            newest = max(after_id, await self._store.last_given_id())
-            await write(cursor_prefix + str(newest).encode() + b'"}\n')
+            for reading in readings:
+                newest = max(reading.after_id, await reading.log.last_given_id())
+                await write(reading.cursor_prefix + str(newest).encode() + b'"}\n')
             return
-        sent = 0
-        cursor_written = False
-        while sent < request.page_size:
-            limit = min(CHUNK, request.page_size - sent)
-            page = await self._store.read_events(
-                after_id, types=request.types, limit=limit, max_bytes=CHUNK_BYTES
-            )
-            done = page.count < limit and not page.truncated
-            new_after = page.last_id if page.count else after_id
-            if request.types is not None and done:
-                new_after = max(new_after, page.head_id)  # skip what the filter left out
-            if not page.count and new_after == after_id and cursor_written:
-                break
-            items = page.items
-            if request.selector is not None:
-                items = [item for item in items if request.selector.matches(_notification(item))]
-            lines = [prefix + item.encode() + b"}\n" for item in items]
-            lines.append(cursor_prefix + str(new_after).encode() + b'"}\n')
-            await write(b"".join(lines))
-            cursor_written = True
-            sent += page.count
-            after_id = new_after
-            if done:
-                break
+        left = request.page_size
+        active = list(readings)
+        while active and left > 0:
+            share = min(CHUNK, -(-left // len(active)))
+            for reading in list(active):
+                if left <= 0:
+                    break
+                count, done = await _chunk(request, reading, min(share, left), write)
+                left -= count
+                if done:
+                    active.remove(reading)
+        for reading in readings:
+            if not reading.cursor_written:  # the page filled up before its turn
+                await write(reading.cursor_prefix + str(reading.after_id).encode() + b'"}\n')
 
-    async def _wait_beyond(self, after_id: int, seconds: float) -> None:
-        head = asyncio.ensure_future(self._store.head.wait_beyond(after_id))
+    async def _wait_beyond(self, readings: list[PartitionRead], seconds: float) -> None:
+        """Until an event comes to any of the partitions, the server closes, or time is up."""
+        woken = asyncio.Event()
+        stops = [r.log.head.listen(woken.set) for r in readings]
         closing = asyncio.ensure_future(self.closing.wait())
+        moved = asyncio.ensure_future(woken.wait())
         try:
-            await asyncio.wait({head, closing}, timeout=seconds, return_when="FIRST_COMPLETED")
+            await asyncio.wait({moved, closing}, timeout=seconds, return_when="FIRST_COMPLETED")
         finally:
-            for waiter in (head, closing):
+            for stop in stops:
+                stop()
+            for waiter in (moved, closing):
                 waiter.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await waiter
+            await asyncio.gather(moved, closing, return_exceptions=True)
 
 
-def _notification(item: str) -> Notification:
+async def _start_after(log: PartitionLog, cursor: str, number: int) -> int:
+    if cursor == FIRST:
+        return 0
+    newest = await log.last_given_id()
+    if cursor == LAST:
+        return newest
+    after_id = int(cursor)
+    if after_id > newest:
+        raise FeedError(
+            400, f"Cursor {after_id} is beyond the newest event of partition {number} ({newest})."
+        )
+    return after_id
+
+
+async def _chunk(
+    request: EventsRequest, reading: PartitionRead, limit: int, write: Write
+) -> tuple[int, bool]:
+    """Write the next events of one partition (at most ``limit``) and its cursor line; how
+    many were read, and whether the partition has no more for now."""
+    after_id = reading.after_id
+    page = await reading.log.read_events(
+        after_id, types=request.types, limit=limit, max_bytes=CHUNK_BYTES
+    )
+    done = page.count < limit and not page.truncated
+    new_after = page.last_id if page.count else after_id
+    if request.types is not None and done:
+        new_after = max(new_after, page.head_id)  # skip what the filter left out
+    if not page.count and new_after == after_id and reading.cursor_written:
+        return 0, True
+    items = page.items
+    if request.selector is not None:
+        items = [
+            item
+            for item in items
+            if request.selector.matches(_notification(item, reading.log.partition))
+        ]
+    lines = [reading.prefix + item.encode() + b"}\n" for item in items]
+    lines.append(reading.cursor_prefix + str(new_after).encode() + b'"}\n')
+    await write(b"".join(lines))
+    reading.cursor_written = True
+    reading.after_id = new_after
+    return page.count, done
+
+
+def _notification(item: str, partition: Partition) -> Notification:
     event = json.loads(item)
     return Notification(
         event["type"],
         int(event["id"]),
         event["ts"],
         event["data"],
-        DEFAULT_PARTITION.stream,
-        DEFAULT_PARTITION.number,
+        partition.stream,
+        partition.number,
     )
 
 
-def _line_prefixes(version: int) -> tuple[bytes, bytes]:
+def _line_prefixes(version: int, number: int) -> tuple[bytes, bytes]:
     if version == 1:
-        return b'{"partition":0,"data":', b'{"partition":0,"cursor":"'
+        return b'{"partition":%d,"data":' % number, b'{"partition":%d,"cursor":"' % number
     return b'{"data":', b'{"cursor":"'

@@ -6,8 +6,11 @@
 more, ``/NAME`` takes ``addEvent`` only: each connection's events go to one partition, picked
 round robin over connections (so one producer's order holds), and consumer calls are refused
 naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the ops iface are the same
-on every path. DCB on any path of a stream serves that stream while it has one partition;
-on a stream of more each call is an ``InvalidRequest`` that says why.
+on every path, but for the ops calls on the caller's own consumer (``consumerState``,
+``acknowledge``, ``readEvents``, ``idBefore``: what a range reader such as the Spark source
+makes), which act on the path's partition. DCB on any path of a stream serves that stream
+while it has one partition; on a stream of more each call is an ``InvalidRequest`` that says
+why.
 
 A path that names no stream or partition is refused at the upgrade (HTTP 404, one sentence).
 A partition's services are built on its first connection and shared by later ones. When its
@@ -29,6 +32,7 @@ from ..notify.management import ManagementBus
 from ..quoting import quote_input
 from ..storage.base import PartitionLog, Streams
 from .dcb import DcbCalls
+from .ops import ConsumerOps
 from .push import PushService
 from .services import CallContext, GenService, Handler, PollService, Routes, ping
 
@@ -38,6 +42,14 @@ GEN: Final = "futoin.evt.gen"
 POLL: Final = "futoin.evt.poll"
 PUSH: Final = "futoin.evt.push"
 DCB: Final = "futoin.evt.dcb"
+OPS: Final = "futoinevt.ops"
+#: The ops calls on the caller's consumer, served per partition: (function, ConsumerOps method).
+_CONSUMER_OPS: Final = (
+    ("acknowledge", "acknowledge"),
+    ("idBefore", "id_before"),
+    ("consumerState", "consumer_state"),
+    ("readEvents", "read_events"),
+)
 #: Partition numbers in a path: 0, or up to 4 digits with no leading zero (at most 1024).
 _MAX_PARTITION_DIGITS: Final = 4
 #: Path characters quoted back in a refusal at most.
@@ -166,6 +178,8 @@ class PartitionDoors:
         routes[PUSH] = {**consumer, "readyToReceive": self._push.receiver(log_)}
         if DCB in routes:
             routes[DCB] = self._dcb_routes(log_.partition.stream)
+        ops = ConsumerOps(log_)
+        routes[OPS] = {**routes.get(OPS, {}), **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}}
         return routes
 
     def _dcb_routes(self, name: str) -> dict[str, Handler]:
@@ -188,6 +202,7 @@ class PartitionDoors:
             pinned = {iface: dict(funcs) for iface, funcs in door.routes.items()}
             for iface in (POLL, PUSH):
                 pinned[iface] = {func: ping if func == "ping" else refuse for func in pinned[iface]}
+            pinned[OPS] = {**pinned.get(OPS, {}), **{f: refuse for f, _ in _CONSUMER_OPS}}
             door.pinned = pinned
         return door.pinned
 

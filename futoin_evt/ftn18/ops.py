@@ -16,7 +16,7 @@ from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..log.retention import Discarder
 from ..notify.management import CONSUMER_DROPPED, ManagementBus
-from ..storage.base import Store
+from ..storage.base import PartitionLog, Store
 from .push import PushService
 from .services import REPLY_ENVELOPE_BYTES, CallContext
 
@@ -38,7 +38,57 @@ def _without_none(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in fields.items() if v is not None}
 
 
-class OpsService:
+class ConsumerOps:
+    """The calls on one partition's consumers that a range reader (the Spark source) makes:
+    served on each partition's path, each on its own log."""
+
+    def __init__(self, log: PartitionLog) -> None:
+        self._log = log
+
+    async def acknowledge(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+        position = await self._log.acknowledge(
+            ctx.principal.user_id, params["component"], int(params["last_id"])
+        )
+        if position is None:
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        return str(position) if position else False
+
+    async def id_before(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+        position = await self._log.id_before(params["ts"])
+        return str(position) if position else False
+
+    async def consumer_state(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, str]:
+        state = await self._log.consumer_state(ctx.principal.user_id, params["component"])
+        if state is None:
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        return {"position": str(state[0]), "head_id": str(state[1])}
+
+    async def read_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+        after_id = int(params["after_id"])
+        upto_id = int(params["upto_id"]) if params["upto_id"] is not None else None
+        page = await self._log.read_range(
+            ctx.principal.user_id,
+            params["component"],
+            after_id,
+            upto_id,
+            types=params["want"],
+            max_bytes=ctx.max_response_bytes - REPLY_ENVELOPE_BYTES,
+            data_as_text=params["data_as_text"],
+        )
+        if page is None:
+            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
+        if page.start_id > after_id:
+            raise FTN3Error(
+                ALREADY_ACKNOWLEDGED,
+                f"Events up to {page.start_id} are acknowledged and may be discarded;"
+                f" read after {page.start_id}",
+            )
+        return EncodedJson(page.json)
+
+
+class OpsService(ConsumerOps):
+    """Every ops call; the consumer calls of :class:`ConsumerOps` on ``events``/0."""
+
     def __init__(
         self,
         store: Store,
@@ -46,6 +96,7 @@ class OpsService:
         discarder: Discarder,
         notices: ManagementBus | None = None,
     ) -> None:
+        super().__init__(store)
         self._store = store
         self._notices = notices
         self._push = push
@@ -120,43 +171,3 @@ class OpsService:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         self._push.stop_stream(user_id, params["component"])
         return str(position) if position else False
-
-    async def acknowledge(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
-        position = await self._store.acknowledge(
-            ctx.principal.user_id, params["component"], int(params["last_id"])
-        )
-        if position is None:
-            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        return str(position) if position else False
-
-    async def id_before(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
-        position = await self._store.id_before(params["ts"])
-        return str(position) if position else False
-
-    async def consumer_state(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, str]:
-        state = await self._store.consumer_state(ctx.principal.user_id, params["component"])
-        if state is None:
-            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        return {"position": str(state[0]), "head_id": str(state[1])}
-
-    async def read_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
-        after_id = int(params["after_id"])
-        upto_id = int(params["upto_id"]) if params["upto_id"] is not None else None
-        page = await self._store.read_range(
-            ctx.principal.user_id,
-            params["component"],
-            after_id,
-            upto_id,
-            types=params["want"],
-            max_bytes=ctx.max_response_bytes - REPLY_ENVELOPE_BYTES,
-            data_as_text=params["data_as_text"],
-        )
-        if page is None:
-            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        if page.start_id > after_id:
-            raise FTN3Error(
-                ALREADY_ACKNOWLEDGED,
-                f"Events up to {page.start_id} are acknowledged and may be discarded;"
-                f" read after {page.start_id}",
-            )
-        return EncodedJson(page.json)

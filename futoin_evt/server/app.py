@@ -36,7 +36,7 @@ from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
-from .http import FeedConfig, FeedEndpoint, HttpEndpoint
+from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
 from .peers import PeerChannel, WorkerPlace
 from .websocket import TransportConfig, WebSocketTransport
 
@@ -336,7 +336,7 @@ class EventServer:
             feed = None
             endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
-                service = await FeedService.open(store)
+                service = await FeedService.open(store, streams)
                 feed = FeedEndpoint(service, authenticator, config.feed, transport.is_secure)
                 endpoints.append(feed)
             if config.dcb_path is not None:
@@ -432,6 +432,14 @@ class EventServer:
 
     def _http_url(self, path: str) -> str:
         return self._transport.url.replace("ws", "http", 1).rstrip("/") + path
+
+    def stream_feed_url(self, name: str) -> str | None:
+        """``http(s)://host:port/feeds/NAME``, or None when the feed is off."""
+        if self.feed is None:
+            return None
+        return (
+            self._transport.url.replace("ws", "http", 1).rstrip("/") + f"{STREAM_FEEDS_PATH}/{name}"
+        )
 
     @property
     def url(self) -> str:

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 from websockets.http11 import Request
 
 from ..auth.users import Authenticator, Principal
+from ..domain.partition import DEFAULT_STREAM
 from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
 from ..slots import TOO_MANY_CONNECTIONS
@@ -34,11 +35,13 @@ from .executor import peer_host
 log = logging.getLogger(__name__)
 
 DEFAULT_FEED_PATH = "/feed"
+#: Each stream's feed is under this path: ``/feeds/NAME``.
+STREAM_FEEDS_PATH = "/feeds"
 
 
 @dataclass(frozen=True)
 class FeedConfig:
-    #: Where the feed is served; None: no HTTP feed.
+    #: Where the feed of the stream ``events`` is served; None: no HTTP feed (of any stream).
     path: str | None = DEFAULT_FEED_PATH
     #: Users who may read the feed; None: every user.
     users: frozenset[str] | None = None
@@ -143,10 +146,13 @@ class HttpEndpoint:
         #: Requests by function and HTTP status, with their latency (metrics).
         self.calls = Calls(self.door)
 
+    def serves(self, path: str) -> bool:
+        """True for the paths this endpoint takes."""
+        return _under(path, self.path)
+
     def take(self, io: ServerIO, request: Request, body: bytes) -> bool:
         """Called for each plain HTTP request; True when this endpoint serves it."""
-        path = urlsplit(request.path).path
-        if path != self.path and not path.startswith(self.path + "/"):
+        if not self.serves(urlsplit(request.path).path):
             return False
         task = asyncio.create_task(self._serve(io, request, body))
         self._tasks.add(task)
@@ -251,8 +257,13 @@ class HttpEndpoint:
         return []
 
 
+def _under(path: str, prefix: str) -> bool:
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
 class FeedEndpoint(HttpEndpoint):
-    """The HTTP feed: GETs under the feed's path, served by :class:`FeedService`."""
+    """The HTTP feeds: GETs under the feed's path (the stream ``events``) and under
+    ``/feeds/NAME`` (each stream), served by :class:`FeedService`."""
 
     realm = "futoin-evt feed"
 
@@ -282,12 +293,27 @@ class FeedEndpoint(HttpEndpoint):
         if self._users is not None and principal.name not in self._users:
             raise FeedError(403, f"User {principal.name} may not read this feed.")
         url = urlsplit(request.path)
+        name, subpath = self._stream_path(request)
+        feed = self._feed.feed(name)
         query = parse_qs(url.query, keep_blank_values=True)
-        parsed = parse_feed_request(self.subpath(request), query, self._feed.token)
+        parsed = parse_feed_request(subpath, query, feed.stream, feed.token)
         if isinstance(parsed, Discovery):
-            exchange.respond(200, self._feed.discovery(), "application/json")
+            exchange.respond(200, self._feed.discovery(feed), "application/json")
             return
-        after_id = await self._feed.start_after(parsed)
+        readings = await self._feed.start_after(feed, parsed)
         exchange.start_stream("application/x-ndjson")
-        await self._feed.events(parsed, after_id, exchange.write)
+        await self._feed.events(parsed, readings, exchange.write)
         exchange.end_stream()
+
+    def serves(self, path: str) -> bool:
+        return super().serves(path) or _under(path, STREAM_FEEDS_PATH)
+
+    def _stream_path(self, request: Request) -> tuple[str, str]:
+        """(stream name, what follows the stream's feed path)."""
+        path = urlsplit(request.path).path
+        if not _under(path, STREAM_FEEDS_PATH):
+            return DEFAULT_STREAM, self.subpath(request)
+        name, slash, rest = path[len(STREAM_FEEDS_PATH) + 1 :].partition("/")
+        if not name:
+            raise FeedError(404, f"Name a stream: {STREAM_FEEDS_PATH}/NAME.")
+        return name, slash + rest
