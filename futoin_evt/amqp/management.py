@@ -3,7 +3,7 @@ on the hub and its partition and the event notification's GET-EVENTS, and the ba
 ``$cbs`` shares.
 
 A request arrives on a link to ``$management``, with ``operation: READ``, ``type`` (
-``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (``events``) and, for a
+``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (a stream) and, for a
 partition, ``partition`` in its application properties. ``operation: GET-EVENTS`` (with an
 optional ``eventType``) answers a map of event type to its attribute names. The reply goes out
 on the peer's link from ``$management`` whose target is the request's ``reply-to`` (or its
@@ -16,7 +16,8 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from proton import Condition, Delivery, Link, Message, MessageException, timestamp
 
@@ -27,6 +28,14 @@ from .codec import format_offset
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
+
+
+class Hubs(Protocol):
+    """The streams served: each one's partition logs by name."""
+
+    def partitions(self, name: str) -> Sequence[EventLog] | None:
+        """Partition ``n``'s log at index ``n``; None when there is no such stream."""
+
 
 log = logging.getLogger(__name__)
 
@@ -78,16 +87,12 @@ class RequestReplyNode:
 
 
 class ManagementNode(RequestReplyNode):
-    """``$management``: READ of the hub and of its partition, and GET-EVENTS."""
+    """``$management``: READ of a stream (an event hub) and of its partitions, and GET-EVENTS."""
 
-    def __init__(
-        self, events: EventLog, hub: str, partition: str, catalog: EventCatalog | None = None
-    ) -> None:
+    def __init__(self, hubs: Hubs, catalog: EventCatalog | None = None) -> None:
         super().__init__()
-        self._events = events
+        self._hubs = hubs
         self._catalog = catalog
-        self._hub = hub
-        self._partition = partition
 
     async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
@@ -95,28 +100,32 @@ class ManagementNode(RequestReplyNode):
             return await self._get_events(properties.get("eventType"))
         if properties.get("operation") != "READ":
             return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None
-        if properties.get("name") != self._hub:
-            return 404, f"no such event hub: {quote_input(properties.get('name'))}", None
+        hub = properties.get("name")
+        logs = self._hubs.partitions(hub) if isinstance(hub, str) else None
+        if logs is None:
+            return 404, f"no such event hub: {quote_input(hub)}", None
         kind = properties.get("type")
-        bounds = await self._events.bounds()
-        created = timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0)
         if kind == HUB_TYPE:
+            bounds = await logs[0].bounds()
             return 200, "OK", {
-                "name": self._hub,
+                "name": hub,
                 "type": HUB_TYPE,
-                "created_at": created,
-                "partition_count": 1,
-                "partition_ids": [self._partition],
+                "created_at": timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0),
+                "partition_count": len(logs),
+                "partition_ids": [str(number) for number in range(len(logs))],
             }  # fmt: skip
         if kind != PARTITION_TYPE:
             return 400, f"unsupported type: {quote_input(kind)}", None
-        if properties.get("partition") != self._partition:
-            return 404, f"no such partition: {quote_input(properties.get('partition'))}", None
+        partition = properties.get("partition")
+        ids = [str(number) for number in range(len(logs))]
+        if partition not in ids:
+            return 404, f"no such partition: {quote_input(partition)}", None
+        bounds = await logs[ids.index(partition)].bounds()
         last_id = bounds.last_id or 0
         return 200, "OK", {
-            "name": self._hub,
+            "name": hub,
             "type": PARTITION_TYPE,
-            "partition": self._partition,
+            "partition": partition,
             "begin_sequence_number": bounds.first_id or 0,
             "last_enqueued_sequence_number": last_id,
             "last_enqueued_offset": format_offset(last_id) if last_id else "-1",

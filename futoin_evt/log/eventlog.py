@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
-from ..storage.base import Store, StreamBounds
+from ..storage.base import PartitionLog, StreamBounds
 
 #: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
 COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
@@ -52,9 +52,10 @@ def ts_to_ms(ts: str) -> int:
 
 
 class EventLog:
-    """One ordered log: what a transport calls instead of the store."""
+    """One ordered log (a partition; the store itself is ``events``/0): what a transport
+    calls instead of the store."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: PartitionLog) -> None:
         self._store = store
 
     def append(self, event_type: str, data: Any) -> asyncio.Future[EventId]:
@@ -66,12 +67,11 @@ class EventLog:
 
     def append_encoded(self, events: list[tuple[str, str, str | None]]) -> asyncio.Future[Any]:
         """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
-        order, together; the future is done once all of them are durable. They go to the
-        store in one loop turn, so they share a group commit unless the writer's batch is
-        full."""
+        order; the future is done once all of them are durable. They are stored in one
+        transaction, all or none."""
         if len(events) == 1:
             return self._store.submit_append(*events[0])
-        return asyncio.gather(*(self._store.submit_append(t, d, c) for t, d, c in events))
+        return self._store.submit_appends(events)
 
     async def read_after(self, after_id: int, limit: int) -> list[StoredEvent]:
         rows = await self._store.read_rows(after_id, limit=limit)

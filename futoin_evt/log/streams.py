@@ -17,8 +17,9 @@ import logging
 from collections.abc import Iterator
 from typing import Final
 
-from ..domain.partition import Partition, StreamInfo
+from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ..storage.base import Streams
+from .eventlog import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -98,3 +99,30 @@ class StreamRegistry:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+class StreamLogs:
+    """The event log of each partition of each stream the registry knows, by stream name (made
+    as they are first asked for). ``events``/0 is ``default``, the log other parts share."""
+
+    def __init__(self, registry: StreamRegistry, store: Streams, default: EventLog) -> None:
+        self._registry = registry
+        self._store = store
+        self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: default}
+
+    def names(self) -> list[str]:
+        return [info.name for info in self._registry]
+
+    def partitions(self, name: str) -> list[EventLog] | None:
+        """The logs of the stream's partitions, partition ``n`` at index ``n``; None when
+        there is no such stream."""
+        info = self._registry.get(name)
+        if info is None:
+            return None
+        logs = []
+        for partition in info.partitions:
+            found = self._logs.get(partition.key)
+            if found is None:
+                found = self._logs[partition.key] = EventLog(self._store.partition_log(partition))
+            logs.append(found)
+        return logs

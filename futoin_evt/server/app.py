@@ -24,7 +24,7 @@ from ..ftn18.services import GenService, PollService, ping
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
-from ..log.streams import DEFAULT_POLL_SECONDS, StreamRegistry
+from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents
 from ..notify.management import ManagementBus
 from ..storage import open_store
@@ -161,6 +161,7 @@ async def _start_amqp(
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
+    streams: StreamRegistry,
 ) -> AmqpListener:
     """The AMQP listener (imported here: proton is an optional dependency)."""
     from ..amqp.listener import AmqpListener
@@ -168,7 +169,8 @@ async def _start_amqp(
     from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
-    node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus))
+    hubs = StreamLogs(streams, store, live.events)
+    node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus), hubs)
     listener = AmqpListener(node, authenticator, config)
     listener.notices = bus
     try:
@@ -268,7 +270,9 @@ class EventServer:
             amqp = None
             if config.amqp is not None:
                 try:
-                    amqp = await _start_amqp(store, live, notices, authenticator, config.amqp)
+                    amqp = await _start_amqp(
+                        store, live, notices, authenticator, config.amqp, streams
+                    )
                 except BaseException:
                     await transport.close()
                     raise

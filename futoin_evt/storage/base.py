@@ -84,6 +84,15 @@ def migrations_to_run(current: int, known: int = SCHEMA_VERSION) -> range:
     return range(current + 1, known + 1)
 
 
+def joined_count(items: Sequence[object], limit: int) -> int:
+    """How many queued writes one commit takes: up to ``limit``, more to end a run of
+    appends that belong together (``joined``)."""
+    count = min(len(items), limit)
+    while count < len(items) and getattr(items[count - 1], "joined", False):
+        count += 1
+    return count
+
+
 class Durability(Enum):
     """``FULL``: no acknowledged write is lost even on power loss. ``NORMAL``: survives a crash
     of the process, may lose the last commits on power loss; several times faster."""
@@ -181,6 +190,12 @@ class EventLog(Protocol):
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable. ``content_type``: the
         event came as an AMQP ``data`` section with this content type (see :data:`EventRow`)."""
+
+    def submit_appends(
+        self, events: Sequence[tuple[str, str, str | None]]
+    ) -> asyncio.Future[list[EventId]]:
+        """Queue events (type, data JSON, content type) that are stored together or not at
+        all: one transaction holds them all (a group commit never splits them)."""
 
     async def read_events(
         self,

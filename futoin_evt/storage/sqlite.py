@@ -50,6 +50,7 @@ from .base import (
     StoreUnavailable,
     StreamBounds,
     User,
+    joined_count,
 )
 from .dcb_sql import (
     SQLITE_FTN18_TYPE,
@@ -109,6 +110,8 @@ class _Append:
     future: asyncio.Future[EventId]
     content_type: str | None = None
     tables: Tables = DEFAULT_TABLES
+    #: The next queued append belongs with this one: they are committed together.
+    joined: bool = False
 
 
 @dataclass(slots=True)
@@ -213,6 +216,23 @@ class SqlitePartitionLog(PagedReads):
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
         return future
+
+    def submit_appends(
+        self, events: Sequence[tuple[str, str, str | None]]
+    ) -> asyncio.Future[list[EventId]]:
+        """Queue events that are committed together or not at all."""
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[EventId]] = []
+        last = len(events) - 1
+        for index, (event_type, data_json, content_type) in enumerate(events):
+            future: asyncio.Future[EventId] = loop.create_future()
+            futures.append(future)
+            self._store._enqueue(
+                _Append(event_type, data_json, future, content_type, self._tables, index < last)
+            )
+        return asyncio.gather(*futures)
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         return await self._reader.execute_fetchall(sql, params)
@@ -702,7 +722,7 @@ class SqliteStore(SqlitePartitionLog):
                 queue.ready.clear()
                 await queue.ready.wait()
                 continue
-            count = min(len(queue.items), MAX_WRITES_PER_COMMIT)
+            count = joined_count(queue.items, MAX_WRITES_PER_COMMIT)
             batch = [queue.items.popleft() for _ in range(count)]
             try:
                 results = await self._commit(batch)

@@ -94,6 +94,7 @@ from ..base import (
     StoreUnreachable,
     StreamBounds,
     User,
+    joined_count,
 )
 from ..dcb_sql import (
     PG_FTN18_TYPE,
@@ -181,6 +182,8 @@ class _Append:
     data: str
     future: asyncio.Future[EventId]
     content_type: str | None = None
+    #: The next queued append belongs with this one: they are committed together.
+    joined: bool = False
 
 
 @dataclass(slots=True)
@@ -278,18 +281,34 @@ class PostgresPartitionLog(PagedReads):
     def submit_append(
         self, event_type: str, data_json: str, content_type: str | None = None
     ) -> asyncio.Future[EventId]:
+        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
+        self._enqueue([_Append(event_type, data_json, future, content_type)])
+        return future
+
+    def submit_appends(
+        self, events: Sequence[tuple[str, str, str | None]]
+    ) -> asyncio.Future[list[EventId]]:
+        """Queue events that are committed together or not at all."""
+        loop = asyncio.get_running_loop()
+        last = len(events) - 1
+        appends = [
+            _Append(event_type, data_json, loop.create_future(), content_type, index < last)
+            for index, (event_type, data_json, content_type) in enumerate(events)
+        ]
+        self._enqueue(appends)
+        return asyncio.gather(*(append.future for append in appends))
+
+    def _enqueue(self, appends: list[_Append]) -> None:
         if self._store._closing:
             raise StoreClosed("the event store is closed")
         if self._retired:
             raise StoreClosed(f"the stream {self.partition.stream} was dropped")
-        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._queue.items.append(_Append(event_type, data_json, future, content_type))
+        self._queue.items.extend(appends)
         self._queue.ready.set()
         if self._task is None:
             self._task = asyncio.create_task(
                 self._write_loop(), name=f"futoin-evt-pg-writer-{self._key}"
             )
-        return future
 
     async def _write_loop(self) -> None:
         queue = self._queue
@@ -300,7 +319,7 @@ class PostgresPartitionLog(PagedReads):
                 queue.ready.clear()
                 await queue.ready.wait()
                 continue
-            count = min(len(queue.items), MAX_APPENDS_PER_COMMIT)
+            count = joined_count(queue.items, MAX_APPENDS_PER_COMMIT)
             batch = [queue.items.popleft() for _ in range(count)]
             started = time.perf_counter()
             try:
