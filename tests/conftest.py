@@ -60,7 +60,7 @@ async def start_server(
         """Options of TransportConfig (host, limits, ...) or of ServerConfig."""
         transport = {k: options.pop(k) for k in list(options) if k in TRANSPORT_OPTIONS}
         config = ServerConfig(
-            db=db_path,
+            db=options.pop("db", db_path),
             transport=TransportConfig(port=0, **transport),
             check_results=True,
             # discarding runs when a test asks for it (server.discarder.discard())
