@@ -82,7 +82,7 @@ LAYERS: dict[str, set[str]] = {
     # the doors: FTN3 (FTN18, and the FTN3 adapters of DCB and notification), AMQP
     "doors": {"ftn18", "amqp"},
     # the composition root with the WebSocket and HTTP listeners; the client
-    "top": {"server", "client"},
+    "top": {"server", "client", "eventhubs"},
     "cli": {"cli", "__main__"},
 }
 #: Arrows that go up, each for a reason.

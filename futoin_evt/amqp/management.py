@@ -21,9 +21,11 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from proton import Condition, Delivery, Link, Message, MessageException, timestamp
 
+from ..domain.checkpoints import EventHubCheckpoints
 from ..log.eventlog import EventLog, ts_to_ms
 from ..notify.catalog import EventCatalog
 from ..quoting import quote_input
+from . import checkpoints
 from .codec import format_offset
 
 if TYPE_CHECKING:
@@ -89,10 +91,17 @@ class RequestReplyNode:
 class ManagementNode(RequestReplyNode):
     """``$management``: READ of a stream (an event hub) and of its partitions, and GET-EVENTS."""
 
-    def __init__(self, hubs: Hubs, catalog: EventCatalog | None = None) -> None:
+    def __init__(
+        self,
+        hubs: Hubs,
+        catalog: EventCatalog | None = None,
+        checkpoints: EventHubCheckpoints | None = None,
+    ) -> None:
         super().__init__()
         self._hubs = hubs
         self._catalog = catalog
+        #: The Event Hubs checkpoint store (:mod:`.checkpoints`), when served.
+        self._checkpoints = checkpoints
 
     async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
@@ -105,6 +114,13 @@ class ManagementNode(RequestReplyNode):
         if logs is None:
             return 404, f"no such event hub: {quote_input(hub)}", None
         kind = properties.get("type")
+        if isinstance(kind, str) and kind.startswith(checkpoints.PREFIX):
+            if self._checkpoints is None or conn.principal is None:
+                return 501, "the checkpoint store is not served here", None
+            user_id = conn.principal.user_id
+            return await checkpoints.answer(
+                self._checkpoints, user_id, len(logs), kind, properties, request.body
+            )
         if kind == HUB_TYPE:
             bounds = await logs[0].bounds()
             return 200, "OK", {

@@ -34,6 +34,7 @@ from proton import (
 )
 
 from ..auth.sas import SasVerifier
+from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.stream import EventRejected, UserId
 from ..log.eventlog import EventLog, is_registrable
 from ..notify.live import LiveEvents
@@ -162,7 +163,7 @@ class EventLogNode:
         sas: SasVerifier | None = None,
         notifications: AddressNode | None = None,
         hubs: Hubs | None = None,
-        management: ManagementNode | None = None,
+        checkpoints: EventHubCheckpoints | None = None,
     ) -> None:
         self.events = events
         self.hubs: Hubs = hubs if hubs is not None else OneHub(events)
@@ -176,9 +177,7 @@ class EventLogNode:
         #: ``$events`` (event notification), when served.
         self._notifications = notifications
         catalog = notifications.live.catalog if notifications is not None else None
-        self._management = (
-            management if management is not None else ManagementNode(self.hubs, catalog)
-        )
+        self._management = ManagementNode(self.hubs, catalog, checkpoints)
         self._cbs = CbsNode(sas)
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:

@@ -170,7 +170,8 @@ async def _start_amqp(
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
     hubs = StreamLogs(streams, store, live.events)
-    node = EventLogNode(live.events, config.limits.node, sas, NotificationNode(live, bus), hubs)
+    notifications = NotificationNode(live, bus)
+    node = EventLogNode(live.events, config.limits.node, sas, notifications, hubs, store)
     listener = AmqpListener(node, authenticator, config)
     listener.notices = bus
     try:

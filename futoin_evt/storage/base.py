@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Final, NamedTuple, Protocol
 
+from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.partition import Partition, StreamInfo
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
@@ -42,7 +43,7 @@ from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 5
+SCHEMA_VERSION: Final = 6
 
 
 class StoreError(Exception):
@@ -420,7 +421,7 @@ class Streams(Protocol):
         the store is open). ``events``/0 is the store itself."""
 
 
-class Store(PartitionLog, Streams, Users, Protocol):
+class Store(PartitionLog, Streams, Users, EventHubCheckpoints, Protocol):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
     of ``events``/0."""
 

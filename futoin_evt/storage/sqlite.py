@@ -52,6 +52,7 @@ from .base import (
     User,
     joined_count,
 )
+from .checkpoints import CheckpointTables
 from .dcb_sql import (
     SQLITE_FTN18_TYPE,
     condition_sql,
@@ -508,7 +509,7 @@ class SqlitePartitionLog(PagedReads):
         return total
 
 
-class SqliteStore(SqlitePartitionLog):
+class SqliteStore(SqlitePartitionLog, CheckpointTables):
     """Event, consumer, user and stream storage; as a log, the view of ``events``/0.
     Create with :meth:`open`; close with :meth:`close`."""
 
@@ -662,6 +663,14 @@ class SqliteStore(SqlitePartitionLog):
             "SELECT value FROM meta WHERE key = 'streams_version'"
         )
         return int(next(iter(rows))[0])
+
+    # -- the Event Hubs checkpoint store ------------------------------------------------------
+
+    async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await self._reader.execute_fetchall(sql, params))
+
+    async def _checkpoint_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return await self._write(sql, params)
 
     # -- users --------------------------------------------------------------------------------
 

@@ -96,6 +96,7 @@ from ..base import (
     User,
     joined_count,
 )
+from ..checkpoints import CheckpointTables
 from ..dcb_sql import (
     PG_FTN18_TYPE,
     condition_sql,
@@ -695,7 +696,7 @@ class PostgresPartitionLog(PagedReads):
         return [stored_event(row) for row in rows], head
 
 
-class PostgresStore(PostgresPartitionLog):
+class PostgresStore(PostgresPartitionLog, CheckpointTables):
     """Event, consumer, user and stream storage in PostgreSQL; as a log, the view of
     ``events``/0. Create with :meth:`open`."""
 
@@ -990,6 +991,15 @@ class PostgresStore(PostgresPartitionLog):
     async def streams_version(self) -> int:
         row = await self._fetch_one("SELECT value FROM meta WHERE key = 'streams_version'")
         return int(row[0])
+
+    # -- the Event Hubs checkpoint store --------------------------------------------------
+
+    _mark = "%s"
+
+    async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return await self._fetch(sql, params)
+
+    _checkpoint_write = _checkpoint_read
 
     # -- users ----------------------------------------------------------------------------
 
