@@ -201,7 +201,12 @@ class RequestLink:
             correlation_id=request.id,
             body=body,
             address=request.reply_to,
-            properties={"status-code": status, "status-description": description},
+            # statusDescription too: the Event Hubs SDK reads that name
+            properties={
+                "status-code": status,
+                "status-description": description,
+                "statusDescription": description,
+            },
         )
         target = self._node.reply_link(self._conn, request.reply_to)
         if target is None:

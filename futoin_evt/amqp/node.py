@@ -80,6 +80,8 @@ SOURCE_PARTITION: Final = symbol("event-streams-source-partition")
 PARTITION_KEYS: Final = (symbol("x-opt-partition-key"), symbol("event-streams-group-key"))
 GROUP_PROPERTY: Final = symbol("event-streams-consumer-group")
 EPOCH_PROPERTY: Final = symbol("event-streams-epoch")
+#: Event Hubs' epoch (the SDK's ``owner_level``; 0 with a checkpoint store).
+OWNER_LEVEL_PROPERTY: Final = symbol("com.microsoft:epoch")
 #: A consumer group named ``ftn18:<component>`` keeps its position as the user's registered
 #: FTN18 consumer ``<component>`` (registered on attach if need be).
 FTN18_GROUP_PREFIX: Final = "ftn18:"
@@ -218,6 +220,13 @@ class EventLogNode:
                 partition=partition,
             )
         group = properties.get(GROUP_PROPERTY, parsed.group)
+        epoch = properties.get(EPOCH_PROPERTY)
+        # An Event Hubs owner level: one link per group and partition, the newest of the
+        # highest level wins (how the SDK's load balancing hands a partition over).
+        owner_level = properties.get(OWNER_LEVEL_PROPERTY) if epoch is None else None
+        if owner_level is not None:
+            group = DEFAULT_GROUP if group is None else group
+            epoch = owner_level
         event_hubs = uri or parsed.partition is not None
         if group is None:
             if partition is None:
@@ -229,7 +238,7 @@ class EventLogNode:
                 conn, link, events, start, event_hubs=event_hubs, partition=partition
             )
         return self._attach_group(
-            conn, link, parsed, partition, group, properties.get(EPOCH_PROPERTY), event_hubs
+            conn, link, parsed, partition, group, epoch, event_hubs, owner_level is not None
         )
 
     def _router(self, hub: str) -> Callable[[str | None, str | None], EventLog]:
@@ -285,9 +294,11 @@ class EventLogNode:
         group: Any,
         epoch: Any,
         event_hubs: bool,
+        equal_takes_over: bool = False,
     ) -> ConsumerLink:
         """One active link per group (of this user) and partition; a higher epoch takes
-        over (seed 4.5.2). A link naming no partition is given a free one (4.5.1)."""
+        over (seed 4.5.2), also an equal one for an Event Hubs owner level. A link naming no
+        partition is given a free one (4.5.1)."""
         if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
             raise LinkRefused(
                 INVALID_FIELD,
@@ -323,7 +334,7 @@ class EventLogNode:
         owner = self._groups.get(key)
         new_epoch = int(epoch) if epoch is not None else 0
         if owner is not None:
-            if epoch is None or new_epoch <= owner.epoch:
+            if epoch is None or new_epoch < owner.epoch + (0 if equal_takes_over else 1):
                 raise LinkRefused(
                     RESOURCE_LOCKED,
                     f"consumer group {quote_input(group, 80)} has an active link on partition"
