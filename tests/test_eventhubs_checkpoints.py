@@ -67,7 +67,9 @@ async def test_ownership_claims_with_etags_and_checkpoints(hub: EventServer) -> 
             outcome["stale"] = list(store.claim_ownership([ownership("0", "b")]))
             taken = list(store.claim_ownership([ownership("0", "b", first[0]["etag"])]))
             outcome["taken"] = taken
-            outcome["old etag"] = list(store.claim_ownership([ownership("0", "c", first[0]["etag"])]))
+            outcome["old etag"] = list(
+                store.claim_ownership([ownership("0", "c", first[0]["etag"])])
+            )
             outcome["listed"] = list(store.list_ownership(NAMESPACE, HUB, "$Default"))
             store.update_checkpoint(
                 {
