@@ -1,14 +1,15 @@
-"""Streams with partitions at the AMQP door: the Event Hubs SDK unchanged against a stream of 4
-partitions (partition ids, keyed and partition batches, receiving over every partition with
-both load-balancing strategies, and from a sequence number), and the event streams draft's
-partition-bound and partition-agnostic links, driven by proton's own client. On SQLite and
-PostgreSQL."""
+"""Streams with partitions at the AMQP door: the Event Hubs SDKs (Python, and JavaScript's
+@azure/event-hubs) unchanged against a stream of 4 partitions (partition ids, keyed and
+partition batches, receiving over every partition with both load-balancing strategies, and
+from a sequence number), and the event streams draft's partition-bound and partition-agnostic
+links, driven by proton's own client. On SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
 import threading
 from collections import defaultdict
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,7 +21,7 @@ from futoin_evt.amqp import AmqpConfig
 from futoin_evt.amqp.node import key_partition
 from futoin_evt.server.app import EventServer
 
-from .conftest import ServerFactory
+from .conftest import ServerFactory, run_js
 from .test_amqp import LinkProperties, annotations_filter, connected
 from .test_amqp_eventhubs import SECRET, key_of
 
@@ -295,3 +296,31 @@ async def test_group_links_get_free_partitions_and_ftn18_groups_bind_per_partiti
                 break
             await asyncio.sleep(0.05)
         assert position == 1, partition
+
+
+async def test_the_javascript_sdk(hub: EventServer, js_peer: Path) -> None:
+    """@azure/event-hubs, unchanged: partition ids, keyed and partition batches, receiving
+    over every partition and one partition from a sequence number."""
+    keys = [f"js-{n}" for n in range(6)]
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+    lines = await run_js(
+        js_peer, "eventhubs.js", {"connectionString": conn_str, "keys": keys, "perKey": 4}
+    )
+    assert lines[0] == {"ids": ["0", "1", "2", "3"]}
+    everything = lines[1]["all"]
+    assert len(everything) == len(keys) * 4 + 5
+    by_key: dict[str, list[int]] = defaultdict(list)
+    for event in everything:
+        body = event["body"]
+        if "key" in body:
+            assert event["partition"] == str(key_partition(body["key"], PARTITIONS))
+            by_key[body["key"]].append(body["n"])
+        else:
+            assert event["partition"] == "1"
+    assert by_key == {key: [0, 1, 2, 3] for key in keys}
+    for partition in ("0", "1", "2", "3"):
+        numbers = [e["sequence"] for e in everything if e["partition"] == partition]
+        assert numbers == list(range(1, len(numbers) + 1))
+    one = lines[2]["one"]
+    assert [e["sequence"] for e in one] == list(range(3, 3 + len(one)))
+    assert {e["partition"] for e in one} == {"1"}
