@@ -7,13 +7,12 @@ links, driven by proton's own client. On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.eventhub import EventData, EventHubProducerClient
 from proton import Message, symbol
 from proton.utils import LinkDetached, SendException
 
@@ -23,7 +22,7 @@ from futoin_evt.server.app import EventServer
 
 from .conftest import ServerFactory, run_js
 from .test_amqp import LinkProperties, annotations_filter, connected
-from .test_amqp_eventhubs import SECRET, key_of
+from .test_amqp_eventhubs import SECRET, key_of, receive_from
 
 pytestmark = pytest.mark.functional
 
@@ -51,31 +50,11 @@ def connection_string(server: EventServer, user: str, key: str, hub: str = HUB) 
 
 
 def receive(conn_str: str, count: int, **options: Any) -> list[tuple[str, Any]]:
-    """(partition id, event) until ``count`` came, with EventHubConsumerClient.receive."""
-    client = EventHubConsumerClient.from_connection_string(
-        conn_str,
-        consumer_group="$Default",
-        load_balancing_interval=options.pop("load_balancing_interval", 1),
-        load_balancing_strategy=options.pop("load_balancing_strategy", "greedy"),
-    )
-    received: list[tuple[str, Any]] = []
-    errors: list[Exception] = []
-    lock = threading.Lock()
-
-    def on_event(context: Any, event: Any) -> None:
-        with lock:
-            received.append((context.partition_id, event))
-            if len(received) == count:
-                threading.Thread(target=client.close).start()
-
-    def on_error(_context: Any, error: Exception) -> None:
-        errors.append(error)
-        threading.Thread(target=client.close).start()
-
-    with client:
-        client.receive(on_event=on_event, on_error=on_error, **options)
-    assert not errors, errors
-    return received
+    """(partition id, event) over every partition (or ``partition_id``), load balancing
+    every second, greedily unless ``load_balancing_strategy`` says otherwise."""
+    options.setdefault("load_balancing_interval", 1)
+    options.setdefault("load_balancing_strategy", "greedy")
+    return receive_from(conn_str, count, **options)
 
 
 def send_keyed(conn_str: str, keys: list[str], rounds: int, per_batch: int) -> None:
@@ -121,7 +100,7 @@ async def test_the_sdk_sees_partitions_and_keys_pick_them(hub: EventServer) -> N
     assert ids == ["0", "1", "2", "3"]
     assert hub_properties["eventhub_name"] == HUB
     assert hub_properties["partition_ids"] == ids
-    expected = defaultdict(int)
+    expected: defaultdict[str, int] = defaultdict(int)
     for key in keys:
         expected[str(key_partition(key, PARTITIONS))] += 15
     assert len(expected) > 1  # the keys are spread over partitions
@@ -135,10 +114,10 @@ async def test_the_sdk_sees_partitions_and_keys_pick_them(hub: EventServer) -> N
             receive, conn_str, 120, starting_position="-1", load_balancing_strategy=strategy
         )
         check_every_event_once_in_key_order(received, keys, 15)
-        for partition in ids:
-            numbers = [e.sequence_number for p, e in received if p == partition]
-            assert numbers == list(range(1, expected[partition] + 1))
-            assert [e.offset for p, e in received if p == partition][:1] == (
+        for partition_id in ids:
+            numbers = [e.sequence_number for p, e in received if p == partition_id]
+            assert numbers == list(range(1, expected[partition_id] + 1))
+            assert [e.offset for p, e in received if p == partition_id][:1] == (
                 ["00000000000000000001"] if numbers else []
             )
 
@@ -173,8 +152,8 @@ async def test_partition_batches_and_reading_one_partition_from_a_sequence_numbe
 async def test_partition_bound_and_agnostic_links(hub: EventServer) -> None:
     url = hub.amqp_url or ""
 
-    def scenario() -> dict[str, Any]:
-        outcome: dict[str, Any] = {}
+    def scenario() -> dict[Any, Any]:
+        outcome: dict[Any, Any] = {}
         with connected(url) as conn:
             bound = conn.create_sender(
                 HUB, name="bound", options=LinkProperties(event_streams_partition="3")
@@ -214,10 +193,11 @@ async def test_partition_bound_and_agnostic_links(hub: EventServer) -> None:
             received = []
             for _ in range(4):
                 message = receiver.receive()
-                received.append((message.instructions[SOURCE], message.body))
+                annotations: Any = message.instructions
+                received.append((annotations[SOURCE], message.body))
                 receiver.accept()
             outcome["received"] = sorted(received, key=str)
-            info = conn.create_receiver(f"{HUB}/$info", credit=1).receive().body
+            info: Any = conn.create_receiver(f"{HUB}/$info", credit=1).receive().body
             outcome["info"] = info[symbol("partitions")]
         return outcome
 
@@ -258,7 +238,7 @@ async def test_group_links_get_free_partitions_and_ftn18_groups_bind_per_partiti
             for n in range(PARTITIONS):
                 sender.send(Message(subject="T", body=n, instructions={TARGET: symbol(str(n))}))
             group = LinkProperties(event_streams_consumer_group="ftn18:billing")
-            links = [
+            links: list[Any] = [
                 conn.create_receiver(HUB, name=f"member-{n}", credit=1, options=group)
                 for n in range(PARTITIONS)
             ]
@@ -272,7 +252,7 @@ async def test_group_links_get_free_partitions_and_ftn18_groups_bind_per_partiti
             except LinkDetached as exc:
                 outcome["fifth"] = exc.condition
             links[1].close()
-            again = conn.create_receiver(HUB, name="again", credit=1, options=group)
+            again: Any = conn.create_receiver(HUB, name="again", credit=1, options=group)
             outcome["again"] = again.link.remote_properties[PARTITION]
             for receiver in (again, *links[:1], *links[2:]):
                 receiver.close()

@@ -467,11 +467,33 @@ _SECTION: Final = b"\x00\x53"
 _LEADING_SECTIONS: Final = (0x70, 0x71, 0x72)
 
 
+_HEADER: Final = b"\x00\x53\x70"
+_DELIVERY_ANNOTATIONS: Final = b"\x00\x53\x71"
+_MESSAGE_ANNOTATIONS: Final = b"\x00\x53\x72"
+
+
+def _header_size(raw: bytes) -> int:
+    """The size of the message's header section (proton writes one into every message), read
+    without decoding it; 0 when there is none (or it is of a form left to the decoder)."""
+    if raw[:3] != _HEADER or len(raw) < 5:
+        return 0
+    constructor = raw[3]
+    if constructor == 0x45:  # list0
+        return 4
+    if constructor == 0xC0:  # list8: size, then count and items
+        return 5 + raw[4]
+    if constructor == 0xD0 and len(raw) >= 8:  # list32
+        return 8 + int.from_bytes(raw[4:8], "big")
+    return 0
+
+
 def _routing(raw: bytes) -> tuple[str | None, str | None]:
     """The ``event-streams-target-partition`` delivery annotation and the partition key
     (message annotation) of an encoded message, when it has them."""
     target = key = None
-    view = memoryview(raw)
+    view = memoryview(raw)[_header_size(raw) :]
+    if view[:3].tobytes() not in (_DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
+        return None, None  # the common case: nothing to decode
     data = Data()
     while len(view) > 2 and view[:2].tobytes() == _SECTION and view[2] in _LEADING_SECTIONS:
         data.clear()
@@ -597,8 +619,7 @@ class ProducerLink:
     def _append(self, raw: bytes, batch: bool) -> asyncio.Future[Any]:
         """Every event of the message (of each message of a batch) queued for the store, or
         none when one of them cannot be an event."""
-        annotated = raw[2:3] in (b"\x70", b"\x71", b"\x72") and raw[:2] == _SECTION
-        target, key = _routing(raw) if annotated else (None, None)
+        target, key = _routing(raw)
         quick = None if batch else quick_event(raw)
         if quick is not None:
             events = [quick]
