@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
-from proton import Message, symbol
+from proton import Delivery, Message, symbol
 from proton.utils import LinkDetached, SendException
 
 from futoin_evt.amqp import AmqpConfig
@@ -304,3 +304,35 @@ async def test_the_javascript_sdk(hub: EventServer, js_peer: Path) -> None:
     one = lines[2]["one"]
     assert [e["sequence"] for e in one] == list(range(3, 3 + len(one)))
     assert {e["partition"] for e in one} == {"1"}
+
+
+async def test_a_dropped_stream_refuses_its_messages_and_links(hub: EventServer) -> None:
+    url = hub.amqp_url or ""
+    await hub.store.add_stream("brief", 2)
+    await hub.streams.refresh()
+    loop = asyncio.get_running_loop()
+
+    async def drop() -> None:
+        await hub.store.drop_stream("brief")
+        await hub.streams.refresh()
+
+    def scenario() -> dict[str, Any]:
+        outcome: dict[str, Any] = {}
+        with connected(url) as conn:
+            sender = conn.create_sender("brief", name="to-brief")
+            sender.send(Message(subject="T", body=1))
+            asyncio.run_coroutine_threadsafe(drop(), loop).result()
+            try:
+                sender.send(Message(subject="T", body=2))
+            except SendException as exc:
+                outcome["send"] = exc.state
+            try:
+                conn.create_sender("brief", name="again")
+            except LinkDetached as exc:
+                outcome["attach"] = exc.condition
+            # the connection and the other streams are served on
+            conn.create_sender(HUB, name="other").send(Message(subject="T", body=3))
+        return outcome
+
+    outcome = await asyncio.to_thread(scenario)
+    assert outcome == {"send": Delivery.REJECTED, "attach": "amqp:not-found"}

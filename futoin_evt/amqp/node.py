@@ -611,6 +611,9 @@ class ProducerLink:
         except BadMessage as exc:
             _reject(delivery, exc.condition, str(exc))
             self._count(exc.condition, started)
+        except RuntimeError as exc:  # the store is closing, or the stream was dropped
+            _reject(delivery, INTERNAL_ERROR, str(exc))
+            self._count(INTERNAL_ERROR, started)
         else:
             self._in_store += 1
             future.add_done_callback(lambda done: self._stored(delivery, done, started))

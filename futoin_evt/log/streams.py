@@ -109,13 +109,19 @@ class StreamLogs:
         self._registry = registry
         self._store = store
         self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: default}
-
-    def names(self) -> list[str]:
-        return [info.name for info in self._registry]
+        #: The lists handed out, while the registry stays at ``_version``.
+        self._lists: dict[str, list[EventLog]] = {}
+        self._version = registry.version
 
     def partitions(self, name: str) -> list[EventLog] | None:
         """The logs of the stream's partitions, partition ``n`` at index ``n``; None when
         there is no such stream."""
+        if self._version != self._registry.version:
+            self._lists.clear()
+            self._version = self._registry.version
+        logs = self._lists.get(name)
+        if logs is not None:
+            return logs
         info = self._registry.get(name)
         if info is None:
             return None
@@ -125,4 +131,5 @@ class StreamLogs:
             if found is None:
                 found = self._logs[partition.key] = EventLog(self._store.partition_log(partition))
             logs.append(found)
+        self._lists[name] = logs
         return logs
