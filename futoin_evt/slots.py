@@ -152,6 +152,10 @@ class Slots(Generic[S]):
     def established(self) -> int:
         return len(self._established)
 
+    def established_sockets(self) -> list[S]:
+        """The sockets past their handshake (a copy)."""
+        return list(self._established)
+
     def __len__(self) -> int:
         return len(self._handshakes) + len(self._established)
 

@@ -15,14 +15,15 @@ import contextvars
 from bisect import bisect_left
 from typing import Final
 
-#: The streams and partitions served, as metric labels. Today one stream with one partition;
-#: every per-stream metric reads its labels from here.
+#: A partition as metric labels: (stream, partition number). Every stream's partitions are
+#: labelled so; these are the default partition's, which every process serves.
 STREAMS: Final = (("events", "0"),)
 DEFAULT_STREAM: Final = STREAMS[0]
 
-#: The doors, as the ``door`` label. Event notification is served on the WebSocket (iface
-#: ``futoin.evt.notify``) and AMQP doors; its calls carry its iface.
-DOORS: Final = ("websocket", "feed", "dcb", "amqp")
+#: The doors, as the ``door`` label. A connection counts under one: a WebSocket connection
+#: holding notification subscriptions under ``notify``, an HTTP connection under the door its
+#: last request went to. Calls of event notification carry its iface, whatever the door.
+DOORS: Final = ("websocket", "feed", "dcb", "amqp", "notify", "console")
 #: A function, iface or outcome that is not one the server defines.
 UNKNOWN: Final = "unknown"
 
@@ -134,16 +135,19 @@ class WriteStats:
     __slots__ = ("appended", "appended_bytes", "batch_sizes", "commit_seconds")
 
     def __init__(self) -> None:
-        #: Events appended per (stream, partition), and their stored JSON size.
+        #: Events appended per (stream, partition) since the start, and their stored JSON size
+        #: (a partition appears with its first append; the default one is always there).
         self.appended: dict[tuple[str, str], int] = dict.fromkeys(STREAMS, 0)
         self.appended_bytes: dict[tuple[str, str], int] = dict.fromkeys(STREAMS, 0)
         self.batch_sizes = Histogram(BATCH_BUCKETS)
         self.commit_seconds = Histogram()
 
-    def committed(self, writes: int, seconds: float, events: int, size: int) -> None:
-        """One group commit of ``writes`` queued writes, ``events`` of them events."""
+    def committed(self, writes: int, seconds: float) -> None:
+        """One group commit of ``writes`` queued writes."""
         self.batch_sizes.observe(writes)
         self.commit_seconds.observe(seconds)
-        if events:
-            self.appended[DEFAULT_STREAM] += events
-            self.appended_bytes[DEFAULT_STREAM] += size
+
+    def appended_to(self, partition: tuple[str, str], events: int, size: int) -> None:
+        """``events`` of ``size`` bytes committed to ``partition`` (its labels)."""
+        self.appended[partition] = self.appended.get(partition, 0) + events
+        self.appended_bytes[partition] = self.appended_bytes.get(partition, 0) + size

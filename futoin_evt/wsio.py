@@ -338,7 +338,10 @@ def _ignore(_pressed: bool) -> None:
 
 
 class ServerIO(FrameIO):
-    """The server side: accepts the opening handshake on any path, then calls ``on_open``.
+    """The server side: accepts the opening handshake, then calls ``on_open``.
+
+    ``check_path`` (when given) tells why an upgrade to a path is refused, or None: a refused
+    one gets HTTP 404 with that sentence. The accepted path is :attr:`path`.
 
     A plain HTTP GET (no WebSocket upgrade) goes to ``on_http`` when given; if that takes
     it, the connection carries HTTP/1.1 until :meth:`http_done`: bytes that arrive meanwhile
@@ -351,11 +354,15 @@ class ServerIO(FrameIO):
         on_open: Callable[[ServerIO], None],
         slots: Slots[ServerIO],
         on_http: HttpHandler | None = None,
+        check_path: Callable[[str], str | None] | None = None,
     ) -> None:
         super().__init__(ServerProtocol(max_size=max_size))
         self._max_size = max_size
         self._on_open = on_open
         self._on_http = on_http
+        self._check_path = check_path
+        #: The request target of the WebSocket upgrade (path and query), once accepted.
+        self.path = "/"
         self._held = bytearray()
         #: The server's slots: this socket holds one from connection_made to connection_lost,
         #: a handshake slot until a user logs in on it (:meth:`log_in`), then an established
@@ -365,6 +372,9 @@ class ServerIO(FrameIO):
         self._head: bytearray | None = bytearray()
         #: After a refusal: how much more of the peer's input is dropped before cutting it.
         self._linger_left: int | None = None
+        #: The door the connection serves, for the metrics: an HTTP endpoint that takes a
+        #: request sets its own.
+        self.door = "websocket"
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
@@ -515,8 +525,13 @@ class ServerIO(FrameIO):
                 return
             self._detached = False
         response = self.ws.accept(event)
+        if response.status_code == 101 and self._check_path is not None:
+            refusal = self._check_path(event.path)
+            if refusal is not None:
+                response = self.ws.reject(HTTPStatus.NOT_FOUND, refusal + "\n")
         self.ws.send_response(response)
         if response.status_code == 101:
+            self.path = event.path
             self._handshake_done()
             self._on_open(self)
         else:

@@ -200,6 +200,18 @@ class ServerProcess:
         self.log.close()
 
 
+def run_without(module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """The command line, run with ``module`` missing (as if it were not installed)."""
+    script = (
+        f"import sys; sys.modules[{module!r}] = None\n"
+        "from futoin_evt.cli import main\n"
+        f"sys.exit(main({argv!r}))"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+
+
 async def run_js(js_dir: Path, script: str, scenario: dict[str, Any]) -> list[Any]:
     """Run a script of tests/js with a JSON scenario; return its JSON output lines."""
     proc = await asyncio.create_subprocess_exec(

@@ -81,6 +81,8 @@ LAYERS: dict[str, set[str]] = {
     "services": {"dcb", "feed"},
     # the doors: FTN3 (FTN18, and the FTN3 adapters of DCB and notification), AMQP
     "doors": {"ftn18", "amqp"},
+    # the web console: pages over the services and doors, no wire in it
+    "console": {"console"},
     # the composition root with the WebSocket and HTTP listeners; the client
     "top": {"server", "client", "eventhubs"},
     "cli": {"cli", "__main__"},

@@ -20,13 +20,15 @@ from prometheus_client.samples import Sample
 
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import Event, EventStreamClient, RemoteError
+from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.domain.partition import Partition
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
 from .amqp_wire import Peer, login
-from .conftest import USERS, ServerFactory
+from .conftest import USERS, ServerFactory, run_without
 
 pytestmark = pytest.mark.functional
 
@@ -166,6 +168,108 @@ async def test_n_events_added_count_n_and_the_head_follows(
     assert writes - before.value("futoin_evt_commit_batch_writes_sum") >= 25
 
 
+async def _orders(server: EventServer, partitions: int = 2) -> list[Partition]:
+    """A stream ``orders`` the server serves at once."""
+    info = await server.store.add_stream("orders", partitions)
+    await server.streams.refresh()
+    return list(info.partitions)
+
+
+async def test_every_partition_of_every_stream_counts_its_own(
+    metered: EventServer, http: httpx.AsyncClient, alice: EventStreamClient
+) -> None:
+    zero, one = await _orders(metered)
+    before = await scrape(http, metered)
+    assert before.value("futoin_evt_stream_head_id", stream="orders", partition="1") == 0
+    orders = metered.store.partition_log(one)
+    ids = [await orders.append("Placed", f'{{"n":{n}}}') for n in range(3)]
+    await alice.add_event("E", {})
+    await alice.add_event("E", {})
+    after = await scrape(http, metered)
+    appended = "futoin_evt_events_appended_total"
+    assert after.value(appended, stream="orders", partition="1") == 3
+    assert after.value(appended, stream="orders", partition="0") == 0
+    assert after.value(appended, **STREAM) - before.value(appended, **STREAM) == 2
+    assert after.value("futoin_evt_stream_head_id", stream="orders", partition="1") == ids[-1] == 3
+    assert after.value("futoin_evt_stream_oldest_id", stream="orders", partition="1") == 1
+    assert after.value("futoin_evt_stream_oldest_id", stream="orders", partition="0") == 0
+    size = after.value("futoin_evt_events_appended_bytes_total", stream="orders", partition="1")
+    assert size > 3 * len('{"n":0}')
+    # a stream dropped is no longer reported
+    await metered.store.drop_stream("orders")
+    await metered.streams.refresh()
+    gone = await scrape(http, metered)
+    assert not gone.values("futoin_evt_stream_head_id", stream="orders")
+    assert zero.stream == "orders"
+
+
+async def test_lag_per_partition_is_what_the_store_reports(
+    metered: EventServer, http: httpx.AsyncClient, alice: EventStreamClient
+) -> None:
+    _zero, one = await _orders(metered)
+    orders = metered.store.partition_log(one)
+    user = await metered.store.get_user("alice")
+    assert user is not None
+    await orders.register_consumer(user.id, "BILLING")
+    await alice.register_consumer("BILLING")  # the same name on events/0: another consumer
+    ids = [await orders.append("Placed", "{}") for _ in range(4)]
+    labels = {"user": "alice", "component": "BILLING", "stream": "orders", "partition": "1"}
+    result = await scrape(http, metered)
+    (row,) = await orders.consumers(user.id)
+    assert result.value("futoin_evt_consumer_lag_events", **labels) == row.behind == 4
+    assert result.value("futoin_evt_consumer_lag_events", **{**labels, **STREAM}) == 0
+    await orders.acknowledge(user.id, "BILLING", ids[1])
+    result = await scrape(http, metered)
+    assert result.value("futoin_evt_consumer_lag_events", **labels) == 2
+    assert result.value("futoin_evt_consumer_position", **labels) == ids[1]
+    assert result.value("futoin_evt_consumers_registered") == 2
+
+
+async def test_the_consumer_limit_spans_partitions(
+    metered: EventServer, http: httpx.AsyncClient, alice: EventStreamClient
+) -> None:
+    assert metered.metrics is not None
+    metered.metrics.snapshot.limit = 3
+    zero, one = await _orders(metered)
+    user = await metered.store.get_user("alice")
+    assert user is not None
+    for partition in (zero, one):
+        for name in ("A", "B"):
+            await metered.store.partition_log(partition).register_consumer(user.id, name)
+    result = await scrape(http, metered)
+    assert len(result.values("futoin_evt_consumer_lag_events")) == 3
+    assert result.value("futoin_evt_consumers_registered") == 4
+    assert result.value("futoin_evt_consumers_left_out") == 1
+
+
+async def test_connections_count_under_their_door_not_their_port(
+    metered: EventServer, http: httpx.AsyncClient, alice: EventStreamClient
+) -> None:
+    """The WebSocket port serves several doors: each connection counts under the one it uses."""
+    await alice.ping()  # logged in: past its handshake
+    async with await client_of(metered, "bob") as bob:
+        await Notifications(bob.ftn3).subscribe("eventType = 'E'")
+        assert metered.feed_url is not None
+        basic = {"Authorization": "Basic " + base64.b64encode(b"alice:alice-pw").decode()}
+        async with httpx.AsyncClient(timeout=30) as feed, httpx.AsyncClient(timeout=30) as dcb:
+            assert (await feed.get(metered.feed_url, headers=basic)).status_code == 200
+            dcb_url = metered.url.replace("ws", "http", 1).rstrip("/") + "/dcb/v1/read"
+            assert (await dcb.post(dcb_url, json={}, headers=basic)).status_code == 200
+            result = await scrape(http, metered)
+    connections = {
+        door: result.value("futoin_evt_door_connections", door=door)
+        for door in ("websocket", "notify", "feed", "dcb", "amqp", "console")
+    }
+    assert connections == {
+        "websocket": 1,
+        "notify": 1,
+        "feed": 1,
+        "dcb": 1,
+        "amqp": 0,
+        "console": 0,
+    }
+
+
 async def test_calls_are_counted_by_function_and_outcome(
     metered: EventServer, http: httpx.AsyncClient, alice: EventStreamClient
 ) -> None:
@@ -298,6 +402,11 @@ async def test_on_postgresql_the_pool_is_reported_too(pg_url: str, http: httpx.A
         assert result.value("futoin_evt_pg_pool_requests_waiting") == 0
         assert result.value("futoin_evt_pg_pool_connections_in_use") >= 0
         assert result.families["futoin_evt_pg_pool_connections_in_use"].documentation
+        (_zero, one) = await _orders(server)
+        await server.store.partition_log(one).append("Placed", "{}")
+        result = await scrape(http, server)
+        assert result.value("futoin_evt_events_appended_total", stream="orders", partition="1") == 1
+        assert result.value("futoin_evt_stream_head_id", stream="orders", partition="1") == 1
 
 
 # -- the command line ---------------------------------------------------------------------------
@@ -420,14 +529,7 @@ def test_cli_metrics_refuses_a_bad_address(tmp_path: Path) -> None:
 
 def test_cli_metrics_without_prometheus_client_says_what_to_install(tmp_path: Path) -> None:
     db = str(tmp_path / "x.sqlite")
-    without = (
-        "import sys; sys.modules['prometheus_client'] = None  # as if not installed\n"
-        "from futoin_evt.cli import main\n"
-        f"sys.exit(main(['serve', '--db', {db!r}, '--metrics', '127.0.0.1:0']))"
-    )
-    proc = subprocess.run(
-        [sys.executable, "-c", without], capture_output=True, text=True, timeout=60
-    )
+    proc = run_without("prometheus_client", ["serve", "--db", db, "--metrics", "127.0.0.1:0"])
     assert proc.returncode == 2
     assert proc.stderr == (
         "futoin-evt: --metrics needs prometheus-client: pip install 'futoin-evt[metrics]'\n"

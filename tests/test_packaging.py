@@ -39,6 +39,10 @@ def test_wheel_ships_the_iface_definitions(tmp_path: Path) -> None:
     assert "futoin_evt/py.typed" in names
     assert "futoin_evt/notify/selector.lark" in names  # the selector grammar
     assert "futoin_evt/amqp/filter.lark" in names  # the AMQP filters' grammar
+    # the console's templates, style and script
+    console = ROOT / "futoin_evt" / "console"
+    for asset in [*console.glob("templates/*.html"), *console.glob("static/*")]:
+        assert asset.relative_to(ROOT).as_posix() in names
     # every module of every package (setup.cfg lists the packages one by one)
     for module in (ROOT / "futoin_evt").rglob("*.py"):
         assert module.relative_to(ROOT).as_posix() in names

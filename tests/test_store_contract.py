@@ -382,6 +382,21 @@ async def test_users(store: Store) -> None:
     assert await store.position(user.id, "C") is None  # consumers go with their user
 
 
+async def test_consumers_are_counted_by_partition_in_one_read(store: Store) -> None:
+    alice = await store.add_user("alice", "x")
+    bob = await store.add_user("bob", "x")
+    info = await store.add_stream("orders", 2)
+    one = store.partition_log(info.partitions[1])
+    await store.register_consumer(alice, "A")
+    for user, component in ((alice, "A"), (alice, "B"), (bob, "A")):
+        await one.register_consumer(user, component)
+    key = info.partitions[1].key
+    assert await store.consumer_counts() == {0: 1, key: 3}
+    assert await store.consumer_counts(bob) == {key: 1}
+    await store.drop_stream("orders")
+    assert await store.consumer_counts() == {0: 1}
+
+
 async def test_events_appended_together_are_committed_in_one_transaction(store: Store) -> None:
     """A group of appends (an AMQP batch) is never split between two commits, also where the
     writer's batch is full: it is stored whole or not at all."""

@@ -1,16 +1,19 @@
-"""``futoin-evt stream`` on ``--db``, on a SQLite file and on PostgreSQL: every subcommand,
-and bad input that exits 2 with one line and changes nothing."""
+"""``futoin-evt stream`` on ``--db``, on a SQLite file and on PostgreSQL, and on ``--url``
+against a running server: every subcommand, and bad input that exits 2 with one line and
+changes nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from futoin_evt.storage import open_store
 
-from .conftest import execute_sql
+from .conftest import ServerProcess, execute_sql
 from .test_cli import run
 
 pytestmark = pytest.mark.functional
@@ -47,7 +50,9 @@ def test_add_list_info_grow_and_drop(store_db: str) -> None:
 
     asyncio.run(fill())
     info = json.loads(stream(store_db, "info", "orders", "--json"))
-    assert [(p["number"], p["head"], p["oldest_id"], p["events"]) for p in info["partitions"]] == [
+    assert [
+        (p["number"], p["head"], p.get("oldest_id"), p["events"]) for p in info["partitions"]
+    ] == [
         (0, 0, None, 0),
         (1, 5, 2, 4),
         (2, 0, None, 0),
@@ -96,3 +101,98 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(store_db: str) -> N
         assert result.stdout == "", args
     assert stream(store_db, "list", "--json") == before
     assert execute_sql(store_db, "SELECT value FROM meta WHERE key = 'streams_version'") == version
+
+
+@pytest.fixture
+def admin_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
+    """A served SQLite file with the admin ``root`` and the user ``carol``; root's settings."""
+    db = str(tmp_path / "streams.sqlite")
+    for name, flags in (("root", ["--admin"]), ("carol", [])):
+        added = run("user", "add", name, *flags, "--password-stdin", "--db", db, stdin="pw\n")
+        assert added.returncode == 0, added.stderr
+    server = ServerProcess(db)
+    try:
+        yield server, {"FUTOIN_EVT_USER": "root", "FUTOIN_EVT_PASSWORD": "pw"}
+    finally:
+        server.stop()
+
+
+def on_server(server: ServerProcess, env: dict[str, str], *args: str) -> str:
+    result = run("stream", *args, "--url", server.url, env=env)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_an_admin_manages_streams_of_a_running_server(
+    admin_server: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    server, root = admin_server
+    assert on_server(server, root, "add", "orders", "--partitions", "3") == (
+        "added stream orders with 3 partitions\n"
+    )
+    # the server and the database agree: it is the same registry
+    assert stream(str(server.db), "list", "--json") == on_server(server, root, "list", "--json")
+    assert on_server(server, root, "grow", "orders", "--partitions", "4") == (
+        "stream orders has 4 partitions\n"
+    )
+    info = json.loads(on_server(server, root, "info", "orders", "--json"))
+    assert [(p["number"], p["head"], p["events"]) for p in info["partitions"]] == [
+        (n, 0, 0) for n in range(4)
+    ]
+    assert on_server(server, root, "drop", "orders", "--yes") == "dropped stream orders\n"
+    assert [s["name"] for s in json.loads(stream(str(server.db), "list", "--json"))] == ["events"]
+
+
+def test_a_user_lists_streams_and_sees_only_their_own_consumers_but_changes_nothing(
+    admin_server: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    server, root = admin_server
+    carol = {"FUTOIN_EVT_USER": "carol", "FUTOIN_EVT_PASSWORD": "pw"}
+    on_server(server, root, "add", "orders", "--partitions", "2")
+
+    async def register() -> None:
+        async with await open_store(str(server.db)) as store:
+            info = await store.stream("orders")
+            assert info is not None
+            log = store.partition_log(info.partitions[1])
+            for name in ("root", "carol"):
+                user = await store.get_user(name)
+                assert user is not None
+                await log.register_consumer(user.id, "C")
+
+    asyncio.run(register())
+    seen = json.loads(on_server(server, carol, "info", "orders", "--json"))
+    assert seen["partitions"][1]["consumers"] == [
+        {"user": "carol", "component": "C", "position": 0, "behind": 0}
+    ]
+    all_seen = json.loads(on_server(server, root, "info", "orders", "--json"))
+    assert {c["user"] for c in all_seen["partitions"][1]["consumers"]} == {"root", "carol"}
+    assert "orders" in on_server(server, carol, "list")
+    before = on_server(server, root, "list", "--json")
+    for args in (
+        ["add", "mine", "--partitions", "1"],
+        ["grow", "orders", "--partitions", "3"],
+        ["drop", "orders", "--yes"],
+    ):
+        refused = run("stream", *args, "--url", server.url, env=carol)
+        assert refused.returncode == 1, args
+        assert refused.stderr.strip().splitlines() == [
+            "futoin-evt: the server refused: SecurityError: only admin users add, grow and"
+            " drop streams"
+        ], args
+    assert on_server(server, root, "list", "--json") == before
+
+
+def test_bad_input_on_a_server_exits_2_with_one_line_and_changes_nothing(
+    admin_server: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    server, root = admin_server
+    on_server(server, root, "add", "kept", "--partitions", "2")
+    before = on_server(server, root, "list", "--json")
+    for args, says in BAD_INPUT:
+        result = run("stream", *args, "--url", server.url, env=root)
+        assert result.returncode == 2, args
+        assert says in result.stderr, args
+        assert len(result.stderr.strip().splitlines()) == 1, args
+        assert result.stdout == "", args
+    assert on_server(server, root, "list", "--json") == before

@@ -12,6 +12,7 @@ from typing import Final
 
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
+from ..console.config import DEFAULT_MAX_SESSIONS, ConsoleConfig
 from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
 from ..server.dcb_http import DCB_PATH
@@ -169,6 +170,18 @@ def add_commands(commands: Commands) -> None:
         metavar="N",
         help="report at most N consumers one by one per scrape (the rest are counted)",
     )
+    serve.add_argument(
+        "--console",
+        action="store_true",
+        help="serve the web console at /console on the WebSocket port (needs the 'console' extra)",
+    )
+    serve.add_argument(
+        "--console-sessions",
+        type=int,
+        default=DEFAULT_MAX_SESSIONS,
+        metavar="N",
+        help="console sessions open at once at most (the least recently used ends)",
+    )
     serve.set_defaults(run=_serve)
 
 
@@ -205,6 +218,7 @@ async def _serve(args: argparse.Namespace) -> int:
     metrics = _metrics_address(args.metrics)
     if args.metrics_consumers < 0:
         raise BadSetting("--metrics-consumers cannot be negative.")
+    console = _console_config(args)
     feed_users = None
     if args.feed_users is not None:
         feed_users = frozenset(u for u in args.feed_users.split(",") if u)
@@ -228,6 +242,7 @@ async def _serve(args: argparse.Namespace) -> int:
         amqp=amqp,
         metrics=metrics,
         metrics_consumers=args.metrics_consumers,
+        console=console,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
         dcb_path=None if args.no_dcb else args.dcb_path,
         retention=RetentionConfig(
@@ -245,7 +260,9 @@ async def _serve(args: argparse.Namespace) -> int:
             f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
         ) from None
     urls = " and ".join(
-        url for url in (server.url, server.amqp_url, server.metrics_url) if url is not None
+        url
+        for url in (server.url, server.amqp_url, server.metrics_url, server.console_url)
+        if url is not None
     )
     where = server.store.description
     print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
@@ -286,6 +303,18 @@ def _host_port(option: str, value: str) -> tuple[str, int]:
     if not sep or not host or re.fullmatch(r"[0-9]{1,5}", port) is None or int(port) > 65535:
         raise BadSetting(f"{option} must be HOST:PORT, not {value!r}.")
     return host, int(port)
+
+
+def _console_config(args: argparse.Namespace) -> ConsoleConfig | None:
+    if not args.console:
+        return None
+    if args.console_sessions < 1:
+        raise BadSetting("--console-sessions must be at least 1.")
+    try:
+        import jinja2  # noqa: F401
+    except ImportError:
+        raise BadSetting("--console needs Jinja2: pip install 'futoin-evt[console]'") from None
+    return ConsoleConfig(max_sessions=args.console_sessions)
 
 
 def _metrics_address(value: str | None) -> tuple[str, int] | None:

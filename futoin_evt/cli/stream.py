@@ -1,19 +1,34 @@
-"""``futoin-evt stream``: streams and their partitions in the database, without a server."""
+"""``futoin-evt stream``: streams and their partitions, in the database (``--db``) or on a
+running server (``--url``, through the ops iface; changes take an admin user)."""
 
 from __future__ import annotations
 
 import argparse
-from typing import Any
+import contextlib
+import os
+from collections.abc import AsyncIterator
+from typing import Any, Protocol
 
+from ..client.aio import OPS, RemoteError
 from ..domain.partition import (
     DEFAULT_STREAM,
     MAX_PARTITIONS,
-    StreamInfo,
     check_partition_count,
     check_stream_name,
 )
+from ..ftn18.stream_ops import INVALID_STREAM, STREAM_EXISTS, UNKNOWN_STREAM
+from ..log.streams import describe_stream, stream_summary
 from ..storage.base import Store
-from .common import BadSetting, Commands, add_db, opened_store, print_json
+from .common import (
+    ENV_PASSWORD,
+    ENV_USER,
+    BadSetting,
+    Commands,
+    add_db,
+    connected_client,
+    opened_store,
+    print_json,
+)
 
 
 def add_commands(commands: Commands) -> None:
@@ -23,28 +38,28 @@ def add_commands(commands: Commands) -> None:
     add = stream.add_parser("add", help="add a stream of partitions")
     add.add_argument("name")
     _add_partitions(add)
-    add_db(add)
+    _add_where(add)
     add.set_defaults(run=_stream_add)
     listing = stream.add_parser("list", help="list streams")
     listing.add_argument("--json", action="store_true", help="print JSON instead of lines")
-    add_db(listing)
+    _add_where(listing)
     listing.set_defaults(run=_stream_list)
     info = stream.add_parser(
         "info", help="a stream's partitions: head, oldest id, consumers and their lag"
     )
     info.add_argument("name")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_db(info)
+    _add_where(info)
     info.set_defaults(run=_stream_info)
     grow = stream.add_parser("grow", help="add partitions to a stream (never fewer)")
     grow.add_argument("name")
     _add_partitions(grow)
-    add_db(grow)
+    _add_where(grow)
     grow.set_defaults(run=_stream_grow)
     drop = stream.add_parser("drop", help="remove a stream with its events and consumers")
     drop.add_argument("name")
     drop.add_argument("--yes", action="store_true", help="yes, delete its events")
-    add_db(drop)
+    _add_where(drop)
     drop.set_defaults(run=_stream_drop)
 
 
@@ -54,8 +69,120 @@ def _add_partitions(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _add_where(parser: argparse.ArgumentParser) -> None:
+    """``--db`` (the default), or ``--url`` of a running server with its credentials."""
+    add_db(parser)
+    parser.add_argument(
+        "--url",
+        help="a running server's ws:// URL: manage its streams through the ops iface "
+        "(instead of --db)",
+    )
+    parser.add_argument(
+        "--user", default=os.environ.get(ENV_USER), help=f"with --url (${ENV_USER})"
+    )
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"with --url: read the password from stdin (default: ${ENV_PASSWORD})",
+    )
+
+
+class StreamAdmin(Protocol):
+    """Where the commands act: the database, or a server. Errors are :class:`BadSetting`."""
+
+    async def add(self, name: str, partitions: int) -> dict[str, Any]: ...
+
+    async def grow(self, name: str, partitions: int) -> dict[str, Any]: ...
+
+    async def drop(self, name: str) -> None: ...
+
+    async def list(self) -> list[dict[str, Any]]: ...
+
+    async def describe(self, name: str) -> dict[str, Any]: ...
+
+
+class _InDatabase:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def add(self, name: str, partitions: int) -> dict[str, Any]:
+        try:
+            return stream_summary(await self._store.add_stream(name, partitions))
+        except KeyError:
+            raise BadSetting(f"the stream {name} exists already.") from None
+
+    async def grow(self, name: str, partitions: int) -> dict[str, Any]:
+        try:
+            return stream_summary(await self._store.grow_stream(name, partitions))
+        except KeyError:
+            raise BadSetting(f"no stream {name}.") from None
+        except ValueError as exc:
+            raise BadSetting(f"{exc}.") from None
+
+    async def drop(self, name: str) -> None:
+        if not await self._store.drop_stream(name):
+            raise BadSetting(f"no stream {name}.")
+
+    async def list(self) -> list[dict[str, Any]]:
+        return [stream_summary(info) for info in await self._store.streams()]
+
+    async def describe(self, name: str) -> dict[str, Any]:
+        info = await self._store.stream(name)
+        if info is None:
+            raise BadSetting(f"no stream {name}.")
+        return await describe_stream(self._store, info)
+
+
+class _OnServer:
+    """Through the ops iface; the server's refusals of a name or count exit 2, as here."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def _call(self, func: str, params: dict[str, Any]) -> Any:
+        try:
+            return await self._client.ftn3.call(OPS, func, params)
+        except RemoteError as exc:
+            if exc.name in (UNKNOWN_STREAM, STREAM_EXISTS, INVALID_STREAM):
+                raise BadSetting(f"{exc.desc}.") from None
+            raise
+
+    async def add(self, name: str, partitions: int) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call(
+            "addStream", {"name": name, "partitions": partitions}
+        )
+        return result
+
+    async def grow(self, name: str, partitions: int) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call(
+            "growStream", {"name": name, "partitions": partitions}
+        )
+        return result
+
+    async def drop(self, name: str) -> None:
+        await self._call("dropStream", {"name": name})
+
+    async def list(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = await self._call("listStreams", {})
+        return result
+
+    async def describe(self, name: str) -> dict[str, Any]:
+        result: dict[str, Any] = await self._call("describeStream", {"name": name})
+        return result
+
+
+@contextlib.asynccontextmanager
+async def _admin(args: argparse.Namespace) -> AsyncIterator[StreamAdmin]:
+    if args.url is not None:
+        async with connected_client(args) as client:
+            yield _OnServer(client)
+    else:
+        async with opened_store(args.db) as store:
+            yield _InDatabase(store)
+
+
 def _checked(name: str, partitions: int | None = None) -> None:
-    """Bad input exits 2 before the database is touched."""
+    """Bad input exits 2 before the database or the server is touched."""
     try:
         check_stream_name(name)
         if partitions is not None:
@@ -66,26 +193,18 @@ def _checked(name: str, partitions: int | None = None) -> None:
 
 async def _stream_add(args: argparse.Namespace) -> int:
     _checked(args.name, args.partitions)
-    async with opened_store(args.db) as store:
-        try:
-            info = await store.add_stream(args.name, args.partitions)
-        except KeyError:
-            raise BadSetting(f"the stream {args.name} exists already.") from None
-    print(f"added stream {info.name} with {len(info.partitions)} partitions")
+    async with _admin(args) as admin:
+        added = await admin.add(args.name, args.partitions)
+    print(f"added stream {added['name']} with {added['partitions']} partitions")
     return 0
 
 
 async def _stream_grow(args: argparse.Namespace) -> int:
     if args.name != DEFAULT_STREAM:
         _checked(args.name, args.partitions)
-    async with opened_store(args.db) as store:
-        try:
-            info = await store.grow_stream(args.name, args.partitions)
-        except KeyError:
-            raise BadSetting(f"no stream {args.name}.") from None
-        except ValueError as exc:
-            raise BadSetting(f"{exc}.") from None
-    print(f"stream {info.name} has {len(info.partitions)} partitions")
+    async with _admin(args) as admin:
+        grown = await admin.grow(args.name, args.partitions)
+    print(f"stream {grown['name']} has {grown['partitions']} partitions")
     return 0
 
 
@@ -95,58 +214,35 @@ async def _stream_drop(args: argparse.Namespace) -> int:
     _checked(args.name)
     if not args.yes:
         raise BadSetting(f"dropping {args.name} deletes its events and consumers: add --yes.")
-    async with opened_store(args.db) as store:
-        if not await store.drop_stream(args.name):
-            raise BadSetting(f"no stream {args.name}.")
+    async with _admin(args) as admin:
+        await admin.drop(args.name)
     print(f"dropped stream {args.name}")
     return 0
 
 
 async def _stream_list(args: argparse.Namespace) -> int:
-    async with opened_store(args.db) as store:
-        infos = await store.streams()
+    async with _admin(args) as admin:
+        summaries = await admin.list()
     if args.json:
-        print_json(
-            [
-                {"name": i.name, "partitions": len(i.partitions), "created_at": i.created_at}
-                for i in infos
-            ]
-        )
+        print_json(summaries)
         return 0
-    for info in infos:
-        print(f"{info.name}  partitions {len(info.partitions)}  created {info.created_at}")
+    for s in summaries:
+        print(f"{s['name']}  partitions {s['partitions']}  created {s['created_at']}")
     return 0
 
 
 async def _stream_info(args: argparse.Namespace) -> int:
-    async with opened_store(args.db) as store:
-        info = await store.stream(args.name)
-        if info is None:
-            raise BadSetting(f"no stream {args.name}.")
-        partitions = [await _partition_state(store, info, n) for n in range(len(info.partitions))]
+    async with _admin(args) as admin:
+        info = await admin.describe(args.name)
     if args.json:
-        print_json({"name": info.name, "created_at": info.created_at, "partitions": partitions})
+        print_json(info)
         return 0
-    print(f"stream {info.name}: {len(info.partitions)} partitions, created {info.created_at}")
-    for p in partitions:
-        oldest = p["oldest_id"] if p["oldest_id"] is not None else "-"
+    print(
+        f"stream {info['name']}: {len(info['partitions'])} partitions, created {info['created_at']}"
+    )
+    for p in info["partitions"]:
+        oldest = p.get("oldest_id", "-")
         print(f"partition {p['number']}: head {p['head']}, oldest {oldest}, {p['events']} events")
         for c in p["consumers"]:
             print(f"  {c['user']}/{c['component']}: position {c['position']}, behind {c['behind']}")
     return 0
-
-
-async def _partition_state(store: Store, info: StreamInfo, number: int) -> dict[str, Any]:
-    log = store.partition_log(info.partitions[number])
-    bounds = await log.stream_bounds()
-    consumers = await log.consumers()
-    return {
-        "number": number,
-        "head": await log.last_given_id(),
-        "oldest_id": bounds.first_id,
-        "events": bounds.events,
-        "consumers": [
-            {"user": c.user, "component": c.component, "position": c.position, "behind": c.behind}
-            for c in consumers
-        ],
-    }

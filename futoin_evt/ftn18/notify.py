@@ -110,6 +110,11 @@ class NotifyService:
         self._sids = itertools.count(1)
         self._compiling = asyncio.Lock()
 
+    @property
+    def connections(self) -> int:
+        """Connections holding a subscription."""
+        return len(self._subscriptions)
+
     async def get_events(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, list[str]]:
         return await self._live.catalog.event_types(params["event_type"])
 

@@ -17,12 +17,12 @@ each; replies, errors included, never stop delivery.
 Streams wait for new events on the store's head watch: the writer wakes them on commit, and
 no stream polls the database while it is caught up.
 
-One stream per (user, component): a new readyToReceive takes over and the older stream
-stops, so a consumer that restarts is never blocked by its own half-open old connection.
-The claim reaches the other processes on one database through the store's claim watch
-(PostgreSQL: the notification channel), and their older stream stops too; one that missed
-the claim stops at its next acknowledgement, fenced by the epoch. For LIVE, one stream per
-connection and user.
+One stream per (partition, user, component): a new readyToReceive takes over and the older
+stream stops, so a consumer that restarts is never blocked by its own half-open old connection.
+The claim reaches the other processes on one database through the partition's claim watch
+(PostgreSQL: the notification channel, naming the partition), and their older stream stops
+too; one that missed the claim stops at its next acknowledgement, fenced by the epoch. For
+LIVE, one stream per connection and user.
 
 When the database does not answer (:class:`StoreUnreachable`: a restart, an exhausted pool),
 a stream keeps its connection and tries again after a backoff, for reads and for storing its
@@ -32,17 +32,19 @@ position alike.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..domain.stream import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
 from ..ftn3.errors import FTN3Error
 from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
-from ..storage.base import ConsumerLog, EventPage, StoreUnreachable
+from ..storage.base import ConsumerLog, EventPage, PartitionLog, StoreUnreachable
 from ..storage.head import HeadWatch
 from .services import NOT_REGISTERED, CallContext, PeerLink
 
@@ -98,7 +100,10 @@ class StreamStats:
 @dataclass(slots=True)
 class PushStream:
     service: PushService
-    key: Hashable
+    #: The partition's log: where the events come from and the position is stored.
+    log: ConsumerLog
+    #: (partition key, user, component), and the connection's id for LIVE.
+    key: tuple[Any, ...]
     link: PeerLink
     user_id: UserId
     component: str
@@ -162,7 +167,7 @@ class PushStream:
             self.service.forget(self)
 
     async def _deliver(self) -> None:
-        head = self.service.store.head
+        head = self.log.head
         closed = self.link.closed
         stop_listening = head.listen(self._wake.set)
         stop_waiting = self.link.on_writable(self._wake.set)
@@ -212,7 +217,7 @@ class PushStream:
 
     async def _read(self) -> EventPage:
         max_bytes = min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
-        return await self.service.store.read_events(
+        return await self.log.read_events(
             self.next_id,
             types=self.want,
             limit=MAX_EVENTS_PER_CALL,
@@ -317,7 +322,11 @@ def _failure(reply: asyncio.Future[Any]) -> str | None:
 
 
 class PushService:
-    """``readyToReceive``: starts, and takes over, push streams."""
+    """``readyToReceive``: starts, and takes over, push streams, on every partition served.
+
+    ``store`` is the log of ``events``/0 (:meth:`ready_to_receive`); a partition's streams
+    start with :meth:`receiver` of its log. Streams are keyed by partition key first.
+    """
 
     def __init__(
         self,
@@ -329,32 +338,75 @@ class PushService:
         self.config = config
         #: Told of takeovers and retries (management events), when given.
         self.notices = notices
-        self._streams: dict[Hashable, PushStream] = {}
+        self._streams: dict[tuple[Any, ...], PushStream] = {}
         self._acks: set[asyncio.Task[Any]] = set()
-        self._stop_claims = store.claims.listen(self._claimed)
+        #: Partition key -> how to stop hearing its claims (listened to from its first stream).
+        self._claim_stops: dict[int, Callable[[], None]] = {
+            DEFAULT_PARTITION.key: store.claims.listen(
+                functools.partial(self._claimed, DEFAULT_PARTITION.key)
+            )
+        }
+        #: Partitions whose head watch this process has read from the database once.
+        self._primed: set[int] = {DEFAULT_PARTITION.key}
 
     @property
     def streams(self) -> list[PushStream]:
+        """The streams of ``events``/0 (what the ops calls and the metrics show)."""
+        return [s for s in self._streams.values() if s.key[0] == DEFAULT_PARTITION.key]
+
+    @property
+    def all_streams(self) -> list[PushStream]:
+        """The streams of every partition (keyed by partition key first)."""
         return list(self._streams.values())
 
+    def connected_consumers(self, partition: Partition) -> list[tuple[UserId, str]]:
+        """The reliable consumers with a push stream connected now on ``partition``."""
+        return [
+            (s.user_id, s.component)
+            for s in self._streams.values()
+            if s.reliable and s.key[0] == partition.key
+        ]
+
     async def ready_to_receive(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+        """``readyToReceive`` on ``events``/0."""
+        return await self._start(self.store, DEFAULT_PARTITION.key, ctx, params)
+
+    def receiver(
+        self, log_: PartitionLog
+    ) -> Callable[[CallContext, dict[str, Any]], Coroutine[Any, Any, bool]]:
+        """``readyToReceive`` on the partition of ``log_``."""
+        key = log_.partition.key
+
+        async def ready_to_receive(ctx: CallContext, params: dict[str, Any]) -> bool:
+            if key not in self._primed:
+                log_.head.advance(await log_.newest_event_id())
+                self._primed.add(key)
+            if key not in self._claim_stops:
+                self._claim_stops[key] = log_.claims.listen(functools.partial(self._claimed, key))
+            return await self._start(log_, key, ctx, params)
+
+        return ready_to_receive
+
+    async def _start(
+        self, store: ConsumerLog, partition_key: int, ctx: CallContext, params: dict[str, Any]
+    ) -> bool:
         if ctx.link is None:
             raise FTN3Error("SecurityError", "Bi-directional channel is required")
         component: str = params["component"]
         user_id = ctx.principal.user_id
         reliable = component != LIVE_COMPONENT
-        key: Hashable
+        key: tuple[Any, ...]
         epoch = 0
         if reliable:
             # The stream owns the consumer in the whole cluster until another one claims it.
-            claimed = await self.store.claim_consumer(user_id, component)
+            claimed = await store.claim_consumer(user_id, component)
             if claimed is None:
                 raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
             epoch, position = claimed
-            key = (user_id, component)
+            key = (partition_key, user_id, component)
         else:
-            position = self.store.head.head
-            key = (user_id, component, id(ctx.link))
+            position = store.head.head
+            key = (partition_key, user_id, component, id(ctx.link))
         previous = self._streams.pop(key, None)
         if previous is not None:
             log.info("push stream %s of user %s taken over", component, user_id)
@@ -370,6 +422,7 @@ class PushService:
                 )
         stream = PushStream(
             service=self,
+            log=store,
             key=key,
             link=ctx.link,
             user_id=user_id,
@@ -386,7 +439,7 @@ class PushService:
 
     def acknowledge(self, stream: PushStream, last_id: int) -> None:
         task = asyncio.ensure_future(
-            self.store.acknowledge(stream.user_id, stream.component, last_id, epoch=stream.epoch)
+            stream.log.acknowledge(stream.user_id, stream.component, last_id, epoch=stream.epoch)
         )
         self._acks.add(task)
 
@@ -424,9 +477,9 @@ class PushService:
 
         stream._ack_retry = asyncio.get_running_loop().call_later(_STORE_RETRY_MAX, again)
 
-    def _claimed(self, user_id: UserId, component: str, epoch: int) -> None:
+    def _claimed(self, partition_key: int, user_id: UserId, component: str, epoch: int) -> None:
         """A claim, perhaps on another process: a stream here with an older epoch stops."""
-        stream = self._streams.get((user_id, component))
+        stream = self._streams.get((partition_key, user_id, component))
         if stream is None or stream.epoch >= epoch:
             return
         log.info("push stream %s of user %s taken over elsewhere", component, user_id)
@@ -442,13 +495,28 @@ class PushService:
                 reason="a newer readyToReceive on another process took the consumer over",
             )
 
-    def stop_stream(self, user_id: UserId, component: str) -> None:
+    def stop_stream(
+        self, user_id: UserId, component: str, partition: Partition = DEFAULT_PARTITION
+    ) -> None:
         """Stop a consumer's stream and drop its connection, so its receiver reconnects and
         starts from the stored position (after a seek or a drop)."""
-        stream = self._streams.pop((user_id, component), None)
+        stream = self._streams.pop((partition.key, user_id, component), None)
         if stream is not None:
             stream.stop()
             stream.link.abort()
+
+    def forget_partition(self, partition: Partition) -> None:
+        """The partition is gone (its stream dropped): its streams stop and their connections
+        drop, so receivers reconnect and learn it is gone."""
+        for key, stream in list(self._streams.items()):
+            if key[0] == partition.key:
+                del self._streams[key]
+                stream.stop()
+                stream.link.abort()
+        stop = self._claim_stops.pop(partition.key, None)
+        if stop is not None:
+            stop()
+        self._primed.discard(partition.key)
 
     def forget(self, stream: PushStream) -> None:
         if self._streams.get(stream.key) is stream:
@@ -456,7 +524,9 @@ class PushService:
 
     async def close(self) -> None:
         """Stop every stream and let stored acknowledgements finish."""
-        self._stop_claims()
+        for stop in self._claim_stops.values():
+            stop()
+        self._claim_stops.clear()
         for stream in list(self._streams.values()):
             stream.stop()
         self._streams.clear()

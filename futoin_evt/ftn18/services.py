@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -73,6 +73,12 @@ class CallContext:
     principal: Principal
     max_response_bytes: int
     link: PeerLink | None = None
+
+
+#: A handler returns its result, a :class:`Pending` result, or a coroutine.
+Handler = Callable[[CallContext, dict[str, Any]], Any]
+#: iface name -> wire function name -> handler
+Routes = Mapping[str, Mapping[str, Handler]]
 
 
 class GenService:

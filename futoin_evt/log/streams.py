@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Iterator
-from typing import Final
+from collections.abc import Callable, Iterator
+from typing import Any, Final
 
 from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
+from ..domain.stream import UserId
 from ..storage.base import Streams
 from .eventlog import EventLog
 
@@ -44,6 +45,7 @@ class StreamRegistry:
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stop_listening = store.listen_streams(lambda _version: self._changed.set())
+        self._listeners: set[Callable[[], None]] = set()
 
     @classmethod
     async def open(
@@ -53,6 +55,11 @@ class StreamRegistry:
         await registry.refresh()
         registry._task = asyncio.create_task(registry._follow(), name="futoin-evt-streams")
         return registry
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after each read of a changed registry; returns how to stop."""
+        self._listeners.add(callback)
+        return lambda: self._listeners.discard(callback)
 
     def get(self, name: str) -> StreamInfo | None:
         return self._streams.get(name)
@@ -80,6 +87,8 @@ class StreamRegistry:
             log.info("stream %s dropped", name)
         self._streams = infos
         self.version = version
+        for callback in list(self._listeners):
+            callback()
 
     async def _follow(self) -> None:
         while True:
@@ -99,6 +108,46 @@ class StreamRegistry:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+def stream_summary(info: StreamInfo) -> dict[str, Any]:
+    """A stream as ``stream list --json`` and the ops iface's ``listStreams`` show it."""
+    summary: dict[str, Any] = {
+        "name": info.name,
+        "partitions": len(info.partitions),
+        "created_at": info.created_at,
+    }
+    if info.aggregate_of is not None:
+        summary["aggregate_of"] = info.aggregate_of
+    return summary
+
+
+async def describe_stream(
+    store: Streams, info: StreamInfo, user_id: UserId | None = None
+) -> dict[str, Any]:
+    """Each partition's head, oldest id, events kept and consumers with their lag (only
+    ``user_id``'s consumers when given): ``stream info`` and the ops iface's
+    ``describeStream``. A few reads per partition."""
+    partitions = []
+    for partition in info.partitions:
+        log = store.partition_log(partition)
+        bounds = await log.stream_bounds()
+        state: dict[str, Any] = {
+            "number": partition.number,
+            "head": await log.last_given_id(),
+            "events": bounds.events,
+            "consumers": [
+                {"user": c.user, "component": c.component, "position": c.position,
+                 "behind": c.behind}
+                for c in await log.consumers(user_id)
+            ],
+        }  # fmt: skip
+        if bounds.first_id is not None:
+            state["oldest_id"] = bounds.first_id
+        partitions.append(state)
+    described = stream_summary(info)
+    described["partitions"] = partitions
+    return described
 
 
 class StreamLogs:

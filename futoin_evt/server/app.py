@@ -13,14 +13,17 @@ from websockets.http11 import Request
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
+from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.dcb import DcbCalls
+from ..ftn18.doors import PartitionDoors
 from ..ftn18.notify import NotifyService
 from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
-from ..ftn18.services import GenService, PollService, ping
+from ..ftn18.services import GenService, PollService, Routes, ping
+from ..ftn18.stream_ops import StreamAdmin
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
@@ -31,12 +34,14 @@ from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
-from .executor import Executor, Routes
+from .executor import Executor
 from .http import FeedConfig, FeedEndpoint, HttpEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
+    from ..console.app import Console
+    from .console_http import ConsoleEndpoint
     from .metrics import MetricsListener
 
 log = logging.getLogger(__name__)
@@ -88,6 +93,8 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+    #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
+    console: ConsoleConfig | None = None
 
 
 def build_routes(
@@ -103,6 +110,7 @@ def build_routes(
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
     ops = OpsService(store, push, discarder, notices)
+    streams = StreamAdmin(store)
     consumer = {
         "ping": ping,
         "registerConsumer": poll.register_consumer,
@@ -135,6 +143,11 @@ def build_routes(
             "idBefore": ops.id_before,
             "consumerState": ops.consumer_state,
             "readEvents": ops.read_events,
+            "listStreams": streams.list_streams,
+            "describeStream": streams.describe_stream,
+            "addStream": streams.add_stream,
+            "growStream": streams.grow_stream,
+            "dropStream": streams.drop_stream,
         },
     }
 
@@ -182,6 +195,25 @@ async def _start_amqp(
     return listener
 
 
+def _console_endpoint(
+    config: ConsoleConfig,
+    store: Store,
+    streams: StreamRegistry,
+    push: PushService,
+    authenticator: Authenticator,
+    notices: ManagementBus,
+    live: LiveEvents,
+    transport: WebSocketTransport,
+    tls: bool,
+) -> ConsoleEndpoint:
+    """The console's endpoint (imported here: Jinja2 is an optional dependency)."""
+    from ..console.app import Console
+    from .console_http import ConsoleEndpoint
+
+    console = Console(store, streams, push, authenticator, notices, live, config)
+    return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
+
+
 async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsListener:
     """The metrics listener (imported here: prometheus-client is an optional dependency)."""
     from .metrics import MetricsListener
@@ -217,10 +249,13 @@ class EventServer:
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
+        #: Which partition a WebSocket path reaches (the FTN18 door per partition).
+        self.doors: PartitionDoors | None = None
         self.feed: FeedEndpoint | None = None
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
         self.metrics: MetricsListener | None = None
+        self.console: Console | None = None
         self.authenticator = authenticator
         self.executor = executor
         #: Event notification: management events, the shared reader, the FTN3 service.
@@ -246,14 +281,14 @@ class EventServer:
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
+            routes = build_routes(store, push, discarder, notices, notify)
             executor = Executor(
-                build_registry(),
-                build_routes(store, push, discarder, notices, notify),
-                authenticator,
-                check_results=config.check_results,
+                build_registry(), routes, authenticator, check_results=config.check_results
             )
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
+            doors = PartitionDoors(streams, store, push, routes, notices)
+            transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
@@ -265,6 +300,21 @@ class EventServer:
                     DcbService(store), authenticator, transport.is_secure, config.dcb_path
                 )
                 endpoints.append(dcb)
+            console = None
+            if config.console is not None:
+                endpoint = _console_endpoint(
+                    config.console,
+                    store,
+                    streams,
+                    push,
+                    authenticator,
+                    notices,
+                    live,
+                    transport,
+                    config.transport.tls is not None,
+                )
+                endpoints.append(endpoint)
+                console = endpoint.console
             if endpoints:
                 transport.http_handler = _route(endpoints)
             await transport.start()
@@ -290,10 +340,14 @@ class EventServer:
         log.info("serving %s on %s", store.description, transport.url)
         server = cls(store, push, discarder, transport, authenticator, executor, streams)
         server.archiver = archiver
+        server.doors = doors
         server.db = config.db
         server.feed = feed
         server.http_endpoints = endpoints
         server.amqp = amqp
+        server.console = console
+        if console is not None:
+            console.start()
         server.notices = notices
         server.live = live
         server.notify = notify
@@ -305,6 +359,8 @@ class EventServer:
                 raise
         if server.feed_url is not None:
             log.info("HTTP feed on %s", server.feed_url)
+        if server.console_url is not None:
+            log.info("console on %s", server.console_url)
         if amqp is not None:
             log.info("AMQP on %s", amqp.url)
         if server.metrics is not None:
@@ -314,10 +370,15 @@ class EventServer:
     @property
     def feed_url(self) -> str | None:
         """``http(s)://host:port/feed``, or None when the feed is off."""
-        if self.feed is None:
-            return None
-        base = self._transport.url.replace("ws", "http", 1).rstrip("/")
-        return base + self.feed.path
+        return self._http_url(self.feed.path) if self.feed is not None else None
+
+    @property
+    def console_url(self) -> str | None:
+        """``http(s)://host:port/console/``, or None when the console is off."""
+        return self._http_url(self.console.base + "/") if self.console is not None else None
+
+    def _http_url(self, path: str) -> str:
+        return self._transport.url.replace("ws", "http", 1).rstrip("/") + path
 
     @property
     def url(self) -> str:
@@ -354,12 +415,16 @@ class EventServer:
         if self.amqp is not None:
             await self.amqp.close()
         await self.discarder.close()
+        if self.console is not None:
+            await self.console.close()
         if self.archiver is not None:
             await self.archiver.close()
         endings = [self.push.close(), self.notify.close(), self._transport.close(deadline)]
         endings += [endpoint.close(deadline) for endpoint in self.http_endpoints]
         await asyncio.gather(*endings)
         self._transport.abort_all()
+        if self.doors is not None:
+            self.doors.close()
         await self.streams.close()
         await self.store.close()
 

@@ -41,19 +41,16 @@ from ..ftn3.ifaces import (
     IfaceSpec,
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
-from ..ftn18.services import CallContext, PeerLink, Pending
+from ..ftn18.services import CallContext, Handler, PeerLink, Pending, Routes
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, UNKNOWN, Calls
 from ..storage.base import StoreUnreachable
 
 log = logging.getLogger(__name__)
 
-#: A handler returns its result, a :class:`Pending` result, or a coroutine.
-Handler = Callable[[CallContext, dict[str, Any]], Any]
-#: iface name -> wire function name -> handler
-Routes = Mapping[str, Mapping[str, Handler]]
 #: Where the encoded reply of a call goes.
 Respond = Callable[[bytes], None]
+_NO_FUNCS: Mapping[str, Handler] = {}
 #: How many distinct functions called are remembered with what serves them.
 _RESOLVED_MEMO = 1024
 
@@ -76,6 +73,9 @@ class Channel:
     log_in: Callable[[], bool] | None = None
     #: The door, for the metrics and log lines.
     door: str = "websocket"
+    #: What serves this connection's calls when not the executor's own routes (a
+    #: partition's FTN18 door).
+    routes: Routes | None = None
 
 
 class Executor:
@@ -149,6 +149,8 @@ class Executor:
             if len(self._resolved) < _RESOLVED_MEMO:
                 self._resolved[key] = resolved
         iface, func, handler = resolved
+        if channel.routes is not None:
+            handler = channel.routes.get(iface.name, _NO_FUNCS).get(func.name)
         if principal is None and ALLOW_ANONYMOUS not in iface.requires:
             raise FTN3Error(SECURITY_ERROR, "Anonymous not allowed")
         if channel.log_in is not None and not channel.log_in():

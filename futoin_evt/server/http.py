@@ -80,8 +80,8 @@ class Exchange:
         self._io.write_raw(head + body)
         self._io.http_done(self._keep_alive)
 
-    def start_stream(self, content_type: str) -> None:
-        headers = [("Content-Type", content_type)]
+    def start_stream(self, content_type: str, headers: Iterable[tuple[str, str]] = ()) -> None:
+        headers = [("Content-Type", content_type), *headers]
         if self._chunked:
             headers.append(("Transfer-Encoding", "chunked"))
         self._io.write_raw(self._head(200, headers))
@@ -170,12 +170,16 @@ class HttpEndpoint:
         path = urlsplit(request.path).path
         return path[len(self.path) :] if self.path != "/" else path
 
-    async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
+    async def handle(
+        self, io: ServerIO, request: Request, body: bytes, exchange: Exchange
+    ) -> int | None:
+        """Serve the request; the status sent when it is not 200 (for the metrics)."""
         raise NotImplementedError
 
     async def _serve(self, io: ServerIO, request: Request, body: bytes) -> None:
         started = time.perf_counter()
         CONNECTION.set((self.door, io.peer, None))
+        io.door = self.door
         status = await self._serve_counted(io, request, body)
         seconds = time.perf_counter() - started
         self.calls.observe(self.door, self.function(request), str(status), seconds)
@@ -196,7 +200,7 @@ class HttpEndpoint:
         try:
             if request.method not in self.methods:
                 raise HttpError(405, f"This path serves {', '.join(self.methods)} only.")
-            await self.handle(io, request, body, exchange)
+            status = await self.handle(io, request, body, exchange)
         except HttpError as exc:
             if exchange.started:
                 exchange.abort()  # the status line is out: cut the response short
@@ -215,7 +219,7 @@ class HttpEndpoint:
                 return 0
             exchange.respond(500, b"Internal error.\n")
             return 500
-        return 200
+        return status or 200
 
     async def authorize(self, io: ServerIO, request: Request) -> Principal:
         """The caller, from HTTP Basic credentials over a secure channel."""

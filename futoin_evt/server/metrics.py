@@ -4,7 +4,10 @@
 registry of the server's own (never the global one: several servers may share a process).
 The hot paths only bump plain counters (:mod:`futoin_evt.stats`); :class:`ServerCollector`
 reads them at scrape time. What needs the store (consumers, the oldest id kept) comes from one
-bounded read, shared by the scrapes of :attr:`MetricsListener.cache_seconds`.
+bounded read, shared by the scrapes of :attr:`MetricsListener.cache_seconds`: per partition
+of the registry (at most :data:`MAX_PARTITIONS`) its newest and oldest ids in one query, then
+one count of the consumers by partition, then the lags of the partitions that have consumers,
+in registry order, until ``--metrics-consumers`` are read.
 
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when the store answers
 a trivial read within :data:`READY_TIMEOUT` seconds and every listener accepts connections,
@@ -33,13 +36,13 @@ from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
+from ..domain.partition import Partition
 from ..slots import Slots
 from ..stats import (
     DEFAULT_STREAM,
     DOORS,
     HANDSHAKE_EVICTED,
     REFUSAL_REASONS,
-    STREAMS,
     TOO_MANY_CONNECTIONS,
     Calls,
     Histogram,
@@ -49,9 +52,11 @@ from ..storage.base import ConsumerRow
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
     from ..auth.users import Authenticator
+    from ..ftn18.notify import NotifyService
     from ..ftn18.push import PushService
     from ..log.archive import InProcessArchiver
     from ..log.retention import Discarder
+    from ..log.streams import StreamRegistry
     from ..notify.management import ManagementBus
     from ..storage.base import Store
     from .executor import Executor
@@ -69,6 +74,8 @@ MAX_REQUEST_BYTES: Final = 8192
 REQUEST_TIMEOUT: Final = 10.0
 #: Connections served at once; more are closed at once.
 MAX_CONNECTIONS: Final = 32
+#: Partitions reported per scrape at most (in registry order; each costs one indexed query).
+MAX_PARTITIONS: Final = 1000
 
 STREAM_LABELS: Final = ("stream", "partition")
 CONSUMER_LABELS: Final = ("user", "component", "stream", "partition")
@@ -79,7 +86,9 @@ class EventServer(Protocol):
     """What the metrics read of the server (:class:`futoin_evt.server.app.EventServer`)."""
 
     store: Store
+    streams: StreamRegistry
     push: PushService
+    notify: NotifyService
     discarder: Discarder
     archiver: InProcessArchiver | None
     authenticator: Authenticator
@@ -93,16 +102,19 @@ class EventServer(Protocol):
 
 
 class StoreSnapshot:
-    """What the metrics read from the store: at most ``limit`` consumers, the count of the
-    rest, the oldest id kept. One read at a time; reused for ``cache_seconds``."""
+    """What the metrics read from the store: each partition's newest and oldest ids, at most
+    ``limit`` consumers with their partitions, the count of the rest. One read at a time;
+    reused for ``cache_seconds``."""
 
     def __init__(self, server: EventServer, limit: int, cache_seconds: float) -> None:
         self._server = server
         self.limit = limit
         self.cache_seconds = cache_seconds
-        self.consumers: list[ConsumerRow] = []
+        #: (partition, consumer) for the first ``limit`` consumers.
+        self.consumers: list[tuple[Partition, ConsumerRow]] = []
         self.registered = 0
-        self.oldest_id = 0
+        #: (newest id, oldest id) of each partition read.
+        self.extents: dict[Partition, tuple[int, int]] = {}
         #: How long the last read took (seconds).
         self.read_seconds = 0.0
         self._read: asyncio.Future[None] | None = None
@@ -127,10 +139,20 @@ class StoreSnapshot:
     async def _read_store(self) -> None:
         store = self._server.store
         started = time.perf_counter()
-        rows = await store.consumer_lags(self.limit)
-        registered = len(rows) if len(rows) < self.limit else await store.count_consumers()
-        limits = await store.discard_limits(None)
-        self.consumers, self.registered, self.oldest_id = rows, registered, limits.oldest_id
+        partitions = [p for info in self._server.streams for p in info.partitions]
+        extents = {}
+        for partition in partitions[:MAX_PARTITIONS]:
+            limits = await store.partition_log(partition).discard_limits(None)
+            extents[partition] = (limits.newest_id, limits.oldest_id)
+        counts = await store.consumer_counts()
+        rows: list[tuple[Partition, ConsumerRow]] = []
+        for partition in partitions:
+            if len(rows) >= self.limit:
+                break
+            if counts.get(partition.key):
+                read = await store.partition_log(partition).consumer_lags(self.limit - len(rows))
+                rows.extend((partition, row) for row in read)
+        self.consumers, self.registered, self.extents = rows, sum(counts.values()), extents
         self.read_seconds = time.perf_counter() - started
 
 
@@ -170,12 +192,15 @@ class ServerCollector(Collector):
             "The oldest event id kept (0: the stream is empty).",
             labels=STREAM_LABELS,
         )
-        for key in STREAMS:
+        store = self._server.store
+        for partition, (newest, oldest_id) in list(self._snapshot.extents.items()):
+            key = (partition.stream, str(partition.number))
             labels = list(key)
-            appended.add_metric(labels, stats.appended[key])
-            size.add_metric(labels, stats.appended_bytes[key])
-            head.add_metric(labels, self._server.store.head.head)
-            oldest.add_metric(labels, self._snapshot.oldest_id)
+            appended.add_metric(labels, stats.appended.get(key, 0))
+            size.add_metric(labels, stats.appended_bytes.get(key, 0))
+            known = store.partition_log(partition).head.head  # newer than the read, maybe
+            head.add_metric(labels, max(newest, known))
+            oldest.add_metric(labels, oldest_id)
         yield from (appended, size, head, oldest)
 
     def _consumers(self) -> Iterator[Metric]:
@@ -205,15 +230,14 @@ class ServerCollector(Collector):
             "Pushed groups that failed and were sent again, on the current push connection.",
             labels=CONSUMER_LABELS,
         )
-        streams = {(s.user_id, s.component): s for s in self._server.push.streams}
+        streams = {s.key: s for s in self._server.push.all_streams if s.reliable}
         now = time.time()
-        stream, partition = DEFAULT_STREAM
-        for row in snapshot.consumers:
-            labels = [row.user, row.component, stream, partition]
+        for partition, row in snapshot.consumers:
+            labels = [row.user, row.component, partition.stream, str(partition.number)]
             position.add_metric(labels, row.position)
             lag.add_metric(labels, row.behind)
             age.add_metric(labels, _age(row.oldest_unread_ts, now))
-            push = streams.get((row.user_id, row.component))
+            push = streams.get((partition.key, row.user_id, row.component))
             in_flight.add_metric(labels, push.in_flight if push is not None else 0)
             retries.add_metric(labels, push.stats.groups_failed if push is not None else 0)
         yield from (position, lag, age, in_flight, retries)
@@ -237,13 +261,15 @@ class ServerCollector(Collector):
         server = self._server
         connections = GaugeMetricFamily(
             "futoin_evt_door_connections",
-            "Connections past their handshake, per listening port (the WebSocket port also "
-            "serves the HTTP feed, DCB and notification).",
+            "Connections past their login, each under one door: an HTTP connection under the "
+            "door of its last request, a WebSocket connection holding notification "
+            "subscriptions under notify.",
             labels=("door",),
         )
         handshakes = GaugeMetricFamily(
             "futoin_evt_door_handshakes",
-            "Connections still in their handshake, per listening port.",
+            "Connections still in their handshake or login, per listening port (door "
+            "websocket: the port of the WebSocket, HTTP feed, DCB and console doors).",
             labels=("door",),
         )
         refusals: dict[tuple[str, str], int] = dict.fromkeys(
@@ -254,8 +280,9 @@ class ServerCollector(Collector):
         ports: list[tuple[str, Slots[Any]]] = [("websocket", server.transport.slots)]
         if server.amqp is not None:
             ports.append(("amqp", server.amqp.slots))
+        for door, count in _connections_by_door(server).items():
+            connections.add_metric([door], count)
         for door, slots in ports:
-            connections.add_metric([door], slots.established)
             handshakes.add_metric([door], slots.handshakes)
             refusals[(door, TOO_MANY_CONNECTIONS)] += slots.refused
             refusals[(door, HANDSHAKE_EVICTED)] += slots.evicted
@@ -319,6 +346,18 @@ class ServerCollector(Collector):
         for event_type, count in sorted(dict(server.notices.published).items()):
             published.add_metric([event_type], count)
         yield from (discarded, archived, published)
+
+
+def _connections_by_door(server: EventServer) -> dict[str, int]:
+    """Established connections by door (one pass over the WebSocket port's connections)."""
+    counts = dict.fromkeys(DOORS, 0)
+    for io in server.transport.slots.established_sockets():
+        counts[io.door] = counts.get(io.door, 0) + 1
+    notify = min(server.notify.connections, counts["websocket"])
+    counts["websocket"] -= notify
+    counts["notify"] += notify
+    counts["amqp"] = server.amqp.slots.established if server.amqp is not None else 0
+    return counts
 
 
 def _calls(sources: list[Calls]) -> Iterator[Metric]:

@@ -20,10 +20,11 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
+from ..ftn18.services import Routes
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import TOO_MANY_CONNECTIONS, Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
@@ -64,6 +65,16 @@ class TransportConfig:
     #: Plain ws from any peer counts as secure (a TLS-terminating proxy is in front).
     trust_channel: bool = False
     limits: Limits = field(default=DEFAULT_LIMITS)
+
+
+class PathRoutes(Protocol):
+    """Which routes serve a WebSocket path (see :class:`~futoin_evt.ftn18.doors.PartitionDoors`)."""
+
+    def refusal(self, path: str) -> str | None:
+        """Why an upgrade to ``path`` is refused (HTTP 404 with it), or None."""
+
+    def open(self, path: str) -> Routes | None:
+        """The routes of an accepted connection to ``path``; None: the executor's own."""
 
 
 def _expire(reply: asyncio.Future[Response]) -> None:
@@ -258,12 +269,21 @@ class WebSocketTransport:
         )
         #: Told of FTN3 connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None
+        #: Which routes a path reaches (the FTN18 door per partition); None: every path is
+        #: served by the executor's own routes.
+        self.doors: PathRoutes | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         limits = self._config.limits
         self._server = await loop.create_server(
-            lambda: ServerIO(limits.max_frame_bytes, self._on_open, self.slots, self.http_handler),
+            lambda: ServerIO(
+                limits.max_frame_bytes,
+                self._on_open,
+                self.slots,
+                self.http_handler,
+                self.doors.refusal if self.doors is not None else None,
+            ),
             self._config.host,
             self._config.port,
             ssl=self._config.tls,
@@ -305,7 +325,11 @@ class WebSocketTransport:
     def _on_open(self, io: ServerIO) -> None:
         connection = _Connection(io, self._executor, self._config.limits)
         channel = Channel(
-            peer=io.peer, secure=self.is_secure(io), link=connection, log_in=connection.log_in
+            peer=io.peer,
+            secure=self.is_secure(io),
+            link=connection,
+            log_in=connection.log_in,
+            routes=self.doors.open(io.path) if self.doors is not None else None,
         )
         connection.channel = channel
         self._connections.add(connection)

@@ -416,6 +416,10 @@ class Streams(Protocol):
         """True when :meth:`listen_streams` hears every process's changes (PostgreSQL: also
         after its notification connection is restored): polling is then only a fallback."""
 
+    async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
+        """Consumers (of one user, or all) by partition key, for the partitions that have
+        any: one read, however many partitions there are."""
+
     def partition_log(self, partition: Partition) -> PartitionLog:
         """The log of one partition of this store (the same object for the same key while
         the store is open). ``events``/0 is the store itself."""

@@ -287,6 +287,12 @@ def consumer_lags_sql(mark: str, events: str) -> str:
     )
 
 
+def consumer_counts_sql(mark: str, of_user: bool) -> str:
+    """(partition key, consumers) of every partition with consumers (of the user ``mark``)."""
+    where = f" WHERE user_id = {mark}" if of_user else ""
+    return f"SELECT partition_key, COUNT(*) FROM consumers{where} GROUP BY partition_key"
+
+
 def consumer_rows(rows: Iterable[Sequence[Any]]) -> list[ConsumerRow]:
     """Rows of :func:`consumer_lags_sql` as typed values."""
     return [

@@ -62,7 +62,14 @@ from .dcb_sql import (
     stored_retry,
 )
 from .head import ClaimWatch, HeadWatch
-from .pages import PagedReads, ReadDialect, consumer_lags_sql, consumer_rows, rows_sql
+from .pages import (
+    PagedReads,
+    ReadDialect,
+    consumer_counts_sql,
+    consumer_lags_sql,
+    consumer_rows,
+    rows_sql,
+)
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
@@ -169,6 +176,8 @@ class SqlitePartitionLog(PagedReads):
     def __init__(self, store: SqliteStore, partition: Partition) -> None:
         self._store = store
         self.partition = partition
+        #: (stream, partition number) as the metrics label it.
+        self.labels = (partition.stream, str(partition.number))
         self._tables = Tables.of(partition.key)
         self._key = partition.key
         self.read_dialect = _dialect(self._tables)
@@ -664,6 +673,11 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         )
         return int(next(iter(rows))[0])
 
+    async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
+        sql = consumer_counts_sql("?", user_id is not None)
+        rows = await self._reader.execute_fetchall(sql, [] if user_id is None else [user_id])
+        return {int(key): int(count) for key, count in rows}
+
     # -- the Event Hubs checkpoint store ------------------------------------------------------
 
     async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
@@ -753,14 +767,13 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         started = time.perf_counter()
         ts, inserted, results = await self._write_thread.run(_commit_sync, self._writer, batch)
         seconds = time.perf_counter() - started
-        appended = appended_bytes = 0
+        stats = self.write_stats
         for key, events in inserted.items():
             partition_log = self._logs.get(key)
             if partition_log is not None and events:
                 size = partition_log._committed(ts, events)
-                if key == DEFAULT_PARTITION.key:  # the metrics are of events/0 for now
-                    appended, appended_bytes = len(events), size
-        self.write_stats.committed(len(batch), seconds, appended, appended_bytes)
+                stats.appended_to(partition_log.labels, len(events), size)
+        stats.committed(len(batch), seconds)
         return results
 
 

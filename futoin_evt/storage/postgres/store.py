@@ -106,7 +106,14 @@ from ..dcb_sql import (
     stored_retry,
 )
 from ..head import ClaimWatch, HeadWatch
-from ..pages import PagedReads, ReadDialect, consumer_lags_sql, consumer_rows, rows_sql
+from ..pages import (
+    PagedReads,
+    ReadDialect,
+    consumer_counts_sql,
+    consumer_lags_sql,
+    consumer_rows,
+    rows_sql,
+)
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from ..tables import STREAM_ROWS, Tables, stream_infos
 from .schema import (
@@ -227,6 +234,8 @@ class PostgresPartitionLog(PagedReads):
     def __init__(self, store: PostgresStore, partition: Partition) -> None:
         self._store = store
         self.partition = partition
+        #: (stream, partition number) as the metrics label it.
+        self.labels = (partition.stream, str(partition.number))
         self._tables = Tables.of(partition.key)
         self._key = partition.key
         self.read_dialect = _dialect(self._tables)
@@ -348,8 +357,9 @@ class PostgresPartitionLog(PagedReads):
                     item.future.set_result(EventId(event_id))
             self.recent.extend(recent)
             self.head.advance(ids[-1])
-            if self._key == DEFAULT_PARTITION.key:  # the metrics are of events/0 for now
-                self._store.write_stats.committed(len(batch), seconds, len(ids), total)
+            stats = self._store.write_stats
+            stats.committed(len(batch), seconds)
+            stats.appended_to(self.labels, len(ids), total)
 
     def _retire(self) -> None:
         self._retired = True
@@ -991,6 +1001,11 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables):
     async def streams_version(self) -> int:
         row = await self._fetch_one("SELECT value FROM meta WHERE key = 'streams_version'")
         return int(row[0])
+
+    async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
+        sql = consumer_counts_sql("%s", user_id is not None)
+        rows = await self._fetch(sql, [] if user_id is None else [user_id])
+        return {int(key): int(count) for key, count in rows}
 
     # -- the Event Hubs checkpoint store --------------------------------------------------
 

@@ -1,0 +1,219 @@
+"""The FTN18 door per partition: which services a WebSocket path reaches.
+
+``/`` (with any query) is ``events``/0, served by the default routes (DCB and ops too).
+``/NAME/P`` serves ``futoin.evt.gen``, ``poll`` and ``push`` for partition ``P`` of the stream
+``NAME``; ``/NAME`` is its partition 0 when the stream has one partition. On a stream with
+more, ``/NAME`` takes ``addEvent`` only: each connection's events go to one partition, picked
+round robin over connections (so one producer's order holds), and consumer calls are refused
+naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the ops iface are the same
+on every path; DCB is served on ``events``/0 only.
+
+A path that names no stream or partition is refused at the upgrade (HTTP 404, one sentence).
+A partition's services are built on its first connection and shared by later ones. When its
+stream is dropped, its routes are swapped in place for a refusal, so its open connections get
+an FTN3 error on their next call, and its push streams stop (their connections drop).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Any, Final
+
+from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
+from ..ftn3.errors import INVALID_REQUEST, NOT_IMPLEMENTED, FTN3Error
+from ..log.streams import StreamRegistry
+from ..notify.management import ManagementBus
+from ..quoting import quote_input
+from ..storage.base import PartitionLog, Streams
+from .push import PushService
+from .services import CallContext, GenService, Handler, PollService, Routes, ping
+
+log = logging.getLogger(__name__)
+
+GEN: Final = "futoin.evt.gen"
+POLL: Final = "futoin.evt.poll"
+PUSH: Final = "futoin.evt.push"
+DCB: Final = "futoin.evt.dcb"
+#: Partition numbers in a path: 0, or up to 4 digits with no leading zero (at most 1024).
+_MAX_PARTITION_DIGITS: Final = 4
+#: Path characters quoted back in a refusal at most.
+_QUOTED: Final = 60
+
+
+@dataclass(slots=True)
+class _PartitionDoor:
+    """One partition's services and the routes that reach them (shared by its connections)."""
+
+    partition: Partition
+    routes: dict[str, dict[str, Handler]]
+    #: The routes of ``/NAME`` pinned to this partition (built on first use).
+    pinned: dict[str, dict[str, Handler]] | None = None
+
+
+def _refuse_with(name: str, desc: str) -> Handler:
+    def refuse(ctx: CallContext, params: dict[str, Any]) -> Any:
+        raise FTN3Error(name, desc)
+
+    return refuse
+
+
+class PartitionDoors:
+    """Paths to routes. :meth:`refusal` checks a path at the upgrade; :meth:`open` gives an
+    accepted connection its routes (None: the default routes)."""
+
+    def __init__(
+        self,
+        streams: StreamRegistry,
+        store: Streams,
+        push: PushService,
+        default_routes: Routes,
+        notices: ManagementBus | None = None,
+    ) -> None:
+        self._streams = streams
+        self._store = store
+        self._push = push
+        self._default = default_routes
+        self._notices = notices
+        self._doors: dict[int, _PartitionDoor] = {}
+        #: Stream name -> the round robin of its pinned connections.
+        self._turns: dict[str, itertools.count[int]] = {}
+        self._stop_listening = streams.listen(self._registry_changed)
+
+    # -- paths ----------------------------------------------------------------------------
+
+    def _find(self, path: str) -> tuple[str, int | None] | str:
+        """(stream, partition number or None for ``/NAME``), or why the path is refused."""
+        target = path.partition("?")[0]
+        if target in ("", "/"):
+            return DEFAULT_STREAM, 0
+        if target.endswith("/"):
+            target = target[:-1]
+        parts = target[1:].split("/")
+        if len(parts) > 2 or not target.startswith("/"):
+            shown = quote_input(target, _QUOTED)
+            return f"Not an event stream path: {shown} (use /NAME or /NAME/P)."
+        name = parts[0]
+        if STREAM_NAME_RE.fullmatch(name) is None:
+            return f"No stream is named {quote_input(name, _QUOTED)}."
+        info = self._streams.get(name)
+        if info is None:
+            return f"There is no stream {name}."
+        count = len(info.partitions)
+        if len(parts) == 1:
+            return name, None
+        number = parts[1]
+        if not (
+            number.isascii()
+            and number.isdigit()
+            and len(number) <= _MAX_PARTITION_DIGITS
+            and (number == "0" or not number.startswith("0"))
+            and int(number) < count
+        ):
+            shown = quote_input(number, _QUOTED)
+            return f"The stream {name} has partitions 0 to {count - 1}, not {shown}."
+        return name, int(number)
+
+    def refusal(self, path: str) -> str | None:
+        """Why a WebSocket upgrade to ``path`` is refused (one sentence), or None."""
+        found = self._find(path)
+        return found if isinstance(found, str) else None
+
+    def open(self, path: str) -> Routes | None:
+        """The routes of a connection to ``path`` (checked by :meth:`refusal` in the same turn
+        of the loop); None for ``events``/0, served by the default routes."""
+        found = self._find(path)
+        assert not isinstance(found, str), found
+        name, number = found
+        info = self._streams.get(name)
+        assert info is not None
+        if number is None:
+            if len(info.partitions) == 1:
+                number = 0
+            else:
+                turn = next(self._turns.setdefault(name, itertools.count()))
+                return self._pinned(self._door(info.partitions[turn % len(info.partitions)]))
+        partition = info.partitions[number]
+        if partition == DEFAULT_PARTITION:
+            return None
+        return self._door(partition).routes
+
+    # -- services per partition -----------------------------------------------------------
+
+    def _door(self, partition: Partition) -> _PartitionDoor:
+        door = self._doors.get(partition.key)
+        if door is None:
+            log_ = self._store.partition_log(partition)
+            door = self._doors[partition.key] = _PartitionDoor(
+                partition, self._partition_routes(log_)
+            )
+        return door
+
+    def _partition_routes(self, log_: PartitionLog) -> dict[str, dict[str, Handler]]:
+        gen = GenService(log_)
+        poll = PollService(log_, self._notices)
+        consumer: dict[str, Handler] = {
+            "ping": ping,
+            "registerConsumer": poll.register_consumer,
+            "pollEvents": poll.poll_events,
+        }
+        no_dcb = _refuse_with(
+            NOT_IMPLEMENTED, f"DCB is served on the stream {DEFAULT_STREAM} only (the path /)"
+        )
+        routes = {iface: dict(funcs) for iface, funcs in self._default.items()}
+        routes[GEN] = {"ping": ping, "addEvent": gen.add_event}
+        routes[POLL] = consumer
+        routes[PUSH] = {**consumer, "readyToReceive": self._push.receiver(log_)}
+        routes[DCB] = {func: no_dcb if func != "ping" else ping for func in routes.get(DCB, {})}
+        return routes
+
+    def _pinned(self, door: _PartitionDoor) -> Routes:
+        if door.pinned is None:
+            name = door.partition.stream
+            refuse = self._consumer_refusal(name)
+            pinned = {iface: dict(funcs) for iface, funcs in door.routes.items()}
+            for iface in (POLL, PUSH):
+                pinned[iface] = {func: ping if func == "ping" else refuse for func in pinned[iface]}
+            door.pinned = pinned
+        return door.pinned
+
+    def _consumer_refusal(self, name: str) -> Handler:
+        def refuse(ctx: CallContext, params: dict[str, Any]) -> Any:
+            info = self._streams.get(name)
+            count = len(info.partitions) if info is not None else 0
+            raise FTN3Error(
+                INVALID_REQUEST,
+                f"The stream {name} has {count} partitions: consume each at /{name}/P"
+                f" (/{name}/0 to /{name}/{count - 1}); /{name} takes addEvent only",
+            )
+
+        return refuse
+
+    # -- streams dropped --------------------------------------------------------------------
+
+    def _registry_changed(self) -> None:
+        for key, door in list(self._doors.items()):
+            partition = door.partition
+            if self._streams.partition(partition.stream, partition.number) == partition:
+                continue
+            del self._doors[key]
+            self._close_door(door)
+        for name in [name for name in self._turns if self._streams.get(name) is None]:
+            del self._turns[name]
+
+    def _close_door(self, door: _PartitionDoor) -> None:
+        """Every call on the partition's routes is refused from now on, its pushes stop."""
+        partition = door.partition
+        log.info("stream %s dropped: its connections are refused", partition)
+        refuse = _refuse_with(INVALID_REQUEST, f"The stream {partition.stream} was dropped")
+        for routes in (door.routes, door.pinned or {}):
+            for iface in (GEN, POLL, PUSH):
+                funcs = routes.get(iface, {})
+                for func in funcs:
+                    if func != "ping":
+                        funcs[func] = refuse
+        self._push.forget_partition(partition)
+
+    def close(self) -> None:
+        self._stop_listening()

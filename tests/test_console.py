@@ -1,0 +1,502 @@
+"""The web console in a real browser: Playwright driving the machine's Chromium.
+
+Each page's screenshot goes to the test's temporary directory; with
+``FUTOIN_EVT_SCREENSHOTS=DIR`` (``docs/screenshots`` for the README) there too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import ssl
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import httpx
+import pytest
+import trustme
+from playwright.async_api import Browser, Page, async_playwright, expect
+from prometheus_client.parser import text_string_to_metric_families
+
+from futoin_evt.auth.users import hash_password
+from futoin_evt.client.aio import Event, EventStreamClient
+from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.console.config import ConsoleConfig
+from futoin_evt.server.app import EventServer, ServerConfig
+from futoin_evt.server.websocket import TransportConfig
+
+from .conftest import USERS, ServerFactory, run_without
+
+CHROMIUM = Path("/usr/bin/chromium")
+
+pytestmark = pytest.mark.functional
+#: The tests that drive the browser.
+in_browser = pytest.mark.browser
+needs_chromium = pytest.mark.skipif(
+    not CHROMIUM.exists(), reason="needs Chromium (apt-get install chromium)"
+)
+
+ADMIN = ("root", "root-pw")
+#: Markup in event data: shown as text, never run.
+HOSTILE = "<img src=x onerror=\"document.body.dataset.pwned='1'\"><script>pwned=1</script>"
+
+
+@pytest.fixture
+async def console(start_server: ServerFactory) -> EventServer:
+    server = await start_server(console=ConsoleConfig(sample_seconds=0.2, refresh_seconds=0.3))
+    await server.store.add_user(ADMIN[0], hash_password(ADMIN[1]), is_admin=True)
+    return server
+
+
+@pytest.fixture
+async def browser() -> AsyncIterator[Browser]:
+    async with async_playwright() as playwright:
+        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM))
+        yield launched
+        await launched.close()
+
+
+@pytest.fixture
+async def page(browser: Browser) -> AsyncIterator[Page]:
+    context = await browser.new_context(viewport={"width": 1280, "height": 720})
+    opened = await context.new_page()
+    yield opened
+    await context.close()
+
+
+@pytest.fixture
+async def alice(console: EventServer) -> AsyncIterator[EventStreamClient]:
+    async with await client_of(console, "alice") as client:
+        yield client
+
+
+async def client_of(server: EventServer, user: str) -> EventStreamClient:
+    return await EventStreamClient.connect(server.url, credentials=f"{user}:{USERS[user]}")
+
+
+async def log_in(page: Page, server: EventServer, user: str, password: str) -> None:
+    assert server.console_url is not None
+    await page.goto(server.console_url)
+    await page.get_by_label("User").fill(user)
+    await page.get_by_label("Password").fill(password)
+    await page.get_by_role("button", name="Log in").click()
+
+
+async def menu(page: Page, entry: str) -> None:
+    await page.locator("header nav").get_by_role("link", name=entry).click()
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> list[Path]:
+    """Where screenshots go: the test's output, and $FUTOIN_EVT_SCREENSHOTS when set."""
+    shared = os.environ.get("FUTOIN_EVT_SCREENSHOTS")
+    if shared:
+        Path(shared).mkdir(parents=True, exist_ok=True)
+    return [tmp_path, *([Path(shared)] if shared else [])]
+
+
+async def shoot(page: Page, shots: list[Path], name: str) -> None:
+    for directory in shots:
+        await page.screenshot(path=directory / f"{name}.png", full_page=True)
+
+
+def row_of(page: Page, table: str, **data: str) -> str:
+    return f"#{table} tr" + "".join(f'[data-{k}="{v}"]' for k, v in data.items())
+
+
+@in_browser
+@needs_chromium
+async def test_log_in_and_see_a_streams_head_move(
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
+) -> None:
+    info = await console.store.add_stream("orders", 3)
+    await console.streams.refresh()
+    await log_in(page, console, *ADMIN)
+    await expect(page).to_have_url(re.compile(r"/console/streams$"))
+    await expect(page.locator("header .who")).to_have_text("root (admin)")
+    head = page.locator(row_of(page, "streams", stream="events", partition="0") + " .head")
+    await expect(head).to_have_text("0")
+    for burst in range(1, 7):
+        for n in range(burst * 5):
+            await alice.add_event("ORDER_PLACED", {"n": n})
+        await expect(head).to_have_text(str(sum(b * 5 for b in range(1, burst + 1))))
+    orders = console.store.partition_log(info.partitions[1])
+    for _ in range(7):
+        await orders.append("Placed", "{}")
+    await expect(
+        page.locator(row_of(page, "streams", stream="orders", partition="1") + " .head")
+    ).to_have_text("7")
+    await shoot(page, shots, "streams")
+    await page.goto(f"{console.console_url}partition?stream=events&partition=0")
+    await expect(page.locator("dd.head")).to_have_text("105")
+    await expect(page.locator("figure.chart polyline")).to_have_count(1)
+    await shoot(page, shots, "partition")
+
+
+@in_browser
+@needs_chromium
+async def test_a_consumers_lag_goes_up_and_down_and_seek_moves_it(
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
+) -> None:
+    await alice.register_consumer("BILLING")
+    async with await client_of(console, "bob") as bob:
+        await bob.register_consumer("AUDIT")
+    received: list[Event] = []
+
+    async def keep(events: list[Event]) -> None:
+        received.extend(events)
+
+    await console.store.add_stream("orders", 2)
+    await console.streams.refresh()
+    mailer = ReliableReceiver(  # a push consumer of another stream's partition
+        console.url.rstrip("/") + "/orders/1",
+        credentials=f"alice:{USERS['alice']}",
+        component="MAILER",
+        on_events=keep,
+    )
+    pushing = asyncio.create_task(mailer.run())
+    await mailer.ready.wait()
+    try:
+        await log_in(page, console, *ADMIN)
+        await menu(page, "Consumers")
+        billing = page.locator(row_of(page, "consumers", user="alice", component="BILLING"))
+        lag = billing.locator(".lag")
+        await expect(lag).to_have_text("0")
+        ids = [await alice.add_event("ORDER_PLACED", {"n": n}) for n in range(12)]
+        await expect(lag).to_have_text("12")
+        await alice.poll_events("BILLING", last_id=ids[8])
+        await expect(lag).to_have_text("3")
+        mailer_row = page.locator(row_of(page, "consumers", user="alice", component="MAILER"))
+        await expect(mailer_row.locator(".lag")).to_have_text("0")
+        await expect(mailer_row).to_contain_text("orders/1")
+        await expect(mailer_row).to_contain_text("connected")
+        await expect(page.locator(row_of(page, "consumers", component="AUDIT"))).to_contain_text(
+            "holds back discarding"
+        )
+        await shoot(page, shots, "consumers")
+        await billing.get_by_role("link", name="seek…").click()
+        await page.get_by_label("Position").fill(str(ids[1]))
+        await page.get_by_role("button", name="Seek").click()
+        await expect(page.locator(".notice")).to_have_text(
+            f"alice/BILLING of events/0 is at {ids[1]} now."
+        )
+        await expect(lag).to_have_text("10")
+    finally:
+        mailer.stop()
+        await pushing
+
+
+@in_browser
+@needs_chromium
+async def test_drop_a_consumer_after_the_confirmation(
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
+) -> None:
+    await alice.register_consumer("OLD")
+    await alice.register_consumer("KEPT")
+    await log_in(page, console, "alice", USERS["alice"])
+    await menu(page, "Consumers")
+    row = page.locator(row_of(page, "consumers", user="alice", component="OLD"))
+    await row.get_by_role("link", name="drop…").click()
+    await expect(page.get_by_role("heading")).to_have_text("Drop consumer alice/OLD?")
+    assert [r.component for r in await console.store.consumers()] == ["KEPT", "OLD"]
+    await shoot(page, shots, "confirm")
+    await page.get_by_role("button", name="Drop it").click()
+    await expect(page.locator(".notice")).to_have_text("Dropped alice/OLD of events/0.")
+    await expect(row).to_have_count(0)
+    assert [r.component for r in await console.store.consumers()] == ["KEPT"]
+
+
+@in_browser
+@needs_chromium
+async def test_the_live_tail_shows_only_the_events_that_match(
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
+) -> None:
+    await log_in(page, console, "alice", USERS["alice"])
+    await menu(page, "Live tail")
+    await page.get_by_label("Selector").fill("eventType = 'ORDER_PLACED' AND total > 100")
+    await page.get_by_label("Requested attributes").fill("total, region, note")
+    await page.get_by_role("button", name="Follow").click()
+    await expect(page.locator("#tail")).to_have_attribute("data-state", "live")
+    await alice.add_event("ORDER_PLACED", {"total": 150, "region": "EU", "note": HOSTILE})
+    await alice.add_event("ORDER_PLACED", {"total": 80, "region": "US"})
+    await alice.add_event("ORDER_SHIPPED", {"total": 500, "region": "EU"})
+    await alice.add_event("ORDER_PLACED", {"total": 200, "region": "APAC"})
+    rows = page.locator("#tail tbody tr")
+    await expect(rows).to_have_count(2)
+    await expect(rows.nth(0)).to_contain_text('"total":200')
+    await expect(rows.nth(1)).to_contain_text('"total":150')
+    await expect(rows.nth(1)).to_contain_text("<img src=x")
+    await expect(page.locator("#tail")).not_to_contain_text('"total":80')
+    await expect(page.locator("#tail")).not_to_contain_text("ORDER_SHIPPED")
+    assert await page.locator("#tail img, #tail script").count() == 0
+    assert await page.evaluate("document.body.dataset.pwned") is None
+    await shoot(page, shots, "tail")
+
+
+@in_browser
+@needs_chromium
+async def test_a_wrong_password_is_refused(
+    console: EventServer, page: Page, shots: list[Path]
+) -> None:
+    await log_in(page, console, "alice", "not-her-password")
+    await expect(page.get_by_role("alert")).to_have_text("Wrong user name or password.")
+    await expect(page).to_have_url(re.compile(r"/console/login$"))
+    await shoot(page, shots, "login")
+    assert await page.context.cookies() == []
+    await page.goto(f"{console.console_url}consumers")
+    await expect(page).to_have_url(re.compile(r"/console/login\?next=%2Fconsole%2Fconsumers$"))
+
+
+@in_browser
+@needs_chromium
+async def test_another_users_consumers_are_invisible(
+    console: EventServer, page: Page, alice: EventStreamClient
+) -> None:
+    await alice.register_consumer("MINE")
+    async with await client_of(console, "bob") as bob:
+        await bob.register_consumer("SECRET")
+    await log_in(page, console, "alice", USERS["alice"])
+    await menu(page, "Consumers")
+    await expect(page.locator(row_of(page, "consumers", component="MINE"))).to_have_count(1)
+    await expect(page.locator("#consumers")).not_to_contain_text("SECRET")
+    await expect(page.locator(".count")).to_have_text("1 consumers")
+    # nor reachable by address, nor droppable with her own valid session and token
+    assert console.console_url is not None
+    confirm = "consumers/confirm?action=drop&stream=events&partition=0&user=bob&component=SECRET"
+    await page.goto(console.console_url + confirm)
+    await expect(page.get_by_role("alert")).to_have_text("No such consumer.")
+    csrf = await page.locator("header input[name=csrf]").get_attribute("value")
+    assert csrf is not None
+    reply = await page.request.post(
+        console.console_url + "consumers/drop",
+        form={"csrf": csrf, "stream": "events", "partition": "0", "user": "bob",
+              "component": "SECRET"},
+    )  # fmt: skip
+    assert reply.status == 404
+    assert {r.component for r in await console.store.consumers()} == {"MINE", "SECRET"}
+
+
+async def test_a_form_without_its_csrf_token_is_refused(
+    console: EventServer, alice: EventStreamClient
+) -> None:
+    """A plain HTTP client with a valid session cookie, as a forged cross-site form would be."""
+    await alice.register_consumer("TARGET")
+    assert console.console_url is not None
+    async with httpx.AsyncClient(base_url=console.console_url, timeout=30) as http:
+        reply = await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+        assert reply.status_code == 303
+        cookie = reply.headers["set-cookie"]
+        assert re.fullmatch(
+            r"futoin_evt_console=[\w-]{43}; Path=/console; HttpOnly; SameSite=Strict", cookie
+        )
+        form = {"stream": "events", "partition": "0", "user": "alice", "component": "TARGET"}
+        for csrf in ({}, {"csrf": "guessed"}):
+            reply = await http.post("consumers/drop", data={**form, **csrf})
+            assert reply.status_code == 403
+            assert "CSRF token is missing or wrong" in reply.text
+        assert (await http.post("logout", data={})).status_code == 403
+        # from another site, even with the token
+        page = await http.get("consumers")
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token is not None
+        reply = await http.post(
+            "consumers/drop",
+            data={**form, "csrf": token.group(1)},
+            headers={"Origin": "https://elsewhere.example"},
+        )
+        assert reply.status_code == 403
+        assert [r.component for r in await console.store.consumers()] == ["TARGET"]
+        # the same form with its token and no foreign origin works
+        reply = await http.post("consumers/drop", data={**form, "csrf": token.group(1)})
+        assert reply.status_code == 303
+        assert await console.store.consumers() == []
+
+
+@in_browser
+@needs_chromium
+async def test_the_event_browser_and_the_dcb_query_escape_what_they_show(
+    console: EventServer, page: Page, alice: EventStreamClient, shots: list[Path]
+) -> None:
+    for n in range(3):
+        await alice.add_event("ORDER_PLACED", {"n": n, "note": HOSTILE})
+    dcb = console.url.replace("ws", "http", 1).rstrip("/") + "/dcb/v1/append"
+    events = [
+        {"type": "CourseDefined", "data": {"title": HOSTILE}, "tags": ["course:c1"]},
+        {"type": "StudentSubscribed", "data": {"student": "s1"}, "tags": ["course:c1", "s:1"]},
+        {"type": "CourseDefined", "data": {"title": "Other"}, "tags": ["course:c2"]},
+    ]
+    async with httpx.AsyncClient(timeout=30, auth=("alice", USERS["alice"])) as http:
+        assert (await http.post(dcb, json={"events": events})).status_code == 200
+    await log_in(page, console, "alice", USERS["alice"])
+    await menu(page, "Events")
+    await page.get_by_label("From id").fill("2")
+    await page.get_by_role("button", name="Show").click()
+    await expect(page.locator("#events tbody tr")).to_have_count(5)
+    await expect(page.locator("#events tbody tr").first).to_contain_text("<img src=x")
+    await shoot(page, shots, "events")
+    await menu(page, "DCB query")
+    await page.get_by_label("Tags (all of)").fill("course:c1")
+    await page.get_by_role("button", name="Query").click()
+    rows = page.locator("#dcb tbody tr")
+    await expect(rows).to_have_count(2)
+    await expect(rows.nth(0)).to_contain_text("CourseDefined")
+    await expect(rows.nth(1)).to_contain_text("StudentSubscribed")
+    await shoot(page, shots, "dcb")
+    assert await page.locator("main img, main script").count() == 0
+    assert await page.evaluate("document.body.dataset.pwned") is None
+
+
+@in_browser
+@needs_chromium
+async def test_names_and_queries_are_escaped_in_every_page(
+    console: EventServer, page: Page
+) -> None:
+    """What users type (a component, a selector, a query string) comes back as text."""
+    hostile_component = '"><img src=x onerror="document.body.dataset.pwned=1">'
+    user = await console.store.get_user("alice")
+    assert user is not None
+    await console.store.register_consumer(user.id, hostile_component)  # no door allows it
+    await log_in(page, console, "alice", USERS["alice"])
+    assert console.console_url is not None
+    await page.goto(f"{console.console_url}consumers?stream=%22%3E%3Cimg+src%3Dx%3E")
+    await page.goto(f"{console.console_url}consumers")
+    await expect(page.locator("#consumers")).to_contain_text(hostile_component)
+    await page.locator("#consumers").get_by_role("link", name="seek…").click()
+    await expect(page.get_by_role("heading")).to_contain_text(hostile_component)
+    await page.goto(f"{console.console_url}tail?selector=%3Cscript%3Ex%3D1%3C/script%3E&run=1")
+    await expect(page.get_by_role("alert")).to_be_visible()
+    await page.goto(f"{console.console_url}events?id=%3Cb%3E")
+    await expect(page.get_by_role("alert")).to_have_text("An event id is a positive number.")
+    assert await page.locator("main img, main script, main b").count() == 0
+    assert await page.evaluate("document.body.dataset.pwned") is None
+
+
+# -- without a browser -----------------------------------------------------------------------
+
+
+async def test_sessions_are_bounded_and_end_at_logout(start_server: ServerFactory) -> None:
+    server = await start_server(console=ConsoleConfig(max_sessions=2))
+    assert server.console_url is not None
+    clients = [httpx.AsyncClient(base_url=server.console_url, timeout=30) for _ in range(3)]
+    try:
+        for http in clients:
+            form = {"user": "alice", "password": USERS["alice"]}
+            assert (await http.post("login", data=form)).status_code == 303
+        first, second, third = clients
+        # the least recently used session went to make room
+        assert (await first.get("streams")).headers["location"].startswith("/console/login")
+        assert (await second.get("streams")).status_code == 200
+        page = await third.get("streams")
+        assert page.status_code == 200
+        token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+        assert token is not None
+        cookie = third.cookies["futoin_evt_console"]
+        reply = await third.post("logout", data={"csrf": token.group(1)})
+        assert reply.status_code == 303
+        assert "Max-Age=0" in reply.headers["set-cookie"]
+        # the cookie, sent again, opens nothing
+        third.cookies.set("futoin_evt_console", cookie)
+        again = await third.get("streams")
+        assert again.headers["location"].startswith("/console/login")
+        assert server.console is not None
+        assert len(server.console.sessions) == 1
+    finally:
+        for http in clients:
+            await http.aclose()
+
+
+def test_cli_console_prints_its_url_and_serves_the_login_page(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "futoin_evt", "serve", "--db", str(tmp_path / "x.sqlite"),
+         "--port", "0", "--console"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        url = re.search(r"http://127\.0\.0\.1:[0-9]+/console/", line)
+        assert url is not None, line
+        reply = httpx.get(url.group(0) + "login", timeout=30)
+        assert reply.status_code == 200
+        assert "Log in" in reply.text
+        assert "default-src 'none'" in reply.headers["content-security-policy"]
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_cli_console_without_jinja2_says_what_to_install(tmp_path: Path) -> None:
+    proc = run_without("jinja2", ["serve", "--db", str(tmp_path / "x.sqlite"), "--console"])
+    assert proc.returncode == 2
+    assert proc.stderr == "futoin-evt: --console needs Jinja2: pip install 'futoin-evt[console]'\n"
+
+
+async def test_the_console_counts_as_a_door_of_its_own(start_server: ServerFactory) -> None:
+    server = await start_server(console=ConsoleConfig(), metrics=("127.0.0.1", 0))
+    assert server.console_url is not None
+    assert server.metrics_url is not None
+    async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+        wrong = {"user": "alice", "password": "wrong"}
+        assert (await http.post("login", data=wrong)).status_code == 401
+        right = {"user": "alice", "password": USERS["alice"]}
+        assert (await http.post("login", data=right)).status_code == 303
+        assert (await http.get("streams")).status_code == 200
+        assert server.metrics is not None
+        server.metrics.snapshot.cache_seconds = 0.0
+        text = (await http.get(server.metrics_url)).text
+    samples = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted(labels.items())))]
+
+    assert value("futoin_evt_door_connections", door="console") == 1
+    assert value("futoin_evt_door_refusals_total", door="console", reason="bad_credentials") == 1
+    calls = {"door": "console", "iface": "console"}
+    assert value("futoin_evt_calls_total", function="login", outcome="401", **calls) == 1
+    assert value("futoin_evt_calls_total", function="login", outcome="303", **calls) == 1
+    assert value("futoin_evt_calls_total", function="streams", outcome="200", **calls) == 1
+
+
+async def test_the_console_on_postgresql(pg_url: str) -> None:
+    config = ServerConfig(db=pg_url, transport=TransportConfig(port=0), console=ConsoleConfig())
+    async with await EventServer.start(config) as server:
+        alice = await server.store.add_user("alice", hash_password(USERS["alice"]))
+        info = await server.store.add_stream("orders", 2)
+        await server.streams.refresh()
+        orders = server.store.partition_log(info.partitions[1])
+        await orders.register_consumer(alice, "BILLING")
+        for _ in range(3):
+            await orders.append("Placed", "{}")
+        assert server.console_url is not None
+        async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+            form = {"user": "alice", "password": USERS["alice"]}
+            assert (await http.post("login", data=form)).status_code == 303
+            streams = await http.get("streams")
+            assert re.search(r'data-stream="orders" data-partition="1">.*?class="num head">3<',
+                             streams.text, re.S)  # fmt: skip
+            consumers = await http.get("consumers")
+            assert re.search(r'data-component="BILLING">.*?orders/1.*?class="num lag">3<',
+                             consumers.text, re.S)  # fmt: skip
+
+
+async def test_under_tls_the_session_cookie_is_secure(start_server: ServerFactory) -> None:
+    authority = trustme.CA()
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    authority.issue_cert("127.0.0.1").configure_cert(context)
+    server = await start_server(tls=context, console=ConsoleConfig())
+    assert server.console_url is not None
+    assert server.console_url.startswith("https://")
+    trusted = ssl.create_default_context()
+    authority.configure_trust(trusted)
+    async with httpx.AsyncClient(base_url=server.console_url, verify=trusted, timeout=30) as http:
+        reply = await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+        assert reply.status_code == 303
+        assert reply.headers["set-cookie"].endswith("; HttpOnly; SameSite=Strict; Secure")
+        assert (await http.get("consumers")).status_code == 200
