@@ -185,7 +185,10 @@ class EventLogNode:
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
         terminus = link.remote_target if link.is_receiver else link.remote_source
-        address = terminus.address if terminus is not None else None
+        try:
+            address = terminus.address if terminus is not None else None
+        except UnicodeDecodeError:  # proton decodes it as UTF-8
+            raise LinkRefused(INVALID_FIELD, "the address is not UTF-8") from None
         uri = address is not None and "://" in address
         address = _address_path(address) if address is not None else None
         if address == CBS:
