@@ -336,3 +336,20 @@ async def test_a_dropped_stream_refuses_its_messages_and_links(hub: EventServer)
 
     outcome = await asyncio.to_thread(scenario)
     assert outcome == {"send": Delivery.REJECTED, "attach": "amqp:not-found"}
+
+
+async def test_messages_to_an_aggregated_stream_are_rejected(hub: EventServer) -> None:
+    url = hub.amqp_url or ""
+    info = await hub.store.add_stream("all", 1, aggregate_of=HUB)
+    await hub.streams.refresh()
+
+    def scenario() -> Any:
+        with connected(url) as conn:
+            try:
+                conn.create_sender("all", name="to-all").send(Message(subject="T", body=1))
+            except SendException as exc:
+                return exc.state
+        return None
+
+    assert await asyncio.to_thread(scenario) == Delivery.REJECTED
+    assert await hub.store.partition_log(info.partitions[0]).newest_event_id() == 0
