@@ -1,10 +1,14 @@
-"""``python -m bench.amqp [--produce N] [--catch-up N] [--source DIR]``: the AMQP door beside FTN3.
+"""``python -m bench.amqp [--produce N] [--catch-up N] [--partitions N] [--source DIR]``: the AMQP
+door beside FTN3.
 
 - produce: one link, 1000 messages unsettled at a time, until N are accepted (durable);
   beside it FTN3 addEvent with 1000 calls in flight on one connection;
 - catch-up: a new consumer reads a prefilled log of N events from ``@earliest`` with 1000
   credit (auto-accepted), on the plain node and on the Event Hubs address; beside it an
   FTN3 push consumer catching up on the same log;
+- partitions (``--partitions N``): producing N events with 64 partition keys to a stream of 4
+  partitions, and catching up over all of them with one link and with one Event Hubs SDK
+  consumer client, each beside the same on ``events`` (one partition);
 - raw limit: the same proton client against a proton echo node in a process of its own
   (accepts every message at once; sends ready-made event messages as credit allows).
 
@@ -24,18 +28,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import multiprocessing
 import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,11 +50,16 @@ from proton import Delivery, Described, Message, symbol, timestamp, ulong
 from proton.handlers import MessagingHandler
 from proton.reactor import Container, Filter
 
+from futoin_evt.auth.sas import load_secret, sas_key
+from futoin_evt.domain.stream import UserId
+from futoin_evt.storage.base import User
+
 from . import workloads
 from .profile import OUT, summary
 from .systems import (
     PASSWORD,
     USER,
+    System,
     free_port,
     payload,
     print_figures,
@@ -60,6 +72,9 @@ RAW_PRODUCE = "raw: proton produce to proton echo, window 1000 (msg/s)"
 RAW_CONSUME = "raw: proton consume from proton echo, credit 1000 (msg/s)"
 #: What the Event Hubs SDK attaches to (there, JSON data goes out as a ``data`` section).
 EVENT_HUBS = "events/ConsumerGroups/$Default/Partitions/0"
+PARTITION_KEY = symbol("x-opt-partition-key")
+#: A stream of 4 partitions beside ``events`` (one).
+PARTITIONED = "orders"
 EARLIEST = Filter(
     {symbol("f"): Described(ulong(0x200), {symbol("event-streams-offset"): symbol("@earliest")})}
 )
@@ -72,16 +87,33 @@ class Producer(MessagingHandler):
     client's encoder's.
     """
 
-    def __init__(self, url: str, count: int, window: int = WINDOW, **login: Any) -> None:
+    def __init__(
+        self,
+        url: str,
+        count: int,
+        window: int = WINDOW,
+        address: str = "events",
+        keys: int = 0,
+        **login: Any,
+    ) -> None:
+        """``keys``: that many partition keys (``x-opt-partition-key``), taken in turn."""
         super().__init__()
         self.url, self.count, self.window, self.login = url, count, window, login
+        self.address = address
         self.sent = self.accepted = 0
-        self.encoded = [Message(subject="ORDER", body=payload(i)).encode() for i in range(count)]
+        self.encoded = [
+            Message(
+                subject="ORDER",
+                body=payload(i),
+                annotations={PARTITION_KEY: f"customer-{i % keys}"} if keys else None,
+            ).encode()
+            for i in range(count)
+        ]
         self.started = self.elapsed = 0.0
 
     def on_start(self, event: Any) -> None:
         conn = event.container.connect(self.url, **self.login)
-        event.container.create_sender(conn, "events")
+        event.container.create_sender(conn, self.address)
         self.started = time.perf_counter()
 
     def on_sendable(self, event: Any) -> None:
@@ -394,6 +426,73 @@ async def rhea_rows(count: int, before: Path | None) -> dict[str, float]:
     return figures
 
 
+def sdk_catch_up(conn_str: str, count: int) -> float:
+    """Events/s of one Event Hubs SDK consumer client reading ``count`` events from the
+    earliest over every partition of the hub (``receive_batch``, batches of 300)."""
+    from azure.eventhub import EventHubConsumerClient
+
+    client = EventHubConsumerClient.from_connection_string(conn_str, consumer_group="$Default")
+    received = 0
+    started = finished = time.perf_counter()
+
+    def on_batch(_context: Any, events: list[Any]) -> None:
+        nonlocal received, finished
+        received += len(events)
+        if received >= count and finished == started:
+            finished = time.perf_counter()
+            threading.Thread(target=client.close).start()
+
+    with client:
+        client.receive_batch(on_event_batch=on_batch, starting_position="-1", max_batch_size=300)
+    return count / (finished - started)
+
+
+async def measure_partitions(count: int) -> dict[str, float]:
+    """Produce with keys and catch up over 4 partitions, beside the same on one partition,
+    with the server's CPU time per event."""
+    figures: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
+        system = await start_futoin_evt(
+            Path(tmp), "--amqp", "127.0.0.1:0", streams={PARTITIONED: 4}
+        )
+        async with running(system):
+            url = system.amqp_url
+            assert url is not None
+            secret = load_secret(Path(f"{system.db_path}.sas-secret"), create=False)
+            key = sas_key(secret, user(system))
+
+            async def timed(row: str, workload: Callable[[], float]) -> None:
+                before = system.cpu_seconds()
+                figures[f"{row} (events/s)"] = await asyncio.to_thread(workload)
+                cpu = (system.cpu_seconds() - before) / count * 1e6
+                figures[f"{row}: server CPU (µs/event)"] = cpu
+
+            for hub, partitions in (("events", 1), (PARTITIONED, 4)):
+                producer = Producer(url, count, address=hub, keys=64, **_login())
+                row = f"AMQP produce with 64 keys, {partitions} partition(s), 1000 unsettled"
+                await timed(row, functools.partial(run, producer))
+            for hub, partitions in (("events", 1), (PARTITIONED, 4)):
+                consumer = Consumer(url, count, address=hub, **_login())
+                row = f"AMQP consume catch-up, {partitions} partition(s), 1 link, credit 1000"
+                await timed(row, functools.partial(run, consumer))
+            for hub, partitions in (("events", 1), (PARTITIONED, 4)):
+                conn_str = (
+                    f"Endpoint=sb://{url.split('://')[1]}/;SharedAccessKeyName={USER};"
+                    f"SharedAccessKey={key};EntityPath={hub};UseDevelopmentEmulator=true"
+                )
+                row = f"Event Hubs SDK consumer catch-up, {partitions} partition(s)"
+                await timed(row, functools.partial(sdk_catch_up, conn_str, count))
+    return figures
+
+
+def user(system: System) -> User:
+    with sqlite3.connect(system.db_path) as conn:
+        row = conn.execute(
+            "SELECT id, name, password_hash FROM users WHERE name = ?", (USER,)
+        ).fetchone()
+    return User(UserId(row[0]), row[1], row[2], False)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.amqp", description=__doc__)
     parser.add_argument("--produce", type=int, default=30_000)
@@ -402,6 +501,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="py-spy profiles instead")
     parser.add_argument("--client", choices=["proton", "rhea"], default="proton")
     parser.add_argument("--before", type=Path, help="with rhea: also the server of this tree")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=20_000,
+        metavar="N",
+        help="events for the rows of 4 partitions beside 1 (0: none)",
+    )
     args = parser.parse_args(argv)
     if args.client == "rhea":
         rows = asyncio.run(rhea_rows(args.produce, args.before))
@@ -411,6 +517,8 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(profile(args.produce, args.catch_up, args.source))
         return 0
     figures = asyncio.run(measure(args.produce, args.catch_up, args.source))
+    if args.partitions:
+        figures.update(asyncio.run(measure_partitions(args.partitions)))
     figures.update(raw_limits(args.produce, args.catch_up))
     print_figures(
         f"AMQP beside FTN3: produce {args.produce:,}, catch-up {args.catch_up:,}", figures

@@ -18,6 +18,7 @@ from typing import Final
 
 from futoin_evt.auth.users import hash_password
 from futoin_evt.domain.stream import utc_timestamp
+from futoin_evt.storage import open_store
 from futoin_evt.storage.schema import ensure_schema
 
 BENCH_DIR: Final = Path(__file__).resolve().parent
@@ -129,12 +130,18 @@ async def start_futoin_evt(
     durability: str = "full",
     source: Path | None = None,
     launcher: tuple[str, ...] = ("-m", "futoin_evt"),
+    streams: dict[str, int] | None = None,
 ) -> System:
     """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say); ``source``: run the
     server from this source tree instead of the one importable here; ``launcher``: what
-    ``python`` runs, given the command line of ``futoin-evt`` after it."""
+    ``python`` runs, given the command line of ``futoin-evt`` after it; ``streams``: streams
+    to add beside ``events``, by name, with their partition counts."""
     db = workdir / "futoin-evt.sqlite"
     prepare_futoin_evt_db(db, prefill)
+    if streams:
+        async with await open_store(db) as store:
+            for name, partitions in streams.items():
+                await store.add_stream(name, partitions)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *launcher,

@@ -56,23 +56,37 @@ def connection_string(server: EventServer, user: str, key: str) -> str:
 
 def receive(conn_str: str, count: int, **options: Any) -> list[Any]:
     """``count`` events from partition 0 with EventHubConsumerClient (closed once they came)."""
-    client = EventHubConsumerClient.from_connection_string(conn_str, consumer_group="$Default")
-    received: list[Any] = []
-    errors: list[Exception] = []
+    return [
+        event for _partition, event in receive_from(conn_str, count, partition_id="0", **options)
+    ]
 
-    def on_event(_context: Any, event: Any) -> None:
+
+def receive_from(conn_str: str, count: int, **options: Any) -> list[tuple[str, Any]]:
+    """(partition id, event) until ``count`` came, with EventHubConsumerClient.receive;
+    ``options``: those of receive, and the client's ``load_balancing_*``."""
+    client = EventHubConsumerClient.from_connection_string(
+        conn_str,
+        consumer_group="$Default",
+        **{k: options.pop(k) for k in list(options) if k.startswith("load_balancing_")},
+    )
+    received: list[tuple[str, Any]] = []
+    errors: list[Exception] = []
+    lock = threading.Lock()
+
+    def on_event(context: Any, event: Any) -> None:
         if event is None:
             return
-        received.append(event)
-        if len(received) == count:
-            threading.Thread(target=client.close).start()
+        with lock:
+            received.append((context.partition_id, event))
+            if len(received) == count:
+                threading.Thread(target=client.close).start()
 
     def on_error(_context: Any, error: Exception) -> None:
         errors.append(error)
         threading.Thread(target=client.close).start()
 
     with client:
-        client.receive(on_event=on_event, on_error=on_error, partition_id="0", **options)
+        client.receive(on_event=on_event, on_error=on_error, **options)
     assert not errors, errors
     return received
 

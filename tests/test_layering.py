@@ -84,7 +84,7 @@ LAYERS: dict[str, set[str]] = {
     # the web console: pages over the services and doors, no wire in it
     "console": {"console"},
     # the composition root with the WebSocket and HTTP listeners; the client
-    "top": {"server", "client"},
+    "top": {"server", "client", "eventhubs"},
     "cli": {"cli", "__main__"},
 }
 #: Arrows that go up, each for a reason.

@@ -16,8 +16,15 @@ import pytest
 
 from futoin_evt.domain.stream import UserId, utc_timestamp
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import SCHEMA_VERSION, SchemaTooNew, Store, StoreClosed
+from futoin_evt.storage.base import (
+    SCHEMA_VERSION,
+    SchemaTooNew,
+    Store,
+    StoreClosed,
+    joined_count,
+)
 from futoin_evt.storage.pages import rows_sql
+from futoin_evt.storage.sqlite import MAX_WRITES_PER_COMMIT
 
 from .conftest import execute_sql
 
@@ -388,3 +395,33 @@ async def test_consumers_are_counted_by_partition_in_one_read(store: Store) -> N
     assert await store.consumer_counts(bob) == {key: 1}
     await store.drop_stream("orders")
     assert await store.consumer_counts() == {0: 1}
+
+
+async def test_events_appended_together_are_committed_in_one_transaction(store: Store) -> None:
+    """A group of appends (an AMQP batch) is never split between two commits, also where the
+    writer's batch is full: it is stored whole or not at all."""
+    singles = [store.submit_append("S", str(n)) for n in range(MAX_WRITES_PER_COMMIT - 2)]
+    group = store.submit_appends([("G", str(n), None) for n in range(5)])
+    commits_before = sum(store.write_stats.batch_sizes.counts)
+    await asyncio.gather(*singles)
+    ids = await group
+    assert ids == list(range(ids[0], ids[0] + 5))
+    sizes = store.write_stats.batch_sizes
+    assert sum(sizes.counts) - commits_before == 1  # not split: one commit took them all
+    assert sizes.sum >= MAX_WRITES_PER_COMMIT + 3
+    rows = await store.read_rows(ids[0] - 2, limit=10)
+    assert [(r[1], r[2]) for r in rows] == [("S", str(MAX_WRITES_PER_COMMIT - 3))] + [
+        ("G", str(n)) for n in range(5)
+    ]
+
+
+def test_a_commit_takes_a_run_of_joined_appends_whole() -> None:
+    class Write:
+        def __init__(self, joined: bool) -> None:
+            self.joined = joined
+
+    queue = [Write(False), Write(True), Write(True), Write(False), Write(False)]
+    assert joined_count(queue, 1) == 1
+    assert joined_count(queue, 2) == 4
+    assert joined_count(queue, 4) == 4
+    assert joined_count(queue, 10) == 5

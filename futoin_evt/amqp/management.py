@@ -3,7 +3,7 @@ on the hub and its partition and the event notification's GET-EVENTS, and the ba
 ``$cbs`` shares.
 
 A request arrives on a link to ``$management``, with ``operation: READ``, ``type`` (
-``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (``events``) and, for a
+``com.microsoft:eventhub`` or ``com.microsoft:partition``), ``name`` (a stream) and, for a
 partition, ``partition`` in its application properties. ``operation: GET-EVENTS`` (with an
 optional ``eventType``, and ``stream`` for a stream other than ``events``: 404 when there is
 none) answers a map of event type to its attribute names. The reply goes out
@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ..domain.checkpoints import EventHubCheckpoints
 from ..log.eventlog import EventLog, ts_to_ms
 from ..notify.live import UnknownStream
 from ..quoting import quote_input
+from . import checkpoints
 from .codec import format_offset
 from .engine.connection import Delivery, Link
 from .engine.message import Message, decode_message
@@ -30,6 +32,14 @@ from .engine.types import DecodeError, Timestamp
 
 if TYPE_CHECKING:
     from .connection import AmqpConnection
+
+
+class Hubs(Protocol):
+    """The streams served: each one's partition logs by name."""
+
+    def partitions(self, name: str) -> Sequence[EventLog] | None:
+        """Partition ``n``'s log at index ``n``; None when there is no such stream."""
+
 
 log = logging.getLogger(__name__)
 
@@ -83,21 +93,21 @@ class RequestReplyNode:
 
 
 class ManagementNode(RequestReplyNode):
-    """``$management``: READ of the hub and of its partition, and GET-EVENTS."""
+    """``$management``: READ of a stream (an event hub) and of its partitions, GET-EVENTS, and
+    the Event Hubs checkpoint store's calls."""
 
     def __init__(
         self,
-        events: EventLog,
-        hub: str,
-        partition: str,
+        hubs: Hubs,
         event_types: EventTypes | None = None,
+        checkpoints: EventHubCheckpoints | None = None,
     ) -> None:
         """``event_types(stream, event_type)``: GET-EVENTS (None: not served)."""
         super().__init__()
-        self._events = events
+        self._hubs = hubs
         self._event_types = event_types
-        self._hub = hub
-        self._partition = partition
+        #: The Event Hubs checkpoint store (:mod:`.checkpoints`), when served.
+        self._checkpoints = checkpoints
 
     async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
@@ -105,28 +115,39 @@ class ManagementNode(RequestReplyNode):
             return await self._get_events(properties.get("eventType"), properties.get("stream"))
         if properties.get("operation") != "READ":
             return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None
-        if properties.get("name") != self._hub:
-            return 404, f"no such event hub: {quote_input(properties.get('name'))}", None
+        hub = properties.get("name")
+        logs = self._hubs.partitions(hub) if isinstance(hub, str) else None
+        if logs is None:
+            return 404, f"no such event hub: {quote_input(hub)}", None
         kind = properties.get("type")
-        bounds = await self._events.bounds()
-        created = Timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0)
+        if isinstance(kind, str) and kind.startswith(checkpoints.PREFIX):
+            if self._checkpoints is None or conn.principal is None:
+                return 501, "the checkpoint store is not served here", None
+            user_id = conn.principal.user_id
+            return await checkpoints.answer(
+                self._checkpoints, user_id, len(logs), kind, properties, request.body
+            )
         if kind == HUB_TYPE:
+            bounds = await logs[0].bounds()
             return 200, "OK", {
-                "name": self._hub,
+                "name": hub,
                 "type": HUB_TYPE,
-                "created_at": created,
-                "partition_count": 1,
-                "partition_ids": [self._partition],
+                "created_at": Timestamp(ts_to_ms(bounds.first_ts) if bounds.first_ts else 0),
+                "partition_count": len(logs),
+                "partition_ids": [str(number) for number in range(len(logs))],
             }  # fmt: skip
         if kind != PARTITION_TYPE:
             return 400, f"unsupported type: {quote_input(kind)}", None
-        if properties.get("partition") != self._partition:
-            return 404, f"no such partition: {quote_input(properties.get('partition'))}", None
+        partition = properties.get("partition")
+        ids = [str(number) for number in range(len(logs))]
+        if partition not in ids:
+            return 404, f"no such partition: {quote_input(partition)}", None
+        bounds = await logs[ids.index(partition)].bounds()
         last_id = bounds.last_id or 0
         return 200, "OK", {
-            "name": self._hub,
+            "name": hub,
             "type": PARTITION_TYPE,
-            "partition": self._partition,
+            "partition": partition,
             "begin_sequence_number": bounds.first_id or 0,
             "last_enqueued_sequence_number": last_id,
             "last_enqueued_offset": format_offset(last_id) if last_id else "-1",
@@ -177,7 +198,12 @@ class RequestLink:
             correlation_id=request.id,
             body=body,
             address=request.reply_to,
-            properties={"status-code": status, "status-description": description},
+            # statusDescription too: the Event Hubs SDK reads that name
+            properties={
+                "status-code": status,
+                "status-description": description,
+                "statusDescription": description,
+            },
         )
         target = self._node.reply_link(self._conn, request.reply_to)
         if target is None:

@@ -1,22 +1,28 @@
-"""The event log node ``events`` (one partition, ``"0"``) and its ``$info`` source.
+"""The event log nodes: one per stream, under its name, with partitions ``"0".."P-1"``, and
+their ``$info`` sources.
 
 A link is taken by :meth:`EventLogNode.attach`, which checks the address, the caller and the
 link properties and returns the handler that then serves it: :class:`ProducerLink` for
-messages sent to the node, :class:`ConsumerLink` for events read from it, :class:`InfoLink`
-for the runtime information. Handlers call the event log, never the store.
+messages sent to a stream, :class:`ConsumerLink` for events read from one partition,
+:class:`PartitionsLink` for events read from all of them (partition-agnostic),
+:class:`InfoLink` for the runtime information. Handlers call the event logs of the
+partitions, never the store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
+import zlib
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..auth.sas import SasVerifier
+from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.stream import EventRejected, UserId
 from ..log.eventlog import EventLog, is_registrable
 from ..notify.live import LiveEvents
@@ -46,9 +52,9 @@ from .connection import UNAUTHORIZED, LinkHandler, LinkRefused
 from .engine.connection import Delivery, Link
 from .engine.message import Message, decode_message
 from .engine.performatives import Accepted, Rejected
-from .engine.types import DecodeError, Symbol
+from .engine.types import DecodeError, Described, Symbol, decode_value, encode
 from .filters import compile_filter
-from .management import MANAGEMENT, ManagementNode
+from .management import MANAGEMENT, Hubs, ManagementNode
 from .quickdecode import quick_event
 
 if TYPE_CHECKING:
@@ -57,11 +63,18 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 NODE: Final = "events"
-INFO: Final = "events/$info"
+INFO: Final = "$info"
 PARTITION: Final = "0"
 PARTITION_PROPERTY: Final = Symbol("event-streams-partition")
+#: Delivery annotations: the partition a producer's message goes to, a consumer's came from.
+TARGET_PARTITION: Final = Symbol("event-streams-target-partition")
+SOURCE_PARTITION: Final = Symbol("event-streams-source-partition")
+#: Message annotations naming a partition key (Event Hubs', and the event streams draft's).
+PARTITION_KEYS: Final = (Symbol("x-opt-partition-key"), Symbol("event-streams-group-key"))
 GROUP_PROPERTY: Final = Symbol("event-streams-consumer-group")
 EPOCH_PROPERTY: Final = Symbol("event-streams-epoch")
+#: Event Hubs' epoch (the SDK's ``owner_level``; 0 with a checkpoint store).
+OWNER_LEVEL_PROPERTY: Final = Symbol("com.microsoft:epoch")
 #: A consumer group named ``ftn18:<component>`` keeps its position as the user's registered
 #: FTN18 consumer ``<component>`` (registered on attach if need be).
 FTN18_GROUP_PREFIX: Final = "ftn18:"
@@ -80,6 +93,25 @@ INTERNAL_ERROR: Final = "amqp:internal-error"
 MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
 LINK_STOLEN: Final = "amqp:link:stolen"
 RESOURCE_LOCKED: Final = "amqp:resource-locked"
+DETACH_FORCED: Final = "amqp:link:detach-forced"
+PRECONDITION_FAILED: Final = "amqp:precondition-failed"
+NOT_ALLOWED: Final = "amqp:not-allowed"
+
+
+def key_partition(key: str, count: int) -> int:
+    """The partition of a partition key: CRC-32 (IEEE 802.3, as zlib's) of its UTF-8 bytes,
+    modulo the partition count. The same key, the same partition while the count stays."""
+    return zlib.crc32(key.encode("utf-8", "surrogatepass")) % count
+
+
+class OneHub:
+    """Only ``events``, with one partition."""
+
+    def __init__(self, events: EventLog) -> None:
+        self._logs = (events,)
+
+    def partitions(self, name: str) -> Sequence[EventLog] | None:
+        return self._logs if name == NODE else None
 
 
 class AddressNode(Protocol):
@@ -104,15 +136,27 @@ class AddressNode(Protocol):
 
 @dataclass(slots=True)
 class _Owner:
-    """The active receive link of a consumer group, and its epoch."""
+    """The active receive link of a consumer group on a partition, and its epoch."""
 
     epoch: int
     conn: AmqpConnection
     link: Link
 
 
+@dataclass(frozen=True, slots=True)
+class _Address:
+    """What an address names: a stream, its partitions' logs, and perhaps a consumer group,
+    a partition, or the ``$info`` source."""
+
+    hub: str
+    logs: Sequence[EventLog]
+    group: str | None = None
+    partition: int | None = None
+    info: bool = False
+
+
 class EventLogNode:
-    """Routes attaches to the handlers of the one event log."""
+    """Routes attaches to the handlers of the streams' event logs."""
 
     def __init__(
         self,
@@ -120,16 +164,22 @@ class EventLogNode:
         limits: NodeLimits = DEFAULT_NODE_LIMITS,
         sas: SasVerifier | None = None,
         notifications: AddressNode | None = None,
+        hubs: Hubs | None = None,
+        checkpoints: EventHubCheckpoints | None = None,
     ) -> None:
         self.events = events
+        self.hubs: Hubs = hubs if hubs is not None else OneHub(events)
         self.limits = limits
         #: Messages sent to the node, by outcome, with the time to their settlement (metrics).
         self.calls = Calls("amqp")
-        self._groups: dict[tuple[UserId, str], _Owner] = {}
+        #: Active group links by (user, stream, group, partition).
+        self._groups: dict[tuple[UserId, str, str, int], _Owner] = {}
+        #: Where messages with no partition key go, in turn.
+        self._spread = itertools.count()
         #: ``$events`` (event notification), when served.
         self._notifications = notifications
         event_types = notifications.event_types if notifications is not None else None
-        self._management = ManagementNode(events, NODE, PARTITION, event_types)
+        self._management = ManagementNode(self.hubs, event_types, checkpoints)
         self._cbs = CbsNode(sas)
 
     def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
@@ -149,35 +199,105 @@ class EventLogNode:
         notifications = self._notifications
         if notifications is not None and address is not None and notifications.takes(address):
             return notifications.attach(conn, link)
-        if address == INFO:
+        parsed = self._parse_address(address)
+        properties = _link_properties(link)
+        partition = _requested_partition(properties, parsed)
+        if parsed.info:
             if not link.is_sender:
                 raise LinkRefused(NOT_FOUND, "$info is a source: attach a receiving link")
-            _check_partition(_link_properties(link))
-            return InfoLink(conn, link, self.events)
-        address_group, names_partition = _parse_address(address)
-        properties = _link_properties(link)
-        _check_partition(properties)
+            return InfoLink(conn, link, parsed.logs)
+        if partition is None and len(parsed.logs) == 1:
+            partition = 0  # the node binds a link of a one-partition stream (4.1, 4.3)
         if not link.is_sender:
-            return ProducerLink(conn, link, self.events, self.limits, self.calls)
-        start = _start_position(link, self.events.head)
-        group = properties.get(GROUP_PROPERTY, address_group)
-        event_hubs = uri or names_partition
+            return ProducerLink(
+                conn,
+                link,
+                parsed.logs[partition] if partition is not None else self.events,
+                self.limits,
+                self.calls,
+                router=None if partition is not None else self._router(parsed.hub),
+                partition=partition,
+            )
+        group = properties.get(GROUP_PROPERTY, parsed.group)
+        epoch = properties.get(EPOCH_PROPERTY)
+        # An Event Hubs owner level: one link per group and partition, the newest of the
+        # highest level wins (how the SDK's load balancing hands a partition over).
+        owner_level = properties.get(OWNER_LEVEL_PROPERTY) if epoch is None else None
+        if owner_level is not None:
+            group = DEFAULT_GROUP if group is None else group
+            epoch = owner_level
+        event_hubs = uri or parsed.partition is not None
         if group is None:
-            return ConsumerLink(conn, link, self.events, start, event_hubs=event_hubs)
+            if partition is None:
+                starts = [_start_position(link, events.head) for events in parsed.logs]
+                return PartitionsLink(conn, link, parsed.logs, starts, event_hubs=event_hubs)
+            events = parsed.logs[partition]
+            start = _start_position(link, events.head)
+            return ConsumerLink(
+                conn, link, events, start, event_hubs=event_hubs, partition=partition
+            )
         return self._attach_group(
-            conn, link, start, group, properties.get(EPOCH_PROPERTY), event_hubs
+            conn, link, parsed, partition, group, epoch, event_hubs, owner_level is not None
         )
+
+    def _router(self, hub: str) -> Callable[[str | None, str | None], EventLog]:
+        """Where a partition-agnostic producer's message goes: the partition its delivery
+        annotation names, else its key's (:func:`key_partition`), else the next in turn."""
+
+        def route(target: str | None, key: str | None) -> EventLog:
+            logs = self.hubs.partitions(hub)
+            if logs is None:
+                raise BadMessage(NOT_FOUND, f"the stream {hub} was dropped")
+            if target is not None:
+                number = _partition_number(target, len(logs))
+                if number is None:
+                    raise BadMessage(NOT_FOUND, f"no such partition: {quote_input(target, 40)}")
+                return logs[number]
+            if key is not None:
+                return logs[key_partition(key, len(logs))]
+            return logs[next(self._spread) % len(logs)]
+
+        return route
+
+    def _parse_address(self, address: str | None) -> _Address:
+        """``NAME``, ``NAME/$info``, ``NAME/Partitions/P``, ``NAME/ConsumerGroups/G`` and
+        ``NAME/ConsumerGroups/G/Partitions/P`` (Event Hubs' forms; its default group
+        ``$Default`` is no group), also as the path of a URI (``amqps://host:port/NAME``, as
+        Event Hubs clients give it). Raises :class:`LinkRefused` for any other address."""
+        parts = _address_path(address or "").split("/")
+        logs = self.hubs.partitions(parts[0])
+        if logs is None or len(parts) > 5:
+            raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
+        hub = parts[0]
+        if parts[1:] == [INFO]:
+            return _Address(hub, logs, info=True)
+        group = None
+        if len(parts) >= 3 and parts[1] == "ConsumerGroups" and parts[2]:
+            group = None if parts[2] == DEFAULT_GROUP else parts[2]
+            parts = [parts[0], *parts[3:]]
+        if len(parts) == 1:
+            return _Address(hub, logs, group)
+        if len(parts) != 3 or parts[1] != "Partitions":
+            raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
+        number = _partition_number(parts[2], len(logs))
+        if number is None:
+            raise LinkRefused(NOT_FOUND, _no_partition(parts[2], len(logs)))
+        return _Address(hub, logs, group, number)
 
     def _attach_group(
         self,
         conn: AmqpConnection,
         link: Link,
-        start: Position | None,
+        parsed: _Address,
+        partition: int | None,
         group: Any,
         epoch: Any,
         event_hubs: bool,
+        equal_takes_over: bool = False,
     ) -> ConsumerLink:
-        """One active link per group (of this user); a higher epoch takes over (seed 4.5.2)."""
+        """One active link per group (of this user) and partition; a higher epoch takes
+        over (seed 4.5.2), also an equal one for an Event Hubs owner level. A link naming no
+        partition is given a free one (4.5.1)."""
         if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
             raise LinkRefused(
                 INVALID_FIELD,
@@ -196,15 +316,28 @@ class EventLogNode:
                     f"not a consumer name (A-Z, a-z, 0-9, _; 1-16): {quote_input(group, 80)}",
                 )
             binding = (user_id, component)
-        key = (user_id, group)
+        if partition is None:
+            free = [
+                number
+                for number in range(len(parsed.logs))
+                if (user_id, parsed.hub, group, number) not in self._groups
+            ]
+            if not free:
+                raise LinkRefused(
+                    DETACH_FORCED,
+                    f"every partition of {parsed.hub} has an active link of consumer group"
+                    f" {quote_input(group, 80)}",
+                )
+            partition = free[0]
+        key = (user_id, parsed.hub, group, partition)
         owner = self._groups.get(key)
         new_epoch = int(epoch) if epoch is not None else 0
         if owner is not None:
-            if epoch is None or new_epoch <= owner.epoch:
+            if epoch is None or new_epoch < owner.epoch + (0 if equal_takes_over else 1):
                 raise LinkRefused(
                     RESOURCE_LOCKED,
-                    f"consumer group {quote_input(group, 80)} has an active link with epoch"
-                    f" {owner.epoch};"
+                    f"consumer group {quote_input(group, 80)} has an active link on partition"
+                    f" {partition} with epoch {owner.epoch};"
                     " attach with a higher event-streams-epoch to take over",
                 )
             owner.conn.detach(owner.link, LINK_STOLEN, f"taken over with epoch {new_epoch}")
@@ -221,42 +354,51 @@ class EventLogNode:
                 name = conn.principal.name if conn.principal is not None else None
                 bus.publish(CONSUMER_REGISTERED, user=name, component=binding[1], transport="amqp")
 
+        events = parsed.logs[partition]
         return ConsumerLink(
             conn,
             link,
-            self.events,
-            start,
+            events,
+            _start_position(link, events.head),
             properties={GROUP_PROPERTY: group, EPOCH_PROPERTY: new_epoch},
             binding=binding,
             on_closed=release,
             on_registered=registered,
             event_hubs=event_hubs,
+            partition=partition,
         )
 
 
-def _parse_address(address: str | None) -> tuple[str | None, bool]:
-    """The consumer group an address names, if any, and whether it names the partition:
-    ``events``, ``events/Partitions/0`` and ``events/ConsumerGroups/<group>/Partitions/0``
-    (Event Hubs' forms; its default group ``$Default`` is no group), also as the path of a
-    URI (``amqps://host:port/events``, as Event Hubs clients give it). Raises
-    :class:`LinkRefused` for any other address."""
-    parts = _address_path(address or "").split("/")
-    if parts[0] != NODE or len(parts) not in (1, 3, 5):
-        raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
-    group = None
-    if len(parts) == 5:
-        if parts[1] != "ConsumerGroups" or not parts[2]:
-            raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
-        group = None if parts[2] == DEFAULT_GROUP else parts[2]
-        parts = [parts[0], *parts[3:]]
-    if len(parts) == 3:
-        if parts[1] != "Partitions":
-            raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
-        if parts[2] != PARTITION:
-            raise LinkRefused(
-                NOT_FOUND, f"no such partition: {quote_input(parts[2], 40)} (only '0')"
-            )
-    return group, len(parts) == 3
+def _partition_number(text: str, count: int) -> int | None:
+    """The partition a partition id names (``"0".."count-1"``, in canonical form)."""
+    if not text.isdigit() or not text.isascii() or (text != "0" and text.startswith("0")):
+        return None
+    number = int(text)
+    return number if number < count else None
+
+
+def _no_partition(text: Any, count: int) -> str:
+    return f"no such partition: {quote_input(text, 40)} (the partitions are '0'..'{count - 1}')"
+
+
+def _requested_partition(properties: Mapping[Any, Any], parsed: _Address) -> int | None:
+    """The partition the address or the ``event-streams-partition`` link property names
+    (both: the same), or None."""
+    requested = properties.get(PARTITION_PROPERTY)
+    if requested is None:
+        return parsed.partition
+    if not isinstance(requested, str):
+        raise LinkRefused(INVALID_FIELD, "event-streams-partition must be a symbol")
+    number = _partition_number(requested, len(parsed.logs))
+    if number is None:
+        raise LinkRefused(NOT_FOUND, _no_partition(requested, len(parsed.logs)))
+    if parsed.partition is not None and number != parsed.partition:
+        raise LinkRefused(
+            INVALID_FIELD,
+            f"event-streams-partition {requested} is not the partition of the address"
+            f" ({parsed.partition})",
+        )
+    return number
 
 
 def _address_path(address: str) -> str:
@@ -272,18 +414,6 @@ def _link_properties(link: Link) -> Mapping[Any, Any]:
     if not isinstance(properties, Mapping):
         raise LinkRefused(INVALID_FIELD, "link properties must be a map")
     return properties
-
-
-def _check_partition(properties: Mapping[Any, Any]) -> None:
-    partition = properties.get(PARTITION_PROPERTY)
-    if partition is None:
-        return
-    if not isinstance(partition, str):
-        raise LinkRefused(INVALID_FIELD, "event-streams-partition must be a symbol")
-    if partition != PARTITION:
-        raise LinkRefused(
-            NOT_FOUND, f"no such partition: {quote_input(partition, 40)} (there is only '0')"
-        )
 
 
 def _start_position(link: Link, head: int) -> Position | None:
@@ -317,16 +447,86 @@ def _filter_set(link: Link) -> Any:
     return source.filter if source is not None else None
 
 
-def _link_answer(properties: Mapping[Any, Any] | None = None) -> dict[Any, Any]:
-    """The properties our end of a link has: the partition, and ``properties``."""
-    return {PARTITION_PROPERTY: Symbol(PARTITION), **(properties or {})}
+def _link_answer(
+    partition: int | None, properties: Mapping[Any, Any] | None = None
+) -> dict[Any, Any]:
+    """The properties our end of a link has: the partition it is bound to, if any, and
+    ``properties``."""
+    bound = {PARTITION_PROPERTY: Symbol(str(partition))} if partition is not None else {}
+    return {**bound, **(properties or {})}
+
+
+_SECTION: Final = b"\x00\x53"
+#: Header, delivery annotations, message annotations: the sections before the rest.
+_LEADING_SECTIONS: Final = (0x70, 0x71, 0x72)
+
+
+_HEADER: Final = b"\x00\x53\x70"
+_DELIVERY_ANNOTATIONS: Final = b"\x00\x53\x71"
+_MESSAGE_ANNOTATIONS: Final = b"\x00\x53\x72"
+
+
+def _header_size(raw: bytes) -> int:
+    """The size of the message's header section (some clients write one into every message), read
+    without decoding it; 0 when there is none (or it is of a form left to the decoder)."""
+    if raw[:3] != _HEADER or len(raw) < 5:
+        return 0
+    constructor = raw[3]
+    if constructor == 0x45:  # list0
+        return 4
+    if constructor == 0xC0:  # list8: size, then count and items
+        return 5 + raw[4]
+    if constructor == 0xD0 and len(raw) >= 8:  # list32
+        return 8 + int.from_bytes(raw[4:8], "big")
+    return 0
+
+
+def _routing(raw: bytes) -> tuple[str | None, str | None]:
+    """The ``event-streams-target-partition`` delivery annotation and the partition key
+    (message annotation) of an encoded message, when it has them."""
+    target = key = None
+    view = memoryview(raw)[_header_size(raw) :]
+    if view[:3].tobytes() not in (_DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
+        return None, None  # the common case: nothing to decode
+    while len(view) > 2 and view[:2].tobytes() == _SECTION and view[2] in _LEADING_SECTIONS:
+        try:
+            value, used = decode_value(view, 0)
+        except DecodeError as exc:
+            raise BadMessage(DECODE_ERROR, f"undecodable message: {exc}") from None
+        view = view[used:]
+        if not isinstance(value, Described) or not isinstance(value.value, Mapping):
+            continue
+        if value.descriptor == 0x71:
+            target = value.value.get(TARGET_PARTITION, target)
+        elif value.descriptor == 0x72:
+            for name in PARTITION_KEYS:
+                key = value.value.get(name, key)
+    if target is not None and not isinstance(target, str):
+        raise BadMessage(INVALID_FIELD, "event-streams-target-partition must be a symbol")
+    if key is not None and not isinstance(key, str):
+        raise BadMessage(INVALID_FIELD, "a partition key must be a string")
+    return target, key
+
+
+def _message_key(message: Message) -> str | None:
+    """The partition key of a batched message (when its batch has none of its own)."""
+    annotations: Mapping[Any, Any] = message.annotations or {}
+    for name in PARTITION_KEYS:
+        key = annotations.get(name)
+        if key is not None:
+            if not isinstance(key, str):
+                raise BadMessage(INVALID_FIELD, "a partition key must be a string")
+            return key
+    return None
 
 
 class ProducerLink:
     """Messages to the node become events; each is settled ``accepted`` once it is durable.
 
-    Credit is kept at the window less the messages still on their way to the store, so a
-    producer only waits for credit when the store falls behind.
+    A partition-bound link stores in its partition; a partition-agnostic one where its
+    router sends each message (a batch whole to one partition). Credit is kept at the window
+    less the messages still on their way to the store, so a producer only waits for credit
+    when the store falls behind.
     """
 
     def __init__(
@@ -336,15 +536,20 @@ class ProducerLink:
         events: EventLog,
         limits: NodeLimits,
         calls: Calls | None = None,
+        *,
+        router: Callable[[str | None, str | None], EventLog] | None = None,
+        partition: int | None = 0,
     ):
         self._conn = conn
         self._calls = calls if calls is not None else Calls("amqp")
         self._link = link
         self._events = events
+        self._router = router
+        self._partition = partition
         self._limits = limits
         self._in_store = 0
         self._closed = False
-        link.accept(properties=_link_answer(), max_message_size=limits.max_message_bytes)
+        link.accept(properties=_link_answer(partition), max_message_size=limits.max_message_bytes)
         self._top_up()
 
     def on_flow(self) -> None:
@@ -368,6 +573,12 @@ class ProducerLink:
         except BadMessage as exc:
             delivery.reject(exc.condition, str(exc))
             self._count(exc.condition, started)
+        except RuntimeError as exc:  # the store is closing, or the stream was dropped
+            delivery.reject(INTERNAL_ERROR, str(exc))
+            self._count(INTERNAL_ERROR, started)
+        except ValueError as exc:  # an aggregated stream: only its copying adds events
+            delivery.reject(NOT_ALLOWED, str(exc))
+            self._count(NOT_ALLOWED, started)
         else:
             self._in_store += 1
             future.add_done_callback(lambda done: self._stored(delivery, done, started))
@@ -376,11 +587,15 @@ class ProducerLink:
     def _append(self, raw: bytes, batch: bool) -> asyncio.Future[Any]:
         """Every event of the message (of each message of a batch) queued for the store, or
         none when one of them cannot be an event."""
+        target, key = _routing(raw)
         quick = None if batch else quick_event(raw)
         if quick is not None:
             events = [quick]
         elif batch:
-            events = [message_to_event(message) for message in batch_messages(raw)]
+            messages = batch_messages(raw)
+            if key is None and target is None and self._router is not None:
+                key = _message_key(messages[0])
+            events = [message_to_event(message) for message in messages]
         else:
             try:
                 message = decode_message(raw)
@@ -391,7 +606,18 @@ class ProducerLink:
             encoded = [stored_form(event) for event in events]
         except EventRejected as exc:
             raise BadMessage(INVALID_FIELD, str(exc)) from None
-        return self._events.append_encoded(encoded)
+        return self._destination(target, key).append_encoded(encoded)
+
+    def _destination(self, target: str | None, key: str | None) -> EventLog:
+        if self._router is not None:
+            return self._router(target, key)
+        if target is not None and target != str(self._partition):
+            raise BadMessage(
+                PRECONDITION_FAILED,
+                f"event-streams-target-partition {quote_input(target, 40)} on a link bound to"
+                f" partition {self._partition}",
+            )
+        return self._events
 
     def _count(self, outcome: str, started: float) -> None:
         self._calls.observe(NODE, "send", outcome, time.perf_counter() - started)
@@ -429,13 +655,14 @@ class _SourceLink:
         link: Link,
         events: EventLog,
         properties: Mapping[Any, Any] | None = None,
+        partition: int | None = None,
     ) -> None:
         self._conn = conn
         self._link = link
         self._events = events
         self._wake = asyncio.Event()
         self._closed = False
-        link.accept(properties=_link_answer(properties))
+        link.accept(properties=_link_answer(partition, properties))
         self._task = asyncio.ensure_future(self._run())
         self._task.add_done_callback(self._finished)
 
@@ -492,6 +719,7 @@ class ConsumerLink(_SourceLink):
         on_closed: Callable[[], None] | None = None,
         on_registered: Callable[[], None] | None = None,
         event_hubs: bool = False,
+        partition: int = 0,
     ) -> None:
         #: Opened through an Event Hubs address: JSON goes out as a ``data`` section.
         self._event_hubs = event_hubs
@@ -508,7 +736,7 @@ class ConsumerLink(_SourceLink):
         self._acked = 0
         self._acking: asyncio.Task[None] | None = None
         self._stop_listening = events.listen(self._on_head)
-        super().__init__(conn, link, events, properties)
+        super().__init__(conn, link, events, properties, partition)
 
     def _on_head(self) -> None:
         self._wake.set()
@@ -530,9 +758,7 @@ class ConsumerLink(_SourceLink):
             position = await self._events.position(user_id, component)
             if not self._filtered and position is not None:
                 after = position
-        if self._start.after_ms is not None:
-            after = max(after, await self._events.id_before_ms(self._start.after_ms))
-        return after
+        return await _after_time(self._events, self._start, after)
 
     async def _run(self) -> None:
         self._after = self._acked = after = await self._start_after()
@@ -595,8 +821,127 @@ class ConsumerLink(_SourceLink):
             self._acked = wanted
 
 
+async def _after_time(events: EventLog, start: Position, after: int) -> int:
+    """``after``, moved past the events older than the start's time, if it has one."""
+    if start.after_ms is not None:
+        after = max(after, await events.id_before_ms(start.after_ms))
+    return after
+
+
+def _source_annotation(partition: int) -> tuple[bytes, int]:
+    """The encoded ``event-streams-source-partition`` entry of a delivery-annotations map:
+    its bytes and how many map items it is (2)."""
+    encoded = encode({SOURCE_PARTITION: Symbol(str(partition))})
+    if encoded[0] == 0xC1:  # map8: constructor, size, count
+        return encoded[3:], 2
+    return encoded[9:], 2  # map32
+
+
+def _annotated(message: bytes, entry: tuple[bytes, int]) -> bytes:
+    """``message`` (delivery annotations first, as :class:`EventEncoder` writes it) with one
+    more entry in its delivery annotations."""
+    extra, items = entry
+    if message[3] == 0xC1:
+        size, count = message[4], message[5]
+        if size + len(extra) <= 0xFF and count + items <= 0xFF:
+            head = bytes((0xC1, size + len(extra), count + items))
+            return message[:3] + head + message[6 : 5 + size] + extra + message[5 + size :]
+        body = message[6 : 5 + size]
+        rest = message[5 + size :]
+        count_total = count + items
+    else:
+        size = int.from_bytes(message[4:8], "big")
+        count = int.from_bytes(message[8:12], "big")
+        body = message[12 : 8 + size]
+        rest = message[8 + size :]
+        count_total = count + items
+    content = body + extra
+    head = b"\xd1" + (len(content) + 4).to_bytes(4, "big") + count_total.to_bytes(4, "big")
+    return message[:3] + head + content + rest
+
+
+class PartitionsLink(_SourceLink):
+    """A partition-agnostic consumer: the events of every partition the stream had when the
+    link attached, each partition in id order, every transfer annotated with its partition
+    (``event-streams-source-partition``). Partitions take turns for the credit."""
+
+    def __init__(
+        self,
+        conn: AmqpConnection,
+        link: Link,
+        logs: Sequence[EventLog],
+        starts: Sequence[Position | None],
+        *,
+        event_hubs: bool = False,
+    ) -> None:
+        self._logs = list(logs)
+        self._starts = [
+            start if start is not None else Position(events.head)
+            for events, start in zip(logs, starts, strict=True)
+        ]
+        self._event_hubs = event_hubs
+        self._entries = [_source_annotation(number) for number in range(len(logs))]
+        self._stops = [events.listen(self._on_head) for events in logs]
+        super().__init__(conn, link, logs[0])
+
+    def _on_head(self) -> None:
+        self._wake.set()
+
+    def on_closed(self) -> asyncio.Future[None] | None:
+        for stop in self._stops:
+            stop()
+        return super().on_closed()
+
+    async def _run(self) -> None:
+        logs = self._logs
+        afters = [
+            await _after_time(events, start, start.after_id)
+            for events, start in zip(logs, self._starts, strict=True)
+        ]
+        link = self._link
+        encode = _ENCODER.encode
+        event_hubs = self._event_hubs
+        turn = 0
+        while True:
+            self._wake.clear()
+            sent = read = False
+            for step in range(len(logs)):
+                number = (turn + step) % len(logs)
+                events = logs[number]
+                if link.credit <= 0 or not self._conn.writable:
+                    break
+                if events.head <= afters[number]:
+                    continue
+                share = max(1, min(link.credit, READ_BATCH) // len(logs))
+                matches = self._starts[number].matches
+                entry = self._entries[number]
+                for event in await events.read_after(afters[number], share):
+                    if link.credit <= 0:
+                        break
+                    read = True
+                    afters[number] = event.id
+                    if matches is None or matches(event):
+                        message = _annotated(encode(event, event_hubs), entry)
+                        self._send(message, f"{number}:{event.id}")
+                        sent = True
+            turn += 1
+            if sent:
+                self._conn.wake()
+            if read:
+                continue
+            caught_up = all(e.head <= after for e, after in zip(logs, afters, strict=True))
+            if link.credit > 0 and link.drain and caught_up:
+                link.drained()
+                self._conn.wake()
+            await self._wake.wait()
+
+
 class InfoLink(_SourceLink):
-    """``events/$info``: one message with the partition bounds per unit of credit."""
+    """``NAME/$info``: one message with the bounds of every partition per unit of credit."""
+
+    def __init__(self, conn: AmqpConnection, link: Link, logs: Sequence[EventLog]) -> None:
+        self._logs = list(logs)
+        super().__init__(conn, link, logs[0])
 
     async def _run(self) -> None:
         link = self._link
@@ -604,25 +949,26 @@ class InfoLink(_SourceLink):
         while True:
             self._wake.clear()
             while link.credit > 0:
-                bounds = await self._events.bounds()
+                bounds = [await events.bounds() for events in self._logs]
                 sent += 1
-                info = Message(body=_info(bounds.first_id, bounds.last_id))
+                info = Message(body=_info([(b.first_id, b.last_id) for b in bounds]))
                 self._send(info.encode(), str(sent))
                 self._conn.wake()
             await self._wake.wait()
 
 
-def _info(first_id: int | None, last_id: int | None) -> dict[Any, Any]:
+def _info(bounds: Sequence[tuple[int | None, int | None]]) -> dict[Any, Any]:
     def offset(event_id: int | None) -> Any:
         return Symbol(format_offset(event_id)) if event_id is not None else None
 
     return {
         Symbol("partitions"): [
             {
-                Symbol("partition"): Symbol(PARTITION),
+                Symbol("partition"): Symbol(str(number)),
                 Symbol("earliest-offset"): offset(first_id),
                 Symbol("latest-offset"): offset(last_id),
             }
+            for number, (first_id, last_id) in enumerate(bounds)
         ],
-        Symbol("futoin-evt:head-id"): last_id or 0,
+        Symbol("futoin-evt:head-id"): max((last or 0) for _first, last in bounds),
     }

@@ -71,12 +71,11 @@ class EventLog:
 
     def append_encoded(self, events: list[tuple[str, str, str | None]]) -> asyncio.Future[Any]:
         """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
-        order, together; the future is done once all of them are durable. They go to the
-        store in one loop turn, so they share a group commit unless the writer's batch is
-        full."""
+        order; the future is done once all of them are durable. They are stored in one
+        transaction, all or none."""
         if len(events) == 1:
             return self._store.submit_append(*events[0])
-        return asyncio.gather(*(self._store.submit_append(t, d, c) for t, d, c in events))
+        return self._store.submit_appends(events)
 
     async def read_after(self, after_id: int, limit: int) -> list[StoredEvent]:
         rows = await self._store.read_rows(after_id, limit=limit)

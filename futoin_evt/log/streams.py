@@ -17,9 +17,10 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from ..domain.partition import Partition, StreamInfo
+from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ..domain.stream import UserId
 from ..storage.base import Streams
+from .eventlog import EventLog
 
 log = logging.getLogger(__name__)
 
@@ -147,3 +148,37 @@ async def describe_stream(
     described = stream_summary(info)
     described["partitions"] = partitions
     return described
+
+
+class StreamLogs:
+    """The event log of each partition of each stream the registry knows, by stream name (made
+    as they are first asked for). ``events``/0 is ``default``, the log other parts share."""
+
+    def __init__(self, registry: StreamRegistry, store: Streams, default: EventLog) -> None:
+        self._registry = registry
+        self._store = store
+        self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: default}
+        #: The lists handed out, while the registry stays at ``_version``.
+        self._lists: dict[str, list[EventLog]] = {}
+        self._version = registry.version
+
+    def partitions(self, name: str) -> list[EventLog] | None:
+        """The logs of the stream's partitions, partition ``n`` at index ``n``; None when
+        there is no such stream."""
+        if self._version != self._registry.version:
+            self._lists.clear()
+            self._version = self._registry.version
+        logs = self._lists.get(name)
+        if logs is not None:
+            return logs
+        info = self._registry.get(name)
+        if info is None:
+            return None
+        logs = []
+        for partition in info.partitions:
+            found = self._logs.get(partition.key)
+            if found is None:
+                found = self._logs[partition.key] = EventLog(self._store.partition_log(partition))
+            logs.append(found)
+        self._lists[name] = logs
+        return logs

@@ -28,7 +28,7 @@ from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder, RetentionConfig
-from ..log.streams import DEFAULT_POLL_SECONDS, StreamRegistry
+from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
 from ..notify.management import ManagementBus
 from ..storage import open_store
@@ -193,6 +193,7 @@ async def _start_amqp(
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
+    streams: StreamRegistry,
 ) -> AmqpListener:
     """The AMQP listener (imported here: its filter parser, lark, is an optional dependency)."""
     from ..amqp.listener import AmqpListener
@@ -200,7 +201,9 @@ async def _start_amqp(
     from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
-    node = EventLogNode(live.default.events, config.limits.node, sas, NotificationNode(live, bus))
+    hubs = StreamLogs(streams, store, live.default.events)
+    notifications = NotificationNode(live, bus)
+    node = EventLogNode(live.default.events, config.limits.node, sas, notifications, hubs, store)
     listener = AmqpListener(node, authenticator, config)
     listener.notices = bus
     try:
@@ -369,7 +372,9 @@ class EventServer:
             amqp = None
             if config.amqp is not None:
                 try:
-                    amqp = await _start_amqp(store, lives, notices, authenticator, config.amqp)
+                    amqp = await _start_amqp(
+                        store, lives, notices, authenticator, config.amqp, streams
+                    )
                 except BaseException:
                     await transport.close()
                     raise

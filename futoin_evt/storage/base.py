@@ -37,6 +37,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
+from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.partition import Partition, StreamInfo
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
@@ -44,7 +45,7 @@ from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 6
+SCHEMA_VERSION: Final = 7
 
 
 class StoreError(Exception):
@@ -96,6 +97,15 @@ def migrations_to_run(current: int, known: int = SCHEMA_VERSION) -> range:
     if current > known:
         raise SchemaTooNew(current, known)
     return range(current + 1, known + 1)
+
+
+def joined_count(items: Sequence[object], limit: int) -> int:
+    """How many queued writes one commit takes: up to ``limit``, more to end a run of
+    appends that belong together (``joined``)."""
+    count = min(len(items), limit)
+    while count < len(items) and getattr(items[count - 1], "joined", False):
+        count += 1
+    return count
 
 
 class Durability(Enum):
@@ -207,6 +217,12 @@ class EventLog(Protocol):
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable. ``content_type``: the
         event came as an AMQP ``data`` section with this content type (see :data:`EventRow`)."""
+
+    def submit_appends(
+        self, events: Sequence[tuple[str, str, str | None]]
+    ) -> asyncio.Future[list[EventId]]:
+        """Queue events (type, data JSON, content type) that are stored together or not at
+        all: one transaction holds them all (a group commit never splits them)."""
 
     async def read_events(
         self,
@@ -485,7 +501,7 @@ class PeerNews(Protocol):
         """A stream was added, grown or dropped."""
 
 
-class Store(PartitionLog, Streams, Aggregates, Users, Protocol):
+class Store(PartitionLog, Streams, Aggregates, Users, EventHubCheckpoints, Protocol):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
     of ``events``/0."""
 

@@ -130,6 +130,32 @@ CREATE TABLE aggregate_leases (
 )
 """
 
+#: Version 7: what Event Hubs consumer processes share through the server's checkpoint store,
+#: per user, hub (a stream's name), consumer group and partition id: who owns a partition (its
+#: etag changes with every claim) and the checkpoint to resume from.
+_VERSION_7: Final = """
+CREATE TABLE IF NOT EXISTS eventhub_ownership (
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    hub TEXT NOT NULL,
+    consumer_group TEXT NOT NULL,
+    partition_id TEXT NOT NULL,
+    owner_id TEXT NOT NULL,                -- '' once released
+    etag TEXT NOT NULL,
+    modified_at REAL NOT NULL,             -- seconds since the epoch, as the SDK counts
+    PRIMARY KEY (user_id, hub, consumer_group, partition_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS eventhub_checkpoints (
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    hub TEXT NOT NULL,
+    consumer_group TEXT NOT NULL,
+    partition_id TEXT NOT NULL,
+    "offset" TEXT,
+    sequence_number INTEGER,
+    modified_at REAL NOT NULL,
+    PRIMARY KEY (user_id, hub, consumer_group, partition_id)
+) WITHOUT ROWID
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -137,6 +163,7 @@ MIGRATIONS: Final = {
     4: _VERSION_4,
     5: _VERSION_5,
     6: _VERSION_6,
+    7: _VERSION_7,
 }
 
 

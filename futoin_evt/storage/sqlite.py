@@ -66,7 +66,9 @@ from .base import (
     StoreUnavailable,
     StreamBounds,
     User,
+    joined_count,
 )
+from .checkpoints import CheckpointTables
 from .dcb_sql import (
     SQLITE_FTN18_TYPE,
     condition_sql,
@@ -132,6 +134,8 @@ class _Append:
     future: asyncio.Future[EventId]
     content_type: str | None = None
     tables: Tables = DEFAULT_TABLES
+    #: The next queued append belongs with this one: they are committed together.
+    joined: bool = False
 
 
 @dataclass(slots=True)
@@ -242,6 +246,25 @@ class SqlitePartitionLog(PagedReads):
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
         return future
+
+    def submit_appends(
+        self, events: Sequence[tuple[str, str, str | None]]
+    ) -> asyncio.Future[list[EventId]]:
+        """Queue events that are committed together or not at all."""
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
+        if self._aggregate_of is not None:
+            raise NotWritable(self.partition, self._aggregate_of)
+        loop = asyncio.get_running_loop()
+        futures: list[asyncio.Future[EventId]] = []
+        last = len(events) - 1
+        for index, (event_type, data_json, content_type) in enumerate(events):
+            future: asyncio.Future[EventId] = loop.create_future()
+            futures.append(future)
+            self._store._enqueue(
+                _Append(event_type, data_json, future, content_type, self._tables, index < last)
+            )
+        return asyncio.gather(*futures)
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         return await self._reader.execute_fetchall(sql, params)
@@ -520,7 +543,7 @@ class SqlitePartitionLog(PagedReads):
         return total
 
 
-class SqliteStore(SqlitePartitionLog):
+class SqliteStore(SqlitePartitionLog, CheckpointTables):
     """Event, consumer, user and stream storage; as a log, the view of ``events``/0.
     Create with :meth:`open`; close with :meth:`close`."""
 
@@ -730,6 +753,14 @@ class SqliteStore(SqlitePartitionLog):
         rows = await self._reader.execute_fetchall(sql, [] if user_id is None else [user_id])
         return {int(key): int(count) for key, count in rows}
 
+    # -- the Event Hubs checkpoint store ------------------------------------------------------
+
+    async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return list(await self._reader.execute_fetchall(sql, params))
+
+    async def _checkpoint_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return await self._write(sql, params)
+
     # -- users --------------------------------------------------------------------------------
 
     async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
@@ -789,7 +820,7 @@ class SqliteStore(SqlitePartitionLog):
                 queue.ready.clear()
                 await queue.ready.wait()
                 continue
-            count = min(len(queue.items), MAX_WRITES_PER_COMMIT)
+            count = joined_count(queue.items, MAX_WRITES_PER_COMMIT)
             batch = [queue.items.popleft() for _ in range(count)]
             try:
                 results = await self._commit(batch)

@@ -136,6 +136,32 @@ _VERSION_6: Final = (
     )""",
 )
 
+_VERSION_7: Final = (
+    # The Event Hubs checkpoint store, per user, hub, consumer group and partition id: who
+    # owns a partition (its etag changes with every claim; owner '' once released; the time
+    # in seconds since the epoch, as the SDK counts) and the checkpoint to resume from.
+    """CREATE TABLE IF NOT EXISTS eventhub_ownership (
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        hub TEXT NOT NULL,
+        consumer_group TEXT NOT NULL,
+        partition_id TEXT NOT NULL,
+        owner_id TEXT NOT NULL,
+        etag TEXT NOT NULL,
+        modified_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (user_id, hub, consumer_group, partition_id)
+    )""",
+    """CREATE TABLE IF NOT EXISTS eventhub_checkpoints (
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        hub TEXT NOT NULL,
+        consumer_group TEXT NOT NULL,
+        partition_id TEXT NOT NULL,
+        "offset" TEXT,
+        sequence_number BIGINT,
+        modified_at DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (user_id, hub, consumer_group, partition_id)
+    )""",
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -143,6 +169,7 @@ MIGRATIONS: Final = {
     4: _VERSION_4,
     5: _VERSION_5,
     6: _VERSION_6,
+    7: _VERSION_7,
 }
 
 

@@ -121,7 +121,9 @@ from ..base import (
     StoreUnreachable,
     StreamBounds,
     User,
+    joined_count,
 )
+from ..checkpoints import CheckpointTables
 from ..dcb_sql import (
     PG_FTN18_TYPE,
     condition_sql,
@@ -219,6 +221,8 @@ class _Append:
     data: str
     future: asyncio.Future[EventId]
     content_type: str | None = None
+    #: The next queued append belongs with this one: they are committed together.
+    joined: bool = False
 
 
 @dataclass(slots=True)
@@ -333,20 +337,36 @@ class PostgresPartitionLog(PagedReads):
     def submit_append(
         self, event_type: str, data_json: str, content_type: str | None = None
     ) -> asyncio.Future[EventId]:
+        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
+        self._enqueue([_Append(event_type, data_json, future, content_type)])
+        return future
+
+    def submit_appends(
+        self, events: Sequence[tuple[str, str, str | None]]
+    ) -> asyncio.Future[list[EventId]]:
+        """Queue events that are committed together or not at all."""
+        loop = asyncio.get_running_loop()
+        last = len(events) - 1
+        appends = [
+            _Append(event_type, data_json, loop.create_future(), content_type, index < last)
+            for index, (event_type, data_json, content_type) in enumerate(events)
+        ]
+        self._enqueue(appends)
+        return asyncio.gather(*(append.future for append in appends))
+
+    def _enqueue(self, appends: list[_Append]) -> None:
         if self._store._closing:
             raise StoreClosed("the event store is closed")
         if self._retired:
             raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
-        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._queue.items.append(_Append(event_type, data_json, future, content_type))
+        self._queue.items.extend(appends)
         self._queue.ready.set()
         if self._task is None:
             self._task = asyncio.create_task(
                 self._write_loop(), name=f"futoin-evt-pg-writer-{self._key}"
             )
-        return future
 
     async def _write_loop(self) -> None:
         queue = self._queue
@@ -357,7 +377,7 @@ class PostgresPartitionLog(PagedReads):
                 queue.ready.clear()
                 await queue.ready.wait()
                 continue
-            count = min(len(queue.items), MAX_APPENDS_PER_COMMIT)
+            count = joined_count(queue.items, MAX_APPENDS_PER_COMMIT)
             batch = [queue.items.popleft() for _ in range(count)]
             started = time.perf_counter()
             try:
@@ -726,7 +746,7 @@ class PostgresPartitionLog(PagedReads):
         return [stored_event(row) for row in rows], head
 
 
-class PostgresStore(PostgresPartitionLog):
+class PostgresStore(PostgresPartitionLog, CheckpointTables):
     """Event, consumer, user and stream storage in PostgreSQL; as a log, the view of
     ``events``/0. Create with :meth:`open`."""
 
@@ -1192,6 +1212,15 @@ class PostgresStore(PostgresPartitionLog):
         sql = consumer_counts_sql("%s", user_id is not None)
         rows = await self._fetch(sql, [] if user_id is None else [user_id])
         return {int(key): int(count) for key, count in rows}
+
+    # -- the Event Hubs checkpoint store --------------------------------------------------
+
+    _mark = "%s"
+
+    async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
+        return await self._fetch(sql, params)
+
+    _checkpoint_write = _checkpoint_read
 
     # -- users ----------------------------------------------------------------------------
 
