@@ -15,6 +15,7 @@ from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.catalog import EventCatalog
 from futoin_evt.notify.live import LiveEvents, Subscription
 from futoin_evt.notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, ManagementBus
+from futoin_evt.notify.message import Notification
 from futoin_evt.notify.selector import compile_selector
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store
@@ -154,3 +155,91 @@ async def test_catalog_lists_declared_and_seen_types(store: Store) -> None:
     assert await catalog.event_types("USER") == {"USER": [*base, "name"]}
     assert await catalog.event_types("NOPE") == {}
     assert catalog.seen_up_to == 4
+
+
+async def test_shared_selectors_each_get_every_event_and_others_none_of_theirs(
+    store: Store,
+) -> None:
+    events = EventLog(store)
+    live = LiveEvents(events)
+    selectors = {
+        "all": "n >= 0 OR n IS NULL",
+        "a_big": "eventType = 'A' AND n > 10",
+        "ab": "eventType IN ('A', 'B') AND n <> 7",
+        "c": "eventType = 'C'",
+    }
+    # three subscribers of each selector: the same text is evaluated once for them all
+    subscribers = {
+        name: [Subscription(live, None, compile_selector(text), 0).start() for _ in range(3)]
+        for name, text in selectors.items()
+    }
+    added: list[tuple[int, str, int]] = []
+    for i in range(60):
+        event_type = "ABC"[i % 3]
+        added.append((await events.append(event_type, {"n": i}), event_type, i))
+    expected = {
+        "all": [id_ for id_, _, _ in added],
+        "a_big": [id_ for id_, t, n in added if t == "A" and n > 10],
+        "ab": [id_ for id_, t, n in added if t in "AB" and n != 7],
+        "c": [id_ for id_, t, _ in added if t == "C"],
+    }
+    for name, of_selector in subscribers.items():
+        for subscription in of_selector:
+            assert await drain(subscription) == expected[name], name
+    # each selector over the events of its pinned types, once: 60 + 20 + 40 + 20
+    assert live.evaluations == 140
+    assert live.rows_read == 60
+    for of_selector in subscribers.values():
+        for subscription in of_selector:
+            subscription.close()
+
+
+async def test_a_shared_selector_serves_subscribers_at_different_positions(store: Store) -> None:
+    events = EventLog(store)
+    live = LiveEvents(events, capacity=2000)
+    selector = compile_selector("eventType = 'A' AND n > 2")
+    first = Subscription(live, None, selector, 0).start()
+    for i in range(10):
+        await events.append("AB"[i % 2], {"n": i})
+    at_ten = events.head
+    assert [n.data["n"] for n in await first.read_log(2)] == [4, 6]
+    # one that starts later, and one that starts before the shared result began
+    later = Subscription(live, None, selector, at_ten).start()
+    behind = Subscription(live, None, selector, 0).start()
+    for i in range(10, 3010):
+        await events.append("AB"[i % 2], {"n": i})
+    wanted = [i for i in range(3010) if i % 2 == 0 and i > 2]
+    assert [n.data["n"] for n in await _all(first)] == wanted[2:]
+    assert [n.data["n"] for n in await _all(later)] == [i for i in wanted if i >= 10]
+    assert [n.data["n"] for n in await _all(behind)] == wanted
+    for subscription in (first, later, behind):
+        subscription.close()
+
+
+async def test_sharing_ends_with_the_last_subscriber_of_a_selector(store: Store) -> None:
+    events = EventLog(store)
+    live = LiveEvents(events)
+    one = Subscription(live, None, compile_selector("n > 0"), 0).start()
+    two = Subscription(live, None, compile_selector("n > 0"), 0).start()
+    other = Subscription(live, None, compile_selector("n > 1"), 0).start()
+    await events.append("X", {"n": 1})
+    await events.append("X", {"n": 2})
+    assert await drain(one) == [1, 2]
+    one.close()
+    assert await drain(two) == [1, 2]
+    two.close()
+    await events.append("X", {"n": 3})
+    assert await drain(other) == [2, 3]
+    assert live.evaluations == 2 + 3  # both selectors over the first two, then one
+    again = Subscription(live, None, compile_selector("n > 0"), events.head).start()
+    await events.append("X", {"n": 4})
+    assert await drain(again) == [4]
+    other.close()
+    again.close()
+
+
+async def _all(subscription: Subscription) -> list[Notification]:
+    got: list[Notification] = []
+    while subscription.live.events.head > subscription.after_id:
+        got += await subscription.read_log(1000)
+    return got

@@ -32,7 +32,7 @@ from ..notify.live import (
     management_visible_to,
 )
 from ..notify.management import ManagementBus
-from ..notify.message import Notification, NotifyError, Transformation, real_message
+from ..notify.message import Notification, NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
@@ -175,6 +175,7 @@ class NotificationLink(_SourceLink):
     async def _run(self) -> None:
         link = self._link
         subscription = self._subscription.start()
+        form = ("amqp", self._transformation)  # encoded once per shape, for every subscriber
         sent = 0
         while True:
             subscription.wake.clear()
@@ -183,7 +184,7 @@ class NotificationLink(_SourceLink):
                     batch = await subscription.poll(min(link.credit, READ_BATCH))
                     for notification in batch:
                         sent += 1
-                        self._send(encode(notification, self._transformation), str(sent))
+                        self._send(encoded(notification, form, encode), str(sent))
                     self._conn.wake()
                     continue
                 if link.drain:

@@ -33,7 +33,7 @@ from ..notify.live import (
     start_positions,
 )
 from ..notify.management import ManagementBus
-from ..notify.message import NotifyError, Transformation, real_message
+from ..notify.message import Notification, NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
 
 if TYPE_CHECKING:
@@ -80,10 +80,8 @@ class _Pushing:
                 if self.in_flight < WINDOW and self.link.writable:
                     if not self.queued and subscription.has_more():
                         batch = await subscription.poll(GROUP_MESSAGES)
-                        shape = self.transformation
-                        self.queued.extend(
-                            json.dumps(real_message(n, shape), separators=(",", ":")) for n in batch
-                        )
+                        form = ("ftn3", self.transformation)
+                        self.queued.extend(encoded(n, form, _message_json) for n in batch)
                     if self.queued:
                         self._send_group()
                         continue
@@ -110,6 +108,11 @@ class _Pushing:
             reply.exception()  # looked at: a live subscriber's failure stops nothing
         self.in_flight -= 1
         self.subscription.wake.set()
+
+
+def _message_json(notification: Notification, shape: Transformation | None) -> str:
+    """One message of ``onNotify`` as JSON text."""
+    return json.dumps(real_message(notification, shape), separators=(",", ":"))
 
 
 class NotifyService:

@@ -3,8 +3,11 @@
 :class:`LiveEvents` keeps the newest events of the log parsed, in a ring that every
 subscriber at the head reads from: one store read and one parse per event, however many
 subscribe. The ring reads only the event types its subscribers can match (their selectors'
-pinned types, when every one pins them). A subscriber behind the ring, or one that wants a
-type the ring leaves out, reads the store itself with its own types pushed down.
+pinned types, when every one pins them). Each distinct selector is evaluated once per new
+event of the ring, for all the subscribers that have it, and only over the events of the
+types it pins (an index by type): a subscriber at the head takes its matches from that
+shared result. A subscriber behind the ring, or one that wants a type the ring leaves out,
+reads the store itself with its own types pushed down, and evaluates its own selector.
 
 :class:`Subscription` is one subscriber, whatever its door: log events after a position in
 each partition it reads and management events from the bus, through its selector, in
@@ -18,7 +21,7 @@ import asyncio
 import bisect
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
@@ -36,6 +39,9 @@ if TYPE_CHECKING:
 RING_EVENTS: Final = 8192
 #: Events read from the store at once.
 READ_BATCH: Final = 1000
+#: Events the ring reads first when the head moves after it had caught up: the subscribers
+#: get the first of a burst without waiting for the parse of a whole page.
+FIRST_PAGE: Final = 200
 #: Management events kept for a subscriber that does not take them; older ones are dropped.
 MAX_PENDING_MANAGEMENT: Final = 1000
 
@@ -45,6 +51,60 @@ class _Interest:
     """What one registered subscriber may match (None: any type)."""
 
     types: frozenset[str] | None
+
+
+@dataclass(slots=True)
+class _Shared:
+    """The matches of one selector among the ring's events in (``after``, ``to``], in id
+    order: evaluated once for every subscriber of the ring that has the selector."""
+
+    selector: Selector
+    #: The log types it can match (None: any).
+    types: frozenset[str] | None
+    after: int
+    to: int
+    members: int = 0
+    ids: list[int] = field(default_factory=list)
+    matched: list[Notification] = field(default_factory=list)
+
+    def restart(self, after: int) -> None:
+        self.ids.clear()
+        self.matched.clear()
+        self.after = self.to = after
+
+    def trim(self, up_to: int) -> None:
+        """Forget the matches up to ``up_to`` (the ring dropped those events)."""
+        if up_to > self.after:
+            kept = bisect.bisect_right(self.ids, up_to)
+            del self.ids[:kept], self.matched[:kept]
+            self.after = min(up_to, self.to)
+
+    def add(self, new: list[Notification], by_type: dict[str, list[Notification]], to: int) -> int:
+        """Evaluate the ring's new events (``by_type``: the same by type), up to ``to``;
+        returns how many were evaluated (those of its types)."""
+        types = self.types
+        if types is None:
+            candidates = new
+        elif len(types) == 1:
+            (only,) = types
+            candidates = by_type.get(only, [])
+        else:
+            candidates = [n for t in types for n in by_type.get(t, ())]
+            candidates.sort(key=_id_of)
+        matches = self.selector.matches_of_pinned
+        for notification in candidates:
+            if matches(notification):
+                self.ids.append(_id_of(notification))
+                self.matched.append(notification)
+        self.to = to
+        return len(candidates)
+
+    def read(self, after_id: int, limit: int) -> tuple[list[Notification], int]:
+        start = bisect.bisect_right(self.ids, after_id)
+        result = self.matched[start : start + limit]
+        if len(result) >= limit:
+            return result, _id_of(result[-1])
+        return result, self.to
 
 
 class LiveEvents:
@@ -67,16 +127,36 @@ class LiveEvents:
         #: The ring's ids and events by type, for subscribers that pin their types.
         self._by_type: dict[str, tuple[list[int], list[Notification]]] = {}
         self._refilling: asyncio.Future[None] | None = None
+        #: The last read reached the head: the next one starts with a short page.
+        self._caught_up = True
+        #: Each distinct selector of the subscribers, by its text.
+        self._shared: dict[str, _Shared] = {}
         #: Events read from the store (all readers); what push-down saves shows here.
         self.rows_read = 0
+        #: Selector evaluations (the ring's events: once per distinct selector).
+        self.evaluations = 0
 
-    def register(self, types: frozenset[str] | None) -> Callable[[], None]:
-        """A subscriber that can match ``types`` only; returns how to unregister."""
+    def register(
+        self, types: frozenset[str] | None, selector: Selector | None = None
+    ) -> Callable[[], None]:
+        """A subscriber that can match ``types`` only, with ``selector`` (evaluated once for
+        all the subscribers that have it); returns how to unregister."""
         interest = _Interest(types)
         self._interests.append(interest)
+        shared = None
+        if selector is not None:
+            shared = self._shared.get(selector.text)
+            if shared is None:
+                shared = _Shared(selector, types, self._to, self._to)
+                self._shared[selector.text] = shared
+            shared.members += 1
 
         def unregister() -> None:
             self._interests.remove(interest)
+            if shared is not None:
+                shared.members -= 1
+                if not shared.members:
+                    del self._shared[shared.selector.text]
             if not self._interests:  # no one reads the ring: its memory goes
                 self._reset(-1)
 
@@ -90,18 +170,52 @@ class LiveEvents:
             wanted |= interest.types
         return frozenset(wanted)
 
+    async def read_matching(
+        self,
+        after_id: int,
+        types: frozenset[str] | None,
+        selector: Selector | None,
+        limit: int = READ_BATCH,
+    ) -> tuple[list[Notification], int]:
+        """Events after ``after_id`` of ``types`` (any when None) that ``selector`` matches
+        (all when None), at most ``limit``, and the id read up to. A selector registered
+        here takes its matches from the shared result when that covers the position;
+        otherwise the events are read (the ring, the store) and evaluated here."""
+        if not await self._ready(after_id):
+            return [], after_id
+        if selector is None:
+            return await self._read_ready(after_id, types, limit)
+        shared = self._shared.get(selector.text)
+        if shared is not None and shared.after <= after_id < shared.to:
+            return shared.read(after_id, limit)
+        read, reached = await self._read_ready(after_id, types, limit)
+        self.evaluations += len(read)
+        matches = selector.matches_of_pinned  # read has the pinned types only
+        return [n for n in read if matches(n)], reached
+
     async def read(
         self, after_id: int, types: frozenset[str] | None, limit: int = READ_BATCH
     ) -> tuple[list[Notification], int]:
         """Events after ``after_id`` (of ``types`` when given), at most ``limit``, and the id
         read up to."""
-        head = self.events.head
-        if after_id >= head:
+        if not await self._ready(after_id):
             return [], after_id
+        return await self._read_ready(after_id, types, limit)
+
+    async def _ready(self, after_id: int) -> bool:
+        """False when there is nothing after ``after_id``; else the ring has read past it
+        when it can."""
+        if after_id >= self.events.head:
+            return False
         if after_id >= self._to:
             if after_id > self._to:  # ahead of the ring: start it here
                 self._reset(after_id)
             await self._refill()
+        return True
+
+    async def _read_ready(
+        self, after_id: int, types: frozenset[str] | None, limit: int
+    ) -> tuple[list[Notification], int]:
         if self._from <= after_id < self._to and _within(types, self._ring_types):
             return self._from_ring(after_id, types, limit)
         events, reached = await self.events.read_of_types(after_id, limit, types)
@@ -132,6 +246,9 @@ class LiveEvents:
         self._ring.clear()
         self._by_type.clear()
         self._from = self._to = after_id
+        self._caught_up = True
+        for shared in self._shared.values():
+            shared.restart(after_id)
 
     async def _refill(self) -> None:
         """Read what follows the ring, once for everyone waiting for it."""
@@ -146,13 +263,16 @@ class LiveEvents:
             self._reset(self._to)
         after = self._to
         log_types = None if wanted is None else [t for t in wanted if not is_management_type(t)]
-        events, reached = await self.events.read_of_types(after, READ_BATCH, log_types)
+        page = FIRST_PAGE if self._caught_up else READ_BATCH
+        events, reached = await self.events.read_of_types(after, page, log_types)
         self.rows_read += len(events)
         partition = self._partition
         notifications = [Notification.of(event, partition) for event in events]
         if self._to != after:  # reset meanwhile: what was read belongs to no ring
             return
+        self._caught_up = len(events) < page
         by_type = self._by_type
+        new_by_type: dict[str, list[Notification]] = {}
         for notification in notifications:
             event_id = _id_of(notification)
             self._ids.append(event_id)
@@ -162,7 +282,17 @@ class LiveEvents:
                 of_type = by_type[notification.type] = ([], [])
             of_type[0].append(event_id)
             of_type[1].append(notification)
+            new = new_by_type.get(notification.type)
+            if new is None:
+                new_by_type[notification.type] = [notification]
+            else:
+                new.append(notification)
         self._to = reached
+        for shared in self._shared.values():  # each distinct selector once
+            if shared.to == after:
+                self.evaluations += shared.add(notifications, new_by_type, reached)
+            else:  # cannot happen (each reset restarts them): start afresh rather than skip
+                shared.restart(reached)
         self.catalog.note(notifications, (after, reached) if wanted is None else None)
         if len(self._ring) > self._capacity:
             drop = len(self._ring) - self._capacity // 2
@@ -173,6 +303,8 @@ class LiveEvents:
                 del ids[:kept], kept_events[:kept]
                 if not ids:
                     del by_type[event_type]
+            for shared in self._shared.values():
+                shared.trim(self._from)
 
 
 _NONE: Final[tuple[list[int], list[Notification]]] = ([], [])
@@ -280,7 +412,7 @@ class Subscription:
         return self
 
     def _follow(self, cursor: _Cursor) -> None:
-        self._stops.append(cursor.live.register(self._log_types))
+        self._stops.append(cursor.live.register(self._log_types, self.selector))
         self._stops.append(cursor.live.events.listen(self.wake.set))
 
     def _registry_changed(self) -> None:
@@ -362,15 +494,11 @@ class Subscription:
             cursor = cursors[(start + step) % count]
             if cursor.live.events.head <= cursor.after_id:
                 continue
-            read, reached = await cursor.live.read(
-                cursor.after_id, self._log_types, limit - len(result)
+            read, reached = await cursor.live.read_matching(
+                cursor.after_id, self._log_types, self.selector, limit - len(result)
             )
             cursor.after_id = reached
-            if self.selector is None:
-                result.extend(read)
-            else:  # what was read has the pinned types only: their tests need not run again
-                matches = self.selector.matches_of_pinned
-                result.extend(n for n in read if matches(n))
+            result.extend(read)
         return result
 
 

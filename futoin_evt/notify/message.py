@@ -15,7 +15,7 @@ import functools
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..log.eventlog import StoredEvent
@@ -33,6 +33,9 @@ PARTITION: Final = "partition"
 #: The attributes every event of the log has, in this order.
 BASE_ATTRIBUTES: Final = (EVENT_TYPE, ID, TS, STREAM, PARTITION)
 _SCALARS: Final = frozenset({str, int, float, bool})
+#: Encoded forms kept with one notification (a door and a transformation each); more are
+#: encoded each time, so many different transformations hold no more memory.
+MAX_FORMS: Final = 8
 #: The most attributes a transformation may ask for, and the longest name.
 MAX_REQUESTED: Final = 256
 MAX_NAME_CHARS: Final = 256
@@ -53,6 +56,9 @@ class Notification:
     data: Any
     stream: str | None = None
     partition: int | None = None
+    #: What doors encoded it to, by (door, transformation): each subscriber of the same
+    #: shape sends the same bytes (see :func:`encoded`).
+    forms: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def of(cls, event: StoredEvent, partition: Partition = DEFAULT_PARTITION) -> Notification:
@@ -131,6 +137,25 @@ def _stream(notification: Notification) -> Value:
 
 def _partition(notification: Notification) -> Value:
     return notification.partition
+
+
+_T = TypeVar("_T")
+
+
+def encoded(
+    notification: Notification,
+    key: tuple[str, Transformation | None],
+    encode: Callable[[Notification, Transformation | None], _T],
+) -> _T:
+    """``encode(notification, transformation)`` for ``key`` (a door's name and the
+    transformation), made once and shared by every subscriber that sends the same shape."""
+    forms = notification.forms
+    form: _T | None = forms.get(key)
+    if form is None:
+        form = encode(notification, key[1])
+        if len(forms) < MAX_FORMS:
+            forms[key] = form
+    return form
 
 
 @dataclass(frozen=True, slots=True)
