@@ -209,6 +209,50 @@ async def test_a_subscriber_hears_events_and_management_events_of_the_other_work
     await writer.close()
 
 
+async def test_subscribers_on_both_workers_each_get_their_matches_in_order(
+    group: Group,
+) -> None:
+    """Each worker evaluates its own subscribers' selectors (a selector two subscribers
+    share, on different workers, and others), for events added on either worker."""
+    selectors = {
+        "a": "eventType = 'A' AND n > 1",
+        "b": "eventType = 'B'",
+        "all": "n >= 0",
+    }
+    placed = [("a", 0), ("a", 1), ("b", 1), ("all", 0), ("all", 1)]
+    clients = [await connect_to(group, slot) for _, slot in placed]
+    subscribed = [
+        await Notifications(client).subscribe(selectors[name])
+        for client, (name, _) in zip(clients, placed, strict=True)
+    ]
+    writers = [await connect_to(group, 0), await connect_to(group, 1)]
+    added: list[tuple[int, str, int]] = []
+    for n in [*range(12), 100, 100]:
+        event_type = "AB"[n % 2] if n < 100 else "AB"[len(added) % 2]
+        params = {"type": event_type, "data": {"n": n}}
+        added.append(
+            (
+                int(await writers[n % 2].call("futoin.evt.gen:1.1", "addEvent", params)),
+                event_type,
+                n,
+            )
+        )
+    expected = {
+        "a": [i for i, t, n in added if t == "A" and n > 1],
+        "b": [i for i, t, _ in added if t == "B"],
+        "all": [i for i, _, _ in added],
+    }
+    for queue, (name, slot) in zip(subscribed, placed, strict=True):
+        got: list[int] = []
+        async with asyncio.timeout(WITHIN_SECONDS):
+            while len(got) < len(expected[name]):
+                message = await queue.get()
+                got.append(int(message["properties"]["id"]))
+        assert got == expected[name], (name, slot)  # the last event is a match: none between
+    for client in [*clients, *writers]:
+        await client.close()
+
+
 async def _load(group: Group, acked: list[int], stop_load: asyncio.Event) -> None:
     """Add events on four connections until told to stop, reconnecting when one is lost;
     the ids the server acknowledged go to ``acked``."""
