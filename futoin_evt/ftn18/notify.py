@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
-from ..ftn3.messages import Response
+from ..ftn3.messages import Response, encode_json
 from ..notify.live import (
     LiveEvents,
     LiveStreams,
@@ -112,7 +111,7 @@ class _Pushing:
 
 def _message_json(notification: Notification, shape: Transformation | None) -> str:
     """One message of ``onNotify`` as JSON text."""
-    return json.dumps(real_message(notification, shape), separators=(",", ":"))
+    return encode_json(real_message(notification, shape))
 
 
 class NotifyService:

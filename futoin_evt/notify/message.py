@@ -12,12 +12,12 @@ the same name. Management events are in no log: they have no ``id``, ``stream`` 
 from __future__ import annotations
 
 import functools
-import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from ..domain.partition import DEFAULT_PARTITION, Partition
+from ..ftn3.messages import decode_json
 from ..log.eventlog import StoredEvent
 from ..quoting import quote_input
 
@@ -66,7 +66,7 @@ class Notification:
             event.type,
             event.id,
             event.ts,
-            json.loads(event.data_json),
+            decode_json(event.data_json.encode()),  # orjson where it gives the same
             partition.stream,
             partition.number,
         )
