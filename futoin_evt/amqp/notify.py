@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..notify.live import (
     READ_BATCH,
@@ -36,14 +36,11 @@ from ..notify.message import Notification, NotifyError, Transformation, real_mes
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 from .codec import SELECTOR_FILTER, BadFilter, described_filter
-from .connection import LinkRefused
 from .engine.connection import Link
 from .engine.message import Message
 from .engine.types import EncodeError
-from .node import _address_path, _SourceLink
-
-if TYPE_CHECKING:
-    from .connection import AmqpConnection
+from .links import SourceLink
+from .table import Connection, LinkRefused, address_path
 
 log = logging.getLogger(__name__)
 
@@ -55,20 +52,13 @@ _INT64: Final = range(-(1 << 63), 1 << 63)
 
 
 class NotificationNode:
-    """Takes links from ``$events``."""
-
-    address: Final = EVENTS_SOURCE
+    """Takes links from ``$events`` and below (the node table sends them here)."""
 
     def __init__(self, streams: LiveStreams, bus: ManagementBus | None) -> None:
         self._streams = streams
-        #: The reader of ``events``/0.
-        self.live = streams.default
         self.bus = bus
 
-    def takes(self, address: str) -> bool:
-        return address == EVENTS_SOURCE or address.startswith(EVENTS_SOURCE + "/")
-
-    def attach(self, conn: AmqpConnection, link: Link) -> NotificationLink:
+    def attach(self, conn: Connection, link: Link) -> NotificationLink:
         if not link.is_sender:
             raise LinkRefused(NOT_FOUND, "$events is a source: attach a receiving link")
         assert conn.principal is not None
@@ -94,7 +84,7 @@ class NotificationNode:
     @staticmethod
     def _stream_name(address: str) -> str | None:
         """The stream a ``$events[/NAME]`` address (or URI) names; None: ``events``."""
-        _node, _slash, name = _address_path(address).partition("/")
+        _node, _slash, name = address_path(address).partition("/")
         return name or None
 
 
@@ -148,12 +138,12 @@ def _amqp_values(attributes: Mapping[str, Any]) -> dict[str, Any]:
     return {name: _amqp_value(value) for name, value in attributes.items()}
 
 
-class NotificationLink(_SourceLink):
+class NotificationLink(SourceLink):
     """Matching notifications, one per unit of credit."""
 
     def __init__(
         self,
-        conn: AmqpConnection,
+        conn: Connection,
         link: Link,
         subscription: Subscription,
         transformation: Transformation | None,
