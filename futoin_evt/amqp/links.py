@@ -1,5 +1,6 @@
 """What the links the nodes send on share: :class:`SourceLink`, a task that sends as credit
-allows, and the properties our end of a link answers with."""
+allows, the properties our end of a link answers with, and where a start position's time
+puts a reader."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from ..log.eventlog import EventLog
+from .codec import Position
 from .engine.connection import Delivery, Link
 from .engine.types import Symbol
 from .table import Connection
@@ -79,3 +81,10 @@ class SourceLink:
         self._closed = True
         self._task.cancel()
         return None
+
+
+async def after_time(events: EventLog, start: Position, after: int) -> int:
+    """``after``, moved past the events older than the start's time, if it has one."""
+    if start.after_ms is not None:
+        after = max(after, await events.id_before_ms(start.after_ms))
+    return after

@@ -49,7 +49,7 @@ from .engine.message import Message, decode_message
 from .engine.performatives import Accepted, Rejected
 from .engine.types import DecodeError, Described, Symbol, decode_value, encode
 from .filters import compile_filter
-from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, link_answer
+from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, after_time, link_answer
 from .quickdecode import quick_event
 from .table import Connection, Hubs, LinkHandler, LinkRefused, address_path
 
@@ -644,7 +644,7 @@ class ConsumerLink(SourceLink):
             position = await self._events.position(user_id, component)
             if not self._filtered and position is not None:
                 after = position
-        return await _after_time(self._events, self._start, after)
+        return await after_time(self._events, self._start, after)
 
     async def _run(self) -> None:
         self._after = self._acked = after = await self._start_after()
@@ -705,13 +705,6 @@ class ConsumerLink(SourceLink):
                 log.exception("storing the position of %s failed", component)
                 return
             self._acked = wanted
-
-
-async def _after_time(events: EventLog, start: Position, after: int) -> int:
-    """``after``, moved past the events older than the start's time, if it has one."""
-    if start.after_ms is not None:
-        after = max(after, await events.id_before_ms(start.after_ms))
-    return after
 
 
 def _source_annotation(partition: int) -> tuple[bytes, int]:
@@ -781,7 +774,7 @@ class PartitionsLink(SourceLink):
     async def _run(self) -> None:
         logs = self._logs
         afters = [
-            await _after_time(events, start, start.after_id)
+            await after_time(events, start, start.after_id)
             for events, start in zip(logs, self._starts, strict=True)
         ]
         link = self._link
