@@ -482,6 +482,8 @@ class Console:
         self._push.stop_stream(row.user_id, row.component, partition)
         self._notices.publish(
             CONSUMER_DROPPED,
+            stream=partition.stream,
+            partition=partition.number,
             user=row.user,
             component=row.component,
             by=call.principal.name,

@@ -116,7 +116,7 @@ def build_routes(
     gen = GenService(store)
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
-    ops = OpsService(store, push, discarder, notices)
+    ops = OpsService(store, store, push, discarder, notices)
     streams = StreamAdmin(store)
     consumer = {
         "ping": ping,
@@ -336,7 +336,7 @@ class EventServer:
             )
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
-            doors = PartitionDoors(streams, store, push, routes, notices)
+            doors = PartitionDoors(streams, store, push, discarder, routes, notices)
             transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
