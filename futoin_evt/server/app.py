@@ -223,7 +223,7 @@ def _console_endpoint(
     push: PushService,
     authenticator: Authenticator,
     notices: ManagementBus,
-    live: LiveEvents,
+    live: LiveStreams,
     transport: WebSocketTransport,
     tls: bool,
 ) -> ConsoleEndpoint:
@@ -362,7 +362,7 @@ class EventServer:
                     push,
                     authenticator,
                     notices,
-                    live,
+                    lives,
                     transport,
                     config.transport.tls is not None,
                 )
