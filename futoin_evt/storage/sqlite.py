@@ -1170,10 +1170,13 @@ def _dcb_run(
     one's retry and condition checked against what was written before it (the store's
     indexes for the events before the run, the run's own events in memory), then the
     accepted ones' events, tags and ids inserted in multi-row statements. A refused append
-    (a failed condition, an id stored with other content) is refused alone. Should an
-    insert fail (a partition dropped meanwhile), the run is undone and each append is
-    written alone in a savepoint of its own, as :func:`_dcb_append_sync` does."""
+    (a failed condition, an id stored with other content) is refused alone. A run of one,
+    or one whose insert fails (a partition dropped meanwhile; the run is undone), is
+    written one append at a time."""
     tables = placed[0][1].tables
+    if len(placed) == 1:
+        _dcb_one_by_one(conn, ts, placed, inserted, results)
+        return
     conn.execute("SAVEPOINT dcb_run")
     try:
         accepted = _dcb_checked(conn, tables, placed, results)
@@ -1188,23 +1191,34 @@ def _dcb_run(
         log.debug("DCB appends of one commit written one at a time: %s", exc)
         conn.execute("ROLLBACK TO dcb_run")
         conn.execute("RELEASE dcb_run")
-        for index, dcb in placed:
-            conn.execute("SAVEPOINT command")
-            try:
-                results[index], events = _dcb_append_sync(
-                    conn, ts, tables, dcb.events, dcb.condition
-                )
-            except Exception as failed:
-                conn.execute("ROLLBACK TO command")
-                results[index] = failed
-            else:
-                inserted.setdefault(tables.key, []).extend(events)
-            conn.execute("RELEASE command")
+        _dcb_one_by_one(conn, ts, placed, inserted, results)
         return
     conn.execute("RELEASE dcb_run")
     inserted.setdefault(tables.key, []).extend(
         (position, event.type, event.data_json) for position, event in accepted
     )
+
+
+def _dcb_one_by_one(
+    conn: sqlite3.Connection,
+    ts: str,
+    placed: list[tuple[int, _DcbAppend]],
+    inserted: dict[int, _Inserted],
+    results: list[Any],
+) -> None:
+    """Each append by :func:`_dcb_append_sync` in a savepoint: a failure undoes its own."""
+    for index, dcb in placed:
+        conn.execute("SAVEPOINT command")
+        try:
+            results[index], events = _dcb_append_sync(
+                conn, ts, dcb.tables, dcb.events, dcb.condition
+            )
+        except Exception as failed:
+            conn.execute("ROLLBACK TO command")
+            results[index] = failed
+        else:
+            inserted.setdefault(dcb.tables.key, []).extend(events)
+        conn.execute("RELEASE command")
 
 
 def _dcb_checked(
@@ -1219,6 +1233,7 @@ def _dcb_checked(
     (given,) = conn.execute(_last_given_id(tables)).fetchone()
     next_id = int(given) + 1
     accepted: list[tuple[int, NewEvent]] = []
+    run = _RunEvents()
     by_client_id: dict[str, tuple[int, NewEvent]] = {}
     for index, dcb in placed:
         events, condition = dcb.events, dcb.condition
@@ -1236,28 +1251,62 @@ def _dcb_checked(
                     results[index] = exc
                 continue
         if condition is not None:
-            query, after = condition.fail_if_events_match, condition.after or 0
-            sql, params = condition_sql(query, condition.after, tables=tables)
+            sql, params = condition_sql(
+                condition.fail_if_events_match, condition.after, tables=tables
+            )
             row = conn.execute(sql, params).fetchone()
-            if row is None:
-                row = next(
-                    (
-                        (position,)
-                        for position, e in accepted
-                        if position > after and query.matches(e.type, e.tags)
-                    ),
-                    None,
-                )
-            if row is not None:
-                results[index] = AppendConditionFailed(int(row[0]))
+            conflict = int(row[0]) if row is not None else run.first_match(condition)
+            if conflict is not None:
+                results[index] = AppendConditionFailed(conflict)
                 continue
         for event in events:
             accepted.append((next_id, event))
+            run.add(next_id, event)
             if event.id is not None:
                 by_client_id[event.id] = (next_id, event)
             next_id += 1
         results[index] = next_id - 1
     return accepted
+
+
+class _RunEvents:
+    """The events a run of DCB appends accepted so far, by tag and by type, in position
+    order: what a later append's condition is checked against besides the store."""
+
+    def __init__(self) -> None:
+        self._all: list[tuple[int, str, frozenset[str]]] = []
+        self._by_tag: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
+        self._by_type: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
+
+    def add(self, position: int, event: NewEvent) -> None:
+        entry = (position, event.type, frozenset(event.tags))
+        self._all.append(entry)
+        self._by_type.setdefault(event.type, []).append(entry)
+        for tag in entry[2]:
+            self._by_tag.setdefault(tag, []).append(entry)
+
+    def first_match(self, condition: AppendCondition) -> int | None:
+        """The first position after the condition's of an event matching its query."""
+        if not self._all:
+            return None
+        query, after = condition.fail_if_events_match, condition.after or 0
+        if query.matches_all:
+            return next((p for p, _t, _tags in self._all if p > after), None)
+        found: int | None = None
+        for item in query.items:
+            if item.tags:
+                lists = [self._by_tag.get(min(item.tags), [])]
+            elif item.types:
+                lists = [self._by_type.get(t, []) for t in item.types]
+            else:
+                lists = [self._all]
+            for entries in lists:
+                for position, event_type, tags in entries:
+                    if position > after and item.matches(event_type, tags):
+                        if found is None or position < found:
+                            found = position
+                        break
+        return found
 
 
 def _stored_rows(
