@@ -5,9 +5,13 @@ append that is refused is refused alone. On both backends."""
 from __future__ import annotations
 
 import asyncio
+import tempfile
 from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from futoin_evt.dcb.model import new_event
 from futoin_evt.domain.dcb import (
@@ -183,3 +187,76 @@ async def test_concurrent_conditional_appends_on_one_tag_from_two_stores(
     assert_one_winner_per_position(wins, APPENDERS * WINS_EACH)
     tagged_events = [p for p, tags, _ in await stored(store) if "seat:s1" in tags]
     assert tagged_events == sorted(position for _, position in wins)
+
+
+TAGS = st.sampled_from(["a:1", "a:2", "b:1", "b"])
+QUERY_ITEMS = st.builds(
+    QueryItem,
+    types=st.frozensets(st.sampled_from(["T1", "T2"]), max_size=1),
+    tags=st.frozensets(TAGS, max_size=2),
+    tag_keys=st.frozensets(st.sampled_from(["a", "b"]), max_size=1),
+)
+APPENDS = st.lists(
+    st.tuples(
+        st.lists(
+            st.tuples(
+                st.sampled_from(["T1", "T2"]),
+                st.lists(TAGS, max_size=2, unique=True),
+                st.none() | st.sampled_from(["i1", "i2", "i3"]),
+            ),
+            min_size=1,
+            max_size=2,
+            unique_by=lambda event: event[2] or object(),
+        ),
+        st.none()
+        | st.builds(
+            AppendCondition,
+            st.builds(Query, st.lists(QUERY_ITEMS, max_size=2).map(tuple)),
+            st.none() | st.integers(0, 6),
+        ),
+    ),
+    min_size=1,
+    max_size=8,
+)
+
+
+def outcome(result: int | BaseException) -> object:
+    if isinstance(result, AppendConditionFailed):
+        return ("AppendConditionFailed", result.position)
+    if isinstance(result, BaseException):
+        return type(result).__name__
+    return result
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
+@given(appends=APPENDS)
+def test_a_batch_ends_as_the_same_appends_one_after_another(
+    tmp_path: Path,
+    appends: list[tuple[list[tuple[str, list[str], str | None]], AppendCondition | None]],
+) -> None:
+    """Whatever the appends (retries, conflicting ids, conditions on what the batch itself
+    adds), committing them together gives each the result, and the log the events, that
+    appending them one after another gives."""
+    batch = [
+        ([new_event(t, [n], tags, i) for n, (t, tags, i) in enumerate(events)], condition)
+        for events, condition in appends
+    ]
+
+    async def run() -> tuple[list[object], list[object], list[object], list[object]]:
+        with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
+            async with await open_store(str(Path(tmp) / "together.sqlite")) as store:
+                joined = [outcome(r) for r in await together(store, batch)]
+                joined_log = await stored(store)
+            async with await open_store(str(Path(tmp) / "in-turn.sqlite")) as store:
+                alone: list[object] = []
+                for events, condition in batch:
+                    try:
+                        alone.append(await store.dcb_append(events, condition))
+                    except (AppendConditionFailed, EventIdConflict) as exc:
+                        alone.append(outcome(exc))
+                alone_log = await stored(store)
+        return joined, alone, list(joined_log), list(alone_log)
+
+    joined, alone, joined_log, alone_log = asyncio.run(run())
+    assert joined == alone
+    assert joined_log == alone_log
