@@ -495,6 +495,8 @@ class SqlitePartitionLog(PagedReads):
     ) -> int:
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._store._enqueue(_DcbAppend(events, condition, future, self._tables))
         return await future

@@ -705,6 +705,8 @@ class PostgresPartitionLog(PagedReads):
             raise NotWritable(self.partition, self._aggregate_of)
         if self._store._closing:
             raise StoreClosed("the event store is closed")
+        if self._retired:  # its DCB writer has ended
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._dcb_queue.append(_DcbAppend(events, condition, future))
         self._dcb_ready.set()
