@@ -10,7 +10,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.functional
 
 ALICE = "alice:alice-pw"
 PUSH = "futoin.evt.push:1.1"
+OPS = "futoinevt.ops:1.0"
 #: Bound of every wait for something the processes do not signal to the test.
 WITHIN_SECONDS = 60.0
 
@@ -40,6 +41,19 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         if time.monotonic() > deadline:
             raise AssertionError(f"not within {WITHIN_SECONDS} s: {what}")
         await asyncio.sleep(0.05)
+
+
+async def until_answered(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """:func:`until`, for a condition the server answers."""
+    deadline = time.monotonic() + WITHIN_SECONDS
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WITHIN_SECONDS} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def not_(answer: Awaitable[bool]) -> bool:
+    return not await answer
 
 
 class Group(ServerProcess):
@@ -220,6 +234,42 @@ async def test_a_subscriber_hears_events_and_management_events_of_the_other_work
     assert [str(m["properties"]["id"]) for m in paid] == [str(added)]
     await listener.close()
     await writer.close()
+
+
+async def connected(client: FTN3Client, component: str) -> bool:
+    consumers = await client.call(OPS, "listConsumers", {})
+    return any(c["component"] == component and c["push_connected"] for c in consumers)
+
+
+@pytest.mark.parametrize("serve_workers", [2])
+async def test_the_push_stream_on_one_worker_is_listed_and_seeked_from_the_other(
+    group: Group,
+) -> None:
+    """listConsumers shows a push stream connected whichever worker answers; a seek on the
+    other worker ends the stream (its receiver starts again from the stored position)."""
+    receiving = await connect_to(group, 0)
+    asking = await connect_to(group, 1)
+    await asking.call("futoin.evt.poll:1.1", "registerConsumer", {"component": "THERE"})
+    received: list[int] = []
+
+    async def receive(params: dict[str, Any]) -> bool:
+        received.extend(int(event["id"]) for event in params["events"])
+        return True
+
+    receiving.on_request("futoin.evt.receiver", "onEvents", receive)
+    await receiving.call(PUSH, "readyToReceive", {"component": "THERE"})
+    added = await asking.call("futoin.evt.gen:1.1", "addEvent", {"type": "E", "data": {}})
+    await until(lambda: int(added) in received, "the stream gets the event")
+    # the news crosses the workers' channel
+    await until_answered(lambda: connected(asking, "THERE"), "connected on the other worker")
+    seek = {"component": "THERE", "ts": "2000-01-01T00:00:00Z"}
+    assert await asking.call(OPS, "seekConsumer", seek) is False
+    async with asyncio.timeout(WITHIN_SECONDS):
+        await receiving.wait_closed()
+    await until_answered(
+        lambda: not_(connected(asking, "THERE")), "not connected on the other worker"
+    )
+    await asking.close()
 
 
 async def _load(group: Group, acked: list[int], stop_load: asyncio.Event) -> None:

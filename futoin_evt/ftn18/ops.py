@@ -129,6 +129,8 @@ class OpsService(ConsumerOps):
         principal = ctx.principal
         rows = await self._store.consumers(None if principal.is_admin else principal.user_id)
         streams = {(s.user_id, s.component): s for s in self._push.streams if s.reliable}
+        elsewhere = {(user, component) for key, user, component in self._push.pushing_elsewhere()
+                     if key == DEFAULT_PARTITION.key}  # fmt: skip
         out = []
         for row in rows:
             stream = streams.get((row.user_id, row.component))
@@ -140,7 +142,8 @@ class OpsService(ConsumerOps):
                 "oldest_unread_age": _age_seconds(row.oldest_unread_ts),
                 "registered": row.registered_at,
                 "last_seen": row.last_seen_at,
-                "push_connected": stream is not None,
+                "push_connected": stream is not None
+                or (row.user_id, row.component) in elsewhere,
                 "push_retrying": stream.stats.retrying if stream else 0,
                 "push_failures": stream.stats.groups_failed if stream else 0,
             }))  # fmt: skip
