@@ -272,6 +272,33 @@ async def test_the_push_stream_on_one_worker_is_listed_and_seeked_from_the_other
     await asking.close()
 
 
+async def _accept(params: dict[str, Any]) -> bool:
+    return True
+
+
+@pytest.mark.parametrize("serve_workers", [2])
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+async def test_after_a_worker_restarts_its_push_streams_are_listed_as_they_are(
+    group: Group,
+) -> None:
+    staying = await connect_to(group, 0)
+    dying = await connect_to(group, 1)
+    for client, component in ((staying, "ON0"), (dying, "ON1")):
+        await client.call("futoin.evt.poll:1.1", "registerConsumer", {"component": component})
+        client.on_request("futoin.evt.receiver", "onEvents", _accept)
+        await client.call(PUSH, "readyToReceive", {"component": component})
+    await until_answered(lambda: connected(staying, "ON1"), "worker 1's stream listed on 0")
+    before = group.workers()
+    os.kill(before[1], signal.SIGKILL)
+    await until(lambda: len(group.workers()) == 2 and group.workers() != before, "a restart")
+    await until_answered(lambda: not_(connected(staying, "ON1")), "the killed one's stream gone")
+    asking = await connect_to(group, 1)  # the new worker 1
+    await until_answered(lambda: connected(asking, "ON0"), "worker 0's stream listed on the new 1")
+    assert not await connected(asking, "ON1")
+    for client in (staying, dying, asking):
+        await client.close()
+
+
 async def _load(group: Group, acked: list[int], stop_load: asyncio.Event) -> None:
     """Add events on four connections until told to stop, reconnecting when one is lost;
     the ids the server acknowledged go to ``acked``."""

@@ -319,8 +319,12 @@ class PeerChannel:
             sender = int(line[2:])
             self._elsewhere.pop(sender, None)
             peer = self._by_slot[sender]
+            if peer.sock is not None:  # connected to its predecessor: never send there again
+                self._loop.remove_writer(peer.sock.fileno())
+                peer.sock.close()
+                peer.sock = None
             peer.pushes.update(dict.fromkeys(self._told, True))
-            self._soon()
+            self._send(peer)
         elif kind == "m":
             event_type, ts, attributes = json.loads(line[2:])
             if self._bus is not None:
