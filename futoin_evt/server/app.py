@@ -203,8 +203,10 @@ async def _start_amqp(
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
     hubs = StreamLogs(streams, store, live.default.events)
     notifications = NotificationNode(live, bus)
-    node = EventLogNode(live.default.events, config.limits.node, sas, notifications, hubs, store)
-    listener = AmqpListener(node, authenticator, config)
+    node = EventLogNode(live.default.events, config.limits.node, hubs, bus)
+    listener = AmqpListener(
+        node, authenticator, config, sas=sas, notifications=notifications, checkpoints=store
+    )
     listener.notices = bus
     try:
         await listener.start()
