@@ -155,15 +155,18 @@ ServersFactory = Callable[..., list[ServerProcess]]
 
 
 @pytest.fixture
-async def servers(pg_url: str, password_hashes: dict[str, str]) -> AsyncIterator[ServersFactory]:
-    """Start ``futoin-evt serve`` processes on the test database (users alice and bob)."""
+async def servers(
+    pg_url: str, password_hashes: dict[str, str], serve_workers: int
+) -> AsyncIterator[ServersFactory]:
+    """Start ``futoin-evt serve`` processes on the test database (users alice and bob), each
+    with one worker, then with two."""
     async with await open_store(pg_url) as store:
         for name, password_hash in password_hashes.items():
             await store.add_user(name, password_hash)
     started: list[ServerProcess] = []
 
     def start(count: int, *options: str) -> list[ServerProcess]:
-        new = [ServerProcess(pg_url, 0, *options) for _ in range(count)]
+        new = [ServerProcess(pg_url, 0, *options, workers=serve_workers) for _ in range(count)]
         started.extend(new)
         return new
 

@@ -323,6 +323,8 @@ class EventServer:
         notify = NotifyService(lives, notices)
         try:
             push = PushService(store, config.push, notices)
+            if channel is not None:
+                channel.serve_push(push)
             discarding = config.worker is None or config.worker.slot == 0
             discarder = Discarder(
                 store, push, config.retention, notices, streams, discarding=discarding
