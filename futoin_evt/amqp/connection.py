@@ -161,6 +161,9 @@ class AmqpConnection(asyncio.Protocol):
     # -- login ----------------------------------------------------------------------------------
 
     async def _login(self, init: SaslInit) -> None:
+        if self._timer is not None:  # the peer has spoken: checking it is the server's time
+            self._timer.cancel()
+            self._timer = None
         if init.mechanism == "ANONYMOUS":
             # Allowed in, but the node refuses every link to a connection without a user,
             # and the connection keeps its handshake slot until a token names one.
@@ -182,6 +185,8 @@ class AmqpConnection(asyncio.Protocol):
             return
         if self._sasl.done:
             self._start_engine(self._sasl.take_rest())
+        else:  # the peer's AMQP header is to come
+            self._arm_login_timer()
 
     async def _check_plain(self, response: bytes) -> Outcome:
         credentials = parse_plain(response)
