@@ -506,6 +506,26 @@ class Session:
     def transfer(self, link: Link, delivery: Delivery, payload: bytes | Sequence[bytes]) -> None:
         """The transfer frames of one delivery, split to the peer's frame size."""
         engine = self.engine
+        tag = delivery.tag
+        if (
+            type(payload) is bytes
+            and len(tag) <= _SHORT_TAG
+            and self.remote_incoming_window > 0
+            and not self.blocked
+            and not engine.closed
+        ):
+            size = _SHORT_TRANSFER + len(tag) + len(payload)
+            if size <= engine.remote_max_frame_size:
+                # one frame from a template: the fields in fixed widths, the tag in place
+                packer = _SHORT_TRANSFERS[len(tag)]
+                engine._out += (
+                    packer(size, self.channel, link.handle, delivery.id, tag,
+                           delivery.message_format, 0x41 if delivery.settled else 0x42),
+                    payload,
+                )  # fmt: skip
+                self.next_outgoing_id = (self.next_outgoing_id + 1) & _SERIAL
+                self.remote_incoming_window -= 1
+                return
         size = len(payload) if isinstance(payload, bytes) else sum(len(p) for p in payload)
         head = _transfer_fields(
             link.handle, delivery.id, delivery.tag, delivery.message_format, delivery.settled
@@ -624,6 +644,35 @@ def _same_state(one: Any, other: Any) -> bool:
     return one is other or (
         type(one) is type(other) and isinstance(one, Accepted | Released | type(None))
     )
+
+
+#: Frame and transfer performative bytes of a one-frame delivery, besides its tag: header
+#: (8), described list8 (6), handle, delivery id and message format as uint (5 each), the
+#: tag's vbin8 head (2), settled (1), more, rcv-settle-mode, state, resume, aborted, batchable
+#: (6).
+_SHORT_TRANSFER: Final = 8 + 6 + 5 + 5 + 2 + 5 + 1 + 6
+#: The longest tag a one-frame template takes (the list8 size is at most 255).
+_SHORT_TAG: Final = 255 - 1 - (_SHORT_TRANSFER - 8 - 6)
+
+
+def _short_transfer(tag_size: int) -> Callable[..., bytes]:
+    """``pack(frame size, channel, handle, delivery id, tag, message format, settled code)``:
+    a whole transfer frame (but its payload) with every field written, widths fixed."""
+    layout = struct.Struct(f">IBBHBBBBBBBIBIBB{tag_size}sBIB6s")
+    list_size = _SHORT_TRANSFER - 8 - 6 + tag_size + 1
+    pack = layout.pack
+
+    def transfer(
+        size: int, channel: int, handle: int, delivery_id: int, tag: bytes, fmt: int, settled: int
+    ) -> bytes:
+        return pack(size, 2, AMQP_FRAME, channel, 0, 0x53, 0x14, 0xC0, list_size, 11,
+                    0x70, handle, 0x70, delivery_id, 0xA0, tag_size, tag, 0x70, fmt, settled,
+                    b"\x42\x40\x40\x42\x42\x42")  # fmt: skip
+
+    return transfer
+
+
+_SHORT_TRANSFERS: Final = tuple(_short_transfer(size) for size in range(_SHORT_TAG + 1))
 
 
 def _uint(value: int) -> bytes:
