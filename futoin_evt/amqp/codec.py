@@ -247,6 +247,10 @@ def to_json(value: Any, depth: int = 0) -> Any:
 # -- event -> message ---------------------------------------------------------------------------
 
 
+#: An encoded message kept, with what it was encoded from (data, ts, type, content type).
+_Kept = tuple[str, str, str, str | None, bytes]
+
+
 class EventEncoder:
     """Events as encoded messages, one per delivery, without building a ``Message`` each time.
 
@@ -319,21 +323,26 @@ class EventEncoder:
         self._head = struct.Struct(layout)
         self._pieces = tuple(pieces)
         self._properties: dict[tuple[str, str | None], bytes] = {}
-        #: (event id, Event Hubs form) -> (the event's fields, its message): the recent
+        #: (event id, Event Hubs form) -> (data, ts, type, content type, message): the recent
         #: events', in two generations (the older is dropped whole when the newer is full).
-        self._recent: dict[tuple[int, bool], tuple[tuple[str, str, str | None, str], bytes]] = {}
-        self._older: dict[tuple[int, bool], tuple[tuple[str, str, str | None, str], bytes]] = {}
+        self._recent: dict[tuple[int, bool], _Kept] = {}
+        self._older: dict[tuple[int, bool], _Kept] = {}
         self._ms: dict[str, int] = {}
 
     def encode(self, event: StoredEvent, event_hubs: bool = False) -> bytes:
         """The message of ``event``; ``event_hubs``: for a link opened through an Event Hubs
         address (JSON as a ``data`` section)."""
         key = (event.id, event_hubs)
-        fields = (event.type, event.data_json, event.content_type, event.ts)
         kept = self._recent.get(key) or self._older.get(key)
         # the same id in another log (servers share this encoder) is another event
-        if kept is not None and kept[0] == fields:
-            return kept[1]
+        if (
+            kept is not None
+            and kept[0] == event.data_json
+            and kept[1] == event.ts
+            and kept[2] == event.type
+            and kept[3] == event.content_type
+        ):
+            return kept[4]
         ms = self._ms.get(event.ts)
         if ms is None:
             if len(self._ms) >= _MAX_PROPERTIES_KEPT:
@@ -342,15 +351,18 @@ class EventEncoder:
         body, content_type = self._body(event, event_hubs)
         offset = b"%020d" % event.id
         p0, p1, p2, p3, p4, p5 = self._pieces
+        properties = self._properties.get((event.type, content_type))
+        if properties is None:
+            properties = self._properties_of(event.type, content_type)
         message = (
             self._head.pack(p0, offset, p1, ms, p2, offset, p3, event.id, p4, ms, p5)
-            + self._properties_of(event.type, content_type)
+            + properties
             + body
         )
         if len(self._recent) >= _RECENT_EVENTS:
             self._older = self._recent
             self._recent = {}
-        self._recent[key] = (fields, message)
+        self._recent[key] = (event.data_json, event.ts, event.type, event.content_type, message)
         return message
 
     def _properties_of(self, event_type: str, content_type: str | None) -> bytes:
@@ -418,15 +430,12 @@ class _TooBig(Exception):
 def _json_value(value: Any) -> bytes:
     """The AMQP encoding of JSON data (a str as string, an int as long, a float as double, a
     list as list, a dict as map, each in its narrowest form), faster than the general
-    encoder."""
+    encoder. Strings and small integers in a map or list are written without a call."""
     kind = type(value)
-    if kind is str:
-        raw: bytes = value.encode()
-        size = len(raw)
-        return (_STR8[size] if size < 256 else b"\xb1" + size.to_bytes(4, "big")) + raw
     if kind is dict:
         keys = _KEYS
         parts: list[bytes] = []
+        append = parts.append
         for key, item in value.items():
             encoded = keys.get(key)
             if encoded is None:
@@ -434,9 +443,16 @@ def _json_value(value: Any) -> bytes:
                 if len(keys) >= _MAX_KEYS_KEPT:
                     keys.clear()
                 keys[key] = encoded
-            parts.append(encoded)
-            parts.append(_json_value(item))
+            append(encoded)
+            if type(item) is str:
+                raw: bytes = item.encode()
+                append(_STR8[len(raw)] + raw if len(raw) < 256 else _str32(raw))
+            else:
+                append(_json_value(item))
         return _compound(0xC1, 0xD1, b"".join(parts), 2 * len(value))
+    if kind is str:
+        raw = value.encode()
+        return _STR8[len(raw)] + raw if len(raw) < 256 else _str32(raw)
     if kind is int:
         small = _SMALL_LONGS.get(value)
         if small is not None:
@@ -455,6 +471,10 @@ def _json_value(value: Any) -> bytes:
     if not value:
         return b"\x45"  # list0
     return _compound(0xC0, 0xD0, b"".join([_json_value(item) for item in value]), len(value))
+
+
+def _str32(raw: bytes) -> bytes:
+    return b"\xb1" + len(raw).to_bytes(4, "big") + raw
 
 
 def _compound(code8: int, code32: int, items: bytes, count: int) -> bytes:

@@ -791,10 +791,9 @@ class ConsumerLink(_SourceLink):
                             if matches(page[end]):
                                 sending.append(page[end])
                             end += 1
-                    for event in sending:
-                        delivery = link.send(encode(event, event_hubs), b"%d" % event.id)
-                        if bound and not delivery.settled:
-                            self._unsettled.append(event.id)
+                    messages = [(encode(event, event_hubs), b"%d" % event.id) for event in sending]
+                    if not link.send_many(messages) and bound:
+                        self._unsettled.extend(event.id for event in sending)
                     self._after = page[end - 1].id
                     index = end
                     self._acknowledge()

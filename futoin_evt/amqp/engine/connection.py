@@ -408,6 +408,51 @@ class Link:
         session.transfer(self, delivery, payload)
         return delivery
 
+    def send_many(self, messages: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Send messages (payload, tag) one after the other as :meth:`send` does, settled as
+        the link's sender settle mode says (returned: True when they are settled already).
+        The caller checks :attr:`credit` first. The deliveries that fit one frame each while
+        the peer's window is open are written from a template in one pass."""
+        settled = self.snd_settle_mode == SND_SETTLED
+        session = self.session
+        engine = session.engine
+        room = 0
+        if not session.blocked and not engine.closed:
+            room = min(max(session.remote_incoming_window, 0), len(messages))
+        next_id = session.next_delivery_id
+        unsettled = session.outgoing_unsettled
+        ids = self.unsettled
+        out = engine._out
+        largest = engine.remote_max_frame_size - _SHORT_TRANSFER
+        channel, handle = session.channel, self.handle
+        settled_code = 0x41 if settled else 0x42
+        sent = 0
+        for payload, tag in messages[:room]:
+            if len(tag) > _SHORT_TAG or len(tag) + len(payload) > largest:
+                break
+            delivery = Delivery(self, next_id, tag, 0, settled)
+            if not settled:
+                unsettled[next_id] = delivery
+                ids.add(next_id)
+            out += (
+                _SHORT_TRANSFERS[len(tag)](
+                    _SHORT_TRANSFER + len(tag) + len(payload), channel, handle, next_id, tag, 0,
+                    settled_code,
+                ),
+                payload,
+            )  # fmt: skip
+            next_id = (next_id + 1) & _SERIAL
+            sent += 1
+        if sent:
+            session.next_delivery_id = next_id
+            session.next_outgoing_id = (session.next_outgoing_id + sent) & _SERIAL
+            session.remote_incoming_window -= sent
+            self.delivery_count = (self.delivery_count + sent) & _SERIAL
+            self.credit = max(self.credit - sent, 0)
+        for payload, tag in messages[sent:]:
+            self.send(payload, tag, settled=settled)
+        return settled
+
     def drained(self) -> None:
         """Drain asked and nothing left to send: use up the credit and tell the peer."""
         if self.drain and self.active:
