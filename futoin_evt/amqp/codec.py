@@ -323,16 +323,17 @@ class EventEncoder:
         self._head = struct.Struct(layout)
         self._pieces = tuple(pieces)
         self._properties: dict[tuple[str, str | None], bytes] = {}
-        #: (event id, Event Hubs form) -> (data, ts, type, content type, message): the recent
-        #: events', in two generations (the older is dropped whole when the newer is full).
-        self._recent: dict[tuple[int, bool], _Kept] = {}
-        self._older: dict[tuple[int, bool], _Kept] = {}
+        #: Event id (negated for the Event Hubs form) -> (data, ts, type, content type,
+        #: message): the recent events', in two generations (the older is dropped whole when
+        #: the newer is full).
+        self._recent: dict[int, _Kept] = {}
+        self._older: dict[int, _Kept] = {}
         self._ms: dict[str, int] = {}
 
     def encode(self, event: StoredEvent, event_hubs: bool = False) -> bytes:
         """The message of ``event``; ``event_hubs``: for a link opened through an Event Hubs
         address (JSON as a ``data`` section)."""
-        key = (event.id, event_hubs)
+        key = -event.id if event_hubs else event.id
         kept = self._recent.get(key) or self._older.get(key)
         # the same id in another log (servers share this encoder) is another event
         if (
@@ -354,11 +355,8 @@ class EventEncoder:
         properties = self._properties.get((event.type, content_type))
         if properties is None:
             properties = self._properties_of(event.type, content_type)
-        message = (
-            self._head.pack(p0, offset, p1, ms, p2, offset, p3, event.id, p4, ms, p5)
-            + properties
-            + body
-        )
+        head = self._head.pack(p0, offset, p1, ms, p2, offset, p3, event.id, p4, ms, p5)
+        message = b"".join((head, properties, body))
         if len(self._recent) >= _RECENT_EVENTS:
             self._older = self._recent
             self._recent = {}
@@ -446,13 +444,14 @@ def _json_value(value: Any) -> bytes:
             append(encoded)
             if type(item) is str:
                 raw: bytes = item.encode()
-                append(_STR8[len(raw)] + raw if len(raw) < 256 else _str32(raw))
+                append(_STR8[len(raw)] if len(raw) < 256 else _str32_head(raw))
+                append(raw)
             else:
                 append(_json_value(item))
         return _compound(0xC1, 0xD1, b"".join(parts), 2 * len(value))
     if kind is str:
         raw = value.encode()
-        return _STR8[len(raw)] + raw if len(raw) < 256 else _str32(raw)
+        return (_STR8[len(raw)] if len(raw) < 256 else _str32_head(raw)) + raw
     if kind is int:
         small = _SMALL_LONGS.get(value)
         if small is not None:
@@ -473,8 +472,8 @@ def _json_value(value: Any) -> bytes:
     return _compound(0xC0, 0xD0, b"".join([_json_value(item) for item in value]), len(value))
 
 
-def _str32(raw: bytes) -> bytes:
-    return b"\xb1" + len(raw).to_bytes(4, "big") + raw
+def _str32_head(raw: bytes) -> bytes:
+    return b"\xb1" + len(raw).to_bytes(4, "big")
 
 
 def _compound(code8: int, code32: int, items: bytes, count: int) -> bytes:
