@@ -491,10 +491,11 @@ def _header_size(raw: bytes) -> int:
 def _routing(raw: bytes) -> tuple[str | None, str | None]:
     """The ``event-streams-target-partition`` delivery annotation and the partition key
     (message annotation) of an encoded message, when it has them."""
-    target = key = None
-    view = memoryview(raw)[_header_size(raw) :]
-    if view[:3].tobytes() not in (_DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
+    start = _header_size(raw)
+    if raw[start : start + 3] not in (_DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
         return None, None  # the common case: nothing to decode
+    target = key = None
+    view = memoryview(raw)[start:]
     while len(view) > 2 and view[:2].tobytes() == _SECTION and view[2] in _LEADING_SECTIONS:
         try:
             value, used = decode_value(view, 0)

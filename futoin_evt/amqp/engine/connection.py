@@ -939,11 +939,15 @@ class Engine:
         if len(body) > 5 and body[2] == 0x14 and body[1] == 0x53 and body[0] == 0:
             quick = _quick_transfer(body)
             if quick is not None:
-                self._transfer(self._session(channel), quick[0], body[quick[1] :])
+                self._transfer(self._session(channel), *quick[:7], body[quick[7] :])
                 return
         performative, payload = decode_body(body)
         if isinstance(performative, Transfer):
-            self._transfer(self._session(channel), performative, payload)
+            t = performative
+            self._transfer(
+                self._session(channel), t.handle, t.delivery_id, t.delivery_tag,
+                t.message_format, t.settled, t.more, t.aborted, payload,
+            )  # fmt: skip
         elif isinstance(performative, Disposition):
             self._disposition(self._session(channel), performative)
         elif isinstance(performative, Flow):
@@ -1090,7 +1094,19 @@ class Engine:
             session.window_due = True
             self.pending_sessions.add(session)
 
-    def _transfer(self, session: Session, transfer: Transfer, payload: memoryview) -> None:
+    def _transfer(
+        self,
+        session: Session,
+        handle: int,
+        delivery_id: int | None,
+        tag: bytes | None,
+        message_format: int | None,
+        settled: bool | None,
+        more: bool,
+        aborted: bool,
+        payload: memoryview,
+    ) -> None:
+        """A transfer's fields (those the engine reads) and its payload."""
         if session.incoming_window <= 0:
             raise ProtocolError(WINDOW_VIOLATION, "a transfer beyond the session window")
         session.next_incoming_id = (session.next_incoming_id + 1) & _SERIAL
@@ -1099,36 +1115,30 @@ class Engine:
             session.incoming_window = self.incoming_window
             session.window_due = True
             self.pending_sessions.add(session)
-        link = session.links.get(transfer.handle)
+        link = session.links.get(handle)
         if link is None:
-            raise ProtocolError(UNATTACHED_HANDLE, f"a transfer on handle {transfer.handle}")
+            raise ProtocolError(UNATTACHED_HANDLE, f"a transfer on handle {handle}")
         if link.detached or link.remote_detached:
             return  # sent before the peer read our detach
         if link.is_sender:
             raise ProtocolError(NOT_ALLOWED, "a transfer on a link the peer receives on")
         delivery = link._incoming
         if delivery is None:
-            if transfer.delivery_id is None or transfer.delivery_tag is None:
+            if delivery_id is None or tag is None:
                 raise ProtocolError(INVALID_FIELD, "a delivery without its id or tag")
             if link.credit <= 0:
                 link.close(TRANSFER_LIMIT_EXCEEDED, "a transfer without credit")
                 self._events.append(LinkDetached(link, None, True, False))
                 return
-            delivery = Delivery(
-                link,
-                transfer.delivery_id,
-                transfer.delivery_tag,
-                transfer.message_format or 0,
-                False,
-            )
-            delivery.remote_settled = bool(transfer.settled)
+            delivery = Delivery(link, delivery_id, tag, message_format or 0, False)
+            delivery.remote_settled = bool(settled)
             link.credit -= 1
             link.delivery_count = (link.delivery_count + 1) & _SERIAL
-        elif transfer.delivery_id is not None and transfer.delivery_id != delivery.id:
+        elif delivery_id is not None and delivery_id != delivery.id:
             raise ProtocolError(NOT_ALLOWED, "a new delivery before the last one is complete")
-        if transfer.settled:
+        if settled:
             delivery.remote_settled = True
-        if transfer.aborted:
+        if aborted:
             link._drop_incoming()
             return
         size = link._incoming_bytes + len(payload)
@@ -1137,7 +1147,7 @@ class Engine:
             link.close(MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             self._events.append(LinkDetached(link, None, True, False))
             return
-        if transfer.more:
+        if more:
             link._incoming = delivery
             link._incoming_parts.append(bytes(payload))
             link._incoming_bytes = size
@@ -1213,9 +1223,12 @@ class Engine:
             self._events.append(ConnectionClosed(error, False))
 
 
-def _quick_transfer(body: memoryview) -> tuple[Transfer, int] | None:
-    """A transfer's fields and where its payload starts, read straight from the bytes when
-    they hold only what transfers usually do (None: the general decoder reads it)."""
+def _quick_transfer(
+    body: memoryview,
+) -> tuple[int, int | None, bytes | None, int | None, bool, bool, bool, int] | None:
+    """A transfer's handle, delivery id, tag, message format, settled, more and aborted, and
+    where its payload starts, read straight from the bytes when they hold only what
+    transfers usually do (None: the general decoder reads it)."""
     code = body[3]
     if code == 0xC0:
         count, position, end = body[5], 6, 5 + body[4]
@@ -1260,12 +1273,8 @@ def _quick_transfer(body: memoryview) -> tuple[Transfer, int] | None:
         or any(type(fields[i]) is int for i in (4, 5, 8, 9, 10))
     ):
         return None  # a field of the wrong type: the general decoder words the error
-    flags = [bool(f) for f in fields[8:11]]
-    return (
-        Transfer(handle, fields[1], fields[2], fields[3], fields[4], bool(fields[5]),
-                 fields[6], None, *flags),
-        end,
-    )  # fmt: skip
+    return (handle, fields[1], fields[2], fields[3], bool(fields[4]), bool(fields[5]),
+            bool(fields[9]), end)  # fmt: skip
 
 
 def _ids(unsettled: dict[int, Delivery], first: int, last: int) -> list[int]:
