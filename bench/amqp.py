@@ -284,9 +284,14 @@ async def measure(produce: int, catch_up: int, source: Path | None = None) -> di
     return figures
 
 
-async def profile(produce: int, catch_up: int, source: Path | None = None) -> None:
-    """py-spy samples of the server while the producer, then the consumer, run."""
+async def profile(
+    produce: int, catch_up: int, source: Path | None = None, client: str = "proton"
+) -> None:
+    """py-spy samples of the server while the consumer, then the producer, run (``client``:
+    proton's reactor, or rhea in a node process)."""
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    if client == "rhea":
+        _install_rhea()
     with tempfile.TemporaryDirectory(prefix="bench-amqp-") as tmp:
         system = await start_futoin_evt(
             Path(tmp), "--amqp", "127.0.0.1:0", prefill=catch_up, source=source
@@ -294,10 +299,25 @@ async def profile(produce: int, catch_up: int, source: Path | None = None) -> No
         async with running(system):
             url = system.amqp_url
             assert url is not None
-            for name, count, handler in (
-                ("amqp-consume", catch_up, Consumer(url, catch_up, **_login())),
-                ("amqp-produce", produce, Producer(url, produce, **_login())),
-            ):
+            port = int(url.rpartition(":")[2])
+            rhea_login = {"host": "127.0.0.1", "port": port, "user": USER,
+                          "password": PASSWORD, "address": "events", "window": WINDOW}  # fmt: skip
+            workloads_: list[tuple[str, int, Callable[[], Awaitable[float]]]] = []
+            if client == "rhea":
+                workloads_ += [
+                    ("amqp-consume", catch_up,
+                     lambda: _rhea(mode="consume", earliest=True, count=catch_up, **rhea_login)),
+                    ("amqp-produce", produce,
+                     lambda: _rhea(mode="produce", count=produce, **rhea_login)),
+                ]  # fmt: skip
+            else:
+                workloads_ += [
+                    ("amqp-consume", catch_up,
+                     lambda: asyncio.to_thread(run, Consumer(url, catch_up, **_login()))),
+                    ("amqp-produce", produce,
+                     lambda: asyncio.to_thread(run, Producer(url, produce, **_login()))),
+                ]  # fmt: skip
+            for name, count, workload in workloads_:
                 folded = OUT / f"{name}.folded"
                 spy = await asyncio.create_subprocess_exec(
                     py_spy, "record", "--pid", str(system.process.pid), "--rate", "1000",
@@ -306,16 +326,23 @@ async def profile(produce: int, catch_up: int, source: Path | None = None) -> No
                 )  # fmt: skip
                 await asyncio.sleep(1.0)  # py-spy attaches (not synchronisation of the server)
                 before = system.cpu_seconds()
-                rate = await asyncio.to_thread(run, handler)
+                rate = await workload()
                 cpu = (system.cpu_seconds() - before) / count * 1e6
                 spy.send_signal(signal.SIGINT)
                 await spy.wait()
+                who = "rhea (npm)" if client == "rhea" else "python-qpid-proton"
                 head = (
-                    f"{name}: python-qpid-proton client, {count:,} messages, window/credit"
+                    f"{name}: {who} client, {count:,} messages, window/credit"
                     f" {WINDOW}: {rate:,.0f} msg/s, server CPU {cpu:.1f} µs per message"
+                    f" (load {_load()})"
                 )
                 (OUT / f"{name}.txt").write_text("\n".join([head, "", *summary(folded)]) + "\n")
                 print(head, flush=True)
+
+
+def _load() -> str:
+    """The load averages (1, 5, 15 minutes), to print beside figures."""
+    return " ".join(Path("/proc/loadavg").read_text().split()[:3])
 
 
 RHEA_DIR = Path(__file__).resolve().parent / "amqp_js"
@@ -404,6 +431,19 @@ async def rhea_rows(count: int, before: Path | None) -> dict[str, float]:
                     per = (system.cpu_seconds() - cpu) / count * 1e6
                     figures[f"rhea {mode}, {name} (msg/s)"] = rate
                     figures[f"rhea {mode}, {name}: server CPU (µs/msg)"] = per
+                # the yardsticks, on the same server: what rhea produced, read over FTN3
+                yardsticks: list[tuple[str, Callable[[System, int], Awaitable[float]]]] = [
+                    ("FTN3 addEvent, 1000 in flight",
+                     functools.partial(workloads.add_in_flight, window=WINDOW)),
+                    ("FTN3 push catch-up", workloads.push_catch_up),
+                ]  # fmt: skip
+                for row, workload in yardsticks:
+                    cpu = system.cpu_seconds()
+                    rate = await workload(system, count)
+                    per = (system.cpu_seconds() - cpu) / count * 1e6
+                    figures[f"{row}, {name} (events/s)"] = rate
+                    figures[f"{row}, {name}: server CPU (µs/event)"] = per
+        print(f"{name} measured (load {_load()})", flush=True)
     why_not = _enable_rabbitmq_amqp()
     if why_not is not None:
         print(f"RabbitMQ not measured: {why_not}", flush=True)
@@ -509,12 +549,12 @@ def main(argv: list[str] | None = None) -> int:
         help="events for the rows of 4 partitions beside 1 (0: none)",
     )
     args = parser.parse_args(argv)
-    if args.client == "rhea":
+    if args.client == "rhea" and not args.profile:
         rows = asyncio.run(rhea_rows(args.produce, args.before))
         print_figures(f"AMQP with rhea: {args.produce:,} messages each way", rows)
         return 0
     if args.profile:
-        asyncio.run(profile(args.produce, args.catch_up, args.source))
+        asyncio.run(profile(args.produce, args.catch_up, args.source, args.client))
         return 0
     figures = asyncio.run(measure(args.produce, args.catch_up, args.source))
     if args.partitions:

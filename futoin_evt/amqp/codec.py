@@ -20,6 +20,7 @@ from decimal import Decimal
 from typing import Any, Final, NamedTuple, Protocol
 
 from ..domain.stream import MAX_EVENT_DATA_BYTES, encode_event_data
+from ..ftn3.messages import decode_json
 from ..log.eventlog import StoredEvent
 from ..quoting import quote_input
 from .engine.message import Message, decode_message
@@ -246,13 +247,17 @@ def to_json(value: Any, depth: int = 0) -> Any:
 # -- event -> message ---------------------------------------------------------------------------
 
 
+#: An encoded message kept, with what it was encoded from (data, ts, type, content type).
+_Kept = tuple[str, str, str, str | None, bytes]
+
+
 class EventEncoder:
     """Events as encoded messages, one per delivery, without building a ``Message`` each time.
 
-    The two annotation sections come from a template encoded
-    once, whose fixed-width fields (the offsets, the sequence number, the timestamps) are
-    filled in per event; the properties section (the subject, the content type) is kept per
-    event type and content type. Only the body is encoded per event:
+    The two annotation sections come from a template encoded once, whose fixed-width fields
+    (the offsets, the sequence number, the timestamps) are packed in per event by one
+    ``struct``; the properties section (the subject, the content type) is kept per event type
+    and content type. Only the body is encoded per event:
 
     - an event that came as a ``data`` section goes out as the same section with the same
       content type (its stored JSON text, or its bytes);
@@ -261,6 +266,9 @@ class EventEncoder:
       ``data`` section with ``content-type: application/json``; on a plain link as
       ``amqp-value``, unless AMQP cannot hold it (an integer beyond 64 bits): then as JSON
       text too.
+
+    The recent events' messages are kept, so an event is encoded once for every consumer
+    link that sends it.
     """
 
     _OFFSET = b"@" * OFFSET_WIDTH
@@ -268,6 +276,8 @@ class EventEncoder:
     _TIMESTAMP = 0x1111_1111_1111_1111
     _SEQUENCE = 0x2222_2222_2222_2222
     _EH_TIMESTAMP = 0x3333_3333_3333_3333
+    #: The holes of the template, in the order they are in it.
+    _HOLES = ("offset", "timestamp", "offset", "sequence", "timestamp")
 
     def __init__(self) -> None:
         template = encode(
@@ -298,49 +308,60 @@ class EventEncoder:
                 (self._SEQUENCE.to_bytes(8, "big"), "sequence"),
             )
         )
-        self._pieces: list[bytes] = []
-        self._kinds: list[str] = []
+        if tuple(kind for _position, _size, kind in holes) != self._HOLES:
+            raise AssertionError("the annotations template has its holes in another order")
+        # The constant bytes between the holes are fields of the struct too (``Ns``).
+        pieces: list[bytes] = []
+        layout = ">"
         start = 0
         for position, size, kind in holes:
-            self._pieces.append(template[start:position])
-            self._kinds.append(kind)
+            pieces.append(template[start:position])
+            layout += f"{position - start}s" + ("20s" if kind == "offset" else "q")
             start = position + size
-        self._tail = template[start:]
+        pieces.append(template[start:])
+        layout += f"{len(template) - start}s"
+        self._head = struct.Struct(layout)
+        self._pieces = tuple(pieces)
         self._properties: dict[tuple[str, str | None], bytes] = {}
-        #: (event id, Event Hubs form) -> the encoded properties and body, oldest first.
-        self._recent: dict[tuple[int, bool], tuple[tuple[str, str | None, str], bytes]] = {}
+        #: Event id (negated for the Event Hubs form) -> (data, ts, type, content type,
+        #: message): the recent events', in two generations (the older is dropped whole when
+        #: the newer is full).
+        self._recent: dict[int, _Kept] = {}
+        self._older: dict[int, _Kept] = {}
+        self._ms: dict[str, int] = {}
 
     def encode(self, event: StoredEvent, event_hubs: bool = False) -> bytes:
         """The message of ``event``; ``event_hubs``: for a link opened through an Event Hubs
         address (JSON as a ``data`` section)."""
-        return b"".join(self.parts(event, event_hubs))
-
-    def parts(self, event: StoredEvent, event_hubs: bool = False) -> list[bytes]:
-        """The message of ``event`` as the parts it joins into. Its properties and body are
-        encoded once for every consumer link that sends it (the recent events' are kept)."""
-        key = (event.id, event_hubs)
-        kept = self._recent.get(key)
+        key = -event.id if event_hubs else event.id
+        kept = self._recent.get(key) or self._older.get(key)
         # the same id in another log (servers share this encoder) is another event
-        if kept is not None and kept[0] == (event.type, event.content_type, event.data_json):
-            tail = kept[1]
-        else:
-            body, content_type = self._body(event, event_hubs)
-            tail = self._properties_of(event.type, content_type) + body
-            if len(self._recent) >= _RECENT_EVENTS:
-                del self._recent[next(iter(self._recent))]
-            self._recent[key] = ((event.type, event.content_type, event.data_json), tail)
-        values = {
-            "offset": format_offset(event.id).encode(),
-            "timestamp": event.timestamp_ms.to_bytes(8, "big", signed=True),
-            "sequence": event.id.to_bytes(8, "big", signed=True),
-        }
-        parts: list[bytes] = []
-        for piece, kind in zip(self._pieces, self._kinds, strict=True):
-            parts.append(piece)
-            parts.append(values[kind])
-        parts.append(self._tail)
-        parts.append(tail)
-        return parts
+        if (
+            kept is not None
+            and kept[0] == event.data_json
+            and kept[1] == event.ts
+            and kept[2] == event.type
+            and kept[3] == event.content_type
+        ):
+            return kept[4]
+        ms = self._ms.get(event.ts)
+        if ms is None:
+            if len(self._ms) >= _MAX_PROPERTIES_KEPT:
+                self._ms.clear()
+            ms = self._ms[event.ts] = event.timestamp_ms
+        body, content_type = self._body(event, event_hubs)
+        offset = b"%020d" % event.id
+        p0, p1, p2, p3, p4, p5 = self._pieces
+        properties = self._properties.get((event.type, content_type))
+        if properties is None:
+            properties = self._properties_of(event.type, content_type)
+        head = self._head.pack(p0, offset, p1, ms, p2, offset, p3, event.id, p4, ms, p5)
+        message = b"".join((head, properties, body))
+        if len(self._recent) >= _RECENT_EVENTS:
+            self._older = self._recent
+            self._recent = {}
+        self._recent[key] = (event.data_json, event.ts, event.type, event.content_type, message)
+        return message
 
     def _properties_of(self, event_type: str, content_type: str | None) -> bytes:
         key = (event_type, content_type)
@@ -373,66 +394,93 @@ class EventEncoder:
                 return _AMQP_DATA + _binary_bytes(binary), came_as or None
         if event_hubs:
             return _AMQP_DATA + _binary_bytes(data_json.encode()), JSON_CONTENT_TYPE
-        out = bytearray(_AMQP_VALUE)
         try:
-            _put_json(json.loads(data_json), out)
+            return _AMQP_VALUE + _json_value(decode_json(data_json.encode())), None
         except _TooBig:  # an integer beyond 64 bits
             return _AMQP_DATA + _binary_bytes(data_json.encode()), JSON_CONTENT_TYPE
-        return bytes(out), None
 
 
 #: How stored opaque bytes begin (the stored JSON is compact): other data is not parsed
 #: to find out.
 _BINARY_START: Final = '{"$binary":'
 _MAX_PROPERTIES_KEPT: Final = 4096
-#: Events whose encoded body is kept for the next consumer link that sends them.
+#: Events whose message is kept for the next consumer link that sends them (twice as many
+#: at most: two generations).
 _RECENT_EVENTS: Final = 4096
 _AMQP_VALUE: Final = b"\x00\x53\x77"
 _AMQP_DATA: Final = b"\x00\x53\x75"
 _LONG: Final = struct.Struct(">bq")
 _DOUBLE: Final = struct.Struct(">bd")
-_COMPOUND: Final = struct.Struct(">BII")
+_COMPOUND32: Final = struct.Struct(">BII")
+#: str8 constructors with their length, by length.
+_STR8: Final = tuple(bytes((0xA1, length)) for length in range(256))
+#: smalllong encodings of the integers that fit one byte.
+_SMALL_LONGS: Final = {number: bytes((0x55, number & 0xFF)) for number in range(-128, 128)}
+#: Map keys seen, encoded (keys repeat from event to event).
+_KEYS: dict[str, bytes] = {}
+_MAX_KEYS_KEPT: Final = 4096
 
 
 class _TooBig(Exception):
     """An integer beyond what an AMQP long holds."""
 
 
-def _put_json(value: Any, out: bytearray) -> None:
-    """Append the AMQP encoding of JSON data (a str as string, an int as long, a float as
-    double, a list as list, a dict as map), faster than the general encoder."""
-    if isinstance(value, str):
+def _json_value(value: Any) -> bytes:
+    """The AMQP encoding of JSON data (a str as string, an int as long, a float as double, a
+    list as list, a dict as map, each in its narrowest form), faster than the general
+    encoder. Strings and small integers in a map or list are written without a call."""
+    kind = type(value)
+    if kind is dict:
+        keys = _KEYS
+        parts: list[bytes] = []
+        append = parts.append
+        for key, item in value.items():
+            encoded = keys.get(key)
+            if encoded is None:
+                encoded = _json_value(key)
+                if len(keys) >= _MAX_KEYS_KEPT:
+                    keys.clear()
+                keys[key] = encoded
+            append(encoded)
+            if type(item) is str:
+                raw: bytes = item.encode()
+                append(_STR8[len(raw)] if len(raw) < 256 else _str32_head(raw))
+                append(raw)
+            else:
+                append(_json_value(item))
+        return _compound(0xC1, 0xD1, b"".join(parts), 2 * len(value))
+    if kind is str:
         raw = value.encode()
-        if len(raw) < 256:
-            out += b"\xa1" + bytes((len(raw),))
-        else:
-            out += b"\xb1" + len(raw).to_bytes(4, "big")
-        out += raw
-    elif value is None:
-        out.append(0x40)
-    elif value is True:
-        out.append(0x41)
-    elif value is False:
-        out.append(0x42)
-    elif isinstance(value, int):
+        return (_STR8[len(raw)] if len(raw) < 256 else _str32_head(raw)) + raw
+    if kind is int:
+        small = _SMALL_LONGS.get(value)
+        if small is not None:
+            return small
         if not -(2**63) <= value < 2**63:
             raise _TooBig
-        out += _LONG.pack(-127, value)  # 0x81: long
-    elif isinstance(value, float):
-        out += _DOUBLE.pack(-126, value)  # 0x82: double
-    else:
-        items = value.items() if isinstance(value, dict) else value
-        code, count = (0xD1, 2 * len(value)) if isinstance(value, dict) else (0xD0, len(value))
-        start = len(out)
-        out += _COMPOUND.pack(code, 0, count)
-        if isinstance(value, dict):
-            for key, item in items:
-                _put_json(key, out)
-                _put_json(item, out)
-        else:
-            for item in items:
-                _put_json(item, out)
-        out[start + 1 : start + 5] = (len(out) - start - 5).to_bytes(4, "big")
+        return _LONG.pack(-127, value)  # 0x81: long
+    if kind is float:
+        return _DOUBLE.pack(-126, value)  # 0x82: double
+    if value is None:
+        return b"\x40"
+    if value is True:
+        return b"\x41"
+    if value is False:
+        return b"\x42"
+    if not value:
+        return b"\x45"  # list0
+    return _compound(0xC0, 0xD0, b"".join([_json_value(item) for item in value]), len(value))
+
+
+def _str32_head(raw: bytes) -> bytes:
+    return b"\xb1" + len(raw).to_bytes(4, "big")
+
+
+def _compound(code8: int, code32: int, items: bytes, count: int) -> bytes:
+    """A list or map of ``count`` encoded items: list8/map8 when it fits, else 32-bit."""
+    if len(items) < 255 and count < 256:
+        return bytes((code8, len(items) + 1, count)) + items
+    return _COMPOUND32.pack(code32, len(items) + 4, count) + items
 
 
 def _binary_bytes(raw: bytes) -> bytes:

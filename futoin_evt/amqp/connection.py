@@ -308,13 +308,25 @@ class AmqpConnection(asyncio.Protocol):
         self._schedule_tick(deadline)
 
     def _schedule_tick(self, deadline: float | None) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-        if deadline is not None:
-            loop = asyncio.get_running_loop()
-            delay = max(deadline - time.monotonic(), 0.0)
-            self._timer = loop.call_later(delay, self.process)
+        """Tick at ``deadline`` (engine clock), or before: a timer that fires earlier is
+        kept (its tick arms the next), so busy connections do not re-arm one per turn."""
+        timer = self._timer
+        if deadline is None:
+            if timer is not None:
+                timer.cancel()
+                self._timer = None
+            return
+        loop = asyncio.get_running_loop()
+        when = loop.time() + max(deadline - time.monotonic(), 0.0)
+        if timer is not None:
+            if timer.when() <= when:
+                return
+            timer.cancel()
+        self._timer = loop.call_at(when, self._tick)
+
+    def _tick(self) -> None:
+        self._timer = None
+        self.process()
 
     def _dispatch(self, event: Any) -> None:
         if isinstance(event, MessageReceived):

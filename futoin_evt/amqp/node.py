@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ..domain.stream import EventRejected, UserId
-from ..log.eventlog import EventLog, is_registrable
+from ..log.eventlog import EventLog, StoredEvent, is_registrable
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
 from ..quoting import quote_input
 from ..stats import Calls
@@ -430,10 +430,11 @@ def _header_size(raw: bytes) -> int:
 def _routing(raw: bytes) -> tuple[str | None, str | None]:
     """The ``event-streams-target-partition`` delivery annotation and the partition key
     (message annotation) of an encoded message, when it has them."""
-    target = key = None
-    view = memoryview(raw)[_header_size(raw) :]
-    if view[:3].tobytes() not in (_DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
+    start = _header_size(raw)
+    if raw[start : start + 3] not in (_DELIVERY_ANNOTATIONS, _MESSAGE_ANNOTATIONS):
         return None, None  # the common case: nothing to decode
+    target = key = None
+    view = memoryview(raw)[start:]
     while len(view) > 2 and view[:2].tobytes() == _SECTION and view[2] in _LEADING_SECTIONS:
         try:
             value, used = decode_value(view, 0)
@@ -654,29 +655,46 @@ class ConsumerLink(SourceLink):
         return await after_time(self._events, self._start, after)
 
     async def _run(self) -> None:
-        self._after = self._acked = after = await self._start_after()
+        self._after = self._acked = await self._start_after()
         link = self._link
         matches = self._start.matches
-        encode = _ENCODER.parts
+        encode = _ENCODER.encode
         event_hubs = self._event_hubs
+        bound = self._binding is not None
+        # Read a page at a time whatever the credit (clients that top their credit up by a
+        # few at a time would make as many reads), and send it as the credit comes.
+        page: list[StoredEvent] = []
+        index = 0
+        read_up_to = self._after
         while True:
             self._wake.clear()
-            if link.credit > 0 and self._conn.writable and self._events.head > after:
-                batch = await self._events.read_after(after, min(link.credit, READ_BATCH))
-                for event in batch:
-                    if link.credit <= 0:
-                        break
-                    after = event.id
-                    if matches is None or matches(event):
-                        settled = self._send(encode(event, event_hubs), str(event.id))
-                        if self._binding is not None and not settled:
-                            self._unsettled.append(event.id)
-                self._after = after
-                if batch:
+            if link.credit > 0 and self._conn.writable:
+                if index == len(page) and self._events.head > read_up_to:
+                    page = await self._events.read_after(read_up_to, READ_BATCH)
+                    index = 0
+                    if page:
+                        read_up_to = page[-1].id
+                if index < len(page) and link.credit > 0:
+                    if matches is None:  # one event per unit of credit
+                        end = min(len(page), index + link.credit)
+                        sending = page[index:end]
+                    else:  # the events the filter lets through take credit
+                        end = index
+                        sending = []
+                        while end < len(page) and len(sending) < link.credit:
+                            if matches(page[end]):
+                                sending.append(page[end])
+                            end += 1
+                    messages = [(encode(event, event_hubs), b"%d" % event.id) for event in sending]
+                    if not link.send_many(messages) and bound:
+                        self._unsettled.extend(event.id for event in sending)
+                    self._after = page[end - 1].id
+                    index = end
                     self._acknowledge()
                     self._conn.wake()
                     continue
-            if link.credit > 0 and link.drain and self._events.head <= after:
+            caught_up = index == len(page) and self._events.head <= read_up_to
+            if link.credit > 0 and link.drain and caught_up:
                 link.drained()
                 self._conn.wake()
             await self._wake.wait()

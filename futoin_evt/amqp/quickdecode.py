@@ -114,7 +114,9 @@ def _properties(raw: bytes, position: int) -> tuple[Any, Any, int]:
     count, position, end = _compound(raw, position, 0)
     subject = content_type = None
     for index in range(count):
-        if index in (3, 6):
+        if raw[position] == 0x40:  # null: most fields are
+            position += 1
+        elif index in (3, 6):
             value, position = _value(raw, position, 0)
             if index == 3:
                 subject = value
@@ -130,6 +132,14 @@ def _properties(raw: bytes, position: int) -> tuple[Any, Any, int]:
 def _value(raw: bytes, position: int, depth: int) -> tuple[Any, int]:
     """One value as JSON data, and where the next begins."""
     code = raw[position]
+    if code == 0xA1 or code == 0xA3:  # str8, sym8: the most common, read first
+        start = position + 2
+        end = start + raw[position + 1]
+        if end > len(raw):
+            raise _Unusual
+        return raw[start:end].decode("utf-8"), end
+    if code == 0x52 or code == 0x50 or code == 0x53:  # smalluint, ubyte, smallulong
+        return raw[position + 1], position + 2
     kind = _KINDS.get(code, _OTHER)
     position += 1
     if kind == _TEXT:

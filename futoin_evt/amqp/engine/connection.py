@@ -408,6 +408,51 @@ class Link:
         session.transfer(self, delivery, payload)
         return delivery
 
+    def send_many(self, messages: Sequence[tuple[bytes, bytes]]) -> bool:
+        """Send messages (payload, tag) one after the other as :meth:`send` does, settled as
+        the link's sender settle mode says (returned: True when they are settled already).
+        The caller checks :attr:`credit` first. The deliveries that fit one frame each while
+        the peer's window is open are written from a template in one pass."""
+        settled = self.snd_settle_mode == SND_SETTLED
+        session = self.session
+        engine = session.engine
+        room = 0
+        if not session.blocked and not engine.closed:
+            room = min(max(session.remote_incoming_window, 0), len(messages))
+        next_id = session.next_delivery_id
+        unsettled = session.outgoing_unsettled
+        ids = self.unsettled
+        out = engine._out
+        largest = engine.remote_max_frame_size - _SHORT_TRANSFER
+        channel, handle = session.channel, self.handle
+        settled_code = 0x41 if settled else 0x42
+        sent = 0
+        for payload, tag in messages[:room]:
+            if len(tag) > _SHORT_TAG or len(tag) + len(payload) > largest:
+                break
+            delivery = Delivery(self, next_id, tag, 0, settled)
+            if not settled:
+                unsettled[next_id] = delivery
+                ids.add(next_id)
+            out += (
+                _SHORT_TRANSFERS[len(tag)](
+                    _SHORT_TRANSFER + len(tag) + len(payload), channel, handle, next_id, tag, 0,
+                    settled_code,
+                ),
+                payload,
+            )  # fmt: skip
+            next_id = (next_id + 1) & _SERIAL
+            sent += 1
+        if sent:
+            session.next_delivery_id = next_id
+            session.next_outgoing_id = (session.next_outgoing_id + sent) & _SERIAL
+            session.remote_incoming_window -= sent
+            self.delivery_count = (self.delivery_count + sent) & _SERIAL
+            self.credit = max(self.credit - sent, 0)
+        for payload, tag in messages[sent:]:
+            self.send(payload, tag, settled=settled)
+        return settled
+
     def drained(self) -> None:
         """Drain asked and nothing left to send: use up the credit and tell the peer."""
         if self.drain and self.active:
@@ -506,6 +551,26 @@ class Session:
     def transfer(self, link: Link, delivery: Delivery, payload: bytes | Sequence[bytes]) -> None:
         """The transfer frames of one delivery, split to the peer's frame size."""
         engine = self.engine
+        tag = delivery.tag
+        if (
+            type(payload) is bytes
+            and len(tag) <= _SHORT_TAG
+            and self.remote_incoming_window > 0
+            and not self.blocked
+            and not engine.closed
+        ):
+            size = _SHORT_TRANSFER + len(tag) + len(payload)
+            if size <= engine.remote_max_frame_size:
+                # one frame from a template: the fields in fixed widths, the tag in place
+                packer = _SHORT_TRANSFERS[len(tag)]
+                engine._out += (
+                    packer(size, self.channel, link.handle, delivery.id, tag,
+                           delivery.message_format, 0x41 if delivery.settled else 0x42),
+                    payload,
+                )  # fmt: skip
+                self.next_outgoing_id = (self.next_outgoing_id + 1) & _SERIAL
+                self.remote_incoming_window -= 1
+                return
         size = len(payload) if isinstance(payload, bytes) else sum(len(p) for p in payload)
         head = _transfer_fields(
             link.handle, delivery.id, delivery.tag, delivery.message_format, delivery.settled
@@ -624,6 +689,35 @@ def _same_state(one: Any, other: Any) -> bool:
     return one is other or (
         type(one) is type(other) and isinstance(one, Accepted | Released | type(None))
     )
+
+
+#: Frame and transfer performative bytes of a one-frame delivery, besides its tag: header
+#: (8), described list8 (6), handle, delivery id and message format as uint (5 each), the
+#: tag's vbin8 head (2), settled (1), more, rcv-settle-mode, state, resume, aborted, batchable
+#: (6).
+_SHORT_TRANSFER: Final = 8 + 6 + 5 + 5 + 2 + 5 + 1 + 6
+#: The longest tag a one-frame template takes (the list8 size is at most 255).
+_SHORT_TAG: Final = 255 - 1 - (_SHORT_TRANSFER - 8 - 6)
+
+
+def _short_transfer(tag_size: int) -> Callable[..., bytes]:
+    """``pack(frame size, channel, handle, delivery id, tag, message format, settled code)``:
+    a whole transfer frame (but its payload) with every field written, widths fixed."""
+    layout = struct.Struct(f">IBBHBBBBBBBIBIBB{tag_size}sBIB6s")
+    list_size = _SHORT_TRANSFER - 8 - 6 + tag_size + 1
+    pack = layout.pack
+
+    def transfer(
+        size: int, channel: int, handle: int, delivery_id: int, tag: bytes, fmt: int, settled: int
+    ) -> bytes:
+        return pack(size, 2, AMQP_FRAME, channel, 0, 0x53, 0x14, 0xC0, list_size, 11,
+                    0x70, handle, 0x70, delivery_id, 0xA0, tag_size, tag, 0x70, fmt, settled,
+                    b"\x42\x40\x40\x42\x42\x42")  # fmt: skip
+
+    return transfer
+
+
+_SHORT_TRANSFERS: Final = tuple(_short_transfer(size) for size in range(_SHORT_TAG + 1))
 
 
 def _uint(value: int) -> bytes:
@@ -845,11 +939,15 @@ class Engine:
         if len(body) > 5 and body[2] == 0x14 and body[1] == 0x53 and body[0] == 0:
             quick = _quick_transfer(body)
             if quick is not None:
-                self._transfer(self._session(channel), quick[0], body[quick[1] :])
+                self._transfer(self._session(channel), *quick[:7], body[quick[7] :])
                 return
         performative, payload = decode_body(body)
         if isinstance(performative, Transfer):
-            self._transfer(self._session(channel), performative, payload)
+            t = performative
+            self._transfer(
+                self._session(channel), t.handle, t.delivery_id, t.delivery_tag,
+                t.message_format, t.settled, t.more, t.aborted, payload,
+            )  # fmt: skip
         elif isinstance(performative, Disposition):
             self._disposition(self._session(channel), performative)
         elif isinstance(performative, Flow):
@@ -996,7 +1094,19 @@ class Engine:
             session.window_due = True
             self.pending_sessions.add(session)
 
-    def _transfer(self, session: Session, transfer: Transfer, payload: memoryview) -> None:
+    def _transfer(
+        self,
+        session: Session,
+        handle: int,
+        delivery_id: int | None,
+        tag: bytes | None,
+        message_format: int | None,
+        settled: bool | None,
+        more: bool,
+        aborted: bool,
+        payload: memoryview,
+    ) -> None:
+        """A transfer's fields (those the engine reads) and its payload."""
         if session.incoming_window <= 0:
             raise ProtocolError(WINDOW_VIOLATION, "a transfer beyond the session window")
         session.next_incoming_id = (session.next_incoming_id + 1) & _SERIAL
@@ -1005,36 +1115,30 @@ class Engine:
             session.incoming_window = self.incoming_window
             session.window_due = True
             self.pending_sessions.add(session)
-        link = session.links.get(transfer.handle)
+        link = session.links.get(handle)
         if link is None:
-            raise ProtocolError(UNATTACHED_HANDLE, f"a transfer on handle {transfer.handle}")
+            raise ProtocolError(UNATTACHED_HANDLE, f"a transfer on handle {handle}")
         if link.detached or link.remote_detached:
             return  # sent before the peer read our detach
         if link.is_sender:
             raise ProtocolError(NOT_ALLOWED, "a transfer on a link the peer receives on")
         delivery = link._incoming
         if delivery is None:
-            if transfer.delivery_id is None or transfer.delivery_tag is None:
+            if delivery_id is None or tag is None:
                 raise ProtocolError(INVALID_FIELD, "a delivery without its id or tag")
             if link.credit <= 0:
                 link.close(TRANSFER_LIMIT_EXCEEDED, "a transfer without credit")
                 self._events.append(LinkDetached(link, None, True, False))
                 return
-            delivery = Delivery(
-                link,
-                transfer.delivery_id,
-                transfer.delivery_tag,
-                transfer.message_format or 0,
-                False,
-            )
-            delivery.remote_settled = bool(transfer.settled)
+            delivery = Delivery(link, delivery_id, tag, message_format or 0, False)
+            delivery.remote_settled = bool(settled)
             link.credit -= 1
             link.delivery_count = (link.delivery_count + 1) & _SERIAL
-        elif transfer.delivery_id is not None and transfer.delivery_id != delivery.id:
+        elif delivery_id is not None and delivery_id != delivery.id:
             raise ProtocolError(NOT_ALLOWED, "a new delivery before the last one is complete")
-        if transfer.settled:
+        if settled:
             delivery.remote_settled = True
-        if transfer.aborted:
+        if aborted:
             link._drop_incoming()
             return
         size = link._incoming_bytes + len(payload)
@@ -1043,7 +1147,7 @@ class Engine:
             link.close(MESSAGE_SIZE_EXCEEDED, f"message larger than {limit} bytes")
             self._events.append(LinkDetached(link, None, True, False))
             return
-        if transfer.more:
+        if more:
             link._incoming = delivery
             link._incoming_parts.append(bytes(payload))
             link._incoming_bytes = size
@@ -1119,9 +1223,12 @@ class Engine:
             self._events.append(ConnectionClosed(error, False))
 
 
-def _quick_transfer(body: memoryview) -> tuple[Transfer, int] | None:
-    """A transfer's fields and where its payload starts, read straight from the bytes when
-    they hold only what transfers usually do (None: the general decoder reads it)."""
+def _quick_transfer(
+    body: memoryview,
+) -> tuple[int, int | None, bytes | None, int | None, bool, bool, bool, int] | None:
+    """A transfer's handle, delivery id, tag, message format, settled, more and aborted, and
+    where its payload starts, read straight from the bytes when they hold only what
+    transfers usually do (None: the general decoder reads it)."""
     code = body[3]
     if code == 0xC0:
         count, position, end = body[5], 6, 5 + body[4]
@@ -1166,12 +1273,8 @@ def _quick_transfer(body: memoryview) -> tuple[Transfer, int] | None:
         or any(type(fields[i]) is int for i in (4, 5, 8, 9, 10))
     ):
         return None  # a field of the wrong type: the general decoder words the error
-    flags = [bool(f) for f in fields[8:11]]
-    return (
-        Transfer(handle, fields[1], fields[2], fields[3], fields[4], bool(fields[5]),
-                 fields[6], None, *flags),
-        end,
-    )  # fmt: skip
+    return (handle, fields[1], fields[2], fields[3], bool(fields[4]), bool(fields[5]),
+            bool(fields[9]), end)  # fmt: skip
 
 
 def _ids(unsettled: dict[int, Delivery], first: int, last: int) -> list[int]:
