@@ -637,6 +637,7 @@ def test_transfers_read_quickly_match_the_general_decoder() -> None:
         quick = _quick_transfer(body)
         assert quick is not None
         t = decode_body(body)[0]
+        assert isinstance(t, Transfer)
         fields = (t.handle, t.delivery_id, t.delivery_tag, t.message_format)
         assert quick[:7] == (*fields, bool(t.settled), t.more, t.aborted)
         assert bytes(body[quick[7] :]) == b"payload"
