@@ -3,6 +3,8 @@
 Anyone may list and describe streams (a user sees only their own consumers there, as
 everywhere); adding, growing and dropping take an admin user. A change is known to this
 process at once and to every other serving process within the registry's poll interval.
+``listStreams`` lists what this process serves now (its registry), so a client may connect
+to every partition it lists.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any, Final
 
 from ..domain.partition import DEFAULT_STREAM, check_partition_count, check_stream_name
 from ..ftn3.errors import SECURITY_ERROR, FTN3Error
-from ..log.streams import describe_stream, stream_summary
+from ..log.streams import StreamRegistry, describe_stream, stream_summary
 from ..storage.base import Streams
 from .services import CallContext
 
@@ -33,11 +35,19 @@ def _checked_name(name: str) -> str:
 
 
 class StreamAdmin:
-    def __init__(self, store: Streams) -> None:
+    def __init__(self, store: Streams, registry: StreamRegistry | None = None) -> None:
+        """``registry``: the streams this process serves (None: the database's)."""
         self._store = store
+        self._registry = registry
 
     async def list_streams(self, ctx: CallContext, params: dict[str, Any]) -> list[Any]:
-        return [stream_summary(info) for info in await self._store.streams()]
+        infos = list(self._registry) if self._registry is not None else await self._store.streams()
+        return [stream_summary(info) for info in sorted(infos, key=lambda info: info.name)]
+
+    async def _served(self) -> None:
+        """This process serves a change it made at once (others within the poll interval)."""
+        if self._registry is not None:
+            await self._registry.refresh()
 
     async def describe_stream(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         info = await self._store.stream(params["name"])
@@ -62,6 +72,7 @@ class StreamAdmin:
             raise FTN3Error(STREAM_EXISTS, f"the stream {name} exists already") from None
         except ValueError as exc:
             raise FTN3Error(INVALID_STREAM, str(exc)) from None
+        await self._served()
         return stream_summary(info)
 
     async def grow_stream(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
@@ -73,6 +84,7 @@ class StreamAdmin:
             raise FTN3Error(UNKNOWN_STREAM, f"no stream {name}") from None
         except ValueError as exc:
             raise FTN3Error(INVALID_STREAM, str(exc)) from None
+        await self._served()
         return stream_summary(info)
 
     async def drop_stream(self, ctx: CallContext, params: dict[str, Any]) -> bool:
@@ -86,4 +98,5 @@ class StreamAdmin:
             raise FTN3Error(INVALID_STREAM, str(exc)) from None
         if not dropped:
             raise FTN3Error(UNKNOWN_STREAM, f"no stream {name}")
+        await self._served()
         return True

@@ -109,6 +109,7 @@ def build_routes(
     discarder: Discarder,
     notices: ManagementBus | None = None,
     notify: NotifyService | None = None,
+    registry: StreamRegistry | None = None,
 ) -> Routes:
     """The explicit map from wire names to service methods."""
     if notify is None:
@@ -117,7 +118,7 @@ def build_routes(
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
     ops = OpsService(store, store, push, discarder, notices)
-    streams = StreamAdmin(store)
+    streams = StreamAdmin(store, registry)
     consumer = {
         "ping": ping,
         "registerConsumer": poll.register_consumer,
@@ -332,7 +333,7 @@ class EventServer:
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
-            routes = build_routes(store, push, discarder, notices, notify)
+            routes = build_routes(store, push, discarder, notices, notify, streams)
             executor = Executor(
                 build_registry(), routes, authenticator, check_results=config.check_results
             )
