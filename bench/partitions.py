@@ -31,20 +31,18 @@ import argparse
 import asyncio
 import json
 import os
-import secrets
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 
 from bench import systems, workloads
+from bench.postgres import database
 
 ROOT: Final = str(Path(__file__).resolve().parent.parent)
 DEFAULT_PG: Final = os.environ.get(
@@ -166,17 +164,6 @@ async def main(urls, credentials, count):
 
 asyncio.run(main(sys.argv[1].split(","), sys.argv[2], int(sys.argv[3])))
 """
-
-
-@asynccontextmanager
-async def database(admin_url: str) -> AsyncIterator[str]:
-    name = f"futoin_evt_bench_{secrets.token_hex(6)}"
-    async with await psycopg.AsyncConnection.connect(admin_url, autocommit=True) as admin:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield urlunsplit(urlsplit(admin_url)._replace(path="/" + name))
-        finally:
-            await admin.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
 async def together(commands: list[list[str]], count: int) -> float:

@@ -14,8 +14,8 @@ With ``stream`` (a stream's name), the source reads every partition of that stre
 consumer is registered on each partition (``ws://HOST:PORT/NAME/P``), the offsets hold a
 position per partition (``{"0": N0, "1": N1, ...}``), each Spark input partition reads one
 stream partition's id range, and the rows carry ``stream`` and ``partition`` columns. The
-partitions are listed by the stream's feed discovery (``GET /feeds/NAME`` on the same port,
-with the same credentials), before each micro-batch: a partition added by growing the stream
+partitions are listed by the server (``listStreams`` of ``futoinevt.ops``) before each
+micro-batch: a partition added by growing the stream
 joins at its consumer's position, with an empty range in the batch that adds it.
 
 Readers are pickled and sent to Spark's Python workers: connections are opened lazily and are
@@ -31,14 +31,10 @@ the newest event; not with ``stream``).
 
 from __future__ import annotations
 
-import base64
-import json
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
-from urllib.parse import quote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -55,7 +51,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from futoin_evt.client.aio import normalize_url
+from futoin_evt.client.aio import OPS, CommError, RemoteError, normalize_url
 from futoin_evt.client.sync import BlockingClient
 from futoin_evt.domain.partition import check_stream_name
 
@@ -80,9 +76,6 @@ STREAM_SCHEMA: Final = SCHEMA + ", stream string, partition int"
 STREAM_ARROW_SCHEMA: Final = ARROW_SCHEMA.append(pa.field("stream", pa.string())).append(
     pa.field("partition", pa.int32())
 )
-
-#: Where a stream's feed discovery lists its partitions (on the WebSocket port).
-FEEDS_PATH: Final = "/feeds"
 
 DEFAULT_MAX_EVENTS_PER_BATCH: Final = 1_000_000
 DEFAULT_EVENTS_PER_PARTITION: Final = 50_000
@@ -152,29 +145,20 @@ class SourceOptions:
         return urlunsplit((scheme or parts.scheme, parts.netloc, base + path, "", ""))
 
     def partitions(self) -> list[int | None]:
-        """The partitions to read: the stream's, from its feed discovery; ``[None]`` without
+        """The partitions to read: the stream's, as the server lists them (the ops iface's
+        ``listStreams``, on the same connection as every other call); ``[None]`` without
         ``stream`` (the endpoint's one log)."""
         if self.stream is None:
             return [None]
-        scheme = "https" if normalize_url(self.endpoint).startswith("wss:") else "http"
-        url = self._url(f"{FEEDS_PATH}/{quote(self.stream)}", scheme)
-        credentials = base64.b64encode(f"{self.user}:{self.password}".encode()).decode()
-        request = urllib.request.Request(url, headers={"Authorization": f"Basic {credentials}"})
         try:
-            with urllib.request.urlopen(request, timeout=30) as response:
-                discovery = json.load(response)
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                raise SourceError(f"the server has no stream {self.stream}") from None
-            reason = exc.read(200).decode(errors="replace").strip()
-            raise SourceError(
-                f"cannot list the partitions of {self.stream} ({url}): HTTP {exc.code} {reason}"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise SourceError(
-                f"cannot list the partitions of {self.stream} ({url}): {exc}"
-            ) from None
-        return [int(p["id"]) for p in discovery["partitions"]]
+            with self.connect() as client:
+                streams = client.call(OPS, "listStreams", {})
+        except (CommError, RemoteError) as exc:
+            raise SourceError(f"cannot list the partitions of {self.stream}: {exc}") from None
+        for summary in streams:
+            if summary["name"] == self.stream:
+                return list(range(int(summary["partitions"])))
+        raise SourceError(f"the server has no stream {self.stream}")
 
 
 def _positive(opts: Mapping[str, str], key: str, default: int) -> int:

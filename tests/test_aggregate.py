@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from futoin_evt.client.sync import BlockingClient
 from futoin_evt.domain.dcb import NewEvent
 from futoin_evt.domain.partition import Partition, StreamInfo
 from futoin_evt.log.aggregate import AggregateConfig
@@ -24,8 +25,10 @@ from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, NotWritable, Store
 
-from .conftest import execute_sql, pg_schema_at
+from . import test_stream_cli
+from .conftest import ServerProcess, execute_sql, pg_schema_at
 from .test_cli import run
+from .test_stream_cli import on_server
 from .test_streams_serving import _Serving
 
 pytestmark = pytest.mark.functional
@@ -337,13 +340,44 @@ def test_bad_input_to_the_command_exits_2_with_one_line(store_db: str) -> None:
     assert [s["name"] for s in json.loads(before)] == ["events", "kept", "orders"]
     copied = execute_sql(store_db, "SELECT position FROM aggregate_sources ORDER BY source_key")
     assert copied == [(0,), (0,), (0,)]  # no server runs: nothing is copied
-    url = run("stream", "add", "x", "--aggregate", "orders", "--url", "ws://127.0.0.1:1/")
-    assert url.returncode == 2
-    assert "--aggregate works on --db only" in url.stderr
     # dropping the aggregate first lets the source go
     stream(store_db, "drop", "kept", "--yes")
     stream(store_db, "drop", "orders", "--yes")
     assert execute_sql(store_db, "SELECT COUNT(*) FROM aggregate_sources") == [(0,)]
+
+
+admin_server = test_stream_cli.admin_server
+
+
+async def test_an_admin_adds_an_aggregate_to_a_running_server(
+    admin_server: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    """``stream add --aggregate`` over ``--url``: the server starts copying into it at once,
+    and refuses what the database refuses, with the same lines."""
+    server, root = admin_server
+    on_server(server, root, "add", "orders", "--partitions", "3")
+    assert on_server(server, root, "add", "kept", "--aggregate", "orders") == (
+        "added stream kept aggregating orders\n"
+    )
+    with BlockingClient(server.url + "orders/2", credentials="root:pw") as producer:
+        producer.add_event("ORDER", {"n": 1})
+
+    async def copied() -> bool:
+        info = json.loads(on_server(server, root, "info", "kept", "--json"))
+        return bool(info["partitions"][0]["head"] == 1)
+
+    await until(copied, "the server copies into the aggregate")
+    before = on_server(server, root, "list", "--json")
+    assert [(s["name"], s.get("aggregate_of")) for s in json.loads(before)] == [
+        ("events", None), ("kept", "orders"), ("orders", None),
+    ]  # fmt: skip
+    for args, says in BAD_INPUT:
+        result = run("stream", *args, "--url", server.url, env=root)
+        assert result.returncode == 2, args
+        assert says in result.stderr, (args, result.stderr)
+        assert len(result.stderr.strip().splitlines()) == 1, args
+        assert result.stdout == "", args
+    assert on_server(server, root, "list", "--json") == before
 
 
 def test_serve_refuses_a_lease_that_is_not_above_0(tmp_path: Path) -> None:

@@ -261,7 +261,7 @@ def test_tail_with_a_selector_prints_transformed_notifications(
     assert events.returncode == 0
     assert events.stdout == "ORDER_PLACED: eventType, id, ts, stream, partition, total\n"
     listed = json.loads(run("events", "--json", env=env).stdout)
-    assert listed["org.futoin.evt.consumerRegistered"][:3] == ["eventType", "ts", "user"]
+    assert listed["org.futoin.evt.consumerRegistered"][:3] == ["eventType", "ts", "stream"]
 
 
 @pytest.mark.parametrize(

@@ -200,7 +200,9 @@ async def test_get_events_lists_management_and_log_types(amqp_server: EventServe
 
     (status, everything), (one_status, one), (bad, _) = await in_thread(run)
     assert status["status-code"] == one_status["status-code"] == 200
-    assert everything[CONSUMER_REGISTERED] == ["eventType", "ts", "user", "component", "transport"]
+    assert everything[CONSUMER_REGISTERED] == [
+        "eventType", "ts", "stream", "partition", "user", "component", "transport",
+    ]  # fmt: skip
     assert everything["ORDER_PLACED"] == [
         "eventType", "id", "ts", "stream", "partition",
         "total", "region", "customer", "express", "discount", "note",

@@ -103,7 +103,8 @@ async def test_management_events_for_a_consumer(
     assert mine.empty()
     types = await notifications.event_types()
     assert types[CONSUMER_TAKEN_OVER] == [
-        "eventType", "ts", "user", "component", "transport", "epoch", "reason",
+        "eventType", "ts", "stream", "partition", "user", "component", "transport", "epoch",
+        "reason",
     ]  # fmt: skip
     await alice.add_event("ORDER", {"total": 5, "region": "EU"})
     assert await notifications.event_types("ORDER") == {

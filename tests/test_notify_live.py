@@ -149,7 +149,9 @@ async def test_catalog_lists_declared_and_seen_types(store: Store) -> None:
     base = ["eventType", "id", "ts", "stream", "partition"]
     assert first["ORDER"] == [*base, "total", "region", "express"]
     assert first["USER"] == base
-    assert first[CONSUMER_REGISTERED] == ["eventType", "ts", "user", "component", "transport"]
+    assert first[CONSUMER_REGISTERED] == [
+        "eventType", "ts", "stream", "partition", "user", "component", "transport",
+    ]  # fmt: skip
     await events.append("USER", {"name": "x"})
     assert await catalog.event_types("USER") == {"USER": [*base, "name"]}
     assert await catalog.event_types("NOPE") == {}

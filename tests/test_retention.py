@@ -314,7 +314,7 @@ async def test_each_partition_keeps_what_its_own_consumers_have_not_read(
     assert await kept(server, orders0) == list(range(1, 11))
     assert await kept(server, orders1) == list(range(5, 11))
     assert await kept(server, orders2) == list(range(1, 11))  # no consumer, no policy
-    assert sorted((n.data["stream"], n.data["partition"], n.data["count"]) for n in heard) == [
+    assert sorted((n.stream, n.partition, n.data["count"]) for n in heard) == [
         ("events", 0, 10), ("orders", 1, 4),
     ]  # fmt: skip
     await server.store.partition_log(orders1).acknowledge(alice, "B", 10)
@@ -389,7 +389,7 @@ async def test_consumers_expire_per_partition(any_server: EventServer) -> None:
     assert expiring.expired_in(DEFAULT_PARTITION) == []
     assert [c.component for c in await server.store.partition_log(orders1).consumers()] == ["ALIVE"]
     assert len(await server.store.consumers()) == 2
-    assert [(n.type, n.data["stream"], n.data["partition"]) for n in heard] == [
+    assert [(n.type, n.stream, n.partition) for n in heard] == [
         ("org.futoin.evt.consumerExpired", "orders", 1)
     ]
 

@@ -73,7 +73,8 @@ def evt(tmp_path: Path) -> Iterator[ServerProcess]:
          "--password-stdin"],
         input=PASSWORD, text=True, check=True, capture_output=True,
     )  # fmt: skip
-    server = ServerProcess(db, 0, "--discard-interval", "0.2")
+    # no HTTP feed: the source needs only the WebSocket
+    server = ServerProcess(db, 0, "--discard-interval", "0.2", "--no-feed")
     yield server
     server.stop()
 

@@ -352,7 +352,14 @@ class EventLogNode:
             bus = self._notifications.bus if self._notifications is not None else None
             if bus is not None and binding is not None:
                 name = conn.principal.name if conn.principal is not None else None
-                bus.publish(CONSUMER_REGISTERED, user=name, component=binding[1], transport="amqp")
+                bus.publish(
+                    CONSUMER_REGISTERED,
+                    stream=parsed.hub,
+                    partition=partition,
+                    user=name,
+                    component=binding[1],
+                    transport="amqp",
+                )
 
         events = parsed.logs[partition]
         return ConsumerLink(

@@ -96,7 +96,9 @@ def _add_where(parser: argparse.ArgumentParser) -> None:
 class StreamAdmin(Protocol):
     """Where the commands act: the database, or a server. Errors are :class:`BadSetting`."""
 
-    async def add(self, name: str, partitions: int) -> dict[str, Any]: ...
+    async def add(
+        self, name: str, partitions: int, aggregate_of: str | None = None
+    ) -> dict[str, Any]: ...
 
     async def grow(self, name: str, partitions: int) -> dict[str, Any]: ...
 
@@ -162,10 +164,13 @@ class _OnServer:
                 raise BadSetting(f"{exc.desc}.") from None
             raise
 
-    async def add(self, name: str, partitions: int) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(
-            "addStream", {"name": name, "partitions": partitions}
-        )
+    async def add(
+        self, name: str, partitions: int, aggregate_of: str | None = None
+    ) -> dict[str, Any]:
+        params: dict[str, Any] = {"name": name, "partitions": partitions}
+        if aggregate_of is not None:
+            params["aggregate_of"] = aggregate_of
+        result: dict[str, Any] = await self._call("addStream", params)
         return result
 
     async def grow(self, name: str, partitions: int) -> dict[str, Any]:
@@ -214,10 +219,8 @@ async def _stream_add(args: argparse.Namespace) -> int:
         if args.aggregate == args.name:
             raise BadSetting(f"the stream {args.name} cannot aggregate itself.")
         _checked(args.name, 1)
-        if args.url is not None:
-            raise BadSetting("--aggregate works on --db only.")
-        async with opened_store(args.db) as store:
-            await _InDatabase(store).add(args.name, 1, args.aggregate)
+        async with _admin(args) as admin:
+            await admin.add(args.name, 1, args.aggregate)
         print(f"added stream {args.name} aggregating {args.aggregate}")
         return 0
     if partitions is None:

@@ -31,9 +31,8 @@ from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..domain.stream import UserId
 from ..ftn3.errors import FTN3Error
 from ..ftn18.push import PushService
-from ..log.eventlog import EventLog
 from ..log.streams import StreamRegistry
-from ..notify.live import LiveEvents, Subscription, management_visible_to
+from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
 from ..notify.management import CONSUMER_DROPPED, ManagementBus
 from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
@@ -149,7 +148,7 @@ class Console:
         push: PushService,
         authenticator: Authenticator,
         notices: ManagementBus,
-        live: LiveEvents,
+        live: LiveStreams,
         config: ConsoleConfig = DEFAULT_CONFIG,
     ) -> None:
         self._store = store
@@ -162,11 +161,10 @@ class Console:
         self.base = config.path.rstrip("/")
         self.sessions = Sessions(config.max_sessions, config.idle_seconds)
         self.samples = HeadSamples(store, streams, config.sample_seconds)
-        #: Live tails open now; the shared readers of partitions other than the default one.
+        #: Live tails open now.
         self.tails = 0
         #: Set when the server shuts down: live tails end at once.
         self.closing = asyncio.Event()
-        self._lives: dict[Partition, tuple[LiveEvents, int]] = {}
         self._env = Environment(
             loader=PackageLoader("futoin_evt.console", "templates"),
             autoescape=select_autoescape(default=True, default_for_string=True),
@@ -482,6 +480,8 @@ class Console:
         self._push.stop_stream(row.user_id, row.component, partition)
         self._notices.publish(
             CONSUMER_DROPPED,
+            stream=partition.stream,
+            partition=partition.number,
             user=row.user,
             component=row.component,
             by=call.principal.name,
@@ -643,7 +643,10 @@ class Console:
             raise Refused(503, "Too many live tails are open: close one.")
         if session.tails >= self.config.tails_per_session:
             raise Refused(429, "This session has too many live tails open: close one.")
-        live = self._live_of(partition)
+        try:
+            live = self._live.of_stream(partition.stream)[partition.number]
+        except (UnknownStream, IndexError):
+            raise Refused(404, f"No such stream and partition: {partition}.") from None
         subscription = Subscription(
             live,
             self._notices,
@@ -658,7 +661,6 @@ class Console:
             subscription.close()
             self.tails -= 1
             session.tails -= 1
-            self._release(partition)
 
         return ConsoleResponse(
             200,
@@ -666,25 +668,6 @@ class Console:
             headers=[("Cache-Control", "no-store"), *SECURITY_HEADERS],
             stream=_pushed(subscription, shape, session, self.closing, ended),
         )
-
-    def _live_of(self, partition: Partition) -> LiveEvents:
-        """The shared reader of a partition (the server's own for the default one)."""
-        if partition == DEFAULT_PARTITION:
-            return self._live
-        live, users = self._lives.get(partition, (None, 0))
-        if live is None:
-            live = LiveEvents(EventLog(self._store.partition_log(partition)))
-        self._lives[partition] = (live, users + 1)
-        return live
-
-    def _release(self, partition: Partition) -> None:
-        if partition == DEFAULT_PARTITION:
-            return
-        live, users = self._lives[partition]
-        if users > 1:
-            self._lives[partition] = (live, users - 1)
-        else:
-            del self._lives[partition]
 
 
 async def _pushed(

@@ -5,12 +5,12 @@
 ``NAME``; ``/NAME`` is its partition 0 when the stream has one partition. On a stream with
 more, ``/NAME`` takes ``addEvent`` only: each connection's events go to one partition, picked
 round robin over connections (so one producer's order holds), and consumer calls are refused
-naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the ops iface are the same
-on every path, but for the ops calls on the caller's own consumer (``consumerState``,
-``acknowledge``, ``readEvents``, ``idBefore``: what a range reader such as the Spark source
-makes), which act on the path's partition. DCB on any path of a stream serves that stream
-while it has one partition; on a stream of more each call is an ``InvalidRequest`` that says
-why.
+naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the stream
+administration calls of the ops iface are the same on every path; its consumer calls
+(``streamInfo``, ``listConsumers``, ``dropConsumer``, ``seekConsumer``, ``consumerState``,
+``acknowledge``, ``readEvents``, ``idBefore``) act on the path's partition. DCB on any path of
+a stream serves that stream while it has one partition; on a stream of more each call is an
+``InvalidRequest`` that says why.
 
 A path that names no stream or partition is refused at the upgrade (HTTP 404, one sentence).
 A partition's services are built on its first connection and shared by later ones. When its
@@ -27,12 +27,13 @@ from typing import Any, Final
 
 from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
+from ..log.retention import Discarder
 from ..log.streams import StreamRegistry
 from ..notify.management import ManagementBus
 from ..quoting import quote_input
-from ..storage.base import PartitionLog, Streams
+from ..storage.base import PartitionLog, Store
 from .dcb import DcbCalls
-from .ops import ConsumerOps
+from .ops import OpsService
 from .push import PushService
 from .services import CallContext, GenService, Handler, PollService, Routes, ping
 
@@ -43,8 +44,12 @@ POLL: Final = "futoin.evt.poll"
 PUSH: Final = "futoin.evt.push"
 DCB: Final = "futoin.evt.dcb"
 OPS: Final = "futoinevt.ops"
-#: The ops calls on the caller's consumer, served per partition: (function, ConsumerOps method).
+#: The ops calls on a partition's consumers: (function, OpsService method).
 _CONSUMER_OPS: Final = (
+    ("streamInfo", "stream_info"),
+    ("listConsumers", "list_consumers"),
+    ("dropConsumer", "drop_consumer"),
+    ("seekConsumer", "seek_consumer"),
     ("acknowledge", "acknowledge"),
     ("idBefore", "id_before"),
     ("consumerState", "consumer_state"),
@@ -80,14 +85,16 @@ class PartitionDoors:
     def __init__(
         self,
         streams: StreamRegistry,
-        store: Streams,
+        store: Store,
         push: PushService,
+        discarder: Discarder,
         default_routes: Routes,
         notices: ManagementBus | None = None,
     ) -> None:
         self._streams = streams
         self._store = store
         self._push = push
+        self._discarder = discarder
         self._default = default_routes
         self._notices = notices
         self._doors: dict[int, _PartitionDoor] = {}
@@ -178,7 +185,7 @@ class PartitionDoors:
         routes[PUSH] = {**consumer, "readyToReceive": self._push.receiver(log_)}
         if DCB in routes:
             routes[DCB] = self._dcb_routes(log_.partition.stream)
-        ops = ConsumerOps(log_)
+        ops = OpsService(log_, self._store, self._push, self._discarder, self._notices)
         routes[OPS] = {**routes.get(OPS, {}), **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}}
         return routes
 

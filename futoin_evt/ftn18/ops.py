@@ -1,6 +1,7 @@
 """``futoinevt.ops``: stream and consumer information, consumer administration, seeking.
 
-Our own iface beside FTN18. A user sees, drops and seeks only their own consumers; an admin
+Our own iface beside FTN18. Every call acts on the partition of the connection's path
+(``events``/0 on ``/``). A user sees, drops and seeks only their own consumers; an admin
 user sees and drops all. Another user's consumer is answered as UnknownConsumer, the same as
 one that does not exist.
 """
@@ -11,12 +12,11 @@ import calendar
 import time
 from typing import Any, Final
 
-from ..domain.partition import DEFAULT_PARTITION
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..log.retention import Discarder
 from ..notify.management import CONSUMER_DROPPED, ManagementBus
-from ..storage.base import PartitionLog, Store
+from ..storage.base import PartitionLog, Users
 from .push import PushService
 from .services import REPLY_ENVELOPE_BYTES, CallContext
 
@@ -87,48 +87,57 @@ class ConsumerOps:
 
 
 class OpsService(ConsumerOps):
-    """Every ops call; the consumer calls of :class:`ConsumerOps` on ``events``/0."""
+    """Every ops call on the consumers of one partition."""
 
     def __init__(
         self,
-        store: Store,
+        log: PartitionLog,
+        users: Users,
         push: PushService,
         discarder: Discarder,
         notices: ManagementBus | None = None,
     ) -> None:
-        super().__init__(store)
-        self._store = store
+        super().__init__(log)
+        self._users = users
         self._notices = notices
         self._push = push
         self._discarder = discarder
 
     async def stream_info(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
-        bounds = await self._store.stream_bounds()
-        lowest = await self._store.lowest_consumer()
+        partition = self._log.partition
+        bounds = await self._log.stream_bounds()
+        lowest = await self._log.lowest_consumer()
         held_back_by = None
         if lowest is not None and (ctx.principal.is_admin or lowest[1] == ctx.principal.user_id):
             held_back_by = {"user": lowest[0], "component": lowest[2]}
         expired = [
             {"user": user, "component": component}
-            for user, component in self._discarder.expired_in(DEFAULT_PARTITION)
+            for user, component in self._discarder.expired_in(partition)
             if ctx.principal.is_admin or user == ctx.principal.name
         ]
         return _without_none({
+            "stream": partition.stream,
+            "partition": partition.number,
             "first_id": _event_id(bounds.first_id),
             "first_ts": bounds.first_ts,
             "last_id": _event_id(bounds.last_id),
             "last_ts": bounds.last_ts,
             "events": bounds.events,
-            "discard_up_to": _event_id(await self._discarder.bound()),
+            "discard_up_to": _event_id(await self._discarder.bound(partition)),
             "held_back_by": held_back_by,
-            "discarded_total": self._discarder.discarded_in(DEFAULT_PARTITION),
+            "discarded_total": self._discarder.discarded_in(partition),
             "expired_consumers": expired,
         })  # fmt: skip
 
     async def list_consumers(self, ctx: CallContext, params: dict[str, Any]) -> list[Any]:
         principal = ctx.principal
-        rows = await self._store.consumers(None if principal.is_admin else principal.user_id)
-        streams = {(s.user_id, s.component): s for s in self._push.streams if s.reliable}
+        rows = await self._log.consumers(None if principal.is_admin else principal.user_id)
+        partition_key = self._log.partition.key
+        streams = {
+            (s.user_id, s.component): s
+            for s in self._push.all_streams
+            if s.reliable and s.key[0] == partition_key
+        }
         out = []
         for row in rows:
             stream = streams.get((row.user_id, row.component))
@@ -148,15 +157,18 @@ class OpsService(ConsumerOps):
 
     async def drop_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
         principal = ctx.principal
+        partition = self._log.partition
         if params["user"] != principal.name and not principal.is_admin:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        user = await self._store.get_user(params["user"])
-        if user is None or not await self._store.drop_consumer(user.id, params["component"]):
+        user = await self._users.get_user(params["user"])
+        if user is None or not await self._log.drop_consumer(user.id, params["component"]):
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        self._push.stop_stream(user.id, params["component"])
+        self._push.stop_stream(user.id, params["component"], partition)
         if self._notices is not None:
             self._notices.publish(
                 CONSUMER_DROPPED,
+                stream=partition.stream,
+                partition=partition.number,
                 user=user.name,
                 component=params["component"],
                 by=principal.name,
@@ -165,9 +177,9 @@ class OpsService(ConsumerOps):
         return True
 
     async def seek_consumer(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
-        position = await self._store.id_before(params["ts"]) or 0
+        position = await self._log.id_before(params["ts"]) or 0
         user_id = ctx.principal.user_id
-        if not await self._store.set_position(user_id, params["component"], position):
+        if not await self._log.set_position(user_id, params["component"], position):
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        self._push.stop_stream(user_id, params["component"])
+        self._push.stop_stream(user_id, params["component"], self._log.partition)
         return str(position) if position else False

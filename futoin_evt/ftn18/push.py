@@ -114,6 +114,8 @@ class PushStream:
     epoch: int = 0
     #: The user's name (for management events).
     user_name: str = ""
+    #: The partition of ``log`` (for management events).
+    partition: Partition = DEFAULT_PARTITION
     stats: StreamStats = field(default_factory=StreamStats)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _in_flight: dict[int, _Group] = field(default_factory=dict)
@@ -289,6 +291,8 @@ class PushStream:
         if notices is not None:
             notices.publish(
                 PUSH_RETRY,
+                stream=self.partition.stream,
+                partition=self.partition.number,
                 user=self.user_name,
                 component=self.component,
                 seq=group.seq,
@@ -330,7 +334,7 @@ class PushService:
 
     def __init__(
         self,
-        store: ConsumerLog,
+        store: PartitionLog,
         config: PushConfig = PushConfig(),
         notices: ManagementBus | None = None,
     ) -> None:
@@ -388,7 +392,7 @@ class PushService:
         return ready_to_receive
 
     async def _start(
-        self, store: ConsumerLog, partition_key: int, ctx: CallContext, params: dict[str, Any]
+        self, store: PartitionLog, partition_key: int, ctx: CallContext, params: dict[str, Any]
     ) -> bool:
         if ctx.link is None:
             raise FTN3Error("SecurityError", "Bi-directional channel is required")
@@ -414,6 +418,8 @@ class PushService:
             if self.notices is not None and reliable:
                 self.notices.publish(
                     CONSUMER_TAKEN_OVER,
+                    stream=store.partition.stream,
+                    partition=store.partition.number,
                     user=ctx.principal.name,
                     component=component,
                     transport="ws",
@@ -432,6 +438,7 @@ class PushService:
             next_id=position,
             epoch=epoch,
             user_name=ctx.principal.name,
+            partition=store.partition,
         )
         self._streams[key] = stream
         stream.start()
@@ -488,6 +495,8 @@ class PushService:
         if self.notices is not None:
             self.notices.publish(
                 CONSUMER_TAKEN_OVER,
+                stream=stream.partition.stream,
+                partition=stream.partition.number,
                 user=stream.user_name,
                 component=component,
                 transport="ws",

@@ -22,7 +22,7 @@ from ..domain.stream import (
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson, Response
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
-from ..storage.base import ConsumerLog, EventLog, EventPage, NotWritable
+from ..storage.base import EventLog, EventPage, NotWritable, PartitionLog
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ class PollService:
     costs the consumer's time or the server's, not both.
     """
 
-    def __init__(self, store: ConsumerLog, notices: ManagementBus | None = None) -> None:
+    def __init__(self, store: PartitionLog, notices: ManagementBus | None = None) -> None:
         self._store = store
         self._notices = notices
         self._read_aheads: dict[tuple[UserId, str], _ReadAhead] = {}
@@ -145,8 +145,14 @@ class PollService:
             raise FTN3Error(LIVE_NOT_ALLOWED, "LIVE consumers do not register")
         created = await self._store.register_consumer(ctx.principal.user_id, component)
         if created and self._notices is not None:
+            partition = self._store.partition
             self._notices.publish(
-                CONSUMER_REGISTERED, user=ctx.principal.name, component=component, transport="ws"
+                CONSUMER_REGISTERED,
+                stream=partition.stream,
+                partition=partition.number,
+                user=ctx.principal.name,
+                component=component,
+                transport="ws",
             )
         return True
 

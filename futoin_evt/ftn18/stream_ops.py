@@ -51,8 +51,13 @@ class StreamAdmin:
     async def add_stream(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
         _admin_only(ctx)
         name = _checked_name(params["name"])
+        aggregate_of = params["aggregate_of"]
+        if aggregate_of == name:
+            raise FTN3Error(INVALID_STREAM, f"the stream {name} cannot aggregate itself")
         try:
-            info = await self._store.add_stream(name, check_partition_count(params["partitions"]))
+            info = await self._store.add_stream(
+                name, check_partition_count(params["partitions"]), aggregate_of=aggregate_of
+            )
         except KeyError:
             raise FTN3Error(STREAM_EXISTS, f"the stream {name} exists already") from None
         except ValueError as exc:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Final
 
 from ..domain.stream import utc_timestamp
-from .message import EVENT_TYPE, TS, Notification, Value
+from .message import EVENT_TYPE, PARTITION, STREAM, TS, Notification, Value
 
 log = logging.getLogger(__name__)
 
@@ -34,12 +34,29 @@ AUTH_FAILED: Final = PREFIX + "authFailed"
 #: ``peer`` is the remote address; counts are numbers; ``reason`` is one sentence; ``stream``
 #: and ``partition`` (a number) name the partition whose log it concerns.
 DECLARED: Final[dict[str, tuple[str, ...]]] = {
-    CONSUMER_REGISTERED: ("user", "component", "transport"),
-    CONSUMER_DROPPED: ("user", "component", "by", "reason"),
+    CONSUMER_REGISTERED: ("stream", "partition", "user", "component", "transport"),
+    CONSUMER_DROPPED: ("stream", "partition", "user", "component", "by", "reason"),
     CONSUMER_EXPIRED: ("stream", "partition", "user", "component", "reason"),
-    CONSUMER_TAKEN_OVER: ("user", "component", "transport", "epoch", "reason"),
+    CONSUMER_TAKEN_OVER: (
+        "stream",
+        "partition",
+        "user",
+        "component",
+        "transport",
+        "epoch",
+        "reason",
+    ),
     EVENTS_DISCARDED: ("stream", "partition", "count", "upToId", "reason"),
-    PUSH_RETRY: ("user", "component", "seq", "attempts", "delaySeconds", "reason"),
+    PUSH_RETRY: (
+        "stream",
+        "partition",
+        "user",
+        "component",
+        "seq",
+        "attempts",
+        "delaySeconds",
+        "reason",
+    ),
     CONNECTION_OPENED: ("transport", "peer", "user"),
     CONNECTION_CLOSED: ("transport", "peer", "user", "reason"),
     AUTH_FAILED: ("peer", "user", "reason"),
@@ -56,6 +73,31 @@ def attribute_names(event_type: str) -> list[str]:
 
 
 Listener = Callable[[Notification], None]
+
+
+def management_notification(event_type: str, ts: str, attributes: dict[str, Value]) -> Notification:
+    """A management event as a notification: ``stream`` and ``partition``, where it has them,
+    are the notification's own (as a log event's are), the rest its data."""
+    data = dict(attributes)
+    stream = data.pop(STREAM, None)
+    partition = data.pop(PARTITION, None)
+    return Notification(
+        event_type,
+        None,
+        ts,
+        data,
+        str(stream) if stream is not None else None,
+        int(partition) if isinstance(partition, int) else None,
+    )
+
+
+def management_attributes(notification: Notification) -> dict[str, Value]:
+    """The attributes :func:`management_notification` was given (to publish them again)."""
+    attributes = dict(notification.data)
+    if notification.stream is not None:
+        attributes[STREAM] = notification.stream
+        attributes[PARTITION] = notification.partition
+    return attributes
 
 
 class ManagementBus:
@@ -88,7 +130,7 @@ class ManagementBus:
         self.published[event_type] = self.published.get(event_type, 0) + 1
         if not self.active:
             return
-        notification = Notification(event_type, None, utc_timestamp(), attributes)
+        notification = management_notification(event_type, utc_timestamp(), attributes)
         if self.relay is not None:
             self.relay(notification)
         self.deliver(notification)

@@ -5,8 +5,9 @@ A notification's subject is its event type. Its attributes are ``eventType``, ``
 when the data is a JSON object, each top-level field whose value is a string, number,
 boolean or null. A dotted name (``order.total``) reaches into nested objects; a field whose
 own name holds the dot wins over the walk. The five base attributes win over data fields of
-the same name. Management events are in no log: they have no ``id``, ``stream`` or
-``partition``. No I/O here: every door shapes the result into its own messages.
+the same name. Management events are in no log: they have no ``id``, and ``stream`` and
+``partition`` only when they concern a partition. No I/O here: every door shapes the result
+into its own messages.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class NotifyError(ValueError):
 
 @dataclass(frozen=True, slots=True)
 class Notification:
-    """One event as its virtual notification message. ``id``, ``stream`` and ``partition``
-    are None for management events, which are not in a log."""
+    """One event as its virtual notification message. ``id`` is None for management events,
+    which are not in a log; ``stream`` and ``partition`` too unless they concern one."""
 
     type: str
     id: int | None

@@ -116,7 +116,7 @@ def build_routes(
     gen = GenService(store)
     dcb = DcbCalls(DcbService(store))
     poll = PollService(store, notices)
-    ops = OpsService(store, push, discarder, notices)
+    ops = OpsService(store, store, push, discarder, notices)
     streams = StreamAdmin(store)
     consumer = {
         "ping": ping,
@@ -221,7 +221,7 @@ def _console_endpoint(
     push: PushService,
     authenticator: Authenticator,
     notices: ManagementBus,
-    live: LiveEvents,
+    live: LiveStreams,
     transport: WebSocketTransport,
     tls: bool,
 ) -> ConsoleEndpoint:
@@ -334,7 +334,7 @@ class EventServer:
             )
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
-            doors = PartitionDoors(streams, store, push, routes, notices)
+            doors = PartitionDoors(streams, store, push, discarder, routes, notices)
             transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
@@ -360,7 +360,7 @@ class EventServer:
                     push,
                     authenticator,
                     notices,
-                    live,
+                    lives,
                     transport,
                     config.transport.tls is not None,
                 )

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Final
 
 from ..domain.stream import UserId
-from ..notify.management import ManagementBus
+from ..notify.management import ManagementBus, management_attributes, management_notification
 from ..notify.message import Notification
 from ..storage.base import PeerNews
 
@@ -168,7 +168,8 @@ class PeerChannel:
 
     def management(self, notification: Notification) -> None:
         """A management event published here, for the others' subscribers."""
-        self._add_line("m " + json.dumps([notification.type, notification.ts, notification.data]))
+        attributes = management_attributes(notification)
+        self._add_line("m " + json.dumps([notification.type, notification.ts, attributes]))
 
     def _add_line(self, line: str) -> None:
         for peer in self._peers:
@@ -250,6 +251,8 @@ class PeerChannel:
         elif kind == "m":
             event_type, ts, attributes = json.loads(line[2:])
             if self._bus is not None:
-                self._bus.deliver(Notification(str(event_type), None, str(ts), dict(attributes)))
+                self._bus.deliver(
+                    management_notification(str(event_type), str(ts), dict(attributes))
+                )
         else:
             raise ValueError("unknown kind")
