@@ -109,6 +109,8 @@ _BUSY_TIMEOUT_MS: Final = 10_000
 CHECKPOINT_COMMITS: Final = 300
 #: ... or after this many bytes of events.
 CHECKPOINT_BYTES: Final = 2 << 20
+#: A WAL of more pages than this is checkpointed by the writer between two commits.
+CHECKPOINT_WAL_FRAMES: Final = 1000
 
 
 def _dialect(tables: Tables) -> ReadDialect:
@@ -572,8 +574,13 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         self._inline = durability is Durability.NORMAL
         #: The writer's busy timeout as last set (inline commits set 0, the thread's 10 s).
         self._busy_ms = _BUSY_TIMEOUT_MS
+        #: The last batch was one write: a lone write now commits inline only after one.
+        self._lone = False
         #: Commits and bytes of events since the last checkpoint (with inline commits).
         self._unchecked = (0, 0)
+        #: The checkpoint under way or done last, and the WAL's pages as it found them.
+        self._checkpoint: asyncio.Future[int] | None = None
+        self._wal_frames = 0
         self.description = str(path)
         self._writer = writer
         self._write_thread = write_thread
@@ -659,6 +666,8 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._reader_conn.close()
+        if self._checkpoint is not None:
+            await asyncio.wait([self._checkpoint])
         await self._write_thread.run(self._writer.close)
         self._write_thread.stop()
         if self._turns is not None:
@@ -885,12 +894,14 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
     def _commit_inline(
         self, batch: list[_Write]
     ) -> tuple[str, dict[int, _Inserted], list[Any]] | None:
-        """Commit ``batch`` here, on the event loop, when it is one append or statement (a
-        lone write: nobody to share a commit with, so the thread hops would be all its
-        cost) and the file is free: the workers' turn lock taken without waiting, SQLite's
-        write lock without a busy wait. None when the writer thread must do it."""
-        if len(batch) != 1 or isinstance(batch[0], _Command):
-            return None
+        """Commit ``batch`` here, on the event loop, when it is one append or statement and
+        so was the batch before (lone writes: nobody to share a commit with, so the thread
+        hops would be all its cost) and the file is free: the workers' turn lock taken
+        without waiting, SQLite's write lock without a busy wait. None when the writer
+        thread must do it."""
+        lone, self._lone = self._lone, len(batch) == 1
+        if not (lone and self._lone) or isinstance(batch[0], _Command):
+            return None  # others wait, or just did: group commit on the thread shares more
         if self._turns is not None:
             try:
                 fcntl.flock(self._turns, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -916,19 +927,36 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             self._busy_ms = ms
 
     async def _checkpoint_now_and_then(self, size: int) -> None:
-        """Checkpoint the WAL on the writer thread after :data:`CHECKPOINT_COMMITS` commits
-        or :data:`CHECKPOINT_BYTES` of events (the writer's own checkpoints are off)."""
+        """After :data:`CHECKPOINT_COMMITS` commits or :data:`CHECKPOINT_BYTES` of events,
+        checkpoint the WAL (the writer's own checkpoints are off) on the writer thread with
+        a connection of its own: writers go on meanwhile, inline ones included. Writers that
+        never pause keep such a checkpoint from ever being complete, so the WAL could not
+        start over; past :data:`CHECKPOINT_WAL_FRAMES` the writer checkpoints between two
+        commits instead."""
         commits, written = self._unchecked
         commits, written = commits + 1, written + size
-        if commits < CHECKPOINT_COMMITS and written < CHECKPOINT_BYTES:
+        if (commits < CHECKPOINT_COMMITS and written < CHECKPOINT_BYTES) or (
+            self._checkpoint is not None and not self._checkpoint.done()
+        ):
             self._unchecked = (commits, written)
             return
         self._unchecked = (0, 0)
+        if self._wal_frames <= CHECKPOINT_WAL_FRAMES:
+            self._checkpoint = self._write_thread.run(_checkpoint_sync, self.path)
+            self._checkpoint.add_done_callback(self._checkpointed)
+            return
         await self._set_busy_timeout(_BUSY_TIMEOUT_MS)
         try:
-            await self._write_thread.run(_pragma, self._writer, "wal_checkpoint(PASSIVE)")
+            self._wal_frames = await self._write_thread.run(_wal_checkpoint, self._writer)
         except sqlite3.Error as exc:  # the next one tries again
             log.warning("checkpoint of the WAL failed: %s", exc)
+
+    def _checkpointed(self, done: asyncio.Future[int]) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if exc is not None:  # the next one tries again
+            log.warning("checkpoint of the WAL failed: %s", exc)
+        elif not done.cancelled():
+            self._wal_frames = done.result()
 
 
 class _HeardFromPeers:
@@ -1074,6 +1102,22 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
 def _pragma(conn: sqlite3.Connection, pragma: str) -> None:
     """Run ``PRAGMA pragma`` to its end (an unread row would leave a statement open)."""
     conn.execute(f"PRAGMA {pragma}").fetchall()
+
+
+def _checkpoint_sync(path: Path) -> int:
+    """A passive checkpoint of the WAL with a connection of its own (it never waits for,
+    nor holds up, the writers); returns the pages in the WAL."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        return _wal_checkpoint(conn)
+    finally:
+        conn.close()
+
+
+def _wal_checkpoint(conn: sqlite3.Connection) -> int:
+    """A passive checkpoint; the pages in the WAL."""
+    _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(frames)
 
 
 #: SQLite's result codes of a write lock held by another connection.
