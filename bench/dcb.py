@@ -1,5 +1,7 @@
-"""``python -m bench.dcb [--quick] [--transport ftn3|http] [--runs N]``: the DCB API of
-futoin-evt beside UmaDB, in one run, on the same workloads.
+"""``python -m bench.dcb [--quick] [--transport ftn3|http] [--runs N] [--source DIR]``: the
+DCB API of futoin-evt beside UmaDB, in one run, on the same workloads; with ``--source``,
+also the futoin-evt server of the source tree ``DIR`` (another version: before and after in
+the same run).
 
 Each server runs as a process of its own on 127.0.0.1 over a temporary directory, with a
 log of 1,000,000 events (100,000 with ``--quick``) in place before the clock starts. Every
@@ -28,6 +30,7 @@ import asyncio
 import contextlib
 import dataclasses
 import importlib.metadata
+import os
 import random
 import sqlite3
 import statistics
@@ -151,11 +154,13 @@ def prepare_futoin_evt_log(path: Path, log: int) -> None:
         conn.close()
 
 
-async def start_futoin_evt_server(db: Path) -> System:
+async def start_futoin_evt_server(db: Path, source: Path | None = None) -> System:
+    """The server of this tree, or of the source tree ``source``."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve", "--db", str(db),
         "--port", "0", "--durability", "full", "--discard-interval", "86400",
-        stdout=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE, cwd=source,
+        env=None if source is None else {**os.environ, "PYTHONPATH": str(source)},
     )  # fmt: skip
     assert proc.stdout is not None
     words = (await proc.stdout.readline()).decode().split()
@@ -272,11 +277,13 @@ async def futoin_evt_appends(url: str, connect: Connect, first: int, clients: in
     return clients * n / elapsed
 
 
-async def measure_futoin_evt(sizes: Sizes, connect: Connect) -> Measured:
+async def measure_futoin_evt(
+    sizes: Sizes, connect: Connect, source: Path | None = None
+) -> Measured:
     with tempfile.TemporaryDirectory(prefix="bench-dcb-") as tmp:
         db = Path(tmp) / "futoin-evt.sqlite"
         prepare_futoin_evt_log(db, sizes.log)
-        system = await start_futoin_evt_server(db)
+        system = await start_futoin_evt_server(db, source)
         try:
             reader = await connect(system.url)
             try:
@@ -422,13 +429,20 @@ def measure_umadb(sizes: Sizes) -> Measured:
 # -- the report ----------------------------------------------------------------------------------
 
 
-def side_by_side(ours: dict[str, float], theirs: dict[str, float]) -> Iterator[tuple[str, float]]:
-    """Per workload: futoin-evt, UmaDB, and futoin-evt/UmaDB in percent."""
+def side_by_side(
+    ours: dict[str, float], theirs: dict[str, float], before: dict[str, float] | None = None
+) -> Iterator[tuple[str, float]]:
+    """Per workload: futoin-evt, UmaDB, and futoin-evt/UmaDB in percent; with ``before``
+    (the server of ``--source``), its figure and its ratio to UmaDB too."""
     for name, value in ours.items():
         other = theirs[name]
         yield f"{name}: futoin-evt", value
+        if before is not None:
+            yield f"{name}: futoin-evt --source", before[name]
         yield f"{name}: UmaDB", other
         yield f"{name}: futoin-evt/UmaDB (%)", 100 * value / other
+        if before is not None:
+            yield f"{name}: futoin-evt --source/UmaDB (%)", 100 * before[name] / other
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -436,6 +450,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="a log of 100,000; fewer appends")
     parser.add_argument("--transport", choices=sorted(TRANSPORTS), default="ftn3")
     parser.add_argument("--runs", type=int, help="append runs (the median is shown)")
+    parser.add_argument(
+        "--source", type=Path, help="also measure the futoin-evt server of this source tree"
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.runs is not None:
@@ -443,6 +460,9 @@ def main(argv: list[str] | None = None) -> int:
     transport, connect = TRANSPORTS[args.transport]
     started = time.perf_counter()
     ours = asyncio.run(measure_futoin_evt(sizes, connect)).figures(sizes.log)
+    before = None
+    if args.source is not None:
+        before = asyncio.run(measure_futoin_evt(sizes, connect, args.source)).figures(sizes.log)
     theirs = measure_umadb(sizes).figures(sizes.log)
     print_figures(
         f"DCB: futoin-evt ({transport}; --durability full) beside UmaDB"
@@ -450,7 +470,7 @@ def main(argv: list[str] | None = None) -> int:
         f" {sizes.reads} reads, appends {sizes.serial_appends:,} from 1 client and"
         f" {CLIENTS} x {sizes.appends_per_client:,}, median of {sizes.runs} run(s);"
         " for latencies a lower % is better",
-        dict(side_by_side(ours, theirs)),
+        dict(side_by_side(ours, theirs, before)),
     )
     print(f"({time.perf_counter() - started:.0f} s)")
     return 0

@@ -1,31 +1,41 @@
-"""``python -m bench.workers [--count N] [--runs N] [--pg URL]``: ``serve --workers 1``
-beside ``--workers 2``, same run, SQLite at ``--durability full`` (or ``normal``), and PostgreSQL
-with ``--pg``.
+"""``python -m bench.workers [--count N] [--runs N] [--pg URL] [--no-jetstream]``:
+``serve --workers 1`` beside ``--workers 2`` and NATS JetStream, same run, SQLite at
+``--durability full`` (or ``normal``), and PostgreSQL with ``--pg``.
 
-Rows: addEvent with 32 in flight on one connection, addEvent from 8 connections x 4 in
-flight, and push latency at 1,000 events/s twice: the producer's connection on the same
-worker as the receiver's, and on the other one (the wake-up crosses the workers' channel,
-or PostgreSQL's notification channel). Which worker took a connection is read from
-``/proc`` (the worker process holding the server side of the socket). The load generator
-runs in this one process, on the same cores as the workers.
+Rows: addEvent one at a time, with 32 in flight on one connection, and from 8 connections x
+4 in flight (with the server's CPU µs per call: the supervisor's and every worker's), and
+push latency at 1,000 events/s twice: the producer's connection on the same worker as the
+receiver's, and on the other one (the wake-up crosses the workers' channel, or PostgreSQL's
+notification channel). Which worker took a connection is read from ``/proc`` (the worker
+process holding the server side of the socket). JetStream (the machine's server, file
+storage, its default durability: equal to ``--durability normal``) runs the same rows in the
+same run, each sitting after the futoin-evt ones. The load generator runs in this one
+process, on the same cores as the servers.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import os
 import statistics
 import tempfile
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from . import workloads
+from . import others, workloads
 from .loadgen import LoadClient
 from .postgres import database, prepare
-from .systems import System, start_futoin_evt
+from .systems import System, process_cpu_seconds, start_futoin_evt
 
+ADD_1: Final = "addEvent, 1 in flight (calls/s)"
 ADD_32: Final = "addEvent, 32 in flight (calls/s)"
 ADD_8: Final = "addEvent, 8 connections x 4 (calls/s)"
+CPU_1: Final = "  server CPU µs per call, 1 in flight"
+CPU_32: Final = "  server CPU µs per call, 32 in flight"
+CPU_8: Final = "  server CPU µs per call, 8 x 4"
 SAME_P50: Final = "push latency p50, producer on the same worker (ms)"
 SAME_P99: Final = "push latency p99, producer on the same worker (ms)"
 OTHER_P50: Final = "push latency p50, producer on the other worker (ms)"
@@ -34,6 +44,21 @@ OTHER_P99: Final = "push latency p99, producer on the other worker (ms)"
 
 def _children(pid: int) -> list[int]:
     return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def _group_cpu_seconds(pid: int) -> float:
+    """CPU seconds of the server: the supervisor and its workers (or the one process)."""
+    return sum(process_cpu_seconds(p) for p in [pid, *_children(pid)])
+
+
+async def _timed(
+    figures: dict[str, float], row: str, cpu_row: str, cpu: Callable[[], float],
+    work: Awaitable[float], calls: int,
+) -> None:  # fmt: skip
+    """``figures[row]``: what ``work`` returns; ``figures[cpu_row]``: server CPU µs per call."""
+    before = cpu()
+    figures[row] = await work
+    figures[cpu_row] = (cpu() - before) * 1e6 / calls
 
 
 def _worker_of(system: System, client: LoadClient) -> int:
@@ -89,11 +114,14 @@ async def _run(
     if db:
         options += ("--db", db)
     system = await start_futoin_evt(workdir, *options, durability=durability)
+    cpu = functools.partial(_group_cpu_seconds, system.process.pid)
     try:
-        figures = {
-            ADD_32: await workloads.add_in_flight(system, count),
-            ADD_8: await workloads.add_from_connections(system, count),
-        }
+        figures: dict[str, float] = {}
+        serial = max(count // 10, 100)
+        await _timed(figures, ADD_1, CPU_1, cpu, workloads.add_serial(system, serial), serial)
+        await _timed(figures, ADD_32, CPU_32, cpu, workloads.add_in_flight(system, count), count)
+        add_8 = workloads.add_from_connections(system, count)
+        await _timed(figures, ADD_8, CPU_8, cpu, add_8, count)
         same = await _latency(system, 2000, same=True)
         figures[SAME_P50], figures[SAME_P99] = same["p50"], same["p99"]
         if workers > 1:
@@ -104,7 +132,23 @@ async def _run(
         await system.stop()
 
 
+async def _jetstream(count: int) -> dict[str, float]:
+    """The same rows on JetStream (CPU: the nats-server process)."""
+    target = others.JetStream()
+    figures: dict[str, float] = {}
+    serial = max(count // 10, 100)
+    cpu = target.cpu_seconds
+    await _timed(figures, ADD_1, CPU_1, cpu, target.add_serial(serial), serial)
+    await _timed(figures, ADD_32, CPU_32, cpu, target.add_in_flight(count), count)
+    await _timed(figures, ADD_8, CPU_8, cpu, target.add_from_connections(count), count)
+    latency = await target.push_latency(2000)
+    figures[SAME_P50], figures[SAME_P99] = latency["p50"], latency["p99"]
+    return figures
+
+
 async def main_async(args: argparse.Namespace) -> None:
+    if not args.no_jetstream:
+        others.ensure_nats()
     await _compare("sqlite", "", args)
     if args.pg:
         async with database(args.pg) as url:
@@ -112,19 +156,39 @@ async def main_async(args: argparse.Namespace) -> None:
             await _compare("pg", url, args)
 
 
+#: Columns: futoin-evt with 1 and 2 workers, JetStream.
+JS: Final = 0
+
+
 async def _compare(name: str, db: str, args: argparse.Namespace) -> None:
-    results: dict[int, list[dict[str, float]]] = {1: [], 2: []}
+    results: dict[int, list[dict[str, float]]] = {1: [], 2: [], JS: []}
+    before = " ".join(f"{x:.2f}" for x in os.getloadavg())
     for _ in range(args.runs):
         for workers in (1, 2):
             with tempfile.TemporaryDirectory() as workdir:
                 run = await _run(db, workers, args.count, Path(workdir), args.durability)
                 results[workers].append(run)
-    print(f"\n{name}, median of {args.runs}: --workers 1 / --workers 2")
+        if not args.no_jetstream:
+            results[JS].append(await _jetstream(args.count))
+    after = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"\n{name} ({args.durability}), median of {args.runs}, load average {before} -> {after}")
+    print(f"{'':<55} {'1 worker':>10} {'2 workers':>10} {'JetStream':>10} {'1/JS':>6} {'2/JS':>6}")
     for row in results[2][0]:
-        one = [r[row] for r in results[1] if row in r]
-        two = statistics.median(r[row] for r in results[2])
-        first = f"{statistics.median(one):>10,.1f}" if one else f"{'':>10}"
-        print(f"{row:<55} {first} {two:>10,.1f}")
+        cells = []
+        medians: dict[int, float] = {}
+        for column in (1, 2, JS):
+            values = [r[row] for r in results[column] if row in r]
+            if values:
+                medians[column] = statistics.median(values)
+                cells.append(f"{medians[column]:>10,.1f}")
+            else:
+                cells.append(f"{'':>10}")
+        for column in (1, 2):
+            if column in medians and medians.get(JS):
+                factor = medians[column] / medians[JS]
+                lower_better = "ms" in row or "µs" in row
+                cells.append(f"{(1 / factor if lower_better else factor):>5.2f}x")
+        print(f"{row:<55} {' '.join(cells)}")
 
 
 def main() -> None:
@@ -133,6 +197,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--durability", choices=["full", "normal"], default="full")
     parser.add_argument("--pg", metavar="URL", help="also on a new database on this server")
+    parser.add_argument("--no-jetstream", action="store_true", help="futoin-evt alone")
     asyncio.run(main_async(parser.parse_args()))
 
 

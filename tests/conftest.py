@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import re
@@ -37,6 +38,10 @@ TRANSPORT_OPTIONS = {"host", "tls", "trust_channel", "limits"}
 #: ``futoin-evt serve`` started by the tests runs one process unless a test asks for more
 #: (tests/test_workers.py) or the whole suite runs with FUTOIN_EVT_WORKERS=2.
 os.environ.setdefault("FUTOIN_EVT_WORKERS", "1")
+#: The worker counts the tests that matter (crash, takeover, commit order, notification) run
+#: ``futoin-evt serve`` with, whatever the suite's default: one process, and a supervisor
+#: with two workers.
+WORKER_COUNTS = (1, 2)
 
 
 @pytest.fixture(scope="session")
@@ -155,8 +160,16 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+@pytest.fixture(params=WORKER_COUNTS, ids=lambda count: f"workers{count}")
+def serve_workers(request: pytest.FixtureRequest) -> int:
+    """``--workers`` of the ``futoin-evt serve`` processes a test starts: 1, then 2."""
+    return int(request.param)
+
+
 class ServerProcess:
-    """``futoin-evt serve`` as its own process, as an operator runs it."""
+    """``futoin-evt serve`` as its own process, as an operator runs it, in a session of its
+    own: :meth:`kill` kills the supervisor and its workers at once. ``workers``: the
+    ``--workers`` option (default: ``$FUTOIN_EVT_WORKERS``)."""
 
     def __init__(
         self,
@@ -164,9 +177,11 @@ class ServerProcess:
         port: int = 0,
         *extra: str,
         log_level: str = "warning",
-        new_session: bool = False,
+        workers: int | None = None,
     ) -> None:
         self.db = db
+        if workers is not None:
+            extra = ("--workers", str(workers), *extra)
         # The log goes to a file: a pipe nobody reads would stop the server once it is full.
         self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the process)
         self.proc = subprocess.Popen(
@@ -175,7 +190,7 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=self.log,
             text=True,
-            start_new_session=new_session,
+            start_new_session=True,
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
@@ -207,8 +222,9 @@ class ServerProcess:
         return self.proc.returncode, logged
 
     def kill(self) -> None:
-        """SIGKILL: a crash."""
-        self.proc.kill()
+        """SIGKILL to the process and its workers at once: a crash of the whole server."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.communicate(timeout=30)
         self.log.close()
 

@@ -283,7 +283,7 @@ def produce_until_killed(url: str, accepted: list[int], progress: threading.Sema
 
 
 async def test_sigkill_loses_no_accepted_message(
-    tmp_path: Path, password_hashes: dict[str, str]
+    tmp_path: Path, password_hashes: dict[str, str], serve_workers: int
 ) -> None:
     from futoin_evt.storage.sqlite import SqliteStore
 
@@ -291,7 +291,7 @@ async def test_sigkill_loses_no_accepted_message(
     async with await SqliteStore.open(db) as store:
         await store.add_user("alice", password_hashes["alice"])
     amqp_port = free_port()
-    server = ServerProcess(db, 0, "--amqp", f"127.0.0.1:{amqp_port}")
+    server = ServerProcess(db, 0, "--amqp", f"127.0.0.1:{amqp_port}", workers=serve_workers)
     assert server.amqp_url is not None
     accepted: list[int] = []
     progress = threading.Semaphore(0)
@@ -302,7 +302,7 @@ async def test_sigkill_loses_no_accepted_message(
         assert await asyncio.to_thread(progress.acquire, True, 60)
     server.kill()
     await producer
-    server = ServerProcess(db, 0, "--amqp", f"127.0.0.1:{amqp_port}")
+    server = ServerProcess(db, 0, "--amqp", f"127.0.0.1:{amqp_port}", workers=serve_workers)
     try:
         stored = await asyncio.to_thread(read_all, server.amqp_url or "")
     finally:

@@ -410,8 +410,9 @@ async def test_sessions_are_bounded_and_end_at_logout(start_server: ServerFactor
 
 def test_cli_console_prints_its_url_and_serves_the_login_page(tmp_path: Path) -> None:
     proc = subprocess.Popen(
+        # one process: the console's sessions are in its memory (--workers 2 is refused)
         [sys.executable, "-m", "futoin_evt", "serve", "--db", str(tmp_path / "x.sqlite"),
-         "--port", "0", "--console"],
+         "--port", "0", "--console", "--workers", "1"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
@@ -429,7 +430,8 @@ def test_cli_console_prints_its_url_and_serves_the_login_page(tmp_path: Path) ->
 
 
 def test_cli_console_without_jinja2_says_what_to_install(tmp_path: Path) -> None:
-    proc = run_without("jinja2", ["serve", "--db", str(tmp_path / "x.sqlite"), "--console"])
+    argv = ["serve", "--db", str(tmp_path / "x.sqlite"), "--console", "--workers", "1"]
+    proc = run_without("jinja2", argv)
     assert proc.returncode == 2
     assert proc.stderr == "futoin-evt: --console needs Jinja2: pip install 'futoin-evt[console]'\n"
 

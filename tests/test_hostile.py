@@ -611,9 +611,9 @@ async def cut_by_three(port: int, starts: list[bytes]) -> list[int]:
 async def test_max_handshakes_on_the_command_line_applies_to_both_ports(
     db_with_users: Path,
 ) -> None:
-    server = ServerProcess(
-        db_with_users, 0, "--max-connections", "1", "--max-handshakes", "2", "--amqp", "127.0.0.1:0"
-    )
+    # one worker: the limits are each worker's, and the kernel spreads sockets over workers
+    limits = ("--max-connections", "1", "--max-handshakes", "2")
+    server = ServerProcess(db_with_users, 0, *limits, "--amqp", "127.0.0.1:0", workers=1)
     try:
         assert server.amqp_url is not None
         amqp_port = int(server.amqp_url.rsplit(":", 1)[1])

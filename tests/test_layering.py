@@ -173,3 +173,61 @@ def test_no_import_circle() -> None:
 
     for module in sorted(graph):
         visit(module, [])
+
+
+#: The AMQP door's modules from the bottom up: the engine knows no server; the table maps
+#: addresses to nodes and says what a node sees of a connection; the nodes (and the
+#: connection, beside them) import the table, never each other (but where SIDEWAYS says);
+#: the listener builds the table and the connections.
+AMQP_LAYERS: dict[str, set[str]] = {
+    "engine": {"engine"},
+    # the door's values, no link in them: settings, SASL frames, messages and offsets, the
+    # filters, the quick decoder, the checkpoint store's codec
+    "values": {"config", "sasl", "codec", "filters", "quickdecode", "checkpoints"},
+    "table": {"table"},
+    # what the links the nodes send on share
+    "links": {"links"},
+    "nodes": {"node", "cbs", "management", "notify", "connection"},
+    "top": {"listener", "__init__"},
+}
+#: Arrows inside a layer, each for a reason.
+AMQP_SIDEWAYS: dict[tuple[str, str], str] = {
+    ("filters", "codec"): "a filter's start position is the codec's",
+    ("quickdecode", "codec"): "the quick decoder makes the codec's incoming events",
+    ("cbs", "management"): "$cbs answers requests as $management does",
+}
+
+
+def _amqp_unit(module: str) -> str | None:
+    """``node`` for futoin_evt.amqp.node, ``engine`` for anything in the engine's package."""
+    prefix = "futoin_evt.amqp"
+    if module == prefix:
+        return "__init__"
+    if not module.startswith(prefix + "."):
+        return None
+    return module[len(prefix) + 1 :].split(".")[0]
+
+
+def _amqp_layer(unit: str) -> int:
+    for index, units in enumerate(AMQP_LAYERS.values()):
+        if unit in units:
+            return index
+    raise AssertionError(f"futoin_evt.amqp.{unit} is in no layer of test_layering.AMQP_LAYERS")
+
+
+def test_the_amqp_door_points_one_way() -> None:
+    """Engine, values, table, links, nodes, listener: no arrow up or sideways, imports for
+    typing included (no node imports the connection, not even for its type)."""
+    wrong = []
+    for module, imported in _imports():
+        mine, theirs = _amqp_unit(module), _amqp_unit(imported)
+        if mine == "engine" and theirs != "engine":
+            wrong.append(f"{module} imports {imported} (the engine knows no server)")
+            continue
+        if mine is None or theirs is None or mine == theirs:
+            continue
+        low, high = _amqp_layer(theirs), _amqp_layer(mine)
+        if low < high or (mine, theirs) in AMQP_SIDEWAYS:
+            continue
+        wrong.append(f"{module} imports {imported}")
+    assert not wrong, "AMQP arrows that run up or sideways:\n" + "\n".join(wrong)

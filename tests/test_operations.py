@@ -223,17 +223,18 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[
 
 
 async def test_sigkill_at_random_points_loses_nothing_acknowledged(
-    tmp_path: Path, password_hashes: dict[str, str]
+    tmp_path: Path, password_hashes: dict[str, str], serve_workers: int
 ) -> None:
     """Producers at full speed and a reliable receiver that keeps its position with its
-    effects; the server is killed (SIGKILL) at random points and started again."""
+    effects; the server (all its workers) is killed (SIGKILL) at random points and started
+    again."""
     from futoin_evt.storage.sqlite import SqliteStore
 
     db = tmp_path / "crash.sqlite"
     async with await SqliteStore.open(db) as store:
         await store.add_user("alice", password_hashes["alice"])
     port = free_port()
-    server = ServerProcess(db, port)
+    server = ServerProcess(db, port, workers=serve_workers)
     url = server.url
     app_db = sqlite3.connect(tmp_path / "app.sqlite", isolation_level=None)
     app_db.execute("CREATE TABLE seen (id INTEGER PRIMARY KEY)")  # a duplicate would fail here
@@ -281,7 +282,7 @@ async def test_sigkill_at_random_points_loses_nothing_acknowledged(
                 acknowledged_more.clear()
                 await acknowledged_more.wait()
         server.kill()
-        server = ServerProcess(db, port)
+        server = ServerProcess(db, port, workers=serve_workers)
     stop_producing.set()
     await asyncio.gather(*producers)
     newest = max(acknowledged)

@@ -218,6 +218,8 @@ async def test_dropping_a_stream_removes_its_data(store: Store, store_db: str) -
     assert await store.drop_stream("gone")
     with pytest.raises(StoreClosed, match="the stream gone was dropped"):
         await log.append("T", "2")
+    with pytest.raises(StoreClosed, match="the stream gone was dropped"):
+        await log.dcb_append([NewEvent("T", "2")], None)
     assert await store.stream("gone") is None
     assert await store.streams_version() == version + 1
     assert await store.position(user, "C") == 0

@@ -155,15 +155,18 @@ ServersFactory = Callable[..., list[ServerProcess]]
 
 
 @pytest.fixture
-async def servers(pg_url: str, password_hashes: dict[str, str]) -> AsyncIterator[ServersFactory]:
-    """Start ``futoin-evt serve`` processes on the test database (users alice and bob)."""
+async def servers(
+    pg_url: str, password_hashes: dict[str, str], serve_workers: int
+) -> AsyncIterator[ServersFactory]:
+    """Start ``futoin-evt serve`` processes on the test database (users alice and bob), each
+    with one worker, then with two."""
     async with await open_store(pg_url) as store:
         for name, password_hash in password_hashes.items():
             await store.add_user(name, password_hash)
     started: list[ServerProcess] = []
 
     def start(count: int, *options: str) -> list[ServerProcess]:
-        new = [ServerProcess(pg_url, 0, *options) for _ in range(count)]
+        new = [ServerProcess(pg_url, 0, *options, workers=serve_workers) for _ in range(count)]
         started.extend(new)
         return new
 
@@ -506,46 +509,97 @@ async def test_a_database_restart_under_load_loses_nothing_acknowledged(
     assert all(desc.startswith(UNAVAILABLE) for desc in errors), set(errors)
 
 
+async def test_conditional_appends_on_one_tag_through_two_processes_lose_no_update(
+    servers: ServersFactory, pg_url: str
+) -> None:
+    """32 clients, half on each of two servers on one database, append to one tag on the
+    condition that nothing with it came after the newest they read: each one's appends go
+    through one after another, exactly one per position read."""
+    a, b = servers(2)
+    tag_query = {"items": [{"tags": ["seat:s1"]}]}
+    wins: list[tuple[int, int]] = []
+
+    async def appender(url: str, number: int) -> None:
+        async with await connect(url) as client:
+            won = 0
+            while won < 3:
+                read = await client.ftn3.call(
+                    DCB, "readBackwards", {"query": tag_query, "limit": 1}
+                )
+                after = read["events"][0]["position"] if read["events"] else 0
+                event = {"type": "Booked", "data": [number, won], "tags": ["seat:s1"]}
+                condition = {"failIfEventsMatch": tag_query, "after": after}
+                try:
+                    position = await client.ftn3.call(
+                        DCB, "append", {"events": [event], "condition": condition}
+                    )
+                except RemoteError as exc:
+                    refused = exc.name
+                else:
+                    wins.append((after, position))
+                    won += 1
+                    continue
+                assert refused == "AppendConditionFailed"
+
+    async with asyncio.timeout(120):
+        await asyncio.gather(*(appender((a, b)[n % 2].url, n) for n in range(32)))
+    assert len(wins) == 32 * 3
+    previous = 0
+    for after, position in sorted(wins, key=lambda win: win[1]):
+        assert after == previous  # nothing came between: no lost update
+        previous = position
+    rows = execute_sql(pg_url, "SELECT event_id FROM event_tags WHERE tag = 'seat:s1'")
+    assert sorted(row[0] for row in rows) == sorted(position for _, position in wins)
+
+
+async def lock_waiters(url: str, count: int) -> None:
+    """Until ``count`` connections to the database wait for an advisory lock."""
+    sql = (
+        "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+        " WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()"
+    )
+    async with asyncio.timeout(30):
+        while execute_sql(url, sql)[0][0] < count:  # noqa: ASYNC110 - another process's state
+            await asyncio.sleep(0.01)
+
+
 async def test_more_calls_than_pooled_connections_wait_then_fail_clearly(
     servers: ServersFactory, pg_url: str
 ) -> None:
-    (server,) = servers(1, "--pg-pool-size", "2", "--pg-pool-timeout", "1")
+    (server,) = servers(1, "--pg-pool-size", "1", "--pg-pool-timeout", "1")
     event = {"type": "Booked", "data": {}, "tags": ["room:1"]}
     async with await connect(server.url) as client:
         assert await client.ftn3.call(DCB, "append", {"events": [event]}) == 1
         # An application's transaction holds the append lock (the native extension) until it
-        # commits; each DCB append waits for that lock on a pooled connection of its own.
+        # commits; the DCB appends wait for that lock on the one pooled connection.
         app = await psycopg.AsyncConnection.connect(pg_url)
         async with app:
             await add_event_async(app, "APP", 1)
-            calls = [
+            appends = [
                 asyncio.ensure_future(client.ftn3.call(DCB, "append", {"events": [event]}))
-                for _ in range(4)
+                for _ in range(2)
             ]
-            async with asyncio.timeout(30):
-                while sum(call.done() for call in calls) < 2:
-                    await asyncio.wait(
-                        [c for c in calls if not c.done()], return_when=asyncio.FIRST_COMPLETED
-                    )
-            failed = [call for call in calls if call.done()]
-            waiting = [call for call in calls if not call.done()]
-            assert len(failed) == 2
-            for call in failed:
-                error = call.exception()
-                assert isinstance(error, RemoteError)
-                assert error.name == "InternalError"
-                assert error.desc == (
-                    f"{UNAVAILABLE}no database connection within 1 s (all 2 of the pool busy,"
+            # once the DCB writer waits for the lock on the one pooled connection, calls that
+            # need another wait for it, then fail clearly
+            await lock_waiters(pg_url, 1)
+            for component in ("A", "B"):
+                with pytest.raises(RemoteError) as failed:
+                    await client.register_consumer(component)
+                assert failed.value.name == "InternalError"
+                assert failed.value.desc == (
+                    f"{UNAVAILABLE}no database connection within 1 s (all 1 of the pool busy,"
                     " or the database unreachable)"
                 )
+            assert not any(call.done() for call in appends)
             await app.commit()
         async with asyncio.timeout(30):
-            assert sorted(await asyncio.gather(*waiting)) == [3, 4]
+            assert sorted(await asyncio.gather(*appends)) == [3, 4]
         # the pool is whole again
         assert await client.ftn3.call(DCB, "append", {"events": [event]}) == 5
         assert await client.add_event("AFTER", 1) == 6
-    # the two that failed stored nothing
+    # the calls that failed stored nothing
     assert execute_sql(pg_url, "SELECT COUNT(*) FROM events") == [(6,)]
+    assert execute_sql(pg_url, "SELECT COUNT(*) FROM consumers") == [(0,)]
 
 
 async def test_a_push_stream_that_cannot_read_tries_again(

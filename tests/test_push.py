@@ -294,15 +294,16 @@ async def test_events_iterator(server: EventServer, alice: EventStreamClient) ->
 
 @pytest.fixture
 async def server_process(
-    tmp_path: Path, password_hashes: dict[str, str]
+    tmp_path: Path, password_hashes: dict[str, str], serve_workers: int
 ) -> AsyncIterator[list[ServerProcess]]:
-    """A server in its own process (to SIGKILL), with alice as a user."""
+    """A server in its own process (to SIGKILL), with alice as a user; one worker, then
+    two."""
     from futoin_evt.storage.sqlite import SqliteStore
 
     db = tmp_path / "crash.sqlite"
     async with await SqliteStore.open(db) as store:
         await store.add_user("alice", password_hashes["alice"])
-    processes = [ServerProcess(db, free_port())]
+    processes = [ServerProcess(db, free_port(), workers=serve_workers)]
     yield processes
     for proc in processes:
         if proc.proc.poll() is None:
@@ -310,7 +311,7 @@ async def server_process(
 
 
 async def test_reliable_receiver_survives_a_server_crash(
-    server_process: list[ServerProcess], tmp_path: Path
+    server_process: list[ServerProcess], tmp_path: Path, serve_workers: int
 ) -> None:
     first = server_process[0]
     app = Collector()
@@ -320,7 +321,7 @@ async def test_reliable_receiver_survives_a_server_crash(
         before = await add_many(producer, 1500)
     await app.wait_for(before[-1])
     first.kill()
-    second = ServerProcess(tmp_path / "crash.sqlite", first.port)
+    second = ServerProcess(tmp_path / "crash.sqlite", first.port, workers=serve_workers)
     server_process.append(second)
     async with await EventStreamClient.connect(second.url, credentials=ALICE) as producer:
         after = await add_many(producer, 1500)

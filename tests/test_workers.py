@@ -1,5 +1,6 @@
 """``serve --workers 2``: two server processes on one port behave as one server. Real
-processes, real sockets, SQLite and PostgreSQL."""
+processes, real sockets, SQLite and PostgreSQL. What one server promises (commit order,
+takeover, notification, nothing acknowledged lost) is checked with one worker and with two."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import re
 import signal
 import socket
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 from futoin_evt.client.aio import CommError, EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.server.workers import channel_dir, remove_stale_channels
 from futoin_evt.storage import open_store
 
 from .conftest import ServerProcess
@@ -28,6 +30,7 @@ pytestmark = pytest.mark.functional
 
 ALICE = "alice:alice-pw"
 PUSH = "futoin.evt.push:1.1"
+OPS = "futoinevt.ops:1.0"
 #: Bound of every wait for something the processes do not signal to the test.
 WITHIN_SECONDS = 60.0
 
@@ -40,13 +43,26 @@ async def until(condition: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.05)
 
 
+async def until_answered(check: Callable[[], Awaitable[bool]], what: str) -> None:
+    """:func:`until`, for a condition the server answers."""
+    deadline = time.monotonic() + WITHIN_SECONDS
+    while not await check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {WITHIN_SECONDS} s: {what}")
+        await asyncio.sleep(0.05)
+
+
+async def not_(answer: Awaitable[bool]) -> bool:
+    return not await answer
+
+
 class Group(ServerProcess):
-    """``futoin-evt serve --workers 2`` in a session of its own (to SIGKILL it whole), with
-    debug logs (each connection is logged by the worker that took it)."""
+    """``futoin-evt serve --workers N`` with debug logs (each connection is logged by the
+    worker that took it)."""
 
     def __init__(self, db: str, *extra: str, workers: int = 2) -> None:
-        options = ("--workers", str(workers), *extra)
-        super().__init__(db, 0, *options, log_level="debug", new_session=True)
+        super().__init__(db, 0, *extra, log_level="debug", workers=workers)
+        self.count = workers
 
     def workers(self) -> list[int]:
         """The pids of the running workers (the supervisor's children)."""
@@ -65,6 +81,8 @@ class Group(ServerProcess):
 
     async def worker_of(self, client: FTN3Client) -> int:
         """The slot of the worker that took ``client``'s connection."""
+        if self.count == 1:
+            return 0
         transport = client._io.transport
         assert transport is not None
         port = transport.get_extra_info("sockname")[1]
@@ -74,11 +92,16 @@ class Group(ServerProcess):
         assert match is not None
         return int(match.group(1))
 
+    def channel(self) -> Path | None:
+        """The group's channel directory (from a worker's command line), if it has one."""
+        for pid in self.workers():
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            return Path(argv[argv.index(b"--worker") + 1].decode().split("/", 3)[3])
+        return None
+
     def kill_all(self) -> None:
         """SIGKILL to the supervisor and every worker at once."""
-        os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.communicate(timeout=30)
-        self.log.close()
+        self.kill()
 
 
 @pytest.fixture
@@ -98,13 +121,15 @@ def groups() -> Iterator[list[Group]]:
 
 
 @pytest.fixture
-def group(db: str, groups: list[Group]) -> Group:
-    groups.append(Group(db))
+def group(db: str, groups: list[Group], serve_workers: int) -> Group:
+    groups.append(Group(db, workers=serve_workers))
     return groups[-1]
 
 
 async def connect_to(group: Group, slot: int) -> FTN3Client:
-    """A connection the kernel gave worker ``slot`` (others are closed until one is)."""
+    """A connection the kernel gave worker ``slot`` (others are closed until one is); with
+    one worker, slot 1 is that worker too."""
+    slot %= group.count
     for _ in range(200):
         client = await FTN3Client.connect(group.url, credentials=ALICE)
         if await group.worker_of(client) == slot:
@@ -123,6 +148,7 @@ async def stored_ids(db: str) -> list[int]:
     return [row[0] for row in rows]
 
 
+@pytest.mark.parametrize("serve_workers", [2])
 @pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
 async def test_connections_land_on_every_worker(group: Group) -> None:
     assert group.line.startswith("futoin-evt ")
@@ -161,7 +187,8 @@ async def test_ids_in_commit_order_and_every_consumer_sees_each_once(group: Grou
         await stop(receiver, task)
     for collector in collectors:
         assert collector.ids == sorted(set(acked))
-    assert sorted(group.connections()) == [0, 1]
+    if group.count == 2:
+        assert sorted(group.connections()) == [0, 1]
 
 
 async def test_push_takeover_across_workers(group: Group) -> None:
@@ -209,6 +236,69 @@ async def test_a_subscriber_hears_events_and_management_events_of_the_other_work
     await writer.close()
 
 
+async def connected(client: FTN3Client, component: str) -> bool:
+    consumers = await client.call(OPS, "listConsumers", {})
+    return any(c["component"] == component and c["push_connected"] for c in consumers)
+
+
+@pytest.mark.parametrize("serve_workers", [2])
+async def test_the_push_stream_on_one_worker_is_listed_and_seeked_from_the_other(
+    group: Group,
+) -> None:
+    """listConsumers shows a push stream connected whichever worker answers; a seek on the
+    other worker ends the stream (its receiver starts again from the stored position)."""
+    receiving = await connect_to(group, 0)
+    asking = await connect_to(group, 1)
+    await asking.call("futoin.evt.poll:1.1", "registerConsumer", {"component": "THERE"})
+    received: list[int] = []
+
+    async def receive(params: dict[str, Any]) -> bool:
+        received.extend(int(event["id"]) for event in params["events"])
+        return True
+
+    receiving.on_request("futoin.evt.receiver", "onEvents", receive)
+    await receiving.call(PUSH, "readyToReceive", {"component": "THERE"})
+    added = await asking.call("futoin.evt.gen:1.1", "addEvent", {"type": "E", "data": {}})
+    await until(lambda: int(added) in received, "the stream gets the event")
+    # the news crosses the workers' channel
+    await until_answered(lambda: connected(asking, "THERE"), "connected on the other worker")
+    seek = {"component": "THERE", "ts": "2000-01-01T00:00:00Z"}
+    assert await asking.call(OPS, "seekConsumer", seek) is False
+    async with asyncio.timeout(WITHIN_SECONDS):
+        await receiving.wait_closed()
+    await until_answered(
+        lambda: not_(connected(asking, "THERE")), "not connected on the other worker"
+    )
+    await asking.close()
+
+
+async def _accept(params: dict[str, Any]) -> bool:
+    return True
+
+
+@pytest.mark.parametrize("serve_workers", [2])
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+async def test_after_a_worker_restarts_its_push_streams_are_listed_as_they_are(
+    group: Group,
+) -> None:
+    staying = await connect_to(group, 0)
+    dying = await connect_to(group, 1)
+    for client, component in ((staying, "ON0"), (dying, "ON1")):
+        await client.call("futoin.evt.poll:1.1", "registerConsumer", {"component": component})
+        client.on_request("futoin.evt.receiver", "onEvents", _accept)
+        await client.call(PUSH, "readyToReceive", {"component": component})
+    await until_answered(lambda: connected(staying, "ON1"), "worker 1's stream listed on 0")
+    before = group.workers()
+    os.kill(before[1], signal.SIGKILL)
+    await until(lambda: len(group.workers()) == 2 and group.workers() != before, "a restart")
+    await until_answered(lambda: not_(connected(staying, "ON1")), "the killed one's stream gone")
+    asking = await connect_to(group, 1)  # the new worker 1
+    await until_answered(lambda: connected(asking, "ON0"), "worker 0's stream listed on the new 1")
+    assert not await connected(asking, "ON1")
+    for client in (staying, dying, asking):
+        await client.close()
+
+
 async def _load(group: Group, acked: list[int], stop_load: asyncio.Event) -> None:
     """Add events on four connections until told to stop, reconnecting when one is lost;
     the ids the server acknowledged go to ``acked``."""
@@ -226,9 +316,8 @@ async def _load(group: Group, acked: list[int], stop_load: asyncio.Event) -> Non
     await asyncio.gather(*(producer(i) for i in range(4)))
 
 
-async def test_a_killed_worker_loses_nothing_acknowledged_and_is_restarted(
-    group: Group, groups: list[Group]
-) -> None:
+@pytest.mark.parametrize("serve_workers", [2])
+async def test_a_killed_worker_loses_nothing_acknowledged_and_is_restarted(group: Group) -> None:
     acked: list[int] = []
     stop_load = asyncio.Event()
     load = asyncio.create_task(_load(group, acked, stop_load))
@@ -239,14 +328,29 @@ async def test_a_killed_worker_loses_nothing_acknowledged_and_is_restarted(
     count = len(acked)
     await until(lambda: len(acked) > count + 500, "load after the restart")
     assert "exited with status -9; starting it again" in group.logged()
-    # and now the whole group at once
+    stop_load.set()
+    await load
+    assert set(acked) <= set(await stored_ids(str(group.db)))
+
+
+async def test_sigkill_of_the_whole_group_loses_nothing_acknowledged(
+    group: Group, groups: list[Group]
+) -> None:
+    acked: list[int] = []
+    stop_load = asyncio.Event()
+    load = asyncio.create_task(_load(group, acked, stop_load))
+    await until(lambda: len(acked) > 500, "load before the kill")
+    channel = group.channel()
     group.kill_all()
     stop_load.set()
     await load
     assert set(acked) <= set(await stored_ids(str(group.db)))
-    groups.append(Group(str(group.db)))
+    groups.append(Group(str(group.db), workers=group.count))
     async with await EventStreamClient.connect(groups[-1].url, credentials=ALICE) as client:
         assert await client.add_event("E", {}) > max(acked)
+    if channel is not None:  # left by the killed group, removed by the next one
+        assert not channel.exists()
+        assert groups[-1].channel() not in (None, channel)
 
 
 @pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
@@ -262,7 +366,7 @@ async def test_sigterm_stops_every_worker_gracefully(group: Group) -> None:
     await load
     assert not [pid for pid in workers if _alive(pid)]
     assert set(acked) <= set(await stored_ids(str(group.db)))
-    assert "shutting down 2 workers" in logged
+    assert ("shutting down 2 workers" if group.count == 2 else "shutting down") in logged
 
 
 @pytest.mark.parametrize(
@@ -293,3 +397,17 @@ def test_a_port_in_use_is_refused_once(tmp_path: Path) -> None:
         result = run("serve", "--port", port, "--db", str(tmp_path / "x.sqlite"), "--workers", "2")
     assert result.returncode == 2
     assert result.stderr.startswith(f"futoin-evt: cannot listen on 127.0.0.1:{port}: ")
+
+
+def test_a_channel_directory_is_removed_once_its_supervisor_is_gone(tmp_path: Path) -> None:
+    alive, owner = channel_dir(tmp_path)
+    stale, stale_owner = channel_dir(tmp_path)
+    os.close(stale_owner)  # as when the supervisor was killed
+    (stale / "w0.sock").touch()
+    making = tmp_path / "futoin-evt-making"  # no lock file yet: being made
+    making.mkdir()
+    try:
+        assert remove_stale_channels(tmp_path) == [stale]
+        assert sorted(tmp_path.iterdir()) == sorted([alive, making])
+    finally:
+        os.close(owner)

@@ -10,15 +10,13 @@ that, or the connection is closed with ``amqp:unauthorized-access``.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from ..auth.sas import InvalidToken, SasVerifier
 from ..quoting import quote_input
 from .engine.message import Message
 from .management import RequestReplyNode
-
-if TYPE_CHECKING:
-    from .connection import AmqpConnection
+from .table import Connection
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +32,7 @@ class CbsNode(RequestReplyNode):
         super().__init__()
         self._verifier = verifier
 
-    async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
+    async def answer(self, conn: Connection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
         if properties.get("operation") != PUT_TOKEN:
             return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None

@@ -22,7 +22,6 @@ from .config import AmqpConfig
 from .engine.connection import (
     ConnectionClosed,
     DeliveriesUpdated,
-    Delivery,
     Engine,
     Link,
     LinkAttached,
@@ -33,6 +32,7 @@ from .engine.connection import (
 )
 from .engine.types import Symbol
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
+from .table import UNAUTHORIZED, LinkHandler, LinkRefused, NodeTable
 
 log = logging.getLogger(__name__)
 
@@ -45,34 +45,9 @@ PROPERTIES: Final[dict[Any, Any]] = {
 }
 DECODE_ERROR: Final = "amqp:decode-error"
 RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
-UNAUTHORIZED: Final = "amqp:unauthorized-access"
 #: Links one connection may hold at once, refused ones not yet detached by the peer included:
 #: beyond this many times the link limit, the connection is closed.
 _HELD_LINKS_FACTOR: Final = 4
-
-
-class LinkHandler(Protocol):
-    """What the node attaches to an accepted link."""
-
-    def on_flow(self) -> None: ...
-
-    def on_delivery(self, delivery: Delivery) -> None:
-        """A whole message arrived (on a link the node receives on)."""
-
-    def on_outcomes(self, deliveries: list[Delivery]) -> None:
-        """The peer settled or gave outcomes to deliveries the node sent (settled here)."""
-
-    def on_writable(self) -> None: ...
-
-    def on_closed(self) -> asyncio.Future[None] | None:
-        """The link is gone; a future returned delays answering the peer's detach."""
-
-
-class NodeTable(Protocol):
-    """Where a link goes, by its address."""
-
-    def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
-        """The handler for a new link, or :class:`LinkRefused`."""
 
 
 class Listener(Protocol):
@@ -83,7 +58,7 @@ class Listener(Protocol):
     @property
     def config(self) -> AmqpConfig: ...
     @property
-    def node(self) -> NodeTable: ...
+    def table(self) -> NodeTable: ...
 
     @property
     def slots(self) -> Slots[AmqpConnection]: ...
@@ -385,7 +360,7 @@ class AmqpConnection(asyncio.Protocol):
             link.refuse(RESOURCE_LIMIT, f"at most {limit} links per connection")
             return
         try:
-            handler = self._listener.node.attach(self, link)
+            handler = self._listener.table.attach(self, link)
         except LinkRefused as exc:
             link.refuse(exc.condition, str(exc))
             return
@@ -431,14 +406,6 @@ class AmqpConnection(asyncio.Protocol):
         if half_close(socket):
             self._linger_left = LINGER_BYTES
             asyncio.get_running_loop().call_later(LINGER_SECONDS, self.abort)
-
-
-class LinkRefused(Exception):
-    """An attach the node will not take; the link is refused with ``condition``."""
-
-    def __init__(self, condition: str, description: str) -> None:
-        super().__init__(description)
-        self.condition = condition
 
 
 def _peer(address: Any) -> str:

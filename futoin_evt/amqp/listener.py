@@ -1,4 +1,5 @@
-"""The AMQP listener: a TCP (or TLS) server whose connections serve the event log node."""
+"""The AMQP listener: a TCP (or TLS) server whose connections serve the event log node and the
+nodes beside it (``$cbs``, ``$management``, ``$events``), through the node table it builds."""
 
 from __future__ import annotations
 
@@ -6,12 +7,18 @@ import asyncio
 import logging
 from typing import Final
 
+from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
+from ..domain.checkpoints import EventHubCheckpoints
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import Slots
+from .cbs import CBS, CbsNode
 from .config import AmqpConfig
 from .connection import AmqpConnection
+from .management import MANAGEMENT, ManagementNode
 from .node import EventLogNode
+from .notify import EVENTS_SOURCE, NotificationNode
+from .table import NodeTable
 
 log = logging.getLogger(__name__)
 
@@ -22,9 +29,31 @@ class AmqpListener:
     """``await listener.start()``, then ``await listener.close()``."""
 
     def __init__(
-        self, node: EventLogNode, authenticator: Authenticator, config: AmqpConfig
+        self,
+        node: EventLogNode,
+        authenticator: Authenticator,
+        config: AmqpConfig,
+        *,
+        sas: SasVerifier | None = None,
+        notifications: NotificationNode | None = None,
+        checkpoints: EventHubCheckpoints | None = None,
     ) -> None:
+        """``sas`` checks the tokens put to ``$cbs`` (None: every token is refused);
+        ``notifications`` serves ``$events`` and GET-EVENTS; ``checkpoints``, the Event Hubs
+        checkpoint store at ``$management``."""
         self.node = node
+        event_types = notifications.event_types if notifications is not None else None
+        #: Where each link goes: ``$cbs`` (before a login too), ``$management``, ``$events``
+        #: and below, else the event log node.
+        self.table = NodeTable(
+            node,
+            nodes={
+                CBS: CbsNode(sas),
+                MANAGEMENT: ManagementNode(node.hubs, event_types, checkpoints),
+            },
+            trees={EVENTS_SOURCE: notifications} if notifications is not None else {},
+            public={CBS},
+        )
         self.authenticator = authenticator
         self.config = config
         self._server: asyncio.Server | None = None

@@ -17,11 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
 
 from ..domain.checkpoints import EventHubCheckpoints
-from ..log.eventlog import EventLog, ts_to_ms
+from ..log.eventlog import ts_to_ms
 from ..notify.live import UnknownStream
 from ..quoting import quote_input
 from . import checkpoints
@@ -29,17 +29,7 @@ from .codec import format_offset
 from .engine.connection import Delivery, Link
 from .engine.message import Message, decode_message
 from .engine.types import DecodeError, Timestamp
-
-if TYPE_CHECKING:
-    from .connection import AmqpConnection
-
-
-class Hubs(Protocol):
-    """The streams served: each one's partition logs by name."""
-
-    def partitions(self, name: str) -> Sequence[EventLog] | None:
-        """Partition ``n``'s log at index ``n``; None when there is no such stream."""
-
+from .table import Connection, Hubs
 
 log = logging.getLogger(__name__)
 
@@ -62,9 +52,9 @@ class RequestReplyNode:
     links. Subclasses say what the answer to a request is."""
 
     def __init__(self) -> None:
-        self._replies: dict[AmqpConnection, dict[str | None, ReplyLink]] = {}
+        self._replies: dict[Connection, dict[str | None, ReplyLink]] = {}
 
-    def attach(self, conn: AmqpConnection, link: Link) -> RequestLink | ReplyLink:
+    def attach(self, conn: Connection, link: Link) -> RequestLink | ReplyLink:
         if not link.is_sender:
             link.accept(max_message_size=MAX_REQUEST_BYTES)
             return RequestLink(conn, link, self)
@@ -75,19 +65,19 @@ class RequestReplyNode:
         self._replies.setdefault(conn, {})[address] = reply
         return reply
 
-    def _forget(self, conn: AmqpConnection, address: str | None) -> None:
+    def _forget(self, conn: Connection, address: str | None) -> None:
         links = self._replies.get(conn, {})
         links.pop(address, None)
         if not links:
             self._replies.pop(conn, None)
 
-    def reply_link(self, conn: AmqpConnection, reply_to: str | None) -> ReplyLink | None:
+    def reply_link(self, conn: Connection, reply_to: str | None) -> ReplyLink | None:
         links = self._replies.get(conn, {})
         if reply_to in links:
             return links[reply_to]
         return next(iter(links.values())) if len(links) == 1 else None
 
-    async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
+    async def answer(self, conn: Connection, request: Message) -> tuple[int, str, Any]:
         """(status code, description, body) for one request."""
         raise NotImplementedError
 
@@ -109,7 +99,7 @@ class ManagementNode(RequestReplyNode):
         #: The Event Hubs checkpoint store (:mod:`.checkpoints`), when served.
         self._checkpoints = checkpoints
 
-    async def answer(self, conn: AmqpConnection, request: Message) -> tuple[int, str, Any]:
+    async def answer(self, conn: Connection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
         if properties.get("operation") == GET_EVENTS:
             return await self._get_events(properties.get("eventType"), properties.get("stream"))
@@ -172,7 +162,7 @@ class ManagementNode(RequestReplyNode):
 class RequestLink:
     """Requests to a request/response node: each is accepted on arrival and answered when read."""
 
-    def __init__(self, conn: AmqpConnection, link: Link, node: RequestReplyNode) -> None:
+    def __init__(self, conn: Connection, link: Link, node: RequestReplyNode) -> None:
         self._conn = conn
         self._link = link
         self._node = node
@@ -229,7 +219,7 @@ class RequestLink:
 class ReplyLink:
     """Replies from a request/response node, sent as the peer gives credit (settled on sending)."""
 
-    def __init__(self, conn: AmqpConnection, link: Link, forget: Any) -> None:
+    def __init__(self, conn: Connection, link: Link, forget: Any) -> None:
         self._conn = conn
         self._link = link
         self._forget = forget

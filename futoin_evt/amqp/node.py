@@ -19,17 +19,13 @@ import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import Any, Final
 
-from ..auth.sas import SasVerifier
-from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.stream import EventRejected, UserId
 from ..log.eventlog import EventLog, is_registrable
-from ..notify.live import LiveEvents
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
 from ..quoting import quote_input
 from ..stats import Calls
-from .cbs import CBS, CbsNode
 from .codec import (
     BATCH_FORMAT,
     DELIVERY_ANNOTATIONS_FILTER,
@@ -48,24 +44,20 @@ from .codec import (
     stored_form,
 )
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
-from .connection import UNAUTHORIZED, LinkHandler, LinkRefused
 from .engine.connection import Delivery, Link
 from .engine.message import Message, decode_message
 from .engine.performatives import Accepted, Rejected
 from .engine.types import DecodeError, Described, Symbol, decode_value, encode
 from .filters import compile_filter
-from .management import MANAGEMENT, Hubs, ManagementNode
+from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, after_time, link_answer
 from .quickdecode import quick_event
-
-if TYPE_CHECKING:
-    from .connection import AmqpConnection
+from .table import Connection, Hubs, LinkHandler, LinkRefused, address_path
 
 log = logging.getLogger(__name__)
 
 NODE: Final = "events"
 INFO: Final = "$info"
 PARTITION: Final = "0"
-PARTITION_PROPERTY: Final = Symbol("event-streams-partition")
 #: Delivery annotations: the partition a producer's message goes to, a consumer's came from.
 TARGET_PARTITION: Final = Symbol("event-streams-target-partition")
 SOURCE_PARTITION: Final = Symbol("event-streams-source-partition")
@@ -89,7 +81,6 @@ _ENCODER: Final = EventEncoder()
 NOT_FOUND: Final = "amqp:not-found"
 INVALID_FIELD: Final = "amqp:invalid-field"
 DECODE_ERROR: Final = "amqp:decode-error"
-INTERNAL_ERROR: Final = "amqp:internal-error"
 MESSAGE_SIZE_EXCEEDED: Final = "amqp:link:message-size-exceeded"
 LINK_STOLEN: Final = "amqp:link:stolen"
 RESOURCE_LOCKED: Final = "amqp:resource-locked"
@@ -114,32 +105,12 @@ class OneHub:
         return self._logs if name == NODE else None
 
 
-class AddressNode(Protocol):
-    """A node at an address of its own, beside the event log (``$events``)."""
-
-    @property
-    def address(self) -> str: ...
-    @property
-    def live(self) -> LiveEvents: ...
-    @property
-    def bus(self) -> ManagementBus | None: ...
-
-    def takes(self, address: str) -> bool:
-        """True when ``address`` is this node's (or below it)."""
-
-    async def event_types(self, stream: str | None, event_type: str | None) -> dict[str, list[str]]:
-        """GET-EVENTS of a stream (None: ``events``); UnknownStream."""
-
-    def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
-        """The handler for a new link, or :class:`LinkRefused`."""
-
-
 @dataclass(slots=True)
 class _Owner:
     """The active receive link of a consumer group on a partition, and its epoch."""
 
     epoch: int
-    conn: AmqpConnection
+    conn: Connection
     link: Link
 
 
@@ -162,10 +133,8 @@ class EventLogNode:
         self,
         events: EventLog,
         limits: NodeLimits = DEFAULT_NODE_LIMITS,
-        sas: SasVerifier | None = None,
-        notifications: AddressNode | None = None,
         hubs: Hubs | None = None,
-        checkpoints: EventHubCheckpoints | None = None,
+        bus: ManagementBus | None = None,
     ) -> None:
         self.events = events
         self.hubs: Hubs = hubs if hubs is not None else OneHub(events)
@@ -176,29 +145,14 @@ class EventLogNode:
         self._groups: dict[tuple[UserId, str, str, int], _Owner] = {}
         #: Where messages with no partition key go, in turn.
         self._spread = itertools.count()
-        #: ``$events`` (event notification), when served.
-        self._notifications = notifications
-        event_types = notifications.event_types if notifications is not None else None
-        self._management = ManagementNode(self.hubs, event_types, checkpoints)
-        self._cbs = CbsNode(sas)
+        #: Told of consumers registered on attach (management events), when set.
+        self._bus = bus
 
-    def attach(self, conn: AmqpConnection, link: Link) -> LinkHandler:
+    def attach(self, conn: Connection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
         address = link.address
         uri = address is not None and "://" in address
-        address = _address_path(address) if address is not None else None
-        if address == CBS:
-            return self._cbs.attach(conn, link)
-        if conn.principal is None:
-            raise LinkRefused(
-                UNAUTHORIZED,
-                "log in with SASL PLAIN as a user of this server, or put a SAS token to $cbs",
-            )
-        if address == MANAGEMENT:
-            return self._management.attach(conn, link)
-        notifications = self._notifications
-        if notifications is not None and address is not None and notifications.takes(address):
-            return notifications.attach(conn, link)
+        address = address_path(address) if address is not None else None
         parsed = self._parse_address(address)
         properties = _link_properties(link)
         partition = _requested_partition(properties, parsed)
@@ -264,7 +218,7 @@ class EventLogNode:
         ``NAME/ConsumerGroups/G/Partitions/P`` (Event Hubs' forms; its default group
         ``$Default`` is no group), also as the path of a URI (``amqps://host:port/NAME``, as
         Event Hubs clients give it). Raises :class:`LinkRefused` for any other address."""
-        parts = _address_path(address or "").split("/")
+        parts = address_path(address or "").split("/")
         logs = self.hubs.partitions(parts[0])
         if logs is None or len(parts) > 5:
             raise LinkRefused(NOT_FOUND, f"no such node: {quote_input(address, 80)}")
@@ -286,7 +240,7 @@ class EventLogNode:
 
     def _attach_group(
         self,
-        conn: AmqpConnection,
+        conn: Connection,
         link: Link,
         parsed: _Address,
         partition: int | None,
@@ -349,7 +303,7 @@ class EventLogNode:
                 del self._groups[key]
 
         def registered() -> None:
-            bus = self._notifications.bus if self._notifications is not None else None
+            bus = self._bus
             if bus is not None and binding is not None:
                 name = conn.principal.name if conn.principal is not None else None
                 bus.publish(
@@ -408,12 +362,6 @@ def _requested_partition(properties: Mapping[Any, Any], parsed: _Address) -> int
     return number
 
 
-def _address_path(address: str) -> str:
-    """``events/...`` from ``scheme://host[:port]/events/...``; other addresses unchanged."""
-    _scheme, sep, rest = address.partition("://")
-    return rest.partition("/")[2] if sep else address
-
-
 def _link_properties(link: Link) -> Mapping[Any, Any]:
     properties = link.remote_properties
     if properties is None:
@@ -452,15 +400,6 @@ def _start_position(link: Link, head: int) -> Position | None:
 def _filter_set(link: Link) -> Any:
     source = link.remote_source
     return source.filter if source is not None else None
-
-
-def _link_answer(
-    partition: int | None, properties: Mapping[Any, Any] | None = None
-) -> dict[Any, Any]:
-    """The properties our end of a link has: the partition it is bound to, if any, and
-    ``properties``."""
-    bound = {PARTITION_PROPERTY: Symbol(str(partition))} if partition is not None else {}
-    return {**bound, **(properties or {})}
 
 
 _SECTION: Final = b"\x00\x53"
@@ -538,7 +477,7 @@ class ProducerLink:
 
     def __init__(
         self,
-        conn: AmqpConnection,
+        conn: Connection,
         link: Link,
         events: EventLog,
         limits: NodeLimits,
@@ -556,7 +495,7 @@ class ProducerLink:
         self._limits = limits
         self._in_store = 0
         self._closed = False
-        link.accept(properties=_link_answer(partition), max_message_size=limits.max_message_bytes)
+        link.accept(properties=link_answer(partition), max_message_size=limits.max_message_bytes)
         self._top_up()
 
     def on_flow(self) -> None:
@@ -653,60 +592,7 @@ class ProducerLink:
             self._link.flow(room)
 
 
-class _SourceLink:
-    """A link the node sends on: a task that waits for credit and something to send."""
-
-    def __init__(
-        self,
-        conn: AmqpConnection,
-        link: Link,
-        events: EventLog,
-        properties: Mapping[Any, Any] | None = None,
-        partition: int | None = None,
-    ) -> None:
-        self._conn = conn
-        self._link = link
-        self._events = events
-        self._wake = asyncio.Event()
-        self._closed = False
-        link.accept(properties=_link_answer(partition, properties))
-        self._task = asyncio.ensure_future(self._run())
-        self._task.add_done_callback(self._finished)
-
-    async def _run(self) -> None:
-        raise NotImplementedError
-
-    def _finished(self, task: asyncio.Future[None]) -> None:
-        if task.cancelled() or self._closed:
-            return
-        exc = task.exception()
-        if exc is not None:
-            log.error("AMQP link failed", exc_info=exc)
-            self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")
-
-    def _send(self, encoded: bytes | list[bytes], tag: str) -> bool:
-        """Send one message; True when it is settled already (the peer asked for that)."""
-        return self._link.send(encoded, tag.encode()).settled
-
-    def on_flow(self) -> None:
-        self._wake.set()
-
-    def on_writable(self) -> None:
-        self._wake.set()
-
-    def on_delivery(self, delivery: Delivery) -> None:
-        pass  # the engine refuses transfers on a link the peer receives on
-
-    def on_outcomes(self, deliveries: list[Delivery]) -> None:
-        pass  # the engine settles what the consumer settled
-
-    def on_closed(self) -> asyncio.Future[None] | None:
-        self._closed = True
-        self._task.cancel()
-        return None
-
-
-class ConsumerLink(_SourceLink):
+class ConsumerLink(SourceLink):
     """Events after the start position, one per unit of credit, in id order.
 
     Bound to a registered consumer, the link starts at its stored position when it has no
@@ -716,7 +602,7 @@ class ConsumerLink(_SourceLink):
 
     def __init__(
         self,
-        conn: AmqpConnection,
+        conn: Connection,
         link: Link,
         events: EventLog,
         start: Position | None,
@@ -765,7 +651,7 @@ class ConsumerLink(_SourceLink):
             position = await self._events.position(user_id, component)
             if not self._filtered and position is not None:
                 after = position
-        return await _after_time(self._events, self._start, after)
+        return await after_time(self._events, self._start, after)
 
     async def _run(self) -> None:
         self._after = self._acked = after = await self._start_after()
@@ -828,13 +714,6 @@ class ConsumerLink(_SourceLink):
             self._acked = wanted
 
 
-async def _after_time(events: EventLog, start: Position, after: int) -> int:
-    """``after``, moved past the events older than the start's time, if it has one."""
-    if start.after_ms is not None:
-        after = max(after, await events.id_before_ms(start.after_ms))
-    return after
-
-
 def _source_annotation(partition: int) -> tuple[bytes, int]:
     """The encoded ``event-streams-source-partition`` entry of a delivery-annotations map:
     its bytes and how many map items it is (2)."""
@@ -867,14 +746,14 @@ def _annotated(message: bytes, entry: tuple[bytes, int]) -> bytes:
     return message[:3] + head + content + rest
 
 
-class PartitionsLink(_SourceLink):
+class PartitionsLink(SourceLink):
     """A partition-agnostic consumer: the events of every partition the stream had when the
     link attached, each partition in id order, every transfer annotated with its partition
     (``event-streams-source-partition``). Partitions take turns for the credit."""
 
     def __init__(
         self,
-        conn: AmqpConnection,
+        conn: Connection,
         link: Link,
         logs: Sequence[EventLog],
         starts: Sequence[Position | None],
@@ -902,7 +781,7 @@ class PartitionsLink(_SourceLink):
     async def _run(self) -> None:
         logs = self._logs
         afters = [
-            await _after_time(events, start, start.after_id)
+            await after_time(events, start, start.after_id)
             for events, start in zip(logs, self._starts, strict=True)
         ]
         link = self._link
@@ -943,10 +822,10 @@ class PartitionsLink(_SourceLink):
             await self._wake.wait()
 
 
-class InfoLink(_SourceLink):
+class InfoLink(SourceLink):
     """``NAME/$info``: one message with the bounds of every partition per unit of credit."""
 
-    def __init__(self, conn: AmqpConnection, link: Link, logs: Sequence[EventLog]) -> None:
+    def __init__(self, conn: Connection, link: Link, logs: Sequence[EventLog]) -> None:
         self._logs = list(logs)
         super().__init__(conn, link, logs[0])
 

@@ -458,6 +458,7 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
     start-up line is worker 0's (every worker serves the same URLs)."""
     await _waiting_for_db(lambda: _migrated(config), args.wait_for_db)
     held = []
+    held_fds: list[int] = []
     try:
         port_args = []
         listeners: list[tuple[str, str, tuple[str, int]]] = [("--port", "", (args.host, args.port))]
@@ -476,7 +477,8 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
                 ) from None
             held += sockets
             port_args += [option, str(port) if option == "--port" else _address(host, port)]
-        workdir = channel_dir()
+        workdir, owner = channel_dir()
+        held_fds.append(owner)
         base = [sys.executable, "-m", "futoin_evt", *args.argv, *port_args, "--worker"]
 
         def command(slot: int) -> list[str]:
@@ -501,3 +503,5 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
     finally:
         for sock in held:
             sock.close()
+        for fd in held_fds:  # the channel's owner lock, once its directory is gone
+            os.close(fd)

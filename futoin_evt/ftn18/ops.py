@@ -138,6 +138,8 @@ class OpsService(ConsumerOps):
             for s in self._push.all_streams
             if s.reliable and s.key[0] == partition_key
         }
+        elsewhere = {(user, component) for key, user, component in self._push.pushing_elsewhere()
+                     if key == partition_key}  # fmt: skip
         out = []
         for row in rows:
             stream = streams.get((row.user_id, row.component))
@@ -149,7 +151,8 @@ class OpsService(ConsumerOps):
                 "oldest_unread_age": _age_seconds(row.oldest_unread_ts),
                 "registered": row.registered_at,
                 "last_seen": row.last_seen_at,
-                "push_connected": stream is not None,
+                "push_connected": stream is not None
+                or (row.user_id, row.component) in elsewhere,
                 "push_retrying": stream.stats.retrying if stream else 0,
                 "push_failures": stream.stats.groups_failed if stream else 0,
             }))  # fmt: skip

@@ -38,7 +38,7 @@ import logging
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..domain.stream import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
@@ -325,6 +325,23 @@ def _failure(reply: asyncio.Future[Any]) -> str | None:
     return error
 
 
+#: A reliable consumer's push stream: partition key, user, component.
+StreamKey = tuple[int, UserId, str]
+
+
+class PushPeers(Protocol):
+    """The other workers of this server (``serve --workers``), as the push streams see them."""
+
+    def pushes_changed(self) -> None:
+        """This worker's reliable streams may have changed (the others learn of it)."""
+
+    def pushing_elsewhere(self) -> set[StreamKey]:
+        """The reliable streams the other workers hold."""
+
+    def stop_elsewhere(self, key: StreamKey) -> None:
+        """Stop the stream of ``key`` on the other workers (an operator's seek or drop)."""
+
+
 class PushService:
     """``readyToReceive``: starts, and takes over, push streams, on every partition served.
 
@@ -352,6 +369,8 @@ class PushService:
         }
         #: Partitions whose head watch this process has read from the database once.
         self._primed: set[int] = {DEFAULT_PARTITION.key}
+        #: The other workers of this server, when it is one of several.
+        self.peers: PushPeers | None = None
 
     @property
     def streams(self) -> list[PushStream]:
@@ -362,6 +381,18 @@ class PushService:
     def all_streams(self) -> list[PushStream]:
         """The streams of every partition (keyed by partition key first)."""
         return list(self._streams.values())
+
+    def reliable_keys(self) -> set[StreamKey]:
+        """The reliable streams of this process, on every partition."""
+        return {(s.key[0], s.user_id, s.component) for s in self._streams.values() if s.reliable}
+
+    def pushing_elsewhere(self) -> set[StreamKey]:
+        """The reliable streams other workers of this server hold (none with one process)."""
+        return set() if self.peers is None else self.peers.pushing_elsewhere()
+
+    def _changed(self) -> None:
+        if self.peers is not None:
+            self.peers.pushes_changed()
 
     def connected_consumers(self, partition: Partition) -> list[tuple[UserId, str]]:
         """The reliable consumers with a push stream connected now on ``partition``."""
@@ -442,6 +473,8 @@ class PushService:
         )
         self._streams[key] = stream
         stream.start()
+        if reliable:
+            self._changed()
         return True
 
     def acknowledge(self, stream: PushStream, last_id: int) -> None:
@@ -492,6 +525,7 @@ class PushService:
         log.info("push stream %s of user %s taken over elsewhere", component, user_id)
         del self._streams[stream.key]
         stream.stop()
+        self._changed()
         if self.notices is not None:
             self.notices.publish(
                 CONSUMER_TAKEN_OVER,
@@ -508,11 +542,18 @@ class PushService:
         self, user_id: UserId, component: str, partition: Partition = DEFAULT_PARTITION
     ) -> None:
         """Stop a consumer's stream and drop its connection, so its receiver reconnects and
-        starts from the stored position (after a seek or a drop)."""
-        stream = self._streams.pop((partition.key, user_id, component), None)
+        starts from the stored position (after a seek or a drop), on every worker."""
+        self.stop_here((partition.key, user_id, component))
+        if self.peers is not None:
+            self.peers.stop_elsewhere((partition.key, user_id, component))
+
+    def stop_here(self, key: StreamKey) -> None:
+        """:meth:`stop_stream` in this process only."""
+        stream = self._streams.pop(key, None)
         if stream is not None:
             stream.stop()
             stream.link.abort()
+            self._changed()
 
     def forget_partition(self, partition: Partition) -> None:
         """The partition is gone (its stream dropped): its streams stop and their connections
@@ -522,6 +563,7 @@ class PushService:
                 del self._streams[key]
                 stream.stop()
                 stream.link.abort()
+        self._changed()
         stop = self._claim_stops.pop(partition.key, None)
         if stop is not None:
             stop()
@@ -530,6 +572,8 @@ class PushService:
     def forget(self, stream: PushStream) -> None:
         if self._streams.get(stream.key) is stream:
             del self._streams[stream.key]
+            if stream.reliable:
+                self._changed()
 
     async def close(self) -> None:
         """Stop every stream and let stored acknowledgements finish."""
@@ -539,5 +583,6 @@ class PushService:
         for stream in list(self._streams.values()):
             stream.stop()
         self._streams.clear()
+        self._changed()
         if self._acks:
             await asyncio.gather(*self._acks, return_exceptions=True)

@@ -203,8 +203,10 @@ async def _start_amqp(
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
     hubs = StreamLogs(streams, store, live.default.events)
     notifications = NotificationNode(live, bus)
-    node = EventLogNode(live.default.events, config.limits.node, sas, notifications, hubs, store)
-    listener = AmqpListener(node, authenticator, config)
+    node = EventLogNode(live.default.events, config.limits.node, hubs, bus)
+    listener = AmqpListener(
+        node, authenticator, config, sas=sas, notifications=notifications, checkpoints=store
+    )
     listener.notices = bus
     try:
         await listener.start()
@@ -321,6 +323,8 @@ class EventServer:
         notify = NotifyService(lives, notices)
         try:
             push = PushService(store, config.push, notices)
+            if channel is not None:
+                channel.serve_push(push)
             discarding = config.worker is None or config.worker.slot == 0
             discarder = Discarder(
                 store, push, config.retention, notices, streams, discarding=discarding

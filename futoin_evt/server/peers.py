@@ -9,14 +9,19 @@ What goes over it, one line each, every line queued in one loop turn in one data
 - ``h KEY HEAD``: events up to ``HEAD`` of partition ``KEY`` are committed (the newest only);
 - ``c KEY USER EPOCH "COMPONENT"``: a push stream claimed a consumer;
 - ``s``: a stream was added, grown or dropped;
-- ``m JSON``: a management event, ``[type, ts, attributes]``, for the peer's subscribers.
+- ``m JSON``: a management event, ``[type, ts, attributes]``, for the peer's subscribers;
+- ``p SLOT 1|0 KEY USER "COMPONENT"``: worker ``SLOT`` holds (1) or no longer holds (0) the
+  reliable push stream of that consumer (``listConsumers`` shows it connected on every worker);
+- ``x KEY USER "COMPONENT"``: stop that push stream (an operator's seek or drop);
+- ``r SLOT``: worker ``SLOT`` (re)started: forget what it held, and tell it what you hold.
 
 The first three are the news the database does not carry between processes
 (:class:`~futoin_evt.storage.base.PeerNews`; PostgreSQL's own channel does). A peer whose
 queue is full (the kernel holds a few datagrams per socket) gets the rest once its socket
 polls writable again, heads and claims merged meanwhile. A peer that is gone (restarting)
 loses what was meant for it: a new worker reads the heads from the database when it starts,
-and a claim it missed is still fenced by the epoch at the next acknowledgement.
+and a claim it missed is still fenced by the epoch at the next acknowledgement; its ``r``
+brings it the others' push streams.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Final
 
 from ..domain.stream import UserId
+from ..ftn18.push import PushService, StreamKey
 from ..notify.management import ManagementBus, management_attributes, management_notification
 from ..notify.message import Notification
 from ..storage.base import PeerNews
@@ -67,19 +73,26 @@ class _Peer:
     heads: dict[int, int] = field(default_factory=dict)
     claims: dict[tuple[int, UserId, str], int] = field(default_factory=dict)
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_PENDING_LINES))
+    #: Push streams of this worker that started (True) or ended (False), the newest only.
+    pushes: dict[StreamKey, bool] = field(default_factory=dict)
     #: Datagrams built but not taken yet (the peer's queue was full).
     unsent: deque[bytes] = field(default_factory=deque)
 
-    def take_lines(self) -> list[str]:
+    def take_lines(self, slot: int) -> list[str]:
         lines = [f"h {key} {head}" for key, head in self.heads.items()]
         lines += [
             f"c {key} {user} {epoch} {json.dumps(name)}"
             for (key, user, name), epoch in self.claims.items()
         ]
         lines += self.lines
+        lines += [
+            f"p {slot} {int(held)} {key} {user} {json.dumps(name)}"
+            for (key, user, name), held in self.pushes.items()
+        ]
         self.heads.clear()
         self.claims.clear()
         self.lines.clear()
+        self.pushes.clear()
         return lines
 
     def drop(self) -> None:
@@ -90,6 +103,7 @@ class _Peer:
         self.heads.clear()
         self.claims.clear()
         self.lines.clear()
+        self.pushes.clear()
         self.unsent.clear()
 
 
@@ -124,20 +138,35 @@ class PeerChannel:
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sock.setblocking(False)
         self._sock.bind(path)
-        self._peers = [
-            _Peer(place.socket_path(slot)) for slot in range(place.count) if slot != place.slot
-        ]
+        self._by_slot = {
+            slot: _Peer(place.socket_path(slot))
+            for slot in range(place.count)
+            if slot != place.slot
+        }
+        self._peers = list(self._by_slot.values())
         self._loop = asyncio.get_running_loop()
         self._flushing = False
         self._heard: PeerNews | None = None
         self._bus: ManagementBus | None = None
         self._closed = False
+        self._push: PushService | None = None
+        #: This worker's reliable push streams as last told to the others.
+        self._told: set[StreamKey] = set()
+        self._pushes_changed = False
+        #: The reliable push streams of the others, by their slot.
+        self._elsewhere: dict[int, set[StreamKey]] = {}
 
     def listen(self, heard: PeerNews | None, bus: ManagementBus) -> None:
         """Apply the news of the others to ``heard`` (the store's side) and ``bus``."""
         self._heard = heard
         self._bus = bus
         self._loop.add_reader(self._sock.fileno(), self._receive)
+        self._add_line(f"r {self.place.slot}")
+
+    def serve_push(self, push: PushService) -> None:
+        """Tell the others of ``push``'s reliable streams, and it of theirs."""
+        self._push = push
+        push.peers = self
 
     def close(self) -> None:
         if self._closed:
@@ -171,6 +200,17 @@ class PeerChannel:
         attributes = management_attributes(notification)
         self._add_line("m " + json.dumps([notification.type, notification.ts, attributes]))
 
+    def pushes_changed(self) -> None:
+        self._pushes_changed = True
+        self._soon()
+
+    def pushing_elsewhere(self) -> set[StreamKey]:
+        return set().union(*self._elsewhere.values())
+
+    def stop_elsewhere(self, key: StreamKey) -> None:
+        partition_key, user_id, component = key
+        self._add_line(f"x {partition_key} {user_id} {json.dumps(component)}")
+
     def _add_line(self, line: str) -> None:
         for peer in self._peers:
             peer.lines.append(line)
@@ -185,6 +225,13 @@ class PeerChannel:
         self._flushing = False
         if self._closed:
             return
+        if self._pushes_changed and self._push is not None:
+            self._pushes_changed = False
+            now = self._push.reliable_keys()
+            changes = dict.fromkeys(now - self._told, True) | dict.fromkeys(self._told - now, False)
+            self._told = now
+            for peer in self._peers:
+                peer.pushes.update(changes)
         for peer in self._peers:
             if not peer.unsent:  # else it waits for the peer's socket to poll writable
                 self._send(peer)
@@ -198,9 +245,10 @@ class PeerChannel:
             except OSError:  # not started yet, or restarting
                 sock.close()
                 peer.drop()
+                self._forget(peer)
                 return
             peer.sock = sock
-        peer.unsent.extend(_datagrams(peer.take_lines()))
+        peer.unsent.extend(_datagrams(peer.take_lines(self.place.slot)))
         while peer.unsent:
             try:
                 peer.sock.send(peer.unsent[0])
@@ -209,8 +257,15 @@ class PeerChannel:
                 return
             except OSError:  # the peer is gone (ECONNREFUSED): its successor starts afresh
                 peer.drop()
+                self._forget(peer)
                 return
             peer.unsent.popleft()
+
+    def _forget(self, gone: _Peer) -> None:
+        """``gone`` holds no push streams any more (its successor tells what it holds)."""
+        for slot, peer in self._by_slot.items():
+            if peer is gone:
+                self._elsewhere.pop(slot, None)
 
     def _writable(self, peer: _Peer) -> None:
         if peer.sock is not None:
@@ -248,6 +303,28 @@ class PeerChannel:
         elif kind == "s":
             if heard is not None:
                 heard.streams_changed()
+        elif kind == "p":
+            _, slot, held, key, user, component = line.split(" ", 5)
+            stream = (int(key), UserId(int(user)), str(json.loads(component)))
+            streams = self._elsewhere.setdefault(int(slot), set())
+            if held == "1":
+                streams.add(stream)
+            else:
+                streams.discard(stream)
+        elif kind == "x":
+            _, key, user, component = line.split(" ", 3)
+            if self._push is not None:
+                self._push.stop_here((int(key), UserId(int(user)), str(json.loads(component))))
+        elif kind == "r":
+            sender = int(line[2:])
+            self._elsewhere.pop(sender, None)
+            peer = self._by_slot[sender]
+            if peer.sock is not None:  # connected to its predecessor: never send there again
+                self._loop.remove_writer(peer.sock.fileno())
+                peer.sock.close()
+                peer.sock = None
+            peer.pushes.update(dict.fromkeys(self._told, True))
+            self._send(peer)
         elif kind == "m":
             event_type, ts, attributes = json.loads(line[2:])
             if self._bus is not None:

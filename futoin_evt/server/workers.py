@@ -7,6 +7,11 @@ first line on stdout says it is ready. A worker that exits unasked is started ag
 a back-off (doubling from :data:`FIRST_RESTART_DELAY` while it keeps dying young). SIGTERM
 to the supervisor stops the workers gracefully (each closes as a single server does); the
 workers also get SIGTERM when the supervisor dies (Linux's parent-death signal).
+
+The workers' channel lives in a private directory under the temporary directory, which the
+supervisor removes when it stops, a worker when it outlives its supervisor. While the
+supervisor lives it holds a lock on a file there; a supervisor that starts removes the
+directories whose lock nobody holds (left when a whole group was killed with SIGKILL).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import logging
 import os
 import shutil
@@ -89,9 +95,58 @@ def die_with_parent(parent: int) -> None:
         sys.exit(1)
 
 
-def channel_dir() -> Path:
-    """A private directory for the workers' channel sockets (removed by the supervisor)."""
-    return Path(tempfile.mkdtemp(prefix="futoin-evt-"))
+#: What the names of the groups' channel directories start with.
+CHANNEL_PREFIX: Final = "futoin-evt-"
+#: The file of a channel directory whose lock the group's supervisor holds while it lives.
+OWNER_LOCK: Final = "supervisor.lock"
+
+
+def channel_dir(parent: Path | None = None) -> tuple[Path, int]:
+    """A private directory (mode 0700) for the workers' channel, under ``parent`` (the
+    temporary directory), and the descriptor that holds its owner lock: close it after
+    removing the directory. Stale directories go first (:func:`remove_stale_channels`)."""
+    remove_stale_channels(parent)
+    path = Path(tempfile.mkdtemp(prefix=CHANNEL_PREFIX, dir=parent))
+    # locked before it takes its name: no other supervisor ever finds it unlocked
+    claiming = path / (OWNER_LOCK + ".new")
+    fd = os.open(claiming, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    os.rename(claiming, path / OWNER_LOCK)
+    return path, fd
+
+
+def remove_stale_channels(parent: Path | None = None) -> list[Path]:
+    """Remove this user's channel directories under ``parent`` whose owner lock nobody
+    holds (their supervisor died, and no worker was left to tidy up); returns them.
+    Directories without the lock file (being made, or not ours) stay."""
+    parent = Path(tempfile.gettempdir()) if parent is None else parent
+    removed: list[Path] = []
+    with os.scandir(parent) as entries:
+        for entry in entries:
+            if not entry.name.startswith(CHANNEL_PREFIX):
+                continue
+            try:
+                if not entry.is_dir(follow_symlinks=False):
+                    continue
+                if entry.stat(follow_symlinks=False).st_uid != os.getuid():
+                    continue
+                fd = os.open(
+                    os.path.join(entry.path, OWNER_LOCK),
+                    os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                )
+            except OSError:
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # its supervisor lives
+            else:
+                shutil.rmtree(entry.path, ignore_errors=True)
+                removed.append(Path(entry.path))
+                log.info("removed %s, left by a group that was killed", entry.path)
+            finally:
+                os.close(fd)
+    return removed
 
 
 class Supervisor:

@@ -63,7 +63,8 @@ def _item_sql(
                 f"SELECT t.id AS id FROM (SELECT event_id AS id FROM {tags_table}"
                 f" WHERE tag = {mark} AND event_id {bound} {mark}"
                 f" UNION SELECT event_id FROM {tags_table}"
-                f" WHERE tag > {mark} AND tag < {mark} AND event_id {bound} {mark}) AS t WHERE 1"
+                f" WHERE tag > {mark} AND tag < {mark} AND event_id {bound} {mark})"
+                " AS t WHERE 1 = 1"
             )
             key, low, high = _key_range(keys[0])
             params += [key, bound_value, low, high, bound_value]

@@ -35,7 +35,14 @@ from typing import Any, Final
 
 import aiosqlite
 
-from ..domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
+from ..domain.dcb import (
+    AppendCondition,
+    AppendConditionFailed,
+    EventIdConflict,
+    NewEvent,
+    Query,
+    StoredEvent,
+)
 from ..domain.partition import (
     DEFAULT_PARTITION,
     DEFAULT_STREAM,
@@ -174,7 +181,18 @@ class _Command:
     key: int = 0
 
 
-_Write = _Append | _Statement | _Command
+@dataclass(slots=True)
+class _DcbAppend:
+    """A DCB append: its condition is checked in the writer's transaction, after every
+    write before it in the queue (the DCB appends of one commit included)."""
+
+    events: Sequence[NewEvent]
+    condition: AppendCondition | None
+    future: asyncio.Future[Any]
+    tables: Tables = DEFAULT_TABLES
+
+
+_Write = _Append | _Statement | _Command | _DcbAppend
 
 
 @dataclass(slots=True)
@@ -491,8 +509,11 @@ class SqlitePartitionLog(PagedReads):
     ) -> int:
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
-        position: int = await self._submit(_dcb_append_sync, self._tables, events, condition)
-        return position
+        if self._retired:
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._store._enqueue(_DcbAppend(events, condition, future, self._tables))
+        return await future
 
     async def dcb_read(
         self, query: Query, *, after: int | None, before: int | None, limit: int
@@ -1171,6 +1192,17 @@ def _commit_in_turn(
                 for placed in by_partition.values():
                     _append_run(conn, ts, placed, inserted, results)
                 continue
+            if isinstance(item, _DcbAppend):
+                dcb_by_partition: dict[int, list[tuple[int, _DcbAppend]]] = {}
+                while index < len(batch):
+                    dcb = batch[index]
+                    if not isinstance(dcb, _DcbAppend):
+                        break
+                    dcb_by_partition.setdefault(dcb.tables.key, []).append((index, dcb))
+                    index += 1
+                for dcb_placed in dcb_by_partition.values():
+                    _dcb_run(conn, ts, dcb_placed, inserted, results)
+                continue
             if isinstance(item, _Statement):
                 try:
                     results[index] = conn.execute(item.sql, item.params).fetchall()
@@ -1257,32 +1289,172 @@ def _keep_content_types(
         conn.executemany(f"UPDATE {table} SET content_type = ? WHERE id = ?", kept)
 
 
-def _dcb_append_sync(
+def _dcb_run(
     conn: sqlite3.Connection,
     ts: str,
+    placed: list[tuple[int, _DcbAppend]],
+    inserted: dict[int, _Inserted],
+    results: list[Any],
+) -> None:
+    """DCB appends to one partition, with their places in the batch, in queue order: each
+    one's retry and condition checked against what was written before it (the store's
+    indexes for the events before the run, the run's own events in memory), then the
+    accepted ones' events, tags and ids inserted in multi-row statements. A refused append
+    (a failed condition, an id stored with other content) is refused alone. A run of one,
+    or one whose insert fails (a partition dropped meanwhile; the run is undone), is
+    written one append at a time."""
+    tables = placed[0][1].tables
+    if len(placed) == 1:
+        _dcb_one_by_one(conn, ts, placed, inserted, results)
+        return
+    conn.execute("SAVEPOINT dcb_run")
+    try:
+        accepted = _dcb_checked(conn, tables, placed, results)
+        if accepted:
+            first_id = _insert_events(
+                conn, tables.events, [(e.type, e.data_json) for _, e in accepted], ts
+            )
+            if first_id != accepted[0][0]:
+                raise sqlite3.OperationalError(f"ids from {first_id}, not {accepted[0][0]}")
+            _insert_dcb_rows(conn, tables, accepted)
+    except sqlite3.Error as exc:
+        log.debug("DCB appends of one commit written one at a time: %s", exc)
+        conn.execute("ROLLBACK TO dcb_run")
+        conn.execute("RELEASE dcb_run")
+        _dcb_one_by_one(conn, ts, placed, inserted, results)
+        return
+    conn.execute("RELEASE dcb_run")
+    inserted.setdefault(tables.key, []).extend(
+        (position, event.type, event.data_json) for position, event in accepted
+    )
+
+
+def _dcb_one_by_one(
+    conn: sqlite3.Connection,
+    ts: str,
+    placed: list[tuple[int, _DcbAppend]],
+    inserted: dict[int, _Inserted],
+    results: list[Any],
+) -> None:
+    """Each append by :func:`_dcb_append_sync` in a savepoint: a failure undoes its own."""
+    for index, dcb in placed:
+        conn.execute("SAVEPOINT command")
+        try:
+            results[index], events = _dcb_append_sync(
+                conn, ts, dcb.tables, dcb.events, dcb.condition
+            )
+        except Exception as failed:
+            conn.execute("ROLLBACK TO command")
+            results[index] = failed
+        else:
+            inserted.setdefault(dcb.tables.key, []).extend(events)
+        conn.execute("RELEASE command")
+
+
+def _dcb_checked(
+    conn: sqlite3.Connection,
     tables: Tables,
-    events: Sequence[NewEvent],
-    condition: AppendCondition | None,
-) -> tuple[int, _Inserted]:
-    """A DCB append inside the writer's transaction: an idempotent retry returns the stored
-    positions; a failed condition raises; else the events go in with their tags."""
-    client_ids = [e.id for e in events if e.id is not None]
-    if client_ids:
-        rows = conn.execute(
-            "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
-            f" FROM {tables.dcb_events} d JOIN {tables.events} e ON e.id = d.event_id"
-            f" WHERE d.client_id IN ({','.join('?' * len(client_ids))})",
-            client_ids,
-        ).fetchall()
-        if rows:
-            return stored_retry(events, rows), []
-    if condition is not None:
-        sql, params = condition_sql(condition.fail_if_events_match, condition.after, tables=tables)
-        row = conn.execute(sql, params).fetchone()
-        if row is not None:
-            raise AppendConditionFailed(int(row[0]))
-    first_id = _insert_events(conn, tables.events, [(e.type, e.data_json) for e in events], ts)
-    placed = [(first_id + offset, event) for offset, event in enumerate(events)]
+    placed: list[tuple[int, _DcbAppend]],
+    results: list[Any],
+) -> list[tuple[int, NewEvent]]:
+    """The events of the appends of a run that may go in, with the positions they get (the
+    run's writes are the next ones of the partition); each append's result set: its last
+    position, a stored retry's, or why it is refused."""
+    (given,) = conn.execute(_last_given_id(tables)).fetchone()
+    next_id = int(given) + 1
+    accepted: list[tuple[int, NewEvent]] = []
+    run = _RunEvents()
+    by_client_id: dict[str, tuple[int, NewEvent]] = {}
+    for index, dcb in placed:
+        events, condition = dcb.events, dcb.condition
+        client_ids = [e.id for e in events if e.id is not None]
+        if client_ids:
+            rows = _stored_rows(conn, tables, client_ids)
+            rows += [
+                (e.id, position, e.type, e.data_json, encode_json(list(e.tags)), e.is_bytes)
+                for position, e in (by_client_id[i] for i in client_ids if i in by_client_id)
+            ]
+            if rows:
+                try:
+                    results[index] = stored_retry(events, rows)
+                except EventIdConflict as exc:
+                    results[index] = exc
+                continue
+        if condition is not None:
+            sql, params = condition_sql(
+                condition.fail_if_events_match, condition.after, tables=tables
+            )
+            row = conn.execute(sql, params).fetchone()
+            conflict = int(row[0]) if row is not None else run.first_match(condition)
+            if conflict is not None:
+                results[index] = AppendConditionFailed(conflict)
+                continue
+        for event in events:
+            accepted.append((next_id, event))
+            run.add(next_id, event)
+            if event.id is not None:
+                by_client_id[event.id] = (next_id, event)
+            next_id += 1
+        results[index] = next_id - 1
+    return accepted
+
+
+class _RunEvents:
+    """The events a run of DCB appends accepted so far, by tag and by type, in position
+    order: what a later append's condition is checked against besides the store."""
+
+    def __init__(self) -> None:
+        self._all: list[tuple[int, str, frozenset[str]]] = []
+        self._by_tag: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
+        self._by_type: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
+
+    def add(self, position: int, event: NewEvent) -> None:
+        entry = (position, event.type, frozenset(event.tags))
+        self._all.append(entry)
+        self._by_type.setdefault(event.type, []).append(entry)
+        for tag in entry[2]:
+            self._by_tag.setdefault(tag, []).append(entry)
+
+    def first_match(self, condition: AppendCondition) -> int | None:
+        """The first position after the condition's of an event matching its query."""
+        if not self._all:
+            return None
+        query, after = condition.fail_if_events_match, condition.after or 0
+        if query.matches_all:
+            return next((p for p, _t, _tags in self._all if p > after), None)
+        found: int | None = None
+        for item in query.items:
+            if item.tags:
+                lists = [self._by_tag.get(min(item.tags), [])]
+            elif item.types:
+                lists = [self._by_type.get(t, []) for t in item.types]
+            else:
+                lists = [self._all]
+            for entries in lists:
+                for position, event_type, tags in entries:
+                    if position > after and item.matches(event_type, tags):
+                        if found is None or position < found:
+                            found = position
+                        break
+        return found
+
+
+def _stored_rows(
+    conn: sqlite3.Connection, tables: Tables, client_ids: list[str]
+) -> list[tuple[Any, ...]]:
+    """What :func:`.dcb_sql.stored_retry` compares, of the stored events with these ids."""
+    return conn.execute(
+        "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
+        f" FROM {tables.dcb_events} d JOIN {tables.events} e ON e.id = d.event_id"
+        f" WHERE d.client_id IN ({','.join('?' * len(client_ids))})",
+        client_ids,
+    ).fetchall()
+
+
+def _insert_dcb_rows(
+    conn: sqlite3.Connection, tables: Tables, placed: Sequence[tuple[int, NewEvent]]
+) -> None:
+    """The DCB rows (client id, tags, opaque bytes) and the tag index of inserted events."""
     conn.executemany(
         f"INSERT INTO {tables.dcb_events} (event_id, client_id, tags, is_bytes)"
         " VALUES (?, ?, ?, ?)",
@@ -1292,6 +1464,30 @@ def _dcb_append_sync(
         f"INSERT INTO {tables.event_tags} (tag, event_id) VALUES (?, ?)",
         [(tag, p) for p, e in placed for tag in e.tags],
     )
+
+
+def _dcb_append_sync(
+    conn: sqlite3.Connection,
+    ts: str,
+    tables: Tables,
+    events: Sequence[NewEvent],
+    condition: AppendCondition | None,
+) -> tuple[int, _Inserted]:
+    """One DCB append inside the writer's transaction: an idempotent retry returns the stored
+    positions; a failed condition raises; else the events go in with their tags."""
+    client_ids = [e.id for e in events if e.id is not None]
+    if client_ids:
+        rows = _stored_rows(conn, tables, client_ids)
+        if rows:
+            return stored_retry(events, rows), []
+    if condition is not None:
+        sql, params = condition_sql(condition.fail_if_events_match, condition.after, tables=tables)
+        row = conn.execute(sql, params).fetchone()
+        if row is not None:
+            raise AppendConditionFailed(int(row[0]))
+    first_id = _insert_events(conn, tables.events, [(e.type, e.data_json) for e in events], ts)
+    placed = [(first_id + offset, event) for offset, event in enumerate(events)]
+    _insert_dcb_rows(conn, tables, placed)
     return placed[-1][0], [(p, e.type, e.data_json) for p, e in placed]
 
 

@@ -83,7 +83,14 @@ import psycopg
 from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent, Query, StoredEvent
+from ...domain.dcb import (
+    AppendCondition,
+    AppendConditionFailed,
+    EventIdConflict,
+    NewEvent,
+    Query,
+    StoredEvent,
+)
 from ...domain.partition import (
     DEFAULT_PARTITION,
     DEFAULT_STREAM,
@@ -231,6 +238,13 @@ class _Queue:
     ready: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(slots=True)
+class _DcbAppend:
+    events: Sequence[NewEvent]
+    condition: AppendCondition | None
+    future: asyncio.Future[int]
+
+
 #: A partition's batch for the combined commit, and where its (ids, ts) go.
 _Grouped = tuple["PostgresPartitionLog", list[_Append], "asyncio.Future[tuple[list[int], str]]"]
 #: Combined statements kept, by the partitions they take (cleared when full).
@@ -301,6 +315,10 @@ class PostgresPartitionLog(PagedReads):
         #: Its lock was held by another process at the last combined commit: the next batch
         #: waits for it alone.
         self._contended = False
+        #: DCB appends waiting for the partition's DCB writer, and that writer.
+        self._dcb_queue: deque[_DcbAppend] = deque()
+        self._dcb_ready = asyncio.Event()
+        self._dcb_task: asyncio.Task[None] | None = None
 
     # -- plumbing -------------------------------------------------------------------------
 
@@ -412,12 +430,16 @@ class PostgresPartitionLog(PagedReads):
     def _retire(self) -> None:
         self._retired = True
         self._queue.ready.set()
+        self._dcb_ready.set()
 
     async def _stop_writing(self) -> None:
         """Once the store is closing: commit what is queued."""
         self._queue.ready.set()
+        self._dcb_ready.set()
         if self._task is not None:
             await self._task
+        if self._dcb_task is not None:
+            await self._dcb_task
 
     async def _commit_batch(self, batch: list[_Append]) -> tuple[list[int], str]:
         return await self._store._group_commit(self, batch)
@@ -677,61 +699,145 @@ class PostgresPartitionLog(PagedReads):
     async def dcb_append(
         self, events: Sequence[NewEvent], condition: AppendCondition | None
     ) -> int:
-        """Its own transaction under the partition's append lock that orders every append
-        to it, so the condition is checked against everything committed before it, and
-        nothing can commit between the check and the insert."""
+        """Queued for this partition's DCB writer, which commits the appends queued together
+        in one transaction (group commit; see :meth:`_dcb_commit`)."""
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
+        if self._store._closing:
+            raise StoreClosed("the event store is closed")
+        if self._retired:  # its DCB writer has ended
+            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._dcb_queue.append(_DcbAppend(events, condition, future))
+        self._dcb_ready.set()
+        if self._dcb_task is None:
+            self._dcb_task = asyncio.create_task(
+                self._dcb_loop(), name=f"futoin-evt-pg-dcb-{self._key}"
+            )
+        return await future
+
+    async def _dcb_loop(self) -> None:
+        queue = self._dcb_queue
+        while True:
+            if not queue:
+                if self._store._closing or self._retired:
+                    return
+                self._dcb_ready.clear()
+                await self._dcb_ready.wait()
+                continue
+            batch = [queue.popleft() for _ in range(min(len(queue), MAX_APPENDS_PER_COMMIT))]
+            try:
+                results, newest = await self._dcb_commit(batch)
+            except Exception as exc:
+                for item in batch:
+                    if not item.future.done():
+                        item.future.set_exception(exc)
+                continue
+            if newest:
+                self.head.advance(newest)
+            for item, result in zip(batch, results, strict=True):
+                if item.future.done():
+                    continue
+                if isinstance(result, Exception):
+                    item.future.set_exception(result)
+                else:
+                    item.future.set_result(result)
+
+    async def _dcb_commit(self, batch: list[_DcbAppend]) -> tuple[list[int | Exception], int]:
+        """One transaction under the partition's append lock that orders every append to
+        it, so each condition is checked against everything committed before, in any
+        process, and against the batch's appends before it; nothing can commit between a
+        check and its insert. A refused append (a failed condition, an id stored with other
+        content) is refused alone. Returns each append's position or refusal, and the
+        newest position written (0: none). Should the database refuse a statement, each
+        append of a batch of several is committed alone."""
         ts = utc_timestamp()
+        results: list[int | Exception] = []
+        newest = 0
+        try:
+            async with self._transaction() as conn:
+                await conn.execute(self._lock_sql)
+                for item in batch:
+                    try:
+                        position, written = await self._dcb_write(
+                            conn, ts, item.events, item.condition
+                        )
+                    except (AppendConditionFailed, EventIdConflict) as refused:
+                        results.append(refused)
+                        continue
+                    results.append(position)
+                    if written:
+                        newest = position
+                if newest:
+                    await conn.execute(self._notify_sql)
+        except psycopg.Error as exc:
+            if len(batch) == 1:
+                raise
+            log.debug("DCB appends of one batch committed one at a time: %s", _first_line(exc))
+            results, newest = [], 0
+            for item in batch:
+                try:
+                    alone, its_newest = await self._dcb_commit([item])
+                except psycopg.Error as failed:
+                    results.append(failed)
+                    continue
+                results.extend(alone)
+                newest = max(newest, its_newest)
+        return results, newest
+
+    async def _dcb_write(
+        self,
+        conn: Connection,
+        ts: str,
+        events: Sequence[NewEvent],
+        condition: AppendCondition | None,
+    ) -> tuple[int, bool]:
+        """One append in the batch's transaction: (the last position, whether it wrote: an
+        idempotent retry returns the stored one); raises AppendConditionFailed,
+        EventIdConflict."""
         t = self._tables
-        async with self._transaction() as conn:
-            await conn.execute(self._lock_sql)
-            client_ids = [e.id for e in events if e.id is not None]
-            if client_ids:
-                cursor = await conn.execute(
-                    "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
-                    f" FROM {t.dcb_events} d JOIN {t.events} e ON e.id = d.event_id"
-                    " WHERE d.client_id = ANY(%s)",
-                    (client_ids,),
-                )
-                rows = await cursor.fetchall()
-                if rows:
-                    return stored_retry(events, rows)
-            if condition is not None:
-                sql, params = condition_sql(
-                    condition.fail_if_events_match, condition.after, "%s", t
-                )
-                cursor = await conn.execute(sql, params)
-                row = await cursor.fetchone()
-                if row is not None:
-                    raise AppendConditionFailed(int(row[0]))
+        client_ids = [e.id for e in events if e.id is not None]
+        if client_ids:
             cursor = await conn.execute(
-                f"INSERT INTO {t.events} (type, data, ts)"
-                " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
-                " AS u(t, d, ord) ORDER BY ord RETURNING id",
-                (ts, [e.type for e in events], [e.data_json for e in events]),
+                "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
+                f" FROM {t.dcb_events} d JOIN {t.events} e ON e.id = d.event_id"
+                " WHERE d.client_id = ANY(%s)",
+                (client_ids,),
             )
-            ids = sorted(int(row[0]) for row in await cursor.fetchall())
+            rows = await cursor.fetchall()
+            if rows:
+                return stored_retry(events, rows), False
+        if condition is not None:
+            sql, params = condition_sql(condition.fail_if_events_match, condition.after, "%s", t)
+            cursor = await conn.execute(sql, params)
+            row = await cursor.fetchone()
+            if row is not None:
+                raise AppendConditionFailed(int(row[0]))
+        cursor = await conn.execute(
+            f"INSERT INTO {t.events} (type, data, ts)"
+            " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
+            " AS u(t, d, ord) ORDER BY ord RETURNING id",
+            (ts, [e.type for e in events], [e.data_json for e in events]),
+        )
+        ids = sorted(int(row[0]) for row in await cursor.fetchall())
+        await conn.execute(
+            f"INSERT INTO {t.dcb_events} (event_id, client_id, tags, is_bytes)"
+            " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::boolean[])",
+            (
+                ids,
+                [e.id for e in events],
+                [encode_json(list(e.tags)) for e in events],
+                [e.is_bytes for e in events],
+            ),
+        )
+        tagged = [(tag, i) for i, e in zip(ids, events, strict=True) for tag in e.tags]
+        if tagged:
             await conn.execute(
-                f"INSERT INTO {t.dcb_events} (event_id, client_id, tags, is_bytes)"
-                " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::boolean[])",
-                (
-                    ids,
-                    [e.id for e in events],
-                    [encode_json(list(e.tags)) for e in events],
-                    [e.is_bytes for e in events],
-                ),
+                f"INSERT INTO {t.event_tags} (tag, event_id)"
+                " SELECT * FROM unnest(%s::text[], %s::bigint[])",
+                ([t for t, _ in tagged], [i for _, i in tagged]),
             )
-            tagged = [(tag, i) for i, e in zip(ids, events, strict=True) for tag in e.tags]
-            if tagged:
-                await conn.execute(
-                    f"INSERT INTO {t.event_tags} (tag, event_id)"
-                    " SELECT * FROM unnest(%s::text[], %s::bigint[])",
-                    ([t for t, _ in tagged], [i for _, i in tagged]),
-                )
-            await conn.execute(self._notify_sql)
-        self.head.advance(ids[-1])
-        return ids[-1]
+        return ids[-1], True
 
     async def dcb_read(
         self, query: Query, *, after: int | None, before: int | None, limit: int

@@ -1,0 +1,127 @@
+"""The node table: which node takes a new link, by its address, and what a node and its
+links see of the connection a link came on.
+
+The AMQP modules depend one way: the engine (no server in it) at the bottom, then the door's
+values (``config``, ``sasl``, ``codec``, ``filters``, ...), this table, the links' shared base
+(``links``), the nodes (``node``, ``cbs``, ``management``, ``notify``) and the connection beside
+them, and the listener on top, which builds the table. A node knows a connection only as
+:class:`Connection`; the connection knows the nodes only through the table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Collection, Mapping, Sequence
+from typing import Final, Protocol
+
+from ..auth.users import Principal
+from ..log.eventlog import EventLog
+from .engine.connection import Delivery, Link
+
+UNAUTHORIZED: Final = "amqp:unauthorized-access"
+
+
+class LinkRefused(Exception):
+    """An attach the node will not take; the link is refused with ``condition``."""
+
+    def __init__(self, condition: str, description: str) -> None:
+        super().__init__(description)
+        self.condition = condition
+
+
+class LinkHandler(Protocol):
+    """What the node attaches to an accepted link."""
+
+    def on_flow(self) -> None: ...
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        """A whole message arrived (on a link the node receives on)."""
+
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        """The peer settled or gave outcomes to deliveries the node sent (settled here)."""
+
+    def on_writable(self) -> None: ...
+
+    def on_closed(self) -> asyncio.Future[None] | None:
+        """The link is gone; a future returned delays answering the peer's detach."""
+
+
+class Connection(Protocol):
+    """The connection a link came on, as its node and handler see it."""
+
+    @property
+    def principal(self) -> Principal | None:
+        """The user the connection acts as; None before a login or a token names one."""
+
+    @property
+    def peer_name(self) -> str:
+        """The peer's address, for log lines."""
+
+    @property
+    def writable(self) -> bool:
+        """False while the socket's write buffer is full."""
+
+    def wake(self) -> None:
+        """Send soon what handlers changed outside of the connection's dispatch."""
+
+    def detach(self, link: Link, condition: str, description: str) -> None:
+        """Close one of the connection's links with an error (its handler is told)."""
+
+    def grant_claims(self, principal: Principal, expiry: float) -> tuple[int, str] | None:
+        """A token names ``principal`` until ``expiry``: None when the connection now acts as
+        that user, else the status and why not."""
+
+
+class Node(Protocol):
+    """Takes the links to its address."""
+
+    def attach(self, conn: Connection, link: Link) -> LinkHandler:
+        """The handler for a new link, or :class:`LinkRefused`."""
+
+
+class Hubs(Protocol):
+    """The streams served: each one's partition logs by name."""
+
+    def partitions(self, name: str) -> Sequence[EventLog] | None:
+        """Partition ``n``'s log at index ``n``; None when there is no such stream."""
+
+
+def address_path(address: str) -> str:
+    """``events/...`` from ``scheme://host[:port]/events/...``; other addresses unchanged."""
+    _scheme, sep, rest = address.partition("://")
+    return rest.partition("/")[2] if sep else address
+
+
+class NodeTable:
+    """Maps a link's address (or the path of a URI) to the node that takes it: a node named
+    exactly, a node of a tree (its name and every ``NAME/...`` below it), else the event log
+    node. Only the nodes named public take links of a connection that acts as no user yet."""
+
+    def __init__(
+        self,
+        default: Node,
+        *,
+        nodes: Mapping[str, Node] | None = None,
+        trees: Mapping[str, Node] | None = None,
+        public: Collection[str] = (),
+    ) -> None:
+        self._default = default
+        self._nodes = dict(nodes or {})
+        self._trees = dict(trees or {})
+        self._public = frozenset(public)
+
+    def attach(self, conn: Connection, link: Link) -> LinkHandler:
+        """The handler for a new link, or :class:`LinkRefused`."""
+        address = link.address
+        path = address_path(address) if address is not None else None
+        name = path
+        node = self._nodes.get(path) if path is not None else None
+        if node is None and path is not None:
+            name = path.partition("/")[0]
+            node = self._trees.get(name)
+        if conn.principal is None and (node is None or name not in self._public):
+            raise LinkRefused(
+                UNAUTHORIZED,
+                "log in with SASL PLAIN as a user of this server, or put a SAS token to $cbs",
+            )
+        return (node if node is not None else self._default).attach(conn, link)
