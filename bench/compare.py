@@ -1,10 +1,11 @@
-"""``python -m bench.compare --before DIR [--rounds N] [--durability full normal]``
+"""``python -m bench.compare --before DIR [--rounds N] [--durability full normal] [--workers N]``
 
 The write workloads against two futoin-evt servers side by side: one run from the source tree
 ``DIR`` (say, ``git archive main | tar -x -C DIR``) and one from this tree. Each round runs
 every workload on one and then the other, so both meet the same load from the rest of the
 machine; the table gives the medians of calls/s and of the server's CPU time per call
-(``/proc/PID/stat``), and their ratios after/before.
+(``/proc/PID/stat``), and their ratios after/before; then the push latency at 1,000 events/s
+(p50 and p99, medians of the rounds).
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ WORKLOADS: Final[dict[str, tuple[Callable[[systems.System, int], Awaitable[float
     "addEvent, 32 in flight": (workloads.add_in_flight, 20_000),
     "addEvent, 8 connections x 4": (workloads.add_from_connections, 20_000),
 }
+#: Events per push latency measurement (5 s at 1,000/s).
+LATENCY_EVENTS: Final = 5_000
 
 
 async def measure(system: systems.System, workload: str) -> tuple[float, float]:
@@ -36,15 +39,16 @@ async def measure(system: systems.System, workload: str) -> tuple[float, float]:
     return rate, (system.cpu_seconds() - before) / calls * 1e6
 
 
-async def compare(before: Path, durability: str, rounds: int) -> None:
+async def compare(before: Path, durability: str, rounds: int, workers: int) -> None:
     figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
+    latencies: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         trees = {"before": before, "after": THIS_TREE}
         servers = {}
         for name, tree in trees.items():
             (Path(tmp) / name).mkdir()
             servers[name] = await systems.start_futoin_evt(
-                Path(tmp) / name, durability=durability, source=tree
+                Path(tmp) / name, "--workers", str(workers), durability=durability, source=tree
             )
         try:
             for _ in range(rounds):
@@ -53,10 +57,14 @@ async def compare(before: Path, durability: str, rounds: int) -> None:
                         figures.setdefault((workload, name), []).append(
                             await measure(system, workload)
                         )
+                for name, system in servers.items():
+                    latencies.setdefault(name, []).append(
+                        await workloads.push_latency(system, LATENCY_EVENTS)
+                    )
         finally:
             for system in servers.values():
                 await system.stop()
-    print(f"--durability {durability}, {rounds} rounds, medians")
+    print(f"--durability {durability}, --workers {workers}, {rounds} rounds, medians")
     print(f"{'workload':<28} {'before/s':>9} {'after/s':>9} {'ratio':>6}"
           f" {'before µs':>10} {'after µs':>9} {'ratio':>6}")  # fmt: skip
     for workload in WORKLOADS:
@@ -68,11 +76,21 @@ async def compare(before: Path, durability: str, rounds: int) -> None:
             f" {cpu['after']:>9.1f} {cpu['after'] / cpu['before']:>5.2f}x",
             flush=True,
         )
+    for quantile in ("p50", "p99"):
+        ms = {n: statistics.median(r[quantile] for r in latencies[n]) for n in trees}
+        print(
+            f"{'push latency ' + quantile + ' (ms)':<28} {ms['before']:>9.2f} {ms['after']:>9.2f}"
+            f" {ms['after'] / ms['before']:>5.2f}x  each round: "
+            + " / ".join(f"{r[quantile]:.2f}" for r in latencies["before"])
+            + " -> "
+            + " / ".join(f"{r[quantile]:.2f}" for r in latencies["after"]),
+            flush=True,
+        )
 
 
 async def main_async(args: argparse.Namespace) -> None:
     for durability in args.durability:
-        await compare(args.before.resolve(), durability, args.rounds)
+        await compare(args.before.resolve(), durability, args.rounds, args.workers)
 
 
 def main() -> None:
@@ -80,6 +98,7 @@ def main() -> None:
     parser.add_argument("--before", type=Path, required=True, help="the source tree to compare")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--durability", nargs="+", default=["full", "normal"])
+    parser.add_argument("--workers", type=int, default=1, help="server processes of each")
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -303,3 +303,25 @@ async def test_sigkill_at_random_points_loses_nothing_acknowledged(
     assert set(stored) <= set(seen)
     assert order == sorted(order) == seen  # in order, each once
     assert receiver.sessions >= 2  # it came back after the server died
+
+
+async def test_sigkill_at_normal_keeps_every_event_acknowledged_one_at_a_time(
+    tmp_path: Path, password_hashes: dict[str, str]
+) -> None:
+    """At ``--durability normal`` a lone addEvent commits inline on the event loop; what was
+    acknowledged before a SIGKILL is there after the restart, in order, with its data."""
+    from futoin_evt.storage.sqlite import SqliteStore
+
+    db = tmp_path / "crash.sqlite"
+    async with await SqliteStore.open(db) as store:
+        await store.add_user("alice", password_hashes["alice"])
+    port = free_port()
+    acknowledged: list[tuple[int, int]] = []
+    for run in range(3):
+        server = ServerProcess(db, port, "--durability", "normal", "--workers", "1")
+        async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:
+            for i in range(300):
+                acknowledged.append((await client.add_event("ONE", run * 1000 + i), run * 1000 + i))
+        server.kill()
+    rows = sqlite3.connect(db).execute("SELECT id, data FROM events ORDER BY id").fetchall()
+    assert [(event_id, json.loads(data)) for event_id, data in rows] == acknowledged

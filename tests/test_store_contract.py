@@ -18,6 +18,7 @@ from futoin_evt.domain.stream import UserId, utc_timestamp
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import (
     SCHEMA_VERSION,
+    Durability,
     SchemaTooNew,
     Store,
     StoreClosed,
@@ -34,9 +35,10 @@ BIG = 1 << 20
 TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\Z")
 
 
-@pytest.fixture
-async def store(store_db: str) -> AsyncIterator[Store]:
-    async with await open_store(store_db) as opened:
+@pytest.fixture(params=[Durability.FULL, Durability.NORMAL], ids=["full", "normal"])
+async def store(store_db: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
+    """At NORMAL durability a lone SQLite write commits inline, on the event loop."""
+    async with await open_store(store_db, durability=request.param) as opened:
         yield opened
 
 

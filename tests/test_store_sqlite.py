@@ -5,7 +5,9 @@ What every backend does is in test_store_contract.py.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import os
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -13,10 +15,10 @@ from pathlib import Path
 import pytest
 
 from futoin_evt.domain.stream import EventRejected, UserId
-from futoin_evt.storage.base import SCHEMA_VERSION
+from futoin_evt.storage.base import SCHEMA_VERSION, Durability
 from futoin_evt.storage.native import add_event, add_event_async
 from futoin_evt.storage.schema import MIGRATIONS
-from futoin_evt.storage.sqlite import SqliteStore
+from futoin_evt.storage.sqlite import CHECKPOINT_COMMITS, SqliteStore
 
 pytestmark = pytest.mark.functional
 
@@ -81,3 +83,39 @@ async def test_native_extension_async_and_rejects_bad_events(db_path: Path) -> N
             await add_event_async(conn, "a", 1)
         with pytest.raises(EventRejected):
             await add_event_async(conn, "A", "x" * 70_000)
+
+
+async def test_at_normal_a_lone_append_waits_for_another_writer_without_blocking_the_loop(
+    db_path: Path,
+) -> None:
+    """Lone appends commit inline at NORMAL, unless another connection holds the file's
+    write lock: then it waits on the writer thread, and the server keeps answering."""
+    async with await SqliteStore.open(db_path, durability=Durability.NORMAL) as store:
+        assert await store.append("FIRST", "1") == 1
+        other = sqlite3.connect(db_path, isolation_level=None)
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("INSERT INTO events (type, data, ts) VALUES ('OTHER', '2', 'x')")
+        append = asyncio.ensure_future(store.append("SECOND", "3"))
+        # the loop still serves reads while the append waits for the lock
+        assert await store.newest_event_id() == 1
+        assert not append.done()
+        other.execute("COMMIT")
+        other.close()
+        assert await append == 3
+        assert await store.append("THIRD", "4") == 4  # inline again
+    rows = sqlite3.connect(db_path).execute("SELECT id, type FROM events ORDER BY id").fetchall()
+    assert rows == [(1, "FIRST"), (2, "OTHER"), (3, "SECOND"), (4, "THIRD")]
+
+
+def wal_size(db_path: Path) -> int:
+    return os.path.getsize(f"{db_path}-wal")
+
+
+async def test_at_normal_the_wal_is_checkpointed_by_the_writer(db_path: Path) -> None:
+    """SQLite's own checkpoints are off at NORMAL (they would run inline); the writer's keep
+    the WAL from growing without end."""
+    async with await SqliteStore.open(db_path, durability=Durability.NORMAL) as store:
+        for i in range(20 * CHECKPOINT_COMMITS):  # 2 pages or more each: 40 MB, unchecked
+            await store.append("T", json.dumps(i))
+        wal = wal_size(db_path)
+    assert wal < 4 * 1000 * 4096  # a few times SQLite's default of 1,000 pages

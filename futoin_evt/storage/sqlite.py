@@ -12,6 +12,10 @@ The whole transaction runs as one call on the writer's own thread. aiosqlite wou
 its thread and back once per statement, and under load each hop waits for a full turn of
 the event loop: four hops per commit cost ten times the commit itself. Reads go through
 aiosqlite on a second connection and never wait for the writer (WAL).
+
+At ``NORMAL`` durability a commit writes the WAL without an fsync, so a write that is alone
+in the queue commits inline, on the event loop, without the two thread hops (see
+:meth:`SqliteStore._commit_inline`); the WAL's checkpoints (which fsync) stay on the thread.
 """
 
 from __future__ import annotations
@@ -104,6 +108,16 @@ log = logging.getLogger(__name__)
 MAX_WRITES_PER_COMMIT: Final = 4096
 #: Rows per INSERT statement: one sqlite3_step (and one GIL round trip) for many events.
 _ROWS_PER_INSERT: Final = 500
+#: SQLite's busy timeout on the writer thread (ms); inline commits never wait (0).
+_BUSY_TIMEOUT_MS: Final = 10_000
+#: With inline commits, the writer checkpoints the WAL on its thread after this many commits
+#: (SQLite's own checkpoint would run inside a commit, fsync and all, on the event loop);
+#: a small commit adds 2-3 pages, so the WAL stays near SQLite's default of 1,000 pages.
+CHECKPOINT_COMMITS: Final = 300
+#: ... or after this many bytes of events.
+CHECKPOINT_BYTES: Final = 2 << 20
+#: A WAL of more pages than this is checkpointed by the writer between two commits.
+CHECKPOINT_WAL_FRAMES: Final = 1000
 
 
 def _dialect(tables: Tables) -> ReadDialect:
@@ -574,8 +588,20 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         writer: sqlite3.Connection,
         write_thread: WorkerThread,
         reader: aiosqlite.Connection,
+        durability: Durability = Durability.FULL,
     ) -> None:
         self.path = path
+        #: A lone write commits on the event loop (no fsync per commit at NORMAL).
+        self._inline = durability is Durability.NORMAL
+        #: The writer's busy timeout as last set (inline commits set 0, the thread's 10 s).
+        self._busy_ms = _BUSY_TIMEOUT_MS
+        #: The last batch was one write: a lone write now commits inline only after one.
+        self._lone = False
+        #: Commits and bytes of events since the last checkpoint (with inline commits).
+        self._unchecked = (0, 0)
+        #: The checkpoint under way or done last, and the WAL's pages as it found them.
+        self._checkpoint: asyncio.Future[int] | None = None
+        self._wal_frames = 0
         self.description = str(path)
         self._writer = writer
         self._write_thread = write_thread
@@ -618,7 +644,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             await write_thread.run(writer.close)
             write_thread.stop()
             raise
-        store = cls(path, writer, write_thread, reader)
+        store = cls(path, writer, write_thread, reader, durability)
         store.head.advance(await store.newest_event_id())
         return store
 
@@ -661,6 +687,8 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watcher
         await self._reader_conn.close()
+        if self._checkpoint is not None:
+            await asyncio.wait([self._checkpoint])
         await self._write_thread.run(self._writer.close)
         self._write_thread.stop()
         if self._turns is not None:
@@ -861,22 +889,95 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
         started = time.perf_counter()
-        ts, inserted, results = await self._write_thread.run(
-            _commit_sync, self._writer, batch, self._turns
-        )
+        done = self._commit_inline(batch) if self._inline else None
+        if done is None:
+            await self._set_busy_timeout(_BUSY_TIMEOUT_MS)
+            done = await self._write_thread.run(_commit_sync, self._writer, batch, self._turns)
+        ts, inserted, results = done
         seconds = time.perf_counter() - started
         stats = self.write_stats
+        size = 0
         for key, events in inserted.items():
             partition_log = self._logs.get(key)
             if partition_log is not None and events:
-                size = partition_log._committed(ts, events)
-                stats.appended_to(partition_log.labels, len(events), size)
+                bytes_ = partition_log._committed(ts, events)
+                stats.appended_to(partition_log.labels, len(events), bytes_)
+                size += bytes_
         stats.committed(len(batch), seconds)
         if self._peers is not None:
             for key, events in inserted.items():
                 if events:
                     self._peers.committed(key, events[-1][0])
+        if self._inline:
+            await self._checkpoint_now_and_then(size)
         return results
+
+    def _commit_inline(
+        self, batch: list[_Write]
+    ) -> tuple[str, dict[int, _Inserted], list[Any]] | None:
+        """Commit ``batch`` here, on the event loop, when it is one append or statement and
+        so was the batch before (lone writes: nobody to share a commit with, so the thread
+        hops would be all its cost) and the file is free: the workers' turn lock taken
+        without waiting, SQLite's write lock without a busy wait. None when the writer
+        thread must do it."""
+        lone, self._lone = self._lone, len(batch) == 1
+        if not (lone and self._lone) or isinstance(batch[0], _Command):
+            return None  # others wait, or just did: group commit on the thread shares more
+        if self._turns is not None:
+            try:
+                fcntl.flock(self._turns, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return None  # another worker commits: wait for it on the thread
+        try:
+            if self._busy_ms:
+                _pragma(self._writer, "busy_timeout=0")
+                self._busy_ms = 0
+            try:
+                return _commit_in_turn(self._writer, batch)
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or self._writer.in_transaction:
+                    raise
+                return None  # another process writes: wait for it on the thread
+        finally:
+            if self._turns is not None:
+                fcntl.flock(self._turns, fcntl.LOCK_UN)
+
+    async def _set_busy_timeout(self, ms: int) -> None:
+        if self._busy_ms != ms:
+            await self._write_thread.run(_pragma, self._writer, f"busy_timeout={ms}")
+            self._busy_ms = ms
+
+    async def _checkpoint_now_and_then(self, size: int) -> None:
+        """After :data:`CHECKPOINT_COMMITS` commits or :data:`CHECKPOINT_BYTES` of events,
+        checkpoint the WAL (the writer's own checkpoints are off) on the writer thread with
+        a connection of its own: writers go on meanwhile, inline ones included. Writers that
+        never pause keep such a checkpoint from ever being complete, so the WAL could not
+        start over; past :data:`CHECKPOINT_WAL_FRAMES` the writer checkpoints between two
+        commits instead."""
+        commits, written = self._unchecked
+        commits, written = commits + 1, written + size
+        if (commits < CHECKPOINT_COMMITS and written < CHECKPOINT_BYTES) or (
+            self._checkpoint is not None and not self._checkpoint.done()
+        ):
+            self._unchecked = (commits, written)
+            return
+        self._unchecked = (0, 0)
+        if self._wal_frames <= CHECKPOINT_WAL_FRAMES:
+            self._checkpoint = self._write_thread.run(_checkpoint_sync, self.path)
+            self._checkpoint.add_done_callback(self._checkpointed)
+            return
+        await self._set_busy_timeout(_BUSY_TIMEOUT_MS)
+        try:
+            self._wal_frames = await self._write_thread.run(_wal_checkpoint, self._writer)
+        except sqlite3.Error as exc:  # the next one tries again
+            log.warning("checkpoint of the WAL failed: %s", exc)
+
+    def _checkpointed(self, done: asyncio.Future[int]) -> None:
+        exc = None if done.cancelled() else done.exception()
+        if exc is not None:  # the next one tries again
+            log.warning("checkpoint of the WAL failed: %s", exc)
+        elif not done.cancelled():
+            self._wal_frames = done.result()
 
 
 class _HeardFromPeers:
@@ -1012,9 +1113,36 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
     _prepare_file(path)
     conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
     conn.execute(f"PRAGMA synchronous={durability.value}")
-    conn.execute("PRAGMA busy_timeout=10000")
+    conn.execute(f"PRAGMA busy_timeout={_BUSY_TIMEOUT_MS}")
+    if durability is Durability.NORMAL:  # the writer checkpoints on its thread instead
+        conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
+
+
+def _pragma(conn: sqlite3.Connection, pragma: str) -> None:
+    """Run ``PRAGMA pragma`` to its end (an unread row would leave a statement open)."""
+    conn.execute(f"PRAGMA {pragma}").fetchall()
+
+
+def _checkpoint_sync(path: Path) -> int:
+    """A passive checkpoint of the WAL with a connection of its own (it never waits for,
+    nor holds up, the writers); returns the pages in the WAL."""
+    conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    try:
+        return _wal_checkpoint(conn)
+    finally:
+        conn.close()
+
+
+def _wal_checkpoint(conn: sqlite3.Connection) -> int:
+    """A passive checkpoint; the pages in the WAL."""
+    _busy, frames, _copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+    return int(frames)
+
+
+#: SQLite's result codes of a write lock held by another connection.
+_BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 def _commit_sync(
