@@ -40,6 +40,9 @@ class Hubs(Protocol):
     def partitions(self, name: str) -> Sequence[EventLog] | None:
         """Partition ``n``'s log at index ``n``; None when there is no such stream."""
 
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the streams may have changed (one grew); returns how to stop."""
+
 
 log = logging.getLogger(__name__)
 
