@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
@@ -353,3 +353,34 @@ async def test_messages_to_an_aggregated_stream_are_rejected(hub: EventServer) -
 
     assert await asyncio.to_thread(scenario) == Delivery.REJECTED
     assert await hub.store.partition_log(info.partitions[0]).newest_event_id() == 0
+
+
+async def test_a_partition_agnostic_consumer_follows_a_grown_stream(hub: EventServer) -> None:
+    url = hub.amqp_url or ""
+    loop = asyncio.get_running_loop()
+
+    async def grow() -> None:
+        await hub.store.grow_stream(HUB, PARTITIONS + 2)
+        await hub.streams.refresh()
+
+    def scenario() -> list[tuple[str, Any]]:
+        received = []
+        with connected(url) as conn:
+            receiver = conn.create_receiver(HUB, credit=10)
+            sender = conn.create_sender(HUB, name="to-all")
+            sender.send(Message(subject="T", body=0, instructions={TARGET: symbol("0")}))
+            received.append(receiver.receive())
+            asyncio.run_coroutine_threadsafe(grow(), loop).result()
+            for partition in (str(PARTITIONS + 1), str(PARTITIONS), "0"):
+                sender.send(
+                    Message(subject="T", body=partition, instructions={TARGET: symbol(partition)})
+                )
+            for _ in range(3):
+                received.append(receiver.receive())
+                receiver.accept()
+        return [(cast(Any, m.instructions)[SOURCE], m.body) for m in received]
+
+    received = await asyncio.to_thread(scenario)
+    assert sorted(received, key=str) == sorted(
+        [("0", 0), ("0", "0"), ("4", "4"), ("5", "5")], key=str
+    )

@@ -104,6 +104,9 @@ class OneHub:
     def partitions(self, name: str) -> Sequence[EventLog] | None:
         return self._logs if name == NODE else None
 
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        return lambda: None  # one partition, for good
+
 
 @dataclass(slots=True)
 class _Owner:
@@ -184,7 +187,14 @@ class EventLogNode:
         if group is None:
             if partition is None:
                 starts = [_start_position(link, events.head) for events in parsed.logs]
-                return PartitionsLink(conn, link, parsed.logs, starts, event_hubs=event_hubs)
+                return PartitionsLink(
+                    conn,
+                    link,
+                    parsed.logs,
+                    starts,
+                    event_hubs=event_hubs,
+                    grows=self._grows(parsed.hub),
+                )
             events = parsed.logs[partition]
             start = _start_position(link, events.head)
             return ConsumerLink(
@@ -193,6 +203,10 @@ class EventLogNode:
         return self._attach_group(
             conn, link, parsed, partition, group, epoch, event_hubs, owner_level is not None
         )
+
+    def _grows(self, hub: str) -> _Grows:
+        """How a partition-agnostic consumer of ``hub`` follows its partitions."""
+        return _Grows(lambda: self.hubs.partitions(hub), self.hubs.listen)
 
     def _router(self, hub: str) -> Callable[[str | None, str | None], EventLog]:
         """Where a partition-agnostic producer's message goes: the partition its delivery
@@ -764,10 +778,20 @@ def _annotated(message: bytes, entry: tuple[bytes, int]) -> bytes:
     return message[:3] + head + content + rest
 
 
+@dataclass(frozen=True, slots=True)
+class _Grows:
+    """A stream's partitions now (None once it is dropped), and how to hear of a change."""
+
+    current: Callable[[], Sequence[EventLog] | None]
+    listen: Callable[[Callable[[], None]], Callable[[], None]]
+
+
 class PartitionsLink(SourceLink):
-    """A partition-agnostic consumer: the events of every partition the stream had when the
-    link attached, each partition in id order, every transfer annotated with its partition
-    (``event-streams-source-partition``). Partitions take turns for the credit."""
+    """A partition-agnostic consumer: the events of every partition of the stream, each
+    partition in id order, every transfer annotated with its partition
+    (``event-streams-source-partition``). Partitions take turns for the credit. A partition
+    the stream gains later (``futoin-evt stream grow``) is read from its first event, under
+    the link's filter but for an offset (which names a place in another partition)."""
 
     def __init__(
         self,
@@ -777,8 +801,12 @@ class PartitionsLink(SourceLink):
         starts: Sequence[Position | None],
         *,
         event_hubs: bool = False,
+        grows: _Grows | None = None,
     ) -> None:
         self._logs = list(logs)
+        #: What a partition added later starts from: its first event, after the filter's time.
+        first = next((start for start in starts if start is not None), None)
+        self._later = Position(0, first.after_ms, first.matches) if first else Position(0)
         self._starts = [
             start if start is not None else Position(events.head)
             for events, start in zip(logs, starts, strict=True)
@@ -786,7 +814,23 @@ class PartitionsLink(SourceLink):
         self._event_hubs = event_hubs
         self._entries = [_source_annotation(number) for number in range(len(logs))]
         self._stops = [events.listen(self._on_head) for events in logs]
+        self._grows = grows
+        if grows is not None:
+            self._stops.append(grows.listen(self._on_head))
         super().__init__(conn, link, logs[0])
+
+    async def _grown(self, afters: list[int]) -> None:
+        """Take the partitions the stream gained since the last look."""
+        logs = self._grows.current() if self._grows is not None else None
+        if logs is None or len(logs) <= len(self._logs):
+            return
+        for number in range(len(self._logs), len(logs)):
+            events = logs[number]
+            self._logs.append(events)
+            self._starts.append(self._later)
+            self._entries.append(_source_annotation(number))
+            self._stops.append(events.listen(self._on_head))
+            afters.append(await after_time(events, self._later, 0))
 
     def _on_head(self) -> None:
         self._wake.set()
@@ -808,6 +852,7 @@ class PartitionsLink(SourceLink):
         turn = 0
         while True:
             self._wake.clear()
+            await self._grown(afters)
             sent = read = False
             for step in range(len(logs)):
                 number = (turn + step) % len(logs)

@@ -11,7 +11,7 @@ them, and the listener on top, which builds the table. A node knows a connection
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Protocol
 
 from ..auth.users import Principal
@@ -84,6 +84,9 @@ class Hubs(Protocol):
 
     def partitions(self, name: str) -> Sequence[EventLog] | None:
         """Partition ``n``'s log at index ``n``; None when there is no such stream."""
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the streams may have changed (one grew); returns how to stop."""
 
 
 def address_path(address: str) -> str:

@@ -182,3 +182,7 @@ class StreamLogs:
             logs.append(found)
         self._lists[name] = logs
         return logs
+
+    def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` after each change of the registry (a stream grown, say)."""
+        return self._registry.listen(callback)
