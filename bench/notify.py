@@ -182,15 +182,15 @@ async def fan_out_server(
     with tempfile.TemporaryDirectory(prefix="bench-notify-") as tmp:
         system = await start_futoin_evt(Path(tmp), "--workers", str(workers), source=source)
         try:
-            return await _fan_out_server(system, workers, seconds, rate)
+            return await fan_out_through(system, workers, seconds, rate)
         finally:
             await system.stop()
 
 
-async def _fan_out_server(system: Any, workers: int, seconds: float, rate: int) -> dict[str, Any]:
+async def fan_out_through(system: Any, workers: int, seconds: float, rate: int) -> dict[str, Any]:
+    """The fan-out through a running server of ``workers`` processes."""
     from .loadgen import LoadClient
-    from .systems import process_cpu_seconds
-    from .workers import _children, _worker_of
+    from .workers import _worker_of
     from .workloads import connect
 
     selectors = _selectors()
@@ -231,8 +231,7 @@ async def _fan_out_server(system: Any, workers: int, seconds: float, rate: int) 
     for index, (client, selector) in enumerate(zip(clients, selectors, strict=True)):
         client._io.on_message = receiver(index, client)
         await client.call(f"{NOTIFY}:subscribe", json.dumps({"selector": selector}))
-    pids = _children(system.process.pid) or [system.process.pid]
-    cpu_before = sum(process_cpu_seconds(pid) for pid in pids)
+    cpu_before = system.cpu_seconds()
     per_tick = max(int(rate * TICK), 1)
     started = time.perf_counter()
     calls: set[asyncio.Future[Any]] = set()
@@ -251,7 +250,7 @@ async def _fan_out_server(system: Any, workers: int, seconds: float, rate: int) 
     offered_seconds = time.perf_counter() - started
     async with asyncio.timeout(120):
         await all_in
-    cpu = sum(process_cpu_seconds(pid) for pid in pids) - cpu_before
+    cpu = system.cpu_seconds() - cpu_before
     for client in [*clients, *producers]:
         await client.close()
     slowest = min(received[i] / (done_at[i] - started) for i in range(everything))

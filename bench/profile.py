@@ -1,9 +1,9 @@
 """``python -m bench.profile [--durability D ...] [--workload NAME ...] [--out DIR] [--source DIR]``
 
 Profiles the futoin-evt server (from this tree, or the source tree ``--source``) with py-spy
-(in the ``bench`` extra) while one workload runs (the writes, or a drain or catch-up of a
-prefilled store), and saves per workload and
-durability, in ``bench/profiles/``:
+(in the ``bench`` extra) while one workload runs (the writes, a drain or catch-up of a
+prefilled store, or the notification fan-out of ``bench.notify``: 10,000 events/s to 100
+selector subscribers), and saves per workload and durability, in ``bench/profiles/``:
 
 - ``<workload>-<durability>.folded``: py-spy's collapsed stacks (one line per stack and its
   sample count) of the thread holding the GIL, that is the Python work; SQLite and fsync
@@ -30,15 +30,26 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from . import systems, workloads
+from . import notify, systems, workloads
 
 OUT: Final = Path(__file__).resolve().parent / "profiles"
+
+
+async def fan_out(system: systems.System, events: int) -> float:
+    """Notification fan-out through the server: ``events`` at 10,000/s to the 100 selector
+    subscribers of ``bench.notify``; the rate the stream was offered at."""
+    rate = 10_000
+    figures = await notify.fan_out_through(system, 1, events / rate, rate)
+    return float(figures[notify.FAN_OUT_OFFERED])
+
+
 WORKLOADS: Final[dict[str, Callable[[systems.System, int], Awaitable[float]]]] = {
     "add_serial": workloads.add_serial,
     "add_in_flight": workloads.add_in_flight,
     "add_from_connections": workloads.add_from_connections,
     "poll_drain": workloads.poll_drain,
     "push_catch_up": workloads.push_catch_up,
+    "fan_out": fan_out,
 }
 CALLS: Final = {
     "add_serial": 3_000,
@@ -46,6 +57,7 @@ CALLS: Final = {
     "add_from_connections": 30_000,
     "poll_drain": 100_000,  # events read from a store prefilled with as many
     "push_catch_up": 100_000,
+    "fan_out": 50_000,  # events added, each notified to about 15 of the subscribers
 }
 #: The read workloads read a store prefilled with their events.
 READS: Final = ("poll_drain", "push_catch_up")

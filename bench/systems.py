@@ -62,16 +62,20 @@ class System:
                 await self.process.wait()
 
     def cpu_seconds(self) -> float:
-        """User plus system CPU time the server process has used so far (Linux)."""
-        return process_cpu_seconds(self.process.pid)
+        """User plus system CPU time the server has used so far (Linux): the process, and
+        its workers when it supervises some (``serve --workers N``)."""
+        return group_cpu_seconds(self.process.pid)
 
     def rss_kib(self) -> int:
-        """Resident memory of the server process (Linux)."""
-        status = Path(f"/proc/{self.process.pid}/status").read_text()
-        for line in status.splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
+        """Resident memory of the server (Linux): the process and its workers."""
+        return sum(_rss_kib(pid) for pid in [self.process.pid, *children(self.process.pid)])
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
 
 
 _CLOCK_TICKS: Final = os.sysconf("SC_CLK_TCK")
@@ -82,6 +86,16 @@ def process_cpu_seconds(pid: int) -> float:
     stat = Path(f"/proc/{pid}/stat").read_text()
     fields = stat.rpartition(")")[2].split()  # the command name may hold spaces
     return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+
+
+def children(pid: int) -> list[int]:
+    """The child processes of ``pid`` (a supervisor's workers)."""
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
+def group_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a server: the supervisor and its workers (or the one process)."""
+    return sum(process_cpu_seconds(p) for p in [pid, *children(pid)])
 
 
 def print_figures(title: str, figures: dict[str, float]) -> None:

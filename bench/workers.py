@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import functools
 import os
 import statistics
 import tempfile
@@ -28,7 +27,7 @@ from typing import Final
 from . import others, workloads
 from .loadgen import LoadClient
 from .postgres import database, prepare
-from .systems import System, process_cpu_seconds, start_futoin_evt
+from .systems import System, children, start_futoin_evt
 
 ADD_1: Final = "addEvent, 1 in flight (calls/s)"
 ADD_32: Final = "addEvent, 32 in flight (calls/s)"
@@ -40,15 +39,6 @@ SAME_P50: Final = "push latency p50, producer on the same worker (ms)"
 SAME_P99: Final = "push latency p99, producer on the same worker (ms)"
 OTHER_P50: Final = "push latency p50, producer on the other worker (ms)"
 OTHER_P99: Final = "push latency p99, producer on the other worker (ms)"
-
-
-def _children(pid: int) -> list[int]:
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-
-
-def _group_cpu_seconds(pid: int) -> float:
-    """CPU seconds of the server: the supervisor and its workers (or the one process)."""
-    return sum(process_cpu_seconds(p) for p in [pid, *_children(pid)])
 
 
 async def _timed(
@@ -76,7 +66,7 @@ def _worker_of(system: System, client: LoadClient) -> int:
         ):
             inode = fields[9]
     target = f"socket:[{inode}]"
-    for pid in _children(system.process.pid) or [system.process.pid]:
+    for pid in children(system.process.pid) or [system.process.pid]:
         for fd in Path(f"/proc/{pid}/fd").iterdir():
             try:
                 if fd.readlink().as_posix() == target:
@@ -114,7 +104,7 @@ async def _run(
     if db:
         options += ("--db", db)
     system = await start_futoin_evt(workdir, *options, durability=durability)
-    cpu = functools.partial(_group_cpu_seconds, system.process.pid)
+    cpu = system.cpu_seconds
     try:
         figures: dict[str, float] = {}
         serial = max(count // 10, 100)
