@@ -2,8 +2,10 @@
 
 Profiles the futoin-evt server (from this tree, or the source tree ``--source``) with py-spy
 (in the ``bench`` extra) while one workload runs (the writes, a drain or catch-up of a
-prefilled store, or the notification fan-out of ``bench.notify``: 10,000 events/s to 100
-selector subscribers), and saves per workload and durability, in ``bench/profiles/``:
+prefilled store, the notification fan-out of ``bench.notify``: 10,000 events/s to 100
+selector subscribers, or the DCB API of ``bench.dcb`` over a log of 100,000 tagged events:
+conditional appends from 32 clients, reads by tag), and saves per workload and durability,
+in ``bench/profiles/``:
 
 - ``<workload>-<durability>.folded``: py-spy's collapsed stacks (one line per stack and its
   sample count) of the thread holding the GIL, that is the Python work; SQLite and fsync
@@ -23,6 +25,7 @@ import os
 import re
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import time
@@ -30,7 +33,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from . import notify, systems, workloads
+from . import dcb, notify, systems, workloads
 
 OUT: Final = Path(__file__).resolve().parent / "profiles"
 
@@ -43,6 +46,29 @@ async def fan_out(system: systems.System, events: int) -> float:
     return float(figures[notify.FAN_OUT_OFFERED])
 
 
+#: Events in the log the DCB workloads run on (each tag on 10 of them).
+DCB_LOG: Final = 100_000
+
+
+async def dcb_append(system: systems.System, appends: int) -> float:
+    """Conditional appends of ``bench.dcb``'s 32 clients, each on a tag of its own."""
+    clients = dcb.CLIENTS
+    return await dcb.futoin_evt_appends(
+        system.url, dcb.Ftn3Caller.connect, 0, clients, appends // clients
+    )
+
+
+async def dcb_read(system: systems.System, reads: int) -> float:
+    """Reads of one tag each (10 matching events), one after the other."""
+    caller = await dcb.Ftn3Caller.connect(system.url)
+    try:
+        sizes = dcb.Sizes(DCB_LOG, reads - dcb.WARM_UP_READS, 0, 0, 1)
+        latencies = await dcb.futoin_evt_reads(caller, dcb.read_tags(sizes))
+    finally:
+        await caller.close()
+    return 1e6 / statistics.mean(latencies)
+
+
 WORKLOADS: Final[dict[str, Callable[[systems.System, int], Awaitable[float]]]] = {
     "add_serial": workloads.add_serial,
     "add_in_flight": workloads.add_in_flight,
@@ -50,6 +76,8 @@ WORKLOADS: Final[dict[str, Callable[[systems.System, int], Awaitable[float]]]] =
     "poll_drain": workloads.poll_drain,
     "push_catch_up": workloads.push_catch_up,
     "fan_out": fan_out,
+    "dcb_append": dcb_append,
+    "dcb_read": dcb_read,
 }
 CALLS: Final = {
     "add_serial": 3_000,
@@ -58,9 +86,13 @@ CALLS: Final = {
     "poll_drain": 100_000,  # events read from a store prefilled with as many
     "push_catch_up": 100_000,
     "fan_out": 50_000,  # events added, each notified to about 15 of the subscribers
+    "dcb_append": 32 * 300,
+    "dcb_read": 2_000,
 }
 #: The read workloads read a store prefilled with their events.
 READS: Final = ("poll_drain", "push_catch_up")
+#: The DCB workloads run on ``bench.dcb``'s server and log (at ``full``, as there).
+DCB: Final = ("dcb_append", "dcb_read")
 _TICKS: Final = os.sysconf("SC_CLK_TCK")
 _LINE: Final = re.compile(r":[0-9]+\)$")
 
@@ -75,10 +107,7 @@ async def profile(workload: str, durability: str, out: Path, source: Path | None
     name = f"{workload}-{durability}"
     folded = out / f"{name}.folded"
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        prefill = CALLS[workload] if workload in READS else 0
-        system = await systems.start_futoin_evt(
-            Path(tmp), durability=durability, source=source, prefill=prefill
-        )
+        system = await _start(workload, durability, Path(tmp), source)
         async with systems.running(system):
             client = await workloads.connect(system)  # credentials checked before sampling
             await client.close()
@@ -104,6 +133,17 @@ async def profile(workload: str, durability: str, out: Path, source: Path | None
     ]
     (out / f"{name}.txt").write_text("\n".join(lines) + "\n")
     print("\n".join(lines[:1]), flush=True)
+
+
+async def _start(workload: str, durability: str, tmp: Path, source: Path | None) -> systems.System:
+    if workload in DCB:
+        db = tmp / "futoin-evt.sqlite"
+        await asyncio.to_thread(dcb.prepare_futoin_evt_log, db, DCB_LOG)
+        return await dcb.start_futoin_evt_server(db, source)
+    prefill = CALLS[workload] if workload in READS else 0
+    return await systems.start_futoin_evt(
+        tmp, durability=durability, source=source, prefill=prefill
+    )
 
 
 def summary(folded: Path, top: int = 40) -> list[str]:
@@ -135,6 +175,8 @@ async def main_async(args: argparse.Namespace) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     for durability in args.durability:
         for workload in args.workload:
+            if workload in DCB and durability != "full":
+                continue  # bench.dcb's server runs at full only
             await profile(workload, durability, args.out, args.source)
 
 
