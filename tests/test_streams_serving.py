@@ -11,6 +11,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO
 
 import pytest
@@ -71,7 +72,8 @@ async def test_a_server_follows_streams_changed_by_the_command_line(store_db: st
 
 
 class _Serving:
-    """``futoin-evt serve`` with info logs, read line by line on a thread."""
+    """``futoin-evt serve`` with info logs, read line by line on a thread, in a session of
+    its own (its workers, if it has any, are killed with it)."""
 
     def __init__(self, db: str, *extra: str) -> None:
         self.proc = subprocess.Popen(
@@ -80,6 +82,7 @@ class _Serving:
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
+            start_new_session=True,
         )  # fmt: skip
         self.lines: queue.Queue[str] = queue.Queue()
         self.pipes = [self.proc.stdout, self.proc.stderr]
@@ -90,6 +93,12 @@ class _Serving:
             reader.start()
             self.readers.append(reader)
         self.wait_for_line(re.compile(r"ws://"), 60)
+
+    def holds(self, holder: object) -> bool:
+        """A lease's holder (``host:pid:...``) is this server or one of its workers."""
+        children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
+        pids = [self.proc.pid, *map(int, children.read_text().split())]
+        return any(f":{pid}:" in str(holder) for pid in pids)
 
     def _read(self, pipe: IO[str]) -> None:
         for line in pipe:
