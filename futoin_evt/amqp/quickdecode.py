@@ -1,13 +1,13 @@
-"""Received message bytes to events without proton, for the common messages.
+"""Received message bytes to events in one pass, for the common messages.
 
 Producers send messages whose sections hold plain values: a ``properties`` section with a
 subject and perhaps a content type, and an ``amqp-value`` body of strings, numbers, booleans,
-nulls, lists and maps with string keys, or one ``data`` section. Decoding them with
-``proton.Message`` builds Python objects for every section through the binding, which is
-most of a producer's cost. :func:`quick_event` reads such a message directly; for anything
-else (other value types, sequences, several data sections, a described descriptor of another
-form, a malformed message) it returns None, and the caller takes proton's path, which also
-words every error.
+nulls, lists and maps with string keys, or one ``data`` section. Decoding them into a
+:class:`~.engine.message.Message` builds an object for every section and value, which is most
+of a producer's cost. :func:`quick_event` reads such a message directly; for anything else
+(other value types, sequences, several data sections, a described descriptor of another
+form, a malformed message) it returns None, and the caller takes the general decoder's path,
+which also words every error.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ _KINDS: Final = {
 
 
 class _Unusual(Exception):
-    """Not a message this path reads: proton's path takes it."""
+    """Not a message this path reads: the general decoder takes it."""
 
 
 def quick_event(raw: bytes) -> IncomingEvent | None:
