@@ -46,7 +46,15 @@ from .codec import (
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
 from .engine.connection import Delivery, Link
 from .engine.message import Message, decode_message
-from .engine.performatives import Accepted, Modified, Received, Rejected, Released, Source
+from .engine.performatives import (
+    Accepted,
+    Modified,
+    Received,
+    Rejected,
+    Released,
+    Source,
+    from_described,
+)
 from .engine.types import DecodeError, Described, Symbol, decode_value, encode
 from .filters import compile_filter
 from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, after_time, link_answer
@@ -94,7 +102,7 @@ SESSION_END: Final = "session-end"
 CONNECTION_CLOSE: Final = "connection-close"
 NEVER: Final = "never"
 #: A peer's unsettled map with more entries than this is refused.
-MAX_PEER_UNSETTLED: Final = 4 * MAX_UNSETTLED
+MAX_PEER_UNSETTLED: Final = MAX_UNSETTLED
 _STATES: Final = (Accepted, Rejected, Released, Modified, Received)
 #: A tag the peer's unsettled map does not have.
 _ABSENT: Final = object()
@@ -465,14 +473,20 @@ def _peer_unsettled(link: Link) -> Mapping[bytes, Any]:
             INVALID_FIELD,
             f"an unsettled map of {len(unsettled)} deliveries (at most {MAX_PEER_UNSETTLED})",
         )
-    for tag, state in unsettled.items():
+    states: dict[bytes, Any] = {}
+    for tag, value in unsettled.items():
         if not isinstance(tag, bytes):
             raise LinkRefused(INVALID_FIELD, "the unsettled map's keys must be delivery tags")
+        try:
+            state = from_described(value) if isinstance(value, Described) else value
+        except DecodeError:
+            state = value
         if state is not None and not isinstance(state, _STATES):
             raise LinkRefused(
                 INVALID_FIELD, "the unsettled map's values must be delivery states or null"
             )
-    return unsettled
+        states[tag] = state
+    return states
 
 
 def _link_properties(link: Link) -> Mapping[Any, Any]:
