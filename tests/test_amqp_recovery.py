@@ -6,7 +6,8 @@ what python-qpid-proton does not send)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+import time
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
@@ -62,16 +63,21 @@ def termini(server: EventServer) -> Termini:
     return server.amqp.node.termini
 
 
-async def until(condition: Callable[[], bool], what: str) -> None:
-    async with asyncio.timeout(30):
-        while not condition():
-            await asyncio.sleep(0.01)
-    assert condition(), what
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str) -> None:
+    """Wait for ``condition`` (a check of the server's state; awaited when a coroutine)."""
+    deadline = time.monotonic() + 30
+    while True:
+        met = condition()
+        if not isinstance(met, bool):
+            met = await met
+        if met:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within 30 s: {what}")
+        await asyncio.sleep(0.01)
 
 
-async def connect(
-    server: EventServer, container: str = "recovering", user: str = "alice"
-) -> Peer:
+async def connect(server: EventServer, container: str = "recovering", user: str = "alice") -> Peer:
     assert server.amqp is not None
     peer = await Peer.connect(server.amqp.port)
     plain = b"\0" + user.encode() + b"\0" + USERS[user].encode()
@@ -167,15 +173,14 @@ async def test_a_dropped_link_resumes_by_the_peer_map_and_moves_the_group_positi
     await peer.send(accept(int(sent[0].fields[1]), int(sent[0].fields[1])))
     user = await server.store.get_user("alice")
     assert user is not None
-    position: list[int | None] = [None]
 
-    async def stored() -> int | None:
-        position[0] = await server.store.position(user.id, "billing")
-        return position[0]
+    def stored(up_to: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return await server.store.position(user.id, "billing") == up_to
 
-    async with asyncio.timeout(30):
-        while await stored() != ids[0]:
-            await asyncio.sleep(0.01)
+        return check
+
+    await until(stored(ids[0]), "the position after the first")
     await dropped(server, peer)
     assert len(termini(server)) == 1
 
@@ -204,15 +209,11 @@ async def test_a_dropped_link_resumes_by_the_peer_map_and_moves_the_group_positi
     after = await transfers(again, 2)
     assert tags(after) == more
     # the position stands after the accepted prefix (1, 2, 3) until the rest is accepted
-    async with asyncio.timeout(30):
-        while await stored() != ids[2]:
-            await asyncio.sleep(0.01)
+    await until(stored(ids[2]), "the position after the accepted prefix")
     ids_settled = [int(t.fields[1]) for t in [first[2], first[3], first[5], *after]]
     for delivery_id in ids_settled:
         await again.send(accept(delivery_id, delivery_id))
-    async with asyncio.timeout(30):
-        while await stored() != more[-1]:
-            await asyncio.sleep(0.01)
+    await until(stored(more[-1]), "the position after the last")
 
 
 async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
