@@ -11,7 +11,9 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from proton import Described, symbol, uint, ulong
+from proton import Described, Terminus, symbol, uint, ulong
+from proton.reactor import Container, LinkOption
+from proton.utils import BlockingConnection
 
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.amqp.resume import KeptTerminus, Termini, TerminusKey
@@ -340,3 +342,62 @@ async def test_malformed_peer_maps_get_an_error_and_the_server_stays_up(
     await answer(fine, "fine")
     ids = await add(alice, 1)
     assert tags(await transfers(fine, 1)) == ids
+
+
+class DurableSource(LinkOption):
+    """python-qpid-proton's terminus settings: durable deliveries, kept past the connection."""
+
+    def apply(self, link: Any) -> None:
+        link.source.durability = Terminus.DELIVERIES
+        link.source.expiry_policy = Terminus.EXPIRE_WITH_CONNECTION
+        link.source.timeout = 60
+
+
+def proton_connection(url: str) -> BlockingConnection:
+    container = Container()
+    container.container_id = "proton-peer"
+    return BlockingConnection(
+        url,
+        container=container,
+        user="alice",
+        password=USERS["alice"],
+        allowed_mechs="PLAIN",
+        timeout=30,
+    )
+
+
+async def test_a_proton_client_gets_its_unsettled_events_again_by_the_link_name(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    """proton sets the terminus durability and expiry and re-attaches by name, but sends no
+    unsettled map: what it had not settled comes again as new deliveries, then what follows."""
+    url = server.amqp_url or ""
+    loop = asyncio.get_running_loop()
+
+    def first() -> tuple[list[Any], tuple[Any, ...]]:
+        conn = proton_connection(url)
+        receiver = conn.create_receiver("events", name="durable", credit=3, options=DurableSource())
+        # a link with no filter reads the events added from its attach on
+        asyncio.run_coroutine_threadsafe(add(alice, 1, 2, 3), loop).result()
+        source = receiver.link.remote_source
+        terms = (source.durability, source.expiry_policy, source.timeout)
+        bodies = [receiver.receive().body]
+        receiver.accept()
+        bodies += [receiver.receive().body for _ in range(2)]
+        conn.close()  # no detach: the link is suspended with its connection
+        return bodies, terms
+
+    bodies, terms = await asyncio.to_thread(first)
+    assert bodies == [1, 2, 3]
+    assert terms == (Terminus.DELIVERIES, Terminus.EXPIRE_WITH_CONNECTION, 60)
+    await until(lambda: len(termini(server)) == 1, "the terminus is kept")
+    await add(alice, 4)
+
+    def second() -> list[Any]:
+        conn = proton_connection(url)
+        receiver = conn.create_receiver("events", name="durable", credit=5, options=DurableSource())
+        again = [receiver.receive().body for _ in range(3)]
+        conn.close()
+        return again
+
+    assert await asyncio.to_thread(second) == [2, 3, 4]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from ..log.eventlog import EventLog
@@ -52,6 +53,9 @@ class SourceLink:
         self._events = events
         self._wake = asyncio.Event()
         self._closed = False
+        remote = link.remote_source
+        if source is None and remote is not None and remote.durable:
+            source = replace(remote, durable=0)  # nothing of it is kept
         link.accept(
             source=source,
             properties=link_answer(partition, properties),

@@ -855,6 +855,8 @@ class ConsumerLink(SourceLink):
                 self._after = min(self._after, kept.unsettled[0] - 1)
             return []
         peer = recovery.peer_unsettled
+        if self._open is not None:  # unsettled until settled again (or suspended again)
+            self._open.update(kept.unsettled)
         return [(event_id, peer.get(b"%d" % event_id, _ABSENT)) for event_id in kept.unsettled]
 
     async def _send_first(self, first: list[tuple[int, Any]]) -> None:
@@ -879,19 +881,23 @@ class ConsumerLink(SourceLink):
                 items.popleft()
                 tag = b"%d" % event_id
                 event = found.get(event_id)
+                opened = self._open
+                assert opened is not None
                 if isinstance(state, Accepted | Rejected | Released | Modified):
                     link.send(b"", tag, settled=True, resume=True, state=state)
                     if isinstance(state, Accepted | Rejected):
                         self._done.add(event_id)
+                        opened.discard(event_id)
                 elif event is None:  # gone from the log (retention): nothing to send again
                     if state is not _ABSENT:
                         link.send(b"", tag, settled=True, resume=True)
                     self._done.add(event_id)
+                    opened.discard(event_id)
                 else:
                     message = encode(event, self._event_hubs)
                     delivery = link.send(message, tag, resume=state is not _ABSENT)
-                    if not delivery.settled and self._open is not None:
-                        self._open.add(event_id)
+                    if delivery.settled:
+                        opened.discard(event_id)
             self._acknowledge()
             self._conn.wake()
 
