@@ -778,7 +778,7 @@ class ConsumerLink(SourceLink):
             partition,
             source=recovery.source if recovery is not None else None,
             unsettled=ours,
-            incomplete_unsettled=kept is not None and kept.incomplete,
+            incomplete_unsettled=ours is not None and kept is not None and kept.incomplete,
         )
 
     def _on_head(self) -> None:
