@@ -401,3 +401,61 @@ async def test_a_proton_client_gets_its_unsettled_events_again_by_the_link_name(
         return again
 
     assert await asyncio.to_thread(second) == [2, 3, 4]
+
+
+async def test_durable_configuration_keeps_the_position_alone(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    """Durable 1: no unsettled maps; the link goes on from the oldest delivery not settled,
+    and the group's position follows what is accepted of them."""
+    ids = await add(alice, 1, 2, 3)
+    peer = await connect(server)
+    await peer.send(attach("config", durable=1, group="ftn18:config") + flow(0, 3))
+    assert granted(await answer(peer, "config"))[0] == 1
+    sent = await transfers(peer, 3)
+    await peer.send(accept(int(sent[0].fields[1]), int(sent[0].fields[1])))
+    user = await server.store.get_user("alice")
+    assert user is not None
+
+    def stored(up_to: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return await server.store.position(user.id, "config") == up_to
+
+        return check
+
+    await until(stored(ids[0]), "the position after the first")
+    await dropped(server, peer)
+    again = await connect(server)
+    unsettled = {b"%d" % ids[1]: ACCEPTED}  # ignored: no unsettled state is kept
+    await again.send(attach("config", durable=1, group="ftn18:config", unsettled=unsettled))
+    await again.send(flow(0, 10))
+    assert their_unsettled(await answer(again, "config")) is None
+    resent = await transfers(again, 2)
+    assert tags(resent) == ids[1:]
+    assert not any(resumed(t) for t in resent)
+    more = await add(alice, 4)
+    newest = await transfers(again, 1)
+    assert tags(newest) == more
+    for transfer in [*resent, *newest]:
+        delivery_id = int(transfer.fields[1])
+        await again.send(accept(delivery_id, delivery_id))
+    await until(stored(more[0]), "the position after everything accepted")
+
+
+async def test_beyond_the_bound_the_oldest_ids_are_kept_and_the_rest_sent_again(
+    server: EventServer, alice: EventStreamClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("futoin_evt.amqp.node.MAX_UNSETTLED", 3)
+    peer = await connect(server)
+    await peer.send(attach("many") + flow(0, 10))
+    await answer(peer, "many")
+    ids = await add(alice, 1, 2, 3, 4, 5)
+    await transfers(peer, 5)
+    await dropped(server, peer)
+    again = await connect(server)
+    await again.send(attach("many") + flow(0, 10))
+    resumed_attach = await answer(again, "many")
+    assert their_unsettled(resumed_attach) == {b"%d" % i: None for i in ids[:3]}
+    assert resumed_attach.fields[8] is True  # incomplete-unsettled
+    # nothing skipped: the three kept come again, then what followed the newest of them
+    assert tags(await transfers(again, 5)) == ids

@@ -839,7 +839,7 @@ class ConsumerLink(SourceLink):
                 after = position
         return await after_time(self._events, self._start, after)
 
-    async def _resume(self, kept: KeptTerminus) -> list[tuple[int, Any]]:
+    def _resume(self, kept: KeptTerminus) -> list[tuple[int, Any]]:
         """Take over the kept terminus: where to go on, what holds a group's position, and
         what to send first, as (event id, the peer's state): by the peer's unsettled map, a
         terminal accepted or rejected is settled (a resumed transfer with no payload), a
@@ -849,11 +849,13 @@ class ConsumerLink(SourceLink):
         assert recovery is not None
         self._after = kept.after
         self._acked = kept.acked
-        self._unsettled.extend(kept.held)
         if recovery.durable != 2 or kept.durable != 2:
             if kept.unsettled:  # kept with its deliveries, resumed with the position alone
                 self._after = min(self._after, kept.unsettled[0] - 1)
+            # what is read again from the position is held back by its new deliveries
+            self._unsettled.extend(i for i in kept.held if i <= self._after)
             return []
+        self._unsettled.extend(kept.held)
         peer = recovery.peer_unsettled
         if self._open is not None:  # unsettled until settled again (or suspended again)
             self._open.update(kept.unsettled)
@@ -917,7 +919,7 @@ class ConsumerLink(SourceLink):
         self._after = self._acked = await self._start_after()
         kept = self._recovery.kept if self._recovery is not None else None
         if kept is not None:
-            await self._send_first(await self._resume(kept))
+            await self._send_first(self._resume(kept))
         link = self._link
         matches = self._start.matches
         encode = _ENCODER.encode
