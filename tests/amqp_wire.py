@@ -98,6 +98,26 @@ def message(
     return sections + encode(Described(ulong(AMQP_VALUE), body))
 
 
+def decoded(data: Data) -> Any:
+    """The value at ``data``'s cursor, binaries as bytes (proton's are views of a buffer it
+    reuses, and cannot be map keys)."""
+    kind = data.type()
+    if kind == Data.BINARY:
+        return bytes(data.get_binary())
+    if kind in (Data.MAP, Data.LIST, Data.DESCRIBED):
+        items = []
+        data.enter()
+        while data.next():
+            items.append(decoded(data))
+        data.exit()
+        if kind == Data.MAP:
+            return dict(zip(items[::2], items[1::2], strict=True))
+        if kind == Data.DESCRIBED:
+            return Described(items[0], items[1])
+        return items
+    return data.get_object()
+
+
 @dataclass(frozen=True, slots=True)
 class Frame:
     channel: int
@@ -166,7 +186,7 @@ class Peer:
             used = data.decode(body)
             data.rewind()
             data.next()
-            performative = data.get_object()
+            performative = decoded(data)
             assert isinstance(performative, Described)
             fields = list(performative.value) if isinstance(performative.value, list) else []
             descriptor: Any = performative.descriptor

@@ -24,6 +24,7 @@ from futoin_evt.amqp.engine.connection import (
 from futoin_evt.amqp.engine.framing import AMQP_HEADER, FrameReader, decode_body
 from futoin_evt.amqp.engine.performatives import (
     Accepted,
+    Attach,
     Close,
     Composite,
     Disposition,
@@ -657,3 +658,62 @@ def test_frames_of_every_short_size_close_with_a_decode_error(size: int) -> None
     )
     closes = _performatives(_frames(bytes(pair.sent_bytes) + pair.engine.data_to_send()), Close)
     assert closes[-1].error.condition.startswith("amqp:")
+
+
+def test_links_ended_without_closing_are_suspended() -> None:
+    pair = Pair()
+    session = pair.open()
+    kept = _receiver(session, "events", "kept")
+    closed = _receiver(session, "events", "closed")
+    _receiver(session, "events", "with-session")
+    pair.pump()
+    links = {e.link.name: e.link for e in pair.events if isinstance(e, LinkAttached)}
+    kept.detach()  # closed=false
+    closed.close()
+    pair.pump()
+    assert links["kept"].suspended
+    assert not links["closed"].suspended
+    session.close()
+    pair.pump()
+    assert links["with-session"].suspended
+    # a connection that drops suspends what is still attached
+    pair = Pair()
+    _receiver(pair.open(), "events", "dropped")
+    pair.pump()
+    link = next(e.link for e in pair.events if isinstance(e, LinkAttached))
+    pair.engine.lost()
+    assert link.suspended
+
+
+def test_an_unsettled_map_is_cut_to_the_peer_frame_size() -> None:
+    pair = Pair(client_frame_size=512)
+    unsettled = {b"%d" % i: None for i in range(1000)}
+    pair.on_attach = lambda link: link.accept(unsettled=unsettled)
+    _receiver(pair.open(), "events")
+    pair.pump()
+    (attach,) = _performatives(pair.server_frames(), Attach)
+    assert attach.incomplete_unsettled
+    assert 0 < len(attach.unsettled) < 1000
+    assert list(attach.unsettled) == list(unsettled)[: len(attach.unsettled)]  # the oldest
+
+
+def test_resumed_transfers_carry_resume_and_the_state() -> None:
+    pair = Pair()
+    receiver = _receiver(pair.open(), "events")
+    pair.pump()
+    link = next(e.link for e in pair.events if isinstance(e, LinkAttached))
+    receiver.flow(2)
+    pair.pump()
+    link.send(b"", b"7", settled=True, resume=True, state=Accepted())
+    link.send(b"body", b"8", resume=True)
+    pair.pump()
+    settled, whole = _performatives(pair.server_frames(), Transfer)
+    assert (settled.delivery_tag, settled.resume, settled.settled) == (b"7", True, True)
+    assert isinstance(settled.state, Accepted)
+    assert (whole.delivery_tag, whole.resume, whole.settled, whole.state) == (
+        b"8",
+        True,
+        False,
+        None,
+    )
+    assert [d.tag for d in pair.engine.sessions[0].outgoing_unsettled.values()] == [b"8"]

@@ -182,8 +182,8 @@ def test_no_import_circle() -> None:
 AMQP_LAYERS: dict[str, set[str]] = {
     "engine": {"engine"},
     # the door's values, no link in them: settings, SASL frames, messages and offsets, the
-    # filters, the quick decoder, the checkpoint store's codec
-    "values": {"config", "sasl", "codec", "filters", "quickdecode", "checkpoints"},
+    # filters, the quick decoder, the checkpoint store's codec, the kept termini
+    "values": {"config", "sasl", "codec", "filters", "quickdecode", "checkpoints", "resume"},
     "table": {"table"},
     # what the links the nodes send on share
     "links": {"links"},

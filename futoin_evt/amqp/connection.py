@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final, Protocol, cast
 
 from .. import __version__
@@ -89,6 +90,8 @@ class AmqpConnection(asyncio.Protocol):
         self._claims_timer: asyncio.TimerHandle | None = None
         self._engine: Engine | None = None
         self._handlers: dict[Link, LinkHandler] = {}
+        #: Called when a session ends (by the session), or the connection (by None).
+        self._endings: dict[object, list[Callable[[], None]]] = {}
         self._processing = False
         self._timer: asyncio.TimerHandle | None = None
         self._auth_task: asyncio.Task[None] | None = None
@@ -143,10 +146,16 @@ class AmqpConnection(asyncio.Protocol):
                 timer.cancel()
         if self._auth_task is not None:
             self._auth_task.cancel()
+        if self._engine is not None:
+            self._engine.lost()
         for handler in list(self._handlers.values()):
             handler.on_closed()
         self._handlers.clear()
         self._engine = None
+        endings, self._endings = self._endings, {}
+        for callbacks in endings.values():
+            for callback in callbacks:
+                callback()
         if not self.closed.done():
             self.closed.set_result(None)
 
@@ -211,6 +220,30 @@ class AmqpConnection(asyncio.Protocol):
     def peer_name(self) -> str:
         """The peer's address, for log lines."""
         return _peer(self._peer)
+
+    @property
+    def container_id(self) -> str | None:
+        """The peer's container id (its open's); None before the open."""
+        engine = self._engine
+        remote = engine.remote_open if engine is not None else None
+        return remote.container_id if remote is not None else None
+
+    def when_ended(
+        self, link: Link, session: bool, callback: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``callback`` once ``link``'s session (``session``) or the connection ends;
+        returns how to cancel that."""
+        key: object = link.session if session else None
+        self._endings.setdefault(key, []).append(callback)
+
+        def cancel() -> None:
+            callbacks = self._endings.get(key)
+            if callbacks is not None and callback in callbacks:
+                callbacks.remove(callback)
+                if not callbacks:
+                    del self._endings[key]
+
+        return cancel
 
     def grant_claims(self, principal: Principal, expiry: float) -> tuple[int, str] | None:
         """A token put to ``$cbs`` names ``principal`` until ``expiry`` (Unix seconds). None
@@ -349,6 +382,8 @@ class AmqpConnection(asyncio.Protocol):
             # Its links end with it (AMQP 2.5.4), without detaches of their own.
             for link in event.links:
                 self._forget_link(link)
+            for callback in self._endings.pop(event.session, ()):
+                callback()
         elif isinstance(event, ConnectionClosed) and event.error is not None:
             error = event.error
             log.info(

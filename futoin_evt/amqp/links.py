@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any, Final
 
 from ..log.eventlog import EventLog
@@ -40,13 +41,27 @@ class SourceLink:
         events: EventLog,
         properties: Mapping[Any, Any] | None = None,
         partition: int | None = None,
+        *,
+        source: Any = None,
+        unsettled: dict[bytes, Any] | None = None,
+        incomplete_unsettled: bool = False,
     ) -> None:
+        """``source``: our terminus (None: the peer's); ``unsettled``: our unsettled map
+        (AMQP 2.6.13), when the link resumes a kept one."""
         self._conn = conn
         self._link = link
         self._events = events
         self._wake = asyncio.Event()
         self._closed = False
-        link.accept(properties=link_answer(partition, properties))
+        remote = link.remote_source
+        if source is None and remote is not None and remote.durable:
+            source = replace(remote, durable=0)  # nothing of it is kept
+        link.accept(
+            source=source,
+            properties=link_answer(partition, properties),
+            unsettled=unsettled,
+            incomplete_unsettled=incomplete_unsettled,
+        )
         self._task = asyncio.ensure_future(self._run())
         self._task.add_done_callback(self._finished)
 

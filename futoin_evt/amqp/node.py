@@ -18,7 +18,7 @@ import time
 import zlib
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..domain.stream import EventRejected, UserId
@@ -46,11 +46,20 @@ from .codec import (
 from .config import DEFAULT_NODE_LIMITS, NodeLimits
 from .engine.connection import Delivery, Link
 from .engine.message import Message, decode_message
-from .engine.performatives import Accepted, Rejected
+from .engine.performatives import (
+    Accepted,
+    Modified,
+    Received,
+    Rejected,
+    Released,
+    Source,
+    from_described,
+)
 from .engine.types import DecodeError, Described, Symbol, decode_value, encode
 from .filters import compile_filter
 from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, after_time, link_answer
 from .quickdecode import quick_event
+from .resume import MAX_TIMEOUT, MAX_UNSETTLED, KeptTerminus, Termini, TerminusKey
 from .table import Connection, Hubs, LinkHandler, LinkRefused, address_path
 
 log = logging.getLogger(__name__)
@@ -87,6 +96,16 @@ RESOURCE_LOCKED: Final = "amqp:resource-locked"
 DETACH_FORCED: Final = "amqp:link:detach-forced"
 PRECONDITION_FAILED: Final = "amqp:precondition-failed"
 NOT_ALLOWED: Final = "amqp:not-allowed"
+#: Terminus expiry policies (AMQP 3.5.6).
+LINK_DETACH: Final = "link-detach"
+SESSION_END: Final = "session-end"
+CONNECTION_CLOSE: Final = "connection-close"
+NEVER: Final = "never"
+#: A peer's unsettled map with more entries than this is refused.
+MAX_PEER_UNSETTLED: Final = MAX_UNSETTLED
+_STATES: Final = (Accepted, Rejected, Released, Modified, Received)
+#: A tag the peer's unsettled map does not have.
+_ABSENT: Final = object()
 
 
 def key_partition(key: str, count: int) -> int:
@@ -150,6 +169,8 @@ class EventLogNode:
         self._spread = itertools.count()
         #: Told of consumers registered on attach (management events), when set.
         self._bus = bus
+        #: The termini of suspended durable consumer links, until they expire.
+        self.termini = Termini()
 
     def attach(self, conn: Connection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
@@ -197,11 +218,53 @@ class EventLogNode:
                 )
             events = parsed.logs[partition]
             start = _start_position(link, events.head)
+            recovery = self._recovery(conn, link, (parsed.hub, None), partition)
             return ConsumerLink(
-                conn, link, events, start, event_hubs=event_hubs, partition=partition
+                conn,
+                link,
+                events,
+                start,
+                event_hubs=event_hubs,
+                partition=partition,
+                recovery=recovery,
             )
         return self._attach_group(
             conn, link, parsed, partition, group, epoch, event_hubs, owner_level is not None
+        )
+
+    def _recovery(
+        self, conn: Connection, link: Link, address: tuple[str, str | None], partition: int
+    ) -> Recovery | None:
+        """The durability granted to a consumer link (None: none), with the terminus it
+        resumes; a terminus kept under its name for another address is dropped."""
+        peer_unsettled = _peer_unsettled(link)
+        source = link.remote_source
+        principal, container = conn.principal, conn.container_id
+        if source is None or principal is None or container is None:
+            return None
+        key = TerminusKey(principal.user_id, container, link.name)
+        durable = source.durable
+        policy = source.expiry_policy if source.expiry_policy is not None else SESSION_END
+        if policy not in (LINK_DETACH, SESSION_END, CONNECTION_CLOSE, NEVER):
+            raise LinkRefused(
+                INVALID_FIELD, f"not a terminus expiry policy: {quote_input(policy, 40)}"
+            )
+        if durable not in (1, 2) or policy == LINK_DETACH:
+            self.termini.discard(key)
+            return None
+        granted = CONNECTION_CLOSE if policy == NEVER else policy
+        timeout = min(source.timeout, MAX_TIMEOUT)
+        answer = replace(source, durable=durable, expiry_policy=granted, timeout=timeout)
+        return Recovery(
+            self.termini,
+            key,
+            address,
+            durable,
+            granted,
+            timeout,
+            answer,
+            self.termini.take(key, address, partition),
+            peer_unsettled,
         )
 
     def _grows(self, hub: str) -> _Grows:
@@ -330,11 +393,14 @@ class EventLogNode:
                 )
 
         events = parsed.logs[partition]
+        start = _start_position(link, events.head)
+        recovery = self._recovery(conn, link, (parsed.hub, group), partition)
         return ConsumerLink(
             conn,
             link,
             events,
-            _start_position(link, events.head),
+            start,
+            recovery=recovery,
             properties={GROUP_PROPERTY: group, EPOCH_PROPERTY: new_epoch},
             binding=binding,
             on_closed=release,
@@ -374,6 +440,53 @@ def _requested_partition(properties: Mapping[Any, Any], parsed: _Address) -> int
             f" ({parsed.partition})",
         )
     return number
+
+
+@dataclass(frozen=True, slots=True)
+class Recovery:
+    """A consumer link's durability as granted, and the terminus it resumes, if any."""
+
+    termini: Termini
+    key: TerminusKey
+    address: tuple[str, str | None]
+    #: 1: configuration (the position alone), 2: unsettled state too.
+    durable: int
+    #: session-end or connection-close.
+    expiry: str
+    timeout: int
+    #: Our terminus, as granted.
+    source: Source
+    kept: KeptTerminus | None
+    #: The peer's unsettled map (tag -> its state).
+    peer_unsettled: Mapping[bytes, Any]
+
+
+def _peer_unsettled(link: Link) -> Mapping[bytes, Any]:
+    """The peer's unsettled map of the attach, checked (AMQP 2.6.13)."""
+    unsettled = link.remote.unsettled
+    if unsettled is None:
+        return {}
+    if not isinstance(unsettled, Mapping):
+        raise LinkRefused(INVALID_FIELD, "the unsettled map must be a map")
+    if len(unsettled) > MAX_PEER_UNSETTLED:
+        raise LinkRefused(
+            INVALID_FIELD,
+            f"an unsettled map of {len(unsettled)} deliveries (at most {MAX_PEER_UNSETTLED})",
+        )
+    states: dict[bytes, Any] = {}
+    for tag, value in unsettled.items():
+        if not isinstance(tag, bytes):
+            raise LinkRefused(INVALID_FIELD, "the unsettled map's keys must be delivery tags")
+        try:
+            state = from_described(value) if isinstance(value, Described) else value
+        except DecodeError:
+            state = value
+        if state is not None and not isinstance(state, _STATES):
+            raise LinkRefused(
+                INVALID_FIELD, "the unsettled map's values must be delivery states or null"
+            )
+        states[tag] = state
+    return states
 
 
 def _link_properties(link: Link) -> Mapping[Any, Any]:
@@ -613,6 +726,10 @@ class ConsumerLink(SourceLink):
     Bound to a registered consumer, the link starts at its stored position when it has no
     filter, and moves that position as the consumer settles what it was sent: up to just
     before the oldest delivery not yet accepted (or rejected), in one write at a time.
+
+    With ``recovery`` (a durable source), a suspended link leaves its terminus to the node's
+    :class:`~.resume.Termini`, and a link that resumes one settles, sends again and goes on
+    as AMQP 2.6.13 says (:meth:`_resume`).
     """
 
     def __init__(
@@ -628,6 +745,7 @@ class ConsumerLink(SourceLink):
         on_registered: Callable[[], None] | None = None,
         event_hubs: bool = False,
         partition: int = 0,
+        recovery: Recovery | None = None,
     ) -> None:
         #: Opened through an Event Hubs address: JSON goes out as a ``data`` section.
         self._event_hubs = event_hubs
@@ -643,8 +761,25 @@ class ConsumerLink(SourceLink):
         self._ack_wanted = 0
         self._acked = 0
         self._acking: asyncio.Task[None] | None = None
+        self._recovery = recovery
+        self._partition = partition
+        #: Ids sent and not settled, kept when the link is suspended (a durable source).
+        self._open: set[int] | None = set() if recovery is not None else None
         self._stop_listening = events.listen(self._on_head)
-        super().__init__(conn, link, events, properties, partition)
+        kept = recovery.kept if recovery is not None else None
+        ours = None
+        if kept is not None and recovery is not None and recovery.durable == 2:
+            ours = dict.fromkeys((b"%d" % i for i in kept.unsettled), None)
+        super().__init__(
+            conn,
+            link,
+            events,
+            properties,
+            partition,
+            source=recovery.source if recovery is not None else None,
+            unsettled=ours,
+            incomplete_unsettled=ours is not None and kept is not None and kept.incomplete,
+        )
 
     def _on_head(self) -> None:
         self._wake.set()
@@ -654,8 +789,44 @@ class ConsumerLink(SourceLink):
         self._stop_listening()
         if self._released is not None:
             self._released()
+        if self._recovery is not None and self._link.suspended and not self._closed:
+            self._keep(self._recovery)
         super().on_closed()
         return self._acking
+
+    def _keep(self, recovery: Recovery) -> None:
+        """Leave the terminus to the node: the oldest ids, within the bound."""
+        assert self._open is not None
+        held = [i for i in self._unsettled if i not in self._done]
+        unsettled = sorted(self._open)
+        after = self._after
+        ids = sorted({*held, *unsettled})
+        incomplete = len(ids) > MAX_UNSETTLED
+        if incomplete:  # beyond the bound: what follows the newest kept id is sent again
+            after = ids[MAX_UNSETTLED - 1]
+            held = [i for i in held if i <= after]
+            unsettled = [i for i in unsettled if i <= after]
+        if recovery.durable == 1:  # the position alone: from the oldest unsettled on
+            after = min(after, unsettled[0] - 1) if unsettled else after
+            unsettled = []
+        kept = KeptTerminus(
+            recovery.key,
+            recovery.address,
+            self._partition,
+            recovery.durable,
+            tuple(unsettled),
+            incomplete,
+            after,
+            tuple(held),
+            self._acked,
+            float(recovery.timeout),
+        )
+        termini = recovery.termini
+        termini.keep(kept)
+        session = recovery.expiry == SESSION_END
+        kept.cancel_wait = self._conn.when_ended(
+            self._link, session, lambda: termini.expire_later(kept)
+        )
 
     async def _start_after(self) -> int:
         after = self._start.after_id
@@ -668,13 +839,93 @@ class ConsumerLink(SourceLink):
                 after = position
         return await after_time(self._events, self._start, after)
 
+    def _resume(self, kept: KeptTerminus) -> list[tuple[int, Any]]:
+        """Take over the kept terminus: where to go on, what holds a group's position, and
+        what to send first, as (event id, the peer's state): by the peer's unsettled map, a
+        terminal accepted or rejected is settled (a resumed transfer with no payload), a
+        released or modified one is settled and sent again, one with no state is resumed
+        whole, one the peer does not know is sent again as a new delivery."""
+        recovery = self._recovery
+        assert recovery is not None
+        self._after = kept.after
+        self._acked = kept.acked
+        if recovery.durable != 2 or kept.durable != 2:
+            if kept.unsettled:  # kept with its deliveries, resumed with the position alone
+                self._after = min(self._after, kept.unsettled[0] - 1)
+            # what is read again from the position is held back by its new deliveries
+            self._unsettled.extend(i for i in kept.held if i <= self._after)
+            return []
+        self._unsettled.extend(kept.held)
+        peer = recovery.peer_unsettled
+        if self._open is not None:  # unsettled until settled again (or suspended again)
+            self._open.update(kept.unsettled)
+        return [(event_id, peer.get(b"%d" % event_id, _ABSENT)) for event_id in kept.unsettled]
+
+    async def _send_first(self, first: list[tuple[int, Any]]) -> None:
+        """Send what the resumed terminus owes, as credit allows (each item a transfer)."""
+        link = self._link
+        encode = _ENCODER.encode
+        items: deque[tuple[int, Any]] = deque()
+        for event_id, state in first:
+            items.append((event_id, state))
+            if isinstance(state, Released | Modified):
+                items.append((event_id, _ABSENT))  # settled, then sent again
+        while items:
+            self._wake.clear()
+            if link.credit <= 0 or not self._conn.writable:
+                await self._wake.wait()
+                continue
+            chunk = list(itertools.islice(items, min(link.credit, READ_BATCH)))
+            found = await self._read_ids({event_id for event_id, _state in chunk})
+            for event_id, state in chunk:
+                if link.credit <= 0:
+                    break
+                items.popleft()
+                tag = b"%d" % event_id
+                event = found.get(event_id)
+                opened = self._open
+                assert opened is not None
+                if isinstance(state, Accepted | Rejected | Released | Modified):
+                    link.send(b"", tag, settled=True, resume=True, state=state)
+                    if isinstance(state, Accepted | Rejected):
+                        self._done.add(event_id)
+                        opened.discard(event_id)
+                elif event is None:  # gone from the log (retention): nothing to send again
+                    if state is not _ABSENT:
+                        link.send(b"", tag, settled=True, resume=True)
+                    self._done.add(event_id)
+                    opened.discard(event_id)
+                else:
+                    message = encode(event, self._event_hubs)
+                    delivery = link.send(message, tag, resume=state is not _ABSENT)
+                    if delivery.settled:
+                        opened.discard(event_id)
+            self._acknowledge()
+            self._conn.wake()
+
+    async def _read_ids(self, ids: set[int]) -> dict[int, StoredEvent]:
+        """The events of these ids that the log still has."""
+        found: dict[int, StoredEvent] = {}
+        after, top = min(ids) - 1, max(ids)
+        while after < top:
+            page = await self._events.read_after(after, READ_BATCH)
+            if not page:
+                break
+            found.update((event.id, event) for event in page if event.id in ids)
+            after = page[-1].id
+        return found
+
     async def _run(self) -> None:
         self._after = self._acked = await self._start_after()
+        kept = self._recovery.kept if self._recovery is not None else None
+        if kept is not None:
+            await self._send_first(self._resume(kept))
         link = self._link
         matches = self._start.matches
         encode = _ENCODER.encode
         event_hubs = self._event_hubs
         bound = self._binding is not None
+        opened = self._open
         # Read a page at a time whatever the credit (clients that top their credit up by a
         # few at a time would make as many reads), and send it as the credit comes.
         page: list[StoredEvent] = []
@@ -700,8 +951,11 @@ class ConsumerLink(SourceLink):
                                 sending.append(page[end])
                             end += 1
                     messages = [(encode(event, event_hubs), b"%d" % event.id) for event in sending]
-                    if not link.send_many(messages) and bound:
-                        self._unsettled.extend(event.id for event in sending)
+                    if not link.send_many(messages):
+                        if bound:
+                            self._unsettled.extend(event.id for event in sending)
+                        if opened is not None:
+                            opened.update(event.id for event in sending)
                     self._after = page[end - 1].id
                     index = end
                     self._acknowledge()
@@ -714,6 +968,9 @@ class ConsumerLink(SourceLink):
             await self._wake.wait()
 
     def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        opened = self._open
+        if opened is not None:
+            opened.difference_update(int(d.tag) for d in deliveries if d.settled)
         if self._binding is None:
             return
         done = [int(d.tag) for d in deliveries if isinstance(d.remote_state, Accepted | Rejected)]

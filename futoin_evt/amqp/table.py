@@ -61,8 +61,18 @@ class Connection(Protocol):
     def writable(self) -> bool:
         """False while the socket's write buffer is full."""
 
+    @property
+    def container_id(self) -> str | None:
+        """The peer's container id; None before its open."""
+
     def wake(self) -> None:
         """Send soon what handlers changed outside of the connection's dispatch."""
+
+    def when_ended(
+        self, link: Link, session: bool, callback: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``callback`` once ``link``'s session (``session``) or the connection ends;
+        returns how to cancel that."""
 
     def detach(self, link: Link, condition: str, description: str) -> None:
         """Close one of the connection's links with an error (its handler is told)."""

@@ -19,6 +19,7 @@ links or deliveries that are gone are ignored.
 from __future__ import annotations
 
 import heapq
+import itertools
 import struct
 import time
 from collections import deque
@@ -62,7 +63,7 @@ from .performatives import (
     Target,
     Transfer,
 )
-from .types import DecodeError, EncodeError
+from .types import DecodeError, EncodeError, encode
 
 DECODE_ERROR: Final = "amqp:decode-error"
 INVALID_FIELD: Final = "amqp:invalid-field"
@@ -246,6 +247,9 @@ class Link:
         #: Ours, given when the attach is answered (the peer's is ``remote.handle``).
         self.handle = -1
         self.remote_closed = True
+        #: Ended without being closed: the peer detached it with closed=false, or its session
+        #: or connection ended first (its terminus may be kept, AMQP 2.6.13, 3.5.5).
+        self.suspended = False
         self.is_sender = remote.role == RECEIVER
         self.attached = False
         self.detached = False
@@ -307,8 +311,12 @@ class Link:
         snd_settle_mode: int | None = None,
         rcv_settle_mode: int | None = None,
         offered_capabilities: Sequence[str] | None = None,
+        unsettled: dict[bytes, Any] | None = None,
+        incomplete_unsettled: bool = False,
     ) -> None:
-        """Attach our end: the termini default to the peer's."""
+        """Attach our end: the termini default to the peer's. ``unsettled`` (tag -> state) is
+        our unsettled map (AMQP 2.6.13); entries the peer's frame size leaves no room for are
+        left out and ``incomplete-unsettled`` set."""
         remote = self.remote
         self.snd_settle_mode = (
             snd_settle_mode if snd_settle_mode is not None else remote.snd_settle_mode
@@ -318,24 +326,25 @@ class Link:
         )
         self.max_message_size = max_message_size
         self._take_handle()
-        self.session.send(
-            Attach(
-                remote.name,
-                self.handle,
-                SENDER if self.is_sender else RECEIVER,
-                self.snd_settle_mode,
-                self.rcv_settle_mode,
-                source if source is not None else remote.source,
-                target if target is not None else remote.target,
-                None,
-                False,
-                0 if self.is_sender else None,
-                max_message_size,
-                tuple(offered_capabilities) if offered_capabilities else None,
-                None,
-                properties,
-            )
+        attach = Attach(
+            remote.name,
+            self.handle,
+            SENDER if self.is_sender else RECEIVER,
+            self.snd_settle_mode,
+            self.rcv_settle_mode,
+            source if source is not None else remote.source,
+            target if target is not None else remote.target,
+            unsettled,
+            incomplete_unsettled,
+            0 if self.is_sender else None,
+            max_message_size,
+            tuple(offered_capabilities) if offered_capabilities else None,
+            None,
+            properties,
         )
+        if unsettled:
+            _fit_unsettled(attach, self.session.engine.remote_max_frame_size)
+        self.session.send(attach)
 
     def refuse(self, condition: str, description: str) -> None:
         """Attach with no terminus and detach at once with the error (AMQP 2.6.3)."""
@@ -390,10 +399,14 @@ class Link:
         *,
         settled: bool | None = None,
         message_format: int = 0,
+        resume: bool = False,
+        state: Any = None,
     ) -> Delivery:
         """Send one message (its bytes, or the parts they join into). Unsettled unless the
         link's sender settle mode is ``settled`` or ``settled`` says so. The caller checks
-        :attr:`credit` first."""
+        :attr:`credit` first. ``resume``: a delivery of the unsettled map the link was
+        attached with (AMQP 2.6.13), with our ``state`` of it (a settled one may have no
+        payload)."""
         if settled is None:
             settled = self.snd_settle_mode == SND_SETTLED
         session = self.session
@@ -405,7 +418,10 @@ class Link:
         if not settled:
             session.outgoing_unsettled[delivery.id] = delivery
             self.unsettled.add(delivery.id)
-        session.transfer(self, delivery, payload)
+        if resume or state is not None:
+            session.transfer(self, delivery, payload, _resumed_fields(resume, state))
+        else:
+            session.transfer(self, delivery, payload)
         return delivery
 
     def send_many(self, messages: Sequence[tuple[bytes, bytes]]) -> bool:
@@ -548,12 +564,20 @@ class Session:
             for delivery_id in [i for i, d in self.incoming_unsettled.items() if d.link is link]:
                 del self.incoming_unsettled[delivery_id]
 
-    def transfer(self, link: Link, delivery: Delivery, payload: bytes | Sequence[bytes]) -> None:
-        """The transfer frames of one delivery, split to the peer's frame size."""
+    def transfer(
+        self,
+        link: Link,
+        delivery: Delivery,
+        payload: bytes | Sequence[bytes],
+        resumed: bytes | None = None,
+    ) -> None:
+        """The transfer frames of one delivery, split to the peer's frame size; ``resumed``:
+        the state, resume, aborted and batchable fields of a resumed delivery."""
         engine = self.engine
         tag = delivery.tag
         if (
-            type(payload) is bytes
+            resumed is None
+            and type(payload) is bytes
             and len(tag) <= _SHORT_TAG
             and self.remote_incoming_window > 0
             and not self.blocked
@@ -573,8 +597,9 @@ class Session:
                 return
         size = len(payload) if isinstance(payload, bytes) else sum(len(p) for p in payload)
         head = _transfer_fields(
-            link.handle, delivery.id, delivery.tag, delivery.message_format, delivery.settled
-        )
+            link.handle, delivery.id, delivery.tag, delivery.message_format, delivery.settled,
+            tail=resumed,
+        )  # fmt: skip
         room = engine.remote_max_frame_size - 8 - len(head)
         if size <= room:
             start = HEADER.pack(8 + len(head) + size, 2, AMQP_FRAME, self.channel) + head
@@ -603,6 +628,7 @@ class Session:
                     delivery.message_format,
                     delivery.settled,
                     more=True,
+                    tail=resumed,
                 )
             else:
                 fields = _continuation_fields(link.handle, more=True)
@@ -735,9 +761,10 @@ def _transfer_fields(
     message_format: int,
     settled: bool,
     more: bool = False,
+    tail: bytes | None = None,
 ) -> bytes:
     """A transfer performative with all eleven fields (some clients find the payload by
-    counting them)."""
+    counting them); ``tail``: its last four (state, resume, aborted, batchable) encoded."""
     items = b"".join(
         (
             _uint(handle),
@@ -747,12 +774,37 @@ def _transfer_fields(
             _uint(message_format),
             b"\x41" if settled else b"\x42",
             b"\x41" if more else b"\x42",
-            b"\x40\x40\x42\x42\x42",
+            b"\x40",
+            tail if tail is not None else b"\x40\x42\x42\x42",
         )
     )
     if len(items) < 255:
         return b"\x00\x53\x14\xc0" + bytes((len(items) + 1, 11)) + items
     return b"\x00\x53\x14\xd0" + struct.pack(">II", len(items) + 4, 11) + items
+
+
+def _resumed_fields(resume: bool, state: Any) -> bytes:
+    """The state, resume, aborted and batchable fields of a resumed transfer."""
+    value = state.described() if isinstance(state, Composite) else state
+    return encode(value) + (b"\x41" if resume else b"\x42") + b"\x42\x42"
+
+
+def _fit_unsettled(attach: Attach, max_frame_size: int) -> None:
+    """Leave out of the attach's unsettled map what does not fit the peer's frame size (an
+    attach is one frame), setting ``incomplete-unsettled`` then; the oldest entries stay."""
+    unsettled = attach.unsettled
+    assert unsettled is not None
+    keep = len(unsettled)
+    while keep and _frame_size(attach) > max_frame_size:
+        keep //= 2
+        attach.unsettled = dict(itertools.islice(unsettled.items(), keep))
+        attach.incomplete_unsettled = True
+
+
+def _frame_size(performative: Composite) -> int:
+    out = bytearray()
+    encode_frame(out, 0, performative, b"")
+    return len(out)
 
 
 def _continuation_fields(handle: int, more: bool) -> bytes:
@@ -912,6 +964,13 @@ class Engine:
         """Our close is sent: once :meth:`data_to_send` is written, the socket can go."""
         return self.closed
 
+    def lost(self) -> None:
+        """The transport is gone: the links still attached end suspended (not closed)."""
+        for session in self.sessions.values():
+            for link in session.links.values():
+                if not link.detached:
+                    link.suspended = True
+
     def close(self, condition: str | None = None, description: str | None = None) -> None:
         """Close the connection, with an error when ``condition`` is given."""
         if not self.closed:
@@ -1030,6 +1089,8 @@ class Engine:
         for link in links:
             if not link.remote_detached:
                 self.links_held -= 1
+            if not link.detached:
+                link.suspended = True
             link.remote_detached = link.detached = True
         session.send(End())
         session.ended = True
@@ -1058,6 +1119,7 @@ class Engine:
             return  # a detach of a link that never was, or was ended with its session
         link.remote_detached = True
         link.remote_closed = remote.closed
+        link.suspended = not remote.closed and not link.detached
         self.links_held -= 1
         del session.links[remote.handle]  # the peer may use the handle again at once
         link._drop_incoming()

@@ -1,0 +1,461 @@
+"""Link recovery (AMQP 1.0 2.6.13, 3.5.5): a durable consumer link that ends without being
+closed leaves its terminus, and a link of the same name resumes it by the unsettled maps.
+Raw frames on real sockets to a server on a real SQLite file (the peer's unsettled map is
+what python-qpid-proton does not send)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import pytest
+from proton import Described, Terminus, symbol, uint, ulong
+from proton.reactor import Container, LinkOption
+from proton.utils import BlockingConnection
+
+from futoin_evt.amqp import AmqpConfig
+from futoin_evt.amqp.resume import KeptTerminus, Termini, TerminusKey
+from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.domain.stream import UserId
+from futoin_evt.server.app import EventServer
+
+from .amqp_wire import (
+    ATTACH,
+    BEGIN,
+    CLOSE,
+    DETACH,
+    DISPOSITION,
+    OPEN,
+    SASL_OUTCOME,
+    SOURCE,
+    TARGET,
+    TRANSFER,
+    Frame,
+    Peer,
+    begin,
+    flow,
+    frame,
+    login,
+)
+from .conftest import USERS, ServerFactory
+
+pytestmark = pytest.mark.functional
+
+ACCEPTED = Described(ulong(0x24), [])
+REJECTED = Described(ulong(0x25), [None])
+RELEASED = Described(ulong(0x26), [])
+GROUP = symbol("event-streams-consumer-group")
+
+
+@pytest.fixture
+async def server(start_server: ServerFactory) -> EventServer:
+    return await start_server(amqp=AmqpConfig(port=0))
+
+
+@pytest.fixture(autouse=True)
+async def _peers_closed() -> Any:
+    yield
+    await Peer.close_all()
+
+
+def termini(server: EventServer) -> Termini:
+    assert server.amqp is not None
+    return server.amqp.node.termini
+
+
+async def until(condition: Callable[[], bool | Awaitable[bool]], what: str) -> None:
+    """Wait for ``condition`` (a check of the server's state; awaited when a coroutine)."""
+    deadline = time.monotonic() + 30
+    while True:
+        met = condition()
+        if not isinstance(met, bool):
+            met = await met
+        if met:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within 30 s: {what}")
+        await asyncio.sleep(0.01)
+
+
+async def connect(server: EventServer, container: str = "recovering", user: str = "alice") -> Peer:
+    assert server.amqp is not None
+    peer = await Peer.connect(server.amqp.port)
+    plain = b"\0" + user.encode() + b"\0" + USERS[user].encode()
+    await peer.send(login(plain) + frame(OPEN, [container]) + begin())
+    outcome = await peer.until(SASL_OUTCOME)
+    assert outcome.fields[0] == 0, outcome
+    await peer.until(BEGIN)
+    return peer
+
+
+def attach(
+    name: str,
+    handle: int = 0,
+    *,
+    durable: int = 2,
+    expiry: str | None = "connection-close",
+    timeout: int = 60,
+    unsettled: Any = None,
+    group: str | None = None,
+    address: str = "events",
+) -> bytes:
+    """A receiving link (the server sends) from a source asking for that durability."""
+    policy = symbol(expiry) if expiry is not None else None
+    source = Described(ulong(SOURCE), [address, uint(durable), policy, uint(timeout)])
+    target = Described(ulong(TARGET), [])
+    properties = {GROUP: group} if group is not None else None
+    return frame(ATTACH, [name, uint(handle), True, None, None, source, target, unsettled,
+                          False, None, None, None, None, properties])  # fmt: skip
+
+
+def accept(first: int, last: int, state: Any = ACCEPTED) -> bytes:
+    return frame(DISPOSITION, [True, uint(first), uint(last), True, state])
+
+
+async def answer(peer: Peer, name: str) -> Frame:
+    """The server's attach of link ``name``."""
+    while True:
+        received = await peer.until(ATTACH)
+        if received.fields[0] == name:
+            return received
+
+
+async def transfers(peer: Peer, count: int) -> list[Frame]:
+    return [await peer.until(TRANSFER) for _ in range(count)]
+
+
+def tags(frames: list[Frame]) -> list[int]:
+    return [int(f.fields[2]) for f in frames]
+
+
+def state_of(transfer: Frame) -> int | None:
+    state = transfer.fields[7] if len(transfer.fields) > 7 else None
+    return int(state.descriptor) if state is not None else None
+
+
+def resumed(transfer: Frame) -> bool:
+    return len(transfer.fields) > 8 and bool(transfer.fields[8])
+
+
+def granted(attach_frame: Frame) -> tuple[int, str, int]:
+    fields: Any = attach_frame.fields[5].value
+    return int(fields[1]), str(fields[2]), int(fields[3])
+
+
+def their_unsettled(attach_frame: Frame) -> dict[bytes, Any] | None:
+    value = attach_frame.fields[7] if len(attach_frame.fields) > 7 else None
+    return dict(value) if value is not None else None
+
+
+async def add(client: EventStreamClient, *values: int) -> list[int]:
+    return [await client.add_event("T", value) for value in values]
+
+
+async def dropped(server: EventServer, peer: Peer) -> None:
+    """Cut the TCP connection (no detach, no close) and wait until the server has seen it."""
+    peer.writer.transport.abort()
+    await peer.close()
+    assert server.amqp is not None
+    listener = server.amqp
+    await until(lambda: len(listener.slots) == 0, "the server saw the connection go")
+
+
+async def test_a_dropped_link_resumes_by_the_peer_map_and_moves_the_group_position(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    ids = await add(alice, 1, 2, 3, 4, 5, 6)
+    peer = await connect(server)
+    await peer.send(attach("orders", group="ftn18:billing") + flow(0, 6))
+    assert granted(await answer(peer, "orders")) == (2, "connection-close", 60)
+    sent = await transfers(peer, 6)
+    assert tags(sent) == ids
+    # the first is accepted before the drop: the group's position moves over it
+    await peer.send(accept(int(sent[0].fields[1]), int(sent[0].fields[1])))
+    user = await server.store.get_user("alice")
+    assert user is not None
+
+    def stored(up_to: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return await server.store.position(user.id, "billing") == up_to
+
+        return check
+
+    await until(stored(ids[0]), "the position after the first")
+    await dropped(server, peer)
+    assert len(termini(server)) == 1
+
+    # the peer got 2..6; it accepted 2 and 3 (not yet told), holds 4 with no state, released
+    # 6, never got 5; and it still remembers a tag the server settled long ago
+    tag = [b"%d" % i for i in ids]
+    peer_map = {tag[1]: ACCEPTED, tag[2]: REJECTED, tag[3]: None, tag[5]: RELEASED}
+    peer_map[b"999999"] = ACCEPTED
+    again = await connect(server)
+    await again.send(attach("orders", group="ftn18:billing", unsettled=peer_map) + flow(0, 20))
+    ours = their_unsettled(await answer(again, "orders"))
+    assert ours == dict.fromkeys(tag[1:], None)
+    assert len(termini(server)) == 0
+    first = await transfers(again, 6)
+    assert [(int(t.fields[2]), resumed(t), state_of(t), bool(t.fields[4])) for t in first] == [
+        (ids[1], True, 0x24, True),  # accepted: settled, no payload
+        (ids[2], True, 0x25, True),  # rejected: the same
+        (ids[3], True, None, False),  # no state: resumed whole
+        (ids[4], False, None, False),  # unknown to the peer: a new delivery
+        (ids[5], True, 0x26, True),  # released: settled, and ...
+        (ids[5], False, None, False),  # ... sent again
+    ]
+    assert [t.payload == b"" for t in first] == [True, True, False, False, True, False]
+    # then the events after the newest sent before: none twice, none skipped
+    more = await add(alice, 7, 8)
+    after = await transfers(again, 2)
+    assert tags(after) == more
+    # the position stands after the accepted prefix (1, 2, 3) until the rest is accepted
+    await until(stored(ids[2]), "the position after the accepted prefix")
+    ids_settled = [int(t.fields[1]) for t in [first[2], first[3], first[5], *after]]
+    for delivery_id in ids_settled:
+        await again.send(accept(delivery_id, delivery_id))
+    await until(stored(more[-1]), "the position after the last")
+
+
+async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    peer = await connect(server)
+    await peer.send(attach("closed", 0, expiry="session-end") + flow(0, 5))
+    await answer(peer, "closed")
+    ids = await add(alice, 1, 2)
+    await transfers(peer, 2)
+    await peer.send(frame(DETACH, [uint(0), True]))
+    await peer.until(DETACH)
+    assert len(termini(server)) == 0
+    # suspended (closed=false) in a live session: kept until the session ends
+    await peer.send(attach("suspended", 1, expiry="session-end") + flow(1, 5))
+    await answer(peer, "suspended")
+    more = await add(alice, 3)
+    await transfers(peer, 1)
+    await peer.send(frame(DETACH, [uint(1), False]))
+    await peer.until(DETACH)
+    assert len(termini(server)) == 1
+    await peer.send(attach("suspended", 1, expiry="session-end") + flow(1, 5))
+    assert their_unsettled(await answer(peer, "suspended")) == {b"%d" % more[0]: None}
+    assert tags(await transfers(peer, 1)) == more  # no map from the peer: sent again
+    # re-attached as the first one after its closing detach: it starts afresh
+    await peer.send(attach("closed", 0, expiry="session-end") + flow(0, 5))
+    assert their_unsettled(await answer(peer, "closed")) is None
+    # not durable: nothing is kept, and the attach says so
+    await peer.send(attach("plain", 2, durable=0) + flow(2, 5))
+    assert granted(await answer(peer, "plain"))[0] == 0
+    newest = await add(alice, 4)
+    for _ in range(3):  # on every link still attached
+        assert tags(await transfers(peer, 1)) == newest
+    await dropped(server, peer)
+    assert {k.name for k in termini(server)._kept} == {"suspended", "closed"}
+    assert len(ids) == 2
+
+
+async def test_another_user_or_container_starts_afresh(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    peer = await connect(server, container="mine")
+    await peer.send(attach("link") + flow(0, 5))
+    await answer(peer, "link")
+    ids = await add(alice, 1)
+    await transfers(peer, 1)
+    await dropped(server, peer)
+    taken = {b"%d" % ids[0]: None}
+    bob = await connect(server, container="mine", user="bob")
+    await bob.send(attach("link", unsettled=taken) + flow(0, 5))
+    assert their_unsettled(await answer(bob, "link")) is None
+    other = await connect(server, container="theirs")
+    await other.send(attach("link", unsettled=taken) + flow(0, 5))
+    assert their_unsettled(await answer(other, "link")) is None
+    # another address under the same name: the kept terminus is dropped
+    mine = await connect(server, container="mine")
+    await mine.send(attach("link", address="events/ConsumerGroups/g") + flow(0, 5))
+    assert their_unsettled(await answer(mine, "link")) is None
+    assert len(termini(server)) == 0
+
+
+async def test_a_terminus_expires_after_its_timeout(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    peer = await connect(server)
+    await peer.send(attach("brief", timeout=0) + attach("capped", 1, timeout=86400))
+    await peer.send(flow(0, 5) + flow(1, 5))
+    assert granted(await answer(peer, "brief")) == (2, "connection-close", 0)
+    assert granted(await answer(peer, "capped")) == (2, "connection-close", 300)
+    await add(alice, 1)
+    await transfers(peer, 2)
+    await dropped(server, peer)
+    kept = termini(server)
+    await until(lambda: len(kept) == 1, "the terminus granted 0 s expired")
+    again = await connect(server)
+    await again.send(attach("brief") + flow(0, 5))
+    assert their_unsettled(await answer(again, "brief")) is None
+
+
+def test_the_registry_expires_by_its_clock_and_keeps_so_many_per_user() -> None:
+    now = [100.0]
+    registry = Termini(per_user=2, clock=lambda: now[0])
+    address = ("events", None)
+
+    def kept(user: int, name: str) -> KeptTerminus:
+        key = TerminusKey(UserId(user), "c", name)
+        return KeptTerminus(key, address, 0, 2, (1, 2), False, 2, timeout=5.0)
+
+    first, second, third = kept(1, "a"), kept(1, "b"), kept(1, "c")
+    other = kept(2, "a")
+    for terminus in (first, second, other, third):
+        registry.keep(terminus)
+    assert len(registry) == 3  # the oldest of user 1 went
+    assert registry.take(first.key, address, 0) is None
+    registry.expire_later(second)
+    now[0] += 4.9
+    assert registry.take(second.key, address, 0) is second
+    registry.keep(third)
+    registry.expire_later(third)
+    now[0] += 5.0
+    assert registry.take(third.key, address, 0) is None  # expired
+    assert registry.take(other.key, ("events", "g"), 0) is None  # another address: dropped
+    assert len(registry) == 0
+
+
+async def test_malformed_peer_maps_get_an_error_and_the_server_stays_up(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    peer = await connect(server)
+    await peer.send(attach("keys", 0, unsettled={"1": None}))
+    refused = await peer.until(DETACH)
+    assert refused.condition() == "amqp:invalid-field"
+    await peer.send(attach("states", 1, unsettled={b"1": "accepted"}))
+    assert (await peer.until(DETACH)).condition() == "amqp:invalid-field"
+    huge = {i.to_bytes(2, "big"): None for i in range(12_000)}
+    await peer.send(attach("huge", 2, unsettled=huge))
+    assert (await peer.until(DETACH)).condition() == "amqp:invalid-field"
+    await peer.send(attach("list", 3, unsettled=[b"1"]))
+    closed = await peer.until(CLOSE)
+    assert closed.condition() == "amqp:invalid-field"
+    # the server serves the next peer
+    fine = await connect(server)
+    await fine.send(attach("fine") + flow(0, 1))
+    await answer(fine, "fine")
+    ids = await add(alice, 1)
+    assert tags(await transfers(fine, 1)) == ids
+
+
+class DurableSource(LinkOption):
+    """python-qpid-proton's terminus settings: durable deliveries, kept past the connection."""
+
+    def apply(self, link: Any) -> None:
+        link.source.durability = Terminus.DELIVERIES
+        link.source.expiry_policy = Terminus.EXPIRE_WITH_CONNECTION
+        link.source.timeout = 60
+
+
+def proton_connection(url: str) -> BlockingConnection:
+    container = Container()
+    container.container_id = "proton-peer"
+    return BlockingConnection(
+        url,
+        container=container,
+        user="alice",
+        password=USERS["alice"],
+        allowed_mechs="PLAIN",
+        timeout=30,
+    )
+
+
+async def test_a_proton_client_gets_its_unsettled_events_again_by_the_link_name(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    """proton sets the terminus durability and expiry and re-attaches by name, but sends no
+    unsettled map: what it had not settled comes again as new deliveries, then what follows."""
+    url = server.amqp_url or ""
+    loop = asyncio.get_running_loop()
+
+    def first() -> tuple[list[Any], tuple[Any, ...]]:
+        conn = proton_connection(url)
+        receiver = conn.create_receiver("events", name="durable", credit=3, options=DurableSource())
+        # a link with no filter reads the events added from its attach on
+        asyncio.run_coroutine_threadsafe(add(alice, 1, 2, 3), loop).result()
+        source = receiver.link.remote_source
+        terms = (source.durability, source.expiry_policy, source.timeout)
+        bodies = [receiver.receive().body]
+        receiver.accept()
+        bodies += [receiver.receive().body for _ in range(2)]
+        conn.close()  # no detach: the link is suspended with its connection
+        return bodies, terms
+
+    bodies, terms = await asyncio.to_thread(first)
+    assert bodies == [1, 2, 3]
+    assert terms == (Terminus.DELIVERIES, Terminus.EXPIRE_WITH_CONNECTION, 60)
+    await until(lambda: len(termini(server)) == 1, "the terminus is kept")
+    await add(alice, 4)
+
+    def second() -> list[Any]:
+        conn = proton_connection(url)
+        receiver = conn.create_receiver("events", name="durable", credit=5, options=DurableSource())
+        again = [receiver.receive().body for _ in range(3)]
+        conn.close()
+        return again
+
+    assert await asyncio.to_thread(second) == [2, 3, 4]
+
+
+async def test_durable_configuration_keeps_the_position_alone(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    """Durable 1: no unsettled maps; the link goes on from the oldest delivery not settled,
+    and the group's position follows what is accepted of them."""
+    ids = await add(alice, 1, 2, 3)
+    peer = await connect(server)
+    await peer.send(attach("config", durable=1, group="ftn18:config") + flow(0, 3))
+    assert granted(await answer(peer, "config"))[0] == 1
+    sent = await transfers(peer, 3)
+    await peer.send(accept(int(sent[0].fields[1]), int(sent[0].fields[1])))
+    user = await server.store.get_user("alice")
+    assert user is not None
+
+    def stored(up_to: int) -> Callable[[], Awaitable[bool]]:
+        async def check() -> bool:
+            return await server.store.position(user.id, "config") == up_to
+
+        return check
+
+    await until(stored(ids[0]), "the position after the first")
+    await dropped(server, peer)
+    again = await connect(server)
+    unsettled = {b"%d" % ids[1]: ACCEPTED}  # ignored: no unsettled state is kept
+    await again.send(attach("config", durable=1, group="ftn18:config", unsettled=unsettled))
+    await again.send(flow(0, 10))
+    assert their_unsettled(await answer(again, "config")) is None
+    resent = await transfers(again, 2)
+    assert tags(resent) == ids[1:]
+    assert not any(resumed(t) for t in resent)
+    more = await add(alice, 4)
+    newest = await transfers(again, 1)
+    assert tags(newest) == more
+    for transfer in [*resent, *newest]:
+        delivery_id = int(transfer.fields[1])
+        await again.send(accept(delivery_id, delivery_id))
+    await until(stored(more[0]), "the position after everything accepted")
+
+
+async def test_beyond_the_bound_the_oldest_ids_are_kept_and_the_rest_sent_again(
+    server: EventServer, alice: EventStreamClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("futoin_evt.amqp.node.MAX_UNSETTLED", 3)
+    peer = await connect(server)
+    await peer.send(attach("many") + flow(0, 10))
+    await answer(peer, "many")
+    ids = await add(alice, 1, 2, 3, 4, 5)
+    await transfers(peer, 5)
+    await dropped(server, peer)
+    again = await connect(server)
+    await again.send(attach("many") + flow(0, 10))
+    resumed_attach = await answer(again, "many")
+    assert their_unsettled(resumed_attach) == {b"%d" % i: None for i in ids[:3]}
+    assert resumed_attach.fields[8] is True  # incomplete-unsettled
+    # nothing skipped: the three kept come again, then what followed the newest of them
+    assert tags(await transfers(again, 5)) == ids
