@@ -1,13 +1,15 @@
 """What futoin-evt is measured against besides the reference: NATS JetStream with a durable
 consumer, and the raw limits of the parts it builds on (batched SQLite commits, a bare
-websockets echo, a bare websockets send/ack loop). Each method returns the same unit as the
-futoin-evt workload of that name; ``cpu_seconds`` gives the CPU time the server side has
-used so far."""
+websockets echo, a bare websockets server sending pages read from SQLite, acked one by
+one). Each method returns the same unit as the futoin-evt workload of that name;
+``cpu_seconds`` gives the CPU time the server side has used so far."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import itertools
 import json
 import socket
 import sqlite3
@@ -18,7 +20,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
@@ -26,8 +28,14 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 
+from futoin_evt.domain.stream import MAX_EVENTS_PER_CALL
+from futoin_evt.ftn3.messages import DEFAULT_MESSAGE_LIMIT
+from futoin_evt.ftn18.push import PushConfig
+from futoin_evt.ftn18.services import REPLY_ENVELOPE_BYTES
+from futoin_evt.storage.thread import WorkerThread
+
 from . import workloads
-from .systems import System, payload, process_cpu_seconds
+from .systems import System, payload, prepare_futoin_evt_db, process_cpu_seconds
 
 NATS_URL = "nats://127.0.0.1:4222"
 
@@ -185,7 +193,11 @@ class RawLimits:
 
     For one call at a time the limit is a round trip plus a one-row commit, one after the
     other. With calls in flight the two overlap (a server reads the next calls while a commit
-    runs), so the limit is the slower of the two. Use it as ``async with``.
+    runs), so the limit is the slower of the two.
+
+    The read limits (poll drain, push catch-up) read each group from a SQLite file of the
+    same events with sqlite3 on a thread, then send it (:func:`read_groups`): the store read
+    is part of the limit, as it is of futoin-evt's figure. Use it as ``async with``.
     """
 
     def __init__(self, durability: str = "full") -> None:
@@ -193,6 +205,9 @@ class RawLimits:
         self.name = "raw limit" if durability == "full" else f"raw limit {durability}"
         self._echo: System | None = None
         self._commit_cpu = 0.0
+        #: Prefilled files of the read limits, by event count.
+        self._tmp = tempfile.TemporaryDirectory(prefix="bench-raw-")
+        self._files: dict[int, Path] = {}
 
     async def __aenter__(self) -> RawLimits:
         proc = await asyncio.create_subprocess_exec(
@@ -206,6 +221,7 @@ class RawLimits:
     async def __aexit__(self, *_exc: object) -> None:
         if self._echo is not None:
             await self._echo.stop()
+        self._tmp.cleanup()
 
     def cpu_seconds(self) -> float:
         """CPU time of the echo server plus that of the commits so far."""
@@ -233,32 +249,108 @@ class RawLimits:
         return rate
 
     async def poll_drain(self, count: int) -> float:
-        return await self._ws_groups(count)
+        return await self._store_groups(count, POLL_PAGE_BYTES)
 
     async def push_catch_up(self, count: int) -> float:
-        return await self._ws_groups(count)
+        return await self._store_groups(count, PUSH_GROUP_BYTES)
 
-    @staticmethod
-    async def _ws_groups(count: int, group: int = 1000) -> float:
-        """A bare websockets server sends groups of events; the client acks each group."""
-        events = [{"id": str(i), "type": "ORDER", "data": payload(i), "ts": "2026-01-01T00:00:00Z"}
-                  for i in range(group)]  # fmt: skip
-        frame = json.dumps({"f": "x", "p": {"seq": 0, "events": events}, "rid": "S1"}).encode()
-        groups = count // group
+    async def _store_groups(self, count: int, max_bytes: int) -> float:
+        """Events/s of :func:`read_groups` from a file of ``count`` events (made once)."""
+        path = self._files.get(count)
+        if path is None:
+            path = self._files[count] = Path(self._tmp.name) / f"read-{count}.sqlite"
+            await asyncio.to_thread(prepare_futoin_evt_db, path, count)
+        return await read_groups(path, count, max_bytes)
 
-        async def handler(ws: ServerConnection) -> None:
-            for _ in range(groups):
-                await ws.send(frame)
-                await ws.recv()
+    async def prebuilt_groups(self, count: int) -> float:
+        """The earlier read limit: groups of 1,000 events sent as frames built beforehand
+        (no store read at all), the client acking each."""
+        return await _ws_groups(count)
 
+
+#: A pollEvents reply holds what fits the FTN3 message limit (FTN18 push groups: 1 MiB).
+POLL_PAGE_BYTES: Final = DEFAULT_MESSAGE_LIMIT - REPLY_ENVELOPE_BYTES
+PUSH_GROUP_BYTES: Final = PushConfig().max_group_bytes
+#: The statement and columns of futoin-evt's page read, on the same file layout.
+_PAGE_SQL: Final = (
+    f"SELECT id, type, data, ts FROM events WHERE id > ? ORDER BY id LIMIT {MAX_EVENTS_PER_CALL}"
+)
+
+
+def _read_group(conn: sqlite3.Connection, after_id: int, max_bytes: int) -> tuple[str, int, int]:
+    """A group after ``after_id`` as a JSON array of FTN18 events of at most ``max_bytes``
+    (ASCII events), its size in events and its last id."""
+    parts: list[str] = []
+    size = 2
+    last_id = after_id
+    cursor = conn.execute(_PAGE_SQL, (after_id,))
+    for event_id, event_type, data, ts in cursor:
+        text = f'{{"id":"{event_id}","type":"{event_type}","data":{data},"ts":"{ts}"}}'
+        size += len(text) + 1
+        if parts and size > max_bytes:
+            break
+        parts.append(text)
+        last_id = event_id
+    cursor.close()
+    return "[" + ",".join(parts) + "]", len(parts), last_id
+
+
+async def read_groups(path: Path, count: int, max_bytes: int) -> float:
+    """The read limit, like for like: a bare websockets server reads each group from the
+    SQLite file ``path`` with sqlite3 on a thread of its own (futoin-evt's page statement
+    and columns, its page size: 1,000 events or ``max_bytes``), serialises it there, sends
+    it, and waits for the client's ack before reading the next. Events/s of ``count``."""
+    thread = WorkerThread("raw-reader")
+    conn = await thread.run(functools.partial(sqlite3.connect, path, isolation_level=None))
+
+    async def handler(ws: ServerConnection) -> None:
+        after_id = 0
+        sent = 0
+        for seq in itertools.count():
+            if sent >= count:
+                return
+            events, size, after_id = await thread.run(_read_group, conn, after_id, max_bytes)
+            await ws.send(f'{{"f":"x","p":{{"seq":{seq},"events":{events}}},"rid":"S{seq}"}}')
+            sent += size
+            await ws.recv()
+
+    try:
         async with ws_serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
             port = server.sockets[0].getsockname()[1]
-            async with ws_connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
+            url = f"ws://127.0.0.1:{port}"
+            async with ws_connect(url, compression=None, max_size=None) as ws:
                 start = time.perf_counter()
-                for _ in range(groups):
-                    json.loads(await ws.recv())
-                    await ws.send(b'{"r":true,"rid":"S1"}')
-                return groups * group / (time.perf_counter() - start)
+                seen = 0
+                while seen < count:
+                    message = json.loads(await ws.recv())
+                    seen += len(message["p"]["events"])
+                    await ws.send(f'{{"r":true,"rid":"{message["rid"]}"}}')
+                return seen / (time.perf_counter() - start)
+    finally:
+        await thread.run(conn.close)
+        thread.stop()
+
+
+async def _ws_groups(count: int, group: int = 1000) -> float:
+    """A bare websockets server sends groups of events; the client acks each group."""
+    events = [{"id": str(i), "type": "ORDER", "data": payload(i), "ts": "2026-01-01T00:00:00Z"}
+              for i in range(group)]  # fmt: skip
+    frame = json.dumps({"f": "x", "p": {"seq": 0, "events": events}, "rid": "S1"}).encode()
+    groups = count // group
+
+    async def handler(ws: ServerConnection) -> None:
+        for _ in range(groups):
+            await ws.send(frame)
+            await ws.recv()
+
+    async with ws_serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with ws_connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
+            start = time.perf_counter()
+            for _ in range(groups):
+                json.loads(await ws.recv())
+                await ws.send(b'{"r":true,"rid":"S1"}')
+            return groups * group / (time.perf_counter() - start)
 
 
 def sqlite_commits(count: int, batch: int, durability: str) -> tuple[float, float]:
