@@ -209,12 +209,10 @@ async def measure_other(
     results: Results = {}
     record = _recorder(results)
     timed = _timer(record, target.cpu_seconds)
-    # The raw read limits run client and server in this process: no server CPU to read.
-    read_timed = timed if isinstance(target, others.JetStream) else _untimed(record)
     for _ in range(runs):
         if reads:
-            await read_timed(DRAIN, sizes.drain, target.poll_drain(sizes.drain))
-            await read_timed(CATCH_UP, sizes.drain, target.push_catch_up(sizes.drain))
+            await timed(DRAIN, sizes.drain, target.poll_drain(sizes.drain))
+            await timed(CATCH_UP, sizes.drain, target.push_catch_up(sizes.drain))
             if isinstance(target, others.RawLimits):
                 record(PREBUILT, await target.prebuilt_groups(sizes.drain))
         await timed(ADD_SERIAL, sizes.add_serial, target.add_serial(sizes.add_serial))
@@ -244,13 +242,6 @@ def _timer(record: Record, cpu_seconds: Callable[[], float]) -> Timed:
         record(cpu_row(row), (cpu_seconds() - before) / operations * 1e6)
 
     return timed
-
-
-def _untimed(record: Record) -> Timed:
-    async def untimed(row: str, _operations: int, work: Awaitable[float]) -> None:
-        record(row, await work)
-
-    return untimed
 
 
 def _has_proton() -> bool:

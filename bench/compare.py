@@ -33,8 +33,8 @@ WORKLOADS: Final[dict[str, tuple[Callable[[systems.System, int], Awaitable[float
 }
 #: The read workloads (``--reads``), and how the raw limit reads for each (page size).
 READS: Final = {
-    "poll drain": (workloads.poll_drain, others.POLL_PAGE_BYTES),
-    "push catch-up": (workloads.push_catch_up, others.PUSH_GROUP_BYTES),
+    "poll drain": (workloads.poll_drain, others.POLL_PAGE_BYTES, others.POLL_WINDOW),
+    "push catch-up": (workloads.push_catch_up, others.PUSH_GROUP_BYTES, others.PUSH_WINDOW),
 }
 #: Events per push latency measurement (5 s at 1,000/s).
 LATENCY_EVENTS: Final = 5_000
@@ -54,8 +54,10 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
     limits: dict[str, list[float]] = {}
     names = list(READS if reads else WORKLOADS)
     raw_db = Path(tempfile.mkdtemp(prefix="bench-raw-")) / "raw.sqlite"
+    raw_reads = None
     if reads:
         systems.prepare_futoin_evt_db(raw_db, reads)
+        raw_reads = await others.start_raw_reads()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         trees = {"before": before, "after": THIS_TREE}
         servers = {}
@@ -76,8 +78,11 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
                         figures.setdefault((workload, name), []).append(
                             await measure(system, workload, reads)
                         )
-                    if reads:
-                        limit = await others.read_groups(raw_db, reads, READS[workload][1])
+                    if raw_reads is not None:
+                        _run, max_bytes, window = READS[workload]
+                        limit = await others.read_groups(
+                            raw_reads, raw_db, reads, max_bytes, window
+                        )
                         limits.setdefault(workload, []).append(limit)
                 if reads:
                     continue
@@ -86,7 +91,7 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
                         await workloads.push_latency(system, LATENCY_EVENTS)
                     )
         finally:
-            for system in servers.values():
+            for system in (*servers.values(), *([raw_reads] if raw_reads else [])):
                 await system.stop()
             raw_db.unlink(missing_ok=True)
             raw_db.parent.rmdir()

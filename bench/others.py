@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
-import itertools
 import json
 import socket
 import sqlite3
@@ -28,11 +26,8 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 
-from futoin_evt.domain.stream import MAX_EVENTS_PER_CALL
-from futoin_evt.ftn3.messages import DEFAULT_MESSAGE_LIMIT
 from futoin_evt.ftn18.push import PushConfig
 from futoin_evt.ftn18.services import REPLY_ENVELOPE_BYTES
-from futoin_evt.storage.thread import WorkerThread
 
 from . import workloads
 from .systems import System, payload, prepare_futoin_evt_db, process_cpu_seconds
@@ -204,6 +199,7 @@ class RawLimits:
         self.durability = durability
         self.name = "raw limit" if durability == "full" else f"raw limit {durability}"
         self._echo: System | None = None
+        self._reads: System | None = None
         self._commit_cpu = 0.0
         #: Prefilled files of the read limits, by event count.
         self._tmp = tempfile.TemporaryDirectory(prefix="bench-raw-")
@@ -216,17 +212,20 @@ class RawLimits:
         assert proc.stdout is not None
         url = (await proc.stdout.readline()).decode().strip()
         self._echo = System("echo", url, "", "", Path(), proc)
+        self._reads = await start_raw_reads()
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
-        if self._echo is not None:
-            await self._echo.stop()
+        for server in (self._echo, self._reads):
+            if server is not None:
+                await server.stop()
         self._tmp.cleanup()
 
     def cpu_seconds(self) -> float:
-        """CPU time of the echo server plus that of the commits so far."""
+        """CPU time of the echo and read servers plus that of the commits so far."""
         assert self._echo is not None
-        return self._echo.cpu_seconds() + self._commit_cpu
+        assert self._reads is not None
+        return self._echo.cpu_seconds() + self._reads.cpu_seconds() + self._commit_cpu
 
     async def add_serial(self, count: int) -> float:
         assert self._echo is not None
@@ -249,18 +248,19 @@ class RawLimits:
         return rate
 
     async def poll_drain(self, count: int) -> float:
-        return await self._store_groups(count, POLL_PAGE_BYTES)
+        return await self._store_groups(count, POLL_PAGE_BYTES, POLL_WINDOW)
 
     async def push_catch_up(self, count: int) -> float:
-        return await self._store_groups(count, PUSH_GROUP_BYTES)
+        return await self._store_groups(count, PUSH_GROUP_BYTES, PUSH_WINDOW)
 
-    async def _store_groups(self, count: int, max_bytes: int) -> float:
+    async def _store_groups(self, count: int, max_bytes: int, window: int) -> float:
         """Events/s of :func:`read_groups` from a file of ``count`` events (made once)."""
         path = self._files.get(count)
         if path is None:
             path = self._files[count] = Path(self._tmp.name) / f"read-{count}.sqlite"
             await asyncio.to_thread(prepare_futoin_evt_db, path, count)
-        return await read_groups(path, count, max_bytes)
+        assert self._reads is not None
+        return await read_groups(self._reads, path, count, max_bytes, window)
 
     async def prebuilt_groups(self, count: int) -> float:
         """The earlier read limit: groups of 1,000 events sent as frames built beforehand
@@ -268,67 +268,41 @@ class RawLimits:
         return await _ws_groups(count)
 
 
-#: A pollEvents reply holds what fits the FTN3 message limit (FTN18 push groups: 1 MiB).
-POLL_PAGE_BYTES: Final = DEFAULT_MESSAGE_LIMIT - REPLY_ENVELOPE_BYTES
+#: A pollEvents reply holds what fits its maxrspsize (8M in ifaces/futoin.evt.poll-1.1);
+#: an FTN18 push group 1 MiB. Both hold 1000 events of the benchmark's.
+POLL_PAGE_BYTES: Final = 8 * 1024 * 1024 - REPLY_ENVELOPE_BYTES
 PUSH_GROUP_BYTES: Final = PushConfig().max_group_bytes
-#: The statement and columns of futoin-evt's page read, on the same file layout.
-_PAGE_SQL: Final = (
-    f"SELECT id, type, data, ts FROM events WHERE id > ? ORDER BY id LIMIT {MAX_EVENTS_PER_CALL}"
-)
 
 
-def _read_group(conn: sqlite3.Connection, after_id: int, max_bytes: int) -> tuple[str, int, int]:
-    """A group after ``after_id`` as a JSON array of FTN18 events of at most ``max_bytes``
-    (ASCII events), its size in events and its last id."""
-    parts: list[str] = []
-    size = 2
-    last_id = after_id
-    cursor = conn.execute(_PAGE_SQL, (after_id,))
-    for event_id, event_type, data, ts in cursor:
-        text = f'{{"id":"{event_id}","type":"{event_type}","data":{data},"ts":"{ts}"}}'
-        size += len(text) + 1
-        if parts and size > max_bytes:
-            break
-        parts.append(text)
-        last_id = event_id
-    cursor.close()
-    return "[" + ",".join(parts) + "]", len(parts), last_id
+async def start_raw_reads() -> System:
+    """The raw read limit's server (:mod:`bench.raw_reads`), a process of its own."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.raw_reads", stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    url = (await proc.stdout.readline()).decode().strip()
+    return System("raw reads", url, "", "", Path(), proc)
 
 
-async def read_groups(path: Path, count: int, max_bytes: int) -> float:
-    """The read limit, like for like: a bare websockets server reads each group from the
-    SQLite file ``path`` with sqlite3 on a thread of its own (futoin-evt's page statement
-    and columns, its page size: 1,000 events or ``max_bytes``), serialises it there, sends
-    it, and waits for the client's ack before reading the next. Events/s of ``count``."""
-    thread = WorkerThread("raw-reader")
-    conn = await thread.run(functools.partial(sqlite3.connect, path, isolation_level=None))
+#: Groups the raw limit has unacknowledged: one for a poll, a push stream's window.
+POLL_WINDOW: Final = 1
+PUSH_WINDOW: Final = PushConfig().window
 
-    async def handler(ws: ServerConnection) -> None:
-        after_id = 0
-        sent = 0
-        for seq in itertools.count():
-            if sent >= count:
-                return
-            events, size, after_id = await thread.run(_read_group, conn, after_id, max_bytes)
-            await ws.send(f'{{"f":"x","p":{{"seq":{seq},"events":{events}}},"rid":"S{seq}"}}')
-            sent += size
-            await ws.recv()
 
-    try:
-        async with ws_serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
-            port = server.sockets[0].getsockname()[1]
-            url = f"ws://127.0.0.1:{port}"
-            async with ws_connect(url, compression=None, max_size=None) as ws:
-                start = time.perf_counter()
-                seen = 0
-                while seen < count:
-                    message = json.loads(await ws.recv())
-                    seen += len(message["p"]["events"])
-                    await ws.send(f'{{"r":true,"rid":"{message["rid"]}"}}')
-                return seen / (time.perf_counter() - start)
-    finally:
-        await thread.run(conn.close)
-        thread.stop()
+async def read_groups(server: System, path: Path, count: int, max_bytes: int, window: int) -> float:
+    """The read limit, like for like: events/s of ``count`` events of the SQLite file
+    ``path`` (futoin-evt's schema) that ``server`` (:func:`start_raw_reads`) reads and sends
+    a group at a time, with ``window`` groups at most unacknowledged."""
+    async with ws_connect(server.url, compression=None, max_size=None) as ws:
+        start = time.perf_counter()
+        request = {"db": str(path), "count": count, "max_bytes": max_bytes, "window": window}
+        await ws.send(json.dumps(request))
+        seen = 0
+        while seen < count:
+            message = json.loads(await ws.recv())
+            seen += len(message["p"]["events"])
+            await ws.send(f'{{"r":true,"rid":"{message["rid"]}"}}')
+        return seen / (time.perf_counter() - start)
 
 
 async def _ws_groups(count: int, group: int = 1000) -> float:

@@ -3,7 +3,7 @@
 Each read is one job on the thread (:class:`~.thread.WorkerThread`): the statement runs there
 and its rows become what the caller gets (an :class:`~.base.EventPage`, typed rows) there too,
 so a page costs one hop to the thread and one back, none per row. A page is built from the
-cursor as its rows come: the rows past a full page are never fetched, and the statement is
+rows as they come, 128 at a time: most rows past a full page are never fetched, and the statement is
 reset before the job returns, so no read keeps a snapshot open (WAL: a read never waits for
 the writer, and sees only committed transactions).
 """
@@ -11,6 +11,8 @@ the writer, and sees only committed transactions).
 from __future__ import annotations
 
 import asyncio
+import functools
+import itertools
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -22,6 +24,8 @@ from .thread import WorkerThread
 
 T = TypeVar("T")
 
+#: Rows fetched at a time for a conversion on the thread.
+_CHUNK_ROWS = 128
 #: SQLite's busy timeout of the read connection (ms): a read waits out a WAL recovery.
 _BUSY_TIMEOUT_MS = 10_000
 
@@ -102,6 +106,9 @@ def _convert(
 ) -> T:
     cursor = conn.execute(sql, params)
     try:
-        return convert(cursor)
+        # rows by chunks: as cheap as fetchall (a cursor's own iteration costs 10% more),
+        # and a page cut short by its size leaves the rest of the rows unfetched
+        chunks = iter(functools.partial(cursor.fetchmany, _CHUNK_ROWS), [])
+        return convert(itertools.chain.from_iterable(chunks))
     finally:
         cursor.close()  # resets the statement: its read transaction ends here
