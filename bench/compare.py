@@ -1,11 +1,15 @@
-"""``python -m bench.compare --before DIR [--rounds N] [--durability full normal] [--workers N]``
+"""``python -m bench.compare --before DIR [--rounds N] [--durability full normal] [--workers N]
+[--reads EVENTS]``
 
-The write workloads against two futoin-evt servers side by side: one run from the source tree
+The write workloads (with ``--reads``: the read workloads instead) against two futoin-evt
+servers side by side: one run from the source tree
 ``DIR`` (say, ``git archive main | tar -x -C DIR``) and one from this tree. Each round runs
 every workload on one and then the other, so both meet the same load from the rest of the
 machine; the table gives the medians of calls/s and of the server's CPU time per call
 (``/proc/PID/stat``), and their ratios after/before; then the push latency at 1,000 events/s
-(p50 and p99, medians of the rounds).
+(p50 and p99, medians of the rounds). With ``--reads``, both servers start with that many
+events stored, and each round measures the raw read limit too (:func:`.others.read_groups`):
+each server's ratio to it is printed below the table.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
 
-from . import systems, workloads
+from . import others, systems, workloads
 
 THIS_TREE: Final = Path(__file__).resolve().parent.parent
 
@@ -27,47 +31,74 @@ WORKLOADS: Final[dict[str, tuple[Callable[[systems.System, int], Awaitable[float
     "addEvent, 32 in flight": (workloads.add_in_flight, 20_000),
     "addEvent, 8 connections x 4": (workloads.add_from_connections, 20_000),
 }
+#: The read workloads (``--reads``), and how the raw limit reads for each (page size).
+READS: Final = {
+    "poll drain": (workloads.poll_drain, others.POLL_PAGE_BYTES, others.POLL_WINDOW),
+    "push catch-up": (workloads.push_catch_up, others.PUSH_GROUP_BYTES, others.PUSH_WINDOW),
+}
 #: Events per push latency measurement (5 s at 1,000/s).
 LATENCY_EVENTS: Final = 5_000
 
 
-async def measure(system: systems.System, workload: str) -> tuple[float, float]:
-    """Calls/s and the server's CPU µs per call."""
-    run, calls = WORKLOADS[workload]
+async def measure(system: systems.System, workload: str, reads: int) -> tuple[float, float]:
+    """Calls/s (events/s) and the server's CPU µs per call (event)."""
+    run, calls = (READS[workload][0], reads) if reads else WORKLOADS[workload]
     before = system.cpu_seconds()
     rate = await run(system, calls)
     return rate, (system.cpu_seconds() - before) / calls * 1e6
 
 
-async def compare(before: Path, durability: str, rounds: int, workers: int) -> None:
+async def compare(before: Path, durability: str, rounds: int, workers: int, reads: int) -> None:
     figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
     latencies: dict[str, list[dict[str, float]]] = {}
+    limits: dict[str, list[float]] = {}
+    names = list(READS if reads else WORKLOADS)
+    raw_db = Path(tempfile.mkdtemp(prefix="bench-raw-")) / "raw.sqlite"
+    raw_reads = None
+    if reads:
+        systems.prepare_futoin_evt_db(raw_db, reads)
+        raw_reads = await others.start_raw_reads()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
         trees = {"before": before, "after": THIS_TREE}
         servers = {}
         for name, tree in trees.items():
             (Path(tmp) / name).mkdir()
             servers[name] = await systems.start_futoin_evt(
-                Path(tmp) / name, "--workers", str(workers), durability=durability, source=tree
+                Path(tmp) / name,
+                "--workers",
+                str(workers),
+                durability=durability,
+                source=tree,
+                prefill=reads,
             )
         try:
             for _ in range(rounds):
-                for workload in WORKLOADS:
+                for workload in names:
                     for name, system in servers.items():
                         figures.setdefault((workload, name), []).append(
-                            await measure(system, workload)
+                            await measure(system, workload, reads)
                         )
+                    if raw_reads is not None:
+                        _run, max_bytes, window = READS[workload]
+                        limit = await others.read_groups(
+                            raw_reads, raw_db, reads, max_bytes, window
+                        )
+                        limits.setdefault(workload, []).append(limit)
+                if reads:
+                    continue
                 for name, system in servers.items():
                     latencies.setdefault(name, []).append(
                         await workloads.push_latency(system, LATENCY_EVENTS)
                     )
         finally:
-            for system in servers.values():
+            for system in (*servers.values(), *([raw_reads] if raw_reads else [])):
                 await system.stop()
+            raw_db.unlink(missing_ok=True)
+            raw_db.parent.rmdir()
     print(f"--durability {durability}, --workers {workers}, {rounds} rounds, medians")
     print(f"{'workload':<28} {'before/s':>9} {'after/s':>9} {'ratio':>6}"
           f" {'before µs':>10} {'after µs':>9} {'ratio':>6}")  # fmt: skip
-    for workload in WORKLOADS:
+    for workload in names:
         rate = {n: statistics.median(r for r, _ in figures[workload, n]) for n in trees}
         cpu = {n: statistics.median(c for _, c in figures[workload, n]) for n in trees}
         print(
@@ -76,7 +107,16 @@ async def compare(before: Path, durability: str, rounds: int, workers: int) -> N
             f" {cpu['after']:>9.1f} {cpu['after'] / cpu['before']:>5.2f}x",
             flush=True,
         )
-    for quantile in ("p50", "p99"):
+    for workload, seen in limits.items():
+        limit = statistics.median(seen)
+        ratios = {n: statistics.median(r for r, _ in figures[workload, n]) / limit for n in trees}
+        print(
+            f"{workload}: raw limit {limit:,.0f}/s (each round: "
+            + " / ".join(f"{v:,.0f}" for v in seen)
+            + f"); before {ratios['before']:.2f}x, after {ratios['after']:.2f}x of it",
+            flush=True,
+        )
+    for quantile in ("p50", "p99") if latencies else ():
         ms = {n: statistics.median(r[quantile] for r in latencies[n]) for n in trees}
         print(
             f"{'push latency ' + quantile + ' (ms)':<28} {ms['before']:>9.2f} {ms['after']:>9.2f}"
@@ -90,7 +130,7 @@ async def compare(before: Path, durability: str, rounds: int, workers: int) -> N
 
 async def main_async(args: argparse.Namespace) -> None:
     for durability in args.durability:
-        await compare(args.before.resolve(), durability, args.rounds, args.workers)
+        await compare(args.before.resolve(), durability, args.rounds, args.workers, args.reads)
 
 
 def main() -> None:
@@ -99,6 +139,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--durability", nargs="+", default=["full", "normal"])
     parser.add_argument("--workers", type=int, default=1, help="server processes of each")
+    parser.add_argument(
+        "--reads", type=int, default=0, help="the read workloads, on this many stored events"
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -1,8 +1,8 @@
 """What futoin-evt is measured against besides the reference: NATS JetStream with a durable
 consumer, and the raw limits of the parts it builds on (batched SQLite commits, a bare
-websockets echo, a bare websockets send/ack loop). Each method returns the same unit as the
-futoin-evt workload of that name; ``cpu_seconds`` gives the CPU time the server side has
-used so far."""
+websockets echo, a bare websockets server sending pages read from SQLite, acked one by
+one). Each method returns the same unit as the futoin-evt workload of that name;
+``cpu_seconds`` gives the CPU time the server side has used so far."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import nats
 from nats.js.api import AckPolicy, ConsumerConfig, StorageType, StreamConfig
@@ -26,8 +26,11 @@ from websockets.asyncio.client import connect as ws_connect
 from websockets.asyncio.server import ServerConnection
 from websockets.asyncio.server import serve as ws_serve
 
+from futoin_evt.ftn18.push import PushConfig
+from futoin_evt.ftn18.services import REPLY_ENVELOPE_BYTES
+
 from . import workloads
-from .systems import System, payload, process_cpu_seconds
+from .systems import System, payload, prepare_futoin_evt_db, process_cpu_seconds
 
 NATS_URL = "nats://127.0.0.1:4222"
 
@@ -185,14 +188,22 @@ class RawLimits:
 
     For one call at a time the limit is a round trip plus a one-row commit, one after the
     other. With calls in flight the two overlap (a server reads the next calls while a commit
-    runs), so the limit is the slower of the two. Use it as ``async with``.
+    runs), so the limit is the slower of the two.
+
+    The read limits (poll drain, push catch-up) read each group from a SQLite file of the
+    same events with sqlite3 on a thread, then send it (:func:`read_groups`): the store read
+    is part of the limit, as it is of futoin-evt's figure. Use it as ``async with``.
     """
 
     def __init__(self, durability: str = "full") -> None:
         self.durability = durability
         self.name = "raw limit" if durability == "full" else f"raw limit {durability}"
         self._echo: System | None = None
+        self._reads: System | None = None
         self._commit_cpu = 0.0
+        #: Prefilled files of the read limits, by event count.
+        self._tmp = tempfile.TemporaryDirectory(prefix="bench-raw-")
+        self._files: dict[int, Path] = {}
 
     async def __aenter__(self) -> RawLimits:
         proc = await asyncio.create_subprocess_exec(
@@ -201,16 +212,20 @@ class RawLimits:
         assert proc.stdout is not None
         url = (await proc.stdout.readline()).decode().strip()
         self._echo = System("echo", url, "", "", Path(), proc)
+        self._reads = await start_raw_reads()
         return self
 
     async def __aexit__(self, *_exc: object) -> None:
-        if self._echo is not None:
-            await self._echo.stop()
+        for server in (self._echo, self._reads):
+            if server is not None:
+                await server.stop()
+        self._tmp.cleanup()
 
     def cpu_seconds(self) -> float:
-        """CPU time of the echo server plus that of the commits so far."""
+        """CPU time of the echo and read servers plus that of the commits so far."""
         assert self._echo is not None
-        return self._echo.cpu_seconds() + self._commit_cpu
+        assert self._reads is not None
+        return self._echo.cpu_seconds() + self._reads.cpu_seconds() + self._commit_cpu
 
     async def add_serial(self, count: int) -> float:
         assert self._echo is not None
@@ -233,32 +248,83 @@ class RawLimits:
         return rate
 
     async def poll_drain(self, count: int) -> float:
-        return await self._ws_groups(count)
+        return await self._store_groups(count, POLL_PAGE_BYTES, POLL_WINDOW)
 
     async def push_catch_up(self, count: int) -> float:
-        return await self._ws_groups(count)
+        return await self._store_groups(count, PUSH_GROUP_BYTES, PUSH_WINDOW)
 
-    @staticmethod
-    async def _ws_groups(count: int, group: int = 1000) -> float:
-        """A bare websockets server sends groups of events; the client acks each group."""
-        events = [{"id": str(i), "type": "ORDER", "data": payload(i), "ts": "2026-01-01T00:00:00Z"}
-                  for i in range(group)]  # fmt: skip
-        frame = json.dumps({"f": "x", "p": {"seq": 0, "events": events}, "rid": "S1"}).encode()
-        groups = count // group
+    async def _store_groups(self, count: int, max_bytes: int, window: int) -> float:
+        """Events/s of :func:`read_groups` from a file of ``count`` events (made once)."""
+        path = self._files.get(count)
+        if path is None:
+            path = self._files[count] = Path(self._tmp.name) / f"read-{count}.sqlite"
+            await asyncio.to_thread(prepare_futoin_evt_db, path, count)
+        assert self._reads is not None
+        return await read_groups(self._reads, path, count, max_bytes, window)
 
-        async def handler(ws: ServerConnection) -> None:
+    async def prebuilt_groups(self, count: int) -> float:
+        """The earlier read limit: groups of 1,000 events sent as frames built beforehand
+        (no store read at all), the client acking each."""
+        return await _ws_groups(count)
+
+
+#: A pollEvents reply holds what fits its maxrspsize (8M in ifaces/futoin.evt.poll-1.1);
+#: an FTN18 push group 1 MiB. Both hold 1000 events of the benchmark's.
+POLL_PAGE_BYTES: Final = 8 * 1024 * 1024 - REPLY_ENVELOPE_BYTES
+PUSH_GROUP_BYTES: Final = PushConfig().max_group_bytes
+
+
+async def start_raw_reads() -> System:
+    """The raw read limit's server (:mod:`bench.raw_reads`), a process of its own."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "bench.raw_reads", stdout=asyncio.subprocess.PIPE
+    )
+    assert proc.stdout is not None
+    url = (await proc.stdout.readline()).decode().strip()
+    return System("raw reads", url, "", "", Path(), proc)
+
+
+#: Groups the raw limit has unacknowledged: one for a poll, a push stream's window.
+POLL_WINDOW: Final = 1
+PUSH_WINDOW: Final = PushConfig().window
+
+
+async def read_groups(server: System, path: Path, count: int, max_bytes: int, window: int) -> float:
+    """The read limit, like for like: events/s of ``count`` events of the SQLite file
+    ``path`` (futoin-evt's schema) that ``server`` (:func:`start_raw_reads`) reads and sends
+    a group at a time, with ``window`` groups at most unacknowledged."""
+    async with ws_connect(server.url, compression=None, max_size=None) as ws:
+        start = time.perf_counter()
+        request = {"db": str(path), "count": count, "max_bytes": max_bytes, "window": window}
+        await ws.send(json.dumps(request))
+        seen = 0
+        while seen < count:
+            message = json.loads(await ws.recv())
+            seen += len(message["p"]["events"])
+            await ws.send(f'{{"r":true,"rid":"{message["rid"]}"}}')
+        return seen / (time.perf_counter() - start)
+
+
+async def _ws_groups(count: int, group: int = 1000) -> float:
+    """A bare websockets server sends groups of events; the client acks each group."""
+    events = [{"id": str(i), "type": "ORDER", "data": payload(i), "ts": "2026-01-01T00:00:00Z"}
+              for i in range(group)]  # fmt: skip
+    frame = json.dumps({"f": "x", "p": {"seq": 0, "events": events}, "rid": "S1"}).encode()
+    groups = count // group
+
+    async def handler(ws: ServerConnection) -> None:
+        for _ in range(groups):
+            await ws.send(frame)
+            await ws.recv()
+
+    async with ws_serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
+        port = server.sockets[0].getsockname()[1]
+        async with ws_connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
+            start = time.perf_counter()
             for _ in range(groups):
-                await ws.send(frame)
-                await ws.recv()
-
-        async with ws_serve(handler, "127.0.0.1", 0, compression=None, max_size=None) as server:
-            port = server.sockets[0].getsockname()[1]
-            async with ws_connect(f"ws://127.0.0.1:{port}", compression=None, max_size=None) as ws:
-                start = time.perf_counter()
-                for _ in range(groups):
-                    json.loads(await ws.recv())
-                    await ws.send(b'{"r":true,"rid":"S1"}')
-                return groups * group / (time.perf_counter() - start)
+                json.loads(await ws.recv())
+                await ws.send(b'{"r":true,"rid":"S1"}')
+            return groups * group / (time.perf_counter() - start)
 
 
 def sqlite_commits(count: int, batch: int, durability: str) -> tuple[float, float]:

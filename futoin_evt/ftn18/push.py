@@ -1,7 +1,8 @@
 """Push delivery (``futoin.evt.push`` readyToReceive, ``futoin.evt.receiver`` onEvents).
 
 One :class:`PushStream` per readyToReceive. It reads groups of events from the store and
-sends them to the consumer's own connection as ``onEvents`` requests, several at a time.
+sends them to the consumer's own connection as ``onEvents`` requests, several at a time;
+while one group is sent, the next one is read (one page ahead at most).
 
 Reliable streams start after the consumer's stored position. ``seq`` counts from 0 with no
 gap; a group is acknowledged by any reply that is not an error, and the stored position
@@ -46,7 +47,7 @@ from ..ftn3.errors import FTN3Error
 from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
 from ..storage.base import ConsumerLog, EventPage, PartitionLog, StoreUnreachable
 from ..storage.head import HeadWatch
-from .services import NOT_REGISTERED, CallContext, PeerLink
+from .services import NOT_REGISTERED, CallContext, PeerLink, retrieve_quietly
 
 log = logging.getLogger(__name__)
 
@@ -132,6 +133,8 @@ class PushStream:
     _ack_retry: asyncio.TimerHandle | None = None
     #: The stored (durable) position, as this stream moved it.
     durable: HeadWatch = field(default_factory=HeadWatch)
+    #: The page being read ahead, and the id it starts after.
+    _ahead: tuple[int, asyncio.Future[EventPage]] | None = None
 
     @property
     def config(self) -> PushConfig:
@@ -179,13 +182,14 @@ class PushStream:
             while not closed.done():
                 if self._room_for_more() and head.head > self.next_id:
                     try:
-                        page = await self._read()
+                        page = await self._next_page()
                     except StoreUnreachable as exc:
                         failures += 1
                         await self._wait_for_store(exc, failures)
                         continue
                     failures = 0
                     if page.count:
+                        self._read_ahead(page)
                         self._enqueue(page)
                         self._send_queued()
                         continue
@@ -203,6 +207,8 @@ class PushStream:
         finally:
             stop_listening()
             stop_waiting()
+            if self._ahead is not None:
+                self._ahead[1].cancel()
 
     async def _wait_for_store(self, exc: StoreUnreachable, failures: int) -> None:
         delay = min(self.config.retry_initial * 2 ** (failures - 1), _STORE_RETRY_MAX)
@@ -217,10 +223,31 @@ class PushStream:
             return len(self._in_flight) + len(self._queued) < self.config.window
         return True  # LIVE keeps reading and drops the oldest queued groups instead
 
-    async def _read(self) -> EventPage:
+    async def _next_page(self) -> EventPage:
+        """The page after ``next_id``: the one read ahead when it starts there."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is not None:
+            after_id, page = ahead
+            if after_id == self.next_id:
+                return await page
+            page.cancel()
+        return await self._read(self.next_id)
+
+    def _read_ahead(self, page: EventPage) -> None:
+        """Start reading the page after ``page`` while ``page`` is sent: at most one page
+        ahead, and only when there is more and room in the window to send it."""
+        room = not self.reliable or (
+            len(self._in_flight) + len(self._queued) + 1 < self.config.window
+        )
+        if room and self.log.head.head > page.last_id:
+            ahead = asyncio.ensure_future(self._read(page.last_id))
+            ahead.add_done_callback(retrieve_quietly)
+            self._ahead = (page.last_id, ahead)
+
+    async def _read(self, after_id: int) -> EventPage:
         max_bytes = min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
         return await self.log.read_events(
-            self.next_id,
+            after_id,
             types=self.want,
             limit=MAX_EVENTS_PER_CALL,
             max_bytes=max_bytes,

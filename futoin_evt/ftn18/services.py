@@ -231,7 +231,7 @@ class PollService:
                 ftn18_only=True,
             )
         )
-        page.add_done_callback(_retrieve)  # a page nobody takes may fail unnoticed
+        page.add_done_callback(retrieve_quietly)
         expiry = asyncio.get_running_loop().call_later(
             READ_AHEAD_SECONDS, self._drop_read_ahead, consumer
         )
@@ -258,9 +258,11 @@ class PollService:
             ahead.page.cancel()
 
 
-def _retrieve(task: asyncio.Task[EventPage]) -> None:
-    if not task.cancelled():
-        task.exception()
+def retrieve_quietly(page: asyncio.Future[EventPage]) -> None:
+    """Done callback of a page read ahead: one nobody takes may fail unnoticed (its reader
+    reads again), and is not logged as an exception never retrieved."""
+    if not page.cancelled():
+        page.exception()
 
 
 def ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:

@@ -174,6 +174,13 @@ class PagedReads:
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         raise NotImplementedError
 
+    async def _page(
+        self, sql: str, params: Sequence[Any], max_bytes: int, data_as_text: bool
+    ) -> EventPage | None:
+        """The page of one statement's rows (:func:`page_from_rows`); a backend that reads
+        on a thread of its own builds it there instead."""
+        return page_from_rows(await self._fetch_page(sql, params), max_bytes, data_as_text)
+
     async def read_events(
         self,
         after_id: int,
@@ -263,7 +270,7 @@ class PagedReads:
             limit,
             ftn18_only,
         )
-        return page_from_rows(await self._fetch_page(sql, params), max_bytes, data_as_text)
+        return await self._page(sql, params, max_bytes, data_as_text)
 
 
 def consumer_lags_sql(mark: str, events: str) -> str:

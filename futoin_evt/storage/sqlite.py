@@ -10,8 +10,9 @@ one transaction (group commit) and only then resolves each caller's future, so:
 
 The whole transaction runs as one call on the writer's own thread. aiosqlite would hop to
 its thread and back once per statement, and under load each hop waits for a full turn of
-the event loop: four hops per commit cost ten times the commit itself. Reads go through
-aiosqlite on a second connection and never wait for the writer (WAL).
+the event loop: four hops per commit cost ten times the commit itself. Reads run on a second
+connection on a thread of their own (:mod:`.sqlite_reads`), one job per read with its rows
+converted there, and never wait for the writer (WAL).
 
 At ``NORMAL`` durability a commit writes the WAL without an fsync, so a write that is alone
 in the queue commits inline, on the event loop, without the two thread hops (see
@@ -32,8 +33,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
-
-import aiosqlite
 
 from ..domain.dcb import (
     AppendCondition,
@@ -70,6 +69,7 @@ from .base import (
     ConsumerRow,
     DiscardLimits,
     Durability,
+    EventPage,
     EventRow,
     NotWritable,
     PeerNews,
@@ -99,6 +99,7 @@ from .pages import (
 )
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
+from .sqlite_reads import SqliteReader
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
 from .thread import WorkerThread
 
@@ -134,6 +135,10 @@ def _dialect(tables: Tables) -> ReadDialect:
         consumer_start=f"(SELECT MAX(position, ?) {consumer})",
         consumer_position=f"(SELECT position {consumer})",
     )
+
+
+def _event_rows(rows: Iterable[Sequence[Any]]) -> list[EventRow]:
+    return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
 
 
 def _last_given_id(tables: Tables) -> str:
@@ -246,7 +251,7 @@ class SqlitePartitionLog(PagedReads):
             self.recent = RecentEvents()
 
     @property
-    def _reader(self) -> aiosqlite.Connection:
+    def _reader(self) -> SqliteReader:
         return self._store._reader_conn
 
     async def _write(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -298,29 +303,30 @@ class SqlitePartitionLog(PagedReads):
             )
         return asyncio.gather(*futures)
 
-    async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
-        return await self._reader.execute_fetchall(sql, params)
+    async def _page(
+        self, sql: str, params: Sequence[Any], max_bytes: int, data_as_text: bool
+    ) -> EventPage | None:
+        return await self._reader.page(sql, params, max_bytes, data_as_text)
 
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None
     ) -> list[EventRow]:
         """Stored events as (id, type, data JSON, ts, content type)."""
         sql, params = rows_sql("?", after_id, limit, types, self._tables.events)
-        rows = await self._reader.execute_fetchall(sql, params)
-        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
+        return await self._reader.rows(_event_rows, sql, params)
 
     async def last_given_id(self) -> int:
         """The newest id ever given to an event, even if that event is discarded."""
-        rows = await self._reader.execute_fetchall(self._last_given)
+        rows = await self._reader.fetchall(self._last_given)
         return int(next(iter(rows))[0])
 
     async def stream_id(self) -> str:
-        rows = await self._reader.execute_fetchall("SELECT value FROM meta WHERE key = 'stream_id'")
+        rows = await self._reader.fetchall("SELECT value FROM meta WHERE key = 'stream_id'")
         name = str(next(iter(rows))[0])
         return f"{name}-{self._key}" if self._key else name
 
     async def newest_event_id(self) -> int:
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             f"SELECT COALESCE(MAX(id), 0) FROM {self._tables.events}"
         )
         return int(next(iter(rows))[0])
@@ -377,7 +383,7 @@ class SqlitePartitionLog(PagedReads):
         return epoch, int(rows[0][1])
 
     async def position(self, user_id: UserId, component: str) -> int | None:
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             "SELECT position FROM consumers"
             " WHERE partition_key = ? AND user_id = ? AND component = ?",
             (self._key, user_id, component),
@@ -389,7 +395,7 @@ class SqlitePartitionLog(PagedReads):
     async def consumer_state(self, user_id: UserId, component: str) -> tuple[int, int] | None:
         """(position, newest event id) in one snapshot; None when it is not registered.
         The newest id is the last one ever given, even when it has been discarded."""
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             f"SELECT position, ({self._last_given}) FROM consumers"
             " WHERE partition_key = ? AND user_id = ? AND component = ?",
             (self._key, user_id, component),
@@ -429,7 +435,7 @@ class SqlitePartitionLog(PagedReads):
             sql += " AND c.user_id = ?"
             params.append(user_id)
         sql += " ORDER BY u.name, c.component"
-        rows = await self._reader.execute_fetchall(sql, params)
+        rows = await self._reader.fetchall(sql, params)
         return [ConsumerRow(*row) for row in rows]
 
     async def consumer_lags(self, limit: int) -> list[ConsumerRow]:
@@ -437,17 +443,17 @@ class SqlitePartitionLog(PagedReads):
         component, read in one pass (its cost grows with the events after the lowest
         position, not with their product by the consumers)."""
         sql = consumer_lags_sql("?", self._tables.events)
-        return consumer_rows(await self._reader.execute_fetchall(sql, [self._key, limit]))
+        return consumer_rows(await self._reader.fetchall(sql, [self._key, limit]))
 
     async def count_consumers(self) -> int:
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             "SELECT COUNT(*) FROM consumers WHERE partition_key = ?", [self._key]
         )
         return int(next(iter(rows))[0])
 
     async def stream_bounds(self) -> StreamBounds:
         events = self._tables.events
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             f"SELECT (SELECT id FROM {events} ORDER BY id LIMIT 1),"
             f" (SELECT ts FROM {events} ORDER BY id LIMIT 1),"
             f" (SELECT id FROM {events} ORDER BY id DESC LIMIT 1),"
@@ -460,7 +466,7 @@ class SqlitePartitionLog(PagedReads):
         """The newest id before the first event at or after ``ts``; None when that is the
         oldest retained event (or there are no events)."""
         events = self._tables.events
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             f"SELECT (SELECT MAX(id) FROM {events} WHERE ts < ?), (SELECT MIN(id) FROM {events})",
             (ts,),
         )
@@ -477,7 +483,7 @@ class SqlitePartitionLog(PagedReads):
         if keep_since_ts:
             params.append(keep_since_ts)
         params.append(self._key)
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             "SELECT (SELECT MIN(position) FROM consumers WHERE partition_key = ?),"
             f" (SELECT COALESCE(MAX(id), 0) FROM {events}),"
             f" (SELECT COALESCE(MIN(id), 0) FROM {events}),"
@@ -522,7 +528,7 @@ class SqlitePartitionLog(PagedReads):
         # one statement, one snapshot: the head rides on every row, and on a marker row
         sql = f"SELECT * FROM ({sql}) UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL"
         sql = f"SELECT r.*, ({self._last_given}) FROM ({sql}) AS r"
-        rows = await self._reader.execute_fetchall(sql, params)
+        rows = await self._reader.fetchall(sql, params)
         events = [stored_event(r) for r in rows if r[0] is not None]
         if before is not None:
             events.sort(key=lambda e: -e.position)
@@ -553,7 +559,7 @@ class SqlitePartitionLog(PagedReads):
 
     async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
         """(user, user id, component) of the consumer with the lowest position."""
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             "SELECT u.name, c.user_id, c.component FROM consumers c"
             " JOIN users u ON u.id = c.user_id WHERE c.partition_key = ?"
             " ORDER BY c.position LIMIT 1",
@@ -587,7 +593,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         path: Path,
         writer: sqlite3.Connection,
         write_thread: WorkerThread,
-        reader: aiosqlite.Connection,
+        reader: SqliteReader,
         durability: Durability = Durability.FULL,
     ) -> None:
         self.path = path
@@ -637,9 +643,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             write_thread.stop()
             raise
         try:
-            reader = await aiosqlite.connect(path, isolation_level=None)
-            await reader.execute("PRAGMA busy_timeout=10000")
-            await reader.execute("PRAGMA query_only=1")
+            reader = await SqliteReader.open(path)
         except BaseException:
             await write_thread.run(writer.close)
             write_thread.stop()
@@ -760,20 +764,18 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         return keys is not None
 
     async def streams(self) -> list[StreamInfo]:
-        rows = await self._reader.execute_fetchall(STREAM_ROWS + " ORDER BY s.name, p.number")
+        rows = await self._reader.fetchall(STREAM_ROWS + " ORDER BY s.name, p.number")
         return self._known(stream_infos(rows))
 
     async def stream(self, name: str) -> StreamInfo | None:
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             STREAM_ROWS + " WHERE s.name = ? ORDER BY p.number", (name,)
         )
         infos = self._known(stream_infos(rows))
         return infos[0] if infos else None
 
     async def streams_version(self) -> int:
-        rows = await self._reader.execute_fetchall(
-            "SELECT value FROM meta WHERE key = 'streams_version'"
-        )
+        rows = await self._reader.fetchall("SELECT value FROM meta WHERE key = 'streams_version'")
         return int(next(iter(rows))[0])
 
     # -- aggregates ---------------------------------------------------------------------------
@@ -794,18 +796,18 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         await self._write(release_sql("?"), (aggregate.key, holder))
 
     async def aggregate_sources(self, aggregate: Partition) -> list[tuple[int, int]]:
-        rows = await self._reader.execute_fetchall(positions_sql("?"), (aggregate.key,))
+        rows = await self._reader.fetchall(positions_sql("?"), (aggregate.key,))
         return [(int(key), int(position)) for key, position in rows]
 
     async def consumer_counts(self, user_id: UserId | None = None) -> dict[int, int]:
         sql = consumer_counts_sql("?", user_id is not None)
-        rows = await self._reader.execute_fetchall(sql, [] if user_id is None else [user_id])
+        rows = await self._reader.fetchall(sql, [] if user_id is None else [user_id])
         return {int(key): int(count) for key, count in rows}
 
     # -- the Event Hubs checkpoint store ------------------------------------------------------
 
     async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        return list(await self._reader.execute_fetchall(sql, params))
+        return list(await self._reader.fetchall(sql, params))
 
     async def _checkpoint_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         return await self._write(sql, params)
@@ -834,7 +836,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         return bool(rows)
 
     async def get_user(self, name: str) -> User | None:
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             "SELECT id, name, password_hash, is_admin FROM users WHERE name = ?", (name,)
         )
         for row in rows:
@@ -842,7 +844,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         return None
 
     async def list_users(self) -> list[User]:
-        rows = await self._reader.execute_fetchall(
+        rows = await self._reader.fetchall(
             "SELECT id, name, password_hash, is_admin FROM users ORDER BY name"
         )
         return [User(UserId(r[0]), r[1], r[2], bool(r[3])) for r in rows]
