@@ -53,8 +53,21 @@ RSS_IDLE: Final = "server RSS, 1,000 idle connections (MB)"
 RSS_LIVE: Final = "server RSS, 100 LIVE push consumers (MB)"
 AMQP_PRODUCE: Final = "AMQP produce, 1 link, 1000 unsettled (msg/s)"
 AMQP_CATCH_UP: Final = "AMQP consume catch-up, credit 1000 (msg/s)"
+#: An Event Hubs ``$management`` request: the checkpoint store's, on its kept connection, and
+#: the SDK's own, which opens a connection for each and sleeps 50 ms per frame it reads then.
+MANAGEMENT_STORE: Final = "Event Hubs checkpoint store request, median (ms)"
+MANAGEMENT_SDK: Final = "Event Hubs SDK get_partition_properties, median (ms)"
 #: Rows where less is better: their ratios read "how many times lower".
-LOWER_IS_BETTER: Final = (P50, P99, PMAX, RSS_IDLE, RSS_LIVE, *notify.LATENCY_ROWS)
+LOWER_IS_BETTER: Final = (
+    P50,
+    P99,
+    PMAX,
+    RSS_IDLE,
+    RSS_LIVE,
+    *notify.LATENCY_ROWS,
+    MANAGEMENT_STORE,
+    MANAGEMENT_SDK,
+)
 CPU_SUFFIX: Final = ": server CPU (µs/op)"
 SYSTEMS: Final = (
     "futoin-evt",
@@ -152,6 +165,7 @@ FLOORS: Final = (
 #: moment of the machine moves past any bound near the target.
 CEILINGS: Final = (
     Ceiling(notify.FAN_OUT_P99, "futoin-evt", 40.0, "target 20 ms; seen 4.9-15.7 ms quiet"),
+    Ceiling(MANAGEMENT_STORE, "futoin-evt", 10.0, "target 5 ms; was 460 ms"),
 )
 
 
@@ -166,6 +180,8 @@ class Sizes:
     #: Event notification: events through the selector; seconds of fan-out at 10k events/s.
     selector_events: int = 300_000
     fan_out_seconds: float = 5.0
+    #: Event Hubs ``$management`` requests of each kind timed.
+    management_calls: int = 15
 
     #: Events per measurement of the 4-partition rows.
     partition_events: int = 20_000
@@ -199,7 +215,7 @@ async def measure_ftn3(
             timed = _timer(record, system.cpu_seconds)
             for _ in range(runs):
                 if system.amqp_url is not None:
-                    await _measure_amqp(timed, system.amqp_url, sizes)
+                    await _measure_amqp(timed, record, system, sizes)
                 await timed(DRAIN, sizes.drain, workloads.poll_drain(system, sizes.drain))
                 await timed(CATCH_UP, sizes.drain, workloads.push_catch_up(system, sizes.drain))
                 add = sizes.add_serial
@@ -263,11 +279,13 @@ def _has_proton() -> bool:
     return importlib.util.find_spec("proton") is not None
 
 
-async def _measure_amqp(timed: Timed, url: str, sizes: Sizes) -> None:
+async def _measure_amqp(timed: Timed, record: Record, system: System, sizes: Sizes) -> None:
     """The AMQP rows, with the server's CPU per message: the same clients as the raw
-    limit's, against futoin-evt's listener."""
+    limit's, against futoin-evt's listener; then the Event Hubs ``$management`` requests."""
     from . import amqp
 
+    url = system.amqp_url
+    assert url is not None
     login: dict[str, Any] = {
         "user": systems.USER,
         "password": systems.PASSWORD,
@@ -277,6 +295,11 @@ async def _measure_amqp(timed: Timed, url: str, sizes: Sizes) -> None:
     await timed(AMQP_CATCH_UP, sizes.drain, asyncio.to_thread(amqp.run, consumer))
     producer = amqp.Producer(url, sizes.add_in_flight, **login)
     await timed(AMQP_PRODUCE, sizes.add_in_flight, asyncio.to_thread(amqp.run, producer))
+    if importlib.util.find_spec("azure.eventhub") is not None:
+        calls = sizes.management_calls
+        store, sdk = await asyncio.to_thread(amqp.management_latency, system, calls)
+        record(MANAGEMENT_STORE, store)
+        record(MANAGEMENT_SDK, sdk)
 
 
 async def _measure_notify(record: Record, sizes: Sizes, runs: int) -> None:

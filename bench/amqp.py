@@ -36,6 +36,7 @@ import re
 import shutil
 import signal
 import sqlite3
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -568,3 +569,41 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+
+
+# -- Event Hubs $management requests -----------------------------------------------------------
+
+
+def management_latency(system: System, calls: int) -> tuple[float, float]:
+    """The median time (ms) of one ``$management`` request: the checkpoint store's (update,
+    then list, each a request on its kept connection) and the SDK's own, which opens a
+    connection for each one."""
+    from azure.eventhub import EventHubProducerClient
+
+    from futoin_evt.eventhubs import FutoinCheckpointStore
+
+    url = system.amqp_url
+    assert url is not None
+    key = sas_key(load_secret(Path(f"{system.db_path}.sas-secret"), create=False), user(system))
+    conn_str = (
+        f"Endpoint=sb://{url.split('://')[1]}/;SharedAccessKeyName={USER};"
+        f"SharedAccessKey={key};EntityPath=events;UseDevelopmentEmulator=true"
+    )
+    scope = {"fully_qualified_namespace": "bench", "eventhub_name": "events"}
+    checkpoint = {**scope, "consumer_group": "$Default", "partition_id": "0"}
+
+    def timed(call: Callable[[], object]) -> float:
+        started = time.perf_counter()
+        call()
+        return (time.perf_counter() - started) * 1000
+
+    with FutoinCheckpointStore.from_connection_string(conn_str) as store:
+        store.list_checkpoints("bench", "events", "$Default")  # opens its connection
+        store_times = []
+        for n in range(calls):
+            body = {**checkpoint, "offset": str(n), "sequence_number": n}
+            store_times.append(timed(functools.partial(store.update_checkpoint, body)))
+            store_times.append(timed(lambda: store.list_checkpoints("bench", "events", "$Default")))
+    with EventHubProducerClient.from_connection_string(conn_str) as producer:
+        sdk_times = [timed(lambda: producer.get_partition_properties("0")) for _ in range(calls)]
+    return statistics.median(store_times), statistics.median(sdk_times)

@@ -122,6 +122,37 @@ async def test_ownership_claims_with_etags_and_checkpoints(hub: EventServer) -> 
         assert {o["partition_id"]: o["owner_id"] for o in listed} == {"0": "b", "1": "a"}
 
 
+async def test_the_store_keeps_one_connection_and_opens_another_when_it_is_lost(
+    hub: EventServer,  # noqa: F811
+) -> None:
+    """Its requests share one AMQP connection (the SDK's own open one each); one aborted
+    by the server is opened again by the next request, which is answered."""
+    assert hub.amqp is not None
+    listener = hub.amqp
+    alice = connection_string(hub, "alice", await key_of(hub, "alice"))
+    checkpoint = {**ownership("1", ""), "offset": "00000000000000000003", "sequence_number": 3}
+    with FutoinCheckpointStore.from_connection_string(alice) as store:
+        for _ in range(5):
+            await asyncio.to_thread(store.update_checkpoint, checkpoint)
+            await asyncio.to_thread(store.list_checkpoints, NAMESPACE, HUB, "$Default")
+        assert len(listener.slots) == 1
+        [connection] = list(listener.slots)
+        connection.abort()
+        await connection.closed
+        listed = await asyncio.to_thread(store.list_checkpoints, NAMESPACE, HUB, "$Default")
+        assert [(c["partition_id"], c["sequence_number"]) for c in listed] == [("1", 3)]
+        assert len(listener.slots) == 1 and connection not in list(listener.slots)
+    async with AsyncCheckpointStore.from_connection_string(alice) as aio_store:
+        for _ in range(5):
+            await aio_store.list_checkpoints(NAMESPACE, HUB, "$Default")
+        assert len(listener.slots) == 1
+        [connection] = list(listener.slots)
+        connection.abort()
+        await connection.closed
+        listed = list(await aio_store.list_checkpoints(NAMESPACE, HUB, "$Default"))
+        assert [(c["partition_id"], c["sequence_number"]) for c in listed] == [("1", 3)]
+
+
 class ConsumerProcess:
     """tests/data/eventhubs_consumer.py in a process of its own; its lines as they come."""
 
