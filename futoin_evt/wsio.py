@@ -125,6 +125,8 @@ class FrameIO(asyncio.Protocol):
             data = self._take_frames(data)
             if not data:
                 return
+        elif self._partial:  # closed since a frame began: websockets reads it whole
+            data, self._partial = self._partial + data, b""
         self.ws.receive_data(data)
         self._process()
 
@@ -249,11 +251,13 @@ class FrameIO(asyncio.Protocol):
         return self.transport.get_write_buffer_size() if self.transport else 0
 
     def close(self, code: int = 1000, reason: str = "") -> None:
-        """Start the closing handshake; the transport closes when it ends or times out."""
+        """Start the closing handshake; the transport closes when it ends or times out.
+        Reading resumes, if paused, to see the peer's close."""
         if self.ws.state is State.OPEN:
             self.ws.send_close(code, reason)
             self._flush()
             self._expect_close()
+            self.resume_reading()
         elif self.ws.state is State.CONNECTING:
             self.abort()
 

@@ -11,8 +11,13 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
+from futoin_evt.auth.users import Principal
 from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.ftn3.errors import SECURITY_ERROR, FTN3Error
 from futoin_evt.server.app import EventServer
+from futoin_evt.server.websocket import Limits
+
+from .conftest import ServerFactory
 
 pytestmark = pytest.mark.functional
 
@@ -209,3 +214,85 @@ async def test_http_refusals_quote_input_whole_or_say_where_it_was_cut(
         response = await http.post(dcb, json={"events": [{"type": long_type, "data": 1}]})
         assert response.status_code == 400
         assert response.json()["message"].startswith("events[0].type: " + _cut(long_type))
+
+
+@pytest.mark.parametrize(
+    "frame",
+    [
+        "this is not json",
+        b"\xff\xfe not UTF-8",
+        "[1, 2]",
+        '{"f": "futoin.evt.gen:1.1:ping", "p": {"echo": 1}}',
+    ],
+    ids=["not-json", "not-utf8", "not-an-object", "no-rid"],
+)
+async def test_calls_read_before_an_unanswerable_frame_are_answered_before_the_close(
+    server: EventServer, frame: str | bytes
+) -> None:
+    """A fresh server: the calls wait on the first password check when the bad frame comes.
+    Each is answered (a result or an FTN3 error), then the connection closes with 1008, and
+    nothing sent after the bad frame is acted on."""
+    calls = {
+        f"C{i}": {
+            "f": f"futoin.evt.gen:1.{9 if i % 3 == 1 else 1}:ping",
+            "p": {"echo": i},
+            "rid": f"C{i}",
+            "sec": SEC,
+        }
+        for i in range(1, 7)
+    }
+    after = {
+        "f": "futoin.evt.gen:1.1:addEvent",
+        "p": {"type": "AFTER_BAD", "data": 1},
+        "rid": "C7",
+        "sec": SEC,
+    }
+    replies: dict[str, dict[str, Any]] = {}  # every reply before the close
+    async with connect(server.url) as ws:
+        for msg in calls.values():
+            await ws.send(json.dumps(msg))
+        await ws.send(frame)
+        await ws.send(json.dumps(after))
+        async with asyncio.timeout(10):
+            try:
+                while True:
+                    reply = json.loads(await ws.recv())
+                    replies[reply["rid"]] = reply
+            except ConnectionClosed:
+                pass
+        assert ws.close_code == 1008
+    assert sorted(replies) == sorted(calls)
+    for rid, reply in replies.items():
+        if calls[rid]["f"] == "futoin.evt.gen:1.9:ping":
+            assert (reply["e"], reply["rid"]) == ("NotSupportedVersion", rid)
+        else:
+            assert reply == {"r": {"echo": int(rid[1:])}, "rid": rid}
+    client = await EventStreamClient.connect(server.url, credentials=SEC)
+    try:
+        assert [e.type for e in await client.poll_events("LIVE")] == []
+    finally:
+        await client.close()
+
+
+async def test_calls_that_do_not_finish_hold_the_close_only_for_drain_seconds(
+    start_server: ServerFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The wait for calls read before an unanswerable frame is bounded: a password check that
+    never ends does not keep the connection open."""
+    server = await start_server(limits=Limits(drain_seconds=0.2))
+    released = asyncio.Event()
+
+    async def held(name: str, password: str) -> Principal:
+        await released.wait()
+        raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+
+    monkeypatch.setattr(server.authenticator, "_verify", held)
+    try:
+        async with connect(server.url) as ws:
+            msg = {"f": "futoin.evt.gen:1.1:ping", "p": {"echo": 1}, "rid": "C1", "sec": SEC}
+            await ws.send(json.dumps(msg))
+            await ws.send("this is not json")
+            assert await _closed_with(ws) == 1008
+            assert "not valid JSON" in (ws.close_reason or "")
+    finally:
+        released.set()

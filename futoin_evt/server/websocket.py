@@ -6,8 +6,9 @@ call finishes (backpressure instead of unbounded work); a peer that leaves more 
 ``max_unread_bytes`` unread is disconnected. Replies are binary frames of UTF-8 JSON, as
 the official FutoIn peers send them.
 
-A frame that is not an FTN3 message with a usable ``rid`` cannot be answered: the connection
-is closed with code 1008 and the reason, and a log line is written. Messages over
+A frame that is not an FTN3 message with a usable ``rid`` cannot be answered: nothing after
+it is read, the calls read before it are answered (within ``drain_seconds``), then the
+connection is closed with code 1008 and the reason, and a log line is written. Messages over
 ``max_frame_bytes`` close the connection with code 1009. Other connections never notice.
 """
 
@@ -50,7 +51,7 @@ class Limits:
     max_calls_in_flight: int = 256
     #: A peer that leaves more than this of replies and pushes unread is disconnected.
     max_unread_bytes: int = 64 * 1024 * 1024
-    #: How long shutdown waits for calls in flight.
+    #: How long shutdown, or a close for an unanswerable frame, waits for calls in flight.
     drain_seconds: float = 10.0
 
 
@@ -79,6 +80,10 @@ class PathRoutes(Protocol):
         """The routes of an accepted connection to ``path``; None: the executor's own."""
 
 
+def _ignore_message(_frame: bytes) -> None:
+    pass
+
+
 def _expire(reply: asyncio.Future[Response]) -> None:
     if not reply.done():
         reply.set_exception(TimeoutError("no reply in time"))
@@ -100,9 +105,13 @@ class _Connection:
         self.channel = Channel(peer=io.peer, secure=False)
         self._max_calls = limits.max_calls_in_flight
         self._max_unread = limits.max_unread_bytes
+        self._drain_seconds = limits.drain_seconds
         self._writable_listeners: set[Callable[[], None]] = set()
         self._in_flight = 0
         self._draining = False
+        #: The reason of a close for an unanswerable frame, until it is sent.
+        self._violation: str | None = None
+        self._violation_timer: asyncio.TimerHandle | None = None
         #: A call was refused for want of an established slot: the connection is closing.
         self._refused = False
         self._idle = asyncio.Event()
@@ -151,8 +160,30 @@ class _Connection:
         return False
 
     def _close_for(self, violation: ProtocolViolation) -> None:
+        """Read nothing more; close with 1008 once the calls in flight have replied (or
+        ``drain_seconds`` have passed)."""
         log.warning("closing connection from %s: %s", self.channel.peer, violation)
-        self.io.close(CLOSE_POLICY_VIOLATION, str(violation)[:120])
+        self.io.on_message = _ignore_message
+        self._draining = True  # no call is taken, and replies do not resume reading
+        self._violation = str(violation)[:120]
+        if not self._in_flight:
+            self._close_for_violation()
+            return
+        self.io.pause_reading()
+        self._violation_timer = asyncio.get_running_loop().call_later(
+            self._drain_seconds, self._close_for_violation
+        )
+
+    def _close_for_violation(self) -> None:
+        if self._violation_timer is not None:
+            self._violation_timer.cancel()
+            self._violation_timer = None
+        reason, self._violation = self._violation, None
+        if reason is None:
+            return
+        if self._in_flight:
+            log.warning("%d calls unanswered from %s", self._in_flight, self.channel.peer)
+        self.io.close(CLOSE_POLICY_VIOLATION, reason)
 
     def _respond(self, reply: bytes) -> None:
         self._in_flight -= 1
@@ -165,6 +196,8 @@ class _Connection:
             self.io.resume_reading()
         if not self._in_flight:
             self._idle.set()
+            if self._violation is not None:
+                self._close_for_violation()
 
     def _check_unread(self) -> None:
         """Reading stays on (so a close is always seen); a peer that leaves too much unread
@@ -227,6 +260,8 @@ class _Connection:
         reply.set_result(parse_response(msg))
 
     def _on_closed(self, _closed: asyncio.Future[None]) -> None:
+        if self._violation_timer is not None:
+            self._violation_timer.cancel()
         for reply in list(self._peer_calls.values()):
             if not reply.done():
                 reply.set_exception(ConnectionClosedError("the connection closed"))
