@@ -122,6 +122,23 @@ def read_password() -> str:
     return password
 
 
+def add_where(parser: argparse.ArgumentParser) -> None:
+    """``--db`` (the default), or ``--url`` of a running server with its credentials."""
+    add_db(parser)
+    parser.add_argument(
+        "--url",
+        help="a running server's ws:// URL: act through its ops iface (instead of --db)",
+    )
+    parser.add_argument(
+        "--user", default=os.environ.get(ENV_USER), help=f"with --url (${ENV_USER})"
+    )
+    parser.add_argument(
+        "--password-stdin",
+        action="store_true",
+        help=f"with --url: read the password from stdin (default: ${ENV_PASSWORD})",
+    )
+
+
 @contextlib.asynccontextmanager
 async def opened_store(db: str) -> AsyncIterator[Store]:
     async with await open_store(db) as store:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
@@ -20,11 +19,9 @@ from ..ftn18.stream_ops import INVALID_STREAM, STREAM_EXISTS, UNKNOWN_STREAM
 from ..log.streams import describe_stream, stream_summary
 from ..storage.base import Store
 from .common import (
-    ENV_PASSWORD,
-    ENV_USER,
     BadSetting,
     Commands,
-    add_db,
+    add_where,
     connected_client,
     opened_store,
     print_json,
@@ -44,52 +41,34 @@ def add_commands(commands: Commands) -> None:
         help="a stream of one partition that every serving process fills with every event "
         "of every partition of SOURCE (new ids, each partition's order kept; --db only)",
     )
-    _add_where(add)
+    add_where(add)
     add.set_defaults(run=_stream_add)
     listing = stream.add_parser("list", help="list streams")
     listing.add_argument("--json", action="store_true", help="print JSON instead of lines")
-    _add_where(listing)
+    add_where(listing)
     listing.set_defaults(run=_stream_list)
     info = stream.add_parser(
         "info", help="a stream's partitions: head, oldest id, consumers and their lag"
     )
     info.add_argument("name")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    _add_where(info)
+    add_where(info)
     info.set_defaults(run=_stream_info)
     grow = stream.add_parser("grow", help="add partitions to a stream (never fewer)")
     grow.add_argument("name")
     _add_partitions(grow)
-    _add_where(grow)
+    add_where(grow)
     grow.set_defaults(run=_stream_grow)
     drop = stream.add_parser("drop", help="remove a stream with its events and consumers")
     drop.add_argument("name")
     drop.add_argument("--yes", action="store_true", help="yes, delete its events")
-    _add_where(drop)
+    add_where(drop)
     drop.set_defaults(run=_stream_drop)
 
 
 def _add_partitions(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     parser.add_argument(
         "--partitions", type=int, required=required, metavar="P", help=f"1 to {MAX_PARTITIONS}"
-    )
-
-
-def _add_where(parser: argparse.ArgumentParser) -> None:
-    """``--db`` (the default), or ``--url`` of a running server with its credentials."""
-    add_db(parser)
-    parser.add_argument(
-        "--url",
-        help="a running server's ws:// URL: manage its streams through the ops iface "
-        "(instead of --db)",
-    )
-    parser.add_argument(
-        "--user", default=os.environ.get(ENV_USER), help=f"with --url (${ENV_USER})"
-    )
-    parser.add_argument(
-        "--password-stdin",
-        action="store_true",
-        help=f"with --url: read the password from stdin (default: ${ENV_PASSWORD})",
     )
 
 

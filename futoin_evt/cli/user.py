@@ -6,6 +6,7 @@ import argparse
 
 from ..auth.sas import sas_key
 from ..auth.users import hash_password
+from . import grants
 from .common import (
     CliError,
     Commands,
@@ -48,6 +49,7 @@ def add_commands(commands: Commands) -> None:
     add_db(sas)
     add_sas_secret(sas)
     sas.set_defaults(run=_user_sas_key)
+    grants.add_show(user)
 
 
 async def _user_add(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 7
+SCHEMA_VERSION: Final = 8
 
 
 class StoreError(Exception):
@@ -377,6 +377,28 @@ class Users(Protocol):
     async def list_users(self) -> list[User]: ...
 
 
+class GrantRow(NamedTuple):
+    """Rights (a :class:`~futoin_evt.domain.rights.Right` mask) of a user on a pattern."""
+
+    user_id: UserId
+    pattern: str
+    rights: int
+
+
+class Grants(Protocol):
+    """Rights per user and stream pattern (checked by the caller)."""
+
+    async def grant(self, user_id: UserId, pattern: str, rights: int) -> None:
+        """Add ``rights`` to what the user holds on ``pattern``."""
+
+    async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool:
+        """Take ``rights`` away from what the user holds on ``pattern``; False when they
+        held none of them there."""
+
+    async def list_grants(self) -> list[GrantRow]:
+        """Every grant that holds a right, by user id and pattern."""
+
+
 class ConsumerLog(EventLog, Consumers, Protocol):
     """The log with its consumers: what polling and pushing need."""
 
@@ -501,7 +523,7 @@ class PeerNews(Protocol):
         """A stream was added, grown or dropped."""
 
 
-class Store(PartitionLog, Streams, Aggregates, Users, EventHubCheckpoints, Protocol):
+class Store(PartitionLog, Streams, Aggregates, Users, Grants, EventHubCheckpoints, Protocol):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
     of ``events``/0."""
 

@@ -11,6 +11,7 @@ import sqlite3
 from typing import Final
 
 from .base import migrations_to_run
+from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 
 _VERSION_1: Final = """
 CREATE TABLE IF NOT EXISTS events (
@@ -156,6 +157,18 @@ CREATE TABLE IF NOT EXISTS eventhub_checkpoints (
 ) WITHOUT ROWID
 """
 
+#: Version 8: rights per user on the streams a pattern covers (a name, ``prefix*`` or ``*``),
+#: as a bit mask: read 1, write 2, manage 4. Users from before get read and write on ``*``.
+_VERSION_8: Final = f"""
+CREATE TABLE IF NOT EXISTS grants (
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    pattern TEXT NOT NULL,
+    rights INTEGER NOT NULL,
+    PRIMARY KEY (user_id, pattern)
+) WITHOUT ROWID;
+{UPGRADE_GRANTS}
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -164,6 +177,7 @@ MIGRATIONS: Final = {
     5: _VERSION_5,
     6: _VERSION_6,
     7: _VERSION_7,
+    8: _VERSION_8,
 }
 
 
@@ -210,6 +224,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in MIGRATIONS[version].split(";"):
             if statement.strip():
                 conn.execute(statement)
+    if current and GRANTS_VERSION in steps:
+        log_upgrade_grants(conn.execute("SELECT count(*) FROM grants").fetchone()[0])
     if steps or row[0] is None:
         conn.execute("DELETE FROM schema_version")
         conn.execute("INSERT INTO schema_version (version) VALUES (?)", (steps.stop - 1,))

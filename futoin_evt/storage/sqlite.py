@@ -53,6 +53,7 @@ from ..domain.partition import (
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
+from . import grants_sql
 from .aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -71,6 +72,7 @@ from .base import (
     Durability,
     EventPage,
     EventRow,
+    GrantRow,
     NotWritable,
     PeerNews,
     StoreClosed,
@@ -207,7 +209,10 @@ class _Queue:
 
 
 def _prepare_file(path: Path) -> None:
-    """Switch the file to WAL (a persistent setting) and create or check the schema."""
+    """Create the file readable by its owner only (it holds password hashes; SQLite gives
+    its ``-wal`` and ``-shm`` the same mode), switch it to WAL (a persistent setting) and
+    create or check the schema."""
+    create_private(path)
     conn = sqlite3.connect(path, isolation_level=None, timeout=10)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
@@ -220,6 +225,24 @@ def _prepare_file(path: Path) -> None:
             raise
     finally:
         conn.close()
+
+
+def create_private(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 when it does not exist; warn once when an
+    existing database file may be read by others."""
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+    except FileExistsError:
+        mode = path.stat().st_mode
+        if mode & 0o077 and path.is_file():
+            log.warning(
+                "%s may be read by other users (mode %o): it holds password hashes;"
+                " chmod 600 it and its -wal and -shm files",
+                path,
+                mode & 0o777,
+            )
+    except OSError:  # a directory that does not exist, say: sqlite3 says it best
+        pass
 
 
 class SqlitePartitionLog(PagedReads):
@@ -848,6 +871,21 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             "SELECT id, name, password_hash, is_admin FROM users ORDER BY name"
         )
         return [User(UserId(r[0]), r[1], r[2], bool(r[3])) for r in rows]
+
+    # -- grants -------------------------------------------------------------------------------
+
+    async def grant(self, user_id: UserId, pattern: str, rights: int) -> None:
+        await self._write(grants_sql.grant_sql("?"), (user_id, pattern, rights))
+
+    async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool:
+        rows = await self._write(grants_sql.revoke_sql("?"), (rights, user_id, pattern, rights))
+        if rows and not rows[0][0]:
+            await self._write(grants_sql.forget_empty_sql("?"), (user_id, pattern))
+        return bool(rows)
+
+    async def list_grants(self) -> list[GrantRow]:
+        rows = await self._reader.fetchall(grants_sql.LIST_GRANTS, ())
+        return [GrantRow(UserId(r[0]), r[1], r[2]) for r in rows]
 
     # -- the writer ---------------------------------------------------------------------------
 

@@ -12,6 +12,7 @@ from typing import Final
 import psycopg
 
 from ..base import migrations_to_run
+from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
 LOCK_NAMESPACE: Final = 0x46544E  # "FTN"
@@ -162,6 +163,18 @@ _VERSION_7: Final = (
     )""",
 )
 
+_VERSION_8: Final = (
+    # Rights per user on the streams a pattern covers (a name, ``prefix*`` or ``*``), as a
+    # bit mask: read 1, write 2, manage 4. Users from before get read and write on ``*``.
+    """CREATE TABLE IF NOT EXISTS grants (
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        pattern TEXT NOT NULL,
+        rights INTEGER NOT NULL,
+        PRIMARY KEY (user_id, pattern)
+    )""",
+    UPGRADE_GRANTS,
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -170,6 +183,7 @@ MIGRATIONS: Final = {
     5: _VERSION_5,
     6: _VERSION_6,
     7: _VERSION_7,
+    8: _VERSION_8,
 }
 
 
@@ -314,10 +328,15 @@ async def ensure_schema(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> No
         cursor = await conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_version")
         row = await cursor.fetchone()
         assert row is not None
-        steps = migrations_to_run(int(str(row[0])))
+        current = int(str(row[0]))
+        steps = migrations_to_run(current)
         for version in steps:
             for statement in MIGRATIONS[version]:
                 await conn.execute(statement)
+        if current and GRANTS_VERSION in steps:
+            cursor = await conn.execute("SELECT count(*) FROM grants")
+            counted = await cursor.fetchone()
+            log_upgrade_grants(int(str(counted[0])) if counted else 0)
         if steps:
             await conn.execute("DELETE FROM schema_version")
             await conn.execute(

@@ -102,6 +102,7 @@ from ...domain.partition import (
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import WriteStats
+from .. import grants_sql
 from ..aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -120,6 +121,7 @@ from ..base import (
     DiscardLimits,
     Durability,
     EventRow,
+    GrantRow,
     NotWritable,
     PeerNews,
     PoolLimits,
@@ -1365,6 +1367,21 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables):
             "SELECT id, name, password_hash, is_admin FROM users ORDER BY name"
         )
         return [User(UserId(r[0]), r[1], r[2], bool(r[3])) for r in rows]
+
+    # -- grants -------------------------------------------------------------------------------
+
+    async def grant(self, user_id: UserId, pattern: str, rights: int) -> None:
+        await self._fetch(grants_sql.grant_sql("%s"), (user_id, pattern, rights))
+
+    async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool:
+        rows = await self._fetch(grants_sql.revoke_sql("%s"), (rights, user_id, pattern, rights))
+        if rows and not rows[0][0]:
+            await self._fetch(grants_sql.forget_empty_sql("%s"), (user_id, pattern))
+        return bool(rows)
+
+    async def list_grants(self) -> list[GrantRow]:
+        rows = await self._fetch(grants_sql.LIST_GRANTS)
+        return [GrantRow(UserId(r[0]), r[1], r[2]) for r in rows]
 
 
 async def _read_stream(conn: Connection, name: str, *, lock: bool) -> StreamInfo:

@@ -1,0 +1,256 @@
+"""Access control: who may read, write or manage which stream, checked in one place for
+every door.
+
+:class:`AccessControl` keeps every user's :class:`~futoin_evt.domain.rights.Rights`, built
+from the database's grants. A check is one dictionary lookup and a bit test. Grants are
+reloaded when this process changes them, when a worker of the same server says it did
+(:meth:`AccessControl.changed`), and every ``refresh_seconds`` otherwise (another process on
+the same PostgreSQL database, or ``futoin-evt grant --db``). A reload that takes a right away
+ends what depended on it: each long-lived reader (a push stream, a subscription, an AMQP
+link, a console session) registers with :meth:`AccessControl.watch` and is called back.
+
+A refusal names the right and the stream and nothing else: a caller without any right on a
+name is refused the same way whether the stream exists or not, so names cannot be probed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from ..domain.rights import (
+    ADMIN_RIGHTS,
+    NO_RIGHTS,
+    Grant,
+    Right,
+    Rights,
+    check_pattern,
+    parse_rights,
+    rights_text,
+)
+from ..domain.stream import UserId
+from ..storage.base import GrantRow, User
+
+log = logging.getLogger(__name__)
+
+#: How often grants are reloaded when nothing said they changed (other processes).
+DEFAULT_REFRESH_SECONDS: Final = 5.0
+
+
+class AccessDenied(Exception):
+    """A caller lacks ``right`` on ``stream``; the message is one sentence for the caller."""
+
+    def __init__(self, right: Right, stream: str) -> None:
+        self.right = right
+        self.stream = stream
+        super().__init__(f"the {rights_text(right)} right on stream {stream} is needed")
+
+
+class Caller(Protocol):
+    """Who acts: an authenticated principal of any door."""
+
+    @property
+    def user_id(self) -> UserId: ...
+
+    @property
+    def is_admin(self) -> bool: ...
+
+
+class GrantSource(Protocol):
+    async def list_grants(self) -> list[GrantRow]: ...
+
+
+@dataclass(eq=False)
+class _Watch:
+    user_id: UserId
+    right: Right
+    stream: str
+    on_revoked: Callable[[], None]
+    cancelled: bool = field(default=False)
+
+
+class AccessControl:
+    """Every user's rights on streams, and what to end when a right goes."""
+
+    def __init__(
+        self, source: GrantSource, *, refresh_seconds: float = DEFAULT_REFRESH_SECONDS
+    ) -> None:
+        self._source = source
+        self._refresh_seconds = refresh_seconds
+        self._rows: list[GrantRow] = []
+        self._by_user: dict[UserId, Rights] = {}
+        self._watches: dict[UserId, set[_Watch]] = {}
+        self._task: asyncio.Task[None] | None = None
+        self._reloading: asyncio.Task[None] | None = None
+        self._again = False
+
+    async def start(self) -> None:
+        """Load the grants, then keep reloading them in the background."""
+        await self.reload()
+        if self._refresh_seconds > 0:
+            self._task = asyncio.get_running_loop().create_task(self._keep_fresh())
+
+    async def close(self) -> None:
+        for task in (self._task, self._reloading):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    # -- checks --------------------------------------------------------------------------------
+
+    def rights(self, caller: Caller) -> Rights:
+        """What ``caller`` may do."""
+        if caller.is_admin:
+            return ADMIN_RIGHTS
+        return self._by_user.get(caller.user_id, NO_RIGHTS)
+
+    def allows(self, caller: Caller, right: Right, stream: str) -> bool:
+        if caller.is_admin:
+            return True
+        rights = self._by_user.get(caller.user_id)
+        return rights is not None and rights.on(stream) & right == right
+
+    def check(self, caller: Caller, right: Right, stream: str) -> None:
+        """Raises :class:`AccessDenied` unless ``caller`` holds ``right`` on ``stream``."""
+        if not caller.is_admin:
+            rights = self._by_user.get(caller.user_id)
+            if rights is None or rights.on(stream) & right != right:
+                raise AccessDenied(right, stream)
+
+    def watch(
+        self, caller: Caller, right: Right, stream: str, on_revoked: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``on_revoked`` once, when ``caller`` no longer holds ``right`` on ``stream``;
+        returns how to stop watching. Admins are not watched (their rights are whole)."""
+        if caller.is_admin:
+            return _nothing
+        watch = _Watch(caller.user_id, right, stream, on_revoked)
+        self._watches.setdefault(caller.user_id, set()).add(watch)
+
+        def cancel() -> None:
+            watch.cancelled = True
+            watches = self._watches.get(watch.user_id)
+            if watches is not None:
+                watches.discard(watch)
+                if not watches:
+                    del self._watches[watch.user_id]
+
+        return cancel
+
+    # -- reloading -----------------------------------------------------------------------------
+
+    def changed(self) -> None:
+        """Grants changed (here or in a worker of this server): reload them soon."""
+        if self._reloading is not None and not self._reloading.done():
+            self._again = True
+            return
+        self._reloading = asyncio.get_running_loop().create_task(self._reload_soon())
+
+    async def _reload_soon(self) -> None:
+        while True:
+            self._again = False
+            try:
+                await self.reload()
+            except Exception:
+                log.exception("the grants could not be reloaded")
+            if not self._again:
+                return
+
+    async def reload(self) -> None:
+        """Read the grants; when they changed, use them and end what lost its right."""
+        rows = await self._source.list_grants()
+        if rows == self._rows:
+            return
+        self._rows = rows
+        by_user: dict[UserId, list[Grant]] = {}
+        for row in rows:
+            by_user.setdefault(row.user_id, []).append(Grant(row.pattern, Right(row.rights)))
+        self._by_user = {user: Rights(grants) for user, grants in by_user.items()}
+        self._end_revoked()
+
+    def _end_revoked(self) -> None:
+        for user_id, watches in list(self._watches.items()):
+            rights = self._by_user.get(user_id, NO_RIGHTS)
+            for watch in list(watches):
+                if not watch.cancelled and not rights.allows(watch.right, watch.stream):
+                    watch.cancelled = True
+                    watches.discard(watch)
+                    try:
+                        watch.on_revoked()
+                    except Exception:
+                        log.exception("ending what a revoked right allowed failed")
+            if not watches:
+                self._watches.pop(user_id, None)
+
+    async def _keep_fresh(self) -> None:
+        while True:
+            await asyncio.sleep(self._refresh_seconds)
+            try:
+                await self.reload()
+            except Exception as exc:  # the database is away: keep the rights known
+                log.warning("the grants could not be reloaded: %s", exc)
+
+
+def _nothing() -> None:
+    pass
+
+
+# -- changing grants (the command line with --db, and the ops iface for admins) ----------------
+
+
+class UnknownUser(KeyError):
+    """No user of that name."""
+
+    def __str__(self) -> str:
+        return f"no user {self.args[0]}"
+
+
+class GrantStore(GrantSource, Protocol):
+    async def get_user(self, name: str) -> User | None: ...
+
+    async def grant(self, user_id: UserId, pattern: str, rights: int) -> None: ...
+
+    async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool: ...
+
+
+async def _user(store: GrantStore, name: str) -> User:
+    user = await store.get_user(name) if isinstance(name, str) else None
+    if user is None:
+        raise UnknownUser(name)
+    return user
+
+
+async def grant(store: GrantStore, user_name: str, rights: str, pattern: str) -> Grant:
+    """Give ``user_name`` the ``rights`` (a comma list) on ``pattern``; raises
+    :class:`~futoin_evt.domain.rights.BadGrant` or :class:`UnknownUser`."""
+    granted = Grant(check_pattern(pattern), parse_rights(rights))
+    user = await _user(store, user_name)
+    await store.grant(user.id, granted.pattern, int(granted.rights))
+    return granted
+
+
+async def revoke(store: GrantStore, user_name: str, rights: str, pattern: str) -> bool:
+    """Take ``rights`` on ``pattern`` from ``user_name``; False when they held none of them
+    there (a grant on another pattern is not touched)."""
+    taken = Grant(check_pattern(pattern), parse_rights(rights))
+    user = await _user(store, user_name)
+    return await store.revoke(user.id, taken.pattern, int(taken.rights))
+
+
+async def describe_user(store: GrantStore, user_name: str) -> dict[str, Any]:
+    """A user as ``user show`` prints it: name, admin, and grants (pattern, rights list)."""
+    user = await _user(store, user_name)
+    rows = [row for row in await store.list_grants() if row.user_id == user.id]
+    return {
+        "name": user.name,
+        "admin": user.is_admin,
+        "grants": [
+            {"pattern": row.pattern, "rights": rights_text(Right(row.rights)).split(",")}
+            for row in rows
+        ],
+    }
