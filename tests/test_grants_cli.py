@@ -45,9 +45,7 @@ def test_grant_revoke_and_show(store_db: str) -> None:
             {"pattern": "orders*", "rights": ["read"]},
         ],
     }
-    assert ok(store_db, "user", "show", "root") == (
-        "root (admin: every right on every stream)\n"
-    )
+    assert ok(store_db, "user", "show", "root") == ("root (admin: every right on every stream)\n")
 
 
 @pytest.mark.parametrize(
@@ -64,11 +62,10 @@ def test_grant_revoke_and_show(store_db: str) -> None:
         (("user", "show", "nobody"), "no user nobody."),
     ],
 )
-def test_bad_input_exits_2_with_one_line(
-    store_db: str, args: tuple[str, ...], says: str
-) -> None:
+def test_bad_input_exits_2_with_one_line(store_db: str, args: tuple[str, ...], says: str) -> None:
     ok(store_db, "user", "add", "alice", "--password-stdin", stdin="pw\n")
     result = run(*args, "--db", store_db)
     assert result.returncode == 2, result
-    assert says in result.stderr and result.stderr.count("\n") == 1, result.stderr
+    assert says in result.stderr, result.stderr
+    assert result.stderr.count("\n") == 1, result.stderr
     assert ok(store_db, "user", "show", "alice") == "alice\n  no rights\n"

@@ -151,6 +151,14 @@ class AccessControl:
             return
         self._reloading = asyncio.get_running_loop().create_task(self._reload_soon())
 
+    async def changed_here(self) -> None:
+        """Grants changed in this process: returns once they are in use (so the next call
+        of anyone is checked against them)."""
+        self.changed()
+        reloading = self._reloading
+        if reloading is not None:
+            await asyncio.shield(reloading)
+
     async def _reload_soon(self) -> None:
         while True:
             self._again = False
