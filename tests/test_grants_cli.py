@@ -5,6 +5,7 @@ nothing."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -69,3 +70,31 @@ def test_bad_input_exits_2_with_one_line(store_db: str, args: tuple[str, ...], s
     assert says in result.stderr, result.stderr
     assert result.stderr.count("\n") == 1, result.stderr
     assert ok(store_db, "user", "show", "alice") == "alice\n  no rights\n"
+
+
+def test_sas_policies_are_added_listed_and_removed(tmp_path: Path) -> None:
+    db = str(tmp_path / "policies.sqlite")
+    key = ok(
+        db, "sas", "policy", "add", "orders-rw", "--stream", "orders*", "--claims", "Send,Listen"
+    )
+    assert len(key.strip()) == 44  # base64 of 32 bytes
+    ok(db, "sas", "policy", "add", "all-manage", "--stream", "*", "--claims", "Manage")
+    assert ok(db, "sas", "policy", "list") == (
+        "all-manage  Manage on *\norders-rw  Send,Listen on orders*\n"
+    )
+    assert "orders-rw (SAS policy)" in ok(db, "user", "list")
+    assert ok(db, "user", "show", "orders-rw") == "orders-rw\n  read,write on orders*\n"
+    # a policy has no password, and its name is taken
+    passwd = run("user", "passwd", "orders-rw", "--password-stdin", "--db", db, stdin="pw\n")
+    assert passwd.returncode == 2
+    assert "is a SAS policy" in passwd.stderr
+    again = run(
+        "sas", "policy", "add", "orders-rw", "--stream", "x", "--claims", "Send", "--db", db
+    )
+    assert again.returncode == 2
+    assert "exists already" in again.stderr
+    bad = run("sas", "policy", "add", "p", "--stream", "x", "--claims", "Send,Peek", "--db", db)
+    assert bad.returncode == 2
+    assert "unknown claim 'Peek'" in bad.stderr
+    assert ok(db, "sas", "policy", "remove", "orders-rw") == "removed policy orders-rw\n"
+    assert ok(db, "sas", "policy", "list") == "all-manage  Manage on *\n"

@@ -6,6 +6,11 @@ key itself, and passwords are only stored as scrypt hashes, so the key is not th
 is derived from a server secret (a file beside the database, never in it) and the user's
 current password hash. Nothing about it is stored, a new password gives a new key, and a removed
 user's key stops working. ``futoin-evt user sas-key NAME`` prints it.
+
+A shared access policy (as Event Hubs has them) is a user that cannot log in with a password:
+its password hash is a random marker (:func:`policy_hash`), so its key is derived the same way
+and changes when the policy is made again, and its claims (Send, Listen, Manage) are its grants
+(write, read, manage) on the streams of its pattern.
 """
 
 from __future__ import annotations
@@ -21,7 +26,9 @@ from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import parse_qsl, quote_plus, unquote_plus
 
+from ..domain.rights import BadGrant, Right
 from ..domain.stream import UserId
+from ..quoting import quote_input
 from ..storage.base import User
 from .users import Principal
 
@@ -76,6 +83,40 @@ def load_secret(path: Path, *, create: bool) -> bytes:
     if len(text) < 32:
         raise SecretFileError(f"the SAS secret file {path} holds fewer than 32 characters")
     return text.encode("ascii")
+
+
+#: The password hash of a policy: this, then random hex (never a scrypt hash: no password
+#: logs in as a policy).
+POLICY_HASH_PREFIX: Final = "sas-policy$"
+#: A policy's claims, as Event Hubs names them, and the rights each gives.
+CLAIMS: Final = {"Send": Right.WRITE, "Listen": Right.READ, "Manage": Right.MANAGE}
+
+
+def policy_hash() -> str:
+    """A new policy's password hash (its key follows from it)."""
+    return POLICY_HASH_PREFIX + secrets.token_hex(16)
+
+
+def is_policy(user: User) -> bool:
+    return user.password_hash.startswith(POLICY_HASH_PREFIX)
+
+
+def parse_claims(text: str) -> Right:
+    """``Send,Listen`` as rights; raises :class:`~futoin_evt.domain.rights.BadGrant`."""
+    rights = Right.NONE
+    names = [name.strip() for name in text.split(",")]
+    if not [name for name in names if name]:
+        raise BadGrant("no claims given: name one or more of Send, Listen, Manage")
+    for name in names:
+        claim = CLAIMS.get(name)
+        if claim is None:
+            raise BadGrant(f"unknown claim {quote_input(name, 20)}: use Send, Listen or Manage")
+        rights |= claim
+    return rights
+
+
+def claims_text(rights: Right) -> str:
+    return ",".join(name for name, right in CLAIMS.items() if rights & right)
 
 
 def sas_key(secret: bytes, user: User) -> str:

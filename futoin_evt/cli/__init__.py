@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..storage.base import StoreError
-from . import calls, consumer, grants, serve, stream, user
+from . import calls, consumer, grants, sas, serve, stream, user
 from .common import CliError, Parser, configure_logging, event_loop_factory
 
 
@@ -52,6 +52,7 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_commands(commands)
     user.add_commands(commands)
     grants.add_commands(commands)
+    sas.add_commands(commands)
     calls.add_commands(commands)
     consumer.add_commands(commands)
     stream.add_commands(commands)

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 
-from ..auth.sas import sas_key
+from ..auth.sas import is_policy, sas_key
 from ..auth.users import hash_password
 from . import grants
 from .common import (
+    BadSetting,
     CliError,
     Commands,
     add_db,
@@ -68,6 +69,9 @@ async def _user_add(args: argparse.Namespace) -> int:
 async def _user_passwd(args: argparse.Namespace) -> int:
     password_hash = hash_password(read_password())
     async with opened_store(args.db) as store:
+        user = await store.get_user(args.name)
+        if user is not None and is_policy(user):
+            raise BadSetting(f"{args.name} is a SAS policy: it has no password.")
         if not await store.set_password(args.name, password_hash):
             raise CliError(f"no user {args.name}.")
     print(f"password of {args.name} changed")
@@ -77,7 +81,8 @@ async def _user_passwd(args: argparse.Namespace) -> int:
 async def _user_list(args: argparse.Namespace) -> int:
     async with opened_store(args.db) as store:
         for user in await store.list_users():
-            print(f"{user.name}{' (admin)' if user.is_admin else ''}")
+            kind = " (admin)" if user.is_admin else " (SAS policy)" if is_policy(user) else ""
+            print(f"{user.name}{kind}")
     return 0
 
 
