@@ -141,7 +141,8 @@ async def test_the_store_keeps_one_connection_and_opens_another_when_it_is_lost(
         await connection.closed
         listed = await asyncio.to_thread(store.list_checkpoints, NAMESPACE, HUB, "$Default")
         assert [(c["partition_id"], c["sequence_number"]) for c in listed] == [("1", 3)]
-        assert len(listener.slots) == 1 and connection not in list(listener.slots)
+        assert len(listener.slots) == 1
+        assert connection not in list(listener.slots)
     async with AsyncCheckpointStore.from_connection_string(alice) as aio_store:
         for _ in range(5):
             await aio_store.list_checkpoints(NAMESPACE, HUB, "$Default")
