@@ -56,7 +56,9 @@ async def server(start_server: ServerFactory) -> EventServer:
 
 
 @pytest.fixture(autouse=True)
-async def _peers_closed() -> Any:
+async def _peers_closed(start_server: ServerFactory) -> Any:
+    """Closes the raw peers before the servers (set up after their factory, so torn down
+    before it): a server closing under a connected peer waits out its linger time."""
     yield
     await Peer.close_all()
 
