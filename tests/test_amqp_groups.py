@@ -77,8 +77,7 @@ def taken(attached: Frame) -> bool:
 
 
 async def detached(peer: Peer, handle: int) -> Frame:
-    """The server's detach of our link ``handle`` (its handle is ours, as it is attached
-    first)."""
+    """The server's detach of its link ``handle`` (the handle of the server's attach)."""
     while True:
         received = await peer.until(DETACH, WITHIN_SECONDS)
         if int(received.fields[0]) == handle:
@@ -115,7 +114,8 @@ async def take_over(db: str, first: Connect, second: Connect) -> None:
     assert alice is not None
     a = await first()
     await a.send(attach("first", 0, 1) + flow(0, 3))
-    assert taken(await answer(a, "first"))
+    first_link = await answer(a, "first")
+    assert taken(first_link)
     deliveries = [int((await a.until(TRANSFER, WITHIN_SECONDS)).fields[1]) for _ in range(3)]
     b = await second()
     await b.send(attach("same", 0, 1))
@@ -129,7 +129,7 @@ async def take_over(db: str, first: Connect, second: Connect) -> None:
     # Settled after the takeover, before or after the first process hears of it: either way
     # the first link is detached as stolen, and its settlements move nothing.
     await a.send(accept(deliveries[0], deliveries[-1]))
-    assert (await detached(a, 0)).condition() == "amqp:link:stolen"
+    assert (await detached(a, int(first_link.fields[1]))).condition() == "amqp:link:stolen"
     async with await open_store(db) as store:
         assert await store.position(alice.id, "billing") == 0
     # the new link gets what the first did not settle, and moves the position (its detach
@@ -137,7 +137,7 @@ async def take_over(db: str, first: Connect, second: Connect) -> None:
     await b.send(flow(2, 3))
     again = [await b.until(TRANSFER, WITHIN_SECONDS) for _ in range(3)]
     await b.send(accept(int(again[0].fields[1]), int(again[-1].fields[1])) + detach_frame(2))
-    assert (await detached(b, 2)).condition() is None
+    assert (await detached(b, int(higher.fields[1]))).condition() is None
     async with await open_store(db) as store:
         assert await store.position(alice.id, "billing") == 3
 
