@@ -409,6 +409,8 @@ class EventLogNode:
             key = (events.partition.key, user_id, group)
             claimed, heard = await self._claim_one(events, key, request)
             held_epoch = claimed.epoch
+            if claimed.taken:
+                self._heard_claim(*key, claimed.claim, claimed.epoch)  # the older link here
             if attach.closed:  # the peer detached, or its connection went, meanwhile
                 if claimed.taken and heard <= claimed.claim:
                     self._release_later(key, events, claimed.claim, None)
@@ -471,15 +473,12 @@ class EventLogNode:
         claimed: GroupClaim,
         heard: int,
     ) -> None:
-        """The group is the link's: the older link of the group here is detached, and the
-        link is served."""
+        """The group is the link's (the older link of the group here is detached already):
+        serve it, unless a newer claim took the group while this one was on its way."""
         conn, link = attach.conn, attach.link
-        current = self._groups.get(key)
-        if heard > claimed.claim or (current is not None and current.claim > claimed.claim):
+        if heard > claimed.claim or key in self._groups:
             conn.detach(link, LINK_STOLEN, "taken over by a newer link while attaching")
             return
-        if current is not None:
-            self._steal(key, current, f"taken over with epoch {claimed.epoch}")
         events = request.logs[number]
         group, binding = request.group, request.binding
         try:
@@ -1285,7 +1284,10 @@ class ConsumerLink(SourceLink):
     def _fenced(self) -> None:
         """Another link took the group (or the consumer was dropped): the position is not
         this link's to move any more."""
-        log.info("consumer group %s taken over: its position stays", quote_input(self._fence, 80))
+        assert self._fence is not None
+        log.info(
+            "consumer group %s taken over: its position stays", quote_input(self._fence[0], 80)
+        )
         if not self._closed:
             self._conn.detach(
                 self._link,
