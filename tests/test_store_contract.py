@@ -296,6 +296,10 @@ async def test_a_consumer_group_is_held_by_one_claim_at_a_time(store: Store) -> 
     assert not (await store.claim_group(user, "G", None, hold_seconds=HOLD)).taken
     await store.release_group(user, "G", 3)
     assert await store.claim_group(user, "G", None, hold_seconds=HOLD) == (True, 4, 0)
+    # the largest epoch a link can give is no error
+    top = (1 << 63) - 1
+    assert (await store.claim_group(user, "G", top, hold_seconds=HOLD)).taken
+    assert await store.claim_group(user, "G", top, hold_seconds=HOLD) == (False, 5, top)
     # a hold that ran out (its process died, renewing nothing) keeps nobody out
     assert (await store.claim_group(user, "H", 7, hold_seconds=0)).taken
     assert await store.claim_group(user, "H", 1, hold_seconds=HOLD) == (True, 2, 1)

@@ -21,7 +21,7 @@ def claim_sql(mark: str, now: str, *, epoch: bool, equal_takes_over: bool, free_
     key, user id, group, epoch (0 for none), hold seconds."""
     takes_over = ""
     if epoch and not free_only:
-        takes_over = f" OR excluded.epoch >= amqp_groups.epoch + {0 if equal_takes_over else 1}"
+        takes_over = f" OR excluded.epoch {'>=' if equal_takes_over else '>'} amqp_groups.epoch"
     m = mark
     return (
         "INSERT INTO amqp_groups"
