@@ -156,6 +156,21 @@ CREATE TABLE IF NOT EXISTS eventhub_checkpoints (
 ) WITHOUT ROWID
 """
 
+#: Version 8: which link holds each AMQP consumer group, per partition, user and group, for
+#: every process on the database: its epoch (owner level), a claim number every new holder
+#: bumps (it fences the older holder), and until when the hold lasts unless renewed.
+_VERSION_8: Final = """
+CREATE TABLE IF NOT EXISTS amqp_groups (
+    partition_key INTEGER NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    consumer_group TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    claim INTEGER NOT NULL,
+    held_until REAL NOT NULL,              -- seconds since the epoch, 0 once released
+    PRIMARY KEY (partition_key, user_id, consumer_group)
+) WITHOUT ROWID
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -164,6 +179,7 @@ MIGRATIONS: Final = {
     5: _VERSION_5,
     6: _VERSION_6,
     7: _VERSION_7,
+    8: _VERSION_8,
 }
 
 
