@@ -27,7 +27,9 @@ from futoin_evt.amqp.engine.performatives import (
     Attach,
     Close,
     Composite,
+    Detach,
     Disposition,
+    End,
     Flow,
     Open,
     Rejected,
@@ -405,6 +407,66 @@ def test_ending_a_session_ends_its_links() -> None:
     assert session.state & Endpoint.REMOTE_CLOSED
     assert pair.engine.sessions == {}
     assert pair.engine.links_held == 0
+
+
+def test_a_detach_sent_with_the_end_is_answered_before_our_end() -> None:
+    pair = Pair()
+    session = pair.open()
+    receiver = _receiver(session, "events")
+    pair.pump()
+    receiver.close()
+    session.close()  # detach and end arrive in one read, as rhea sends them
+    pair.pump()
+    assert receiver.state & Endpoint.REMOTE_CLOSED
+    assert session.state & Endpoint.REMOTE_CLOSED
+    last: list[Any] = [p for _c, p, _b in pair.server_frames() if isinstance(p, Detach | End)]
+    assert [type(p) for p in last[-2:]] == [Detach, End]
+    assert last[-2].closed
+    assert pair.engine.sessions == {}
+
+
+def test_the_end_waits_for_the_detaches_the_owner_answers_late() -> None:
+    pair = Pair()
+    session = pair.open()
+    receiver = _receiver(session, "events", "late")
+    sender = _sender(session, "events", "attached")
+    pair.pump()
+    incoming = next(
+        e.link for e in pair.events if isinstance(e, LinkAttached) and e.link.name == "attached"
+    )
+    incoming.flow(10)
+    pair.on_message = lambda _l, _d: None
+    pair.pump()
+    pair.handle = lambda event: (  # type: ignore[method-assign]
+        pair.received.append(event.delivery) if isinstance(event, MessageReceived) else None
+    )
+    _send(sender, b"unsettled", "1")
+    receiver.close()
+    session.close()
+    pair.pump()
+    # the peer's end is in and our detach is not: no end yet, and nothing else on the session
+    assert not receiver.state & Endpoint.REMOTE_CLOSED
+    assert not session.state & Endpoint.REMOTE_CLOSED
+    ended = [e for e in pair.events if isinstance(e, SessionEnded)]
+    assert [link.name for link in ended[0].links] == ["attached"]
+    sent = len(pair.sent_bytes)
+    pair.received[0].accept()
+    pair.pump()
+    assert len(pair.sent_bytes) == sent
+    late = next(e.link for e in pair.events if isinstance(e, LinkDetached))
+    late.close()
+    pair.pump()
+    assert receiver.state & Endpoint.REMOTE_CLOSED
+    assert session.state & Endpoint.REMOTE_CLOSED
+    assert not _performatives(pair.server_frames(), Disposition)
+    assert pair.engine.sessions == {}
+    assert pair.engine.links_held == 0
+    # the channel is free for a new session
+    again = pair.connection.session()
+    again.open()
+    _sender(again, "events", "next")
+    pair.pump()
+    assert again.state & Endpoint.REMOTE_ACTIVE
 
 
 def test_closing_both_ways() -> None:

@@ -61,13 +61,22 @@ def receive(conn_str: str, count: int, **options: Any) -> list[Any]:
     ]
 
 
+#: EventHubConsumerClient options :func:`receive_from` gives the client.
+CLIENT_OPTIONS = ("socket_timeout", "partition_ownership_expiration_interval")
+
+
 def receive_from(conn_str: str, count: int, **options: Any) -> list[tuple[str, Any]]:
     """(partition id, event) until ``count`` came, with EventHubConsumerClient.receive;
-    ``options``: those of receive, and the client's ``load_balancing_*``."""
+    ``options``: those of receive, and the client's ``load_balancing_*`` and those of
+    :data:`CLIENT_OPTIONS`."""
     client = EventHubConsumerClient.from_connection_string(
         conn_str,
         consumer_group="$Default",
-        **{k: options.pop(k) for k in list(options) if k.startswith("load_balancing_")},
+        **{
+            k: options.pop(k)
+            for k in list(options)
+            if k.startswith("load_balancing_") or k in CLIENT_OPTIONS
+        },
     )
     received: list[tuple[str, Any]] = []
     errors: list[Exception] = []

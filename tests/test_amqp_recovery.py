@@ -27,6 +27,7 @@ from .amqp_wire import (
     CLOSE,
     DETACH,
     DISPOSITION,
+    END,
     OPEN,
     SASL_OUTCOME,
     SOURCE,
@@ -55,7 +56,9 @@ async def server(start_server: ServerFactory) -> EventServer:
 
 
 @pytest.fixture(autouse=True)
-async def _peers_closed() -> Any:
+async def _peers_closed(start_server: ServerFactory) -> Any:
+    """Closes the raw peers before the servers (set up after their factory, so torn down
+    before it): a server closing under a connected peer waits out its linger time."""
     yield
     await Peer.close_all()
 
@@ -252,6 +255,31 @@ async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
     await dropped(server, peer)
     assert {k.name for k in termini(server)._kept} == {"suspended", "closed"}
     assert len(ids) == 2
+
+
+async def test_a_detach_sent_with_the_end_is_answered_before_it_once_the_position_is_stored(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    """A client closing a link and its session at once (rhea does) waits for both answers."""
+    ids = await add(alice, 1, 2)
+    peer = await connect(server)
+    await peer.send(attach("closing", group="ftn18:billing") + flow(0, 5))
+    handle = int((await answer(peer, "closing")).fields[1])
+    sent = await transfers(peer, 2)
+    first, last = int(sent[0].fields[1]), int(sent[1].fields[1])
+    await peer.send(accept(first, last) + frame(DETACH, [uint(0), True]) + frame(END, []))
+    await peer.until(END)
+    answers = [f for f in peer.frames if f.descriptor in (DETACH, END)]
+    assert [f.descriptor for f in answers] == [DETACH, END]
+    assert answers[0].fields[:2] == [handle, True]
+    assert answers[1].condition() is None
+    user = await server.store.get_user("alice")
+    assert user is not None
+    # the detach is answered once the accepted events are stored as the position
+    assert await server.store.position(user.id, "billing") == ids[-1]
+    await peer.send(frame(CLOSE, []))
+    await peer.until(CLOSE)
+    await peer.close()
 
 
 async def test_another_user_or_container_starts_afresh(

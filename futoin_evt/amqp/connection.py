@@ -106,6 +106,7 @@ class AmqpConnection(asyncio.Protocol):
         self._socket = socket = cast(asyncio.Transport, transport)
         self._peer = socket.get_extra_info("peername")
         self._log_context = ("amqp", _peer(self._peer), None)
+        log.debug("AMQP connection from %s", _peer(self._peer))
         socket.set_write_buffer_limits(high=self._limits.max_unread_bytes)
         self._listener.opened(self)
         self._arm_login_timer()

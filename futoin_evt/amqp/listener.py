@@ -114,7 +114,8 @@ class AmqpListener:
             )
 
     async def close(self) -> None:
-        """Stop listening and close every connection with ``amqp:connection:forced``."""
+        """Stop listening and close every connection with ``amqp:connection:forced``; the
+        consumer groups of their links are released."""
         if self._server is not None:
             self._server.close()
         connections = list(self.slots)
@@ -122,5 +123,6 @@ class AmqpListener:
             connection.close(SHUTDOWN, "the server is shutting down")
         if connections:
             await asyncio.wait([c.closed for c in connections], timeout=5)
+        await self.node.close()
         if self._server is not None:
             await self._server.wait_closed()

@@ -12,6 +12,7 @@ partitions, never the store.
 from __future__ import annotations
 
 import asyncio
+import functools
 import itertools
 import logging
 import time
@@ -21,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
+from ..domain.groups import GroupClaim, GroupHold
 from ..domain.stream import EventRejected, UserId
 from ..log.eventlog import EventLog, StoredEvent, is_registrable
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
@@ -84,6 +86,14 @@ MAX_GROUP_CHARS: Final = 256
 DEFAULT_GROUP: Final = "$Default"
 #: Events read from the store for a consumer at once (less when its credit is lower).
 READ_BATCH: Final = 1000
+#: How long a consumer group's hold lasts unless its process renews it: the groups of a
+#: process that died stay held this long at most (a higher epoch, or an equal Event Hubs
+#: owner level, takes one over at once).
+GROUP_HOLD_SECONDS: Final = 30.0
+#: How often a process renews the holds of its groups' links.
+GROUP_RENEW_SECONDS: Final = GROUP_HOLD_SECONDS / 3
+#: How long closing waits for the groups of ended links to be released.
+GROUP_RELEASE_SECONDS: Final = 5.0
 
 _ENCODER: Final = EventEncoder()
 
@@ -127,13 +137,20 @@ class OneHub:
         return lambda: None  # one partition, for good
 
 
+#: A consumer group of a user on a partition: (partition key, user, group).
+_GroupKey = tuple[int, UserId, str]
+
+
 @dataclass(slots=True)
 class _Owner:
-    """The active receive link of a consumer group on a partition, and its epoch."""
+    """The active receive link of a consumer group on a partition in this process, with
+    its epoch and its claim number."""
 
     epoch: int
+    claim: int
     conn: Connection
     link: Link
+    events: EventLog
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,8 +180,18 @@ class EventLogNode:
         self.limits = limits
         #: Messages sent to the node, by outcome, with the time to their settlement (metrics).
         self.calls = Calls("amqp")
-        #: Active group links by (user, stream, group, partition).
-        self._groups: dict[tuple[UserId, str, str, int], _Owner] = {}
+        #: This process's active group links. The database says which link holds a group
+        #: (:meth:`EventLog.claim_group`); a claim heard of detaches the older link here.
+        self._groups: dict[_GroupKey, _Owner] = {}
+        #: Claims on their way, and the newest claim heard of the group meanwhile.
+        self._claiming: dict[_GroupKey, int] = {}
+        self._heard: dict[_GroupKey, int] = {}
+        #: Groups of ended links until their release is stored.
+        self._releasing: dict[_GroupKey, asyncio.Future[None]] = {}
+        #: Partition key -> how to stop hearing its group claims.
+        self._listening: dict[int, Callable[[], None]] = {}
+        #: Renews the holds while there are group links here.
+        self._renewing: asyncio.Future[None] | None = None
         #: Where messages with no partition key go, in turn.
         self._spread = itertools.count()
         #: Told of consumers registered on attach (management events), when set.
@@ -244,11 +271,7 @@ class EventLogNode:
             return None
         key = TerminusKey(principal.user_id, container, link.name)
         durable = source.durable
-        policy = source.expiry_policy if source.expiry_policy is not None else SESSION_END
-        if policy not in (LINK_DETACH, SESSION_END, CONNECTION_CLOSE, NEVER):
-            raise LinkRefused(
-                INVALID_FIELD, f"not a terminus expiry policy: {quote_input(policy, 40)}"
-            )
+        policy = _expiry_policy(source)
         if durable not in (1, 2) or policy == LINK_DETACH:
             self.termini.discard(key)
             return None
@@ -325,10 +348,11 @@ class EventLogNode:
         epoch: Any,
         event_hubs: bool,
         equal_takes_over: bool = False,
-    ) -> ConsumerLink:
-        """One active link per group (of this user) and partition; a higher epoch takes
-        over (seed 4.5.2), also an equal one for an Event Hubs owner level. A link naming no
-        partition is given a free one (4.5.1)."""
+    ) -> LinkHandler:
+        """One active link per group (of this user) and partition in the whole cluster; a
+        higher epoch takes over (seed 4.5.2), also an equal one for an Event Hubs owner
+        level. A link naming no partition is given a free one (4.5.1). The link is answered
+        once its claim is back from the database (:class:`_GroupAttach`)."""
         if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
             raise LinkRefused(
                 INVALID_FIELD,
@@ -347,37 +371,130 @@ class EventLogNode:
                     f"not a consumer name (A-Z, a-z, 0-9, _; 1-16): {quote_input(group, 80)}",
                 )
             binding = (user_id, component)
-        if partition is None:
-            free = [
-                number
-                for number in range(len(parsed.logs))
-                if (user_id, parsed.hub, group, number) not in self._groups
-            ]
-            if not free:
-                raise LinkRefused(
-                    DETACH_FORCED,
-                    f"every partition of {parsed.hub} has an active link of consumer group"
-                    f" {quote_input(group, 80)}",
-                )
-            partition = free[0]
-        key = (user_id, parsed.hub, group, partition)
-        owner = self._groups.get(key)
-        new_epoch = int(epoch) if epoch is not None else 0
-        if owner is not None:
-            if epoch is None or new_epoch < owner.epoch + (0 if equal_takes_over else 1):
-                raise LinkRefused(
-                    RESOURCE_LOCKED,
-                    f"consumer group {quote_input(group, 80)} has an active link on partition"
-                    f" {partition} with epoch {owner.epoch};"
-                    " attach with a higher event-streams-epoch to take over",
-                )
-            owner.conn.detach(owner.link, LINK_STOLEN, f"taken over with epoch {new_epoch}")
-        self._groups[key] = _Owner(new_epoch, conn, link)
+        # Refused before the claim, which may take the group from a live link.
+        _start_position(link, parsed.logs[partition or 0].head)
+        _check_terminus(link)
+        request = _GroupRequest(
+            parsed.hub,
+            parsed.logs,
+            partition,
+            group,
+            None if epoch is None else int(epoch),
+            equal_takes_over,
+            event_hubs,
+            binding,
+        )
+        return _GroupAttach(self, conn, link, request)
 
-        def release() -> None:
-            current = self._groups.get(key)
-            if current is not None and current.link is link:
-                del self._groups[key]
+    async def _claim(self, attach: _GroupAttach, request: _GroupRequest) -> None:
+        """Claim the group for ``attach``'s link, then answer the attach. A link naming no
+        partition tries the partitions in turn (those without a link of the group here),
+        taking only a free one."""
+        conn, link = attach.conn, attach.link
+        assert conn.principal is not None
+        user_id = conn.principal.user_id
+        group = request.group
+        logs = request.logs
+        if request.partition is not None:
+            numbers = [request.partition]
+        else:
+            numbers = [
+                n
+                for n in range(len(logs))
+                if (logs[n].partition.key, user_id, group) not in self._groups
+            ]
+        held_epoch = 0
+        for number in numbers:
+            events = logs[number]
+            key = (events.partition.key, user_id, group)
+            claimed, heard = await self._claim_one(events, key, request)
+            held_epoch = claimed.epoch
+            if claimed.taken:
+                self._heard_claim(*key, claimed.claim, claimed.epoch)  # the older link here
+            if attach.closed:  # the peer detached, or its connection went, meanwhile
+                if claimed.taken and heard <= claimed.claim:
+                    self._release_later(key, events, claimed.claim, None)
+                return
+            if claimed.taken:
+                self._install(attach, request, number, key, claimed, heard)
+                return
+        if request.partition is None:
+            conn.detach(
+                link,
+                DETACH_FORCED,
+                f"every partition of {request.hub} has an active link of consumer group"
+                f" {quote_input(group, 80)}",
+            )
+        else:
+            conn.detach(
+                link,
+                RESOURCE_LOCKED,
+                f"consumer group {quote_input(group, 80)} has an active link on partition"
+                f" {request.partition} with epoch {held_epoch};"
+                " attach with a higher event-streams-epoch to take over",
+            )
+
+    async def _claim_one(
+        self, events: EventLog, key: _GroupKey, request: _GroupRequest
+    ) -> tuple[GroupClaim, int]:
+        """The claim of the group on one partition, and the newest claim heard of it while
+        this one was on its way (a newer one has taken it from this one already)."""
+        if events.partition.key not in self._listening:
+            self._listening[events.partition.key] = events.listen_group_claims(
+                functools.partial(self._heard_claim, events.partition.key)
+            )
+        releasing = self._releasing.get(key)
+        if releasing is not None:  # a link of the group here that just ended frees it first
+            await asyncio.wait([releasing])
+        self._claiming[key] = self._claiming.get(key, 0) + 1
+        try:
+            claimed = await events.claim_group(
+                key[1],
+                key[2],
+                request.epoch,
+                hold_seconds=GROUP_HOLD_SECONDS,
+                equal_takes_over=request.equal_takes_over,
+                free_only=request.partition is None,
+            )
+        finally:
+            heard = self._heard.get(key, 0)
+            self._claiming[key] -= 1
+            if not self._claiming[key]:
+                del self._claiming[key]
+                self._heard.pop(key, None)
+        return claimed, heard
+
+    def _install(
+        self,
+        attach: _GroupAttach,
+        request: _GroupRequest,
+        number: int,
+        key: _GroupKey,
+        claimed: GroupClaim,
+        heard: int,
+    ) -> None:
+        """The group is the link's (the older link of the group here is detached already):
+        serve it, unless a newer claim took the group while this one was on its way."""
+        conn, link = attach.conn, attach.link
+        if heard > claimed.claim or key in self._groups:
+            conn.detach(link, LINK_STOLEN, "taken over by a newer link while attaching")
+            return
+        events = request.logs[number]
+        group, binding = request.group, request.binding
+        try:
+            start = _start_position(link, events.head)
+            recovery = self._recovery(conn, link, (request.hub, group), number)
+        except LinkRefused as exc:  # checked before the claim: not expected
+            self._release_later(key, events, claimed.claim, None)
+            conn.detach(link, exc.condition, str(exc))
+            return
+
+        def release(acking: asyncio.Future[None] | None) -> asyncio.Future[None] | None:
+            owner = self._groups.get(key)
+            if owner is None or owner.link is not link:  # taken over: nothing to release
+                return acking
+            del self._groups[key]
+            return self._release_later(key, events, claimed.claim, acking)
 
         def registered() -> None:
             bus = self._bus
@@ -385,29 +502,176 @@ class EventLogNode:
                 name = conn.principal.name if conn.principal is not None else None
                 bus.publish(
                     CONSUMER_REGISTERED,
-                    stream=parsed.hub,
-                    partition=partition,
+                    stream=request.hub,
+                    partition=number,
                     user=name,
                     component=binding[1],
                     transport="amqp",
                 )
 
-        events = parsed.logs[partition]
-        start = _start_position(link, events.head)
-        recovery = self._recovery(conn, link, (parsed.hub, group), partition)
-        return ConsumerLink(
+        self._groups[key] = _Owner(claimed.epoch, claimed.claim, conn, link, events)
+        attach.inner = ConsumerLink(
             conn,
             link,
             events,
             start,
             recovery=recovery,
-            properties={GROUP_PROPERTY: group, EPOCH_PROPERTY: new_epoch},
+            properties={GROUP_PROPERTY: group, EPOCH_PROPERTY: claimed.epoch},
             binding=binding,
+            fence=(group, claimed.claim),
             on_closed=release,
             on_registered=registered,
-            event_hubs=event_hubs,
-            partition=partition,
+            event_hubs=request.event_hubs,
+            partition=number,
         )
+        conn.wake()
+        if self._renewing is None or self._renewing.done():
+            self._renewing = asyncio.ensure_future(self._renew())
+
+    def _steal(self, key: _GroupKey, owner: _Owner, why: str) -> None:
+        """Detach the group's link here: another claim holds the group now."""
+        if self._groups.get(key) is owner:
+            del self._groups[key]
+        owner.conn.detach(owner.link, LINK_STOLEN, why)
+
+    def _heard_claim(
+        self, partition_key: int, user_id: UserId, group: str, claim: int, epoch: int
+    ) -> None:
+        """A group was taken (by another process, or by this one on PostgreSQL): its link
+        here with an older claim is detached."""
+        key = (partition_key, user_id, group)
+        if key in self._claiming:
+            self._heard[key] = max(self._heard.get(key, 0), claim)
+        owner = self._groups.get(key)
+        if owner is not None and owner.claim < claim:
+            self._steal(key, owner, f"taken over with epoch {epoch}")
+
+    def _release_later(
+        self, key: _GroupKey, events: EventLog, claim: int, acking: asyncio.Future[None] | None
+    ) -> asyncio.Future[None]:
+        """Free the group once what its link accepted is stored; a link of the group that
+        attaches here meanwhile waits for it."""
+
+        async def release() -> None:
+            if acking is not None:
+                await asyncio.wait([acking])
+            try:
+                await events.release_group(key[1], key[2], claim)
+            except Exception as exc:  # its hold runs out instead
+                log.warning("releasing consumer group %s failed: %s", quote_input(key[2], 80), exc)
+            finally:
+                if self._releasing.get(key) is task:
+                    del self._releasing[key]
+
+        task = asyncio.ensure_future(release())
+        self._releasing[key] = task
+        return task
+
+    async def _renew(self) -> None:
+        """Renew the holds of the groups' links here while there are any; a link whose
+        group another claim took (a takeover this process did not hear of) is detached."""
+        while self._groups:
+            await asyncio.sleep(GROUP_RENEW_SECONDS)
+            by_partition: dict[int, tuple[EventLog, list[GroupHold]]] = {}
+            for (partition_key, user_id, group), held in self._groups.items():
+                holds = by_partition.setdefault(partition_key, (held.events, []))[1]
+                holds.append((user_id, group, held.claim))
+            for partition_key, (events, holds) in by_partition.items():
+                try:
+                    lost = await events.hold_groups(holds, GROUP_HOLD_SECONDS)
+                except Exception as exc:  # the next round tries again
+                    log.warning("renewing the holds of consumer groups failed: %s", exc)
+                    continue
+                for user_id, group, claim in lost:
+                    key = (partition_key, user_id, group)
+                    owner = self._groups.get(key)
+                    if owner is not None and owner.claim == claim:
+                        self._steal(key, owner, "taken over elsewhere")
+
+    async def close(self) -> None:
+        """Stop renewing, and let the groups of the links that ended be released."""
+        if self._renewing is not None:
+            self._renewing.cancel()
+        for stop in self._listening.values():
+            stop()
+        self._listening.clear()
+        releasing = list(self._releasing.values())
+        if releasing:
+            await asyncio.wait(releasing, timeout=GROUP_RELEASE_SECONDS)
+
+
+@dataclass(frozen=True, slots=True)
+class _GroupRequest:
+    """What a consumer group's attach asks for, checked."""
+
+    hub: str
+    logs: Sequence[EventLog]
+    #: None: any partition free of the group's links.
+    partition: int | None
+    group: str
+    epoch: int | None
+    equal_takes_over: bool
+    event_hubs: bool
+    binding: tuple[UserId, str] | None
+
+
+class _GroupAttach:
+    """A consumer group's link while its claim is on the way to the database. The attach
+    is answered once the claim is back: a :class:`ConsumerLink` (:attr:`inner`) then serves
+    the link, or the link is refused. Credit that comes meanwhile waits on the link."""
+
+    def __init__(
+        self, node: EventLogNode, conn: Connection, link: Link, request: _GroupRequest
+    ) -> None:
+        self.conn = conn
+        self.link = link
+        self.inner: ConsumerLink | None = None
+        #: The link ended before it was answered.
+        self.closed = False
+        self._task = asyncio.ensure_future(node._claim(self, request))
+        self._task.add_done_callback(self._claimed)
+
+    def _claimed(self, task: asyncio.Future[None]) -> None:
+        exc = None if task.cancelled() else task.exception()
+        if exc is not None and not self.closed:
+            log.warning("claiming a consumer group failed: %s", exc)
+            self.conn.detach(self.link, INTERNAL_ERROR, "the consumer group could not be claimed")
+
+    def on_flow(self) -> None:
+        if self.inner is not None:
+            self.inner.on_flow()
+
+    def on_delivery(self, delivery: Delivery) -> None:
+        pass  # the engine refuses transfers on a link the peer receives on
+
+    def on_outcomes(self, deliveries: list[Delivery]) -> None:
+        if self.inner is not None:
+            self.inner.on_outcomes(deliveries)
+
+    def on_writable(self) -> None:
+        if self.inner is not None:
+            self.inner.on_writable()
+
+    def on_closed(self) -> asyncio.Future[None] | None:
+        self.closed = True
+        return self.inner.on_closed() if self.inner is not None else None
+
+
+def _expiry_policy(source: Source) -> str:
+    """The source's terminus expiry policy (AMQP's default when none); refused when it is
+    none of AMQP's."""
+    policy = source.expiry_policy if source.expiry_policy is not None else SESSION_END
+    if policy not in (LINK_DETACH, SESSION_END, CONNECTION_CLOSE, NEVER):
+        raise LinkRefused(INVALID_FIELD, f"not a terminus expiry policy: {quote_input(policy, 40)}")
+    return policy
+
+
+def _check_terminus(link: Link) -> None:
+    """Refuse what :meth:`EventLogNode._recovery` would refuse of the link's source."""
+    _peer_unsettled(link)
+    source = link.remote_source
+    if source is not None:
+        _expiry_policy(source)
 
 
 def _partition_number(text: str, count: int) -> int | None:
@@ -725,7 +989,9 @@ class ConsumerLink(SourceLink):
 
     Bound to a registered consumer, the link starts at its stored position when it has no
     filter, and moves that position as the consumer settles what it was sent: up to just
-    before the oldest delivery not yet accepted (or rejected), in one write at a time.
+    before the oldest delivery not yet accepted (or rejected), in one write at a time. With
+    ``fence`` (its consumer group and claim), a write after another link took the group
+    moves nothing, and the link is detached as stolen.
 
     With ``recovery`` (a durable source), a suspended link leaves its terminus to the node's
     :class:`~.resume.Termini`, and a link that resumes one settles, sends again and goes on
@@ -741,18 +1007,23 @@ class ConsumerLink(SourceLink):
         *,
         properties: Mapping[Any, Any] | None = None,
         binding: tuple[UserId, str] | None = None,
-        on_closed: Callable[[], None] | None = None,
+        fence: tuple[str, int] | None = None,
+        on_closed: Callable[[asyncio.Future[None] | None], asyncio.Future[None] | None]
+        | None = None,
         on_registered: Callable[[], None] | None = None,
         event_hubs: bool = False,
         partition: int = 0,
         recovery: Recovery | None = None,
     ) -> None:
+        """``on_closed`` is given the write of the position still on its way (if any) and
+        returns what the detach's answer waits for."""
         #: Opened through an Event Hubs address: JSON goes out as a ``data`` section.
         self._event_hubs = event_hubs
         #: No filter: events added from now on (seed 3.2), or the bound consumer's position.
         self._start = start if start is not None else Position(events.head)
         self._filtered = start is not None
         self._binding = binding
+        self._fence = fence
         self._released = on_closed
         self._registered = on_registered
         self._after = 0
@@ -785,13 +1056,14 @@ class ConsumerLink(SourceLink):
         self._wake.set()
 
     def on_closed(self) -> asyncio.Future[None] | None:
-        """The detach is answered once the accepted part of what was sent is stored."""
+        """The detach is answered once the accepted part of what was sent is stored (and
+        the consumer group released)."""
         self._stop_listening()
-        if self._released is not None:
-            self._released()
         if self._recovery is not None and self._link.suspended and not self._closed:
             self._keep(self._recovery)
         super().on_closed()
+        if self._released is not None:
+            return self._released(self._acking)
         return self._acking
 
     def _keep(self, recovery: Recovery) -> None:
@@ -993,14 +1265,36 @@ class ConsumerLink(SourceLink):
         # Not cancelled with the link: what the consumer accepted is stored even if it leaves.
         assert self._binding is not None
         user_id, component = self._binding
+        fence = self._fence
         while self._ack_wanted > self._acked:
             wanted = self._ack_wanted
             try:
-                await self._events.acknowledge(user_id, component, wanted)
+                if fence is None:
+                    await self._events.acknowledge(user_id, component, wanted)
+                elif (
+                    await self._events.acknowledge_group(user_id, *fence, component, wanted) is None
+                ):
+                    self._fenced()
+                    return
             except Exception:
                 log.exception("storing the position of %s failed", component)
                 return
             self._acked = wanted
+
+    def _fenced(self) -> None:
+        """Another link took the group (or the consumer was dropped): the position is not
+        this link's to move any more."""
+        assert self._fence is not None
+        log.info(
+            "consumer group %s taken over: its position stays", quote_input(self._fence[0], 80)
+        )
+        if not self._closed:
+            self._conn.detach(
+                self._link,
+                LINK_STOLEN,
+                "the consumer group was taken over (or its consumer dropped): this link's"
+                " settlements no longer move its position",
+            )
 
 
 def _source_annotation(partition: int) -> tuple[bytes, int]:

@@ -1,8 +1,9 @@
 """The event stream as plain calls, with no FTN3 in them: for doors other than FTN3.
 
-Append, read after a position, learn when the head moves, bounds and time lookup, and the
-consumer position of a registered (reliable) consumer. The FTN3 services keep their own
-wire-shaped methods; both reach the same store, so an event is the same at every door.
+Append, read after a position, learn when the head moves, bounds and time lookup, the
+consumer position of a registered (reliable) consumer, and the holds of AMQP consumer groups.
+The FTN3 services keep their own wire-shaped methods; both reach the same store, so an event
+is the same at every door.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ import calendar
 import functools
 import re
 import time
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final, NamedTuple
 
+from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition
 from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
 from ..storage.base import PartitionLog, StreamBounds
@@ -137,3 +139,47 @@ class EventLog:
     async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
         """Durably move the position forward; None when the consumer is not registered."""
         return await self._store.acknowledge(user_id, component, up_to)
+
+    # -- AMQP consumer groups (one link per user, group and partition in the whole cluster) -
+
+    async def claim_group(
+        self,
+        user_id: UserId,
+        group: str,
+        epoch: int | None,
+        *,
+        hold_seconds: float,
+        equal_takes_over: bool = False,
+        free_only: bool = False,
+    ) -> GroupClaim:
+        """Take the group for a new link (see
+        :meth:`~futoin_evt.storage.base.ConsumerGroups.claim_group`)."""
+        return await self._store.claim_group(
+            user_id,
+            group,
+            epoch,
+            hold_seconds=hold_seconds,
+            equal_takes_over=equal_takes_over,
+            free_only=free_only,
+        )
+
+    async def hold_groups(self, holds: Sequence[GroupHold], hold_seconds: float) -> list[GroupHold]:
+        """Renew the holds; returns those another claim took."""
+        return await self._store.hold_groups(holds, hold_seconds)
+
+    async def release_group(self, user_id: UserId, group: str, claim: int) -> None:
+        await self._store.release_group(user_id, group, claim)
+
+    async def acknowledge_group(
+        self, user_id: UserId, group: str, claim: int, component: str, up_to: int
+    ) -> int | None:
+        """:meth:`acknowledge`, fenced by the group's claim: None once another claim took it
+        (or the consumer is not registered)."""
+        return await self._store.acknowledge_group(user_id, group, claim, component, up_to)
+
+    def listen_group_claims(
+        self, callback: Callable[[UserId, str, int, int], None]
+    ) -> Callable[[], None]:
+        """Call ``callback(user, group, claim, epoch)`` when a group is taken, by another
+        process (or, on PostgreSQL, this one); returns how to stop."""
+        return self._store.claims.listen_groups(callback)

@@ -8,6 +8,7 @@ What goes over it, one line each, every line queued in one loop turn in one data
 
 - ``h KEY HEAD``: events up to ``HEAD`` of partition ``KEY`` are committed (the newest only);
 - ``c KEY USER EPOCH "COMPONENT"``: a push stream claimed a consumer;
+- ``g KEY USER CLAIM EPOCH "GROUP"``: an AMQP link took a consumer group;
 - ``s``: a stream was added, grown or dropped;
 - ``m JSON``: a management event, ``[type, ts, attributes]``, for the peer's subscribers;
 - ``p SLOT 1|0 KEY USER "COMPONENT"``: worker ``SLOT`` holds (1) or no longer holds (0) the
@@ -15,13 +16,13 @@ What goes over it, one line each, every line queued in one loop turn in one data
 - ``x KEY USER "COMPONENT"``: stop that push stream (an operator's seek or drop);
 - ``r SLOT``: worker ``SLOT`` (re)started: forget what it held, and tell it what you hold.
 
-The first three are the news the database does not carry between processes
+The first four are the news the database does not carry between processes
 (:class:`~futoin_evt.storage.base.PeerNews`; PostgreSQL's own channel does). A peer whose
 queue is full (the kernel holds a few datagrams per socket) gets the rest once its socket
 polls writable again, heads and claims merged meanwhile. A peer that is gone (restarting)
 loses what was meant for it: a new worker reads the heads from the database when it starts,
-and a claim it missed is still fenced by the epoch at the next acknowledgement; its ``r``
-brings it the others' push streams.
+and a claim it missed is still fenced by the epoch (a group's by its claim number) at the
+next acknowledgement; its ``r`` brings it the others' push streams.
 """
 
 from __future__ import annotations
@@ -72,6 +73,8 @@ class _Peer:
     sock: socket.socket | None = None
     heads: dict[int, int] = field(default_factory=dict)
     claims: dict[tuple[int, UserId, str], int] = field(default_factory=dict)
+    #: Consumer groups taken: (claim, epoch) of the newest claim.
+    group_claims: dict[tuple[int, UserId, str], tuple[int, int]] = field(default_factory=dict)
     lines: deque[str] = field(default_factory=lambda: deque(maxlen=MAX_PENDING_LINES))
     #: Push streams of this worker that started (True) or ended (False), the newest only.
     pushes: dict[StreamKey, bool] = field(default_factory=dict)
@@ -84,6 +87,10 @@ class _Peer:
             f"c {key} {user} {epoch} {json.dumps(name)}"
             for (key, user, name), epoch in self.claims.items()
         ]
+        lines += [
+            f"g {key} {user} {claim} {epoch} {json.dumps(group)}"
+            for (key, user, group), (claim, epoch) in self.group_claims.items()
+        ]
         lines += self.lines
         lines += [
             f"p {slot} {int(held)} {key} {user} {json.dumps(name)}"
@@ -91,6 +98,7 @@ class _Peer:
         ]
         self.heads.clear()
         self.claims.clear()
+        self.group_claims.clear()
         self.lines.clear()
         self.pushes.clear()
         return lines
@@ -102,6 +110,7 @@ class _Peer:
             self.sock = None
         self.heads.clear()
         self.claims.clear()
+        self.group_claims.clear()
         self.lines.clear()
         self.pushes.clear()
         self.unsent.clear()
@@ -190,6 +199,13 @@ class PeerChannel:
     def claimed(self, key: int, user_id: UserId, component: str, epoch: int) -> None:
         for peer in self._peers:
             peer.claims[(key, user_id, component)] = epoch
+        self._soon()
+
+    def group_claimed(self, key: int, user_id: UserId, group: str, claim: int, epoch: int) -> None:
+        for peer in self._peers:
+            known = peer.group_claims.get((key, user_id, group))
+            if known is None or known[0] < claim:
+                peer.group_claims[(key, user_id, group)] = (claim, epoch)
         self._soon()
 
     def streams_changed(self) -> None:
@@ -300,6 +316,12 @@ class PeerChannel:
             if heard is not None:
                 _, key, user, epoch, component = line.split(" ", 4)
                 heard.claimed(int(key), UserId(int(user)), str(json.loads(component)), int(epoch))
+        elif kind == "g":
+            if heard is not None:
+                _, key, user, claim, epoch, group = line.split(" ", 5)
+                heard.group_claimed(
+                    int(key), UserId(int(user)), str(json.loads(group)), int(claim), int(epoch)
+                )
         elif kind == "s":
             if heard is not None:
                 heard.streams_changed()

@@ -39,13 +39,14 @@ from typing import Final, NamedTuple, Protocol
 
 from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
+from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 8
+SCHEMA_VERSION: Final = 9
 
 
 class StoreError(Exception):
@@ -280,7 +281,8 @@ class Consumers(Protocol):
 
     @property
     def claims(self) -> ClaimWatch:
-        """Told of other processes' claims (:meth:`claim_consumer`) where the backend
+        """Told of other processes' claims of a consumer (:meth:`claim_consumer`) and of
+        an AMQP consumer group (:meth:`ConsumerGroups.claim_group`) where the backend
         hears of them (PostgreSQL: on the notification channel, this process's own too;
         SQLite: those of the other workers of a server, see :meth:`Store.join_peers`)."""
 
@@ -340,6 +342,44 @@ class Consumers(Protocol):
 
     async def lowest_consumer(self) -> tuple[str, UserId, str] | None:
         """(user, user id, component) of the consumer with the lowest position."""
+
+
+class ConsumerGroups(Protocol):
+    """A partition's AMQP consumer groups in the whole cluster: which link holds each group
+    of a user (one at a time), with its epoch (owner level), and a claim number every new
+    holder bumps. A holder keeps the group while its process renews the hold
+    (:meth:`hold_groups`); a process that died loses it once the hold runs out."""
+
+    async def claim_group(
+        self,
+        user_id: UserId,
+        group: str,
+        epoch: int | None,
+        *,
+        hold_seconds: float,
+        equal_takes_over: bool = False,
+        free_only: bool = False,
+    ) -> GroupClaim:
+        """Take the group for a new link, held for ``hold_seconds``: when nobody holds it
+        (never claimed, released, or its hold ran out), or, unless ``free_only``, when
+        ``epoch`` is above the holder's (or equal, with ``equal_takes_over``). No epoch
+        takes a free group only, held with epoch 0. A group taken is told to the other
+        processes (:attr:`Consumers.claims`), and its older holder's
+        :meth:`acknowledge_group` is fenced off."""
+
+    async def hold_groups(self, holds: Sequence[GroupHold], hold_seconds: float) -> list[GroupHold]:
+        """Renew these holds for ``hold_seconds``; returns those that are no longer held
+        (another claim took the group)."""
+
+    async def release_group(self, user_id: UserId, group: str, claim: int) -> None:
+        """The link of ``claim`` ended: the group is free, unless a newer claim holds it."""
+
+    async def acknowledge_group(
+        self, user_id: UserId, group: str, claim: int, component: str, up_to: int
+    ) -> int | None:
+        """:meth:`Consumers.acknowledge` of ``component`` by the link of the group's
+        ``claim``: None when the consumer is not registered, or another claim took the
+        group (ordered with the claims: the newer holder reads the position after it)."""
 
 
 class Retention(Protocol):
@@ -449,7 +489,7 @@ class Aggregates(Protocol):
         """(source partition key, the newest source id copied) of each source, by key."""
 
 
-class PartitionLog(ConsumerLog, DcbLog, Retention, Protocol):
+class PartitionLog(ConsumerLog, ConsumerGroups, DcbLog, Retention, Protocol):
     """One partition's log: its events (ids from 1), consumers, positions and retention."""
 
     @property
@@ -510,14 +550,18 @@ class Streams(Protocol):
 class PeerNews(Protocol):
     """What the worker processes of one server on one machine tell each other when the
     database itself does not carry it between processes (SQLite; PostgreSQL's notification
-    channel does): a partition's new head, a claim of a consumer, a change of the streams.
-    Each method returns at once (the news goes out after the current loop turn)."""
+    channel does): a partition's new head, a claim of a consumer or of a consumer group, a
+    change of the streams. Each method returns at once (the news goes out after the current
+    loop turn)."""
 
     def committed(self, key: int, head: int) -> None:
         """Events up to id ``head`` of partition ``key`` are committed."""
 
     def claimed(self, key: int, user_id: UserId, component: str, epoch: int) -> None:
         """A push stream claimed the consumer (:meth:`Consumers.claim_consumer`)."""
+
+    def group_claimed(self, key: int, user_id: UserId, group: str, claim: int, epoch: int) -> None:
+        """A link took an AMQP consumer group (:meth:`ConsumerGroups.claim_group`)."""
 
     def streams_changed(self) -> None:
         """A stream was added, grown or dropped."""

@@ -11,7 +11,7 @@ log = logging.getLogger("futoin_evt.storage")
 
 #: The schema version that adds grants; databases from before it get, once, read and write
 #: on every stream for each user who is not an admin (they could do that before).
-GRANTS_VERSION: Final = 8
+GRANTS_VERSION: Final = 9
 #: The rights every earlier user had: read and write, on every stream.
 UPGRADE_RIGHTS: Final = 3
 

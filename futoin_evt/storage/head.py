@@ -9,6 +9,8 @@ from ..domain.stream import UserId
 
 #: Told of a claim: (user, component, the epoch it claimed).
 ClaimListener = Callable[[UserId, str, int], None]
+#: Told of a claim of an AMQP consumer group: (user, group, its claim number, its epoch).
+GroupClaimListener = Callable[[UserId, str, int, int], None]
 
 
 class HeadWatch:
@@ -55,10 +57,12 @@ class HeadWatch:
 
 
 class ClaimWatch:
-    """Claims of reliable consumers (a new epoch), for the push streams that held them."""
+    """Claims of reliable consumers (a new epoch), for the push streams that held them, and
+    of AMQP consumer groups (a new claim number), for the links that held them."""
 
     def __init__(self) -> None:
         self._listeners: set[ClaimListener] = set()
+        self._group_listeners: set[GroupClaimListener] = set()
 
     def listen(self, callback: ClaimListener) -> Callable[[], None]:
         """Call ``callback`` on each claim; returns the function that stops it."""
@@ -68,3 +72,12 @@ class ClaimWatch:
     def claimed(self, user_id: UserId, component: str, epoch: int) -> None:
         for listener in list(self._listeners):
             listener(user_id, component, epoch)
+
+    def listen_groups(self, callback: GroupClaimListener) -> Callable[[], None]:
+        """Call ``callback`` on each claim of a consumer group; returns how to stop."""
+        self._group_listeners.add(callback)
+        return lambda: self._group_listeners.discard(callback)
+
+    def group_claimed(self, user_id: UserId, group: str, claim: int, epoch: int) -> None:
+        for listener in list(self._group_listeners):
+            listener(user_id, group, claim, epoch)

@@ -157,9 +157,24 @@ CREATE TABLE IF NOT EXISTS eventhub_checkpoints (
 ) WITHOUT ROWID
 """
 
-#: Version 8: rights per user on the streams a pattern covers (a name, ``prefix*`` or ``*``),
+#: Version 8: which link holds each AMQP consumer group, per partition, user and group, for
+#: every process on the database: its epoch (owner level), a claim number every new holder
+#: bumps (it fences the older holder), and until when the hold lasts unless renewed.
+_VERSION_8: Final = """
+CREATE TABLE IF NOT EXISTS amqp_groups (
+    partition_key INTEGER NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    consumer_group TEXT NOT NULL,
+    epoch INTEGER NOT NULL,
+    claim INTEGER NOT NULL,
+    held_until REAL NOT NULL,              -- seconds since the epoch, 0 once released
+    PRIMARY KEY (partition_key, user_id, consumer_group)
+) WITHOUT ROWID
+"""
+
+#: Version 9: rights per user on the streams a pattern covers (a name, ``prefix*`` or ``*``),
 #: as a bit mask: read 1, write 2, manage 4. Users from before get read and write on ``*``.
-_VERSION_8: Final = f"""
+_VERSION_9: Final = f"""
 CREATE TABLE IF NOT EXISTS grants (
     user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
     pattern TEXT NOT NULL,
@@ -178,6 +193,7 @@ MIGRATIONS: Final = {
     6: _VERSION_6,
     7: _VERSION_7,
     8: _VERSION_8,
+    9: _VERSION_9,
 }
 
 

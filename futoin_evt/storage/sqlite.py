@@ -42,6 +42,7 @@ from ..domain.dcb import (
     Query,
     StoredEvent,
 )
+from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import (
     DEFAULT_PARTITION,
     DEFAULT_STREAM,
@@ -53,7 +54,7 @@ from ..domain.partition import (
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
-from . import grants_sql
+from . import grants_sql, groups_sql
 from .aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -404,6 +405,55 @@ class SqlitePartitionLog(PagedReads):
         if self._store._peers is not None:
             self._store._peers.claimed(self._key, user_id, component, epoch)
         return epoch, int(rows[0][1])
+
+    # -- AMQP consumer groups -----------------------------------------------------------------
+
+    async def claim_group(
+        self,
+        user_id: UserId,
+        group: str,
+        epoch: int | None,
+        *,
+        hold_seconds: float,
+        equal_takes_over: bool = False,
+        free_only: bool = False,
+    ) -> GroupClaim:
+        """As the contract says; the claim is told to the other workers of the server."""
+        sql = groups_sql.claim_sql(
+            "?",
+            _NOW,
+            epoch=epoch is not None,
+            equal_takes_over=equal_takes_over,
+            free_only=free_only,
+        )
+        params = (self._key, user_id, group, epoch or 0, hold_seconds)
+        claimed: GroupClaim = await self._submit(_claim_group_sync, sql, params)
+        if claimed.taken and self._store._peers is not None:
+            self._store._peers.group_claimed(
+                self._key, user_id, group, claimed.claim, claimed.epoch
+            )
+        return claimed
+
+    async def hold_groups(self, holds: Sequence[GroupHold], hold_seconds: float) -> list[GroupHold]:
+        if not holds:
+            return []
+        lost: list[GroupHold] = await self._submit(
+            _hold_groups_sync, self._key, list(holds), hold_seconds
+        )
+        return lost
+
+    async def release_group(self, user_id: UserId, group: str, claim: int) -> None:
+        await self._write(groups_sql.release_sql("?"), (self._key, user_id, group, claim))
+
+    async def acknowledge_group(
+        self, user_id: UserId, group: str, claim: int, component: str, up_to: int
+    ) -> int | None:
+        key = self._key
+        rows = await self._write(
+            groups_sql.acknowledge_sql("?", "MAX"),
+            (up_to, utc_timestamp(), key, user_id, component, key, user_id, group, claim),
+        )
+        return int(rows[0][0]) if rows else None
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         rows = await self._reader.fetchall(
@@ -1037,11 +1087,41 @@ class _HeardFromPeers:
         if found is not None:
             found.claims.claimed(user_id, component, epoch)
 
+    def group_claimed(self, key: int, user_id: UserId, group: str, claim: int, epoch: int) -> None:
+        found = self._store._logs.get(key)
+        if found is not None:
+            found.claims.group_claimed(user_id, group, claim, epoch)
+
     def streams_changed(self) -> None:
         if self._store._streams_listeners and not self._store._closing:
             task = asyncio.create_task(self._store._streams_heard())
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
+
+
+#: The clock of :mod:`.groups_sql` in SQLite: seconds since the epoch (every process on the
+#: file shares this machine's clock).
+_NOW: Final = "((julianday('now') - 2440587.5) * 86400.0)"
+
+
+def _claim_group_sync(
+    conn: sqlite3.Connection, _ts: str, sql: str, params: Sequence[Any]
+) -> tuple[GroupClaim, _Inserted]:
+    row = conn.execute(sql, params).fetchone()
+    if row is not None:
+        return GroupClaim(True, int(row[0]), int(row[1])), []
+    held = conn.execute(groups_sql.holder_sql("?"), params[:3]).fetchone()
+    return GroupClaim(False, int(held[0]), int(held[1])), []  # the upsert found its row
+
+
+def _hold_groups_sync(
+    conn: sqlite3.Connection, _ts: str, key: int, holds: list[GroupHold], hold_seconds: float
+) -> tuple[list[GroupHold], _Inserted]:
+    sql = groups_sql.hold_sql("?", _NOW)
+    lost = [
+        hold for hold in holds if conn.execute(sql, (hold_seconds, key, *hold)).fetchone() is None
+    ]
+    return lost, []
 
 
 def _bump_streams_version(conn: sqlite3.Connection) -> None:

@@ -368,8 +368,10 @@ class Link:
         self._drop_incoming()
         error = Error(condition, description) if condition is not None else None
         closed = self.remote_closed if self.remote_detached else True
-        self.session.send(Detach(self.handle, closed, error))
-        self.session.link_done(self)
+        session = self.session
+        session.send(Detach(self.handle, closed, error))
+        session.link_done(self)
+        session.answered(self)
 
     # -- receiving
 
@@ -509,7 +511,12 @@ class Session:
     def __init__(self, engine: Engine, channel: int, remote: Begin) -> None:
         self.engine = engine
         self.channel = channel
+        #: Our end is sent.
         self.ended = False
+        #: The peer's end, once it came: ours follows the answers to the peer's detaches.
+        self.remote_end: End | None = None
+        #: Links the peer detached whose detach the owner has not answered yet.
+        self.unanswered: set[Link] = set()
         #: Links by the peer's handle, until the peer detaches them.
         self.links: dict[int, Link] = {}
         #: Our handles in use, and the lowest never used.
@@ -549,6 +556,12 @@ class Session:
             self._next_handle += 1
         self._handles.add(handle)
         return handle
+
+    def answered(self, link: Link) -> None:
+        """``link``'s detach is sent: after the peer's end, ours once none is left."""
+        self.unanswered.discard(link)
+        if self.remote_end is not None and not self.unanswered and not self.ended:
+            self.engine._send_end(self)
 
     def link_done(self, link: Link) -> None:
         """Both ends detached: forget the link and its unsettled deliveries."""
@@ -661,8 +674,9 @@ class Session:
             self.engine.write(self.blocked.popleft())
 
     def flush(self) -> None:
-        """The dispositions and flows of this batch, as few frames as they fit in."""
-        if self.ended:
+        """The dispositions and flows of this batch, as few frames as they fit in (none
+        after the peer's end)."""
+        if self.ended or self.remote_end is not None:
             self.settlements.clear()
             self.flows_due.clear()
             return
@@ -1032,7 +1046,7 @@ class Engine:
         if not self._opened:
             raise ProtocolError(NOT_ALLOWED, "a frame before open")
         session = self.sessions.get(channel)
-        if session is None:
+        if session is None or session.remote_end is not None:
             raise ProtocolError(NOT_ALLOWED, f"no session on channel {channel}")
         return session
 
@@ -1085,6 +1099,8 @@ class Engine:
         )
 
     def _end(self, session: Session, remote: End) -> None:
+        """The links still attached end with the session (AMQP 2.5.4). The detaches the
+        peer sent before its end are answered before ours, which waits for the owner."""
         links = list(session.links.values())
         for link in links:
             if not link.remote_detached:
@@ -1092,15 +1108,21 @@ class Engine:
             if not link.detached:
                 link.suspended = True
             link.remote_detached = link.detached = True
-        session.send(End())
-        session.ended = True
+        session.remote_end = remote
         session.links.clear()
         session.outgoing_unsettled.clear()
         session.incoming_unsettled.clear()
         session.blocked.clear()
-        del self.sessions[session.channel]
         self.pending_sessions.discard(session)
         self._events.append(SessionEnded(session, links, remote.error))
+        if not session.unanswered:
+            self._send_end(session)
+
+    def _send_end(self, session: Session) -> None:
+        session.send(End())
+        session.ended = True
+        del self.sessions[session.channel]
+        self.pending_sessions.discard(session)
 
     def _attach(self, session: Session, remote: Attach) -> None:
         if remote.handle in session.links:
@@ -1126,6 +1148,7 @@ class Engine:
         if link.detached:
             session.link_done(link)
             return
+        session.unanswered.add(link)
         self._events.append(LinkDetached(link, remote.error, remote.closed, True))
 
     def _flow(self, session: Session, flow: Flow) -> None:

@@ -28,10 +28,13 @@ RETENTION_LOCK: Final = 3
 PARTITION_APPEND_NAMESPACE: Final = 0x46544F  # "FTO"
 PARTITION_RETENTION_NAMESPACE: Final = 0x465452  # "FTR"
 
-#: The channel that carries a new head id to every process, and the claims of consumers.
+#: The channel that carries a new head id to every process, and the claims of consumers and
+#: of AMQP consumer groups.
 CHANNEL: Final = "futoin_evt_head"
 #: A claim's payload is ``claim <user id> <epoch> <component>`` (a head's is only digits).
 CLAIM_PAYLOAD: Final = "claim"
+#: A group claim's: ``group <user id> <claim> <epoch> <group>``.
+GROUP_CLAIM_PAYLOAD: Final = "group"
 
 _VERSION_1: Final = (
     """CREATE TABLE IF NOT EXISTS events (
@@ -164,6 +167,22 @@ _VERSION_7: Final = (
 )
 
 _VERSION_8: Final = (
+    # Which link holds each AMQP consumer group, per partition, user and group, for every
+    # process on the database: its epoch (owner level), a claim number every new holder
+    # bumps (it fences the older holder), and until when the hold lasts unless renewed (in
+    # the database's clock: seconds since the epoch; 0 once released).
+    """CREATE TABLE IF NOT EXISTS amqp_groups (
+        partition_key BIGINT NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        consumer_group TEXT NOT NULL,
+        epoch BIGINT NOT NULL,
+        claim BIGINT NOT NULL,
+        held_until DOUBLE PRECISION NOT NULL,
+        PRIMARY KEY (partition_key, user_id, consumer_group)
+    )""",
+)
+
+_VERSION_9: Final = (
     # Rights per user on the streams a pattern covers (a name, ``prefix*`` or ``*``), as a
     # bit mask: read 1, write 2, manage 4. Users from before get read and write on ``*``.
     """CREATE TABLE IF NOT EXISTS grants (
@@ -184,6 +203,7 @@ MIGRATIONS: Final = {
     6: _VERSION_6,
     7: _VERSION_7,
     8: _VERSION_8,
+    9: _VERSION_9,
 }
 
 

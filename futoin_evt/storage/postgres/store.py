@@ -57,6 +57,8 @@ notification lost with a broken connection. A claim of a consumer (a new epoch) 
 the same channel (``'claim <user id> <epoch> <component>'``, ``'claim.<key> ...'`` for a
 partition other than ``events``/0), so a push stream on another process that held the
 consumer stops within one wake-up (a lost one: at its next acknowledgement, which is fenced).
+So does a claim of an AMQP consumer group (``'group <user id> <claim> <epoch> <group>'``,
+``'group.<key> ...'``): the link that held it on another process is detached.
 
 Outages
 -------
@@ -91,6 +93,7 @@ from ...domain.dcb import (
     Query,
     StoredEvent,
 )
+from ...domain.groups import GroupClaim, GroupHold
 from ...domain.partition import (
     DEFAULT_PARTITION,
     DEFAULT_STREAM,
@@ -102,7 +105,7 @@ from ...domain.partition import (
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import WriteStats
-from .. import grants_sql
+from .. import grants_sql, groups_sql
 from ..aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -155,6 +158,7 @@ from ..tables import STREAM_ROWS, Tables, stream_infos
 from .schema import (
     CHANNEL,
     CLAIM_PAYLOAD,
+    GROUP_CLAIM_PAYLOAD,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
     append_sql,
@@ -276,9 +280,14 @@ def _lost(exc: psycopg.Error) -> StoreUnreachable:
     return StoreUnreachable(f"the database connection failed: {_first_line(exc)}")
 
 
-def _claim_kind(key: int) -> str:
-    """The first word of a claim's payload on the channel."""
-    return CLAIM_PAYLOAD if key == 0 else f"{CLAIM_PAYLOAD}.{key}"
+def _claim_kind(key: int, word: str = CLAIM_PAYLOAD) -> str:
+    """The first word of a claim's payload on the channel (``word``: a consumer's claim, or
+    :data:`GROUP_CLAIM_PAYLOAD`)."""
+    return word if key == 0 else f"{word}.{key}"
+
+
+#: The database's clock in :mod:`..groups_sql`: every process on the database shares it.
+_NOW: Final = "extract(epoch FROM clock_timestamp())"
 
 
 class PostgresPartitionLog(PagedReads):
@@ -528,6 +537,71 @@ class PostgresPartitionLog(PagedReads):
             (utc_timestamp(), self._key, user_id, component, user_id, component),
         )
         return (int(rows[0][0]), int(rows[0][1])) if rows else None
+
+    # -- AMQP consumer groups -------------------------------------------------------------
+
+    async def claim_group(
+        self,
+        user_id: UserId,
+        group: str,
+        epoch: int | None,
+        *,
+        hold_seconds: float,
+        equal_takes_over: bool = False,
+        free_only: bool = False,
+    ) -> GroupClaim:
+        """As the contract says; a group taken goes out on the channel with the commit, so
+        the link that held it on another process is detached."""
+        claim = groups_sql.claim_sql(
+            "%s",
+            _NOW,
+            epoch=epoch is not None,
+            equal_takes_over=equal_takes_over,
+            free_only=free_only,
+        )
+        kind = _claim_kind(self._key, GROUP_CLAIM_PAYLOAD)
+        rows = await self._fetch(
+            f"WITH taken AS ({claim}) SELECT claim, epoch, pg_notify('{CHANNEL}',"
+            f" concat_ws(' ', '{kind}', %s::bigint, claim, epoch, %s::text)) FROM taken",
+            (self._key, user_id, group, epoch or 0, hold_seconds, user_id, group),
+        )
+        if rows:
+            return GroupClaim(True, int(rows[0][0]), int(rows[0][1]))
+        held = await self._fetch(groups_sql.holder_sql("%s"), (self._key, user_id, group))
+        if not held:  # gone with its user or stream meanwhile
+            return GroupClaim(False, 0, 0)
+        return GroupClaim(False, int(held[0][0]), int(held[0][1]))
+
+    async def hold_groups(self, holds: Sequence[GroupHold], hold_seconds: float) -> list[GroupHold]:
+        """One statement for every hold."""
+        if not holds:
+            return []
+        users, groups, claims = zip(*holds, strict=True)
+        rows = await self._fetch(
+            f"UPDATE amqp_groups a SET held_until = {_NOW} + %s"
+            " FROM unnest(%s::bigint[], %s::text[], %s::bigint[]) AS h(user_id, grp, claim)"
+            " WHERE a.partition_key = %s AND a.user_id = h.user_id"
+            " AND a.consumer_group = h.grp AND a.claim = h.claim"
+            " RETURNING a.user_id, a.consumer_group, a.claim",
+            (hold_seconds, list(users), list(groups), list(claims), self._key),
+        )
+        kept = {(int(user), str(group), int(claim)) for user, group, claim in rows}
+        return [hold for hold in holds if hold not in kept]
+
+    async def release_group(self, user_id: UserId, group: str, claim: int) -> None:
+        await self._fetch(groups_sql.release_sql("%s"), (self._key, user_id, group, claim))
+
+    async def acknowledge_group(
+        self, user_id: UserId, group: str, claim: int, component: str, up_to: int
+    ) -> int | None:
+        """As the contract says: the group's row is locked (shared) for the update, so a
+        claim that commits meanwhile waits for it or fences it off."""
+        key = self._key
+        rows = await self._fetch(
+            groups_sql.acknowledge_sql("%s", "GREATEST", " FOR SHARE"),
+            (up_to, utc_timestamp(), key, user_id, component, key, user_id, group, claim),
+        )
+        return int(rows[0][0]) if rows else None
 
     async def position(self, user_id: UserId, component: str) -> int | None:
         rows = await self._fetch(
@@ -1081,6 +1155,9 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables):
         if payload.startswith(CLAIM_PAYLOAD):
             self._heard_claim(payload)
             return
+        if payload.startswith(GROUP_CLAIM_PAYLOAD):
+            self._heard_group_claim(payload)
+            return
         key_text, _, id_text = payload.rpartition(":")
         with contextlib.suppress(ValueError):
             if key_text == STREAMS_PAYLOAD_PREFIX[:-1]:
@@ -1101,6 +1178,19 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables):
             user_id, epoch, component = rest.split(" ", 2)
             if partition_log is not None:  # else no stream here holds it
                 partition_log.claims.claimed(UserId(int(user_id)), component, int(epoch))
+
+    def _heard_group_claim(self, payload: str) -> None:
+        kind, _, rest = payload.partition(" ")
+        word, dot, key_text = kind.partition(".")
+        if word != GROUP_CLAIM_PAYLOAD:
+            return
+        with contextlib.suppress(ValueError):  # not a group claim this version sends
+            partition_log = self._logs.get(int(key_text) if dot else 0)
+            user_id, claim, epoch, group = rest.split(" ", 3)
+            if partition_log is not None:  # else no link here holds it
+                partition_log.claims.group_claimed(
+                    UserId(int(user_id)), group, int(claim), int(epoch)
+                )
 
     async def _listen(self) -> None:
         while not self._closing:
