@@ -13,15 +13,27 @@ Established sockets are never cut to make room. A socket frees exactly its one s
 closes, at whatever stage.
 
 Refusals and evictions are logged as warnings at most every 10 seconds, with their counts.
+
+The limits are the server's, however many workers (``serve --workers N``) share the port. The
+handshake budget and the cap per address are split evenly between the workers (rounded up):
+the kernel spreads new sockets evenly too, and a handshake slot is cut locally. Established
+slots are counted in a :class:`SharedCount`, one cell per worker in a file all of them map:
+a worker admits a connection while the cells add up to less than the limit. Reading them is a
+few memory loads, with no lock and no message; two workers that admit at the same moment may
+each take the last slot, so the server may hold one connection more per other worker.
 """
 
 from __future__ import annotations
 
 import ipaddress
 import logging
+import mmap
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Final, Generic, Protocol, TypeVar
 
 log = logging.getLogger(__name__)
@@ -111,8 +123,72 @@ class RateLimitedWarning:
             self._next = now + self._interval
 
 
+#: The file of a group's established counts, in its private directory.
+COUNTS_FILE: Final = "connections"
+#: The cell of each door in a worker's line of that file.
+WEBSOCKET_CELL: Final = 0
+AMQP_CELL: Final = 1
+#: A worker's line: 8 cells of 8 bytes, a cache line, so that no two workers write one line.
+_CELLS_PER_WORKER: Final = 8
+_LINE_BYTES: Final = _CELLS_PER_WORKER * 8
+
+
+def create_counts(path: Path, workers: int) -> None:
+    """The count file of a group of ``workers``, every cell 0 (before the workers start)."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.ftruncate(fd, workers * _LINE_BYTES)
+    finally:
+        os.close(fd)
+
+
+def clear_counts(path: Path, slot: int) -> None:
+    """Worker ``slot`` has exited: its connections are gone, and so are its counts."""
+    fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        os.pwrite(fd, bytes(_LINE_BYTES), slot * _LINE_BYTES)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupShare:
+    """This server is worker ``slot`` of ``workers``, whose connections are counted together in
+    ``counts`` (made by :func:`create_counts`): the limits are the whole group's."""
+
+    counts: Path
+    slot: int
+    workers: int
+
+
+class SharedCount:
+    """One door's established connections in every worker of a group: each worker writes its
+    own cell of the mapped count file, and reads them all to admit a connection."""
+
+    def __init__(self, share: GroupShare, cell: int) -> None:
+        self.workers = share.workers
+        self._slot = share.slot
+        fd = os.open(share.counts, os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            self._map = mmap.mmap(fd, share.workers * _LINE_BYTES)
+        finally:
+            os.close(fd)
+        #: Every worker's cell of this door.
+        self._cells = memoryview(self._map).cast("q")[cell::_CELLS_PER_WORKER]
+        self.set(0)
+
+    def set(self, count: int) -> None:
+        """This worker holds ``count`` established connections now."""
+        self._cells[self._slot] = count
+
+    def total(self) -> int:
+        """The established connections of every worker, as they last wrote them."""
+        return sum(self._cells)
+
+
 class Slots(Generic[S]):
-    """The slots of one listener (see the module's docstring)."""
+    """The slots of one listener (see the module's docstring); ``shared``: the count of the
+    group this worker belongs to, whose limits these are."""
 
     def __init__(
         self,
@@ -120,14 +196,17 @@ class Slots(Generic[S]):
         max_established: int,
         max_handshakes: int | None = None,
         per_address: int | None = None,
+        shared: SharedCount | None = None,
     ) -> None:
         self.max_established = max_established
-        self.max_handshakes = (
-            default_handshakes(max_established) if max_handshakes is None else max_handshakes
-        )
+        budget = default_handshakes(max_established) if max_handshakes is None else max_handshakes
         if per_address is None:
-            per_address = max(self.max_handshakes // ADDRESS_FRACTION, MIN_PER_ADDRESS)
-        self.per_address = min(per_address, self.max_handshakes)
+            per_address = max(budget // ADDRESS_FRACTION, MIN_PER_ADDRESS)
+        workers = 1 if shared is None else shared.workers
+        #: This worker's share of the server's handshake budget and of its cap per address.
+        self.max_handshakes = -(-budget // workers)
+        self.per_address = -(-min(per_address, budget) // workers)
+        self._shared = shared
         #: Unfinished handshakes, oldest first, with their peers and addresses.
         self._handshakes: OrderedDict[S, tuple[str, str]] = OrderedDict()
         #: The unfinished handshakes of each address, oldest first.
@@ -193,12 +272,16 @@ class Slots(Generic[S]):
             return True
         if socket not in self._handshakes:
             return False  # cut already, and closing
-        if len(self._established) >= self.max_established:
+        shared = self._shared
+        held = len(self._established) if shared is None else shared.total()
+        if held >= self.max_established:
             self.refused += 1
             self._refusals.note(self._handshakes[socket][0])
             return False
         self._forget_handshake(socket)
         self._established.add(socket)
+        if shared is not None:
+            shared.set(len(self._established))
         if self._watchers:
             self._changed()
         return True
@@ -207,6 +290,8 @@ class Slots(Generic[S]):
         """The socket is gone: its slot, whichever it was, is free (again calls do nothing)."""
         if socket in self._established:
             self._established.remove(socket)
+            if self._shared is not None:
+                self._shared.set(len(self._established))
         elif socket in self._handshakes:
             self._forget_handshake(socket)
         else:

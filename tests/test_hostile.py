@@ -611,7 +611,8 @@ async def cut_by_three(port: int, starts: list[bytes]) -> list[int]:
 async def test_max_handshakes_on_the_command_line_applies_to_both_ports(
     db_with_users: Path,
 ) -> None:
-    # one worker: the limits are each worker's, and the kernel spreads sockets over workers
+    # one worker: with two, each holds one of the two handshake slots, and which socket is cut
+    # depends on where the kernel puts each (tests/test_workers.py checks the group)
     limits = ("--max-connections", "1", "--max-handshakes", "2")
     server = ServerProcess(db_with_users, 0, *limits, "--amqp", "127.0.0.1:0", workers=1)
     try:

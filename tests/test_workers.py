@@ -5,6 +5,7 @@ takeover, notification, nothing acknowledged lost) is checked with one worker an
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -14,7 +15,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
+from websockets.asyncio.client import ClientConnection, connect
 
 from futoin_evt.client.aio import CommError, EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.notify import Notifications
@@ -22,7 +25,8 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.workers import channel_dir, remove_stale_channels
 from futoin_evt.storage import open_store
 
-from .conftest import ServerProcess
+from .amqp_wire import SASL_HEADER, SASL_OUTCOME, Peer, sasl_init
+from .conftest import USERS, ServerProcess
 from .test_cli import run
 from .test_push import Collector, running, stop
 
@@ -81,11 +85,14 @@ class Group(ServerProcess):
 
     async def worker_of(self, client: FTN3Client) -> int:
         """The slot of the worker that took ``client``'s connection."""
-        if self.count == 1:
-            return 0
         transport = client._io.transport
         assert transport is not None
-        port = transport.get_extra_info("sockname")[1]
+        return await self.worker_at(transport.get_extra_info("sockname")[1])
+
+    async def worker_at(self, port: int) -> int:
+        """The slot of the worker that took the WebSocket from local port ``port``."""
+        if self.count == 1:
+            return 0
         pattern = re.compile(rf" worker (\d+) \S+: connection from 127\.0\.0\.1:{port}\n")
         await until(lambda: pattern.search(self.logged()) is not None, "the connection logged")
         match = pattern.search(self.logged())
@@ -159,6 +166,110 @@ async def test_connections_land_on_every_worker(group: Group) -> None:
             assert await client.ping(7) == 7
     await until(lambda: sum(group.connections().values()) == 24, "24 connections logged")
     assert sorted(group.connections()) == [0, 1]
+
+
+#: ``--max-connections`` of the limit tests: small, so that both workers reach it.
+LIMIT = 4
+#: ``--max-handshakes`` beside it: room for every socket a test opens before it logs in.
+ROOMY_HANDSHAKES = "256"
+PING = '{"rid":"C1","f":"futoin.evt.gen:1.1:ping","p":{"echo":1},"sec":"' + ALICE + '"}'
+
+
+async def served(client: FTN3Client) -> bool:
+    """The client's first call: True when it is answered, False when it is refused (at the
+    limit: ``DefenseRejected``, or the close with 1013 before it)."""
+    try:
+        await client.call("futoin.evt.gen:1.1", "ping", {"echo": 1})
+    except (RemoteError, CommError):
+        return False
+    return True
+
+
+async def amqp_logins(port: int, count: int) -> list[int]:
+    """``count`` SASL PLAIN logins at once, kept open; their outcome codes (0 ok, 4 sys-temp)."""
+    peers = [await Peer.connect(port) for _ in range(count)]
+    for peer in peers:
+        await peer.send(SASL_HEADER + sasl_init("PLAIN", b"\0alice\0" + USERS["alice"].encode()))
+    return [(await peer.until(SASL_OUTCOME)).fields[0] for peer in peers]
+
+
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+async def test_max_connections_holds_for_the_server(db: str, groups: list[Group]) -> None:
+    """``--max-connections`` with two workers is the server's: of many logins at once, the
+    limit is served (one more when the workers race for the last slot); past it, a login on
+    either worker is refused, a feed request too, and an AMQP login the same way; slots freed
+    on either worker serve new logins."""
+    group = Group(db, "--max-connections", str(LIMIT), "--max-handshakes", ROOMY_HANDSHAKES,
+                  "--amqp", "127.0.0.1:0")  # fmt: skip
+    groups.append(group)
+    clients = [await FTN3Client.connect(group.url, credentials=ALICE) for _ in range(3 * LIMIT)]
+    answered = await asyncio.gather(*(served(client) for client in clients))
+    assert LIMIT <= sum(answered) <= LIMIT + 1, answered
+    kept = [client for client, ok in zip(clients, answered, strict=True) if ok]
+    for client in clients:
+        if client not in kept:
+            await client.close()
+
+    refused_on: set[int] = set()
+    for _ in range(200):  # until each worker refused one
+        client = await FTN3Client.connect(group.url, credentials=ALICE)
+        worker = await group.worker_of(client)
+        assert not await served(client), f"a login served past the limit on worker {worker}"
+        await client.close()
+        refused_on.add(worker)
+        if len(refused_on) == 2:
+            break
+    assert refused_on == {0, 1}
+    feed = group.url.replace("ws", "http", 1) + "feed"
+    for _ in range(8):  # each on a new connection, whichever worker takes it
+        async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as http:
+            assert (await http.get(feed)).status_code == 503
+
+    assert group.amqp_url is not None
+    outcomes = await amqp_logins(int(group.amqp_url.rsplit(":", 1)[1]), 3 * LIMIT)
+    assert LIMIT <= outcomes.count(0) <= LIMIT + 1, outcomes
+    assert set(outcomes) == {0, 4}
+    await Peer.close_all()
+
+    for client in kept:
+        await client.close()
+    renewed: list[FTN3Client] = []
+    deadline = time.monotonic() + WITHIN_SECONDS
+    while len(renewed) < LIMIT:  # a closed socket's slot comes back once its worker saw it
+        client = await FTN3Client.connect(group.url, credentials=ALICE)
+        if await served(client):
+            renewed.append(client)
+            continue
+        await client.close()
+        assert time.monotonic() < deadline, f"only {len(renewed)} slots came back"
+        await asyncio.sleep(0.05)  # a poll of the server's slots, with a bound above
+    one_more = await FTN3Client.connect(group.url, credentials=ALICE)
+    assert not await served(one_more)
+    for client in [*renewed, one_more]:
+        await client.close()
+
+
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+async def test_max_handshakes_holds_for_the_server(db: str, groups: list[Group]) -> None:
+    """``--max-handshakes 2`` with two workers: one socket in its handshake per worker (here
+    WebSockets that have made no call yet). Each newcomer closes the one before it on its
+    worker, and the newest of each worker logs in and is served."""
+    group = Group(db, "--max-handshakes", "2")
+    groups.append(group)
+    opened: dict[int, list[ClientConnection]] = {0: [], 1: []}
+    for _ in range(200):  # until each worker took two
+        ws = await connect(group.url)
+        opened[await group.worker_at(ws.local_address[1])].append(ws)
+        if min(map(len, opened.values())) >= 2:
+            break
+    async with asyncio.timeout(WITHIN_SECONDS):
+        for ws in (ws for sockets in opened.values() for ws in sockets[:-1]):
+            await ws.wait_closed()  # cut by the server
+    for sockets in opened.values():
+        await sockets[-1].send(PING)
+        async with asyncio.timeout(WITHIN_SECONDS):
+            assert json.loads(await sockets[-1].recv()) == {"r": {"echo": 1}, "rid": "C1"}
+        await sockets[-1].close()
 
 
 async def test_ids_in_commit_order_and_every_consumer_sees_each_once(group: Group) -> None:

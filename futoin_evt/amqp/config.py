@@ -6,6 +6,8 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..slots import GroupShare
+
 DEFAULT_PORT: Final = 5672
 
 
@@ -51,3 +53,5 @@ class AmqpConfig:
     sas_secret: bytes | None = field(default=None, repr=False)
     #: Share the port with the other workers of a group (SO_REUSEPORT).
     reuse_port: bool = False
+    #: This worker's place in the group whose limits these are (``serve --workers``).
+    group: GroupShare | None = None

@@ -11,7 +11,7 @@ from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..domain.checkpoints import EventHubCheckpoints
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
-from ..slots import Slots
+from ..slots import AMQP_CELL, SharedCount, Slots
 from .cbs import CBS, CbsNode
 from .config import AmqpConfig
 from .connection import AmqpConnection
@@ -58,10 +58,14 @@ class AmqpListener:
         self.config = config
         self._server: asyncio.Server | None = None
         limits = config.limits
+        group = config.group
         #: Every open connection: in a handshake slot until it has a user (SASL PLAIN, or a
         #: token put to ``$cbs`` after SASL ANONYMOUS), then in an established one.
         self.slots: Slots[AmqpConnection] = Slots(
-            "AMQP", limits.max_connections, limits.max_handshakes
+            "AMQP",
+            limits.max_connections,
+            limits.max_handshakes,
+            shared=SharedCount(group, AMQP_CELL) if group is not None else None,
         )
         #: Told of connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None

@@ -27,6 +27,7 @@ from ..server.http import DEFAULT_FEED_PATH, STREAM_FEEDS_PATH, FeedConfig
 from ..server.peers import WorkerPlace
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from ..server.workers import Supervisor, WorkerFailed, channel_dir, die_with_parent, reserve_port
+from ..slots import COUNTS_FILE, GroupShare, clear_counts, create_counts
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, StoreUnreachable
 from .common import (
@@ -97,16 +98,16 @@ def add_commands(commands: Commands) -> None:
         type=int,
         default=DEFAULT_LIMITS.max_connections,
         metavar="N",
-        help="connections past their handshake, per port; more are refused (HTTP 503, SASL "
-        "sys-temp)",
+        help="connections past their handshake, per port, in the whole server (all its "
+        "workers); more are refused (HTTP 503, SASL sys-temp)",
     )
     limits.add_argument(
         "--max-handshakes",
         type=int,
         metavar="N",
-        help="sockets still in their handshake, per port, on top of --max-connections; when "
-        "all are taken the oldest is closed for a new one (default: a quarter of "
-        "--max-connections, at least 8)",
+        help="sockets still in their handshake, per port, in the whole server (each worker "
+        "holds its share), on top of --max-connections; when all are taken the oldest is "
+        "closed for a new one (default: a quarter of --max-connections, at least 8)",
     )
     limits.add_argument(
         "--max-calls-in-flight",
@@ -257,8 +258,11 @@ async def _serve(args: argparse.Namespace) -> int:
             )
     amqp = _amqp_config(args, tls)
     metrics = _metrics_address(args.metrics)
-    if place is not None and amqp is not None:
-        amqp = dataclasses.replace(amqp, reuse_port=True)
+    group = None  # the limits are the group's: its workers count their connections together
+    if place is not None:
+        group = GroupShare(place.channel_dir / COUNTS_FILE, place.slot, place.count)
+    if group is not None and amqp is not None:
+        amqp = dataclasses.replace(amqp, reuse_port=True, group=group)
     if args.metrics_consumers < 0:
         raise BadSetting("--metrics-consumers cannot be negative.")
     console = _console_config(args)
@@ -275,6 +279,7 @@ async def _serve(args: argparse.Namespace) -> int:
             tls=tls,
             trust_channel=args.trust_channel,
             reuse_port=place is not None,
+            group=group,
             limits=Limits(
                 max_frame_bytes=args.max_frame_bytes,
                 max_connections=args.max_connections,
@@ -484,12 +489,16 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
             port_args += [option, str(port) if option == "--port" else _address(host, port)]
         workdir, owner = channel_dir()
         held_fds.append(owner)
+        counts = workdir / COUNTS_FILE
+        create_counts(counts, workers)
         base = [sys.executable, "-m", "futoin_evt", *args.argv, *port_args, "--worker"]
 
         def command(slot: int) -> list[str]:
             return [*base, f"{slot}/{workers}/{os.getpid()}/{workdir}"]
 
-        supervisor = Supervisor(workers, command, workdir)
+        supervisor = Supervisor(
+            workers, command, workdir, on_exit=lambda slot: clear_counts(counts, slot)
+        )
         try:
             line = await supervisor.start()
         except WorkerFailed as exc:

@@ -27,7 +27,7 @@ from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
 from ..ftn18.services import Routes
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
-from ..slots import TOO_MANY_CONNECTIONS, Slots
+from ..slots import TOO_MANY_CONNECTIONS, WEBSOCKET_CELL, GroupShare, SharedCount, Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
 
@@ -68,6 +68,8 @@ class TransportConfig:
     limits: Limits = field(default=DEFAULT_LIMITS)
     #: Share the port with the other workers of a group (SO_REUSEPORT).
     reuse_port: bool = False
+    #: This worker's place in the group whose limits these are (``serve --workers``).
+    group: GroupShare | None = None
 
 
 class PathRoutes(Protocol):
@@ -300,9 +302,13 @@ class WebSocketTransport:
         #: Plain HTTP requests go here (the feed, DCB); False for those it does not serve.
         self.http_handler: HttpHandler | None = None
         limits = config.limits
+        group = config.group
         #: Every open socket, in a handshake slot or an established one.
         self.slots: Slots[ServerIO] = Slots(
-            "WebSocket/HTTP port", limits.max_connections, limits.max_handshakes
+            "WebSocket/HTTP port",
+            limits.max_connections,
+            limits.max_handshakes,
+            shared=SharedCount(group, WEBSOCKET_CELL) if group is not None else None,
         )
         #: Told of FTN3 connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None

@@ -8,10 +8,12 @@ a back-off (doubling from :data:`FIRST_RESTART_DELAY` while it keeps dying young
 to the supervisor stops the workers gracefully (each closes as a single server does); the
 workers also get SIGTERM when the supervisor dies (Linux's parent-death signal).
 
-The workers' channel lives in a private directory under the temporary directory, which the
-supervisor removes when it stops, a worker when it outlives its supervisor. While the
-supervisor lives it holds a lock on a file there; a supervisor that starts removes the
-directories whose lock nobody holds (left when a whole group was killed with SIGKILL).
+The workers' channel lives in a private directory under the temporary directory, beside the
+file where they count their connections (:mod:`futoin_evt.slots`; the supervisor zeroes the
+counts of a worker that exited). The supervisor removes the directory when it stops, a worker
+when it outlives its supervisor. While the supervisor lives it holds a lock on a file there;
+a supervisor that starts removes the directories whose lock nobody holds (left when a whole
+group was killed with SIGKILL).
 """
 
 from __future__ import annotations
@@ -150,12 +152,20 @@ def remove_stale_channels(parent: Path | None = None) -> list[Path]:
 
 
 class Supervisor:
-    """Starts ``count`` workers, each ``command(slot)``, keeps them running, stops them."""
+    """Starts ``count`` workers, each ``command(slot)``, keeps them running, stops them;
+    ``on_exit(slot)`` runs each time a worker exits unasked, before it starts again."""
 
-    def __init__(self, count: int, command: Callable[[int], Sequence[str]], workdir: Path) -> None:
+    def __init__(
+        self,
+        count: int,
+        command: Callable[[int], Sequence[str]],
+        workdir: Path,
+        on_exit: Callable[[int], None] | None = None,
+    ) -> None:
         self.count = count
         self._command = command
         self._workdir = workdir
+        self._on_exit = on_exit
         self._procs: list[asyncio.subprocess.Process | None] = [None] * count
         self._keepers: list[asyncio.Task[None]] = []
         self._stopping = False
@@ -210,6 +220,11 @@ class Supervisor:
             status = await proc.wait()
             if self._stopping:
                 return
+            if self._on_exit is not None:
+                try:
+                    self._on_exit(slot)
+                except OSError as exc:
+                    log.warning("after worker %d exited: %s", slot, exc)
             if time.monotonic() - started >= HEALTHY_SECONDS:
                 delay = FIRST_RESTART_DELAY
             log.warning("worker %d (pid %d) exited with status %d; starting it again in %.1fs",
