@@ -11,12 +11,13 @@ from typing import Any, cast
 import httpx
 import pytest
 
+from futoin_evt.auth.users import Principal
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.dcb.client import DcbClient, DcbError, Event, Query, QueryItem, condition
 from futoin_evt.domain.partition import DEFAULT_STREAM
+from futoin_evt.ftn3.calls import CallContext
 from futoin_evt.ftn3.errors import FTN3Error
 from futoin_evt.ftn18.dcb import DcbCalls
-from futoin_evt.ftn18.services import CallContext
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
@@ -207,7 +208,7 @@ async def test_the_ftn3_calls_of_a_stream(streams_server: EventServer) -> None:
     """What the FTN3 door on ``/NAME`` calls: the DCB calls of a stream, or the refusal."""
     streams, store = streams_server.streams, streams_server.store
     calls = DcbCalls.of_stream("ledger", streams.get, store.partition_log)
-    context = cast(CallContext, None)  # append looks at nothing of its caller
+    context = cast(CallContext[Principal], None)  # append looks at nothing of its caller
     params = {"events": [course("c1")], "condition": None}
     assert await calls.append(context, params) == 1
     for name, says in [

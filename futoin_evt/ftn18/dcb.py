@@ -9,14 +9,16 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
+from ..auth.users import Principal
 from ..dcb.model import DcbInputError, parse_condition, parse_events, parse_query
 from ..dcb.service import DcbService, DcbStreamRefused, ReadRequest, stream_dcb_log
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.partition import Partition, StreamInfo
+from ..ftn3.calls import CallContext
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..storage.base import PartitionLog
-from .services import REPLY_ENVELOPE_BYTES, CallContext
+from .services import REPLY_ENVELOPE_BYTES
 
 APPEND_CONDITION_FAILED: Final = "AppendConditionFailed"
 EVENT_ID_CONFLICT: Final = "EventIdConflict"
@@ -56,7 +58,7 @@ class DcbCalls:
         except DcbStreamRefused as exc:
             raise FTN3Error(INVALID_REQUEST, exc.message) from None
 
-    async def append(self, _ctx: CallContext, params: dict[str, Any]) -> int:
+    async def append(self, _ctx: CallContext[Principal], params: dict[str, Any]) -> int:
         async def run() -> int:
             events = parse_events(params["events"])
             condition = parse_condition(params["condition"])
@@ -64,14 +66,20 @@ class DcbCalls:
 
         return await _checked(run)
 
-    async def read(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def read(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
         return await _checked(lambda: self._read(ctx, params, params["after"], False))
 
-    async def read_backwards(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def read_backwards(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> EncodedJson:
         return await _checked(lambda: self._read(ctx, params, params["before"], True))
 
     async def _read(
-        self, ctx: CallContext, params: dict[str, Any], position: int | None, backwards: bool
+        self,
+        ctx: CallContext[Principal],
+        params: dict[str, Any],
+        position: int | None,
+        backwards: bool,
     ) -> EncodedJson:
         request = ReadRequest(
             query=parse_query(params["query"]),

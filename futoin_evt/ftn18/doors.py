@@ -25,7 +25,9 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..auth.users import Principal
 from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
+from ..ftn3.calls import CallContext, Handler, Routes
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..log.retention import Discarder
 from ..log.streams import StreamRegistry
@@ -35,7 +37,7 @@ from ..storage.base import PartitionLog, Store
 from .dcb import DcbCalls
 from .ops import OpsService
 from .push import PushService
-from .services import CallContext, GenService, Handler, PollService, Routes, ping
+from .services import GenService, PollService, ping
 
 log = logging.getLogger(__name__)
 
@@ -66,13 +68,13 @@ class _PartitionDoor:
     """One partition's services and the routes that reach them (shared by its connections)."""
 
     partition: Partition
-    routes: dict[str, dict[str, Handler]]
+    routes: dict[str, dict[str, Handler[Principal]]]
     #: The routes of ``/NAME`` pinned to this partition (built on first use).
-    pinned: dict[str, dict[str, Handler]] | None = None
+    pinned: dict[str, dict[str, Handler[Principal]]] | None = None
 
 
-def _refuse_with(name: str, desc: str) -> Handler:
-    def refuse(ctx: CallContext, params: dict[str, Any]) -> Any:
+def _refuse_with(name: str, desc: str) -> Handler[Principal]:
+    def refuse(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
         raise FTN3Error(name, desc)
 
     return refuse
@@ -88,7 +90,7 @@ class PartitionDoors:
         store: Store,
         push: PushService,
         discarder: Discarder,
-        default_routes: Routes,
+        default_routes: Routes[Principal],
         notices: ManagementBus | None = None,
     ) -> None:
         self._streams = streams
@@ -141,7 +143,7 @@ class PartitionDoors:
         found = self._find(path)
         return found if isinstance(found, str) else None
 
-    def open(self, path: str) -> Routes | None:
+    def open(self, path: str) -> Routes[Principal] | None:
         """The routes of a connection to ``path`` (checked by :meth:`refusal` in the same turn
         of the loop); None for ``events``/0, served by the default routes."""
         found = self._find(path)
@@ -171,10 +173,10 @@ class PartitionDoors:
             )
         return door
 
-    def _partition_routes(self, log_: PartitionLog) -> dict[str, dict[str, Handler]]:
+    def _partition_routes(self, log_: PartitionLog) -> dict[str, dict[str, Handler[Principal]]]:
         gen = GenService(log_)
         poll = PollService(log_, self._notices)
-        consumer: dict[str, Handler] = {
+        consumer: dict[str, Handler[Principal]] = {
             "ping": ping,
             "registerConsumer": poll.register_consumer,
             "pollEvents": poll.poll_events,
@@ -189,7 +191,7 @@ class PartitionDoors:
         routes[OPS] = {**routes.get(OPS, {}), **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}}
         return routes
 
-    def _dcb_routes(self, name: str) -> dict[str, Handler]:
+    def _dcb_routes(self, name: str) -> dict[str, Handler[Principal]]:
         """DCB on the stream ``name``, looked up at each call: it may grow or be dropped."""
 
         def calls() -> DcbCalls:
@@ -202,7 +204,7 @@ class PartitionDoors:
             "readBackwards": lambda ctx, params: calls().read_backwards(ctx, params),
         }
 
-    def _pinned(self, door: _PartitionDoor) -> Routes:
+    def _pinned(self, door: _PartitionDoor) -> Routes[Principal]:
         if door.pinned is None:
             name = door.partition.stream
             refuse = self._consumer_refusal(name)
@@ -213,8 +215,8 @@ class PartitionDoors:
             door.pinned = pinned
         return door.pinned
 
-    def _consumer_refusal(self, name: str) -> Handler:
-        def refuse(ctx: CallContext, params: dict[str, Any]) -> Any:
+    def _consumer_refusal(self, name: str) -> Handler[Principal]:
+        def refuse(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
             info = self._streams.get(name)
             count = len(info.partitions) if info is not None else 0
             raise FTN3Error(

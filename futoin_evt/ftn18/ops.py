@@ -12,13 +12,15 @@ import calendar
 import time
 from typing import Any, Final
 
+from ..auth.users import Principal
+from ..ftn3.calls import CallContext
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..log.retention import Discarder
 from ..notify.management import CONSUMER_DROPPED, ManagementBus
 from ..storage.base import PartitionLog, Users
 from .push import PushService
-from .services import REPLY_ENVELOPE_BYTES, CallContext
+from .services import REPLY_ENVELOPE_BYTES
 
 UNKNOWN_CONSUMER: Final = "UnknownConsumer"
 ALREADY_ACKNOWLEDGED: Final = "AlreadyAcknowledged"
@@ -45,7 +47,7 @@ class ConsumerOps:
     def __init__(self, log: PartitionLog) -> None:
         self._log = log
 
-    async def acknowledge(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+    async def acknowledge(self, ctx: CallContext[Principal], params: dict[str, Any]) -> str | bool:
         position = await self._log.acknowledge(
             ctx.principal.user_id, params["component"], int(params["last_id"])
         )
@@ -53,17 +55,19 @@ class ConsumerOps:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         return str(position) if position else False
 
-    async def id_before(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+    async def id_before(self, ctx: CallContext[Principal], params: dict[str, Any]) -> str | bool:
         position = await self._log.id_before(params["ts"])
         return str(position) if position else False
 
-    async def consumer_state(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, str]:
+    async def consumer_state(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, str]:
         state = await self._log.consumer_state(ctx.principal.user_id, params["component"])
         if state is None:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         return {"position": str(state[0]), "head_id": str(state[1])}
 
-    async def read_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def read_events(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
         after_id = int(params["after_id"])
         upto_id = int(params["upto_id"]) if params["upto_id"] is not None else None
         page = await self._log.read_range(
@@ -103,7 +107,9 @@ class OpsService(ConsumerOps):
         self._push = push
         self._discarder = discarder
 
-    async def stream_info(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    async def stream_info(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, Any]:
         partition = self._log.partition
         bounds = await self._log.stream_bounds()
         lowest = await self._log.lowest_consumer()
@@ -129,7 +135,9 @@ class OpsService(ConsumerOps):
             "expired_consumers": expired,
         })  # fmt: skip
 
-    async def list_consumers(self, ctx: CallContext, params: dict[str, Any]) -> list[Any]:
+    async def list_consumers(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> list[Any]:
         principal = ctx.principal
         rows = await self._log.consumers(None if principal.is_admin else principal.user_id)
         partition_key = self._log.partition.key
@@ -158,7 +166,7 @@ class OpsService(ConsumerOps):
             }))  # fmt: skip
         return out
 
-    async def drop_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+    async def drop_consumer(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
         principal = ctx.principal
         partition = self._log.partition
         if params["user"] != principal.name and not principal.is_admin:
@@ -179,7 +187,9 @@ class OpsService(ConsumerOps):
             )
         return True
 
-    async def seek_consumer(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
+    async def seek_consumer(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> str | bool:
         position = await self._log.id_before(params["ts"]) or 0
         user_id = ctx.principal.user_id
         if not await self._log.set_position(user_id, params["component"], position):

@@ -41,13 +41,16 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ..auth.users import Principal
 from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..domain.stream import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
+from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import FTN3Error
+from ..ftn3.messages import Response
 from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
 from ..storage.base import ConsumerLog, EventPage, PartitionLog, StoreUnreachable
 from ..storage.head import HeadWatch
-from .services import NOT_REGISTERED, CallContext, PeerLink, retrieve_quietly
+from .services import NOT_REGISTERED, retrieve_quietly
 
 log = logging.getLogger(__name__)
 
@@ -284,7 +287,7 @@ class PushStream:
         reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout)
         reply.add_done_callback(lambda done: self._on_reply(group, done))
 
-    def _on_reply(self, group: _Group, done: asyncio.Future[Any]) -> None:
+    def _on_reply(self, group: _Group, done: Deferred[Response]) -> None:
         failure = _failure(done)  # always look: an unread exception would be logged as lost
         if self._task is None or self._task.done():
             return  # stopped: a newer stream or a closed connection owns the consumer now
@@ -341,7 +344,7 @@ class PushStream:
             self.service.acknowledge(self, last_id)
 
 
-def _failure(reply: asyncio.Future[Any]) -> str | None:
+def _failure(reply: Deferred[Response]) -> str | None:
     """Why an onEvents reply does not acknowledge its group, or None when it does."""
     if reply.cancelled():
         return "cancelled"
@@ -429,17 +432,17 @@ class PushService:
             if s.reliable and s.key[0] == partition.key
         ]
 
-    async def ready_to_receive(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+    async def ready_to_receive(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
         """``readyToReceive`` on ``events``/0."""
         return await self._start(self.store, DEFAULT_PARTITION.key, ctx, params)
 
     def receiver(
         self, log_: PartitionLog
-    ) -> Callable[[CallContext, dict[str, Any]], Coroutine[Any, Any, bool]]:
+    ) -> Callable[[CallContext[Principal], dict[str, Any]], Coroutine[Any, Any, bool]]:
         """``readyToReceive`` on the partition of ``log_``."""
         key = log_.partition.key
 
-        async def ready_to_receive(ctx: CallContext, params: dict[str, Any]) -> bool:
+        async def ready_to_receive(ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
             if key not in self._primed:
                 log_.head.advance(await log_.newest_event_id())
                 self._primed.add(key)
@@ -450,7 +453,11 @@ class PushService:
         return ready_to_receive
 
     async def _start(
-        self, store: PartitionLog, partition_key: int, ctx: CallContext, params: dict[str, Any]
+        self,
+        store: PartitionLog,
+        partition_key: int,
+        ctx: CallContext[Principal],
+        params: dict[str, Any],
     ) -> bool:
         if ctx.link is None:
             raise FTN3Error("SecurityError", "Bi-directional channel is required")

@@ -7,9 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from ..auth.users import Principal
 from ..domain.stream import (
@@ -19,8 +18,9 @@ from ..domain.stream import (
     UserId,
     encode_event_data,
 )
+from ..ftn3.calls import CallContext, Pending
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
-from ..ftn3.messages import EncodedJson, Response
+from ..ftn3.messages import EncodedJson
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
 from ..storage.base import EventLog, EventPage, NotWritable, PartitionLog
 
@@ -33,61 +33,13 @@ LIVE_NOT_ALLOWED: Final = "LiveNotAllowed"
 REPLY_ENVELOPE_BYTES: Final = 64
 
 
-@dataclass(slots=True)
-class Pending:
-    """A result that arrives with ``future``; ``then`` turns its value into the result."""
-
-    future: asyncio.Future[Any]
-    then: Callable[[Any], Any] | None = None
-
-
-class PeerLink(Protocol):
-    """Requests from us to the peer, over a bidirectional connection (``S`` rids)."""
-
-    @property
-    def closed(self) -> asyncio.Future[None]:
-        """Done when the connection is gone."""
-
-    @property
-    def is_open(self) -> bool:
-        """False once the connection is closing."""
-
-    @property
-    def writable(self) -> bool:
-        """False while the peer is not reading what was already sent."""
-
-    def on_writable(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` when the peer has caught up again; returns how to stop."""
-
-    def request(self, f: str, params_json: str, timeout: float) -> asyncio.Future[Response]:
-        """Send a request; the future gets the reply, or TimeoutError/ConnectionError."""
-
-    def abort(self) -> None:
-        """Drop the connection at once."""
-
-
-@dataclass(slots=True)
-class CallContext:
-    """Who calls, what the reply may weigh, and the way back to the caller (if any)."""
-
-    principal: Principal
-    max_response_bytes: int
-    link: PeerLink | None = None
-
-
-#: A handler returns its result, a :class:`Pending` result, or a coroutine.
-Handler = Callable[[CallContext, dict[str, Any]], Any]
-#: iface name -> wire function name -> handler
-Routes = Mapping[str, Mapping[str, Handler]]
-
-
 class GenService:
     """``futoin.evt.gen``: add events."""
 
     def __init__(self, store: EventLog) -> None:
         self._store = store
 
-    def add_event(self, ctx: CallContext, params: dict[str, Any]) -> Pending:
+    def add_event(self, ctx: CallContext[Principal], params: dict[str, Any]) -> Pending:
         """The reply (the id as a string) goes out once the event is durable."""
         try:
             data_json = encode_event_data(params["type"], params["data"])
@@ -139,7 +91,7 @@ class PollService:
         self._notices = notices
         self._read_aheads: dict[tuple[UserId, str], _ReadAhead] = {}
 
-    async def register_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+    async def register_consumer(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
         component = params["component"]
         if component == LIVE_COMPONENT:
             raise FTN3Error(LIVE_NOT_ALLOWED, "LIVE consumers do not register")
@@ -156,7 +108,7 @@ class PollService:
             )
         return True
 
-    async def poll_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def poll_events(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
         component: str = params["component"]
         last_id = int(params["last_id"]) if params["last_id"] is not None else 0
         want: list[str] | None = params["want"]
@@ -265,6 +217,6 @@ def retrieve_quietly(page: asyncio.Future[EventPage]) -> None:
         page.exception()
 
 
-def ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+def ping(ctx: CallContext[Principal], params: dict[str, Any]) -> dict[str, Any]:
     """``futoin.ping``: echo."""
     return {"echo": params["echo"]}

@@ -11,18 +11,19 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from ..auth.users import Principal
 from ..domain.partition import DEFAULT_STREAM, check_partition_count, check_stream_name
+from ..ftn3.calls import CallContext
 from ..ftn3.errors import SECURITY_ERROR, FTN3Error
 from ..log.streams import StreamRegistry, describe_stream, stream_summary
 from ..storage.base import Streams
-from .services import CallContext
 
 UNKNOWN_STREAM: Final = "UnknownStream"
 STREAM_EXISTS: Final = "StreamExists"
 INVALID_STREAM: Final = "InvalidStream"
 
 
-def _admin_only(ctx: CallContext) -> None:
+def _admin_only(ctx: CallContext[Principal]) -> None:
     if not ctx.principal.is_admin:
         raise FTN3Error(SECURITY_ERROR, "only admin users add, grow and drop streams")
 
@@ -40,7 +41,7 @@ class StreamAdmin:
         self._store = store
         self._registry = registry
 
-    async def list_streams(self, ctx: CallContext, params: dict[str, Any]) -> list[Any]:
+    async def list_streams(self, ctx: CallContext[Principal], params: dict[str, Any]) -> list[Any]:
         infos = list(self._registry) if self._registry is not None else await self._store.streams()
         return [stream_summary(info) for info in sorted(infos, key=lambda info: info.name)]
 
@@ -49,7 +50,9 @@ class StreamAdmin:
         if self._registry is not None:
             await self._registry.refresh()
 
-    async def describe_stream(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    async def describe_stream(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, Any]:
         info = await self._store.stream(params["name"])
         if info is None:
             raise FTN3Error(UNKNOWN_STREAM, f"no stream {params['name']}")
@@ -58,7 +61,9 @@ class StreamAdmin:
             self._store, info, None if principal.is_admin else principal.user_id
         )
 
-    async def add_stream(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    async def add_stream(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, Any]:
         _admin_only(ctx)
         name = _checked_name(params["name"])
         aggregate_of = params["aggregate_of"]
@@ -75,7 +80,9 @@ class StreamAdmin:
         await self._served()
         return stream_summary(info)
 
-    async def grow_stream(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    async def grow_stream(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, Any]:
         _admin_only(ctx)
         name = params["name"]
         try:
@@ -87,7 +94,7 @@ class StreamAdmin:
         await self._served()
         return stream_summary(info)
 
-    async def drop_stream(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+    async def drop_stream(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
         _admin_only(ctx)
         name = params["name"]
         if name == DEFAULT_STREAM:

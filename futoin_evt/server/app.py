@@ -12,17 +12,18 @@ from websockets.http11 import Request
 
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
-from ..auth.users import Authenticator
+from ..auth.users import Authenticator, Principal
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
 from ..feed.service import FeedService
+from ..ftn3.calls import Routes
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.dcb import DcbCalls
 from ..ftn18.doors import PartitionDoors
 from ..ftn18.notify import NotifyService
 from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
-from ..ftn18.services import GenService, PollService, Routes, ping
+from ..ftn18.services import GenService, PollService, ping
 from ..ftn18.stream_ops import StreamAdmin
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
@@ -110,7 +111,7 @@ def build_routes(
     notices: ManagementBus | None = None,
     notify: NotifyService | None = None,
     registry: StreamRegistry | None = None,
-) -> Routes:
+) -> Routes[Principal]:
     """The explicit map from wire names to service methods."""
     if notify is None:
         notify = NotifyService(live_streams(store, LiveEvents(EventLog(store))), notices)

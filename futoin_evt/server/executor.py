@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..auth.users import Authenticator, Principal
+from ..ftn3.calls import CallContext, Deferred, Handler, PeerLink, Pending, Routes
 from ..ftn3.errors import (
     DEFENSE_REJECTED,
     INTERNAL_ERROR,
@@ -41,7 +42,6 @@ from ..ftn3.ifaces import (
     IfaceSpec,
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
-from ..ftn18.services import CallContext, Handler, PeerLink, Pending, Routes
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, UNKNOWN, Calls
 from ..storage.base import StoreUnreachable
@@ -50,7 +50,7 @@ log = logging.getLogger(__name__)
 
 #: Where the encoded reply of a call goes.
 Respond = Callable[[bytes], None]
-_NO_FUNCS: Mapping[str, Handler] = {}
+_NO_FUNCS: Mapping[str, Handler[Principal]] = {}
 #: How many distinct functions called are remembered with what serves them.
 _RESOLVED_MEMO = 1024
 
@@ -75,14 +75,14 @@ class Channel:
     door: str = "websocket"
     #: What serves this connection's calls when not the executor's own routes (a
     #: partition's FTN18 door).
-    routes: Routes | None = None
+    routes: Routes[Principal] | None = None
 
 
 class Executor:
     def __init__(
         self,
         registry: IfaceRegistry,
-        routes: Routes,
+        routes: Routes[Principal],
         authenticator: Authenticator,
         *,
         check_results: bool = False,
@@ -93,7 +93,9 @@ class Executor:
         self._check_results = check_results
         self._tasks: set[asyncio.Task[None]] = set()
         #: (iface, major, minor, func) of requests -> what serves them, once resolved.
-        self._resolved: dict[tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec, Handler | None]]
+        self._resolved: dict[
+            tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec, Handler[Principal] | None]
+        ]
         self._resolved = {}
         #: Calls by iface, function and outcome, with their latency (metrics).
         self.calls = Calls("websocket")
@@ -170,7 +172,7 @@ class Executor:
 
     def _resolve(
         self, request: Request, principal: Principal | None
-    ) -> tuple[IfaceSpec, FuncSpec, Handler | None]:
+    ) -> tuple[IfaceSpec, FuncSpec, Handler[Principal] | None]:
         try:
             iface = self._registry.resolve(request.iface, request.major, request.minor)
             func = iface.funcs.get(request.func)
@@ -223,7 +225,7 @@ class Executor:
         request: Request,
         func: FuncSpec,
         pending: Pending,
-        done: asyncio.Future[Any],
+        done: Deferred[Any],
         channel: Channel,
         started: float,
     ) -> bytes:

@@ -22,9 +22,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ..auth.users import Principal
+from ..ftn3.calls import Routes
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
-from ..ftn18.services import Routes
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import TOO_MANY_CONNECTIONS, Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
@@ -75,7 +76,7 @@ class PathRoutes(Protocol):
     def refusal(self, path: str) -> str | None:
         """Why an upgrade to ``path`` is refused (HTTP 404 with it), or None."""
 
-    def open(self, path: str) -> Routes | None:
+    def open(self, path: str) -> Routes[Principal] | None:
         """The routes of an accepted connection to ``path``; None: the executor's own."""
 
 
