@@ -375,8 +375,9 @@ class PushPeers(Protocol):
 class PushService:
     """``readyToReceive``: starts, and takes over, push streams, on every partition served.
 
-    ``store`` is the log of ``events``/0 (:meth:`ready_to_receive`); a partition's streams
-    start with :meth:`receiver` of its log. Streams are keyed by partition key first.
+    A partition's streams start with :meth:`receiver` of its log; ``store`` is the log of
+    ``events``/0, whose claims are heard from the start. Streams are keyed by partition key
+    first.
     """
 
     def __init__(
@@ -385,7 +386,6 @@ class PushService:
         config: PushConfig = PushConfig(),
         notices: ManagementBus | None = None,
     ) -> None:
-        self.store = store
         self.config = config
         #: Told of takeovers and retries (management events), when given.
         self.notices = notices
@@ -431,10 +431,6 @@ class PushService:
             for s in self._streams.values()
             if s.reliable and s.key[0] == partition.key
         ]
-
-    async def ready_to_receive(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
-        """``readyToReceive`` on ``events``/0."""
-        return await self._start(self.store, DEFAULT_PARTITION.key, ctx, params)
 
     def receiver(
         self, log_: PartitionLog

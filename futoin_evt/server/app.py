@@ -12,19 +12,14 @@ from websockets.http11 import Request
 
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
-from ..auth.users import Authenticator, Principal
+from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
 from ..feed.service import FeedService
-from ..ftn3.calls import Routes
 from ..ftn3.ifaces import IfaceRegistry
-from ..ftn18.dcb import DcbCalls
 from ..ftn18.doors import PartitionDoors
 from ..ftn18.notify import NotifyService
-from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
-from ..ftn18.services import GenService, PollService, ping
-from ..ftn18.stream_ops import StreamAdmin
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
 from ..log.eventlog import EventLog
@@ -102,63 +97,6 @@ class ServerConfig:
     aggregate: AggregateConfig = field(default_factory=AggregateConfig)
     #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
     console: ConsoleConfig | None = None
-
-
-def build_routes(
-    store: Store,
-    push: PushService,
-    discarder: Discarder,
-    notices: ManagementBus | None = None,
-    notify: NotifyService | None = None,
-    registry: StreamRegistry | None = None,
-) -> Routes[Principal]:
-    """The explicit map from wire names to service methods."""
-    if notify is None:
-        notify = NotifyService(live_streams(store, LiveEvents(EventLog(store))), notices)
-    gen = GenService(store)
-    dcb = DcbCalls(DcbService(store))
-    poll = PollService(store, notices)
-    ops = OpsService(store, store, push, discarder, notices)
-    streams = StreamAdmin(store, registry)
-    consumer = {
-        "ping": ping,
-        "registerConsumer": poll.register_consumer,
-        "pollEvents": poll.poll_events,
-    }
-    return {
-        "futoin.ping": {"ping": ping},
-        "futoin.evt.gen": {"ping": ping, "addEvent": gen.add_event},
-        "futoin.evt.poll": consumer,
-        "futoin.evt.push": {**consumer, "readyToReceive": push.ready_to_receive},
-        "futoin.evt.dcb": {
-            "ping": ping,
-            "append": dcb.append,
-            "read": dcb.read,
-            "readBackwards": dcb.read_backwards,
-        },
-        "futoin.evt.notify": {
-            "ping": ping,
-            "subscribe": notify.subscribe,
-            "unsubscribe": notify.unsubscribe,
-            "getEvents": notify.get_events,
-        },
-        "futoinevt.ops": {
-            "ping": ping,
-            "streamInfo": ops.stream_info,
-            "listConsumers": ops.list_consumers,
-            "dropConsumer": ops.drop_consumer,
-            "seekConsumer": ops.seek_consumer,
-            "acknowledge": ops.acknowledge,
-            "idBefore": ops.id_before,
-            "consumerState": ops.consumer_state,
-            "readEvents": ops.read_events,
-            "listStreams": streams.list_streams,
-            "describeStream": streams.describe_stream,
-            "addStream": streams.add_stream,
-            "growStream": streams.grow_stream,
-            "dropStream": streams.drop_stream,
-        },
-    }
 
 
 def live_streams(
@@ -334,13 +272,10 @@ class EventServer:
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
-            routes = build_routes(store, push, discarder, notices, notify, streams)
-            executor = Executor(
-                build_registry(), routes, authenticator, check_results=config.check_results
-            )
+            executor = Executor(build_registry(), authenticator, check_results=config.check_results)
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
-            doors = PartitionDoors(streams, store, push, discarder, routes, notices)
+            doors = PartitionDoors(streams, store, push, discarder, notify, notices)
             transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []

@@ -73,8 +73,8 @@ class Channel:
     log_in: Callable[[], bool] | None = None
     #: The door, for the metrics and log lines.
     door: str = "websocket"
-    #: What serves this connection's calls when not the executor's own routes (a
-    #: partition's FTN18 door).
+    #: What serves this connection's calls (the FTN18 door of its path's partition); None:
+    #: nothing (every call is NotImplemented).
     routes: Routes[Principal] | None = None
 
 
@@ -82,21 +82,16 @@ class Executor:
     def __init__(
         self,
         registry: IfaceRegistry,
-        routes: Routes[Principal],
         authenticator: Authenticator,
         *,
         check_results: bool = False,
     ) -> None:
         self._registry = registry
-        self._routes = routes
         self._auth = authenticator
         self._check_results = check_results
         self._tasks: set[asyncio.Task[None]] = set()
-        #: (iface, major, minor, func) of requests -> what serves them, once resolved.
-        self._resolved: dict[
-            tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec, Handler[Principal] | None]
-        ]
-        self._resolved = {}
+        #: (iface, major, minor, func) of requests -> their definitions, once resolved.
+        self._resolved: dict[tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec]] = {}
         #: Calls by iface, function and outcome, with their latency (metrics).
         self.calls = Calls("websocket")
 
@@ -150,9 +145,9 @@ class Executor:
             resolved = self._resolve(request, principal)
             if len(self._resolved) < _RESOLVED_MEMO:
                 self._resolved[key] = resolved
-        iface, func, handler = resolved
-        if channel.routes is not None:
-            handler = channel.routes.get(iface.name, _NO_FUNCS).get(func.name)
+        iface, func = resolved
+        routes = channel.routes
+        handler = routes.get(iface.name, _NO_FUNCS).get(func.name) if routes is not None else None
         if principal is None and ALLOW_ANONYMOUS not in iface.requires:
             raise FTN3Error(SECURITY_ERROR, "Anonymous not allowed")
         if channel.log_in is not None and not channel.log_in():
@@ -170,9 +165,7 @@ class Executor:
         ctx = CallContext(principal, func.max_response_bytes, channel.link)
         return func, handler(ctx, params)
 
-    def _resolve(
-        self, request: Request, principal: Principal | None
-    ) -> tuple[IfaceSpec, FuncSpec, Handler[Principal] | None]:
+    def _resolve(self, request: Request, principal: Principal | None) -> tuple[IfaceSpec, FuncSpec]:
         try:
             iface = self._registry.resolve(request.iface, request.major, request.minor)
             func = iface.funcs.get(request.func)
@@ -182,7 +175,7 @@ class Executor:
             if principal is None:
                 raise FTN3Error(UNKNOWN_INTERFACE, f"Unknown interface: {request.iface}") from exc
             raise
-        return iface, func, self._routes.get(iface.name, {}).get(func.name)
+        return iface, func
 
     async def _call_slowly(
         self, request: Request, size: int, channel: Channel, respond: Respond, started: float

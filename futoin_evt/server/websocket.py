@@ -76,8 +76,8 @@ class PathRoutes(Protocol):
     def refusal(self, path: str) -> str | None:
         """Why an upgrade to ``path`` is refused (HTTP 404 with it), or None."""
 
-    def open(self, path: str) -> Routes[Principal] | None:
-        """The routes of an accepted connection to ``path``; None: the executor's own."""
+    def open(self, path: str) -> Routes[Principal]:
+        """The routes of an accepted connection to ``path``."""
 
 
 def _expire(reply: asyncio.Future[Response]) -> None:
@@ -272,8 +272,8 @@ class WebSocketTransport:
         )
         #: Told of FTN3 connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None
-        #: Which routes a path reaches (the FTN18 door per partition); None: every path is
-        #: served by the executor's own routes.
+        #: Which routes a path reaches (the FTN18 door per partition); None: no path serves
+        #: any call.
         self.doors: PathRoutes | None = None
 
     async def start(self) -> None:
