@@ -14,7 +14,8 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.amqp.codec import format_offset
-from futoin_evt.log.eventlog import EventLog, ts_to_ms
+from futoin_evt.domain.stream import ts_to_ms
+from futoin_evt.log.eventlog import EventLog
 from futoin_evt.server.app import EventServer
 
 from .conftest import ServerFactory

@@ -11,10 +11,10 @@ from typing import Any, cast
 import httpx
 import pytest
 
-from futoin_evt.auth.users import Principal
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.dcb.client import DcbClient, DcbError, Event, Query, QueryItem, condition
 from futoin_evt.domain.partition import DEFAULT_STREAM
+from futoin_evt.domain.principal import Principal
 from futoin_evt.ftn3.calls import CallContext
 from futoin_evt.ftn3.errors import FTN3Error
 from futoin_evt.ftn18.dcb import DcbCalls

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..domain.checkpoints import EventHubCheckpoints
-from ..log.eventlog import ts_to_ms
+from ..domain.stream import ts_to_ms
 from ..notify.live import UnknownStream
 from ..quoting import quote_input
 from . import checkpoints

@@ -21,8 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
-from ..domain.stream import EventRejected, UserId
-from ..log.eventlog import EventLog, StoredEvent, is_registrable
+from ..domain.stream import EventRejected, StoredEvent, UserId, is_registrable
+from ..log.eventlog import EventLog
 from ..notify.management import CONSUMER_REGISTERED, ManagementBus
 from ..quoting import quote_input
 from ..stats import Calls

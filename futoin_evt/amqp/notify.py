@@ -35,8 +35,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ..domain.stream import EventId
-from ..log.eventlog import StoredEvent
+from ..domain.stream import EventId, StoredEvent
 from ..notify.live import (
     READ_BATCH,
     LiveEvents,

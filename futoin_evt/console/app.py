@@ -24,10 +24,11 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..auth.users import Authenticator, Principal
+from ..auth.users import Authenticator
 from ..dcb.model import DcbInputError, parse_query
 from ..dcb.service import DcbService, ReadRequest
 from ..domain.partition import DEFAULT_PARTITION, Partition
+from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..ftn3.errors import FTN3Error
 from ..ftn18.push import PushService

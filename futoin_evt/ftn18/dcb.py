@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-from ..auth.users import Principal
 from ..dcb.model import DcbInputError, parse_condition, parse_events, parse_query
 from ..dcb.service import DcbService, DcbStreamRefused, ReadRequest, stream_dcb_log
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.partition import Partition, StreamInfo
+from ..domain.principal import Principal
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..auth.users import Principal
 from ..dcb.service import DcbService
 from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
+from ..domain.principal import Principal
 from ..ftn3.calls import CallContext, Handler, Routes
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..log.retention import Discarder

@@ -21,7 +21,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from ..auth.users import Principal
+from ..domain.principal import Principal
 from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import Response, encode_json

@@ -12,7 +12,7 @@ import calendar
 import time
 from typing import Any, Final
 
-from ..auth.users import Principal
+from ..domain.principal import Principal
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson

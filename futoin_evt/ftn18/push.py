@@ -41,8 +41,8 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from ..auth.users import Principal
 from ..domain.partition import DEFAULT_PARTITION, Partition
+from ..domain.principal import Principal
 from ..domain.stream import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
 from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import FTN3Error

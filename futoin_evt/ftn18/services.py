@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Final
 
-from ..auth.users import Principal
+from ..domain.principal import Principal
 from ..domain.stream import (
     LIVE_COMPONENT,
     MAX_EVENTS_PER_CALL,

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from ..auth.users import Principal
 from ..domain.partition import DEFAULT_STREAM, check_partition_count, check_stream_name
+from ..domain.principal import Principal
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import SECURITY_ERROR, FTN3Error
 from ..log.streams import StreamRegistry, describe_stream, stream_summary

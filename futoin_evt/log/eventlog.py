@@ -8,53 +8,15 @@ wire-shaped methods; both reach the same store, so an event is the same at every
 from __future__ import annotations
 
 import asyncio
-import calendar
-import functools
-import re
-import time
 from collections.abc import Callable, Collection
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
 from ..domain.partition import Partition
-from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
+from ..domain.stream import EventId, StoredEvent, UserId, encode_event_data, utc_timestamp
 from ..storage.base import PartitionLog, StreamBounds
-
-#: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
-COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
-
-
-def is_registrable(component: str) -> bool:
-    """A name a reliable consumer can be registered under (LIVE is not one)."""
-    return COMPONENT_RE.match(component) is not None and component != LIVE_COMPONENT
-
-
-class StoredEvent(NamedTuple):
-    """One stored event: a tuple, made from a store row in one call (readers make one per
-    event, so this matters on the hot paths)."""
-
-    id: EventId
-    type: str
-    #: The event data as the JSON text it is stored as.
-    data_json: str
-    #: ``YYYY-MM-DDTHH:MM:SSZ`` (when it was added).
-    ts: str
-    #: The content type of the AMQP ``data`` section the event came as (``""`` for none);
-    #: None when it came otherwise.
-    content_type: str | None = None
-
-    @property
-    def timestamp_ms(self) -> int:
-        return ts_to_ms(self.ts)
-
 
 #: A store row (id, type, data JSON, ts, content type) as a :class:`StoredEvent`.
 _make_event: Final = StoredEvent._make
-
-
-@functools.lru_cache(maxsize=256)
-def ts_to_ms(ts: str) -> int:
-    """An FTN18 timestamp as milliseconds since the epoch."""
-    return calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")) * 1000
 
 
 class EventLog:

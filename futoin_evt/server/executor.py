@@ -22,7 +22,8 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth.users import Authenticator, Principal
+from ..auth.users import Authenticator
+from ..domain.principal import Principal
 from ..ftn3.calls import CallContext, Deferred, Handler, PeerLink, Pending, Routes
 from ..ftn3.errors import (
     DEFENSE_REJECTED,
