@@ -105,7 +105,7 @@ class PartitionDoors:
         self._push = push
         self._discarder = discarder
         self._notices = notices
-        admin = StreamAdmin(store, streams)
+        admin = StreamAdmin(streams)
         #: Calls that are the same on every path: notification, the streams' administration.
         self._notify: dict[str, Handler[Principal]] = {
             "ping": ping,

@@ -17,13 +17,23 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
+from ..domain.partition import (
+    DEFAULT_PARTITION,
+    Partition,
+    StreamInfo,
+    check_partition_count,
+    check_stream_name,
+)
+from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..storage.base import Streams
+from .access import check_admin, consumers_shown_to
 from .eventlog import EventLog
 
 log = logging.getLogger(__name__)
 
+#: What only admin users do to streams.
+_ADMINS_DO: Final = "add, grow and drop streams"
 #: Seconds between two reads of the registry's version (a stream is served within this).
 DEFAULT_POLL_SECONDS: Final = 1.0
 #: Seconds between two reads of it where every change is notified: only a fallback.
@@ -89,6 +99,47 @@ class StreamRegistry:
         self.version = version
         for callback in list(self._listeners):
             callback()
+
+    # -- the streams' administration (a change is served here at once) ---------------------
+
+    async def add(
+        self, who: Principal, name: str, partitions: int, *, aggregate_of: str | None = None
+    ) -> StreamInfo:
+        """Add a stream (see :meth:`~futoin_evt.storage.base.Streams.add_stream`): Refused
+        for a user who is not an admin, ValueError for a bad name or count (one sentence),
+        KeyError when the name is taken."""
+        check_admin(who, _ADMINS_DO)
+        check_stream_name(name)
+        if aggregate_of == name:
+            raise ValueError(f"the stream {name} cannot aggregate itself")
+        info = await self._store.add_stream(
+            name, check_partition_count(partitions), aggregate_of=aggregate_of
+        )
+        await self.refresh()
+        return info
+
+    async def grow(self, who: Principal, name: str, partitions: int) -> StreamInfo:
+        """Grow a stream (see :meth:`~futoin_evt.storage.base.Streams.grow_stream`)."""
+        check_admin(who, _ADMINS_DO)
+        info = await self._store.grow_stream(name, partitions)
+        await self.refresh()
+        return info
+
+    async def drop(self, who: Principal, name: str) -> bool:
+        """Drop a stream (see :meth:`~futoin_evt.storage.base.Streams.drop_stream`)."""
+        check_admin(who, _ADMINS_DO)
+        dropped = await self._store.drop_stream(name)
+        if dropped:
+            await self.refresh()
+        return dropped
+
+    async def describe(self, who: Principal, name: str) -> dict[str, Any] | None:
+        """:func:`describe_stream` of the stream in the database (None: no such stream),
+        with the consumers ``who`` is shown."""
+        info = await self._store.stream(name)
+        if info is None:
+            return None
+        return await describe_stream(self._store, info, consumers_shown_to(who))
 
     async def _follow(self) -> None:
         while True:
