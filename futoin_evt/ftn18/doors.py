@@ -34,10 +34,8 @@ from ..domain.principal import Principal
 from ..ftn3.calls import CallContext, Handler, Routes
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..log.retention import Discarder
-from ..log.streams import StreamRegistry
-from ..notify.management import ManagementBus
+from ..log.streams import StreamLogs, StreamRegistry
 from ..quoting import quote_input
-from ..storage.base import Store
 from .dcb import DcbCalls
 from .notify import NotifyService
 from .ops import OpsService
@@ -94,17 +92,15 @@ class PartitionDoors:
     def __init__(
         self,
         streams: StreamRegistry,
-        store: Store,
+        logs: StreamLogs,
         push: PushService,
         discarder: Discarder,
         notify: NotifyService,
-        notices: ManagementBus | None = None,
     ) -> None:
         self._streams = streams
-        self._store = store
+        self._logs = logs
         self._push = push
         self._discarder = discarder
-        self._notices = notices
         admin = StreamAdmin(streams)
         #: Calls that are the same on every path: notification, the streams' administration.
         self._notify: dict[str, Handler[Principal]] = {
@@ -191,17 +187,17 @@ class PartitionDoors:
 
     def _routes(self, partition: Partition) -> dict[str, dict[str, Handler[Principal]]]:
         """The explicit map from wire names to the methods that serve them on ``partition``."""
-        log_ = self._store.partition_log(partition)
-        gen = GenService(log_)
-        poll = PollService(log_, self._notices)
-        ops = OpsService(log_, self._store, self._push, self._discarder, self._notices)
+        events = self._logs.partition(partition)
+        gen = GenService(events)
+        poll = PollService(events)
+        ops = OpsService(events, self._push, self._discarder)
         consumer: dict[str, Handler[Principal]] = {
             "ping": ping,
             "registerConsumer": poll.register_consumer,
             "pollEvents": poll.poll_events,
         }
         if partition == DEFAULT_PARTITION:
-            dcb = DcbCalls(DcbService(log_))
+            dcb = DcbCalls(DcbService(events))
             dcb_routes = self._dcb_routes(lambda: dcb)
         else:
             dcb_routes = self._stream_dcb_routes(partition.stream)
@@ -209,7 +205,7 @@ class PartitionDoors:
             "futoin.ping": {"ping": ping},
             GEN: {"ping": ping, "addEvent": gen.add_event},
             POLL: consumer,
-            PUSH: {**consumer, "readyToReceive": self._push.receiver(log_)},
+            PUSH: {**consumer, "readyToReceive": self._push.receiver(events)},
             DCB: dcb_routes,
             NOTIFY: self._notify,
             OPS: {**self._admin, **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}},
@@ -218,7 +214,7 @@ class PartitionDoors:
     def _stream_dcb_routes(self, name: str) -> dict[str, Handler[Principal]]:
         """DCB on the stream ``name``, looked up at each call: it may grow or be dropped."""
         return self._dcb_routes(
-            lambda: DcbCalls.of_stream(name, self._streams.get, self._store.partition_log)
+            lambda: DcbCalls.of_stream(name, self._streams.get, self._logs.partition)
         )
 
     @staticmethod

@@ -28,6 +28,7 @@ from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..storage.base import Streams
 from .access import check_admin, consumers_shown_to
+from .consumers import ConsumerLifecycle
 from .eventlog import EventLog
 
 log = logging.getLogger(__name__)
@@ -202,16 +203,30 @@ async def describe_stream(
 
 
 class StreamLogs:
-    """The event log of each partition of each stream the registry knows, by stream name (made
-    as they are first asked for). ``events``/0 is ``default``, the log other parts share."""
+    """The event log of every partition of every stream, one per partition (made as first
+    asked for): what every door reaches a partition through. ``events``/0 is
+    :attr:`default`."""
 
-    def __init__(self, registry: StreamRegistry, store: Streams, default: EventLog) -> None:
+    def __init__(
+        self, registry: StreamRegistry, store: Streams, lifecycle: ConsumerLifecycle
+    ) -> None:
         self._registry = registry
         self._store = store
-        self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: default}
+        #: What every partition's consumers share (the deliveries are set once they exist).
+        self.lifecycle = lifecycle
+        self.default = EventLog(store.partition_log(DEFAULT_PARTITION), lifecycle)
+        self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: self.default}
         #: The lists handed out, while the registry stays at ``_version``.
         self._lists: dict[str, list[EventLog]] = {}
         self._version = registry.version
+
+    def partition(self, partition: Partition) -> EventLog:
+        """The log of ``partition``."""
+        found = self._logs.get(partition.key)
+        if found is None:
+            found = EventLog(self._store.partition_log(partition), self.lifecycle)
+            self._logs[partition.key] = found
+        return found
 
     def partitions(self, name: str) -> list[EventLog] | None:
         """The logs of the stream's partitions, partition ``n`` at index ``n``; None when
@@ -225,15 +240,13 @@ class StreamLogs:
         info = self._registry.get(name)
         if info is None:
             return None
-        logs = []
-        for partition in info.partitions:
-            found = self._logs.get(partition.key)
-            if found is None:
-                found = self._logs[partition.key] = EventLog(self._store.partition_log(partition))
-            logs.append(found)
-        self._lists[name] = logs
+        logs = self._lists[name] = [self.partition(partition) for partition in info.partitions]
         return logs
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` after each change of the registry (a stream grown, say)."""
         return self._registry.listen(callback)
+
+    async def consumer_counts(self, who: Principal) -> dict[int, int]:
+        """The consumers ``who`` is shown, counted by partition key (one read)."""
+        return await self._store.consumer_counts(consumers_shown_to(who))

@@ -22,7 +22,7 @@ from ..ftn18.notify import NotifyService
 from ..ftn18.push import PushConfig, PushService
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
-from ..log.eventlog import EventLog
+from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
@@ -99,16 +99,9 @@ class ServerConfig:
     console: ConsoleConfig | None = None
 
 
-def live_streams(
-    store: Store, live: LiveEvents, streams: StreamRegistry | None = None
-) -> LiveStreams:
-    """The shared readers of every stream's partitions, ``live`` that of ``events``/0."""
-    return LiveStreams(
-        live,
-        streams.get if streams is not None else lambda _name: None,
-        lambda partition: EventLog(store.partition_log(partition)),
-        streams.listen if streams is not None else None,
-    )
+def live_streams(logs: StreamLogs, streams: StreamRegistry) -> LiveStreams:
+    """The shared readers of every stream's partitions, that of ``events``/0 the default."""
+    return LiveStreams(LiveEvents(logs.default), streams.get, logs.partition, streams.listen)
 
 
 def build_registry() -> IfaceRegistry:
@@ -129,11 +122,11 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
 
 async def _start_amqp(
     store: Store,
+    logs: StreamLogs,
     live: LiveStreams,
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
-    streams: StreamRegistry,
 ) -> AmqpListener:
     """The AMQP listener (imported here: its filter parser, lark, is an optional dependency)."""
     from ..amqp.listener import AmqpListener
@@ -141,9 +134,8 @@ async def _start_amqp(
     from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
-    hubs = StreamLogs(streams, store, live.default.events)
     notifications = NotificationNode(live, bus)
-    node = EventLogNode(live.default.events, config.limits.node, hubs, bus)
+    node = EventLogNode(logs.default, config.limits.node, logs)
     listener = AmqpListener(
         node, authenticator, config, sas=sas, notifications=notifications, checkpoints=store
     )
@@ -158,7 +150,7 @@ async def _start_amqp(
 
 def _console_endpoint(
     config: ConsoleConfig,
-    store: Store,
+    logs: StreamLogs,
     streams: StreamRegistry,
     push: PushService,
     authenticator: Authenticator,
@@ -171,7 +163,7 @@ def _console_endpoint(
     from ..console.app import Console
     from .console_http import ConsoleEndpoint
 
-    console = Console(store, streams, push, authenticator, notices, live, config)
+    console = Console(logs, streams, push, authenticator, notices, live, config)
     return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
 
 
@@ -201,6 +193,7 @@ class EventServer:
     def __init__(
         self,
         store: Store,
+        logs: StreamLogs,
         push: PushService,
         discarder: Discarder,
         transport: WebSocketTransport,
@@ -209,6 +202,8 @@ class EventServer:
         streams: StreamRegistry,
     ) -> None:
         self.store = store
+        #: Every partition's event log: what every door calls.
+        self.logs = logs
         #: The streams and partitions of the database, followed across processes.
         self.streams = streams
         #: The database as configured: a SQLite path or a PostgreSQL URL.
@@ -230,8 +225,8 @@ class EventServer:
         #: Event notification: management events, the shared readers (that of ``events``/0
         #: and those of every partition read), the FTN3 service.
         self.notices = ManagementBus()
-        self.live = LiveEvents(EventLog(store))
-        self.live_streams = live_streams(store, self.live, streams)
+        self.live_streams = live_streams(logs, streams)
+        self.live = self.live_streams.default
         self.notify = NotifyService(self.live_streams, self.notices)
         #: The channel to the other workers of the group, when this is one.
         self.channel: PeerChannel | None = None
@@ -258,11 +253,13 @@ class EventServer:
         except BaseException:
             await store.close()
             raise
-        live = LiveEvents(EventLog(store))
-        lives = live_streams(store, live, streams)
+        consumers = ConsumerLifecycle(store, notices)
+        logs = StreamLogs(streams, store, consumers)
+        lives = live_streams(logs, streams)
         notify = NotifyService(lives, notices)
         try:
-            push = PushService(store, config.push, notices)
+            push = PushService(logs.default, config.push, notices)
+            consumers.deliveries = push
             if channel is not None:
                 channel.serve_push(push)
             discarding = config.worker is None or config.worker.slot == 0
@@ -275,7 +272,7 @@ class EventServer:
             executor = Executor(build_registry(), authenticator, check_results=config.check_results)
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
-            doors = PartitionDoors(streams, store, push, discarder, notify, notices)
+            doors = PartitionDoors(streams, logs, push, discarder, notify)
             transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
@@ -285,18 +282,18 @@ class EventServer:
                 endpoints.append(feed)
             if config.dcb_path is not None:
                 dcb = DcbEndpoint(
-                    DcbService(store),
+                    DcbService(logs.default),
                     authenticator,
                     transport.is_secure,
                     config.dcb_path,
-                    lambda name: DcbService(stream_dcb_log(name, streams.get, store.partition_log)),
+                    lambda name: DcbService(stream_dcb_log(name, streams.get, logs.partition)),
                 )
                 endpoints.append(dcb)
             console = None
             if config.console is not None:
                 endpoint = _console_endpoint(
                     config.console,
-                    store,
+                    logs,
                     streams,
                     push,
                     authenticator,
@@ -314,7 +311,7 @@ class EventServer:
             if config.amqp is not None:
                 try:
                     amqp = await _start_amqp(
-                        store, lives, notices, authenticator, config.amqp, streams
+                        store, logs, lives, notices, authenticator, config.amqp
                     )
                 except BaseException:
                     await transport.close()
@@ -334,7 +331,7 @@ class EventServer:
         aggregator = Aggregator(store, streams, config.aggregate)
         aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
-        server = cls(store, push, discarder, transport, authenticator, executor, streams)
+        server = cls(store, logs, push, discarder, transport, authenticator, executor, streams)
         server.archiver = archiver
         server.aggregator = aggregator
         server.doors = doors
@@ -346,7 +343,7 @@ class EventServer:
         if console is not None:
             console.start()
         server.notices = notices
-        server.live = live
+        server.live = lives.default
         server.live_streams = lives
         server.notify = notify
         server.channel = channel

@@ -43,9 +43,9 @@ from ..ftn3.ifaces import (
     IfaceSpec,
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
+from ..log.eventlog import StoreUnreachable
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, UNKNOWN, Calls
-from ..storage.base import StoreUnreachable
 
 log = logging.getLogger(__name__)
 
