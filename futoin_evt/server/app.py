@@ -277,7 +277,7 @@ class EventServer:
             feed = None
             endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
-                service = await FeedService.open(store, streams)
+                service = FeedService(logs, streams, await store.stream_id())
                 feed = FeedEndpoint(service, authenticator, config.feed, transport.is_secure)
                 endpoints.append(feed)
             if config.dcb_path is not None:

@@ -301,7 +301,7 @@ class FeedEndpoint(HttpEndpoint):
         if isinstance(parsed, Discovery):
             exchange.respond(200, self._feed.discovery(feed), "application/json")
             return
-        readings = await self._feed.start_after(feed, parsed)
+        readings = await self._feed.start_after(principal, feed, parsed)
         exchange.start_stream("application/x-ndjson")
         await self._feed.events(parsed, readings, exchange.write)
         exchange.end_stream()
