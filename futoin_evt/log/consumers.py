@@ -50,10 +50,6 @@ class PartitionConsumers:
         self._store = store
         self._lifecycle = lifecycle
 
-    @property
-    def partition(self) -> Partition:
-        return self._store.partition
-
     # -- the lifecycle ----------------------------------------------------------------------
 
     async def register(self, who: Principal, component: str, *, transport: str) -> bool:

@@ -212,8 +212,7 @@ class StreamLogs:
     ) -> None:
         self._registry = registry
         self._store = store
-        #: What every partition's consumers share (the deliveries are set once they exist).
-        self.lifecycle = lifecycle
+        self._lifecycle = lifecycle
         self.default = EventLog(store.partition_log(DEFAULT_PARTITION), lifecycle)
         self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: self.default}
         #: The lists handed out, while the registry stays at ``_version``.
@@ -224,7 +223,7 @@ class StreamLogs:
         """The log of ``partition``."""
         found = self._logs.get(partition.key)
         if found is None:
-            found = EventLog(self._store.partition_log(partition), self.lifecycle)
+            found = EventLog(self._store.partition_log(partition), self._lifecycle)
             self._logs[partition.key] = found
         return found
 
