@@ -21,9 +21,9 @@ from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import parse_qsl, quote_plus, unquote_plus
 
+from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..storage.base import User
-from .users import Principal
 
 #: Bytes of randomness in a new secret file.
 SECRET_BYTES: Final = 32
