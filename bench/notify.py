@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from futoin_evt.domain.principal import Principal
+from futoin_evt.domain.stream import UserId
 from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.live import LiveEvents, Subscription
 from futoin_evt.notify.message import Notification
@@ -39,6 +41,8 @@ from futoin_evt.storage import open_store
 
 SELECTOR: Final = "eventType = 'ORDER_PLACED' AND total > 100 AND region IN ('EU', 'US')"
 SUBSCRIBERS: Final = 100
+#: Who appends the events.
+WRITER: Final = Principal(UserId(1), "bench", is_admin=True)
 TYPES: Final = tuple(f"TYPE_{letter}" for letter in "ABCDEFGHIJ")
 TICK: Final = 0.01
 
@@ -135,7 +139,7 @@ async def _fan_out(events: EventLog, seconds: float, rate: int) -> dict[str, flo
         for i in range(per_tick):
             n = tick * per_tick + i
             data = {"t": time.perf_counter(), "amount": n % 97, "region": "EU", "n": n}
-            append = events.append(TYPES[n % len(TYPES)], data)
+            append = events.append(WRITER, TYPES[n % len(TYPES)], data)
             in_flight.add(append)
             append.add_done_callback(appended)
         delay = started + (tick + 1) * TICK - time.perf_counter()

@@ -8,6 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from futoin_evt.domain.principal import Principal
+from futoin_evt.domain.stream import UserId
+
+#: Who appends the events the notification tests add through an event log.
+WRITER = Principal(UserId(1), "alice", is_admin=False)
+
 EVENTS: list[tuple[str, Any]] = [
     ("ORDER_PLACED", {"total": 150, "region": "EU", "customer": "alice", "express": True,
                       "discount": None, "order": {"total": 150, "items": 3}}),  # 1

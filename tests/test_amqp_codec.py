@@ -19,8 +19,7 @@ from futoin_evt.amqp.codec import (
     message_to_event,
     stored_form,
 )
-from futoin_evt.domain.stream import EventId
-from futoin_evt.log.eventlog import StoredEvent, ts_to_ms
+from futoin_evt.domain.stream import EventId, StoredEvent, ts_to_ms
 
 TS = "2026-11-23T08:00:05Z"
 

@@ -6,8 +6,7 @@ import pytest
 
 from futoin_evt.amqp.codec import BadFilter
 from futoin_evt.amqp.filters import compile_filter
-from futoin_evt.domain.stream import EventId
-from futoin_evt.log.eventlog import StoredEvent
+from futoin_evt.domain.stream import EventId, StoredEvent
 
 HEAD = 100
 # id 10 was added at 2024-01-01T00:00:10Z: 1704067210000 ms

@@ -11,8 +11,8 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
-from futoin_evt.auth.users import Principal
 from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.domain.principal import Principal
 from futoin_evt.ftn3.errors import SECURITY_ERROR, FTN3Error
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits

@@ -62,6 +62,40 @@ def test_the_amqp_door_knows_no_other_door() -> None:
         assert "storage" not in parts, f"{module} uses the store"
 
 
+#: The doors: their packages, and the server's modules that carry a door's wire.
+DOORS: tuple[str, ...] = ("ftn18", "feed", "dcb", "console", "notify", "amqp", "server")
+#: Imports of storage/ by a door module, each for a reason: every other call of a door goes
+#: down through log/, where a right on a stream is checked.
+DOORS_TO_STORAGE: dict[tuple[str, str], str] = {
+    ("futoin_evt.server.app", "futoin_evt.storage"): "the composition root opens the store",
+    ("futoin_evt.server.app", "futoin_evt.storage.base"): "and hands it to log/ (its config)",
+    ("futoin_evt.server.peers", "futoin_evt.storage.base"): "the channel between the workers"
+    " carries the store's own news (PeerNews), not a user's call",
+    ("futoin_evt.server.metrics", "futoin_evt.storage.base"): "/metrics reads the store's own"
+    " figures (group commit, pool, readiness) and every lag for the operator, not for a user",
+    ("futoin_evt.ftn18.push", "futoin_evt.storage.head"): "a push stream's durable position is"
+    " a HeadWatch, the generic wake-up that stands in storage/",
+}
+
+
+def test_the_doors_go_down_through_log() -> None:
+    """A door reaches the events, the consumers and the streams through log/ only, so the
+    acting user meets every rule in one place and the door maps a refusal to its wire."""
+    wrong = []
+    for module, imported in _imports():
+        if _package(module) not in DOORS or _package(imported) != "storage":
+            continue
+        if (module, imported) not in DOORS_TO_STORAGE:
+            wrong.append(f"{module} imports {imported}")
+    assert not wrong, "doors that bypass log/:\n" + "\n".join(wrong)
+
+
+def test_every_door_to_storage_is_still_there() -> None:
+    """The list of reasons names only imports that exist (it shrinks as they go)."""
+    found = set(_imports())
+    assert not DOORS_TO_STORAGE.keys() - found, DOORS_TO_STORAGE.keys() - found
+
+
 #: futoin_evt's packages from the bottom up. A package imports its own modules and those of the
 #: layers below it; never a layer above, nor a sibling in its layer (but in "shared").
 LAYERS: dict[str, set[str]] = {

@@ -14,12 +14,11 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.client.aio import EventStreamClient, RemoteError
-from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.management import AUTH_FAILED, CONSUMER_REGISTERED
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
-from .notify_cases import CASES, EVENTS
+from .notify_cases import CASES, EVENTS, WRITER
 from .test_amqp import LinkProperties, connected, in_thread, management_requests
 
 pytestmark = pytest.mark.functional
@@ -255,7 +254,7 @@ async def test_management_events_reach_an_amqp_subscriber(amqp_server: EventServ
             amqp_server.url, credentials="alice:wrong"
         ) as client:
             await client.ping()
-    await EventLog(amqp_server.store).append(END, {})
+    await amqp_server.logs.default.append(WRITER, END, {})
     messages = await receiving
     assert [props(m) for m in messages] == [
         {"eventType": CONSUMER_REGISTERED, "user": "alice", "component": "ALICE_C"},

@@ -14,10 +14,11 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.amqp.codec import format_offset
-from futoin_evt.log.eventlog import EventLog, ts_to_ms
+from futoin_evt.domain.stream import ts_to_ms
 from futoin_evt.server.app import EventServer
 
 from .conftest import ServerFactory
+from .notify_cases import WRITER
 from .test_amqp import connected, in_thread
 from .test_notify_amqp import SELECTOR, props
 from .test_streams_notify import PARTITIONS, add, streams_server
@@ -110,14 +111,14 @@ def kind(number: int) -> str:
 async def test_from_an_offset_replays_then_goes_on_live(amqp_server: EventServer) -> None:
     """Stored events after the offset, then the ones added meanwhile: every matching id once,
     in order, through the hand-over from the store to the live reader."""
-    log = EventLog(amqp_server.store)
-    stored = [await log.append(kind(n), {"n": n}) for n in range(60)]
+    log = amqp_server.logs.default
+    stored = [await log.append(WRITER, kind(n), {"n": n}) for n in range(60)]
     start = stored[19]
     added: list[int] = []
 
     async def add_live() -> None:
-        added.extend([await log.append(kind(n), {"n": n}) for n in range(60, 120)])
-        await log.append(END, {})
+        added.extend([await log.append(WRITER, kind(n), {"n": n}) for n in range(60, 120)])
+        await log.append(WRITER, END, {})
 
     selector = "eventType = 'A'"
     messages = await subscribed_while_adding(
@@ -142,13 +143,13 @@ async def test_from_an_offset_replays_then_goes_on_live(amqp_server: EventServer
 async def test_every_offset_form_of_the_event_log_node(
     amqp_server: EventServer, position: dict[Any, Any], first: int
 ) -> None:
-    log = EventLog(amqp_server.store)
+    log = amqp_server.logs.default
     for n in range(20):
-        await log.append("A", {"n": n})
+        await log.append(WRITER, "A", {"n": n})
 
     async def add_live() -> None:
-        await log.append("A", {"n": 20})
-        await log.append(END, {})
+        await log.append(WRITER, "A", {"n": 20})
+        await log.append(WRITER, END, {})
 
     messages = await subscribed_while_adding(
         amqp_server.amqp_url or "", "$events", "TRUE", position, add_live
@@ -158,9 +159,9 @@ async def test_every_offset_form_of_the_event_log_node(
 
 async def test_an_sql_filter_bounds_what_is_sent(amqp_server: EventServer) -> None:
     """The whole SQL filter holds, not only its start: here an upper bound too."""
-    log = EventLog(amqp_server.store)
-    ids = [await log.append("A", {"n": n}) for n in range(10)]
-    end = await log.append(END, {})
+    log = amqp_server.logs.default
+    ids = [await log.append(WRITER, "A", {"n": n}) for n in range(10)]
+    end = await log.append(WRITER, END, {})
     low, high = format_offset(ids[2]), format_offset(ids[5])
     text = (
         f"(d.event-streams-offset > '{low}' AND d.event-streams-offset <= '{high}')"
@@ -168,7 +169,7 @@ async def test_an_sql_filter_bounds_what_is_sent(amqp_server: EventServer) -> No
     )
 
     async def add_live() -> None:
-        await log.append("A", {"n": 10})  # past the bound: not sent
+        await log.append(WRITER, "A", {"n": 10})  # past the bound: not sent
 
     messages = await subscribed_while_adding(
         amqp_server.amqp_url or "", "$events", "TRUE", sql(text), add_live
@@ -178,14 +179,14 @@ async def test_an_sql_filter_bounds_what_is_sent(amqp_server: EventServer) -> No
 
 async def test_from_a_timestamp(amqp_server: EventServer) -> None:
     """A time before the stored events replays them all, then the live ones come."""
-    log = EventLog(amqp_server.store)
+    log = amqp_server.logs.default
     for n in range(5):
-        await log.append("A", {"n": n})
-    first_ms = ts_to_ms((await log.read_after(0, 1))[0].ts)
+        await log.append(WRITER, "A", {"n": n})
+    first_ms = ts_to_ms((await log.read_after(WRITER, 0, 1))[0].ts)
 
     async def add_live() -> None:
-        await log.append("A", {"n": 5})
-        await log.append(END, {})
+        await log.append(WRITER, "A", {"n": 5})
+        await log.append(WRITER, END, {})
 
     messages = await subscribed_while_adding(
         amqp_server.amqp_url or "", "$events", "TRUE", at(timestamp=first_ms - 1000), add_live
@@ -285,7 +286,7 @@ async def test_a_bad_position_refuses_the_attach(
     assert says in str(refused.value)
 
     async def add_live() -> None:
-        await EventLog(amqp_server.store).append(END, {})
+        await amqp_server.logs.default.append(WRITER, END, {})
 
     fine = await subscribed_while_adding(url, "$events", "TRUE", at("@latest"), add_live)
     assert fine == []

@@ -7,11 +7,11 @@ from __future__ import annotations
 import logging
 import shutil
 import stat
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
+from futoin_evt.domain.principal import Principal
 from futoin_evt.domain.rights import (
     ADMIN_RIGHTS,
     BadGrant,
@@ -83,12 +83,6 @@ def test_grants_allow_by_name_by_prefix_and_for_all() -> None:
     assert ADMIN_RIGHTS.allows(READ | WRITE | MANAGE, "payroll")
 
 
-@dataclass(frozen=True)
-class Caller:
-    user_id: UserId
-    is_admin: bool = False
-
-
 class Grants:
     """An in-memory grant source for the fast tests (the stores are tested below)."""
 
@@ -101,7 +95,9 @@ class Grants:
 
 async def test_access_control_checks_and_ends_what_a_revoke_took_away() -> None:
     grants = Grants()
-    alice, bob, root = Caller(UserId(1)), Caller(UserId(2)), Caller(UserId(3), is_admin=True)
+    alice = Principal(UserId(1), "alice", False)
+    bob = Principal(UserId(2), "bob", False)
+    root = Principal(UserId(3), "root", True)
     grants.rows = [GrantRow(alice.user_id, "orders*", 3), GrantRow(bob.user_id, "*", 1)]
     access = AccessControl(grants, refresh_seconds=0)
     await access.start()

@@ -12,7 +12,7 @@ import pytest
 from futoin_evt.auth.users import Authenticator
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.ftn3.messages import parse_request
-from futoin_evt.server.app import EventServer, build_registry, build_routes
+from futoin_evt.server.app import EventServer, build_registry
 from futoin_evt.server.executor import Channel, Executor
 
 from .conftest import ClientFactory
@@ -194,12 +194,9 @@ async def test_security_and_probing(
 
 async def test_gen_needs_a_secure_channel(server: EventServer) -> None:
     """Plain ws from a peer that is not on loopback (and not trusted) may not add events."""
-    executor = Executor(
-        build_registry(),
-        build_routes(server.store, server.push, server.discarder),
-        Authenticator(server.store),
-    )
-    remote = Channel(peer="192.0.2.7:40000", secure=False)
+    executor = Executor(build_registry(), Authenticator(server.store))
+    assert server.doors is not None
+    remote = Channel(peer="192.0.2.7:40000", secure=False, routes=server.doors.open("/"))
 
     async def call(f: str, params: dict[str, Any]) -> dict[str, Any]:
         msg = {"rid": "C1", "f": f, "p": params, "sec": "alice:alice-pw"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, cast
+from typing import Any
 
 import httpx
 import pytest
@@ -14,9 +14,11 @@ import pytest
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.dcb.client import DcbClient, DcbError, Event, Query, QueryItem, condition
 from futoin_evt.domain.partition import DEFAULT_STREAM
+from futoin_evt.domain.principal import Principal
+from futoin_evt.domain.stream import UserId
+from futoin_evt.ftn3.calls import CallContext
 from futoin_evt.ftn3.errors import FTN3Error
 from futoin_evt.ftn18.dcb import DcbCalls
-from futoin_evt.ftn18.services import CallContext
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
@@ -205,9 +207,9 @@ async def test_the_eventsourcing_recorder_takes_a_stream(streams_server: EventSe
 
 async def test_the_ftn3_calls_of_a_stream(streams_server: EventServer) -> None:
     """What the FTN3 door on ``/NAME`` calls: the DCB calls of a stream, or the refusal."""
-    streams, store = streams_server.streams, streams_server.store
-    calls = DcbCalls.of_stream("ledger", streams.get, store.partition_log)
-    context = cast(CallContext, None)  # append looks at nothing of its caller
+    streams, logs = streams_server.streams, streams_server.logs
+    calls = DcbCalls.of_stream("ledger", streams.get, logs.partition)
+    context = CallContext(Principal(UserId(1), "alice", is_admin=False), 65536)
     params = {"events": [course("c1")], "condition": None}
     assert await calls.append(context, params) == 1
     for name, says in [
@@ -216,7 +218,7 @@ async def test_the_ftn3_calls_of_a_stream(streams_server: EventServer) -> None:
         ("Bad", "invalid stream name"),
     ]:
         with pytest.raises(FTN3Error) as refused:
-            DcbCalls.of_stream(name, streams.get, store.partition_log)
+            DcbCalls.of_stream(name, streams.get, logs.partition)
         assert refused.value.name == "InvalidRequest"
         assert says in refused.value.desc
     assert (await stored(streams_server))["ledger/0"] == 1

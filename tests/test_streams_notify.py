@@ -17,12 +17,12 @@ from proton.utils import BlockingConnection, LinkDetached
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications
-from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.live import Subscription
 from futoin_evt.notify.selector import compile_selector
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
+from .notify_cases import WRITER
 from .test_amqp import connected, in_thread, management_requests
 from .test_notify_amqp import SELECTOR, TRANSFORMATION, props
 
@@ -57,7 +57,7 @@ async def add(server: EventServer, stream: str, partition: int, event_type: str,
     """Add an event to a partition through the store; its id there."""
     found = server.streams.partition(stream, partition)
     assert found is not None
-    return int(await EventLog(server.store.partition_log(found)).append(event_type, data))
+    return int(await server.logs.partition(found).append(WRITER, event_type, data))
 
 
 async def add_orders(server: EventServer) -> dict[tuple[int, int], dict[str, Any]]:

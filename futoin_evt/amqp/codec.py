@@ -19,9 +19,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, NamedTuple, Protocol
 
-from ..domain.stream import MAX_EVENT_DATA_BYTES, encode_event_data
+from ..domain.stream import MAX_EVENT_DATA_BYTES, StoredEvent, encode_event_data
 from ..ftn3.messages import decode_json
-from ..log.eventlog import StoredEvent
 from ..quoting import quote_input
 from .engine.message import Message, decode_message
 from .engine.types import (

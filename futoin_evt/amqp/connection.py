@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol, cast
 
 from .. import __version__
-from ..auth.users import Authenticator, Principal
+from ..auth.users import Authenticator
+from ..domain.principal import Principal
 from ..ftn3.errors import FTN3Error
 from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots, half_close
 from ..stats import CONNECTION

@@ -18,7 +18,7 @@ from typing import Any, Final
 
 from lark import Lark, LarkError, Token, Transformer, v_args
 
-from ..log.eventlog import StoredEvent
+from ..domain.stream import StoredEvent
 from ..notify.selector import COMPARISONS, FLIPPED
 from ..quoting import quote_input
 from .codec import EARLIEST, LATEST, BadFilter, Position, parse_offset

@@ -1,6 +1,6 @@
 """What the links the nodes send on share: :class:`SourceLink`, a task that sends as credit
-allows, the properties our end of a link answers with, and where a start position's time
-puts a reader."""
+allows (and knows where a start position's time puts a reader), and the properties our end
+of a link answers with."""
 
 from __future__ import annotations
 
@@ -48,9 +48,13 @@ class SourceLink:
     ) -> None:
         """``source``: our terminus (None: the peer's); ``unsettled``: our unsettled map
         (AMQP 2.6.13), when the link resumes a kept one."""
+        who = conn.principal
+        assert who is not None, "the node table takes no such link without a user"
         self._conn = conn
         self._link = link
         self._events = events
+        #: The user the link was attached as: it reads as them.
+        self._who = who
         self._wake = asyncio.Event()
         self._closed = False
         remote = link.remote_source
@@ -97,9 +101,8 @@ class SourceLink:
         self._task.cancel()
         return None
 
-
-async def after_time(events: EventLog, start: Position, after: int) -> int:
-    """``after``, moved past the events older than the start's time, if it has one."""
-    if start.after_ms is not None:
-        after = max(after, await events.id_before_ms(start.after_ms))
-    return after
+    async def _after_time(self, events: EventLog, start: Position, after: int) -> int:
+        """``after``, moved past the events older than the start's time, if it has one."""
+        if start.after_ms is not None:
+            after = max(after, await events.id_before_ms(self._who, start.after_ms))
+        return after

@@ -21,7 +21,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..domain.checkpoints import EventHubCheckpoints
-from ..log.eventlog import ts_to_ms
+from ..domain.stream import ts_to_ms
 from ..notify.live import UnknownStream
 from ..quoting import quote_input
 from . import checkpoints
@@ -119,8 +119,10 @@ class ManagementNode(RequestReplyNode):
             return await checkpoints.answer(
                 self._checkpoints, user_id, len(logs), kind, properties, request.body
             )
+        who = conn.principal
+        assert who is not None, "the node table takes no $management link without a user"
         if kind == HUB_TYPE:
-            bounds = await logs[0].bounds()
+            bounds = await logs[0].bounds(who)
             return 200, "OK", {
                 "name": hub,
                 "type": HUB_TYPE,
@@ -134,7 +136,7 @@ class ManagementNode(RequestReplyNode):
         ids = [str(number) for number in range(len(logs))]
         if partition not in ids:
             return 404, f"no such partition: {quote_input(partition)}", None
-        bounds = await logs[ids.index(partition)].bounds()
+        bounds = await logs[ids.index(partition)].bounds(who)
         last_id = bounds.last_id or 0
         return 200, "OK", {
             "name": hub,

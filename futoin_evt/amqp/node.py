@@ -23,9 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..domain.groups import GroupClaim, GroupHold
-from ..domain.stream import EventRejected, UserId
-from ..log.eventlog import EventLog, StoredEvent, is_registrable
-from ..notify.management import CONSUMER_REGISTERED, ManagementBus
+from ..domain.stream import EventRejected, StoredEvent, UserId, is_registrable
+from ..log.eventlog import EventLog
 from ..quoting import quote_input
 from ..stats import Calls
 from .codec import (
@@ -59,7 +58,7 @@ from .engine.performatives import (
 )
 from .engine.types import DecodeError, Described, Symbol, decode_value, encode
 from .filters import compile_filter
-from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, after_time, link_answer
+from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, link_answer
 from .quickdecode import quick_event
 from .resume import MAX_TIMEOUT, MAX_UNSETTLED, KeptTerminus, Termini, TerminusKey
 from .table import Connection, Hubs, LinkHandler, LinkRefused, address_path
@@ -173,7 +172,6 @@ class EventLogNode:
         events: EventLog,
         limits: NodeLimits = DEFAULT_NODE_LIMITS,
         hubs: Hubs | None = None,
-        bus: ManagementBus | None = None,
     ) -> None:
         self.events = events
         self.hubs: Hubs = hubs if hubs is not None else OneHub(events)
@@ -194,8 +192,6 @@ class EventLogNode:
         self._renewing: asyncio.Future[None] | None = None
         #: Where messages with no partition key go, in turn.
         self._spread = itertools.count()
-        #: Told of consumers registered on attach (management events), when set.
-        self._bus = bus
         #: The termini of suspended durable consumer links, until they expire.
         self.termini = Termini()
 
@@ -496,19 +492,6 @@ class EventLogNode:
             del self._groups[key]
             return self._release_later(key, events, claimed.claim, acking)
 
-        def registered() -> None:
-            bus = self._bus
-            if bus is not None and binding is not None:
-                name = conn.principal.name if conn.principal is not None else None
-                bus.publish(
-                    CONSUMER_REGISTERED,
-                    stream=request.hub,
-                    partition=number,
-                    user=name,
-                    component=binding[1],
-                    transport="amqp",
-                )
-
         self._groups[key] = _Owner(claimed.epoch, claimed.claim, conn, link, events)
         attach.inner = ConsumerLink(
             conn,
@@ -520,7 +503,6 @@ class EventLogNode:
             binding=binding,
             fence=(group, claimed.claim),
             on_closed=release,
-            on_registered=registered,
             event_hubs=request.event_hubs,
             partition=number,
         )
@@ -878,7 +860,11 @@ class ProducerLink:
         router: Callable[[str | None, str | None], EventLog] | None = None,
         partition: int | None = 0,
     ):
+        who = conn.principal
+        assert who is not None, "the node table takes no such link without a user"
         self._conn = conn
+        #: The user the link was attached as: it appends as them.
+        self._who = who
         self._calls = calls if calls is not None else Calls("amqp")
         self._link = link
         self._events = events
@@ -944,7 +930,7 @@ class ProducerLink:
             encoded = [stored_form(event) for event in events]
         except EventRejected as exc:
             raise BadMessage(INVALID_FIELD, str(exc)) from None
-        return self._destination(target, key).append_encoded(encoded)
+        return self._destination(target, key).append_encoded(self._who, encoded)
 
     def _destination(self, target: str | None, key: str | None) -> EventLog:
         if self._router is not None:
@@ -1010,7 +996,6 @@ class ConsumerLink(SourceLink):
         fence: tuple[str, int] | None = None,
         on_closed: Callable[[asyncio.Future[None] | None], asyncio.Future[None] | None]
         | None = None,
-        on_registered: Callable[[], None] | None = None,
         event_hubs: bool = False,
         partition: int = 0,
         recovery: Recovery | None = None,
@@ -1025,7 +1010,6 @@ class ConsumerLink(SourceLink):
         self._binding = binding
         self._fence = fence
         self._released = on_closed
-        self._registered = on_registered
         self._after = 0
         self._unsettled: deque[int] = deque()
         self._done: set[int] = set()
@@ -1103,13 +1087,13 @@ class ConsumerLink(SourceLink):
     async def _start_after(self) -> int:
         after = self._start.after_id
         if self._binding is not None:
-            user_id, component = self._binding
-            if await self._events.register(user_id, component) and self._registered is not None:
-                self._registered()
-            position = await self._events.position(user_id, component)
+            _user_id, component = self._binding
+            consumers = self._events.consumers
+            await consumers.register(self._who, component, transport="amqp")
+            position = await consumers.position(self._who, component)
             if not self._filtered and position is not None:
                 after = position
-        return await after_time(self._events, self._start, after)
+        return await self._after_time(self._events, self._start, after)
 
     def _resume(self, kept: KeptTerminus) -> list[tuple[int, Any]]:
         """Take over the kept terminus: where to go on, what holds a group's position, and
@@ -1180,7 +1164,7 @@ class ConsumerLink(SourceLink):
         found: dict[int, StoredEvent] = {}
         after, top = min(ids) - 1, max(ids)
         while after < top:
-            page = await self._events.read_after(after, READ_BATCH)
+            page = await self._events.read_after(self._who, after, READ_BATCH)
             if not page:
                 break
             found.update((event.id, event) for event in page if event.id in ids)
@@ -1207,7 +1191,7 @@ class ConsumerLink(SourceLink):
             self._wake.clear()
             if link.credit > 0 and self._conn.writable:
                 if index == len(page) and self._events.head > read_up_to:
-                    page = await self._events.read_after(read_up_to, READ_BATCH)
+                    page = await self._events.read_after(self._who, read_up_to, READ_BATCH)
                     index = 0
                     if page:
                         read_up_to = page[-1].id
@@ -1266,11 +1250,12 @@ class ConsumerLink(SourceLink):
         assert self._binding is not None
         user_id, component = self._binding
         fence = self._fence
+        consumers = self._events.consumers
         while self._ack_wanted > self._acked:
             wanted = self._ack_wanted
             try:
                 if fence is None:
-                    await self._events.acknowledge(user_id, component, wanted)
+                    await consumers.acknowledge(self._who, component, wanted)
                 elif (
                     await self._events.acknowledge_group(user_id, *fence, component, wanted) is None
                 ):
@@ -1381,7 +1366,7 @@ class PartitionsLink(SourceLink):
             self._starts.append(self._later)
             self._entries.append(_source_annotation(number))
             self._stops.append(events.listen(self._on_head))
-            afters.append(await after_time(events, self._later, 0))
+            afters.append(await self._after_time(events, self._later, 0))
 
     def _on_head(self) -> None:
         self._wake.set()
@@ -1394,7 +1379,7 @@ class PartitionsLink(SourceLink):
     async def _run(self) -> None:
         logs = self._logs
         afters = [
-            await after_time(events, start, start.after_id)
+            await self._after_time(events, start, start.after_id)
             for events, start in zip(logs, self._starts, strict=True)
         ]
         link = self._link
@@ -1415,7 +1400,7 @@ class PartitionsLink(SourceLink):
                 share = max(1, min(link.credit, READ_BATCH) // len(logs))
                 matches = self._starts[number].matches
                 entry = self._entries[number]
-                for event in await events.read_after(afters[number], share):
+                for event in await events.read_after(self._who, afters[number], share):
                     if link.credit <= 0:
                         break
                     read = True
@@ -1449,7 +1434,7 @@ class InfoLink(SourceLink):
         while True:
             self._wake.clear()
             while link.credit > 0:
-                bounds = [await events.bounds() for events in self._logs]
+                bounds = [await events.bounds(self._who) for events in self._logs]
                 sent += 1
                 info = Message(body=_info([(b.first_id, b.last_id) for b in bounds]))
                 self._send(info.encode(), str(sent))

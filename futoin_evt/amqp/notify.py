@@ -35,8 +35,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
-from ..domain.stream import EventId
-from ..log.eventlog import StoredEvent
+from ..domain.stream import EventId, StoredEvent
 from ..notify.live import (
     READ_BATCH,
     LiveEvents,
@@ -64,7 +63,7 @@ from .engine.connection import Link
 from .engine.message import Message
 from .engine.types import EncodeError
 from .filters import compile_filter
-from .links import SourceLink, after_time
+from .links import SourceLink
 from .table import Connection, LinkRefused, address_path
 
 log = logging.getLogger(__name__)
@@ -234,7 +233,7 @@ class NotificationLink(SourceLink):
 
     async def _run(self) -> None:
         afters = [
-            await after_time(live.events, start, start.after_id)
+            await self._after_time(live.events, start, start.after_id)
             for live, start in zip(self._lives, self._starts, strict=True)
         ]
         if self._closed:

@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Protocol
 
-from ..auth.users import Principal
+from ..domain.principal import Principal
 from ..log.eventlog import EventLog
 from .engine.connection import Delivery, Link
 

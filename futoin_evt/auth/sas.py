@@ -26,11 +26,11 @@ from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import parse_qsl, quote_plus, unquote_plus
 
+from ..domain.principal import Principal
 from ..domain.rights import BadGrant, Right
 from ..domain.stream import UserId
 from ..quoting import quote_input
 from ..storage.base import User
-from .users import Principal
 
 #: Bytes of randomness in a new secret file.
 SECRET_BYTES: Final = 32

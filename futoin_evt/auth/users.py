@@ -21,9 +21,9 @@ import hmac
 import os
 import time
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..ftn3.errors import SECURITY_ERROR, FTN3Error
 from ..notify.management import AUTH_FAILED
@@ -84,15 +84,6 @@ class _PeerChecks:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.queued = 0
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """An authenticated caller."""
-
-    user_id: UserId
-    name: str
-    is_admin: bool
 
 
 class UserSource(Protocol):

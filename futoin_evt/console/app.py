@@ -4,8 +4,9 @@
 server's HTTP endpoint carries them). Every page but the login page needs a session; every
 POST needs the session's CSRF token and, when the browser sends an ``Origin``, the console's
 own. A user who is not an admin sees, drops and seeks only their own consumers, as over FTN3.
-Per-partition data is read through the store's partition logs for the partitions the
-registry knows, so a stream added by any process shows as soon as the registry has it.
+Per-partition data is read through the event logs (``log/``) of the partitions the registry
+knows, as the user of the session, so a stream added by any process shows as soon as the
+registry has it.
 """
 
 from __future__ import annotations
@@ -24,20 +25,21 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..auth.users import Authenticator, Principal
+from ..auth.users import Authenticator
 from ..dcb.model import DcbInputError, parse_query
 from ..dcb.service import DcbService, ReadRequest
 from ..domain.partition import DEFAULT_PARTITION, Partition
-from ..domain.stream import UserId
+from ..domain.principal import Principal
 from ..ftn3.errors import FTN3Error
 from ..ftn18.push import PushService
-from ..log.streams import StreamRegistry
+from ..log.consumers import ConsumerRow
+from ..log.eventlog import EventLog
+from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
-from ..notify.management import CONSUMER_DROPPED, ManagementBus
+from ..notify.management import ManagementBus
 from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
 from ..stats import INSECURE_CHANNEL
-from ..storage.base import ConsumerRow, Store
 from .config import ConsoleConfig
 from .samples import Chart, HeadSamples, chart
 from .sessions import Session, Sessions
@@ -143,7 +145,7 @@ Handler = Callable[[_Call], Awaitable[ConsoleResponse]]
 class Console:
     def __init__(
         self,
-        store: Store,
+        logs: StreamLogs,
         streams: StreamRegistry,
         push: PushService,
         authenticator: Authenticator,
@@ -151,7 +153,7 @@ class Console:
         live: LiveStreams,
         config: ConsoleConfig = DEFAULT_CONFIG,
     ) -> None:
-        self._store = store
+        self._logs = logs
         self._streams = streams
         self._push = push
         self._auth = authenticator
@@ -160,7 +162,7 @@ class Console:
         self.config = config
         self.base = config.path.rstrip("/")
         self.sessions = Sessions(config.max_sessions, config.idle_seconds)
-        self.samples = HeadSamples(store, streams, config.sample_seconds)
+        self.samples = HeadSamples(logs, streams, config.sample_seconds)
         #: Live tails open now.
         self.tails = 0
         #: Set when the server shuts down: live tails end at once.
@@ -323,14 +325,17 @@ class Console:
             raise Refused(404, f"No such stream and partition: {name[:60]}/{number[:10]}.")
         return partition
 
-    async def _extent(self, partition: Partition) -> dict[str, Any]:
+    def _log(self, partition: Partition) -> EventLog:
+        return self._logs.partition(partition)
+
+    async def _extent(self, call: _Call, partition: Partition) -> dict[str, Any]:
         """A partition's row: head, oldest, rate, who holds back discarding."""
-        partition_log = self._store.partition_log(partition)
-        limits = await partition_log.discard_limits(None)
-        lowest = await partition_log.lowest_consumer() if limits.lowest_position else None
+        events, who = self._log(partition), call.principal
+        limits = await events.retention_limits(who)
+        lowest = await events.consumers.lowest(who) if limits.lowest_position else None
         return {
             "partition": partition,
-            "head": max(limits.newest_id, partition_log.head.head),
+            "head": max(limits.newest_id, events.head),
             "oldest": limits.oldest_id,
             "rate": self.samples.rate(partition),
             "held_back_by": lowest,
@@ -347,7 +352,7 @@ class Console:
             p for info in self._streams if info.name.startswith(prefix) for p in info.partitions
         ]
         page, pages, shown = _paged(partitions, call.query)
-        rows = [await self._extent(p) for p in shown]
+        rows = [await self._extent(call, p) for p in shown]
         return self._page(
             call.session,
             "streams.html",
@@ -362,17 +367,17 @@ class Console:
 
     async def _partition_page(self, call: _Call) -> ConsoleResponse:
         partition = self._partition(call.query)
-        row = await self._extent(partition)
-        partition_log = self._store.partition_log(partition)
-        oldest = await partition_log.read_rows(max(row["oldest"] - 1, 0), limit=1)
-        newest = await partition_log.read_rows(max(row["head"] - 1, 0), limit=1)
+        row = await self._extent(call, partition)
+        events, who = self._log(partition), call.principal
+        oldest = await events.read_after(who, max(row["oldest"] - 1, 0), 1)
+        newest = await events.read_after(who, max(row["head"] - 1, 0), 1)
         big = self._chart(partition, 720, 180)
         return self._page(
             call.session,
             "partition.html",
             row=row,
-            oldest_ts=oldest[0][3] if oldest else None,
-            newest_ts=newest[0][3] if newest else None,
+            oldest_ts=oldest[0].ts if oldest else None,
+            newest_ts=newest[0].ts if newest else None,
             big=big,
             interval=self.samples.interval,
             principal=call.principal,
@@ -382,8 +387,7 @@ class Console:
 
     async def _consumers_page(self, call: _Call) -> ConsoleResponse:
         principal = call.principal
-        mine = None if principal.is_admin else principal.user_id
-        counts = await self._store.consumer_counts(mine)
+        counts = await self._logs.consumer_counts(principal)
         wanted = call.query.get("stream", "")
         partitions = [
             p
@@ -401,8 +405,11 @@ class Console:
             count = counts[partition.key]
             if offset + count > start and len(rows) < PAGE_SIZE:
                 skip = max(start - offset, 0)
-                listed = await self._list(partition, mine, skip + PAGE_SIZE - len(rows))
-                rows += await self._consumer_rows(partition, listed[skip:], PAGE_SIZE - len(rows))
+                consumers = self._log(partition).consumers
+                listed = await consumers.first(principal, skip + PAGE_SIZE - len(rows))
+                rows += await self._consumer_rows(
+                    call, partition, listed[skip:], PAGE_SIZE - len(rows)
+                )
             offset += count
         return self._page(
             call.session,
@@ -416,18 +423,10 @@ class Console:
             principal=principal,
         )
 
-    async def _list(
-        self, partition: Partition, user_id: UserId | None, limit: int
-    ) -> list[ConsumerRow]:
-        partition_log = self._store.partition_log(partition)
-        if user_id is None:  # everyone's, in one pass
-            return await partition_log.consumer_lags(limit)
-        return (await partition_log.consumers(user_id))[:limit]
-
     async def _consumer_rows(
-        self, partition: Partition, listed: list[ConsumerRow], limit: int
+        self, call: _Call, partition: Partition, listed: list[ConsumerRow], limit: int
     ) -> list[dict[str, Any]]:
-        lowest = await self._store.partition_log(partition).lowest_consumer()
+        lowest = await self._log(partition).consumers.lowest(call.principal)
         pushing = {s.key: s for s in self._push.all_streams if s.reliable}
         now = time.time()
         return [
@@ -462,50 +461,37 @@ class Console:
         """The consumer a request names, when the caller may see it."""
         partition = self._partition(fields)
         user, component = fields.get("user", ""), fields.get("component", "")
-        principal = call.principal
-        if user != principal.name and not principal.is_admin:
+        row = await self._log(partition).consumers.find(call.principal, user, component)
+        if row is None:
             raise Refused(404, "No such consumer.")
-        owner = await self._store.get_user(user)
-        rows = await self._store.partition_log(partition).consumers(owner.id) if owner else []
-        for row in rows:
-            if row.component == component:
-                return partition, row
-        raise Refused(404, "No such consumer.")
+        return partition, row
 
     async def _drop(self, call: _Call) -> ConsoleResponse:
-        partition, row = await self._consumer(call, call.form)
-        partition_log = self._store.partition_log(partition)
-        if not await partition_log.drop_consumer(row.user_id, row.component):
+        partition = self._partition(call.form)
+        user, component = call.form.get("user", ""), call.form.get("component", "")
+        consumers = self._log(partition).consumers
+        if not await consumers.drop(
+            call.principal, user, component, reason="dropped in the console"
+        ):
             raise Refused(404, "No such consumer.")
-        self._push.stop_stream(row.user_id, row.component, partition)
-        self._notices.publish(
-            CONSUMER_DROPPED,
-            stream=partition.stream,
-            partition=partition.number,
-            user=row.user,
-            component=row.component,
-            by=call.principal.name,
-            reason="dropped in the console",
-        )
         assert call.session is not None
-        call.session.notice = f"Dropped {row.user}/{row.component} of {partition}."
+        call.session.notice = f"Dropped {user}/{component} of {partition}."
         return _redirect(f"{self.base}/consumers")
 
     async def _seek(self, call: _Call) -> ConsoleResponse:
         partition, row = await self._consumer(call, call.form)
-        partition_log = self._store.partition_log(partition)
+        events, who = self._log(partition), call.principal
         at = call.form.get("time", "").strip()
         given = call.form.get("position", "").strip()
         if at:
             ts = _iso_time(at)
-            position = await partition_log.id_before(ts) or 0
+            position = await events.id_before(who, ts) or 0
         elif (wanted := _number_in(given, 18)) is not None:
             position = wanted
         else:
             raise Refused(400, "Give a position (an event id) or a time (UTC).")
-        if not await partition_log.set_position(row.user_id, row.component, position):
+        if not await events.consumers.seek(who, row.user_id, row.component, position):
             raise Refused(404, "No such consumer.")
-        self._push.stop_stream(row.user_id, row.component, partition)
         assert call.session is not None
         call.session.notice = f"{row.user}/{row.component} of {partition} is at {position} now."
         return _redirect(f"{self.base}/consumers")
@@ -515,12 +501,12 @@ class Console:
     async def _events_page(self, call: _Call) -> ConsoleResponse:
         query = call.query
         partition = self._partition(query)
-        partition_log = self._store.partition_log(partition)
+        events, who = self._log(partition), call.principal
         after, message = 0, ""
         from_id, at = query.get("id", "").strip(), query.get("time", "").strip()
         if at:
             try:
-                after = await partition_log.id_before(_iso_time(at)) or 0
+                after = await events.id_before(who, _iso_time(at)) or 0
             except Refused as exc:
                 message = exc.message
         elif from_id:
@@ -529,17 +515,19 @@ class Console:
                 message = "An event id is a positive number."
             else:
                 after = max(first - 1, 0)
-        rows = [] if message else await partition_log.read_rows(after, limit=EVENTS_PER_PAGE)
-        events = [{"id": r[0], "type": r[1], "data": _shorten(r[2]), "ts": r[3]} for r in rows]
+        rows = [] if message else await events.read_after(who, after, EVENTS_PER_PAGE)
+        shown = [
+            {"id": r.id, "type": r.type, "data": _shorten(r.data_json), "ts": r.ts} for r in rows
+        ]
         return self._page(
             call.session,
             "events.html",
             partition=partition,
-            events=events,
+            events=shown,
             id=from_id,
             time=at,
             message=message,
-            next_id=rows[-1][0] + 1 if len(rows) == EVENTS_PER_PAGE else None,
+            next_id=rows[-1].id + 1 if len(rows) == EVENTS_PER_PAGE else None,
             principal=call.principal,
         )
 
@@ -558,13 +546,14 @@ class Console:
                 after = _number_in(after_text, 18)
                 if after_text and after is None:
                     raise DcbInputError("after", "a position is a number")
-                read = await DcbService(self._store.partition_log(partition)).read(
+                read = await DcbService(self._log(partition)).read(
+                    call.principal,
                     ReadRequest(
                         parse_query({"items": items}),
                         after=after,
                         limit=EVENTS_PER_PAGE,
                         backwards=backwards,
-                    )
+                    ),
                 )
                 head = read.head
                 async for page in read.pages():

@@ -18,8 +18,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..domain.partition import Partition
-from ..log.streams import StreamRegistry
-from ..storage.base import Store
+from ..log.streams import StreamLogs, StreamRegistry
 
 log = logging.getLogger(__name__)
 
@@ -33,9 +32,9 @@ RATE_SECONDS: Final = 60.0
 
 class HeadSamples:
     def __init__(
-        self, store: Store, streams: StreamRegistry, interval: float = DEFAULT_INTERVAL
+        self, logs: StreamLogs, streams: StreamRegistry, interval: float = DEFAULT_INTERVAL
     ) -> None:
-        self._store = store
+        self._logs = logs
         self._streams = streams
         self.interval = interval
         self._maxlen = int(WINDOW_SECONDS / interval) + 2
@@ -64,8 +63,8 @@ class HeadSamples:
         for gone in self._samples.keys() - set(partitions):
             del self._samples[gone]
         for partition in partitions:
-            partition_log = self._store.partition_log(partition)
-            head = max(await partition_log.newest_event_id(), partition_log.head.head)
+            events = self._logs.partition(partition)
+            head = max(await events.newest_id(), events.head)
             samples = self._samples.get(partition)
             if samples is None:
                 samples = self._samples[partition] = deque(maxlen=self._maxlen)

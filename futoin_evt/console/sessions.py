@@ -16,7 +16,7 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Final
 
-from ..auth.users import Principal
+from ..domain.principal import Principal
 from .config import DEFAULT_MAX_SESSIONS
 
 DEFAULT_IDLE_SECONDS: Final = 30 * 60.0

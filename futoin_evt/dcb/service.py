@@ -1,10 +1,10 @@
 """The DCB service: conditional appends and query reads over one log. No wire format.
 
-Every door (HTTP, FTN3, Python) parses its requests with :mod:`futoin_evt.dcb.model` and
-calls this; the rules (atomic batches, conditions checked in the write transaction, the
-snapshot a read answers from) live in the store behind it. The log is the one partition of
-a stream (:func:`stream_dcb_log`): a condition is checked against one order of events, which
-a stream of several partitions does not have.
+Every door (HTTP, FTN3, the console) parses its requests with :mod:`futoin_evt.dcb.model`
+and calls this, with the acting user; the rules (atomic batches, conditions checked in the
+write transaction, the snapshot a read answers from) live in the store behind the event log.
+The log is the one partition of a stream (:func:`stream_dcb_log`): a condition is checked
+against one order of events, which a stream of several partitions does not have.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from typing import Final
 
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.partition import Partition, StreamInfo, check_stream_name
-from ..storage.base import DcbLog, PartitionLog
+from ..domain.principal import Principal
+from ..log.eventlog import EventLog
 
 #: Events read from the store per step of a read.
 PAGE_SIZE: Final = 1000
@@ -43,10 +44,16 @@ class DcbReadResult:
     never past ``head``."""
 
     def __init__(
-        self, store: DcbLog, request: ReadRequest, head: int, first: list[StoredEvent]
+        self,
+        events: EventLog,
+        who: Principal,
+        request: ReadRequest,
+        head: int,
+        first: list[StoredEvent],
     ) -> None:
         self.head = head
-        self._store = store
+        self._log = events
+        self._who = who
         self._request = request
         self._first = first
 
@@ -61,12 +68,12 @@ class DcbReadResult:
             cursor = page[-1].position
             size = min(PAGE_SIZE, remaining)
             if request.backwards:
-                page, _head = await self._store.dcb_read(
-                    request.query, after=None, before=cursor, limit=size
+                page, _head = await self._log.dcb_read(
+                    self._who, request.query, after=None, before=cursor, limit=size
                 )
             else:
-                page, _head = await self._store.dcb_read(
-                    request.query, after=cursor, before=None, limit=size
+                page, _head = await self._log.dcb_read(
+                    self._who, request.query, after=cursor, before=None, limit=size
                 )
                 page = [e for e in page if e.position <= self.head]
 
@@ -86,13 +93,11 @@ class DcbStreamRefused(Exception):
 
 
 def stream_dcb_log(
-    name: str,
-    stream: Callable[[str], StreamInfo | None],
-    partition_log: Callable[[Partition], PartitionLog],
-) -> PartitionLog:
+    name: str, stream: Callable[[str], StreamInfo | None], log_of: Callable[[Partition], EventLog]
+) -> EventLog:
     """The log DCB calls on the stream ``name`` go to, or :class:`DcbStreamRefused` saying why
-    not. ``stream`` looks a stream up (``server.streams.get``); ``partition_log`` is the
-    store's."""
+    not. ``stream`` looks a stream up (``server.streams.get``); ``log_of`` gives a
+    partition's log."""
     try:
         check_stream_name(name)
     except ValueError as exc:
@@ -107,38 +112,41 @@ def stream_dcb_log(
             f"The stream {name} has {len(info.partitions)} partitions: a DCB condition needs"
             " one order of events, so DCB serves only streams of one partition.",
         )
-    return partition_log(info.partitions[0])
+    return log_of(info.partitions[0])
 
 
 class DcbService:
-    def __init__(self, store: DcbLog) -> None:
-        self._store = store
+    def __init__(self, events: EventLog) -> None:
+        self._log = events
 
-    async def append(self, events: Sequence[NewEvent], condition: AppendCondition | None) -> int:
+    async def append(
+        self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
+    ) -> int:
         """The position of the last event; AppendConditionFailed, EventIdConflict."""
-        return await self._store.dcb_append(events, condition)
+        return await self._log.dcb_append(who, events, condition)
 
-    async def read(self, request: ReadRequest) -> DcbReadResult:
-        result = await self._first_page(request)
+    async def read(self, who: Principal, request: ReadRequest) -> DcbReadResult:
+        result = await self._first_page(who, request)
         if request.wait_seconds and not result._first and not request.backwards:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(request.wait_seconds, MAX_WAIT_SECONDS)):
                     while not result._first:
-                        await self._store.head.wait_beyond(result.head)
-                        result = await self._first_page(request)
+                        await self._log.wait_beyond(result.head)
+                        result = await self._first_page(who, request)
         return result
 
-    async def _first_page(self, request: ReadRequest) -> DcbReadResult:
+    async def _first_page(self, who: Principal, request: ReadRequest) -> DcbReadResult:
         size = min(PAGE_SIZE, request.limit if request.limit is not None else PAGE_SIZE)
         if size == 0:
-            return DcbReadResult(self._store, request, await self._store.last_given_id(), [])
+            head = await self._log.last_given_id(who)
+            return DcbReadResult(self._log, who, request, head, [])
         if request.backwards:
             before = request.after if request.after is not None else _NO_POSITION
-            first, head = await self._store.dcb_read(
-                request.query, after=None, before=before, limit=size
+            first, head = await self._log.dcb_read(
+                who, request.query, after=None, before=before, limit=size
             )
         else:
-            first, head = await self._store.dcb_read(
-                request.query, after=request.after, before=None, limit=size
+            first, head = await self._log.dcb_read(
+                who, request.query, after=request.after, before=None, limit=size
             )
-        return DcbReadResult(self._store, request, head, first)
+        return DcbReadResult(self._log, who, request, head, first)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import calendar
+import functools
 import math
 import re
 import time
-from typing import Any, Final, NewType
+from typing import Any, Final, NamedTuple, NewType
 
 from ..ftn3.messages import DEFAULT_MESSAGE_LIMIT, encode_json
 from ..quoting import quote_input
@@ -60,3 +62,37 @@ _last_timestamp: tuple[int, str] = (-1, "")
 def event_json(event_id: int, event_type: str, data_json: str, ts: str) -> str:
     """One FTN18 Event as JSON text, with the stored data spliced in without re-encoding."""
     return f'{{"id":"{event_id}","type":"{event_type}","data":{data_json},"ts":"{ts}"}}'
+
+
+#: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
+COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
+
+
+def is_registrable(component: str) -> bool:
+    """A name a reliable consumer can be registered under (LIVE is not one)."""
+    return COMPONENT_RE.match(component) is not None and component != LIVE_COMPONENT
+
+
+class StoredEvent(NamedTuple):
+    """One stored event: a tuple, made from a store row in one call (readers make one per
+    event, so this matters on the hot paths)."""
+
+    id: EventId
+    type: str
+    #: The event data as the JSON text it is stored as.
+    data_json: str
+    #: ``YYYY-MM-DDTHH:MM:SSZ`` (when it was added).
+    ts: str
+    #: The content type of the AMQP ``data`` section the event came as (``""`` for none);
+    #: None when it came otherwise.
+    content_type: str | None = None
+
+    @property
+    def timestamp_ms(self) -> int:
+        return ts_to_ms(self.ts)
+
+
+@functools.lru_cache(maxsize=256)
+def ts_to_ms(ts: str) -> int:
+    """An FTN18 timestamp as milliseconds since the epoch."""
+    return calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")) * 1000

@@ -1,4 +1,4 @@
-"""HTTP event feeds over the store: FeedAPI v2 and its predecessor ZeroEventHub v1.
+"""HTTP event feeds over the event logs: FeedAPI v2 and its predecessor ZeroEventHub v1.
 
 No sockets here: :func:`parse_feed_request` turns a path and query into a request (or a
 :class:`FeedError` with its HTTP status), and :class:`FeedService` writes the NDJSON lines of
@@ -33,11 +33,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo
-from ..log.streams import StreamRegistry
+from ..domain.principal import Principal
+from ..log.eventlog import EventLog
+from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.message import Notification, NotifyError
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
-from ..storage.base import PartitionLog, Store
 
 FIRST: Final = "_first"
 LAST: Final = "_last"
@@ -213,10 +214,12 @@ class Feed:
 
 @dataclass
 class PartitionRead:
-    """One partition of a response: where it is, and whether its cursor line went out."""
+    """One partition of a response, read as ``who``: where it is, and whether its cursor
+    line went out."""
 
+    who: Principal
     number: int
-    log: PartitionLog
+    log: EventLog
     after_id: int
     prefix: bytes
     cursor_prefix: bytes
@@ -224,19 +227,16 @@ class PartitionRead:
 
 
 class FeedService:
-    """Serves feed responses from the store, for every stream the registry knows."""
+    """Serves feed responses from the event logs, for every stream the registry knows."""
 
-    def __init__(self, store: Store, streams: StreamRegistry, database: str) -> None:
-        self._store = store
+    def __init__(self, logs: StreamLogs, streams: StreamRegistry, database: str) -> None:
+        """``database``: the database's random name (``Store.stream_id``)."""
+        self._logs = logs
         self._streams = streams
         #: The database's random name, which every token starts with.
         self._database = database
         #: Set when the server shuts down: waiting responses end at once.
         self.closing = asyncio.Event()
-
-    @classmethod
-    async def open(cls, store: Store, streams: StreamRegistry) -> FeedService:
-        return cls(store, streams, await store.stream_id())
 
     def feed(self, name: str = DEFAULT_STREAM) -> Feed:
         """The stream's feed; FeedError 404 when there is no such stream (or it was dropped)."""
@@ -260,15 +260,17 @@ class FeedService:
             "exactlyOnce": True,
         }, separators=(",", ":")).encode()  # fmt: skip
 
-    async def start_after(self, feed: Feed, request: EventsRequest) -> list[PartitionRead]:
-        """Where each partition's response starts; FeedError for a cursor beyond the newest
-        event of its partition."""
+    async def start_after(
+        self, who: Principal, feed: Feed, request: EventsRequest
+    ) -> list[PartitionRead]:
+        """Where each partition's response to ``who`` starts; FeedError for a cursor beyond
+        the newest event of its partition."""
         readings = []
         for number, cursor in request.cursors:
-            log = self._store.partition_log(feed.stream.partitions[number])
+            log = self._logs.partition(feed.stream.partitions[number])
             prefix, cursor_prefix = _line_prefixes(request.version, number)
-            after_id = await _start_after(log, cursor, number)
-            readings.append(PartitionRead(number, log, after_id, prefix, cursor_prefix))
+            after_id = await _start_after(who, log, cursor, number)
+            readings.append(PartitionRead(who, number, log, after_id, prefix, cursor_prefix))
         return readings
 
     async def events(
@@ -278,11 +280,11 @@ class FeedService:
         :meth:`start_after`), a cursor line after each chunk, and always at least one cursor
         line per partition. With several partitions the page is shared among those that have
         events, a chunk of each in turn."""
-        if request.wait_seconds and all(r.log.head.head <= r.after_id for r in readings):
+        if request.wait_seconds and all(r.log.head <= r.after_id for r in readings):
             await self._wait_beyond(readings, request.wait_seconds)
         if request.types == ():  # the selector pins no type this log can hold
             for reading in readings:
-                newest = max(reading.after_id, await reading.log.last_given_id())
+                newest = max(reading.after_id, await reading.log.last_given_id(reading.who))
                 await write(reading.cursor_prefix + str(newest).encode() + b'"}\n')
             return
         left = request.page_size
@@ -303,7 +305,7 @@ class FeedService:
     async def _wait_beyond(self, readings: list[PartitionRead], seconds: float) -> None:
         """Until an event comes to any of the partitions, the server closes, or time is up."""
         woken = asyncio.Event()
-        stops = [r.log.head.listen(woken.set) for r in readings]
+        stops = [r.log.listen(woken.set) for r in readings]
         closing = asyncio.ensure_future(self.closing.wait())
         moved = asyncio.ensure_future(woken.wait())
         try:
@@ -316,10 +318,10 @@ class FeedService:
             await asyncio.gather(moved, closing, return_exceptions=True)
 
 
-async def _start_after(log: PartitionLog, cursor: str, number: int) -> int:
+async def _start_after(who: Principal, log: EventLog, cursor: str, number: int) -> int:
     if cursor == FIRST:
         return 0
-    newest = await log.last_given_id()
+    newest = await log.last_given_id(who)
     if cursor == LAST:
         return newest
     after_id = int(cursor)
@@ -336,8 +338,8 @@ async def _chunk(
     """Write the next events of one partition (at most ``limit``) and its cursor line; how
     many were read, and whether the partition has no more for now."""
     after_id = reading.after_id
-    page = await reading.log.read_events(
-        after_id, types=request.types, limit=limit, max_bytes=CHUNK_BYTES
+    page = await reading.log.read_page(
+        reading.who, after_id, types=request.types, limit=limit, max_bytes=CHUNK_BYTES
     )
     done = page.count < limit and not page.truncated
     new_after = page.last_id if page.count else after_id

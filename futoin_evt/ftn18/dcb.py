@@ -13,10 +13,12 @@ from ..dcb.model import DcbInputError, parse_condition, parse_events, parse_quer
 from ..dcb.service import DcbService, DcbStreamRefused, ReadRequest, stream_dcb_log
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.partition import Partition, StreamInfo
+from ..domain.principal import Principal
+from ..ftn3.calls import CallContext
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
-from ..storage.base import PartitionLog
-from .services import REPLY_ENVELOPE_BYTES, CallContext
+from ..log.eventlog import EventLog
+from .services import REPLY_ENVELOPE_BYTES
 
 APPEND_CONDITION_FAILED: Final = "AppendConditionFailed"
 EVENT_ID_CONFLICT: Final = "EventIdConflict"
@@ -47,31 +49,37 @@ class DcbCalls:
         cls,
         name: str,
         stream: Callable[[str], StreamInfo | None],
-        partition_log: Callable[[Partition], PartitionLog],
+        log_of: Callable[[Partition], EventLog],
     ) -> DcbCalls:
         """The calls on the stream ``name`` (see :func:`~futoin_evt.dcb.service.stream_dcb_log`);
         a stream DCB cannot serve is an ``InvalidRequest`` that says why."""
         try:
-            return cls(DcbService(stream_dcb_log(name, stream, partition_log)))
+            return cls(DcbService(stream_dcb_log(name, stream, log_of)))
         except DcbStreamRefused as exc:
             raise FTN3Error(INVALID_REQUEST, exc.message) from None
 
-    async def append(self, _ctx: CallContext, params: dict[str, Any]) -> int:
+    async def append(self, ctx: CallContext[Principal], params: dict[str, Any]) -> int:
         async def run() -> int:
             events = parse_events(params["events"])
             condition = parse_condition(params["condition"])
-            return await self._service.append(events, condition)
+            return await self._service.append(ctx.principal, events, condition)
 
         return await _checked(run)
 
-    async def read(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def read(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
         return await _checked(lambda: self._read(ctx, params, params["after"], False))
 
-    async def read_backwards(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def read_backwards(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> EncodedJson:
         return await _checked(lambda: self._read(ctx, params, params["before"], True))
 
     async def _read(
-        self, ctx: CallContext, params: dict[str, Any], position: int | None, backwards: bool
+        self,
+        ctx: CallContext[Principal],
+        params: dict[str, Any],
+        position: int | None,
+        backwards: bool,
     ) -> EncodedJson:
         request = ReadRequest(
             query=parse_query(params["query"]),
@@ -79,7 +87,7 @@ class DcbCalls:
             limit=params["limit"],
             backwards=backwards,
         )
-        read = await self._service.read(request)
+        read = await self._service.read(ctx.principal, request)
         budget = ctx.max_response_bytes - REPLY_ENVELOPE_BYTES - _RESULT_ENVELOPE_BYTES
         parts: list[str] = []
         size = 0

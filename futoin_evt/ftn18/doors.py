@@ -1,41 +1,47 @@
 """The FTN18 door per partition: which services a WebSocket path reaches.
 
-``/`` (with any query) is ``events``/0, served by the default routes (DCB and ops too).
-``/NAME/P`` serves ``futoin.evt.gen``, ``poll`` and ``push`` for partition ``P`` of the stream
-``NAME``; ``/NAME`` is its partition 0 when the stream has one partition. On a stream with
-more, ``/NAME`` takes ``addEvent`` only: each connection's events go to one partition, picked
-round robin over connections (so one producer's order holds), and consumer calls are refused
-naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the stream
-administration calls of the ops iface are the same on every path; its consumer calls
+Each partition's routes are built once, on its first connection, and shared by later ones:
+``futoin.ping``, ``futoin.evt.gen``, ``poll`` and ``push`` on the partition, DCB, notification
+and the ops iface. ``/`` (with any query) is ``events``/0. ``/NAME/P`` is partition ``P`` of
+the stream ``NAME``; ``/NAME`` is its partition 0 when the stream has one partition. On a
+stream with more, ``/NAME`` takes ``addEvent`` only: each connection's events go to one
+partition, picked round robin over connections (so one producer's order holds), and consumer
+calls are refused naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the
+stream administration calls of the ops iface are the same on every path; its consumer calls
 (``streamInfo``, ``listConsumers``, ``dropConsumer``, ``seekConsumer``, ``consumerState``,
-``acknowledge``, ``readEvents``, ``idBefore``) act on the path's partition. DCB on any path of
-a stream serves that stream while it has one partition; on a stream of more each call is an
-``InvalidRequest`` that says why.
+``acknowledge``, ``readEvents``, ``idBefore``) act on the path's partition. DCB on ``/`` and
+``/events/0`` serves ``events``/0; on any other path of a stream it serves that stream while
+it has one partition, and on a stream of more each call is an ``InvalidRequest`` that says
+why.
 
 A path that names no stream or partition is refused at the upgrade (HTTP 404, one sentence).
-A partition's services are built on its first connection and shared by later ones. When its
-stream is dropped, its routes are swapped in place for a refusal, so its open connections get
-an FTN3 error on their next call, and its push streams stop (their connections drop).
+When a stream is dropped, its partitions' routes are swapped in place for a refusal, so its
+open connections get an FTN3 error on their next call, and its push streams stop (their
+connections drop).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
+from ..dcb.service import DcbService
 from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
+from ..domain.principal import Principal
+from ..ftn3.calls import CallContext, Handler, Routes
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..log.retention import Discarder
-from ..log.streams import StreamRegistry
-from ..notify.management import ManagementBus
+from ..log.streams import StreamLogs, StreamRegistry
 from ..quoting import quote_input
-from ..storage.base import PartitionLog, Store
 from .dcb import DcbCalls
+from .notify import NotifyService
 from .ops import OpsService
 from .push import PushService
-from .services import CallContext, GenService, Handler, PollService, Routes, ping
+from .services import GenService, PollService, ping
+from .stream_ops import StreamAdmin
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +49,7 @@ GEN: Final = "futoin.evt.gen"
 POLL: Final = "futoin.evt.poll"
 PUSH: Final = "futoin.evt.push"
 DCB: Final = "futoin.evt.dcb"
+NOTIFY: Final = "futoin.evt.notify"
 OPS: Final = "futoinevt.ops"
 #: The ops calls on a partition's consumers: (function, OpsService method).
 _CONSUMER_OPS: Final = (
@@ -66,13 +73,13 @@ class _PartitionDoor:
     """One partition's services and the routes that reach them (shared by its connections)."""
 
     partition: Partition
-    routes: dict[str, dict[str, Handler]]
+    routes: dict[str, dict[str, Handler[Principal]]]
     #: The routes of ``/NAME`` pinned to this partition (built on first use).
-    pinned: dict[str, dict[str, Handler]] | None = None
+    pinned: dict[str, dict[str, Handler[Principal]]] | None = None
 
 
-def _refuse_with(name: str, desc: str) -> Handler:
-    def refuse(ctx: CallContext, params: dict[str, Any]) -> Any:
+def _refuse_with(name: str, desc: str) -> Handler[Principal]:
+    def refuse(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
         raise FTN3Error(name, desc)
 
     return refuse
@@ -80,23 +87,36 @@ def _refuse_with(name: str, desc: str) -> Handler:
 
 class PartitionDoors:
     """Paths to routes. :meth:`refusal` checks a path at the upgrade; :meth:`open` gives an
-    accepted connection its routes (None: the default routes)."""
+    accepted connection its routes."""
 
     def __init__(
         self,
         streams: StreamRegistry,
-        store: Store,
+        logs: StreamLogs,
         push: PushService,
         discarder: Discarder,
-        default_routes: Routes,
-        notices: ManagementBus | None = None,
+        notify: NotifyService,
     ) -> None:
         self._streams = streams
-        self._store = store
+        self._logs = logs
         self._push = push
         self._discarder = discarder
-        self._default = default_routes
-        self._notices = notices
+        admin = StreamAdmin(streams)
+        #: Calls that are the same on every path: notification, the streams' administration.
+        self._notify: dict[str, Handler[Principal]] = {
+            "ping": ping,
+            "subscribe": notify.subscribe,
+            "unsubscribe": notify.unsubscribe,
+            "getEvents": notify.get_events,
+        }
+        self._admin: dict[str, Handler[Principal]] = {
+            "ping": ping,
+            "listStreams": admin.list_streams,
+            "describeStream": admin.describe_stream,
+            "addStream": admin.add_stream,
+            "growStream": admin.grow_stream,
+            "dropStream": admin.drop_stream,
+        }
         self._doors: dict[int, _PartitionDoor] = {}
         #: Stream name -> the round robin of its pinned connections.
         self._turns: dict[str, itertools.count[int]] = {}
@@ -141,9 +161,9 @@ class PartitionDoors:
         found = self._find(path)
         return found if isinstance(found, str) else None
 
-    def open(self, path: str) -> Routes | None:
+    def open(self, path: str) -> Routes[Principal]:
         """The routes of a connection to ``path`` (checked by :meth:`refusal` in the same turn
-        of the loop); None for ``events``/0, served by the default routes."""
+        of the loop)."""
         found = self._find(path)
         assert not isinstance(found, str), found
         name, number = found
@@ -155,46 +175,50 @@ class PartitionDoors:
             else:
                 turn = next(self._turns.setdefault(name, itertools.count()))
                 return self._pinned(self._door(info.partitions[turn % len(info.partitions)]))
-        partition = info.partitions[number]
-        if partition == DEFAULT_PARTITION:
-            return None
-        return self._door(partition).routes
+        return self._door(info.partitions[number]).routes
 
     # -- services per partition -----------------------------------------------------------
 
     def _door(self, partition: Partition) -> _PartitionDoor:
         door = self._doors.get(partition.key)
         if door is None:
-            log_ = self._store.partition_log(partition)
-            door = self._doors[partition.key] = _PartitionDoor(
-                partition, self._partition_routes(log_)
-            )
+            door = self._doors[partition.key] = _PartitionDoor(partition, self._routes(partition))
         return door
 
-    def _partition_routes(self, log_: PartitionLog) -> dict[str, dict[str, Handler]]:
-        gen = GenService(log_)
-        poll = PollService(log_, self._notices)
-        consumer: dict[str, Handler] = {
+    def _routes(self, partition: Partition) -> dict[str, dict[str, Handler[Principal]]]:
+        """The explicit map from wire names to the methods that serve them on ``partition``."""
+        events = self._logs.partition(partition)
+        gen = GenService(events)
+        poll = PollService(events)
+        ops = OpsService(events, self._push, self._discarder)
+        consumer: dict[str, Handler[Principal]] = {
             "ping": ping,
             "registerConsumer": poll.register_consumer,
             "pollEvents": poll.poll_events,
         }
-        routes = {iface: dict(funcs) for iface, funcs in self._default.items()}
-        routes[GEN] = {"ping": ping, "addEvent": gen.add_event}
-        routes[POLL] = consumer
-        routes[PUSH] = {**consumer, "readyToReceive": self._push.receiver(log_)}
-        if DCB in routes:
-            routes[DCB] = self._dcb_routes(log_.partition.stream)
-        ops = OpsService(log_, self._store, self._push, self._discarder, self._notices)
-        routes[OPS] = {**routes.get(OPS, {}), **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}}
-        return routes
+        if partition == DEFAULT_PARTITION:
+            dcb = DcbCalls(DcbService(events))
+            dcb_routes = self._dcb_routes(lambda: dcb)
+        else:
+            dcb_routes = self._stream_dcb_routes(partition.stream)
+        return {
+            "futoin.ping": {"ping": ping},
+            GEN: {"ping": ping, "addEvent": gen.add_event},
+            POLL: consumer,
+            PUSH: {**consumer, "readyToReceive": self._push.receiver(events)},
+            DCB: dcb_routes,
+            NOTIFY: self._notify,
+            OPS: {**self._admin, **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}},
+        }
 
-    def _dcb_routes(self, name: str) -> dict[str, Handler]:
+    def _stream_dcb_routes(self, name: str) -> dict[str, Handler[Principal]]:
         """DCB on the stream ``name``, looked up at each call: it may grow or be dropped."""
+        return self._dcb_routes(
+            lambda: DcbCalls.of_stream(name, self._streams.get, self._logs.partition)
+        )
 
-        def calls() -> DcbCalls:
-            return DcbCalls.of_stream(name, self._streams.get, self._store.partition_log)
-
+    @staticmethod
+    def _dcb_routes(calls: Callable[[], DcbCalls]) -> dict[str, Handler[Principal]]:
         return {
             "ping": ping,
             "append": lambda ctx, params: calls().append(ctx, params),
@@ -202,19 +226,20 @@ class PartitionDoors:
             "readBackwards": lambda ctx, params: calls().read_backwards(ctx, params),
         }
 
-    def _pinned(self, door: _PartitionDoor) -> Routes:
+    def _pinned(self, door: _PartitionDoor) -> Routes[Principal]:
         if door.pinned is None:
             name = door.partition.stream
             refuse = self._consumer_refusal(name)
             pinned = {iface: dict(funcs) for iface, funcs in door.routes.items()}
             for iface in (POLL, PUSH):
                 pinned[iface] = {func: ping if func == "ping" else refuse for func in pinned[iface]}
-            pinned[OPS] = {**pinned.get(OPS, {}), **{f: refuse for f, _ in _CONSUMER_OPS}}
+            pinned[OPS] = {**pinned[OPS], **{f: refuse for f, _ in _CONSUMER_OPS}}
+            pinned[DCB] = self._stream_dcb_routes(name)  # events/0's too: the stream has several
             door.pinned = pinned
         return door.pinned
 
-    def _consumer_refusal(self, name: str) -> Handler:
-        def refuse(ctx: CallContext, params: dict[str, Any]) -> Any:
+    def _consumer_refusal(self, name: str) -> Handler[Principal]:
+        def refuse(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
             info = self._streams.get(name)
             count = len(info.partitions) if info is not None else 0
             raise FTN3Error(

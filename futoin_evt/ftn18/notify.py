@@ -19,8 +19,10 @@ import itertools
 import logging
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from ..domain.principal import Principal
+from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import Response, encode_json
 from ..notify.live import (
@@ -34,9 +36,6 @@ from ..notify.live import (
 from ..notify.management import ManagementBus
 from ..notify.message import Notification, NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
-
-if TYPE_CHECKING:
-    from .services import CallContext, PeerLink
 
 log = logging.getLogger(__name__)
 
@@ -102,7 +101,7 @@ class _Pushing:
         reply = self.link.request(ON_NOTIFY, params, REPLY_TIMEOUT)
         reply.add_done_callback(self._replied)
 
-    def _replied(self, reply: asyncio.Future[Response]) -> None:
+    def _replied(self, reply: Deferred[Response]) -> None:
         if not reply.cancelled():
             reply.exception()  # looked at: a live subscriber's failure stops nothing
         self.in_flight -= 1
@@ -136,13 +135,15 @@ class NotifyService:
         except UnknownStream as exc:
             raise FTN3Error(UNKNOWN_STREAM, str(exc)) from None
 
-    async def get_events(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, list[str]]:
+    async def get_events(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, list[str]]:
         try:
             return await self._streams.event_types(params.get("stream"), params["event_type"])
         except UnknownStream as exc:
             raise FTN3Error(UNKNOWN_STREAM, str(exc)) from None
 
-    async def subscribe(self, ctx: CallContext, params: dict[str, Any]) -> str:
+    async def subscribe(self, ctx: CallContext[Principal], params: dict[str, Any]) -> str:
         link = ctx.link
         if link is None:
             raise FTN3Error("SecurityError", "Bi-directional channel is required")
@@ -187,7 +188,7 @@ class NotifyService:
             await asyncio.sleep(0)  # the others queue behind; this one gets a turn of its own
             return compile_selector(text)
 
-    def unsubscribe(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+    def unsubscribe(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
         pushing = self._subscriptions.get(ctx.link, {}).get(params["sid"])
         if pushing is None or pushing.task is None:
             return False

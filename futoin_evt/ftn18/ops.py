@@ -12,13 +12,15 @@ import calendar
 import time
 from typing import Any, Final
 
+from ..domain.principal import Principal
+from ..ftn3.calls import CallContext
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
+from ..log.access import acts_for
+from ..log.eventlog import EventLog
 from ..log.retention import Discarder
-from ..notify.management import CONSUMER_DROPPED, ManagementBus
-from ..storage.base import PartitionLog, Users
 from .push import PushService
-from .services import REPLY_ENVELOPE_BYTES, CallContext
+from .services import REPLY_ENVELOPE_BYTES
 
 UNKNOWN_CONSUMER: Final = "UnknownConsumer"
 ALREADY_ACKNOWLEDGED: Final = "AlreadyAcknowledged"
@@ -42,32 +44,35 @@ class ConsumerOps:
     """The calls on one partition's consumers that a range reader (the Spark source) makes:
     served on each partition's path, each on its own log."""
 
-    def __init__(self, log: PartitionLog) -> None:
-        self._log = log
+    def __init__(self, events: EventLog) -> None:
+        self._log = events
+        self._consumers = events.consumers
 
-    async def acknowledge(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
-        position = await self._log.acknowledge(
-            ctx.principal.user_id, params["component"], int(params["last_id"])
+    async def acknowledge(self, ctx: CallContext[Principal], params: dict[str, Any]) -> str | bool:
+        position = await self._consumers.acknowledge(
+            ctx.principal, params["component"], int(params["last_id"])
         )
         if position is None:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         return str(position) if position else False
 
-    async def id_before(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
-        position = await self._log.id_before(params["ts"])
+    async def id_before(self, ctx: CallContext[Principal], params: dict[str, Any]) -> str | bool:
+        position = await self._log.id_before(ctx.principal, params["ts"])
         return str(position) if position else False
 
-    async def consumer_state(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, str]:
-        state = await self._log.consumer_state(ctx.principal.user_id, params["component"])
+    async def consumer_state(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, str]:
+        state = await self._consumers.state(ctx.principal, params["component"])
         if state is None:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         return {"position": str(state[0]), "head_id": str(state[1])}
 
-    async def read_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def read_events(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
         after_id = int(params["after_id"])
         upto_id = int(params["upto_id"]) if params["upto_id"] is not None else None
-        page = await self._log.read_range(
-            ctx.principal.user_id,
+        page = await self._consumers.read_range(
+            ctx.principal,
             params["component"],
             after_id,
             upto_id,
@@ -89,31 +94,25 @@ class ConsumerOps:
 class OpsService(ConsumerOps):
     """Every ops call on the consumers of one partition."""
 
-    def __init__(
-        self,
-        log: PartitionLog,
-        users: Users,
-        push: PushService,
-        discarder: Discarder,
-        notices: ManagementBus | None = None,
-    ) -> None:
-        super().__init__(log)
-        self._users = users
-        self._notices = notices
+    def __init__(self, events: EventLog, push: PushService, discarder: Discarder) -> None:
+        super().__init__(events)
         self._push = push
         self._discarder = discarder
 
-    async def stream_info(self, ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+    async def stream_info(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> dict[str, Any]:
+        who = ctx.principal
         partition = self._log.partition
-        bounds = await self._log.stream_bounds()
-        lowest = await self._log.lowest_consumer()
+        bounds = await self._log.bounds(who)
+        lowest = await self._consumers.lowest(who)
         held_back_by = None
-        if lowest is not None and (ctx.principal.is_admin or lowest[1] == ctx.principal.user_id):
+        if lowest is not None and acts_for(who, lowest[1]):
             held_back_by = {"user": lowest[0], "component": lowest[2]}
         expired = [
             {"user": user, "component": component}
             for user, component in self._discarder.expired_in(partition)
-            if ctx.principal.is_admin or user == ctx.principal.name
+            if acts_for(who, user)
         ]
         return _without_none({
             "stream": partition.stream,
@@ -129,9 +128,10 @@ class OpsService(ConsumerOps):
             "expired_consumers": expired,
         })  # fmt: skip
 
-    async def list_consumers(self, ctx: CallContext, params: dict[str, Any]) -> list[Any]:
-        principal = ctx.principal
-        rows = await self._log.consumers(None if principal.is_admin else principal.user_id)
+    async def list_consumers(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> list[Any]:
+        rows = await self._consumers.listed(ctx.principal)
         partition_key = self._log.partition.key
         streams = {
             (s.user_id, s.component): s
@@ -158,31 +158,18 @@ class OpsService(ConsumerOps):
             }))  # fmt: skip
         return out
 
-    async def drop_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
-        principal = ctx.principal
-        partition = self._log.partition
-        if params["user"] != principal.name and not principal.is_admin:
+    async def drop_consumer(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
+        if not await self._consumers.drop(
+            ctx.principal, params["user"], params["component"], reason="dropped by an operator call"
+        ):
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        user = await self._users.get_user(params["user"])
-        if user is None or not await self._log.drop_consumer(user.id, params["component"]):
-            raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        self._push.stop_stream(user.id, params["component"], partition)
-        if self._notices is not None:
-            self._notices.publish(
-                CONSUMER_DROPPED,
-                stream=partition.stream,
-                partition=partition.number,
-                user=user.name,
-                component=params["component"],
-                by=principal.name,
-                reason="dropped by an operator call",
-            )
         return True
 
-    async def seek_consumer(self, ctx: CallContext, params: dict[str, Any]) -> str | bool:
-        position = await self._log.id_before(params["ts"]) or 0
-        user_id = ctx.principal.user_id
-        if not await self._log.set_position(user_id, params["component"], position):
+    async def seek_consumer(
+        self, ctx: CallContext[Principal], params: dict[str, Any]
+    ) -> str | bool:
+        who = ctx.principal
+        position = await self._log.id_before(who, params["ts"]) or 0
+        if not await self._consumers.seek(who, who.user_id, params["component"], position):
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
-        self._push.stop_stream(user_id, params["component"], self._log.partition)
         return str(position) if position else False

@@ -42,12 +42,15 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
 from ..domain.partition import DEFAULT_PARTITION, Partition
-from ..domain.stream import LIVE_COMPONENT, MAX_EVENTS_PER_CALL, UserId
+from ..domain.principal import Principal
+from ..domain.stream import LIVE_COMPONENT, UserId
+from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import FTN3Error
+from ..ftn3.messages import Response
+from ..log.eventlog import EventLog, EventPage, StoreUnreachable
 from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
-from ..storage.base import ConsumerLog, EventPage, PartitionLog, StoreUnreachable
 from ..storage.head import HeadWatch
-from .services import NOT_REGISTERED, CallContext, PeerLink, retrieve_quietly
+from .services import NOT_REGISTERED, retrieve_quietly
 
 log = logging.getLogger(__name__)
 
@@ -102,21 +105,18 @@ class StreamStats:
 class PushStream:
     service: PushService
     #: The partition's log: where the events come from and the position is stored.
-    log: ConsumerLog
+    log: EventLog
     #: (partition key, user, component), and the connection's id for LIVE.
     key: tuple[Any, ...]
     link: PeerLink
-    user_id: UserId
+    #: The consumer's user: the stream reads and acknowledges as them.
+    who: Principal
     component: str
     want: list[str] | None
     reliable: bool
     next_id: int
     #: The consumer's epoch when this stream claimed it (reliable streams).
     epoch: int = 0
-    #: The user's name (for management events).
-    user_name: str = ""
-    #: The partition of ``log`` (for management events).
-    partition: Partition = DEFAULT_PARTITION
     stats: StreamStats = field(default_factory=StreamStats)
     _seq: itertools.count[int] = field(default_factory=itertools.count)
     _in_flight: dict[int, _Group] = field(default_factory=dict)
@@ -139,6 +139,14 @@ class PushStream:
     @property
     def config(self) -> PushConfig:
         return self.service.config
+
+    @property
+    def user_id(self) -> UserId:
+        return self.who.user_id
+
+    @property
+    def partition(self) -> Partition:
+        return self.log.partition
 
     def start(self) -> None:
         self._acked_to = self.next_id
@@ -172,15 +180,15 @@ class PushStream:
             self.service.forget(self)
 
     async def _deliver(self) -> None:
-        head = self.log.head
+        events = self.log
         closed = self.link.closed
-        stop_listening = head.listen(self._wake.set)
+        stop_listening = events.listen(self._wake.set)
         stop_waiting = self.link.on_writable(self._wake.set)
         closed.add_done_callback(lambda _closed: self._wake.set())
         failures = 0
         try:
             while not closed.done():
-                if self._room_for_more() and head.head > self.next_id:
+                if self._room_for_more() and events.head > self.next_id:
                     try:
                         page = await self._next_page()
                     except StoreUnreachable as exc:
@@ -199,10 +207,10 @@ class PushStream:
                 self._skip_unwanted()
                 self._send_queued()
                 self._wake.clear()
-                if self._room_for_more() and head.head > self.next_id:
+                if self._room_for_more() and events.head > self.next_id:
                     continue  # more came while this turn ran
                 await self._wake.wait()
-                if self.config.batch_delay and head.head > self.next_id:
+                if self.config.batch_delay and events.head > self.next_id:
                     await asyncio.sleep(self.config.batch_delay)
         finally:
             stop_listening()
@@ -239,19 +247,15 @@ class PushStream:
         room = not self.reliable or (
             len(self._in_flight) + len(self._queued) + 1 < self.config.window
         )
-        if room and self.log.head.head > page.last_id:
+        if room and self.log.head > page.last_id:
             ahead = asyncio.ensure_future(self._read(page.last_id))
             ahead.add_done_callback(retrieve_quietly)
             self._ahead = (page.last_id, ahead)
 
     async def _read(self, after_id: int) -> EventPage:
         max_bytes = min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
-        return await self.log.read_events(
-            after_id,
-            types=self.want,
-            limit=MAX_EVENTS_PER_CALL,
-            max_bytes=max_bytes,
-            ftn18_only=True,
+        return await self.log.read_page(
+            self.who, after_id, types=self.want, max_bytes=max_bytes, ftn18_only=True
         )
 
     def _skip_unwanted(self) -> None:
@@ -284,7 +288,7 @@ class PushStream:
         reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout)
         reply.add_done_callback(lambda done: self._on_reply(group, done))
 
-    def _on_reply(self, group: _Group, done: asyncio.Future[Any]) -> None:
+    def _on_reply(self, group: _Group, done: Deferred[Response]) -> None:
         failure = _failure(done)  # always look: an unread exception would be logged as lost
         if self._task is None or self._task.done():
             return  # stopped: a newer stream or a closed connection owns the consumer now
@@ -320,7 +324,7 @@ class PushStream:
                 PUSH_RETRY,
                 stream=self.partition.stream,
                 partition=self.partition.number,
-                user=self.user_name,
+                user=self.who.name,
                 component=self.component,
                 seq=group.seq,
                 attempts=group.attempts,
@@ -341,7 +345,7 @@ class PushStream:
             self.service.acknowledge(self, last_id)
 
 
-def _failure(reply: asyncio.Future[Any]) -> str | None:
+def _failure(reply: Deferred[Response]) -> str | None:
     """Why an onEvents reply does not acknowledge its group, or None when it does."""
     if reply.cancelled():
         return "cancelled"
@@ -372,17 +376,18 @@ class PushPeers(Protocol):
 class PushService:
     """``readyToReceive``: starts, and takes over, push streams, on every partition served.
 
-    ``store`` is the log of ``events``/0 (:meth:`ready_to_receive`); a partition's streams
-    start with :meth:`receiver` of its log. Streams are keyed by partition key first.
+    A partition's streams start with :meth:`receiver` of its log; ``events`` is the log of
+    ``events``/0, whose claims are heard from the start. Streams are keyed by partition key
+    first. It is the consumers' :class:`~futoin_evt.log.consumers.Deliveries`: a drop or a
+    seek stops a consumer's stream (:meth:`stop_stream`).
     """
 
     def __init__(
         self,
-        store: PartitionLog,
+        events: EventLog,
         config: PushConfig = PushConfig(),
         notices: ManagementBus | None = None,
     ) -> None:
-        self.store = store
         self.config = config
         #: Told of takeovers and retries (management events), when given.
         self.notices = notices
@@ -390,7 +395,7 @@ class PushService:
         self._acks: set[asyncio.Task[Any]] = set()
         #: Partition key -> how to stop hearing its claims (listened to from its first stream).
         self._claim_stops: dict[int, Callable[[], None]] = {
-            DEFAULT_PARTITION.key: store.claims.listen(
+            DEFAULT_PARTITION.key: events.consumers.claims.listen(
                 functools.partial(self._claimed, DEFAULT_PARTITION.key)
             )
         }
@@ -429,45 +434,47 @@ class PushService:
             if s.reliable and s.key[0] == partition.key
         ]
 
-    async def ready_to_receive(self, ctx: CallContext, params: dict[str, Any]) -> bool:
-        """``readyToReceive`` on ``events``/0."""
-        return await self._start(self.store, DEFAULT_PARTITION.key, ctx, params)
-
     def receiver(
-        self, log_: PartitionLog
-    ) -> Callable[[CallContext, dict[str, Any]], Coroutine[Any, Any, bool]]:
-        """``readyToReceive`` on the partition of ``log_``."""
-        key = log_.partition.key
+        self, events: EventLog
+    ) -> Callable[[CallContext[Principal], dict[str, Any]], Coroutine[Any, Any, bool]]:
+        """``readyToReceive`` on the partition of ``events``."""
+        key = events.partition.key
 
-        async def ready_to_receive(ctx: CallContext, params: dict[str, Any]) -> bool:
+        async def ready_to_receive(ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
             if key not in self._primed:
-                log_.head.advance(await log_.newest_event_id())
+                await events.catch_up()
                 self._primed.add(key)
             if key not in self._claim_stops:
-                self._claim_stops[key] = log_.claims.listen(functools.partial(self._claimed, key))
-            return await self._start(log_, key, ctx, params)
+                claims = events.consumers.claims
+                self._claim_stops[key] = claims.listen(functools.partial(self._claimed, key))
+            return await self._start(events, key, ctx, params)
 
         return ready_to_receive
 
     async def _start(
-        self, store: PartitionLog, partition_key: int, ctx: CallContext, params: dict[str, Any]
+        self,
+        events: EventLog,
+        partition_key: int,
+        ctx: CallContext[Principal],
+        params: dict[str, Any],
     ) -> bool:
         if ctx.link is None:
             raise FTN3Error("SecurityError", "Bi-directional channel is required")
         component: str = params["component"]
-        user_id = ctx.principal.user_id
+        who = ctx.principal
+        user_id = who.user_id
         reliable = component != LIVE_COMPONENT
         key: tuple[Any, ...]
         epoch = 0
         if reliable:
             # The stream owns the consumer in the whole cluster until another one claims it.
-            claimed = await store.claim_consumer(user_id, component)
+            claimed = await events.consumers.claim(who, component)
             if claimed is None:
                 raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
             epoch, position = claimed
             key = (partition_key, user_id, component)
         else:
-            position = store.head.head
+            position = events.head
             key = (partition_key, user_id, component, id(ctx.link))
         previous = self._streams.pop(key, None)
         if previous is not None:
@@ -476,9 +483,9 @@ class PushService:
             if self.notices is not None and reliable:
                 self.notices.publish(
                     CONSUMER_TAKEN_OVER,
-                    stream=store.partition.stream,
-                    partition=store.partition.number,
-                    user=ctx.principal.name,
+                    stream=events.partition.stream,
+                    partition=events.partition.number,
+                    user=who.name,
                     component=component,
                     transport="ws",
                     epoch=epoch,
@@ -486,17 +493,15 @@ class PushService:
                 )
         stream = PushStream(
             service=self,
-            log=store,
+            log=events,
             key=key,
             link=ctx.link,
-            user_id=user_id,
+            who=who,
             component=component,
             want=params["want"],
             reliable=reliable,
             next_id=position,
             epoch=epoch,
-            user_name=ctx.principal.name,
-            partition=store.partition,
         )
         self._streams[key] = stream
         stream.start()
@@ -506,7 +511,9 @@ class PushService:
 
     def acknowledge(self, stream: PushStream, last_id: int) -> None:
         task = asyncio.ensure_future(
-            stream.log.acknowledge(stream.user_id, stream.component, last_id, epoch=stream.epoch)
+            stream.log.consumers.acknowledge(
+                stream.who, stream.component, last_id, epoch=stream.epoch
+            )
         )
         self._acks.add(task)
 
@@ -558,7 +565,7 @@ class PushService:
                 CONSUMER_TAKEN_OVER,
                 stream=stream.partition.stream,
                 partition=stream.partition.number,
-                user=stream.user_name,
+                user=stream.who.name,
                 component=component,
                 transport="ws",
                 epoch=epoch,

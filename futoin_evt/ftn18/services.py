@@ -1,28 +1,26 @@
 """The FTN18 services: event generator and consumer registration/polling.
 
-Plain classes over the store; the executor maps wire names to these methods.
+Plain classes over a partition's event log; the executor maps wire names to these methods.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from ..auth.users import Principal
+from ..domain.principal import Principal
 from ..domain.stream import (
     LIVE_COMPONENT,
     MAX_EVENTS_PER_CALL,
     EventRejected,
     UserId,
-    encode_event_data,
 )
+from ..ftn3.calls import CallContext, Pending
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
-from ..ftn3.messages import EncodedJson, Response
-from ..notify.management import CONSUMER_REGISTERED, ManagementBus
-from ..storage.base import EventLog, EventPage, NotWritable, PartitionLog
+from ..ftn3.messages import EncodedJson
+from ..log.eventlog import EventLog, EventPage, NotWritable
 
 log = logging.getLogger(__name__)
 
@@ -33,69 +31,19 @@ LIVE_NOT_ALLOWED: Final = "LiveNotAllowed"
 REPLY_ENVELOPE_BYTES: Final = 64
 
 
-@dataclass(slots=True)
-class Pending:
-    """A result that arrives with ``future``; ``then`` turns its value into the result."""
-
-    future: asyncio.Future[Any]
-    then: Callable[[Any], Any] | None = None
-
-
-class PeerLink(Protocol):
-    """Requests from us to the peer, over a bidirectional connection (``S`` rids)."""
-
-    @property
-    def closed(self) -> asyncio.Future[None]:
-        """Done when the connection is gone."""
-
-    @property
-    def is_open(self) -> bool:
-        """False once the connection is closing."""
-
-    @property
-    def writable(self) -> bool:
-        """False while the peer is not reading what was already sent."""
-
-    def on_writable(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` when the peer has caught up again; returns how to stop."""
-
-    def request(self, f: str, params_json: str, timeout: float) -> asyncio.Future[Response]:
-        """Send a request; the future gets the reply, or TimeoutError/ConnectionError."""
-
-    def abort(self) -> None:
-        """Drop the connection at once."""
-
-
-@dataclass(slots=True)
-class CallContext:
-    """Who calls, what the reply may weigh, and the way back to the caller (if any)."""
-
-    principal: Principal
-    max_response_bytes: int
-    link: PeerLink | None = None
-
-
-#: A handler returns its result, a :class:`Pending` result, or a coroutine.
-Handler = Callable[[CallContext, dict[str, Any]], Any]
-#: iface name -> wire function name -> handler
-Routes = Mapping[str, Mapping[str, Handler]]
-
-
 class GenService:
     """``futoin.evt.gen``: add events."""
 
-    def __init__(self, store: EventLog) -> None:
-        self._store = store
+    def __init__(self, events: EventLog) -> None:
+        self._log = events
 
-    def add_event(self, ctx: CallContext, params: dict[str, Any]) -> Pending:
+    def add_event(self, ctx: CallContext[Principal], params: dict[str, Any]) -> Pending:
         """The reply (the id as a string) goes out once the event is durable."""
         try:
-            data_json = encode_event_data(params["type"], params["data"])
-        except EventRejected as exc:
-            raise FTN3Error(INVALID_REQUEST, str(exc)) from None
-        try:
-            return Pending(self._store.submit_append(params["type"], data_json), _id_json)
-        except NotWritable as exc:  # an aggregated stream: only its copying adds events
+            return Pending(
+                self._log.append(ctx.principal, params["type"], params["data"]), _id_json
+            )
+        except (EventRejected, NotWritable) as exc:  # aggregated: only its copying adds events
             raise FTN3Error(INVALID_REQUEST, str(exc)) from None
 
 
@@ -134,54 +82,42 @@ class PollService:
     costs the consumer's time or the server's, not both.
     """
 
-    def __init__(self, store: PartitionLog, notices: ManagementBus | None = None) -> None:
-        self._store = store
-        self._notices = notices
+    def __init__(self, events: EventLog) -> None:
+        self._log = events
+        self._consumers = events.consumers
         self._read_aheads: dict[tuple[UserId, str], _ReadAhead] = {}
 
-    async def register_consumer(self, ctx: CallContext, params: dict[str, Any]) -> bool:
+    async def register_consumer(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
         component = params["component"]
         if component == LIVE_COMPONENT:
             raise FTN3Error(LIVE_NOT_ALLOWED, "LIVE consumers do not register")
-        created = await self._store.register_consumer(ctx.principal.user_id, component)
-        if created and self._notices is not None:
-            partition = self._store.partition
-            self._notices.publish(
-                CONSUMER_REGISTERED,
-                stream=partition.stream,
-                partition=partition.number,
-                user=ctx.principal.name,
-                component=component,
-                transport="ws",
-            )
+        await self._consumers.register(ctx.principal, component, transport="ws")
         return True
 
-    async def poll_events(self, ctx: CallContext, params: dict[str, Any]) -> EncodedJson:
+    async def poll_events(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
         component: str = params["component"]
         last_id = int(params["last_id"]) if params["last_id"] is not None else 0
         want: list[str] | None = params["want"]
-        user_id = ctx.principal.user_id
+        who = ctx.principal
         max_bytes = ctx.max_response_bytes - REPLY_ENVELOPE_BYTES
         if component == LIVE_COMPONENT:
-            page = await self._store.read_events(
-                last_id, types=want, limit=MAX_EVENTS_PER_CALL, max_bytes=max_bytes, ftn18_only=True
+            page = await self._log.read_page(
+                who, last_id, types=want, max_bytes=max_bytes, ftn18_only=True
             )
             return EncodedJson(page.json)
-        consumer = (user_id, component)
-        page = await self._reliable_page(consumer, last_id, want, max_bytes)
+        page = await self._reliable_page(who, component, last_id, want, max_bytes)
         if page.count == 0 and page.head_id > page.start_id:  # all filtered out: skip them
-            await self._store.acknowledge(user_id, component, page.head_id)
+            await self._consumers.acknowledge(who, component, page.head_id)
         if page.count == MAX_EVENTS_PER_CALL or page.truncated:
-            self._read_ahead(consumer, page.last_id, want, max_bytes)
+            self._read_ahead(who, component, page.last_id, want, max_bytes)
         return EncodedJson(page.json)
 
     async def _reliable_page(
-        self, consumer: tuple[UserId, str], last_id: int, want: list[str] | None, max_bytes: int
+        self, who: Principal, component: str, last_id: int, want: list[str] | None, max_bytes: int
     ) -> EventPage:
-        user_id, component = consumer
-        ahead = self._take_read_ahead(consumer, last_id, want, max_bytes)
+        ahead = self._take_read_ahead((who.user_id, component), last_id, want, max_bytes)
         if ahead is not None:
-            position = await self._store.acknowledge(user_id, component, last_id)
+            position = await self._consumers.acknowledge(who, component, last_id)
             if position is None:
                 ahead.cancel()
                 raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
@@ -197,18 +133,12 @@ class PollService:
                 ahead.cancel()  # another poller moved the position further
         # The read starts where the acknowledgement puts the position; both run at once, and
         # the reply waits until the acknowledgement is durable.
-        read = self._store.read_consumer_events(
-            user_id,
-            component,
-            at_least=last_id,
-            types=want,
-            limit=MAX_EVENTS_PER_CALL,
-            max_bytes=max_bytes,
-            ftn18_only=True,
+        read = self._consumers.read(
+            who, component, at_least=last_id, types=want, max_bytes=max_bytes, ftn18_only=True
         )
         if last_id:
             consumer_page, _position = await asyncio.gather(
-                read, self._store.acknowledge(user_id, component, last_id)
+                read, self._consumers.acknowledge(who, component, last_id)
             )
         else:
             consumer_page = await read
@@ -217,19 +147,14 @@ class PollService:
         return consumer_page
 
     def _read_ahead(
-        self, consumer: tuple[UserId, str], after_id: int, want: list[str] | None, max_bytes: int
+        self, who: Principal, component: str, after_id: int, want: list[str] | None, max_bytes: int
     ) -> None:
+        consumer = (who.user_id, component)
         self._drop_read_ahead(consumer)
         if len(self._read_aheads) >= MAX_READ_AHEADS:
             return
         page = asyncio.ensure_future(
-            self._store.read_events(
-                after_id,
-                types=want,
-                limit=MAX_EVENTS_PER_CALL,
-                max_bytes=max_bytes,
-                ftn18_only=True,
-            )
+            self._log.read_page(who, after_id, types=want, max_bytes=max_bytes, ftn18_only=True)
         )
         page.add_done_callback(retrieve_quietly)
         expiry = asyncio.get_running_loop().call_later(
@@ -265,6 +190,6 @@ def retrieve_quietly(page: asyncio.Future[EventPage]) -> None:
         page.exception()
 
 
-def ping(ctx: CallContext, params: dict[str, Any]) -> dict[str, Any]:
+def ping(ctx: CallContext[Principal], params: dict[str, Any]) -> dict[str, Any]:
     """``futoin.ping``: echo."""
     return {"echo": params["echo"]}

@@ -1,4 +1,5 @@
-"""FTN3 protocol core: messages, iface definitions, type checks and errors. No I/O."""
+"""FTN3 protocol core: messages, iface definitions, type checks, errors and the call contract
+between an executor and its handlers. No I/O."""
 
 from .errors import FTN3Error, ProtocolViolation
 from .ifaces import FuncSpec, IfaceRegistry, IfaceSpec, IfaceSpecError

@@ -1,5 +1,11 @@
-"""Access control: who may read, write or manage which stream, checked in one place for
-every door.
+"""Who may do what: the rules every door's calls into ``log/`` meet, in one place.
+
+Every call a door makes into ``log/`` on a user's behalf (appends, reads, the consumer
+lifecycle, the streams' administration) takes that user first, as ``who``; the rules are kept
+here, and a door only maps :class:`Refused` (or the "no such" answer a call gives) to its
+wire. A user sees, drops and seeks their own consumers (a user with ``manage`` on the stream,
+and an admin, anyone's); adding streams takes ``manage`` on the name, as growing and dropping
+one does.
 
 :class:`AccessControl` keeps every user's :class:`~futoin_evt.domain.rights.Rights`, built
 from the database's grants. A check is one dictionary lookup and a bit test. Grants are
@@ -22,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ..domain.principal import Principal
 from ..domain.rights import (
     ADMIN_RIGHTS,
     NO_RIGHTS,
@@ -41,23 +48,17 @@ log = logging.getLogger(__name__)
 DEFAULT_REFRESH_SECONDS: Final = 5.0
 
 
-class AccessDenied(Exception):
+class Refused(Exception):
+    """The acting user may not make this call; one sentence for the user."""
+
+
+class AccessDenied(Refused):
     """A caller lacks ``right`` on ``stream``; the message is one sentence for the caller."""
 
     def __init__(self, right: Right, stream: str) -> None:
         self.right = right
         self.stream = stream
         super().__init__(f"the {rights_text(right)} right on stream {stream} is needed")
-
-
-class Caller(Protocol):
-    """Who acts: an authenticated principal of any door."""
-
-    @property
-    def user_id(self) -> UserId: ...
-
-    @property
-    def is_admin(self) -> bool: ...
 
 
 class GrantSource(Protocol):
@@ -103,19 +104,19 @@ class AccessControl:
 
     # -- checks --------------------------------------------------------------------------------
 
-    def rights(self, caller: Caller) -> Rights:
+    def rights(self, caller: Principal) -> Rights:
         """What ``caller`` may do."""
         if caller.is_admin:
             return ADMIN_RIGHTS
         return self._by_user.get(caller.user_id, NO_RIGHTS)
 
-    def allows(self, caller: Caller, right: Right, stream: str) -> bool:
+    def allows(self, caller: Principal, right: Right, stream: str) -> bool:
         if caller.is_admin:
             return True
         rights = self._by_user.get(caller.user_id)
         return rights is not None and rights.on(stream) & right == right
 
-    def check(self, caller: Caller, right: Right, stream: str) -> None:
+    def check(self, caller: Principal, right: Right, stream: str) -> None:
         """Raises :class:`AccessDenied` unless ``caller`` holds ``right`` on ``stream``."""
         if not caller.is_admin:
             rights = self._by_user.get(caller.user_id)
@@ -123,7 +124,7 @@ class AccessControl:
                 raise AccessDenied(right, stream)
 
     def watch(
-        self, caller: Caller, right: Right, stream: str, on_revoked: Callable[[], None]
+        self, caller: Principal, right: Right, stream: str, on_revoked: Callable[[], None]
     ) -> Callable[[], None]:
         """Call ``on_revoked`` once, when ``caller`` no longer holds ``right`` on ``stream``;
         returns how to stop watching. Admins are not watched (their rights are whole)."""
@@ -206,6 +207,27 @@ class AccessControl:
 
 def _nothing() -> None:
     pass
+
+
+# -- the rules about consumers and streams -------------------------------------------------------
+
+
+def acts_for(who: Principal, owner: UserId | str) -> bool:
+    """Whether ``who`` may see, drop and seek the consumers of ``owner`` (a user's id or
+    name): their own, or anyone's for an admin."""
+    return who.is_admin or owner in (who.user_id, who.name)
+
+
+def consumers_shown_to(who: Principal) -> UserId | None:
+    """Whose consumers a list shows ``who``: None for everyone's (an admin), else their own
+    user id."""
+    return None if who.is_admin else who.user_id
+
+
+def check_admin(who: Principal, doing: str) -> None:
+    """:class:`Refused` unless ``who`` is an admin; ``doing`` completes "only admin users"."""
+    if not who.is_admin:
+        raise Refused(f"only admin users {doing}")
 
 
 # -- changing grants (the command line with --db, and the ops iface for admins) ----------------

@@ -1,82 +1,82 @@
-"""The event stream as plain calls, with no FTN3 in them: for doors other than FTN3.
+"""One partition's events as every door calls them: the one way down to the store.
 
-Append, read after a position, learn when the head moves, bounds and time lookup, the
-consumer position of a registered (reliable) consumer, and the holds of AMQP consumer groups.
-The FTN3 services keep their own wire-shaped methods; both reach the same store, so an event
-is the same at every door.
+Append, read after a position, learn when the head moves, bounds and time lookup, the DCB
+calls, the registered consumers (:attr:`EventLog.consumers`) and the holds of AMQP consumer
+groups. Each call a door makes on
+a user's behalf takes that user (``who``) first: rights on the stream are checked there, in
+``log/`` (:mod:`.access`), and each door maps a refusal to its wire. What the server reads
+for itself (the notification's shared reader, a sampler of heads) takes no user.
 """
 
 from __future__ import annotations
 
 import asyncio
-import calendar
-import functools
-import re
-import time
 from collections.abc import Callable, Collection, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
+from ..domain.dcb import AppendCondition, NewEvent, Query
+from ..domain.dcb import StoredEvent as DcbEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition
-from ..domain.stream import LIVE_COMPONENT, EventId, UserId, encode_event_data, utc_timestamp
-from ..storage.base import PartitionLog, StreamBounds
+from ..domain.principal import Principal
+from ..domain.stream import (
+    MAX_EVENTS_PER_CALL,
+    EventId,
+    StoredEvent,
+    UserId,
+    encode_event_data,
+    utc_timestamp,
+)
+from ..storage.base import (
+    DiscardLimits,
+    EventPage,
+    NotWritable,
+    PartitionLog,
+    StoreUnreachable,
+    StreamBounds,
+)
+from .consumers import ConsumerLifecycle, PartitionConsumers
 
-#: FTN18's ConsumerComponent (futoin.evt.types): what a registered consumer may be called.
-COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
-
-
-def is_registrable(component: str) -> bool:
-    """A name a reliable consumer can be registered under (LIVE is not one)."""
-    return COMPONENT_RE.match(component) is not None and component != LIVE_COMPONENT
-
-
-class StoredEvent(NamedTuple):
-    """One stored event: a tuple, made from a store row in one call (readers make one per
-    event, so this matters on the hot paths)."""
-
-    id: EventId
-    type: str
-    #: The event data as the JSON text it is stored as.
-    data_json: str
-    #: ``YYYY-MM-DDTHH:MM:SSZ`` (when it was added).
-    ts: str
-    #: The content type of the AMQP ``data`` section the event came as (``""`` for none);
-    #: None when it came otherwise.
-    content_type: str | None = None
-
-    @property
-    def timestamp_ms(self) -> int:
-        return ts_to_ms(self.ts)
-
+__all__ = [
+    "DiscardLimits",
+    "EventLog",
+    "EventPage",
+    "NotWritable",
+    "StoreUnreachable",
+    "StreamBounds",
+]
 
 #: A store row (id, type, data JSON, ts, content type) as a :class:`StoredEvent`.
 _make_event: Final = StoredEvent._make
 
 
-@functools.lru_cache(maxsize=256)
-def ts_to_ms(ts: str) -> int:
-    """An FTN18 timestamp as milliseconds since the epoch."""
-    return calendar.timegm(time.strptime(ts, "%Y-%m-%dT%H:%M:%SZ")) * 1000
-
-
 class EventLog:
-    """One ordered log (a partition of a stream): what a transport calls instead of the store."""
+    """One ordered log (a partition of a stream): what a door calls instead of the store."""
 
-    def __init__(self, store: PartitionLog) -> None:
+    def __init__(self, store: PartitionLog, lifecycle: ConsumerLifecycle | None = None) -> None:
         self._store = store
+        #: The partition's registered consumers.
+        self.consumers = PartitionConsumers(
+            store, lifecycle if lifecycle is not None else ConsumerLifecycle()
+        )
 
     @property
     def partition(self) -> Partition:
         return self._store.partition
 
-    def append(self, event_type: str, data: Any) -> asyncio.Future[EventId]:
+    # -- appends ----------------------------------------------------------------------------
+
+    def append(self, who: Principal, event_type: str, data: Any) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable.
 
-        Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an event.
+        Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an
+        event, :class:`NotWritable` for an aggregated stream.
         """
         return self._store.submit_append(event_type, encode_event_data(event_type, data))
 
-    def append_encoded(self, events: list[tuple[str, str, str | None]]) -> asyncio.Future[Any]:
+    def append_encoded(
+        self, who: Principal, events: list[tuple[str, str, str | None]]
+    ) -> asyncio.Future[Any]:
         """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
         order; the future is done once all of them are durable. They are stored in one
         transaction, all or none."""
@@ -84,16 +84,40 @@ class EventLog:
             return self._store.submit_append(*events[0])
         return self._store.submit_appends(events)
 
-    async def read_after(self, after_id: int, limit: int) -> list[StoredEvent]:
+    async def dcb_append(
+        self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
+    ) -> int:
+        """Append atomically if ``condition`` holds; the position of the last event."""
+        return await self._store.dcb_append(events, condition)
+
+    # -- reads ------------------------------------------------------------------------------
+
+    async def read_page(
+        self,
+        who: Principal,
+        after_id: int,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+        ftn18_only: bool = False,
+    ) -> EventPage:
+        """Events after ``after_id`` encoded as FTN18's JSON array, as many as fit ``limit``
+        and ``max_bytes`` (see :meth:`~futoin_evt.storage.base.EventLog.read_events`)."""
+        return await self._store.read_events(
+            after_id, types=types, limit=limit, max_bytes=max_bytes, ftn18_only=ftn18_only
+        )
+
+    async def read_after(self, who: Principal, after_id: int, limit: int) -> list[StoredEvent]:
         rows = await self._store.read_rows(after_id, limit=limit)
         return list(map(_make_event, rows))
 
     async def read_of_types(
         self, after_id: int, limit: int, types: Collection[str] | None
     ) -> tuple[list[StoredEvent], int]:
-        """Events after ``after_id`` (of ``types`` only, when given: the store reads no
-        others), and the id read up to: past the events the filter left out, so the next
-        read starts there."""
+        """The shared reader's (the notification's, for every subscriber): events after
+        ``after_id`` (of ``types`` only, when given: the store reads no others), and the id
+        read up to: past the events the filter left out, so the next read starts there."""
         head = self.head  # committed before the read starts, so the read sees all up to it
         wanted = sorted(set(types)) if types is not None else None
         rows = await self._store.read_rows(after_id, limit=limit, types=wanted)
@@ -101,6 +125,15 @@ class EventLog:
         if len(events) >= limit:
             return events, events[-1].id
         return events, max(head, events[-1].id if events else after_id)
+
+    async def dcb_read(
+        self, who: Principal, query: Query, *, after: int | None, before: int | None, limit: int
+    ) -> tuple[list[DcbEvent], int]:
+        """Events matching ``query`` after ``after``, or before ``before`` newest first, and
+        the newest position given (see :meth:`~futoin_evt.storage.base.DcbLog.dcb_read`)."""
+        return await self._store.dcb_read(query, after=after, before=before, limit=limit)
+
+    # -- the head, bounds and times ---------------------------------------------------------
 
     @property
     def head(self) -> int:
@@ -111,13 +144,36 @@ class EventLog:
         """Call ``callback`` whenever :attr:`head` moves; returns how to stop."""
         return self._store.head.listen(callback)
 
-    async def bounds(self) -> StreamBounds:
-        return await self._store.stream_bounds()
+    async def wait_beyond(self, event_id: int) -> None:
+        """Until :attr:`head` is past ``event_id``."""
+        await self._store.head.wait_beyond(event_id)
 
     async def newest_id(self) -> int:
+        """The newest stored event's id, read from the database (0 when there is none)."""
         return await self._store.newest_event_id()
 
-    async def id_before_ms(self, timestamp_ms: int) -> int:
+    async def catch_up(self) -> None:
+        """Move :attr:`head` to the newest id in the database (what other processes added
+        before this one listened)."""
+        self._store.head.advance(await self._store.newest_event_id())
+
+    async def last_given_id(self, who: Principal) -> int:
+        """The newest id ever given to an event, even if that event is discarded."""
+        return await self._store.last_given_id()
+
+    async def bounds(self, who: Principal) -> StreamBounds:
+        return await self._store.stream_bounds()
+
+    async def retention_limits(self, who: Principal) -> DiscardLimits:
+        """The newest and oldest ids and the lowest consumer position, in one snapshot."""
+        return await self._store.discard_limits(None)
+
+    async def id_before(self, who: Principal, ts: str) -> int | None:
+        """The newest id before the first event at or after ``ts`` (``YYYY-MM-DDTHH:MM:SSZ``);
+        None when that is the oldest retained event (or there are none)."""
+        return await self._store.id_before(ts)
+
+    async def id_before_ms(self, who: Principal, timestamp_ms: int) -> int:
         """The position to read after for events added after ``timestamp_ms``.
 
         Stored times have whole seconds, so an event added in the second of the instant is
@@ -126,19 +182,6 @@ class EventLog:
         first_second_after = timestamp_ms // 1000 + 1
         before = await self._store.id_before(utc_timestamp(first_second_after))
         return before if before is not None else 0
-
-    # -- registered consumers ---------------------------------------------------------------
-
-    async def register(self, user_id: UserId, component: str) -> bool:
-        """Register a reliable consumer (idempotent); True when it is new."""
-        return await self._store.register_consumer(user_id, component)
-
-    async def position(self, user_id: UserId, component: str) -> int | None:
-        return await self._store.position(user_id, component)
-
-    async def acknowledge(self, user_id: UserId, component: str, up_to: int) -> int | None:
-        """Durably move the position forward; None when the consumer is not registered."""
-        return await self._store.acknowledge(user_id, component, up_to)
 
     # -- AMQP consumer groups (one link per user, group and partition in the whole cluster) -
 

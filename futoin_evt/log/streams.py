@@ -17,13 +17,24 @@ import logging
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
-from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
+from ..domain.partition import (
+    DEFAULT_PARTITION,
+    Partition,
+    StreamInfo,
+    check_partition_count,
+    check_stream_name,
+)
+from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..storage.base import Streams
+from .access import check_admin, consumers_shown_to
+from .consumers import ConsumerLifecycle
 from .eventlog import EventLog
 
 log = logging.getLogger(__name__)
 
+#: What only admin users do to streams.
+_ADMINS_DO: Final = "add, grow and drop streams"
 #: Seconds between two reads of the registry's version (a stream is served within this).
 DEFAULT_POLL_SECONDS: Final = 1.0
 #: Seconds between two reads of it where every change is notified: only a fallback.
@@ -90,6 +101,47 @@ class StreamRegistry:
         for callback in list(self._listeners):
             callback()
 
+    # -- the streams' administration (a change is served here at once) ---------------------
+
+    async def add(
+        self, who: Principal, name: str, partitions: int, *, aggregate_of: str | None = None
+    ) -> StreamInfo:
+        """Add a stream (see :meth:`~futoin_evt.storage.base.Streams.add_stream`): Refused
+        for a user who is not an admin, ValueError for a bad name or count (one sentence),
+        KeyError when the name is taken."""
+        check_admin(who, _ADMINS_DO)
+        check_stream_name(name)
+        if aggregate_of == name:
+            raise ValueError(f"the stream {name} cannot aggregate itself")
+        info = await self._store.add_stream(
+            name, check_partition_count(partitions), aggregate_of=aggregate_of
+        )
+        await self.refresh()
+        return info
+
+    async def grow(self, who: Principal, name: str, partitions: int) -> StreamInfo:
+        """Grow a stream (see :meth:`~futoin_evt.storage.base.Streams.grow_stream`)."""
+        check_admin(who, _ADMINS_DO)
+        info = await self._store.grow_stream(name, partitions)
+        await self.refresh()
+        return info
+
+    async def drop(self, who: Principal, name: str) -> bool:
+        """Drop a stream (see :meth:`~futoin_evt.storage.base.Streams.drop_stream`)."""
+        check_admin(who, _ADMINS_DO)
+        dropped = await self._store.drop_stream(name)
+        if dropped:
+            await self.refresh()
+        return dropped
+
+    async def describe(self, who: Principal, name: str) -> dict[str, Any] | None:
+        """:func:`describe_stream` of the stream in the database (None: no such stream),
+        with the consumers ``who`` is shown."""
+        info = await self._store.stream(name)
+        if info is None:
+            return None
+        return await describe_stream(self._store, info, consumers_shown_to(who))
+
     async def _follow(self) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
@@ -151,16 +203,29 @@ async def describe_stream(
 
 
 class StreamLogs:
-    """The event log of each partition of each stream the registry knows, by stream name (made
-    as they are first asked for). ``events``/0 is ``default``, the log other parts share."""
+    """The event log of every partition of every stream, one per partition (made as first
+    asked for): what every door reaches a partition through. ``events``/0 is
+    :attr:`default`."""
 
-    def __init__(self, registry: StreamRegistry, store: Streams, default: EventLog) -> None:
+    def __init__(
+        self, registry: StreamRegistry, store: Streams, lifecycle: ConsumerLifecycle
+    ) -> None:
         self._registry = registry
         self._store = store
-        self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: default}
+        self._lifecycle = lifecycle
+        self.default = EventLog(store.partition_log(DEFAULT_PARTITION), lifecycle)
+        self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: self.default}
         #: The lists handed out, while the registry stays at ``_version``.
         self._lists: dict[str, list[EventLog]] = {}
         self._version = registry.version
+
+    def partition(self, partition: Partition) -> EventLog:
+        """The log of ``partition``."""
+        found = self._logs.get(partition.key)
+        if found is None:
+            found = EventLog(self._store.partition_log(partition), self._lifecycle)
+            self._logs[partition.key] = found
+        return found
 
     def partitions(self, name: str) -> list[EventLog] | None:
         """The logs of the stream's partitions, partition ``n`` at index ``n``; None when
@@ -174,15 +239,13 @@ class StreamLogs:
         info = self._registry.get(name)
         if info is None:
             return None
-        logs = []
-        for partition in info.partitions:
-            found = self._logs.get(partition.key)
-            if found is None:
-                found = self._logs[partition.key] = EventLog(self._store.partition_log(partition))
-            logs.append(found)
-        self._lists[name] = logs
+        logs = self._lists[name] = [self.partition(partition) for partition in info.partitions]
         return logs
 
     def listen(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` after each change of the registry (a stream grown, say)."""
         return self._registry.listen(callback)
+
+    async def consumer_counts(self, who: Principal) -> dict[int, int]:
+        """The consumers ``who`` is shown, counted by partition key (one read)."""
+        return await self._store.consumer_counts(consumers_shown_to(who))

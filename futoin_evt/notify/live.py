@@ -33,7 +33,7 @@ from .message import Notification, NotifyError
 from .selector import Selector
 
 if TYPE_CHECKING:
-    from ..auth.users import Principal
+    from ..domain.principal import Principal
 
 #: Parsed events kept for subscribers at the head.
 RING_EVENTS: Final = 8192

@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
 from ..domain.partition import DEFAULT_PARTITION, Partition
+from ..domain.stream import StoredEvent
 from ..ftn3.messages import decode_json
-from ..log.eventlog import StoredEvent
 from ..quoting import quote_input
 
 #: An attribute value: what a selector compares and a message carries. None is NULL.

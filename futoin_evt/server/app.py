@@ -17,16 +17,12 @@ from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
-from ..ftn18.dcb import DcbCalls
 from ..ftn18.doors import PartitionDoors
 from ..ftn18.notify import NotifyService
-from ..ftn18.ops import OpsService
 from ..ftn18.push import PushConfig, PushService
-from ..ftn18.services import GenService, PollService, Routes, ping
-from ..ftn18.stream_ops import StreamAdmin
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
-from ..log.eventlog import EventLog
+from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
@@ -103,73 +99,9 @@ class ServerConfig:
     console: ConsoleConfig | None = None
 
 
-def build_routes(
-    store: Store,
-    push: PushService,
-    discarder: Discarder,
-    notices: ManagementBus | None = None,
-    notify: NotifyService | None = None,
-    registry: StreamRegistry | None = None,
-) -> Routes:
-    """The explicit map from wire names to service methods."""
-    if notify is None:
-        notify = NotifyService(live_streams(store, LiveEvents(EventLog(store))), notices)
-    gen = GenService(store)
-    dcb = DcbCalls(DcbService(store))
-    poll = PollService(store, notices)
-    ops = OpsService(store, store, push, discarder, notices)
-    streams = StreamAdmin(store, registry)
-    consumer = {
-        "ping": ping,
-        "registerConsumer": poll.register_consumer,
-        "pollEvents": poll.poll_events,
-    }
-    return {
-        "futoin.ping": {"ping": ping},
-        "futoin.evt.gen": {"ping": ping, "addEvent": gen.add_event},
-        "futoin.evt.poll": consumer,
-        "futoin.evt.push": {**consumer, "readyToReceive": push.ready_to_receive},
-        "futoin.evt.dcb": {
-            "ping": ping,
-            "append": dcb.append,
-            "read": dcb.read,
-            "readBackwards": dcb.read_backwards,
-        },
-        "futoin.evt.notify": {
-            "ping": ping,
-            "subscribe": notify.subscribe,
-            "unsubscribe": notify.unsubscribe,
-            "getEvents": notify.get_events,
-        },
-        "futoinevt.ops": {
-            "ping": ping,
-            "streamInfo": ops.stream_info,
-            "listConsumers": ops.list_consumers,
-            "dropConsumer": ops.drop_consumer,
-            "seekConsumer": ops.seek_consumer,
-            "acknowledge": ops.acknowledge,
-            "idBefore": ops.id_before,
-            "consumerState": ops.consumer_state,
-            "readEvents": ops.read_events,
-            "listStreams": streams.list_streams,
-            "describeStream": streams.describe_stream,
-            "addStream": streams.add_stream,
-            "growStream": streams.grow_stream,
-            "dropStream": streams.drop_stream,
-        },
-    }
-
-
-def live_streams(
-    store: Store, live: LiveEvents, streams: StreamRegistry | None = None
-) -> LiveStreams:
-    """The shared readers of every stream's partitions, ``live`` that of ``events``/0."""
-    return LiveStreams(
-        live,
-        streams.get if streams is not None else lambda _name: None,
-        lambda partition: EventLog(store.partition_log(partition)),
-        streams.listen if streams is not None else None,
-    )
+def live_streams(logs: StreamLogs, streams: StreamRegistry) -> LiveStreams:
+    """The shared readers of every stream's partitions, that of ``events``/0 the default."""
+    return LiveStreams(LiveEvents(logs.default), streams.get, logs.partition, streams.listen)
 
 
 def build_registry() -> IfaceRegistry:
@@ -190,11 +122,11 @@ def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
 
 async def _start_amqp(
     store: Store,
+    logs: StreamLogs,
     live: LiveStreams,
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
-    streams: StreamRegistry,
 ) -> AmqpListener:
     """The AMQP listener (imported here: its filter parser, lark, is an optional dependency)."""
     from ..amqp.listener import AmqpListener
@@ -202,9 +134,8 @@ async def _start_amqp(
     from ..amqp.notify import NotificationNode
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
-    hubs = StreamLogs(streams, store, live.default.events)
     notifications = NotificationNode(live, bus)
-    node = EventLogNode(live.default.events, config.limits.node, hubs, bus)
+    node = EventLogNode(logs.default, config.limits.node, logs)
     listener = AmqpListener(
         node, authenticator, config, sas=sas, notifications=notifications, checkpoints=store
     )
@@ -219,7 +150,7 @@ async def _start_amqp(
 
 def _console_endpoint(
     config: ConsoleConfig,
-    store: Store,
+    logs: StreamLogs,
     streams: StreamRegistry,
     push: PushService,
     authenticator: Authenticator,
@@ -232,7 +163,7 @@ def _console_endpoint(
     from ..console.app import Console
     from .console_http import ConsoleEndpoint
 
-    console = Console(store, streams, push, authenticator, notices, live, config)
+    console = Console(logs, streams, push, authenticator, notices, live, config)
     return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
 
 
@@ -262,6 +193,7 @@ class EventServer:
     def __init__(
         self,
         store: Store,
+        logs: StreamLogs,
         push: PushService,
         discarder: Discarder,
         transport: WebSocketTransport,
@@ -270,6 +202,8 @@ class EventServer:
         streams: StreamRegistry,
     ) -> None:
         self.store = store
+        #: Every partition's event log: what every door calls.
+        self.logs = logs
         #: The streams and partitions of the database, followed across processes.
         self.streams = streams
         #: The database as configured: a SQLite path or a PostgreSQL URL.
@@ -291,8 +225,8 @@ class EventServer:
         #: Event notification: management events, the shared readers (that of ``events``/0
         #: and those of every partition read), the FTN3 service.
         self.notices = ManagementBus()
-        self.live = LiveEvents(EventLog(store))
-        self.live_streams = live_streams(store, self.live, streams)
+        self.live_streams = live_streams(logs, streams)
+        self.live = self.live_streams.default
         self.notify = NotifyService(self.live_streams, self.notices)
         #: The channel to the other workers of the group, when this is one.
         self.channel: PeerChannel | None = None
@@ -319,11 +253,13 @@ class EventServer:
         except BaseException:
             await store.close()
             raise
-        live = LiveEvents(EventLog(store))
-        lives = live_streams(store, live, streams)
+        consumers = ConsumerLifecycle(store, notices)
+        logs = StreamLogs(streams, store, consumers)
+        lives = live_streams(logs, streams)
         notify = NotifyService(lives, notices)
         try:
-            push = PushService(store, config.push, notices)
+            push = PushService(logs.default, config.push, notices)
+            consumers.deliveries = push
             if channel is not None:
                 channel.serve_push(push)
             discarding = config.worker is None or config.worker.slot == 0
@@ -333,34 +269,31 @@ class EventServer:
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
-            routes = build_routes(store, push, discarder, notices, notify, streams)
-            executor = Executor(
-                build_registry(), routes, authenticator, check_results=config.check_results
-            )
+            executor = Executor(build_registry(), authenticator, check_results=config.check_results)
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
-            doors = PartitionDoors(streams, store, push, discarder, routes, notices)
+            doors = PartitionDoors(streams, logs, push, discarder, notify)
             transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
             if config.feed.path is not None:
-                service = await FeedService.open(store, streams)
+                service = FeedService(logs, streams, await store.stream_id())
                 feed = FeedEndpoint(service, authenticator, config.feed, transport.is_secure)
                 endpoints.append(feed)
             if config.dcb_path is not None:
                 dcb = DcbEndpoint(
-                    DcbService(store),
+                    DcbService(logs.default),
                     authenticator,
                     transport.is_secure,
                     config.dcb_path,
-                    lambda name: DcbService(stream_dcb_log(name, streams.get, store.partition_log)),
+                    lambda name: DcbService(stream_dcb_log(name, streams.get, logs.partition)),
                 )
                 endpoints.append(dcb)
             console = None
             if config.console is not None:
                 endpoint = _console_endpoint(
                     config.console,
-                    store,
+                    logs,
                     streams,
                     push,
                     authenticator,
@@ -378,7 +311,7 @@ class EventServer:
             if config.amqp is not None:
                 try:
                     amqp = await _start_amqp(
-                        store, lives, notices, authenticator, config.amqp, streams
+                        store, logs, lives, notices, authenticator, config.amqp
                     )
                 except BaseException:
                     await transport.close()
@@ -398,7 +331,7 @@ class EventServer:
         aggregator = Aggregator(store, streams, config.aggregate)
         aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
-        server = cls(store, push, discarder, transport, authenticator, executor, streams)
+        server = cls(store, logs, push, discarder, transport, authenticator, executor, streams)
         server.archiver = archiver
         server.aggregator = aggregator
         server.doors = doors
@@ -410,7 +343,7 @@ class EventServer:
         if console is not None:
             console.start()
         server.notices = notices
-        server.live = live
+        server.live = lives.default
         server.live_streams = lives
         server.notify = notify
         server.channel = channel

@@ -29,6 +29,7 @@ from ..dcb.model import (
 )
 from ..dcb.service import MAX_WAIT_SECONDS, DcbService, DcbStreamRefused, ReadRequest
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
+from ..domain.principal import Principal
 from ..ftn3.messages import decode_json, encode_json, holds_lone_surrogate
 from ..stats import UNKNOWN
 from ..wsio import ServerIO
@@ -79,7 +80,7 @@ class DcbEndpoint(HttpEndpoint):
         return action[1:] if action in ACTIONS else UNKNOWN
 
     async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
-        await self.authorize(io, request)
+        who = await self.authorize(io, request)
         name, action = self._route(request)
         if action not in ACTIONS:
             raise refusal(
@@ -105,9 +106,9 @@ class DcbEndpoint(HttpEndpoint):
             raise refusal(400, "InvalidRequest", "Text with a lone surrogate is not Unicode.")
         try:
             if action == "/append":
-                await self._append(service, document, exchange)
+                await self._append(who, service, document, exchange)
             else:
-                await self._read(service, document, request, exchange)
+                await self._read(who, service, document, request, exchange)
         except DcbInputError as exc:
             raise refusal(400, "InvalidRequest", f"{exc.field}: {exc.message}.") from None
         except AppendConditionFailed as exc:
@@ -116,16 +117,17 @@ class DcbEndpoint(HttpEndpoint):
             raise refusal(409, "EventIdConflict", f"{exc}.") from None
 
     async def _append(
-        self, service: DcbService, document: dict[str, Any], exchange: Exchange
+        self, who: Principal, service: DcbService, document: dict[str, Any], exchange: Exchange
     ) -> None:
         _only(document, {"events", "condition"})
         events = parse_events(document.get("events"))
         condition = parse_condition(document.get("condition"))
-        last = await service.append(events, condition)
+        last = await service.append(who, events, condition)
         exchange.respond(200, f'{{"position":{last}}}'.encode(), JSON)
 
     async def _read(
         self,
+        who: Principal,
         service: DcbService,
         document: dict[str, Any],
         request: Request,
@@ -144,13 +146,14 @@ class DcbEndpoint(HttpEndpoint):
         ):
             raise DcbInputError("wait", f"seconds from 0 to {MAX_WAIT_SECONDS:g}")
         read = await service.read(
+            who,
             ReadRequest(
                 query=parse_query(document.get("query")),
                 after=None if after is None else position(after, "after"),
                 limit=limit_value(document.get("limit")),
                 backwards=backwards,
                 wait_seconds=float(wait),
-            )
+            ),
         )
         ndjson = NDJSON in request.headers.get("Accept", "")
         exchange.start_stream(NDJSON if ndjson else JSON)

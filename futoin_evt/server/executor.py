@@ -22,7 +22,9 @@ from collections.abc import Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..auth.users import Authenticator, Principal
+from ..auth.users import Authenticator
+from ..domain.principal import Principal
+from ..ftn3.calls import CallContext, Deferred, Handler, PeerLink, Pending, Routes
 from ..ftn3.errors import (
     DEFENSE_REJECTED,
     INTERNAL_ERROR,
@@ -41,16 +43,15 @@ from ..ftn3.ifaces import (
     IfaceSpec,
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
-from ..ftn18.services import CallContext, Handler, PeerLink, Pending, Routes
+from ..log.eventlog import StoreUnreachable
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, UNKNOWN, Calls
-from ..storage.base import StoreUnreachable
 
 log = logging.getLogger(__name__)
 
 #: Where the encoded reply of a call goes.
 Respond = Callable[[bytes], None]
-_NO_FUNCS: Mapping[str, Handler] = {}
+_NO_FUNCS: Mapping[str, Handler[Principal]] = {}
 #: How many distinct functions called are remembered with what serves them.
 _RESOLVED_MEMO = 1024
 
@@ -73,28 +74,25 @@ class Channel:
     log_in: Callable[[], bool] | None = None
     #: The door, for the metrics and log lines.
     door: str = "websocket"
-    #: What serves this connection's calls when not the executor's own routes (a
-    #: partition's FTN18 door).
-    routes: Routes | None = None
+    #: What serves this connection's calls (the FTN18 door of its path's partition); None:
+    #: nothing (every call is NotImplemented).
+    routes: Routes[Principal] | None = None
 
 
 class Executor:
     def __init__(
         self,
         registry: IfaceRegistry,
-        routes: Routes,
         authenticator: Authenticator,
         *,
         check_results: bool = False,
     ) -> None:
         self._registry = registry
-        self._routes = routes
         self._auth = authenticator
         self._check_results = check_results
         self._tasks: set[asyncio.Task[None]] = set()
-        #: (iface, major, minor, func) of requests -> what serves them, once resolved.
-        self._resolved: dict[tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec, Handler | None]]
-        self._resolved = {}
+        #: (iface, major, minor, func) of requests -> their definitions, once resolved.
+        self._resolved: dict[tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec]] = {}
         #: Calls by iface, function and outcome, with their latency (metrics).
         self.calls = Calls("websocket")
 
@@ -148,9 +146,9 @@ class Executor:
             resolved = self._resolve(request, principal)
             if len(self._resolved) < _RESOLVED_MEMO:
                 self._resolved[key] = resolved
-        iface, func, handler = resolved
-        if channel.routes is not None:
-            handler = channel.routes.get(iface.name, _NO_FUNCS).get(func.name)
+        iface, func = resolved
+        routes = channel.routes
+        handler = routes.get(iface.name, _NO_FUNCS).get(func.name) if routes is not None else None
         if principal is None and ALLOW_ANONYMOUS not in iface.requires:
             raise FTN3Error(SECURITY_ERROR, "Anonymous not allowed")
         if channel.log_in is not None and not channel.log_in():
@@ -168,9 +166,7 @@ class Executor:
         ctx = CallContext(principal, func.max_response_bytes, channel.link)
         return func, handler(ctx, params)
 
-    def _resolve(
-        self, request: Request, principal: Principal | None
-    ) -> tuple[IfaceSpec, FuncSpec, Handler | None]:
+    def _resolve(self, request: Request, principal: Principal | None) -> tuple[IfaceSpec, FuncSpec]:
         try:
             iface = self._registry.resolve(request.iface, request.major, request.minor)
             func = iface.funcs.get(request.func)
@@ -180,7 +176,7 @@ class Executor:
             if principal is None:
                 raise FTN3Error(UNKNOWN_INTERFACE, f"Unknown interface: {request.iface}") from exc
             raise
-        return iface, func, self._routes.get(iface.name, {}).get(func.name)
+        return iface, func
 
     async def _call_slowly(
         self, request: Request, size: int, channel: Channel, respond: Respond, started: float
@@ -223,7 +219,7 @@ class Executor:
         request: Request,
         func: FuncSpec,
         pending: Pending,
-        done: asyncio.Future[Any],
+        done: Deferred[Any],
         channel: Channel,
         started: float,
     ) -> bytes:

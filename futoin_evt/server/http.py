@@ -23,8 +23,9 @@ from urllib.parse import parse_qs, urlsplit
 
 from websockets.http11 import Request
 
-from ..auth.users import Authenticator, Principal
+from ..auth.users import Authenticator
 from ..domain.partition import DEFAULT_STREAM
+from ..domain.principal import Principal
 from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
 from ..slots import TOO_MANY_CONNECTIONS
@@ -300,7 +301,7 @@ class FeedEndpoint(HttpEndpoint):
         if isinstance(parsed, Discovery):
             exchange.respond(200, self._feed.discovery(feed), "application/json")
             return
-        readings = await self._feed.start_after(feed, parsed)
+        readings = await self._feed.start_after(principal, feed, parsed)
         exchange.start_stream("application/x-ndjson")
         await self._feed.events(parsed, readings, exchange.write)
         exchange.end_stream()

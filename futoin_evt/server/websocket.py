@@ -23,9 +23,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ..domain.principal import Principal
+from ..ftn3.calls import Routes
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
-from ..ftn18.services import Routes
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import TOO_MANY_CONNECTIONS, WEBSOCKET_CELL, GroupShare, SharedCount, Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
@@ -78,8 +79,8 @@ class PathRoutes(Protocol):
     def refusal(self, path: str) -> str | None:
         """Why an upgrade to ``path`` is refused (HTTP 404 with it), or None."""
 
-    def open(self, path: str) -> Routes | None:
-        """The routes of an accepted connection to ``path``; None: the executor's own."""
+    def open(self, path: str) -> Routes[Principal]:
+        """The routes of an accepted connection to ``path``."""
 
 
 def _ignore_message(_frame: bytes) -> None:
@@ -312,8 +313,8 @@ class WebSocketTransport:
         )
         #: Told of FTN3 connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None
-        #: Which routes a path reaches (the FTN18 door per partition); None: every path is
-        #: served by the executor's own routes.
+        #: Which routes a path reaches (the FTN18 door per partition); None: no path serves
+        #: any call.
         self.doors: PathRoutes | None = None
 
     async def start(self) -> None:
