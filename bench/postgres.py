@@ -34,6 +34,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 
 from futoin_evt.auth.users import hash_password
+from futoin_evt.domain.rights import Right
 from futoin_evt.storage import open_store
 
 from . import workloads
@@ -67,7 +68,8 @@ async def database(admin_url: str) -> AsyncIterator[str]:
 
 async def prepare(url: str, prefill: int) -> None:
     async with await open_store(url) as store:
-        await store.add_user(USER, hash_password(PASSWORD))
+        user = await store.add_user(USER, hash_password(PASSWORD))
+        await store.grant(user, "*", int(Right.READ | Right.WRITE))
     async with await psycopg.AsyncConnection.connect(url) as conn:
         async with (
             conn.cursor() as cursor,

@@ -666,6 +666,13 @@ async def start(
     if add_user.returncode:
         await system.stop()
         raise RuntimeError(f"futoin-evt user add exited with {add_user.returncode}")
+    grant = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "futoin_evt", "--log-level", "warning", "grant", USER2,
+        "read,write", "*", "--db", db, cwd=ROOT,
+    )  # fmt: skip
+    if await grant.wait():
+        await system.stop()
+        raise RuntimeError(f"futoin-evt grant exited with {grant.returncode}")
     return system
 
 

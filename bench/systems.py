@@ -17,8 +17,10 @@ from pathlib import Path
 from typing import Final
 
 from futoin_evt.auth.users import hash_password
+from futoin_evt.domain.rights import Right
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage import open_store
+from futoin_evt.storage.grants_sql import grant_sql
 from futoin_evt.storage.schema import ensure_schema
 
 BENCH_DIR: Final = Path(__file__).resolve().parent
@@ -124,10 +126,12 @@ def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
     try:
         conn.execute("PRAGMA journal_mode=WAL")
         ensure_schema(conn)
-        conn.execute(
+        user = conn.execute(
             "INSERT INTO users (name, password_hash, created_at) VALUES (?, ?, ?)",
             (USER, hash_password(PASSWORD), utc_timestamp()),
-        )
+        ).lastrowid
+        # read and write on every stream (the check is on every call, as for any user)
+        conn.execute(grant_sql("?"), (user, "*", int(Right.READ | Right.WRITE)))
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", prefill_rows(prefill)

@@ -18,7 +18,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -26,9 +26,12 @@ from hypothesis import settings
 
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.domain.rights import Right
+from futoin_evt.domain.stream import UserId
 from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
+from futoin_evt.storage.base import Store
 
 ROOT = Path(__file__).resolve().parent.parent
 JS_DIR = ROOT / "tests" / "js"
@@ -52,6 +55,20 @@ def password_hashes() -> dict[str, str]:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "events.sqlite"
+
+
+#: What the tests' users may do unless a test says otherwise: what every user could do before
+#: rights per stream (tests of rights grant their own).
+TEST_RIGHTS: Final = Right.READ | Right.WRITE
+
+
+async def add_user(
+    store: Store, name: str, password_hash: str, *, is_admin: bool = False
+) -> UserId:
+    """A user with :data:`TEST_RIGHTS` on every stream."""
+    user_id = await store.add_user(name, password_hash, is_admin=is_admin)
+    await store.grant(user_id, "*", int(TEST_RIGHTS))
+    return user_id
 
 
 ServerFactory = Callable[..., Awaitable[EventServer]]
@@ -81,7 +98,8 @@ async def start_server(
         existing = {user.name for user in await server.store.list_users()}
         for name, password_hash in password_hashes.items():
             if name not in existing:
-                await server.store.add_user(name, password_hash)
+                await add_user(server.store, name, password_hash)
+        await server.access.changed_here()
         return server
 
     yield start

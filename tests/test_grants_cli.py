@@ -5,10 +5,12 @@ nothing."""
 from __future__ import annotations
 
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from .conftest import ServerProcess
 from .test_cli import run
 
 pytestmark = pytest.mark.functional
@@ -98,3 +100,38 @@ def test_sas_policies_are_added_listed_and_removed(tmp_path: Path) -> None:
     assert "unknown claim 'Peek'" in bad.stderr
     assert ok(db, "sas", "policy", "remove", "orders-rw") == "removed policy orders-rw\n"
     assert ok(db, "sas", "policy", "list") == "all-manage  Manage on *\n"
+
+
+def test_grants_through_a_running_server(tmp_path: Path) -> None:
+    """With --url: an admin grants, revokes and shows, in use at once; others are refused."""
+    db = str(tmp_path / "served.sqlite")
+    ok(db, "user", "add", "root", "--password-stdin", "--admin", stdin="root-pw\n")
+    ok(db, "user", "add", "alice", "--password-stdin", stdin="alice-pw\n")
+    server = ServerProcess(db)
+    try:
+        root = {"FUTOIN_EVT_USER": "root", "FUTOIN_EVT_PASSWORD": "root-pw"}
+        alice = {"FUTOIN_EVT_USER": "alice", "FUTOIN_EVT_PASSWORD": "alice-pw"}
+
+        def on_server(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+            return run(*args, "--url", server.url, env=env)
+
+        refused = on_server("add", "ORDER", "{}", env=alice)
+        assert refused.returncode == 1
+        assert "the write right on stream events is needed" in refused.stderr
+        granted = on_server("grant", "alice", "read,write", "*", env=root)
+        assert granted.stdout == "granted alice read,write on *\n", granted.stderr
+        added = on_server("add", "ORDER", "{}", env=alice)
+        assert added.returncode == 0, added.stderr
+        assert on_server("user", "show", "alice", env=root).stdout == ("alice\n  read,write on *\n")
+        taken = on_server("revoke", "alice", "write", "*", env=root)
+        assert taken.stdout == "revoked write on * from alice\n", taken.stderr
+        assert on_server("add", "ORDER", "{}", env=alice).returncode == 1
+        # only admins grant; bad input exits 2 with the server's sentence
+        by_alice = on_server("grant", "alice", "manage", "*", env=alice)
+        assert by_alice.returncode == 1
+        assert "only admin users grant" in by_alice.stderr
+        unknown = on_server("grant", "nobody", "read", "*", env=root)
+        assert unknown.returncode == 2
+        assert unknown.stderr == "futoin-evt: no user nobody.\n"
+    finally:
+        server.stop()

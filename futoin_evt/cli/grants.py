@@ -25,7 +25,7 @@ def add_commands(commands: Commands) -> None:
     grant = commands.add_parser("grant", help="give a user rights on streams")
     revoke = commands.add_parser("revoke", help="take rights on streams from a user")
     for parser, run in ((grant, _grant), (revoke, _revoke)):
-        parser.add_argument("user")
+        parser.add_argument("grantee", metavar="USER")
         parser.add_argument("rights", metavar="RIGHTS", help=_RIGHTS_HELP)
         parser.add_argument("pattern", metavar="PATTERN", help=_PATTERN_HELP)
         add_where(parser)
@@ -112,19 +112,19 @@ def _checked(args: argparse.Namespace) -> None:
 async def _grant(args: argparse.Namespace) -> int:
     _checked(args)
     async with _admin(args) as admin:
-        await admin.grant(args.user, args.rights, args.pattern)
-    print(f"granted {args.user} {args.rights} on {args.pattern}")
+        await admin.grant(args.grantee, args.rights, args.pattern)
+    print(f"granted {args.grantee} {args.rights} on {args.pattern}")
     return 0
 
 
 async def _revoke(args: argparse.Namespace) -> int:
     _checked(args)
     async with _admin(args) as admin:
-        taken = await admin.revoke(args.user, args.rights, args.pattern)
+        taken = await admin.revoke(args.grantee, args.rights, args.pattern)
     if taken:
-        print(f"revoked {args.rights} on {args.pattern} from {args.user}")
+        print(f"revoked {args.rights} on {args.pattern} from {args.grantee}")
     else:
-        print(f"{args.user} held none of {args.rights} on {args.pattern}: nothing revoked")
+        print(f"{args.grantee} held none of {args.rights} on {args.pattern}: nothing revoked")
     return 0
 
 

@@ -37,6 +37,7 @@ from ..log.retention import Discarder
 from ..log.streams import StreamLogs, StreamRegistry
 from ..quoting import quote_input
 from .dcb import DcbCalls
+from .grant_ops import GrantAdmin
 from .notify import NotifyService
 from .ops import OpsService
 from .push import PushService
@@ -96,6 +97,7 @@ class PartitionDoors:
         push: PushService,
         discarder: Discarder,
         notify: NotifyService,
+        grants: GrantAdmin,
     ) -> None:
         self._streams = streams
         self._logs = logs
@@ -116,6 +118,9 @@ class PartitionDoors:
             "addStream": admin.add_stream,
             "growStream": admin.grow_stream,
             "dropStream": admin.drop_stream,
+            "grantRights": grants.grant_rights,
+            "revokeRights": grants.revoke_rights,
+            "showUser": grants.show_user,
         }
         self._doors: dict[int, _PartitionDoor] = {}
         #: Stream name -> the round robin of its pinned connections.

@@ -16,7 +16,6 @@ from ..domain.principal import Principal
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
-from ..log.access import acts_for
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder
 from .push import PushService
@@ -107,12 +106,12 @@ class OpsService(ConsumerOps):
         bounds = await self._log.bounds(who)
         lowest = await self._consumers.lowest(who)
         held_back_by = None
-        if lowest is not None and acts_for(who, lowest[1]):
+        if lowest is not None and self._consumers.guard.acts_for(who, lowest[1]):
             held_back_by = {"user": lowest[0], "component": lowest[2]}
         expired = [
             {"user": user, "component": component}
             for user, component in self._discarder.expired_in(partition)
-            if acts_for(who, user)
+            if self._consumers.guard.acts_for(who, user)
         ]
         return _without_none({
             "stream": partition.stream,

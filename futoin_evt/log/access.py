@@ -88,6 +88,8 @@ class AccessControl:
         self._task: asyncio.Task[None] | None = None
         self._reloading: asyncio.Task[None] | None = None
         self._again = False
+        #: Tells the other workers of this server that grants changed (set when it has some).
+        self.tell_others: Callable[[], None] | None = None
 
     async def start(self) -> None:
         """Load the grants, then keep reloading them in the background."""
@@ -154,7 +156,9 @@ class AccessControl:
 
     async def changed_here(self) -> None:
         """Grants changed in this process: returns once they are in use (so the next call
-        of anyone is checked against them)."""
+        of anyone is checked against them); the other workers are told."""
+        if self.tell_others is not None:
+            self.tell_others()
         self.changed()
         reloading = self._reloading
         if reloading is not None:
@@ -212,22 +216,67 @@ def _nothing() -> None:
 # -- the rules about consumers and streams -------------------------------------------------------
 
 
-def acts_for(who: Principal, owner: UserId | str) -> bool:
-    """Whether ``who`` may see, drop and seek the consumers of ``owner`` (a user's id or
-    name): their own, or anyone's for an admin."""
-    return who.is_admin or owner in (who.user_id, who.name)
+class Access(Protocol):
+    """What checks rights: :class:`AccessControl`, or :data:`OPEN_ACCESS`."""
+
+    def allows(self, caller: Principal, right: Right, stream: str) -> bool: ...
+
+    def check(self, caller: Principal, right: Right, stream: str) -> None: ...
+
+    def watch(
+        self, caller: Principal, right: Right, stream: str, on_revoked: Callable[[], None]
+    ) -> Callable[[], None]: ...
 
 
-def consumers_shown_to(who: Principal) -> UserId | None:
-    """Whose consumers a list shows ``who``: None for everyone's (an admin), else their own
-    user id."""
-    return None if who.is_admin else who.user_id
+class OpenAccess:
+    """Everyone may do everything: for a log used by the server itself, or embedded in a
+    program that has no users of its own (never behind a door)."""
+
+    def allows(self, caller: Principal, right: Right, stream: str) -> bool:
+        return True
+
+    def check(self, caller: Principal, right: Right, stream: str) -> None:
+        pass
+
+    def watch(
+        self, caller: Principal, right: Right, stream: str, on_revoked: Callable[[], None]
+    ) -> Callable[[], None]:
+        return _nothing
 
 
-def check_admin(who: Principal, doing: str) -> None:
-    """:class:`Refused` unless ``who`` is an admin; ``doing`` completes "only admin users"."""
-    if not who.is_admin:
-        raise Refused(f"only admin users {doing}")
+OPEN_ACCESS: Final = OpenAccess()
+
+
+class StreamGuard:
+    """The checks of one stream's calls, shared by its partitions' logs and consumers."""
+
+    __slots__ = ("access", "stream")
+
+    def __init__(self, access: Access, stream: str) -> None:
+        self.access = access
+        self.stream = stream
+
+    def read(self, who: Principal) -> None:
+        """:class:`AccessDenied` unless ``who`` may read the stream."""
+        self.access.check(who, Right.READ, self.stream)
+
+    def write(self, who: Principal) -> None:
+        self.access.check(who, Right.WRITE, self.stream)
+
+    def manage(self, who: Principal) -> None:
+        self.access.check(who, Right.MANAGE, self.stream)
+
+    def acts_for(self, who: Principal, owner: UserId | str) -> bool:
+        """Whether ``who`` may see, drop and seek the consumers of ``owner`` (a user's id or
+        name): their own (with read), or anyone's with manage on the stream (admins too)."""
+        if owner in (who.user_id, who.name):
+            return self.access.allows(who, Right.READ, self.stream)
+        return self.access.allows(who, Right.MANAGE, self.stream)
+
+    def shown_to(self, who: Principal) -> UserId | None:
+        """Whose consumers a listing shows ``who``: None for everyone's (manage on the
+        stream), else their own user id."""
+        return None if self.access.allows(who, Right.MANAGE, self.stream) else who.user_id
 
 
 # -- changing grants (the command line with --db, and the ops iface for admins) ----------------

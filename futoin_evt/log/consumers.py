@@ -20,7 +20,7 @@ from ..notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, Managemen
 from ..notify.message import Value
 from ..storage.base import ConsumerRow, EventPage, PartitionLog, Users
 from ..storage.head import ClaimWatch
-from .access import acts_for, consumers_shown_to
+from .access import OPEN_ACCESS, StreamGuard
 
 __all__ = ["ConsumerLifecycle", "ConsumerRow", "Deliveries", "PartitionConsumers"]
 
@@ -46,14 +46,21 @@ class ConsumerLifecycle:
 class PartitionConsumers:
     """One partition's registered consumers, as every door acts on them."""
 
-    def __init__(self, store: PartitionLog, lifecycle: ConsumerLifecycle) -> None:
+    def __init__(
+        self, store: PartitionLog, lifecycle: ConsumerLifecycle, guard: StreamGuard | None = None
+    ) -> None:
         self._store = store
         self._lifecycle = lifecycle
+        #: Registering, reading and acknowledging need read on the stream; seeing and acting
+        #: on another user's consumers needs manage.
+        self.guard = guard or StreamGuard(OPEN_ACCESS, store.partition.stream)
 
     # -- the lifecycle ----------------------------------------------------------------------
 
     async def register(self, who: Principal, component: str, *, transport: str) -> bool:
-        """Register ``who``'s consumer (idempotent); True when it is new, and announced."""
+        """Register ``who``'s consumer (idempotent); True when it is new, and announced.
+        Needs read: nobody holds back the discarding of a stream they may not read."""
+        self.guard.read(who)
         created = await self._store.register_consumer(who.user_id, component)
         if created:
             self._announce(
@@ -66,7 +73,7 @@ class PartitionConsumers:
         False when there is no such consumer that ``who`` may act on."""
         users = self._lifecycle.users
         assert users is not None, "a drop needs the users"
-        if not acts_for(who, user):
+        if not self.guard.acts_for(who, user):
             return False
         owner = await users.get_user(user)
         if owner is None or not await self._store.drop_consumer(owner.id, component):
@@ -80,7 +87,7 @@ class PartitionConsumers:
     async def seek(self, who: Principal, owner: UserId, component: str, position: int) -> bool:
         """Put the position of ``owner``'s consumer anywhere (not an acknowledgement) and
         stop its delivery; False when there is no such consumer that ``who`` may act on."""
-        if not acts_for(who, owner) or not await self._store.set_position(
+        if not self.guard.acts_for(who, owner) or not await self._store.set_position(
             owner, component, position
         ):
             return False
@@ -105,11 +112,13 @@ class PartitionConsumers:
         """Durably move ``who``'s position forward to ``up_to`` (never back); the position
         after, or None when the consumer is not registered (or, with ``epoch``, was claimed
         by a newer delivery)."""
+        self.guard.read(who)
         return await self._store.acknowledge(who.user_id, component, up_to, epoch=epoch)
 
     async def claim(self, who: Principal, component: str) -> tuple[int, int] | None:
         """Make the caller the consumer's one delivery in the whole cluster: (its new epoch,
         position), or None when it is not registered."""
+        self.guard.read(who)
         return await self._store.claim_consumer(who.user_id, component)
 
     @property
@@ -120,10 +129,12 @@ class PartitionConsumers:
     # -- positions and reads ----------------------------------------------------------------
 
     async def position(self, who: Principal, component: str) -> int | None:
+        self.guard.read(who)
         return await self._store.position(who.user_id, component)
 
     async def state(self, who: Principal, component: str) -> tuple[int, int] | None:
         """(position, last given id) in one snapshot; None when not registered."""
+        self.guard.read(who)
         return await self._store.consumer_state(who.user_id, component)
 
     async def read(
@@ -139,6 +150,7 @@ class PartitionConsumers:
     ) -> EventPage | None:
         """A page after the consumer's position (or ``at_least`` when higher); None when the
         consumer is not registered."""
+        self.guard.read(who)
         return await self._store.read_consumer_events(
             who.user_id,
             component,
@@ -162,6 +174,7 @@ class PartitionConsumers:
     ) -> EventPage | None:
         """Events with ``after_id < id <= upto_id``, the position left alone (a range
         reader's); the page's ``start_id`` is the position. None when not registered."""
+        self.guard.read(who)
         return await self._store.read_range(
             who.user_id,
             component,
@@ -176,11 +189,13 @@ class PartitionConsumers:
 
     async def listed(self, who: Principal) -> list[ConsumerRow]:
         """The consumers ``who`` is shown, with how far behind each is."""
-        return await self._store.consumers(consumers_shown_to(who))
+        self.guard.read(who)
+        return await self._store.consumers(self.guard.shown_to(who))
 
     async def first(self, who: Principal, limit: int) -> list[ConsumerRow]:
         """:meth:`listed`, the first ``limit`` (everyone's in one pass)."""
-        shown = consumers_shown_to(who)
+        self.guard.read(who)
+        shown = self.guard.shown_to(who)
         if shown is None:
             return await self._store.consumer_lags(limit)
         return (await self._store.consumers(shown))[:limit]
@@ -189,11 +204,12 @@ class PartitionConsumers:
         """The consumer of ``user``, when ``who`` may act on it."""
         users = self._lifecycle.users
         assert users is not None, "finding a consumer needs the users"
-        owner = await users.get_user(user) if acts_for(who, user) else None
+        owner = await users.get_user(user) if self.guard.acts_for(who, user) else None
         rows = await self._store.consumers(owner.id) if owner is not None else []
         return next((row for row in rows if row.component == component), None)
 
     async def lowest(self, who: Principal) -> tuple[str, UserId, str] | None:
         """(user, user id, component) of the consumer with the lowest position: the one
         that holds back discarding (who may be shown it is the door's)."""
+        self.guard.read(who)
         return await self._store.lowest_consumer()

@@ -35,6 +35,7 @@ from ..storage.base import (
     StoreUnreachable,
     StreamBounds,
 )
+from .access import OPEN_ACCESS, StreamGuard
 from .consumers import ConsumerLifecycle, PartitionConsumers
 
 __all__ = [
@@ -53,11 +54,20 @@ _make_event: Final = StoredEvent._make
 class EventLog:
     """One ordered log (a partition of a stream): what a door calls instead of the store."""
 
-    def __init__(self, store: PartitionLog, lifecycle: ConsumerLifecycle | None = None) -> None:
+    def __init__(
+        self,
+        store: PartitionLog,
+        lifecycle: ConsumerLifecycle | None = None,
+        guard: StreamGuard | None = None,
+    ) -> None:
+        """``guard``: the rights checks of the stream (everything allowed when not given:
+        a log the server reads for itself)."""
         self._store = store
+        #: Appends need write on the stream; reads, bounds and times need read.
+        self.guard = guard = guard or StreamGuard(OPEN_ACCESS, store.partition.stream)
         #: The partition's registered consumers.
         self.consumers = PartitionConsumers(
-            store, lifecycle if lifecycle is not None else ConsumerLifecycle()
+            store, lifecycle if lifecycle is not None else ConsumerLifecycle(), guard
         )
 
     @property
@@ -72,6 +82,7 @@ class EventLog:
         Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an
         event, :class:`NotWritable` for an aggregated stream.
         """
+        self.guard.write(who)
         return self._store.submit_append(event_type, encode_event_data(event_type, data))
 
     def append_encoded(
@@ -80,6 +91,7 @@ class EventLog:
         """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
         order; the future is done once all of them are durable. They are stored in one
         transaction, all or none."""
+        self.guard.write(who)
         if len(events) == 1:
             return self._store.submit_append(*events[0])
         return self._store.submit_appends(events)
@@ -88,6 +100,7 @@ class EventLog:
         self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
     ) -> int:
         """Append atomically if ``condition`` holds; the position of the last event."""
+        self.guard.write(who)
         return await self._store.dcb_append(events, condition)
 
     # -- reads ------------------------------------------------------------------------------
@@ -104,11 +117,13 @@ class EventLog:
     ) -> EventPage:
         """Events after ``after_id`` encoded as FTN18's JSON array, as many as fit ``limit``
         and ``max_bytes`` (see :meth:`~futoin_evt.storage.base.EventLog.read_events`)."""
+        self.guard.read(who)
         return await self._store.read_events(
             after_id, types=types, limit=limit, max_bytes=max_bytes, ftn18_only=ftn18_only
         )
 
     async def read_after(self, who: Principal, after_id: int, limit: int) -> list[StoredEvent]:
+        self.guard.read(who)
         rows = await self._store.read_rows(after_id, limit=limit)
         return list(map(_make_event, rows))
 
@@ -131,6 +146,7 @@ class EventLog:
     ) -> tuple[list[DcbEvent], int]:
         """Events matching ``query`` after ``after``, or before ``before`` newest first, and
         the newest position given (see :meth:`~futoin_evt.storage.base.DcbLog.dcb_read`)."""
+        self.guard.read(who)
         return await self._store.dcb_read(query, after=after, before=before, limit=limit)
 
     # -- the head, bounds and times ---------------------------------------------------------
@@ -159,18 +175,22 @@ class EventLog:
 
     async def last_given_id(self, who: Principal) -> int:
         """The newest id ever given to an event, even if that event is discarded."""
+        self.guard.read(who)
         return await self._store.last_given_id()
 
     async def bounds(self, who: Principal) -> StreamBounds:
+        self.guard.read(who)
         return await self._store.stream_bounds()
 
     async def retention_limits(self, who: Principal) -> DiscardLimits:
         """The newest and oldest ids and the lowest consumer position, in one snapshot."""
+        self.guard.read(who)
         return await self._store.discard_limits(None)
 
     async def id_before(self, who: Principal, ts: str) -> int | None:
         """The newest id before the first event at or after ``ts`` (``YYYY-MM-DDTHH:MM:SSZ``);
         None when that is the oldest retained event (or there are none)."""
+        self.guard.read(who)
         return await self._store.id_before(ts)
 
     async def id_before_ms(self, who: Principal, timestamp_ms: int) -> int:
@@ -179,6 +199,7 @@ class EventLog:
         Stored times have whole seconds, so an event added in the second of the instant is
         treated as added at its start (not after it).
         """
+        self.guard.read(who)
         first_second_after = timestamp_ms // 1000 + 1
         before = await self._store.id_before(utc_timestamp(first_second_after))
         return before if before is not None else 0

@@ -25,16 +25,15 @@ from ..domain.partition import (
     check_stream_name,
 )
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..domain.stream import UserId
 from ..storage.base import Streams
-from .access import check_admin, consumers_shown_to
+from .access import OPEN_ACCESS, Access, StreamGuard
 from .consumers import ConsumerLifecycle
 from .eventlog import EventLog
 
 log = logging.getLogger(__name__)
 
-#: What only admin users do to streams.
-_ADMINS_DO: Final = "add, grow and drop streams"
 #: Seconds between two reads of the registry's version (a stream is served within this).
 DEFAULT_POLL_SECONDS: Final = 1.0
 #: Seconds between two reads of it where every change is notified: only a fallback.
@@ -44,8 +43,16 @@ FALLBACK_POLL_SECONDS: Final = 30.0
 class StreamRegistry:
     """``server.streams``: the streams and partitions this process knows, by name."""
 
-    def __init__(self, store: Streams, poll_seconds: float = DEFAULT_POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        store: Streams,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        access: Access = OPEN_ACCESS,
+    ) -> None:
         self._store = store
+        #: Adding, growing and dropping a stream need manage on its name; describing it,
+        #: read; a listing shows the streams the caller holds some right on.
+        self.access = access
         self._poll_seconds = (
             max(poll_seconds, FALLBACK_POLL_SECONDS)
             if store.hears_all_stream_changes
@@ -60,9 +67,12 @@ class StreamRegistry:
 
     @classmethod
     async def open(
-        cls, store: Streams, poll_seconds: float = DEFAULT_POLL_SECONDS
+        cls,
+        store: Streams,
+        poll_seconds: float = DEFAULT_POLL_SECONDS,
+        access: Access = OPEN_ACCESS,
     ) -> StreamRegistry:
-        registry = cls(store, poll_seconds)
+        registry = cls(store, poll_seconds, access)
         await registry.refresh()
         registry._task = asyncio.create_task(registry._follow(), name="futoin-evt-streams")
         return registry
@@ -83,6 +93,17 @@ class StreamRegistry:
 
     def __iter__(self) -> Iterator[StreamInfo]:
         return iter(list(self._streams.values()))
+
+    def visible_to(self, who: Principal) -> list[StreamInfo]:
+        """The streams ``who`` holds some right on (every one, for an admin)."""
+        access = self.access
+        return [
+            info
+            for info in self._streams.values()
+            if access.allows(who, Right.READ, info.name)
+            or access.allows(who, Right.WRITE, info.name)
+            or access.allows(who, Right.MANAGE, info.name)
+        ]
 
     async def refresh(self) -> None:
         """Read the registry again (the version first: a change after it is read again)."""
@@ -106,11 +127,14 @@ class StreamRegistry:
     async def add(
         self, who: Principal, name: str, partitions: int, *, aggregate_of: str | None = None
     ) -> StreamInfo:
-        """Add a stream (see :meth:`~futoin_evt.storage.base.Streams.add_stream`): Refused
-        for a user who is not an admin, ValueError for a bad name or count (one sentence),
+        """Add a stream (see :meth:`~futoin_evt.storage.base.Streams.add_stream`):
+        :class:`~futoin_evt.log.access.AccessDenied` without manage on the name (and, for an
+        aggregate, read on its source), ValueError for a bad name or count (one sentence),
         KeyError when the name is taken."""
-        check_admin(who, _ADMINS_DO)
         check_stream_name(name)
+        self.access.check(who, Right.MANAGE, name)
+        if aggregate_of is not None:
+            self.access.check(who, Right.READ, aggregate_of)
         if aggregate_of == name:
             raise ValueError(f"the stream {name} cannot aggregate itself")
         info = await self._store.add_stream(
@@ -121,14 +145,14 @@ class StreamRegistry:
 
     async def grow(self, who: Principal, name: str, partitions: int) -> StreamInfo:
         """Grow a stream (see :meth:`~futoin_evt.storage.base.Streams.grow_stream`)."""
-        check_admin(who, _ADMINS_DO)
+        self.access.check(who, Right.MANAGE, name)
         info = await self._store.grow_stream(name, partitions)
         await self.refresh()
         return info
 
     async def drop(self, who: Principal, name: str) -> bool:
         """Drop a stream (see :meth:`~futoin_evt.storage.base.Streams.drop_stream`)."""
-        check_admin(who, _ADMINS_DO)
+        self.access.check(who, Right.MANAGE, name)
         dropped = await self._store.drop_stream(name)
         if dropped:
             await self.refresh()
@@ -136,11 +160,13 @@ class StreamRegistry:
 
     async def describe(self, who: Principal, name: str) -> dict[str, Any] | None:
         """:func:`describe_stream` of the stream in the database (None: no such stream),
-        with the consumers ``who`` is shown."""
+        with the consumers ``who`` is shown (everyone's with manage on it). Needs read."""
+        guard = StreamGuard(self.access, name)
+        guard.read(who)
         info = await self._store.stream(name)
         if info is None:
             return None
-        return await describe_stream(self._store, info, consumers_shown_to(who))
+        return await describe_stream(self._store, info, guard.shown_to(who))
 
     async def _follow(self) -> None:
         while True:
@@ -213,8 +239,9 @@ class StreamLogs:
         self._registry = registry
         self._store = store
         self._lifecycle = lifecycle
-        self.default = EventLog(store.partition_log(DEFAULT_PARTITION), lifecycle)
-        self._logs: dict[int, EventLog] = {DEFAULT_PARTITION.key: self.default}
+        self._guards: dict[str, StreamGuard] = {}
+        self._logs: dict[int, EventLog] = {}
+        self.default = self.partition(DEFAULT_PARTITION)
         #: The lists handed out, while the registry stays at ``_version``.
         self._lists: dict[str, list[EventLog]] = {}
         self._version = registry.version
@@ -223,9 +250,17 @@ class StreamLogs:
         """The log of ``partition``."""
         found = self._logs.get(partition.key)
         if found is None:
-            found = EventLog(self._store.partition_log(partition), self._lifecycle)
+            guard = self._guards.get(partition.stream)
+            if guard is None:
+                guard = self._guards[partition.stream] = self.guard(partition.stream)
+            store_log = self._store.partition_log(partition)
+            found = EventLog(store_log, self._lifecycle, guard)
             self._logs[partition.key] = found
         return found
+
+    def guard(self, stream: str) -> StreamGuard:
+        """The rights checks of the stream named ``stream`` (it need not exist)."""
+        return StreamGuard(self._registry.access, stream)
 
     def partitions(self, name: str) -> list[EventLog] | None:
         """The logs of the stream's partitions, partition ``n`` at index ``n``; None when
@@ -247,5 +282,6 @@ class StreamLogs:
         return self._registry.listen(callback)
 
     async def consumer_counts(self, who: Principal) -> dict[int, int]:
-        """The consumers ``who`` is shown, counted by partition key (one read)."""
-        return await self._store.consumer_counts(consumers_shown_to(who))
+        """``who``'s consumers (everyone's for an admin), counted by partition key (one
+        read)."""
+        return await self._store.consumer_counts(None if who.is_admin else who.user_id)

@@ -18,8 +18,10 @@ from ..dcb.service import DcbService, stream_dcb_log
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.doors import PartitionDoors
+from ..ftn18.grant_ops import GrantAdmin
 from ..ftn18.notify import NotifyService
 from ..ftn18.push import PushConfig, PushService
+from ..log.access import AccessControl
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
 from ..log.consumers import ConsumerLifecycle
@@ -200,12 +202,15 @@ class EventServer:
         authenticator: Authenticator,
         executor: Executor,
         streams: StreamRegistry,
+        access: AccessControl,
     ) -> None:
         self.store = store
         #: Every partition's event log: what every door calls.
         self.logs = logs
         #: The streams and partitions of the database, followed across processes.
         self.streams = streams
+        #: Who may read, write and manage which stream (:mod:`futoin_evt.log.access`).
+        self.access = access
         #: The database as configured: a SQLite path or a PostgreSQL URL.
         self.db: str | Path = DEFAULT_DB
         self.push = push
@@ -248,11 +253,17 @@ class EventServer:
             turns = channel.place.channel_dir / "turns.lock"
             channel.listen(store.join_peers(channel, turns), notices)
             notices.relay = channel.management
+        access = AccessControl(store)
         try:
-            streams = await StreamRegistry.open(store, config.streams_poll_seconds)
+            await access.start()
+            streams = await StreamRegistry.open(store, config.streams_poll_seconds, access)
         except BaseException:
+            await access.close()
             await store.close()
             raise
+        if channel is not None:
+            channel.serve_access(access.changed)
+            access.tell_others = channel.grants_changed
         consumers = ConsumerLifecycle(store, notices)
         logs = StreamLogs(streams, store, consumers)
         lives = live_streams(logs, streams)
@@ -272,7 +283,9 @@ class EventServer:
             executor = Executor(build_registry(), authenticator, check_results=config.check_results)
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
-            doors = PartitionDoors(streams, logs, push, discarder, notify)
+            doors = PartitionDoors(
+                streams, logs, push, discarder, notify, GrantAdmin(store, access)
+            )
             transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
@@ -331,7 +344,9 @@ class EventServer:
         aggregator = Aggregator(store, streams, config.aggregate)
         aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
-        server = cls(store, logs, push, discarder, transport, authenticator, executor, streams)
+        server = cls(
+            store, logs, push, discarder, transport, authenticator, executor, streams, access
+        )
         server.archiver = archiver
         server.aggregator = aggregator
         server.doors = doors
@@ -432,6 +447,7 @@ class EventServer:
         if self.doors is not None:
             self.doors.close()
         await self.streams.close()
+        await self.access.close()
         await self.store.close()
         if self.channel is not None:
             self.channel.close()

@@ -4,7 +4,9 @@ Order of checks: credentials, iface/version/function (masked as UnknownInterface
 anonymous caller, so nobody probes without credentials), iface constraints (anonymous,
 secure channel), request size, params. Errors a function does not declare go out as
 InternalError and are logged with their traceback; a database that does not answer
-(:class:`StoreUnreachable`) is InternalError too, saying so, logged in one line.
+(:class:`StoreUnreachable`) is InternalError too, saying so, logged in one line. A call
+refused in ``log/`` for a right the caller lacks (:class:`~futoin_evt.log.access.Refused`) is
+SecurityError with its one sentence, naming the right and the stream.
 
 Dispatch is synchronous wherever it can be: with credentials already verified, the checks
 and the handler run inside the frame's ``data_received``; a handler that only waits for the
@@ -43,6 +45,7 @@ from ..ftn3.ifaces import (
     IfaceSpec,
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
+from ..log.access import Refused
 from ..log.eventlog import StoreUnreachable
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, UNKNOWN, Calls
@@ -274,6 +277,9 @@ class Executor:
                 self._count(request, func, exc.name, started)
                 return encode_error(request.rid, exc.name, exc.desc)
             log.error("%s raised undeclared %s: %s", request.f, exc.name, exc.desc)
+        elif isinstance(exc, Refused):  # a right the caller lacks: SecurityError, one sentence
+            self._count(request, func, SECURITY_ERROR, started)
+            return encode_error(request.rid, SECURITY_ERROR, str(exc))
         elif isinstance(exc, StoreUnreachable):
             log.warning("%s from %s: database unavailable: %s", request.f, channel.peer, exc)
             self._count(request, func, INTERNAL_ERROR, started)

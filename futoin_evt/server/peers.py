@@ -14,7 +14,8 @@ What goes over it, one line each, every line queued in one loop turn in one data
 - ``p SLOT 1|0 KEY USER "COMPONENT"``: worker ``SLOT`` holds (1) or no longer holds (0) the
   reliable push stream of that consumer (``listConsumers`` shows it connected on every worker);
 - ``x KEY USER "COMPONENT"``: stop that push stream (an operator's seek or drop);
-- ``r SLOT``: worker ``SLOT`` (re)started: forget what it held, and tell it what you hold.
+- ``r SLOT``: worker ``SLOT`` (re)started: forget what it held, and tell it what you hold;
+- ``a``: grants changed (through the ops iface): reload them now, not at the next poll.
 
 The first four are the news the database does not carry between processes
 (:class:`~futoin_evt.storage.base.PeerNews`; PostgreSQL's own channel does). A peer whose
@@ -34,6 +35,7 @@ import logging
 import os
 import socket
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -159,6 +161,7 @@ class PeerChannel:
         self._bus: ManagementBus | None = None
         self._closed = False
         self._push: PushService | None = None
+        self._grants_changed: Callable[[], None] | None = None
         #: This worker's reliable push streams as last told to the others.
         self._told: set[StreamKey] = set()
         self._pushes_changed = False
@@ -171,6 +174,14 @@ class PeerChannel:
         self._bus = bus
         self._loop.add_reader(self._sock.fileno(), self._receive)
         self._add_line(f"r {self.place.slot}")
+
+    def serve_access(self, on_changed: Callable[[], None]) -> None:
+        """Call ``on_changed`` when another worker says grants changed."""
+        self._grants_changed = on_changed
+
+    def grants_changed(self) -> None:
+        """Grants changed here: the others reload theirs."""
+        self._add_line("a")
 
     def serve_push(self, push: PushService) -> None:
         """Tell the others of ``push``'s reliable streams, and it of theirs."""
@@ -347,6 +358,9 @@ class PeerChannel:
                 peer.sock = None
             peer.pushes.update(dict.fromkeys(self._told, True))
             self._send(peer)
+        elif kind == "a":
+            if self._grants_changed is not None:
+                self._grants_changed()
         elif kind == "m":
             event_type, ts, attributes = json.loads(line[2:])
             if self._bus is not None:
