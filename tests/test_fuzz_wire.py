@@ -36,7 +36,7 @@ from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig, WebSocketTransport
 from futoin_evt.wsio import ServerIO
 
-from .conftest import USERS
+from .conftest import USERS, add_user
 
 pytestmark = pytest.mark.functional
 
@@ -67,7 +67,8 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         config = ServerConfig(db=db_path, transport=TransportConfig(port=0))
         server = await EventServer.start(config)
         for name, password in USERS.items():
-            await server.store.add_user(name, hash_password(password))
+            await add_user(server.store, name, hash_password(password))
+        await server.access.changed_here()
         return server
 
     server = loop.run_until_complete(start())

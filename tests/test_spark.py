@@ -73,6 +73,10 @@ def evt(tmp_path: Path) -> Iterator[ServerProcess]:
          "--password-stdin"],
         input=PASSWORD, text=True, check=True, capture_output=True,
     )  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "futoin_evt", "grant", USER, "read,write", "*", "--db", str(db)],
+        check=True, capture_output=True,
+    )  # fmt: skip
     # no HTTP feed: the source needs only the WebSocket
     server = ServerProcess(db, 0, "--discard-interval", "0.2", "--no-feed")
     yield server

@@ -105,11 +105,13 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(store_db: str) -> N
 
 @pytest.fixture
 def admin_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
-    """A served SQLite file with the admin ``root`` and the user ``carol``; root's settings."""
+    """A served SQLite file with the admin ``root`` and the user ``carol`` (read,write on every
+    stream); root's settings."""
     db = str(tmp_path / "streams.sqlite")
     for name, flags in (("root", ["--admin"]), ("carol", [])):
         added = run("user", "add", name, *flags, "--password-stdin", "--db", db, stdin="pw\n")
         assert added.returncode == 0, added.stderr
+    assert run("grant", "carol", "read,write", "*", "--db", db).returncode == 0
     server = ServerProcess(db)
     try:
         yield server, {"FUTOIN_EVT_USER": "root", "FUTOIN_EVT_PASSWORD": "pw"}
@@ -177,8 +179,8 @@ def test_a_user_lists_streams_and_sees_only_their_own_consumers_but_changes_noth
         refused = run("stream", *args, "--url", server.url, env=carol)
         assert refused.returncode == 1, args
         assert refused.stderr.strip().splitlines() == [
-            "futoin-evt: the server refused: SecurityError: only admin users add, grow and"
-            " drop streams"
+            "futoin-evt: the server refused: SecurityError: the manage right on stream"
+            f" {args[1]} is needed"
         ], args
     assert on_server(server, root, "list", "--json") == before
 

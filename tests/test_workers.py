@@ -26,7 +26,7 @@ from futoin_evt.server.workers import channel_dir, remove_stale_channels
 from futoin_evt.storage import open_store
 
 from .amqp_wire import SASL_HEADER, SASL_OUTCOME, Peer, sasl_init
-from .conftest import USERS, ServerProcess
+from .conftest import USERS, ServerProcess, add_user
 from .test_cli import run
 from .test_push import Collector, running, stop
 
@@ -114,7 +114,7 @@ class Group(ServerProcess):
 @pytest.fixture
 async def db(store_db: str, password_hashes: dict[str, str]) -> str:
     async with await open_store(store_db) as store:
-        await store.add_user("alice", password_hashes["alice"], is_admin=True)
+        await add_user(store, "alice", password_hashes["alice"], is_admin=True)
     return store_db
 
 
