@@ -25,6 +25,10 @@ def server_url(tmp_path: Path) -> Iterator[str]:
          "--db", str(db)],
         input=USERS["alice"] + "\n", text=True, check=True, capture_output=True, timeout=60,
     )  # fmt: skip
+    subprocess.run(
+        [sys.executable, "-m", "futoin_evt", "grant", "alice", "read,write", "*", "--db", str(db)],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
     server = ServerProcess(db)
     try:
         yield server.url.replace("ws", "http", 1)

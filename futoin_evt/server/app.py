@@ -299,7 +299,11 @@ class EventServer:
                     authenticator,
                     transport.is_secure,
                     config.dcb_path,
-                    lambda name: DcbService(stream_dcb_log(name, streams.get, logs.partition)),
+                    lambda who, name, right: DcbService(
+                        stream_dcb_log(
+                            name, lambda n: streams.reachable(who, n, right), logs.partition
+                        )
+                    ),
                 )
                 endpoints.append(dcb)
             console = None
