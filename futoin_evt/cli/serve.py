@@ -204,6 +204,11 @@ def add_commands(commands: Commands) -> None:
         help="report at most N consumers one by one per scrape (the rest are counted)",
     )
     serve.add_argument(
+        "--metrics-user",
+        metavar="USER",
+        help="GET /metrics asks for this user's password (HTTP Basic); the probes stay open",
+    )
+    serve.add_argument(
         "--console",
         action="store_true",
         help="serve the web console at /console on the WebSocket port (needs the 'console' extra)",
@@ -269,6 +274,8 @@ async def _serve(args: argparse.Namespace) -> int:
         amqp = dataclasses.replace(amqp, reuse_port=True, group=group)
     if args.metrics_consumers < 0:
         raise BadSetting("--metrics-consumers cannot be negative.")
+    if args.metrics_user is not None and metrics is None:
+        raise BadSetting("--metrics-user needs --metrics.")
     console = _console_config(args)
     config = ServerConfig(
         db=args.db,
@@ -293,6 +300,7 @@ async def _serve(args: argparse.Namespace) -> int:
         amqp=amqp,
         metrics=metrics if place is None or place.slot == 0 else None,
         metrics_consumers=args.metrics_consumers,
+        metrics_user=args.metrics_user,
         console=console,
         feed=FeedConfig(path=None if args.no_feed else args.feed_path),
         dcb_path=None if args.no_dcb else args.dcb_path,
