@@ -28,7 +28,7 @@ from futoin_evt.console.config import ConsoleConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 
-from .conftest import USERS, ServerFactory, run_without
+from .conftest import USERS, ServerFactory, add_user, run_without
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -267,7 +267,8 @@ async def test_another_users_consumers_are_invisible(
     assert console.console_url is not None
     confirm = "consumers/confirm?action=drop&stream=events&partition=0&user=bob&component=SECRET"
     await page.goto(console.console_url + confirm)
-    await expect(page.get_by_role("alert")).to_have_text("No such consumer.")
+    refused = "The manage right on stream events is needed."
+    await expect(page.get_by_role("alert")).to_have_text(refused)
     csrf = await page.locator("header input[name=csrf]").get_attribute("value")
     assert csrf is not None
     reply = await page.request.post(
@@ -275,7 +276,8 @@ async def test_another_users_consumers_are_invisible(
         form={"csrf": csrf, "stream": "events", "partition": "0", "user": "bob",
               "component": "SECRET"},
     )  # fmt: skip
-    assert reply.status == 404
+    assert reply.status == 403
+    assert refused in await reply.text()
     assert {r.component for r in await console.store.consumers()} == {"MINE", "SECRET"}
 
 
@@ -469,7 +471,8 @@ async def test_the_console_counts_as_a_door_of_its_own(start_server: ServerFacto
 async def test_the_console_on_postgresql(pg_url: str) -> None:
     config = ServerConfig(db=pg_url, transport=TransportConfig(port=0), console=ConsoleConfig())
     async with await EventServer.start(config) as server:
-        alice = await server.store.add_user("alice", hash_password(USERS["alice"]))
+        alice = await add_user(server.store, "alice", hash_password(USERS["alice"]))
+        await server.access.changed_here()
         info = await server.store.add_stream("orders", 2)
         await server.streams.refresh()
         orders = server.store.partition_log(info.partitions[1])

@@ -19,7 +19,7 @@ from futoin_evt.client.aio import CommError, EventStreamClient, RemoteError
 from futoin_evt.storage.sqlite import SqliteStore
 
 from .amqp_wire import ServerProcess
-from .conftest import USERS
+from .conftest import USERS, add_user
 
 pytestmark = pytest.mark.functional
 
@@ -35,7 +35,7 @@ def dcb_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProce
 
     async def add_alice() -> None:
         async with await SqliteStore.open(db) as store:
-            await store.add_user("alice", hash_password(USERS["alice"]))
+            await add_user(store, "alice", hash_password(USERS["alice"]))
 
     asyncio.run(add_alice())
     server = ServerProcess(db, "--max-connections", str(MAX_CONNECTIONS))

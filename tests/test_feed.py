@@ -19,7 +19,7 @@ from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.http import FeedConfig
 from futoin_evt.server.websocket import Limits, TransportConfig
 
-from .conftest import USERS, ServerFactory
+from .conftest import USERS, ServerFactory, add_user
 
 pytestmark = pytest.mark.functional
 
@@ -208,7 +208,8 @@ async def test_a_changed_token_is_409_and_the_client_discovers_again(
         ServerConfig(db=tmp_path / "other.sqlite", transport=TransportConfig(port=0))
     )
     try:
-        await other.store.add_user("alice", password_hashes["alice"])
+        await add_user(other.store, "alice", password_hashes["alice"])
+        await other.access.changed_here()
         stale = await FeedApiClient(http, feed_url(other)).discover()
     finally:
         await other.close()
@@ -298,7 +299,11 @@ async def test_feedapi_v2_errors(
 
 
 async def test_feed_credentials(start_server: ServerFactory) -> None:
-    server = await start_server(feed=FeedConfig(users=frozenset({"alice"})))
+    server = await start_server()
+    bob = await server.store.get_user("bob")
+    assert bob is not None
+    await server.store.revoke(bob.id, "*", 3)  # bob may read no stream
+    await server.access.changed_here()
     url = feed_url(server)
     async with httpx.AsyncClient() as anonymous:
         response = await anonymous.get(url)
@@ -306,7 +311,11 @@ async def test_feed_credentials(start_server: ServerFactory) -> None:
         assert response.headers["www-authenticate"].startswith("Basic")
         assert (await anonymous.get(url, auth=("alice", "wrong"))).status_code == 401
         assert (await anonymous.get(url, auth=("nobody", "x"))).status_code == 401
-        assert (await anonymous.get(url, auth=("bob", USERS["bob"]))).status_code == 403
+        refused = await anonymous.get(url, auth=("bob", USERS["bob"]))
+        assert (refused.status_code, refused.text) == (
+            403,
+            "The read right on stream events is needed.\n",
+        )
         assert (await anonymous.get(url, auth=ALICE)).status_code == 200
         # other paths are still the WebSocket endpoint's
         response = await anonymous.get(url.removesuffix("/feed") + "/other")
@@ -352,7 +361,8 @@ async def test_a_client_that_stops_reading_does_not_hold_up_shutdown(
     limits = Limits(drain_seconds=0.5)
     transport = TransportConfig(port=0, limits=limits)
     server = await EventServer.start(ServerConfig(tmp_path / "db.sqlite", transport=transport))
-    await server.store.add_user("alice", password_hashes["alice"])
+    await add_user(server.store, "alice", password_hashes["alice"])
+    await server.access.changed_here()
     async with await EventStreamClient.connect(server.url, credentials=":".join(ALICE)) as alice:
         await add_events(alice, 400, ("BIG",), data="x" * 60_000)  # 24 MB of events
     async with httpx.AsyncClient(auth=ALICE) as http:

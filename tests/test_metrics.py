@@ -28,7 +28,7 @@ from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
 from .amqp_wire import Peer, login
-from .conftest import USERS, ServerFactory, run_without
+from .conftest import USERS, ServerFactory, add_user, run_without
 
 pytestmark = pytest.mark.functional
 
@@ -430,7 +430,7 @@ async def _add_users(db: Path) -> None:
     store = await open_store(db)
     try:
         for name, password in USERS.items():
-            await store.add_user(name, hash_password(password))
+            await add_user(store, name, hash_password(password))
     finally:
         await store.close()
 

@@ -19,6 +19,7 @@ from typing import Final, TypeVar
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
 from ..console.config import DEFAULT_MAX_SESSIONS, ConsoleConfig
+from ..domain.rights import ANY_STREAM, Right
 from ..log.aggregate import DEFAULT_LEASE_SECONDS, AggregateConfig
 from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
@@ -151,7 +152,10 @@ def add_commands(commands: Commands) -> None:
     )
     feed.add_argument("--no-feed", action="store_true", help="do not serve the HTTP feed")
     feed.add_argument(
-        "--feed-users", metavar="U1,U2", help="only these users may read it (default: all)"
+        "--feed-users",
+        metavar="U1,U2",
+        help="deprecated (rights per stream decide who reads a feed): at start, each of these "
+        "users who lacks it is granted read on '*'; others keep their own grants",
     )
     keep = serve.add_argument_group(
         "retention",
@@ -198,6 +202,11 @@ def add_commands(commands: Commands) -> None:
         default=DEFAULT_CONSUMER_LIMIT,
         metavar="N",
         help="report at most N consumers one by one per scrape (the rest are counted)",
+    )
+    serve.add_argument(
+        "--metrics-user",
+        metavar="USER",
+        help="GET /metrics asks for this user's password (HTTP Basic); the probes stay open",
     )
     serve.add_argument(
         "--console",
@@ -265,10 +274,9 @@ async def _serve(args: argparse.Namespace) -> int:
         amqp = dataclasses.replace(amqp, reuse_port=True, group=group)
     if args.metrics_consumers < 0:
         raise BadSetting("--metrics-consumers cannot be negative.")
+    if args.metrics_user is not None and metrics is None:
+        raise BadSetting("--metrics-user needs --metrics.")
     console = _console_config(args)
-    feed_users = None
-    if args.feed_users is not None:
-        feed_users = frozenset(u for u in args.feed_users.split(",") if u)
     config = ServerConfig(
         db=args.db,
         durability=Durability(args.durability.upper()),
@@ -292,8 +300,9 @@ async def _serve(args: argparse.Namespace) -> int:
         amqp=amqp,
         metrics=metrics if place is None or place.slot == 0 else None,
         metrics_consumers=args.metrics_consumers,
+        metrics_user=args.metrics_user,
         console=console,
-        feed=FeedConfig(path=None if args.no_feed else args.feed_path, users=feed_users),
+        feed=FeedConfig(path=None if args.no_feed else args.feed_path),
         dcb_path=None if args.no_dcb else args.dcb_path,
         aggregate=AggregateConfig(lease_seconds=args.aggregate_lease),
         retention=RetentionConfig(
@@ -305,6 +314,12 @@ async def _serve(args: argparse.Namespace) -> int:
         ),
         worker=place,
     )
+    if args.feed_users is not None and place is None:  # once, before any worker starts
+        names = [name.strip() for name in args.feed_users.split(",") if name.strip()]
+        if args.no_feed:
+            log.warning("--feed-users is deprecated, and has no effect with --no-feed")
+        else:
+            await _waiting_for_db(lambda: _feed_users_as_grants(config, names), args.wait_for_db)
     if workers > 1:
         return await _supervise(args, config, workers)
     try:
@@ -335,6 +350,55 @@ async def _serve(args: argparse.Namespace) -> int:
     if place is not None and os.getppid() != place.supervisor:
         shutil.rmtree(place.channel_dir, ignore_errors=True)  # the supervisor died: tidy up
     return 0
+
+
+async def _feed_users_as_grants(config: ServerConfig, names: list[str]) -> None:
+    """``--feed-users`` (deprecated) as grants: each listed user who cannot read every
+    stream is granted read on ``*`` (the option let them read every feed), once; users not
+    listed keep their own grants. A warning says what was done and what to run instead."""
+    store = await open_store(config.db, durability=config.durability, pool=config.pool)
+    try:
+        rows = await store.list_grants()
+        granted, unknown, listed = [], [], set()
+        for name in names:
+            user = await store.get_user(name)
+            if user is None:
+                unknown.append(name)
+                continue
+            listed.add(user.id)
+            reads_all = any(
+                row.user_id == user.id and row.pattern == ANY_STREAM and row.rights & Right.READ
+                for row in rows
+            )
+            if not user.is_admin and not reads_all:
+                await store.grant(user.id, ANY_STREAM, int(Right.READ))
+                granted.append(name)
+        users = {user.id: user for user in await store.list_users()}
+        readers = {
+            users[row.user_id].name
+            for row in rows
+            if row.user_id in users
+            and row.user_id not in listed
+            and not users[row.user_id].is_admin
+            and row.rights & Right.READ
+        }
+    finally:
+        await store.close()
+    said = ["--feed-users is deprecated: rights per stream decide who reads a feed"]
+    if granted:
+        said.append(f"granted read on * to {', '.join(granted)}")
+    if unknown:
+        said.append(f"no user {', '.join(unknown)}")
+    if readers:
+        said.append(
+            "users not listed keep their own grants, and these may read streams through them: "
+            + ", ".join(sorted(readers))
+        )
+    log.warning(
+        "%s. Instead, run futoin-evt grant USER read PATTERN for each reader (futoin-evt revoke"
+        " USER read PATTERN for the others) and drop --feed-users.",
+        "; ".join(said),
+    )
 
 
 #: Seconds between attempts to reach the database with --wait-for-db.

@@ -3,10 +3,17 @@
 :class:`Console` answers one :class:`ConsoleRequest` with one :class:`ConsoleResponse` (the
 server's HTTP endpoint carries them). Every page but the login page needs a session; every
 POST needs the session's CSRF token and, when the browser sends an ``Origin``, the console's
-own. A user who is not an admin sees, drops and seeks only their own consumers, as over FTN3.
-Per-partition data is read through the event logs (``log/``) of the partitions the registry
-knows, as the user of the session, so a stream added by any process shows as soon as the
-registry has it.
+own. Per-partition data is read through the event logs (``log/``) of the partitions the
+registry knows, as the user of the session, so a stream added by any process shows as soon as
+the registry has it.
+
+A user sees what their rights on streams allow, as at every door: the streams they hold a
+right on (heads, rates and charts of those they may read), the events, DCB queries and live
+tails of streams they may read, their own consumers there and, on streams they manage,
+everyone's. Dropping or seeking a consumer needs read (their own) or manage (another's). A
+refusal is the error page with status 403 and the sentence naming the right and the stream,
+the same for a name that names no stream (unless the user holds some right on that name,
+who gets 404). A live tail ends when the right it needs is revoked.
 """
 
 from __future__ import annotations
@@ -28,16 +35,19 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from ..auth.users import Authenticator
 from ..dcb.model import DcbInputError, parse_query
 from ..dcb.service import DcbService, ReadRequest
-from ..domain.partition import DEFAULT_PARTITION, Partition
+from ..domain.partition import DEFAULT_PARTITION, Partition, check_stream_name
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..ftn3.errors import FTN3Error
 from ..ftn18.push import PushService
+from ..log.access import AccessDenied
+from ..log.access import Refused as AccessRefused
 from ..log.consumers import ConsumerRow
 from ..log.eventlog import EventLog
 from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
 from ..notify.management import ManagementBus
-from ..notify.message import NotifyError, Transformation, real_message
+from ..notify.message import Notification, NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
 from ..stats import INSECURE_CHANNEL
 from .config import ConsoleConfig
@@ -226,6 +236,8 @@ class Console:
             response = await handler(call)
         except Refused as exc:
             response = self._page(session, "error.html", status=exc.status, message=exc.message)
+        except AccessRefused as exc:
+            response = self._page(session, "error.html", status=403, message=_sentence(exc))
         response.user = session.principal.name if session is not None else None
         return response
 
@@ -316,29 +328,52 @@ class Console:
 
     # -- streams --------------------------------------------------------------------------
 
-    def _partition(self, query: Mapping[str, str]) -> Partition:
-        name = query.get("stream") or DEFAULT_PARTITION.stream
-        number = query.get("partition") or "0"
+    def _partition(self, call: _Call, fields: Mapping[str, str]) -> Partition:
+        """The partition ``fields`` name (a stream the caller may read when they name none),
+        once the caller may read it: :class:`AccessDenied` when they may not, and for a name
+        they hold no right on (whether a stream has it or not)."""
+        who = call.principal
+        name = fields.get("stream") or self._default_stream(who)
+        number = fields.get("partition") or "0"
         index = _number_in(number, 5)
-        partition = self._streams.partition(name, index) if index is not None else None
+        try:
+            check_stream_name(name)
+        except ValueError:  # no stream can have it: nothing to hide
+            info = None
+        else:
+            info = self._streams.reachable(who, name, Right.READ)
+        partition = None
+        if info is not None and index is not None:
+            partition = self._streams.partition(name, index)
         if partition is None:
             raise Refused(404, f"No such stream and partition: {name[:60]}/{number[:10]}.")
         return partition
+
+    def _default_stream(self, who: Principal) -> str:
+        """``events`` when ``who`` may read it, else the first stream they may read."""
+        access = self._streams.access
+        if access.allows(who, Right.READ, DEFAULT_PARTITION.stream):
+            return DEFAULT_PARTITION.stream
+        readable = (s.name for s in self._streams if access.allows(who, Right.READ, s.name))
+        return next(readable, DEFAULT_PARTITION.stream)
 
     def _log(self, partition: Partition) -> EventLog:
         return self._logs.partition(partition)
 
     async def _extent(self, call: _Call, partition: Partition) -> dict[str, Any]:
-        """A partition's row: head, oldest, rate, who holds back discarding."""
+        """A partition's row: head, oldest, rate, who holds back discarding (named to those
+        who manage the stream; to others only when it is theirs)."""
         events, who = self._log(partition), call.principal
         limits = await events.retention_limits(who)
         lowest = await events.consumers.lowest(who) if limits.lowest_position else None
         return {
             "partition": partition,
+            "readable": True,
             "head": max(limits.newest_id, events.head),
             "oldest": limits.oldest_id,
             "rate": self.samples.rate(partition),
             "held_back_by": lowest,
+            "manages": events.guard.shown_to(who) is None,
             "chart": self._chart(partition, 160, 28),
         }
 
@@ -347,12 +382,20 @@ class Console:
         return chart(rates, width, height, time.time(), 30 * self.samples.interval)
 
     async def _streams_page(self, call: _Call) -> ConsoleResponse:
-        prefix = call.query.get("q", "")
+        """The streams the caller holds a right on; the figures of those they may read."""
+        prefix, who = call.query.get("q", ""), call.principal
+        visible = self._streams.visible_to(who)
         partitions = [
-            p for info in self._streams if info.name.startswith(prefix) for p in info.partitions
+            p for info in visible if info.name.startswith(prefix) for p in info.partitions
         ]
         page, pages, shown = _paged(partitions, call.query)
-        rows = [await self._extent(call, p) for p in shown]
+        access = self._streams.access
+        rows = [
+            await self._extent(call, p)
+            if access.allows(who, Right.READ, p.stream)
+            else {"partition": p, "readable": False}
+            for p in shown
+        ]
         return self._page(
             call.session,
             "streams.html",
@@ -360,13 +403,13 @@ class Console:
             page=page,
             pages=pages,
             total=len(partitions),
-            streams=sum(1 for _ in self._streams),
+            streams=len(visible),
             q=prefix,
             principal=call.principal,
         )
 
     async def _partition_page(self, call: _Call) -> ConsoleResponse:
-        partition = self._partition(call.query)
+        partition = self._partition(call, call.query)
         row = await self._extent(call, partition)
         events, who = self._log(partition), call.principal
         oldest = await events.read_after(who, max(row["oldest"] - 1, 0), 1)
@@ -455,20 +498,31 @@ class Console:
             principal=call.principal,
         )
 
+    def _acted_on(self, call: _Call, fields: Mapping[str, str]) -> tuple[Partition, str, str]:
+        """The partition, user and component of the consumer a request names, once the
+        caller may act on that user's consumers there: read for their own, manage for
+        another's (refused the same whether that consumer exists or not)."""
+        partition = self._partition(call, fields)
+        user, component = fields.get("user", ""), fields.get("component", "")
+        who = call.principal
+        if user != who.name and not self._streams.access.allows(
+            who, Right.MANAGE, partition.stream
+        ):
+            raise AccessDenied(Right.MANAGE, partition.stream)
+        return partition, user, component
+
     async def _consumer(
         self, call: _Call, fields: Mapping[str, str]
     ) -> tuple[Partition, ConsumerRow]:
-        """The consumer a request names, when the caller may see it."""
-        partition = self._partition(fields)
-        user, component = fields.get("user", ""), fields.get("component", "")
+        """The consumer a request names, when the caller may act on it."""
+        partition, user, component = self._acted_on(call, fields)
         row = await self._log(partition).consumers.find(call.principal, user, component)
         if row is None:
             raise Refused(404, "No such consumer.")
         return partition, row
 
     async def _drop(self, call: _Call) -> ConsoleResponse:
-        partition = self._partition(call.form)
-        user, component = call.form.get("user", ""), call.form.get("component", "")
+        partition, user, component = self._acted_on(call, call.form)
         consumers = self._log(partition).consumers
         if not await consumers.drop(
             call.principal, user, component, reason="dropped in the console"
@@ -500,7 +554,7 @@ class Console:
 
     async def _events_page(self, call: _Call) -> ConsoleResponse:
         query = call.query
-        partition = self._partition(query)
+        partition = self._partition(call, query)
         events, who = self._log(partition), call.principal
         after, message = 0, ""
         from_id, at = query.get("id", "").strip(), query.get("time", "").strip()
@@ -533,7 +587,7 @@ class Console:
 
     async def _dcb_page(self, call: _Call) -> ConsoleResponse:
         query = call.query
-        partition = self._partition(query)
+        partition = self._partition(call, query)
         types = _words(query.get("types", ""))
         tags = _words(query.get("tags", ""))
         after_text = query.get("after", "").strip()
@@ -586,11 +640,10 @@ class Console:
 
     # -- live tail ------------------------------------------------------------------------
 
-    def _tail_spec(
-        self, query: Mapping[str, str]
-    ) -> tuple[Partition, str, Transformation | None, str]:
+    def _tail_spec(self, call: _Call) -> tuple[Partition, str, Transformation | None, str]:
         """The partition, selector text, transformation, and what is wrong with them."""
-        partition = self._partition(query)
+        query = call.query
+        partition = self._partition(call, query)
         selector = query.get("selector", "").strip()
         names = _words(query.get("attributes", ""))
         try:
@@ -602,7 +655,7 @@ class Console:
         return partition, selector, shape, ""
 
     async def _tail_page(self, call: _Call) -> ConsoleResponse:
-        partition, selector, _shape, message = self._tail_spec(call.query)
+        partition, selector, _shape, message = self._tail_spec(call)
         live = bool(call.query.get("run")) and not message
         source = ""
         if live:
@@ -625,7 +678,7 @@ class Console:
     async def _tail_stream(self, call: _Call) -> ConsoleResponse:
         session = call.session
         assert session is not None
-        partition, selector, shape, message = self._tail_spec(call.query)
+        partition, selector, shape, message = self._tail_spec(call)
         if message:
             raise Refused(400, message)
         if self.tails >= self.config.max_tails:
@@ -636,17 +689,28 @@ class Console:
             live = self._live.of_stream(partition.stream)[partition.number]
         except (UnknownStream, IndexError):
             raise Refused(404, f"No such stream and partition: {partition}.") from None
+        who, access = session.principal, self._streams.access
+        own = management_visible_to(who)
+
+        def visible(notice: Notification) -> bool:
+            return own(notice) and (
+                notice.stream is None or access.allows(who, Right.READ, notice.stream)
+            )
+
         subscription = Subscription(
             live,
             self._notices,
             compile_selector(selector) if selector else None,
             live.events.head,
-            management=management_visible_to(session.principal),
+            management=visible,
         ).start()
+        revoked = asyncio.Event()
+        stop_watching = access.watch(who, Right.READ, partition.stream, revoked.set)
         self.tails += 1
         session.tails += 1
 
         def ended() -> None:
+            stop_watching()
             subscription.close()
             self.tails -= 1
             session.tails -= 1
@@ -655,7 +719,15 @@ class Console:
             200,
             content_type="text/event-stream; charset=utf-8",
             headers=[("Cache-Control", "no-store"), *SECURITY_HEADERS],
-            stream=_pushed(subscription, shape, session, self.closing, ended),
+            stream=_pushed(
+                subscription,
+                shape,
+                session,
+                self.closing,
+                ended,
+                revoked,
+                _sentence(AccessDenied(Right.READ, partition.stream)),
+            ),
         )
 
 
@@ -665,20 +737,31 @@ async def _pushed(
     session: Session,
     closing: asyncio.Event,
     ended: Callable[[], None],
+    revoked: asyncio.Event,
+    refusal: str,
 ) -> AsyncGenerator[bytes, None]:
     """Server-Sent Events: one ``data:`` line per batch (a JSON array), comments to keep
-    the connection alive; ends with the session, the server, or after :data:`TAIL_SECONDS`."""
+    the connection alive; ends with the session, the server, or after :data:`TAIL_SECONDS`,
+    or, once ``revoked`` is set, with an ``ended`` event carrying ``refusal``."""
     deadline = time.monotonic() + TAIL_SECONDS
     stop: asyncio.Future[Any] = asyncio.ensure_future(closing.wait())
+    taken: asyncio.Future[Any] = asyncio.ensure_future(revoked.wait())
     reading: asyncio.Future[Any] | None = None
     try:
         yield b"retry: 3000\n\n"
         while not session.ended and not closing.is_set() and time.monotonic() < deadline:
+            if revoked.is_set():
+                yield f"event: ended\ndata: {json.dumps(refusal)}\n\n".encode()
+                return
             if reading is None:
                 reading = asyncio.ensure_future(subscription.next(TAIL_BATCH))
             await asyncio.wait(
-                (reading, stop), timeout=TAIL_HEARTBEAT_SECONDS, return_when=asyncio.FIRST_COMPLETED
+                (reading, stop, taken),
+                timeout=TAIL_HEARTBEAT_SECONDS,
+                return_when=asyncio.FIRST_COMPLETED,
             )
+            if revoked.is_set():
+                continue  # what was read after the revoke is not sent
             if not reading.done():
                 yield b": alive\n\n"
                 continue
@@ -690,9 +773,17 @@ async def _pushed(
             yield f"data: {json.dumps(messages, separators=(',', ':'))}\n\n".encode()
     finally:
         stop.cancel()
+        taken.cancel()
         if reading is not None:
             reading.cancel()
         ended()
+
+
+def _sentence(exc: AccessRefused) -> str:
+    """A refusal of ``log/`` as the console says it (``The read right on stream payroll is
+    needed.``)."""
+    text = str(exc)
+    return text[:1].upper() + text[1:] + "."
 
 
 def _redirect(location: str, headers: list[tuple[str, str]] | None = None) -> ConsoleResponse:

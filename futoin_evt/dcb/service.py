@@ -96,8 +96,9 @@ def stream_dcb_log(
     name: str, stream: Callable[[str], StreamInfo | None], log_of: Callable[[Partition], EventLog]
 ) -> EventLog:
     """The log DCB calls on the stream ``name`` go to, or :class:`DcbStreamRefused` saying why
-    not. ``stream`` looks a stream up (``server.streams.get``); ``log_of`` gives a
-    partition's log."""
+    not. ``stream`` looks a stream up for the caller (``server.streams.reachable``, which
+    refuses a name the caller holds no right on before telling whether it exists);
+    ``log_of`` gives a partition's log."""
     try:
         check_stream_name(name)
     except ValueError as exc:

@@ -32,8 +32,9 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo
+from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..log.eventlog import EventLog
 from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.message import Notification, NotifyError
@@ -238,9 +239,16 @@ class FeedService:
         #: Set when the server shuts down: waiting responses end at once.
         self.closing = asyncio.Event()
 
-    def feed(self, name: str = DEFAULT_STREAM) -> Feed:
-        """The stream's feed; FeedError 404 when there is no such stream (or it was dropped)."""
-        stream = self._streams.get(name)
+    def feed(self, who: Principal, name: str = DEFAULT_STREAM) -> Feed:
+        """The stream's feed for ``who``, who needs the read right on it; FeedError 404 when
+        there is no such stream (or it was dropped) and ``who`` holds some right on the name
+        (:meth:`~futoin_evt.log.streams.StreamRegistry.reachable`), else
+        :class:`~futoin_evt.log.access.AccessDenied`."""
+        try:
+            check_stream_name(name)
+        except ValueError:  # no stream can have it: nothing to hide
+            raise FeedError(404, f"No stream {quote_input(name)}.") from None
+        stream = self._streams.reachable(who, name, Right.READ)
         if stream is None:
             raise FeedError(404, f"No stream {quote_input(name)}.")
         return Feed(stream, self.token(stream))

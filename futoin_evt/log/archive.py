@@ -13,7 +13,9 @@ user ``_archive``, reading the store directly) or as its own process against a r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import os
 import sqlite3
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,10 +44,14 @@ _SCHEMA: Final = (
 
 
 class ArchiveFile:
-    """The archive database. Blocking calls: run them in a thread from async code."""
+    """The archive database. Blocking calls: run them in a thread from async code. A new
+    file is readable by its owner only (SQLite gives its ``-wal`` and ``-shm`` the same
+    mode): it holds every event."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        with contextlib.suppress(OSError):  # exists, or cannot be: sqlite3 says it best
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
         self._conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         self._conn.execute("PRAGMA journal_mode=WAL")
         self._conn.execute("PRAGMA synchronous=FULL")

@@ -28,7 +28,7 @@ from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..domain.stream import UserId
 from ..storage.base import Streams
-from .access import OPEN_ACCESS, Access, StreamGuard
+from .access import OPEN_ACCESS, Access, AccessDenied, StreamGuard
 from .consumers import ConsumerLifecycle
 from .eventlog import EventLog
 
@@ -96,14 +96,29 @@ class StreamRegistry:
 
     def visible_to(self, who: Principal) -> list[StreamInfo]:
         """The streams ``who`` holds some right on (every one, for an admin)."""
+        return [info for info in self._streams.values() if self.holds_any(who, info.name)]
+
+    def holds_any(self, who: Principal, name: str) -> bool:
+        """Whether ``who`` holds some right on the name ``name`` (then they may be told
+        whether such a stream exists)."""
         access = self.access
-        return [
-            info
-            for info in self._streams.values()
-            if access.allows(who, Right.READ, info.name)
-            or access.allows(who, Right.WRITE, info.name)
-            or access.allows(who, Right.MANAGE, info.name)
-        ]
+        return (
+            access.allows(who, Right.READ, name)
+            or access.allows(who, Right.WRITE, name)
+            or access.allows(who, Right.MANAGE, name)
+        )
+
+    def reachable(self, who: Principal, name: str, right: Right) -> StreamInfo | None:
+        """The stream ``name`` for a call that needs ``right`` on it, or None when there is
+        no such stream. :class:`~futoin_evt.log.access.AccessDenied` when ``who`` holds no
+        right on the name, whether the stream exists or not (names cannot be probed), or
+        lacks ``right`` on a stream that exists."""
+        if not self.holds_any(who, name):
+            raise AccessDenied(right, name)
+        info = self._streams.get(name)
+        if info is not None:
+            self.access.check(who, right, name)
+        return info
 
     async def refresh(self) -> None:
         """Read the registry again (the version first: a change after it is read again)."""
@@ -282,6 +297,21 @@ class StreamLogs:
         return self._registry.listen(callback)
 
     async def consumer_counts(self, who: Principal) -> dict[int, int]:
-        """``who``'s consumers (everyone's for an admin), counted by partition key (one
-        read)."""
-        return await self._store.consumer_counts(None if who.is_admin else who.user_id)
+        """The consumers ``who`` is shown, counted by partition key: on each stream they may
+        read, everyone's where they manage it (every stream, for an admin), else their own
+        (one read, two when they manage a stream)."""
+        if who.is_admin:
+            return await self._store.consumer_counts(None)
+        access = self._registry.access
+        readable = [info for info in self._registry if access.allows(who, Right.READ, info.name)]
+        managed = {info.name for info in readable if access.allows(who, Right.MANAGE, info.name)}
+        own = await self._store.consumer_counts(who.user_id)
+        everyone = await self._store.consumer_counts(None) if managed else {}
+        counts: dict[int, int] = {}
+        for info in readable:
+            shown = everyone if info.name in managed else own
+            for partition in info.partitions:
+                count = shown.get(partition.key)
+                if count:
+                    counts[partition.key] = count
+        return counts

@@ -93,6 +93,8 @@ class ServerConfig:
     metrics: tuple[str, int] | None = None
     #: Consumers reported one by one per scrape at most (the rest are counted).
     metrics_consumers: int = DEFAULT_CONSUMER_LIMIT
+    #: The user whose password ``/metrics`` asks for (HTTP Basic); None: it asks for none.
+    metrics_user: str | None = None
     #: One worker of a group (``serve --workers``): the channel to the others is opened.
     worker: WorkerPlace | None = None
     #: The copying into aggregated streams (every serving process competes for it).
@@ -181,7 +183,15 @@ async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsLi
         port,
         consumer_limit=config.metrics_consumers,
         reuse_port=config.worker is not None,  # the port was reserved by the supervisor
+        user=config.metrics_user,
     )
+    if config.metrics_user is not None and await server.store.get_user(config.metrics_user) is None:
+        log.warning(
+            "the metrics user %s does not exist: /metrics refuses every scrape until it is"
+            " added (futoin-evt user add %s)",
+            config.metrics_user,
+            config.metrics_user,
+        )
     try:
         await listener.start()
     except OSError as exc:
@@ -299,7 +309,11 @@ class EventServer:
                     authenticator,
                     transport.is_secure,
                     config.dcb_path,
-                    lambda name: DcbService(stream_dcb_log(name, streams.get, logs.partition)),
+                    lambda who, name, right: DcbService(
+                        stream_dcb_log(
+                            name, lambda n: streams.reachable(who, n, right), logs.partition
+                        )
+                    ),
                 )
                 endpoints.append(dcb)
             console = None

@@ -4,8 +4,11 @@ These serve the stream ``events``; ``/dcb/v1/streams/NAME/append`` and ``.../rea
 the stream ``NAME`` when it has one partition (400 ``PartitionedStream`` when it has more,
 404 ``UnknownStream``, 400 ``InvalidStream`` for what cannot be a stream's name).
 
-Authentication is HTTP Basic with the server's users, as on the feed. Errors are
-``{"error": NAME, "message": ...}`` with 400 (the message names the field), 401, 409
+Authentication is HTTP Basic with the server's users, as on the feed. A read needs the read
+right on the stream, an append the write right: without it, 403 ``AccessDenied`` with the
+sentence naming the right and the stream, also for a name that names no stream unless the
+user holds some right on that name (then 404 ``UnknownStream``). Errors are
+``{"error": NAME, "message": ...}`` with 400 (the message names the field), 401, 403, 409
 (``AppendConditionFailed``, ``EventIdConflict``) or 413. A read streams its answer a page
 at a time: ``{"events": [...], "head": N}``, or NDJSON (one event a line, then
 ``{"head": N}``) when the request asks for ``Accept: application/x-ndjson``.
@@ -30,10 +33,12 @@ from ..dcb.model import (
 from ..dcb.service import MAX_WAIT_SECONDS, DcbService, DcbStreamRefused, ReadRequest
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..ftn3.messages import decode_json, encode_json, holds_lone_surrogate
+from ..log.access import Refused
 from ..stats import UNKNOWN
 from ..wsio import ServerIO
-from .http import Exchange, HttpEndpoint, HttpError
+from .http import Exchange, HttpEndpoint, HttpError, refused_text
 
 DCB_PATH: Final = "/dcb/v1"
 #: ``/streams/NAME/append``: the calls on a named stream.
@@ -59,10 +64,11 @@ class DcbEndpoint(HttpEndpoint):
         authenticator: Authenticator,
         secure: Callable[[ServerIO], bool],
         path: str = DCB_PATH,
-        stream_service: Callable[[str], DcbService] | None = None,
+        stream_service: Callable[[Principal, str, Right], DcbService] | None = None,
     ) -> None:
-        """``stream_service(name)``: the service of a named stream, or DcbStreamRefused;
-        None: only ``events`` is served."""
+        """``stream_service(who, name, right)``: the service of a named stream for a call of
+        ``who`` that needs ``right`` on it, or DcbStreamRefused, or
+        :class:`~futoin_evt.log.access.AccessDenied`; None: only ``events`` is served."""
         super().__init__(path, authenticator, secure)
         self._service = service
         self._stream_service = stream_service
@@ -80,6 +86,14 @@ class DcbEndpoint(HttpEndpoint):
         return action[1:] if action in ACTIONS else UNKNOWN
 
     async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
+        try:
+            await self._handle(io, request, body, exchange)
+        except Refused as exc:  # a right the user lacks (cut short once the answer started)
+            raise refusal(403, "AccessDenied", refused_text(exc)) from None
+
+    async def _handle(
+        self, io: ServerIO, request: Request, body: bytes, exchange: Exchange
+    ) -> None:
         who = await self.authorize(io, request)
         name, action = self._route(request)
         if action not in ACTIONS:
@@ -92,8 +106,9 @@ class DcbEndpoint(HttpEndpoint):
         service = self._service
         if name is not None:
             assert self._stream_service is not None
+            right = Right.WRITE if action == "/append" else Right.READ
             try:
-                service = self._stream_service(name)
+                service = self._stream_service(who, name, right)
             except DcbStreamRefused as exc:
                 raise refusal(exc.status, exc.error, exc.message) from None
         try:

@@ -6,7 +6,9 @@ transfer encoding, waiting for the peer to read between chunks, and the connecti
 alive for the next request unless the client asks to close it.
 
 Authentication is HTTP Basic with the server's users: 401 without valid credentials, 403
-when the user may not read the feed or the channel is neither TLS nor loopback nor trusted.
+when the channel is neither TLS nor loopback nor trusted, or when the user lacks the read
+right on the stream (:func:`refused_text`: the same for a name that names no stream, unless
+the user holds some right on that name, who gets 404).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from ..domain.partition import DEFAULT_STREAM
 from ..domain.principal import Principal
 from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
+from ..log.access import Refused
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, INSECURE_CHANNEL, Calls
 from ..wsio import ServerIO
@@ -44,8 +47,6 @@ STREAM_FEEDS_PATH = "/feeds"
 class FeedConfig:
     #: Where the feed of the stream ``events`` is served; None: no HTTP feed (of any stream).
     path: str | None = DEFAULT_FEED_PATH
-    #: Users who may read the feed; None: every user.
-    users: frozenset[str] | None = None
 
 
 class Exchange:
@@ -258,6 +259,13 @@ class HttpEndpoint:
         return []
 
 
+def refused_text(exc: Refused) -> str:
+    """A refusal of ``log/`` as an HTTP door says it: one sentence, capitalised, with its
+    full stop (``The read right on stream payroll is needed.``)."""
+    text = str(exc)
+    return text[:1].upper() + text[1:] + "."
+
+
 def _under(path: str, prefix: str) -> bool:
     return path == prefix or path.startswith(prefix.rstrip("/") + "/")
 
@@ -278,7 +286,6 @@ class FeedEndpoint(HttpEndpoint):
         assert config.path is not None
         super().__init__(config.path, authenticator, secure)
         self._feed = feed
-        self._users = config.users
         self.closing = feed.closing
 
     async def handle(
@@ -288,14 +295,14 @@ class FeedEndpoint(HttpEndpoint):
             await self._handle(io, request, exchange)
         except FeedError as exc:
             raise HttpError(exc.status, exc.message) from None
+        except Refused as exc:  # a right the user lacks (cut short once the answer started)
+            raise HttpError(403, refused_text(exc)) from None
 
     async def _handle(self, io: ServerIO, request: Request, exchange: Exchange) -> None:
         principal = await self.authorize(io, request)
-        if self._users is not None and principal.name not in self._users:
-            raise FeedError(403, f"User {principal.name} may not read this feed.")
         url = urlsplit(request.path)
         name, subpath = self._stream_path(request)
-        feed = self._feed.feed(name)
+        feed = self._feed.feed(principal, name)
         query = parse_qs(url.query, keep_blank_values=True)
         parsed = parse_feed_request(subpath, query, feed.stream, feed.token)
         if isinstance(parsed, Discovery):

@@ -12,11 +12,19 @@ in registry order, until ``--metrics-consumers`` are read.
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when the store answers
 a trivial read within :data:`READY_TIMEOUT` seconds and every listener accepts connections,
 else 503 with the reason in one line. Anything else is 404.
+
+With ``serve --metrics-user USER``, ``GET /metrics`` asks for that user's password (HTTP
+Basic, checked by the server's :class:`~futoin_evt.auth.users.Authenticator`, so a verified
+password is remembered as an FTN3 login's is and checks are limited per address): 401 with
+a ``WWW-Authenticate`` challenge without credentials, with wrong ones, or with another
+user's. The probes stay open. A refused scrape counts under door ``metrics``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import logging
 import time
 from collections.abc import Iterable, Iterator
@@ -37,8 +45,11 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ..domain.partition import Partition
+from ..ftn3.errors import FTN3Error
 from ..slots import Slots
 from ..stats import (
+    BAD_CREDENTIALS,
+    CONNECTION,
     DEFAULT_STREAM,
     DOORS,
     HANDSHAKE_EVICTED,
@@ -76,6 +87,10 @@ REQUEST_TIMEOUT: Final = 10.0
 MAX_CONNECTIONS: Final = 32
 #: Partitions reported per scrape at most (in registry order; each costs one indexed query).
 MAX_PARTITIONS: Final = 1000
+#: The metrics port as the door label of its refused scrapes.
+METRICS_DOOR: Final = "metrics"
+#: What the 401 challenge names.
+REALM: Final = "futoin-evt metrics"
 
 STREAM_LABELS: Final = ("stream", "partition")
 CONSUMER_LABELS: Final = ("user", "component", "stream", "partition")
@@ -407,8 +422,12 @@ class MetricsListener:
         consumer_limit: int = 1000,
         cache_seconds: float = DEFAULT_CACHE_SECONDS,
         reuse_port: bool = False,
+        user: str | None = None,
     ) -> None:
+        """``user``: the only user whose password opens ``/metrics`` (None: no credentials
+        asked)."""
         self._eventserver = server
+        self.user = user
         self._reuse_port = reuse_port
         self.host = host
         self._port = port
@@ -476,7 +495,9 @@ class MetricsListener:
         try:
             if self._connections <= MAX_CONNECTIONS:
                 head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), REQUEST_TIMEOUT)
-                writer.write(await self._respond(head))
+                peer = writer.get_extra_info("peername")
+                host = str(peer[0]) if isinstance(peer, tuple) else ""
+                writer.write(await self._respond(head, host))
                 await writer.drain()
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
             pass
@@ -487,7 +508,7 @@ class MetricsListener:
             self._connections -= 1
             writer.close()
 
-    async def _respond(self, head: bytes) -> bytes:
+    async def _respond(self, head: bytes, peer: str = "") -> bytes:
         words = head.split(b"\r\n", 1)[0].split(b" ")
         if len(words) != 3 or not words[2].startswith(b"HTTP/"):
             return _response(400, b"Bad request.\n")
@@ -503,12 +524,43 @@ class MetricsListener:
             if reason is not None:
                 return _response(503, f"not ready: {reason}\n".encode())
             return _response(200, b"ready\n")
+        if self.user is not None:
+            refused = await self._refusal(head, peer)
+            if refused is not None:
+                challenge = ("WWW-Authenticate", f'Basic realm="{REALM}", charset="UTF-8"')
+                return _response(401, f"{refused}\n".encode(), [challenge])
         return _response(200, await self.scrape(), [("Content-Type", CONTENT_TYPE_LATEST)])
+
+    async def _refusal(self, head: bytes, peer: str) -> str | None:
+        """None when the request carries :attr:`user`'s password, else why not (one
+        sentence)."""
+        encoded = None
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"authorization":
+                scheme, _, encoded = value.strip().partition(b" ")
+                if scheme.lower() != b"basic":
+                    encoded = None
+        if not encoded:
+            return "Credentials required (HTTP Basic)."
+        CONNECTION.set((METRICS_DOOR, peer, None))  # a refusal counts under this door
+        try:
+            credentials = base64.b64decode(encoded.strip(), validate=True).decode()
+            principal = await self._eventserver.authenticator.authenticate(credentials, peer)
+        except (binascii.Error, UnicodeDecodeError):
+            return "Malformed Basic credentials."
+        except FTN3Error as exc:
+            return exc.desc + "."
+        if principal.name != self.user:  # told as a wrong password is: no names are probed
+            self._eventserver.authenticator.refusals.note(METRICS_DOOR, BAD_CREDENTIALS)
+            return "Invalid credentials."
+        return None
 
 
 _REASONS: Final = {
     200: "OK",
     400: "Bad Request",
+    401: "Unauthorized",
     404: "Not Found",
     405: "Method Not Allowed",
     500: "Internal Server Error",

@@ -2,21 +2,26 @@
 "use strict";
 
 // <main data-refresh="N">: fetch the page again every N seconds and swap its content,
-// unless the user is typing in one of its fields.
+// unless the user is typing in one of its fields. A refusal (a right revoked, the stream
+// dropped) takes the content's place, and the page stops refreshing.
 function refresh(main) {
   const seconds = Number(main.dataset.refresh);
-  setInterval(async () => {
+  const timer = setInterval(async () => {
     if (document.hidden || main.contains(document.activeElement) && document.activeElement.tagName === "INPUT") {
       return;
     }
     const reply = await fetch(location.href, { credentials: "same-origin" });
-    if (!reply.ok || reply.redirected) {
+    const refused = reply.status >= 400 && reply.status < 500;
+    if (!(reply.ok || refused) || reply.redirected) {
       return;
     }
     const page = new DOMParser().parseFromString(await reply.text(), "text/html");
     const fresh = page.getElementById("main");
     if (fresh) {
       main.replaceChildren(...fresh.childNodes);
+      if (refused) {
+        clearInterval(timer);
+      }
     }
   }, seconds * 1000);
 }
@@ -33,9 +38,25 @@ function follow(table) {
     state.textContent = "following";
   };
   source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) {  // refused: it does not try again
+      table.dataset.state = "ended";
+      state.textContent = "ended";
+      return;
+    }
     table.dataset.state = "reconnecting";
     state.textContent = "reconnecting…";
   };
+  // The server ends the tail (a right it needed was revoked): say why, and stay closed.
+  source.addEventListener("ended", (event) => {
+    source.close();
+    table.dataset.state = "ended";
+    state.textContent = "ended";
+    const alert = document.createElement("p");
+    alert.className = "error";
+    alert.setAttribute("role", "alert");
+    alert.textContent = String(JSON.parse(event.data));
+    table.before(alert);
+  });
   source.onmessage = (event) => {
     for (const item of JSON.parse(event.data)) {
       const row = body.insertRow(0);
