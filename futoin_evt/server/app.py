@@ -254,6 +254,9 @@ class EventServer:
             channel.listen(store.join_peers(channel, turns), notices)
             notices.relay = channel.management
         access = AccessControl(store)
+        if channel is not None:  # before the first load: a change told meanwhile is not lost
+            channel.serve_access(access.catch_up)
+            access.tell_others = channel.grants_changed
         try:
             await access.start()
             streams = await StreamRegistry.open(store, config.streams_poll_seconds, access)
@@ -261,9 +264,6 @@ class EventServer:
             await access.close()
             await store.close()
             raise
-        if channel is not None:
-            channel.serve_access(access.changed)
-            access.tell_others = channel.grants_changed
         consumers = ConsumerLifecycle(store, notices)
         logs = StreamLogs(streams, store, consumers)
         lives = live_streams(logs, streams)
