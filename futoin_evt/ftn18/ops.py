@@ -13,6 +13,7 @@ import time
 from typing import Any, Final
 
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
@@ -158,6 +159,7 @@ class OpsService(ConsumerOps):
         return out
 
     async def drop_consumer(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
+        self._consumers.guard.some_right(ctx.principal, Right.READ)
         if not await self._consumers.drop(
             ctx.principal, params["user"], params["component"], reason="dropped by an operator call"
         ):

@@ -274,6 +274,24 @@ class StreamGuard:
     def manage(self, who: Principal) -> None:
         self.access.check(who, Right.MANAGE, self.stream)
 
+    def some_right(self, who: Principal, needed: Right) -> None:
+        """:class:`AccessDenied` naming ``needed`` unless ``who`` holds some right on the
+        stream: only then may an answer tell whether the stream exists."""
+        access, stream = self.access, self.stream
+        if not (
+            access.allows(who, Right.READ, stream)
+            or access.allows(who, Right.WRITE, stream)
+            or access.allows(who, Right.MANAGE, stream)
+        ):
+            raise AccessDenied(needed, stream)
+
+    def watch(
+        self, who: Principal, right: Right, on_revoked: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``on_revoked`` once ``who`` no longer holds ``right`` on the stream; returns
+        how to stop watching (see :meth:`AccessControl.watch`)."""
+        return self.access.watch(who, right, self.stream, on_revoked)
+
     def acts_for(self, who: Principal, owner: UserId | str) -> bool:
         """Whether ``who`` may see, drop and seek the consumers of ``owner`` (a user's id or
         name): their own (with read), or anyone's with manage on the stream (admins too)."""
