@@ -103,7 +103,9 @@ class ServerConfig:
 
 def live_streams(logs: StreamLogs, streams: StreamRegistry) -> LiveStreams:
     """The shared readers of every stream's partitions, that of ``events``/0 the default."""
-    return LiveStreams(LiveEvents(logs.default), streams.get, logs.partition, streams.listen)
+    return LiveStreams(
+        LiveEvents(logs.default), streams.get, logs.partition, streams.listen, streams.access
+    )
 
 
 def build_registry() -> IfaceRegistry:
