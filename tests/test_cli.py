@@ -39,6 +39,7 @@ def served(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
         run("user", "add", "carol", "--password-stdin", "--db", str(db), stdin="c-pw\n").returncode
         == 0
     )
+    assert run("grant", "carol", "read,write", "*", "--db", str(db)).returncode == 0
     server = ServerProcess(db)
     env = {"FUTOIN_EVT_URL": server.url, "FUTOIN_EVT_USER": "carol", "FUTOIN_EVT_PASSWORD": "c-pw"}
     yield server, env

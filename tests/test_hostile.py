@@ -279,6 +279,10 @@ def db_with_users(tmp_path: Path) -> Path:
              "--db", str(db)],
             input=password + "\n", text=True, check=True, capture_output=True, timeout=60,
         )  # fmt: skip
+        subprocess.run(
+            [sys.executable, "-m", "futoin_evt", "grant", name, "read,write", "*", "--db", str(db)],
+            check=True, capture_output=True, timeout=60,
+        )  # fmt: skip
     return db
 
 

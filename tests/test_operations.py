@@ -22,7 +22,7 @@ from futoin_evt.log.archive import RemoteArchiver
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
 
-from .conftest import ServerFactory, ServerProcess, free_port
+from .conftest import ServerFactory, ServerProcess, add_user, free_port
 
 pytestmark = pytest.mark.functional
 
@@ -208,7 +208,8 @@ def fuzz_server(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[
             retention=RetentionConfig(interval=3600),
         )
         server = await EventServer.start(config)
-        await server.store.add_user("alice", password_hashes["alice"])
+        await add_user(server.store, "alice", password_hashes["alice"])
+        await server.access.changed_here()
         client = await EventStreamClient.connect(server.url, credentials=ALICE)
         return server, client
 
@@ -232,7 +233,7 @@ async def test_sigkill_at_random_points_loses_nothing_acknowledged(
 
     db = tmp_path / "crash.sqlite"
     async with await SqliteStore.open(db) as store:
-        await store.add_user("alice", password_hashes["alice"])
+        await add_user(store, "alice", password_hashes["alice"])
     port = free_port()
     server = ServerProcess(db, port, workers=serve_workers)
     url = server.url
@@ -314,7 +315,7 @@ async def test_sigkill_at_normal_keeps_every_event_acknowledged_one_at_a_time(
 
     db = tmp_path / "crash.sqlite"
     async with await SqliteStore.open(db) as store:
-        await store.add_user("alice", password_hashes["alice"])
+        await add_user(store, "alice", password_hashes["alice"])
     port = free_port()
     acknowledged: list[tuple[int, int]] = []
     for run in range(3):

@@ -24,7 +24,7 @@ from futoin_evt.storage.head import HeadWatch
 from futoin_evt.storage.postgres import add_event, add_event_async
 from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK
 
-from .conftest import USERS, PgCluster, ServerProcess, execute_sql, free_port, run_js
+from .conftest import USERS, PgCluster, ServerProcess, add_user, execute_sql, free_port, run_js
 from .test_cli import CLI, run
 
 pytestmark = [pytest.mark.functional, pytest.mark.postgres]
@@ -162,7 +162,7 @@ async def servers(
     with one worker, then with two."""
     async with await open_store(pg_url) as store:
         for name, password_hash in password_hashes.items():
-            await store.add_user(name, password_hash)
+            await add_user(store, name, password_hash)
     started: list[ServerProcess] = []
 
     def start(count: int, *options: str) -> list[ServerProcess]:
