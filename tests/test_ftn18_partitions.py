@@ -22,7 +22,7 @@ from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 
-from .conftest import USERS, run_js
+from .conftest import USERS, add_user, run_js
 from .test_push import Collector, JsReceiver, running, stop
 from .test_streams_serving import stream_command
 
@@ -45,7 +45,8 @@ async def server(store_db: str, password_hashes: dict[str, str]) -> AsyncIterato
     )
     async with await EventServer.start(config) as started:
         for name, password_hash in password_hashes.items():
-            await started.store.add_user(name, password_hash)
+            await add_user(started.store, name, password_hash)
+        await started.access.changed_here()
         await started.store.add_stream("orders", PARTITIONS)
         await started.streams.refresh()
         yield started
@@ -282,17 +283,14 @@ async def test_a_one_partition_stream_by_name_is_its_partition_0(
 
 
 BAD_PATHS = [
-    ("/nope", "There is no stream nope."),
-    ("/nope/0", "There is no stream nope."),
-    ("/orders/x", "The stream orders has partitions 0 to 3, not 'x'."),
-    ("/orders/4", "The stream orders has partitions 0 to 3, not '4'."),
-    ("/orders/-1", "The stream orders has partitions 0 to 3, not '-1'."),
-    ("/orders/99999999999", "The stream orders has partitions 0 to 3, not '99999999999'."),
-    ("/orders/01", "The stream orders has partitions 0 to 3, not '01'."),
-    ("/orders/%31", "The stream orders has partitions 0 to 3, not '%31'."),
+    ("/orders/x", "Not a partition number: 'x' (use /NAME/P, P from 0)."),
+    ("/orders/-1", "Not a partition number: '-1' (use /NAME/P, P from 0)."),
+    ("/orders/99999", "Not a partition number: '99999' (use /NAME/P, P from 0)."),
+    ("/orders/01", "Not a partition number: '01' (use /NAME/P, P from 0)."),
+    ("/orders/%31", "Not a partition number: '%31' (use /NAME/P, P from 0)."),
+    ("/nope/x", "Not a partition number: 'x' (use /NAME/P, P from 0)."),
     ("/orders/0/1", "Not an event stream path: '/orders/0/1' (use /NAME or /NAME/P)."),
     ("/Orders", "No stream is named 'Orders'."),
-    ("/feed", "There is no stream feed."),
     ("//", "No stream is named ''."),
     ("/" + "o" * 3000, None),
     ("/orders/" + "9" * 3000, None),
@@ -300,7 +298,7 @@ BAD_PATHS = [
 
 
 @pytest.mark.parametrize(("path", "sentence"), BAD_PATHS, ids=lambda v: str(v)[:20])
-async def test_a_path_that_names_no_partition_is_refused(
+async def test_a_path_that_is_not_a_partition_path_is_refused(
     server: EventServer, path: str, sentence: str | None
 ) -> None:
     status, body = await upgrade(server, path)
@@ -315,6 +313,37 @@ async def test_a_path_that_names_no_partition_is_refused(
     assert await everything_stored(server) == [[]] * (1 + PARTITIONS)
 
 
+MISSING = [
+    ("/nope", "There is no stream nope."),
+    ("/nope/0", "There is no stream nope."),
+    ("/feed", "There is no stream feed."),
+    ("/orders/4", "The stream orders has partitions 0 to 3, not 4."),
+    ("/orders/1023", "The stream orders has partitions 0 to 3, not 1023."),
+]
+
+
+@pytest.mark.parametrize(("path", "sentence"), MISSING, ids=lambda v: str(v)[:20])
+async def test_a_path_to_no_stream_or_partition_is_answered_at_each_call(
+    server: EventServer, connect: Connect, path: str, sentence: str
+) -> None:
+    """The upgrade is not authenticated: a well-formed path is accepted, and each call says
+    what is missing to a caller with rights on the name (see test_rights_ftn3 for others)."""
+    assert (await upgrade(server, path))[0] == 101
+    client = await connect(path[1:])
+    for call in (
+        client.add_event("E", 1),
+        client.poll_events("LIVE"),
+        client.register_consumer("C"),
+        client.ftn3.call(PUSH, "readyToReceive", {"component": "LIVE"}),
+        client.ftn3.call("futoinevt.ops:1.0", "streamInfo", {}),
+    ):
+        with pytest.raises(RemoteError) as refused:
+            await call
+        assert (refused.value.name, refused.value.desc) == ("InvalidRequest", sentence)
+    assert await client.ping(5) == 5
+    assert await everything_stored(server) == [[]] * (1 + PARTITIONS)
+
+
 async def test_an_overlong_request_line_is_refused(server: EventServer) -> None:
     status, _body = await upgrade(server, "/" + "o" * 20_000)
     assert 400 <= status < 500
@@ -324,16 +353,22 @@ async def test_an_overlong_request_line_is_refused(server: EventServer) -> None:
 # -- streams changing while served ------------------------------------------------------------
 
 
-async def test_a_stream_added_while_serving_is_served(server: EventServer, store_db: str) -> None:
-    assert (await upgrade(server, "/fresh/2"))[0] == 404
+async def test_a_stream_added_while_serving_is_served(
+    server: EventServer, store_db: str, connect: Connect
+) -> None:
+    """Even on a connection opened before it was there."""
+    early = await connect("fresh/2")
+    with pytest.raises(RemoteError, match="There is no stream fresh"):
+        await early.add_event("E", 0)
     await stream_command(store_db, "add", "fresh", "--partitions", "3")
     deadline = time.monotonic() + 5
-    while (await upgrade(server, "/fresh/2"))[0] != 101:
+    while server.streams.get("fresh") is None:
         assert time.monotonic() < deadline, "the new stream is not served within 5 s"
         await asyncio.sleep(0.05)
+    assert await early.add_event("E", 1) == 1
     async with await EventStreamClient.connect(server.url + "fresh/2", credentials=ALICE) as c:
-        assert await c.add_event("E", 1) == 1
-    assert [e["data"] for e in await stored(server, partition(server, 2, "fresh"))] == [1]
+        assert await c.add_event("E", 2) == 2
+    assert [e["data"] for e in await stored(server, partition(server, 2, "fresh"))] == [1, 2]
 
 
 async def test_connections_to_a_dropped_stream_get_errors(
@@ -364,7 +399,8 @@ async def test_connections_to_a_dropped_stream_get_errors(
     with pytest.raises(RemoteError, match="dropped"):
         await on_partition.poll_events("C")
     assert server.push.connected_consumers(dropped) == []
-    assert (await upgrade(server, "/orders/1"))[0] == 404
+    with pytest.raises(RemoteError, match="There is no stream orders"):
+        await (await connect("orders/1")).add_event("E", 1)
     await stop(receiver, task)
     assert receiver.sessions == sessions  # it could not start again
 
@@ -426,7 +462,8 @@ async def test_a_takeover_through_another_server_stops_only_that_partition(
     )
     async with await EventServer.start(config) as first:
         for name, password_hash in password_hashes.items():
-            await first.store.add_user(name, password_hash)
+            await add_user(first.store, name, password_hash)
+        await first.access.changed_here()
         await first.store.add_stream("orders", PARTITIONS)
         await first.streams.refresh()
         async with await EventServer.start(config) as second:

@@ -22,7 +22,7 @@ from futoin_evt.notify.selector import MAX_SELECTOR_CHARS
 from futoin_evt.storage.sqlite import SqliteStore
 
 from .amqp_wire import ATTACH, DETACH, ServerProcess, frame, logged_in
-from .conftest import USERS
+from .conftest import USERS, add_user
 
 pytestmark = pytest.mark.functional
 
@@ -50,7 +50,7 @@ def notify_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerPr
 
     async def add_alice() -> None:
         async with await SqliteStore.open(db) as store:
-            await store.add_user("alice", hash_password(USERS["alice"]))
+            await add_user(store, "alice", hash_password(USERS["alice"]))
 
     asyncio.run(add_alice())
     server = ServerProcess(db)

@@ -17,7 +17,7 @@ from futoin_evt.notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 
-from .conftest import USERS
+from .conftest import USERS, add_user
 
 pytestmark = pytest.mark.functional
 
@@ -31,7 +31,8 @@ async def server(store_db: str, password_hashes: dict[str, str]) -> AsyncIterato
         db=store_db, transport=TransportConfig(port=0), retention=RetentionConfig(interval=3600)
     )
     async with await EventServer.start(config) as started:
-        await started.store.add_user("alice", password_hashes["alice"])
+        await add_user(started.store, "alice", password_hashes["alice"])
+        await started.access.changed_here()
         await started.store.add_stream("orders", 2)
         await started.streams.refresh()
         yield started

@@ -24,15 +24,7 @@ from futoin_evt.storage.head import HeadWatch
 from futoin_evt.storage.postgres import add_event, add_event_async
 from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK
 
-from .conftest import (
-    USERS,
-    PgCluster,
-    ServerProcess,
-    add_user,
-    execute_sql,
-    free_port,
-    run_js,
-)
+from .conftest import USERS, PgCluster, ServerProcess, add_user, execute_sql, free_port, run_js
 from .test_cli import CLI, run
 
 pytestmark = [pytest.mark.functional, pytest.mark.postgres]

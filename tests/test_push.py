@@ -16,7 +16,7 @@ from futoin_evt.client.receiver import LiveReceiver, Receiver, ReliableReceiver
 from futoin_evt.ftn18.push import PushStream
 from futoin_evt.server.app import EventServer
 
-from .conftest import ClientFactory, ServerProcess, free_port
+from .conftest import ClientFactory, ServerProcess, add_user, free_port
 
 pytestmark = pytest.mark.functional
 
@@ -302,7 +302,7 @@ async def server_process(
 
     db = tmp_path / "crash.sqlite"
     async with await SqliteStore.open(db) as store:
-        await store.add_user("alice", password_hashes["alice"])
+        await add_user(store, "alice", password_hashes["alice"])
     processes = [ServerProcess(db, free_port(), workers=serve_workers)]
     yield processes
     for proc in processes:

@@ -105,13 +105,12 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(store_db: str) -> N
 
 @pytest.fixture
 def admin_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
-    """A served SQLite file with the admin ``root`` and the user ``carol`` (read,write on every
-    stream); root's settings."""
+    """A served SQLite file with the admin ``root`` and the user ``carol`` (no rights);
+    root's settings."""
     db = str(tmp_path / "streams.sqlite")
     for name, flags in (("root", ["--admin"]), ("carol", [])):
         added = run("user", "add", name, *flags, "--password-stdin", "--db", db, stdin="pw\n")
         assert added.returncode == 0, added.stderr
-    assert run("grant", "carol", "read,write", "*", "--db", db).returncode == 0
     server = ServerProcess(db)
     try:
         yield server, {"FUTOIN_EVT_USER": "root", "FUTOIN_EVT_PASSWORD": "pw"}
@@ -148,9 +147,14 @@ def test_an_admin_manages_streams_of_a_running_server(
 def test_a_user_lists_streams_and_sees_only_their_own_consumers_but_changes_nothing(
     admin_server: tuple[ServerProcess, dict[str, str]],
 ) -> None:
+    """carol may read ``orders*``: she lists and describes those streams only, and may not
+    add, grow or drop streams (that needs manage)."""
     server, root = admin_server
     carol = {"FUTOIN_EVT_USER": "carol", "FUTOIN_EVT_PASSWORD": "pw"}
     on_server(server, root, "add", "orders", "--partitions", "2")
+    on_server(server, root, "add", "payroll", "--partitions", "1")
+    granted = run("grant", "carol", "read", "orders*", "--url", server.url, env=root)
+    assert granted.returncode == 0, granted.stderr
 
     async def register() -> None:
         async with await open_store(str(server.db)) as store:
@@ -169,18 +173,20 @@ def test_a_user_lists_streams_and_sees_only_their_own_consumers_but_changes_noth
     ]
     all_seen = json.loads(on_server(server, root, "info", "orders", "--json"))
     assert {c["user"] for c in all_seen["partitions"][1]["consumers"]} == {"root", "carol"}
-    assert "orders" in on_server(server, carol, "list")
+    assert [s["name"] for s in json.loads(on_server(server, carol, "list", "--json"))] == ["orders"]
     before = on_server(server, root, "list", "--json")
-    for args in (
-        ["add", "mine", "--partitions", "1"],
-        ["grow", "orders", "--partitions", "3"],
-        ["drop", "orders", "--yes"],
+    for args, name in (
+        (["add", "orders-mine", "--partitions", "1"], "orders-mine"),
+        (["grow", "orders", "--partitions", "3"], "orders"),
+        (["drop", "orders", "--yes"], "orders"),
+        (["info", "payroll"], "payroll"),
     ):
         refused = run("stream", *args, "--url", server.url, env=carol)
         assert refused.returncode == 1, args
+        needed = "read" if args[0] == "info" else "manage"
         assert refused.stderr.strip().splitlines() == [
-            "futoin-evt: the server refused: SecurityError: the manage right on stream"
-            f" {args[1]} is needed"
+            f"futoin-evt: the server refused: SecurityError: the {needed} right on stream"
+            f" {name} is needed"
         ], args
     assert on_server(server, root, "list", "--json") == before
 

@@ -14,10 +14,15 @@ stream administration calls of the ops iface are the same on every path; its con
 it has one partition, and on a stream of more each call is an ``InvalidRequest`` that says
 why.
 
-A path that names no stream or partition is refused at the upgrade (HTTP 404, one sentence).
-When a stream is dropped, its partitions' routes are swapped in place for a refusal, so its
-open connections get an FTN3 error on their next call, and its push streams stop (their
-connections drop).
+A path that is not of that form is refused at the upgrade (HTTP 404, one sentence); a
+well-formed one is accepted whether its stream and partition exist or not, since the upgrade
+carries no credentials: each call then answers as its caller may be told. A caller with no
+right on the name is refused (``SecurityError`` naming the right the call needs and the
+stream), exactly as on a stream that exists; a caller with some right on it is told that
+there is no such stream or partition (``InvalidRequest``). A stream added later is served on
+such a connection from then on. When a stream is dropped, its partitions' routes are swapped
+in place for that refusal, so its open connections get an FTN3 error on their next call, and
+its push streams stop (their connections drop).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from typing import Any, Final
 from ..dcb.service import DcbService
 from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..ftn3.calls import CallContext, Handler, Routes
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..log.retention import Discarder
@@ -63,6 +69,14 @@ _CONSUMER_OPS: Final = (
     ("consumerState", "consumer_state"),
     ("readEvents", "read_events"),
 )
+#: The right each call on a partition's routes needs (what a refusal names); ``ping`` none.
+_NEEDS: Final[dict[str, dict[str, Right]]] = {
+    GEN: {"addEvent": Right.WRITE},
+    POLL: {"registerConsumer": Right.READ, "pollEvents": Right.READ},
+    PUSH: {"registerConsumer": Right.READ, "pollEvents": Right.READ, "readyToReceive": Right.READ},
+    DCB: {"append": Right.WRITE, "read": Right.READ, "readBackwards": Right.READ},
+    OPS: {f: Right.READ for f, _ in _CONSUMER_OPS},
+}
 #: Partition numbers in a path: 0, or up to 4 digits with no leading zero (at most 1024).
 _MAX_PARTITION_DIGITS: Final = 4
 #: Path characters quoted back in a refusal at most.
@@ -77,13 +91,6 @@ class _PartitionDoor:
     routes: dict[str, dict[str, Handler[Principal]]]
     #: The routes of ``/NAME`` pinned to this partition (built on first use).
     pinned: dict[str, dict[str, Handler[Principal]]] | None = None
-
-
-def _refuse_with(name: str, desc: str) -> Handler[Principal]:
-    def refuse(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
-        raise FTN3Error(name, desc)
-
-    return refuse
 
 
 class PartitionDoors:
@@ -130,7 +137,8 @@ class PartitionDoors:
     # -- paths ----------------------------------------------------------------------------
 
     def _find(self, path: str) -> tuple[str, int | None] | str:
-        """(stream, partition number or None for ``/NAME``), or why the path is refused."""
+        """(stream, partition number or None for ``/NAME``), or why the path is refused: for
+        its form only, never for what exists (the upgrade is not authenticated)."""
         target = path.partition("?")[0]
         if target in ("", "/"):
             return DEFAULT_STREAM, 0
@@ -143,10 +151,6 @@ class PartitionDoors:
         name = parts[0]
         if STREAM_NAME_RE.fullmatch(name) is None:
             return f"No stream is named {quote_input(name, _QUOTED)}."
-        info = self._streams.get(name)
-        if info is None:
-            return f"There is no stream {name}."
-        count = len(info.partitions)
         if len(parts) == 1:
             return name, None
         number = parts[1]
@@ -155,10 +159,9 @@ class PartitionDoors:
             and number.isdigit()
             and len(number) <= _MAX_PARTITION_DIGITS
             and (number == "0" or not number.startswith("0"))
-            and int(number) < count
         ):
             shown = quote_input(number, _QUOTED)
-            return f"The stream {name} has partitions 0 to {count - 1}, not {shown}."
+            return f"Not a partition number: {shown} (use /NAME/P, P from 0)."
         return name, int(number)
 
     def refusal(self, path: str) -> str | None:
@@ -172,15 +175,71 @@ class PartitionDoors:
         found = self._find(path)
         assert not isinstance(found, str), found
         name, number = found
+        routes = self._existing(name, number)
+        return routes if routes is not None else self._absent(name, number)
+
+    def _existing(self, name: str, number: int | None) -> Routes[Principal] | None:
+        """The routes of partition ``number`` of ``name`` (None: ``/NAME``), or None when
+        there is no such stream or partition now."""
         info = self._streams.get(name)
-        assert info is not None
+        if info is None:
+            return None
         if number is None:
             if len(info.partitions) == 1:
                 number = 0
             else:
                 turn = next(self._turns.setdefault(name, itertools.count()))
                 return self._pinned(self._door(info.partitions[turn % len(info.partitions)]))
+        if number >= len(info.partitions):
+            return None
         return self._door(info.partitions[number]).routes
+
+    def _absent(self, name: str, number: int | None) -> Routes[Principal]:
+        """The routes of one connection to a stream or partition that does not exist: each
+        call is refused as :meth:`_refusal` says, until the stream is there (then the
+        connection is served as if it had come after)."""
+        served: list[Routes[Principal]] = []
+
+        def forward(iface: str, func: str, needed: Right) -> Handler[Principal]:
+            refuse = self._refusal(name, needed, lambda: self._absence(name, number))
+
+            def call(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
+                if not served:
+                    routes = self._existing(name, number)
+                    if routes is None:
+                        return refuse(ctx, params)
+                    served.append(routes)
+                return served[0][iface][func](ctx, params)
+
+            return call
+
+        absent: dict[str, dict[str, Handler[Principal]]] = {
+            iface: {"ping": ping, **{f: forward(iface, f, right) for f, right in needs.items()}}
+            for iface, needs in _NEEDS.items()
+        }
+        absent["futoin.ping"] = {"ping": ping}
+        absent[NOTIFY] = self._notify
+        absent[OPS] = {**self._admin, **absent[OPS]}
+        return absent
+
+    def _absence(self, name: str, number: int | None) -> str:
+        """What is missing of ``/name/number`` (for a caller who may know)."""
+        info = self._streams.get(name)
+        if info is None:
+            return f"There is no stream {name}."
+        return f"The stream {name} has partitions 0 to {len(info.partitions) - 1}, not {number}."
+
+    def _refusal(self, name: str, needed: Right, desc: Callable[[], str]) -> Handler[Principal]:
+        """A call on the stream ``name`` that cannot be served: ``SecurityError`` naming
+        ``needed`` for a caller with no right on the stream, whether it exists or not;
+        ``InvalidRequest`` with ``desc()`` for one with some right."""
+        guard = self._logs.guard(name)
+
+        def refuse(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
+            guard.some_right(ctx.principal, needed)
+            raise FTN3Error(INVALID_REQUEST, desc())
+
+        return refuse
 
     # -- services per partition -----------------------------------------------------------
 
@@ -217,10 +276,20 @@ class PartitionDoors:
         }
 
     def _stream_dcb_routes(self, name: str) -> dict[str, Handler[Principal]]:
-        """DCB on the stream ``name``, looked up at each call: it may grow or be dropped."""
-        return self._dcb_routes(
-            lambda: DcbCalls.of_stream(name, self._streams.get, self._logs.partition)
-        )
+        """DCB on the stream ``name``, looked up at each call: it may grow or be dropped. A
+        caller with no right on it learns nothing of it (as on :meth:`_refusal`)."""
+        guard = self._logs.guard(name)
+
+        def calls(ctx: CallContext[Principal], needed: Right) -> DcbCalls:
+            guard.some_right(ctx.principal, needed)
+            return DcbCalls.of_stream(name, self._streams.get, self._logs.partition)
+
+        return {
+            "ping": ping,
+            "append": lambda ctx, params: calls(ctx, Right.WRITE).append(ctx, params),
+            "read": lambda ctx, params: calls(ctx, Right.READ).read(ctx, params),
+            "readBackwards": lambda ctx, params: calls(ctx, Right.READ).read_backwards(ctx, params),
+        }
 
     @staticmethod
     def _dcb_routes(calls: Callable[[], DcbCalls]) -> dict[str, Handler[Principal]]:
@@ -244,16 +313,15 @@ class PartitionDoors:
         return door.pinned
 
     def _consumer_refusal(self, name: str) -> Handler[Principal]:
-        def refuse(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
+        def desc() -> str:
             info = self._streams.get(name)
             count = len(info.partitions) if info is not None else 0
-            raise FTN3Error(
-                INVALID_REQUEST,
+            return (
                 f"The stream {name} has {count} partitions: consume each at /{name}/P"
-                f" (/{name}/0 to /{name}/{count - 1}); /{name} takes addEvent only",
+                f" (/{name}/0 to /{name}/{count - 1}); /{name} takes addEvent only"
             )
 
-        return refuse
+        return self._refusal(name, Right.READ, desc)
 
     # -- streams dropped --------------------------------------------------------------------
 
@@ -271,13 +339,15 @@ class PartitionDoors:
         """Every call on the partition's routes is refused from now on, its pushes stop."""
         partition = door.partition
         log.info("stream %s dropped: its connections are refused", partition)
-        refuse = _refuse_with(INVALID_REQUEST, f"The stream {partition.stream} was dropped")
+        name = partition.stream
         for routes in (door.routes, door.pinned or {}):
             for iface in (GEN, POLL, PUSH):
                 funcs = routes.get(iface, {})
                 for func in funcs:
                     if func != "ping":
-                        funcs[func] = refuse
+                        funcs[func] = self._refusal(
+                            name, _NEEDS[iface][func], lambda: f"The stream {name} was dropped"
+                        )
         self._push.forget_partition(partition)
 
     def close(self) -> None:

@@ -10,6 +10,12 @@ window. A subscription ends with ``unsubscribe`` or with its connection.
 it, and GET-EVENTS describes. ``after`` starts after given ids instead of at the newest
 events: one id per partition, in partition order, separated by commas (``"12,0,7,3"``),
 each as the notifications' ``id`` attribute gives it for their ``partition``.
+
+``subscribe`` and ``getEvents`` need ``read`` on the stream: without it they are refused
+(``SecurityError``) whether the stream exists or not. A subscription ends when that right is
+revoked: its connection is closed with WebSocket code 1008 and the refusal's sentence (as a
+push stream's is). Management events reach a subscriber only about streams they may read
+(see :func:`~futoin_evt.notify.live.management_visible_to`).
 """
 
 from __future__ import annotations
@@ -18,13 +24,17 @@ import asyncio
 import itertools
 import logging
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..domain.partition import DEFAULT_STREAM
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import Response, encode_json
+from ..log.access import AccessDenied
 from ..notify.live import (
     LiveEvents,
     LiveStreams,
@@ -66,6 +76,8 @@ class _Pushing:
     #: Encoded messages read but not yet sent (a group full by bytes leaves some).
     queued: deque[str] = field(default_factory=deque)
     task: asyncio.Task[None] | None = None
+    #: Stops watching the subscriber's read right on the stream.
+    unwatch: Callable[[], None] = field(default=lambda: None)
 
     async def run(self) -> None:
         subscription = self.subscription.start()
@@ -129,9 +141,9 @@ class NotifyService:
         """Connections holding a subscription."""
         return len(self._subscriptions)
 
-    def _of_stream(self, name: str | None) -> list[LiveEvents]:
+    def _of_stream(self, name: str | None, who: Principal) -> list[LiveEvents]:
         try:
-            return self._streams.of_stream(name)
+            return self._streams.of_stream(name, who)
         except UnknownStream as exc:
             raise FTN3Error(UNKNOWN_STREAM, str(exc)) from None
 
@@ -139,7 +151,9 @@ class NotifyService:
         self, ctx: CallContext[Principal], params: dict[str, Any]
     ) -> dict[str, list[str]]:
         try:
-            return await self._streams.event_types(params.get("stream"), params["event_type"])
+            return await self._streams.event_types(
+                params.get("stream"), params["event_type"], ctx.principal
+            )
         except UnknownStream as exc:
             raise FTN3Error(UNKNOWN_STREAM, str(exc)) from None
 
@@ -149,6 +163,9 @@ class NotifyService:
             raise FTN3Error("SecurityError", "Bi-directional channel is required")
         if len(self._subscriptions.get(link, ())) >= MAX_PER_CONNECTION:  # before any work
             raise FTN3Error(TOO_MANY, f"at most {MAX_PER_CONNECTION} subscriptions per connection")
+        who = ctx.principal
+        stream = params.get("stream")
+        self._of_stream(stream, who)  # the right, then the stream, before anything else
         try:
             selector = await self._compile(params["selector"]) if params["selector"] else None
         except NotifyError as exc:
@@ -158,7 +175,7 @@ class NotifyService:
             transformation = Transformation.parse(shape) if shape is not None else None
         except NotifyError as exc:
             raise FTN3Error(INVALID_TRANSFORMATION, str(exc)) from None
-        lives = self._of_stream(params.get("stream"))
+        lives = self._of_stream(stream, who)  # again: compiling waited for a turn
         try:
             positions = start_positions(lives, params["after"])
         except NotifyError as exc:
@@ -170,15 +187,25 @@ class NotifyService:
             list(zip(lives, positions, strict=True)),
             self._notices,
             selector,
-            management_visible_to(ctx.principal),
-            self._streams.growing(params.get("stream")),
+            management_visible_to(who, self._streams.access),
+            self._streams.growing(stream),
         )
         sid = str(next(self._sids))
         pushing = _Pushing(sid, link, subscription, transformation)
         mine[sid] = pushing
         pushing.task = asyncio.create_task(pushing.run(), name=f"notify {sid}")
         pushing.task.add_done_callback(lambda task: self._ended(link, sid, task))
+        name = stream or DEFAULT_STREAM
+        pushing.unwatch = self._streams.watch(who, name, lambda: self._revoked(pushing, name))
         return sid
+
+    @staticmethod
+    def _revoked(pushing: _Pushing, stream: str) -> None:
+        """The subscriber's read right went: the subscription ends, and its connection is
+        closed with the refusal (FTN3 has no other way to tell the subscriber)."""
+        if pushing.task is not None:
+            pushing.task.cancel()
+        pushing.link.close_refused(str(AccessDenied(Right.READ, stream)))
 
     async def _compile(self, text: str) -> Selector:
         """Selectors are compiled one per turn of the event loop: a large one takes tens of
@@ -197,7 +224,9 @@ class NotifyService:
 
     def _ended(self, link: PeerLink, sid: str, task: asyncio.Task[None]) -> None:
         mine = self._subscriptions.get(link, {})
-        mine.pop(sid, None)
+        pushing = mine.pop(sid, None)
+        if pushing is not None:
+            pushing.unwatch()
         if not mine:
             self._subscriptions.pop(link, None)
         if not task.cancelled() and task.exception() is not None:

@@ -1,9 +1,13 @@
 """``futoinevt.ops``: stream and consumer information, consumer administration, seeking.
 
 Our own iface beside FTN18. Every call acts on the partition of the connection's path
-(``events``/0 on ``/``). A user sees, drops and seeks only their own consumers; an admin
-user sees and drops all. Another user's consumer is answered as UnknownConsumer, the same as
-one that does not exist.
+(``events``/0 on ``/``) and needs a right on its stream: ``read`` for every call (a caller
+with no right at all on the stream is refused the same whether it exists or not). A user
+sees, drops and seeks their own consumers; with ``manage`` on the stream (and as an admin),
+everyone's. Another user's consumer is answered as UnknownConsumer, the same as one that
+does not exist. ``streamInfo`` shows ``held_back_by`` and ``discard_up_to`` (which is the
+lowest consumer's position) only when that consumer is the caller's own or the caller may
+see everyone's.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import time
 from typing import Any, Final
 
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import EncodedJson
@@ -103,15 +108,19 @@ class OpsService(ConsumerOps):
     ) -> dict[str, Any]:
         who = ctx.principal
         partition = self._log.partition
+        guard = self._consumers.guard
         bounds = await self._log.bounds(who)
         lowest = await self._consumers.lowest(who)
         held_back_by = None
-        if lowest is not None and self._consumers.guard.acts_for(who, lowest[1]):
-            held_back_by = {"user": lowest[0], "component": lowest[2]}
+        discard_up_to = None
+        if lowest is None or guard.acts_for(who, lowest[1]):  # else another's position
+            discard_up_to = _event_id(await self._discarder.bound(partition))
+            if lowest is not None:
+                held_back_by = {"user": lowest[0], "component": lowest[2]}
         expired = [
             {"user": user, "component": component}
             for user, component in self._discarder.expired_in(partition)
-            if self._consumers.guard.acts_for(who, user)
+            if guard.acts_for(who, user)
         ]
         return _without_none({
             "stream": partition.stream,
@@ -121,7 +130,7 @@ class OpsService(ConsumerOps):
             "last_id": _event_id(bounds.last_id),
             "last_ts": bounds.last_ts,
             "events": bounds.events,
-            "discard_up_to": _event_id(await self._discarder.bound(partition)),
+            "discard_up_to": discard_up_to,
             "held_back_by": held_back_by,
             "discarded_total": self._discarder.discarded_in(partition),
             "expired_consumers": expired,
@@ -158,6 +167,7 @@ class OpsService(ConsumerOps):
         return out
 
     async def drop_consumer(self, ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
+        self._consumers.guard.some_right(ctx.principal, Right.READ)
         if not await self._consumers.drop(
             ctx.principal, params["user"], params["component"], reason="dropped by an operator call"
         ):

@@ -28,6 +28,10 @@ LIVE, one stream per connection and user.
 When the database does not answer (:class:`StoreUnreachable`: a restart, an exhausted pool),
 a stream keeps its connection and tries again after a backoff, for reads and for storing its
 position alike.
+
+A stream needs ``read`` on its stream, at readyToReceive and for as long as it runs: when
+that right is revoked, the stream stops and its connection is closed with WebSocket code
+1008 and the refusal's sentence (a receiver that connects again is refused with it).
 """
 
 from __future__ import annotations
@@ -43,10 +47,12 @@ from typing import Any, Final, Protocol
 
 from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..domain.stream import LIVE_COMPONENT, UserId
 from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import Response
+from ..log.access import AccessDenied, Refused
 from ..log.eventlog import EventLog, EventPage, StoreUnreachable
 from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
 from ..storage.head import HeadWatch
@@ -135,6 +141,8 @@ class PushStream:
     durable: HeadWatch = field(default_factory=HeadWatch)
     #: The page being read ahead, and the id it starts after.
     _ahead: tuple[int, asyncio.Future[EventPage]] | None = None
+    #: Stops watching the consumer's read right on the stream.
+    unwatch: Callable[[], None] = field(default=lambda: None)
 
     @property
     def config(self) -> PushConfig:
@@ -153,6 +161,7 @@ class PushStream:
         self._task = asyncio.create_task(self._run(), name=f"push {self.component}")
 
     def stop(self) -> None:
+        self.unwatch()
         if self._task is not None:
             self._task.cancel()
         if self._ack_retry is not None:
@@ -177,6 +186,7 @@ class PushStream:
         except Exception:
             log.exception("push stream %s of user %s failed", self.component, self.user_id)
         finally:
+            self.unwatch()
             self.service.forget(self)
 
     async def _deliver(self) -> None:
@@ -441,6 +451,7 @@ class PushService:
         key = events.partition.key
 
         async def ready_to_receive(ctx: CallContext[Principal], params: dict[str, Any]) -> bool:
+            events.guard.read(ctx.principal)  # LIVE too, and before anything is done
             if key not in self._primed:
                 await events.catch_up()
                 self._primed.add(key)
@@ -476,6 +487,7 @@ class PushService:
         else:
             position = events.head
             key = (partition_key, user_id, component, id(ctx.link))
+        events.guard.read(who)  # again: a revoke while claiming is not watched for
         previous = self._streams.pop(key, None)
         if previous is not None:
             log.info("push stream %s of user %s taken over", component, user_id)
@@ -504,10 +516,20 @@ class PushService:
             epoch=epoch,
         )
         self._streams[key] = stream
+        stream.unwatch = events.guard.watch(who, Right.READ, lambda: self._revoked(stream))
         stream.start()
         if reliable:
             self._changed()
         return True
+
+    def _revoked(self, stream: PushStream) -> None:
+        """The consumer's read right went: the stream stops, its connection is closed with
+        the refusal."""
+        log.info("push stream %s of user %s: read right revoked", stream.component,
+                 stream.user_id)  # fmt: skip
+        self.forget(stream)
+        stream.stop()
+        stream.link.close_refused(str(AccessDenied(Right.READ, stream.partition.stream)))
 
     def acknowledge(self, stream: PushStream, last_id: int) -> None:
         task = asyncio.ensure_future(
@@ -524,6 +546,8 @@ class PushService:
             failure = task.exception()
             if isinstance(failure, StoreUnreachable):
                 self._store_again(stream, failure)
+            elif isinstance(failure, Refused):  # revoked meanwhile: the stream is ending
+                log.debug("push acknowledgement refused: %s", failure)
             elif failure is not None:
                 log.error("storing a push acknowledgement failed: %s", failure)
             elif task.result() is None:

@@ -1,10 +1,12 @@
 """``futoinevt.ops``: the streams and their partitions, for ``futoin-evt stream --url``.
 
-Anyone may list and describe streams (a user sees only their own consumers there, as
-everywhere); adding, growing and dropping take an admin user. A change is known to this
-process at once and to every other serving process within the registry's poll interval.
-``listStreams`` lists what this process serves now (its registry), so a client may connect
-to every partition it lists.
+``listStreams`` lists the streams the caller holds some right on; ``describeStream`` needs
+``read`` on the stream (and shows the caller's own consumers only, unless they may
+``manage`` it); adding, growing and dropping need ``manage`` on the name. A caller without
+the right is refused (``SecurityError``) whether the stream exists or not. A change is known
+to this process at once and to every other serving process within the registry's poll
+interval. ``listStreams`` lists what this process serves now (its registry), so a client may
+connect to every partition it lists.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class StreamAdmin:
         self._registry = registry
 
     async def list_streams(self, ctx: CallContext[Principal], params: dict[str, Any]) -> list[Any]:
-        infos = sorted(self._registry, key=lambda info: info.name)
+        infos = sorted(self._registry.visible_to(ctx.principal), key=lambda info: info.name)
         return [stream_summary(info) for info in infos]
 
     async def describe_stream(

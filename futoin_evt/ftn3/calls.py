@@ -67,6 +67,10 @@ class PeerLink(Protocol):
     def abort(self) -> None:
         """Drop the connection at once."""
 
+    def close_refused(self, reason: str) -> None:
+        """Close the connection for a right the peer lost, telling it ``reason`` (one
+        sentence), once the calls in flight have replied."""
+
 
 @dataclass(slots=True)
 class CallContext(Generic[P]):

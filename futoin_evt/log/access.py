@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -88,8 +88,9 @@ class AccessControl:
         self._task: asyncio.Task[None] | None = None
         self._reloading: asyncio.Task[None] | None = None
         self._again = False
-        #: Tells the other workers of this server that grants changed (set when it has some).
-        self.tell_others: Callable[[], None] | None = None
+        #: Tells the other workers of this server that grants changed (set when it has some);
+        #: what it returns is done once they have the grants in use.
+        self.tell_others: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         """Load the grants, then keep reloading them in the background."""
@@ -155,10 +156,17 @@ class AccessControl:
         self._reloading = asyncio.get_running_loop().create_task(self._reload_soon())
 
     async def changed_here(self) -> None:
-        """Grants changed in this process: returns once they are in use (so the next call
-        of anyone is checked against them); the other workers are told."""
-        if self.tell_others is not None:
-            self.tell_others()
+        """Grants changed in this process: returns once they are in use here and in the
+        other workers of this server (so the next call of anyone, on any worker, is checked
+        against them)."""
+        told = self.tell_others() if self.tell_others is not None else None
+        await self.catch_up()
+        if told is not None:
+            await told
+
+    async def catch_up(self) -> None:
+        """Grants changed (here, or a worker of this server says so): returns once they
+        are in use."""
         self.changed()
         reloading = self._reloading
         if reloading is not None:
@@ -265,6 +273,24 @@ class StreamGuard:
 
     def manage(self, who: Principal) -> None:
         self.access.check(who, Right.MANAGE, self.stream)
+
+    def some_right(self, who: Principal, needed: Right) -> None:
+        """:class:`AccessDenied` naming ``needed`` unless ``who`` holds some right on the
+        stream: only then may an answer tell whether the stream exists."""
+        access, stream = self.access, self.stream
+        if not (
+            access.allows(who, Right.READ, stream)
+            or access.allows(who, Right.WRITE, stream)
+            or access.allows(who, Right.MANAGE, stream)
+        ):
+            raise AccessDenied(needed, stream)
+
+    def watch(
+        self, who: Principal, right: Right, on_revoked: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``on_revoked`` once ``who`` no longer holds ``right`` on the stream; returns
+        how to stop watching (see :meth:`AccessControl.watch`)."""
+        return self.access.watch(who, right, self.stream, on_revoked)
 
     def acts_for(self, who: Principal, owner: UserId | str) -> bool:
         """Whether ``who`` may see, drop and seek the consumers of ``owner`` (a user's id or

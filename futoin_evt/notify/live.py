@@ -12,7 +12,10 @@ reads the store itself with its own types pushed down, and evaluates its own sel
 :class:`Subscription` is one subscriber, whatever its door: log events after a position in
 each partition it reads and management events from the bus, through its selector, in
 batches as the door asks. :class:`LiveStreams` keeps one :class:`LiveEvents` per partition
-that subscribers read, never one per subscriber.
+that subscribers read, never one per subscriber; a door that names the subscriber has their
+``read`` right on the stream checked before anything of it is told (whether it exists too).
+A selector's shared matches are kept per partition's reader, so a subscriber is only ever
+given events of the stream it subscribed to.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
+from ..domain.rights import Right
+from ..log.access import OPEN_ACCESS, Access
 from ..log.eventlog import EventLog
 from ..quoting import quote_input
 from .catalog import EventCatalog
@@ -528,26 +533,32 @@ class LiveStreams:
         stream: Callable[[str], StreamInfo | None],
         event_log: Callable[[Partition], EventLog],
         listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
+        access: Access = OPEN_ACCESS,
     ) -> None:
         """``default``: the reader of ``events``/0; ``stream`` looks a stream up
         (``server.streams.get``; ``events`` is ``default`` alone when it does not know it);
         ``event_log`` gives the log of a partition; ``listen`` hears of registry changes
-        (``server.streams.listen``; None: subscriptions do not follow a stream's growth)."""
+        (``server.streams.listen``; None: subscriptions do not follow a stream's growth);
+        ``access``: who may read which stream (``server.access``)."""
         self.default = default
+        self.access = access
         self._stream = stream
         self._event_log = event_log
         self._listen = listen
         self._lives: dict[int, LiveEvents] = {default.events.partition.key: default}
 
-    def of_stream(self, name: str | None) -> list[LiveEvents]:
+    def of_stream(self, name: str | None, who: Principal | None = None) -> list[LiveEvents]:
         """The readers of the partitions of stream ``name`` (None: ``events``), in partition
-        order; :class:`UnknownStream` when there is none of that name."""
+        order; :class:`UnknownStream` when there is none of that name. With ``who``: first
+        :class:`~futoin_evt.log.access.AccessDenied` unless they may read the stream."""
         if name is None:
             name = DEFAULT_STREAM
         try:
             check_stream_name(name)
         except ValueError as exc:
             raise UnknownStream(str(exc)) from None
+        if who is not None:
+            self.access.check(who, Right.READ, name)
         info = self._stream(name)
         if info is None:
             if name == DEFAULT_STREAM:
@@ -569,11 +580,19 @@ class LiveStreams:
             self._lives[partition.key] = live
         return live
 
+    def watch(
+        self, who: Principal, stream: str | None, on_revoked: Callable[[], None]
+    ) -> Callable[[], None]:
+        """Call ``on_revoked`` once ``who`` may no longer read ``stream`` (None: ``events``);
+        returns how to stop watching."""
+        return self.access.watch(who, Right.READ, stream or DEFAULT_STREAM, on_revoked)
+
     async def event_types(
-        self, stream: str | None, event_type: str | None = None
+        self, stream: str | None, event_type: str | None = None, who: Principal | None = None
     ) -> dict[str, list[str]]:
-        """GET-EVENTS over every partition of a stream: event type -> attribute names."""
-        lives = self.of_stream(stream)
+        """GET-EVENTS over every partition of a stream: event type -> attribute names (with
+        ``who``: :class:`~futoin_evt.log.access.AccessDenied` unless they may read it)."""
+        lives = self.of_stream(stream, who)
         if len(lives) == 1:
             return await lives[0].catalog.event_types(event_type)
         merged: dict[str, dict[str, None]] = {}
@@ -599,9 +618,25 @@ def start_positions(lives: Sequence[LiveEvents], after: str | None) -> list[int]
     return [int(part) for part in parts]
 
 
-def management_visible_to(principal: Principal) -> Callable[[Notification], bool]:
-    """Which management events a user may see: an admin all, others those about themselves."""
+def management_visible_to(
+    principal: Principal, access: Access | None = None
+) -> Callable[[Notification], bool]:
+    """Which management events a user may see: an admin all; others those about themselves
+    (their ``user``). With ``access``, an event about a stream only when they may read it,
+    and then also those about other users' consumers when they may manage it."""
     if principal.is_admin:
         return lambda _n: True
     name = principal.name
-    return lambda n: type(n.data) is dict and n.data.get("user") == name
+    if access is None:
+        return lambda n: type(n.data) is dict and n.data.get("user") == name
+
+    def visible(n: Notification) -> bool:
+        own = type(n.data) is dict and n.data.get("user") == name
+        stream = n.stream
+        if stream is None:
+            return own
+        return access.allows(principal, Right.READ, stream) and (
+            own or access.allows(principal, Right.MANAGE, stream)
+        )
+
+    return visible

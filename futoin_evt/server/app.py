@@ -105,7 +105,9 @@ class ServerConfig:
 
 def live_streams(logs: StreamLogs, streams: StreamRegistry) -> LiveStreams:
     """The shared readers of every stream's partitions, that of ``events``/0 the default."""
-    return LiveStreams(LiveEvents(logs.default), streams.get, logs.partition, streams.listen)
+    return LiveStreams(
+        LiveEvents(logs.default), streams.get, logs.partition, streams.listen, streams.access
+    )
 
 
 def build_registry() -> IfaceRegistry:
@@ -264,6 +266,9 @@ class EventServer:
             channel.listen(store.join_peers(channel, turns), notices)
             notices.relay = channel.management
         access = AccessControl(store)
+        if channel is not None:  # before the first load: a change told meanwhile is not lost
+            channel.serve_access(access.catch_up)
+            access.tell_others = channel.grants_changed
         try:
             await access.start()
             streams = await StreamRegistry.open(store, config.streams_poll_seconds, access)
@@ -271,9 +276,6 @@ class EventServer:
             await access.close()
             await store.close()
             raise
-        if channel is not None:
-            channel.serve_access(access.changed)
-            access.tell_others = channel.grants_changed
         consumers = ConsumerLifecycle(store, notices)
         logs = StreamLogs(streams, store, consumers)
         lives = live_streams(logs, streams)

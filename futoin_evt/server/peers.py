@@ -15,7 +15,9 @@ What goes over it, one line each, every line queued in one loop turn in one data
   reliable push stream of that consumer (``listConsumers`` shows it connected on every worker);
 - ``x KEY USER "COMPONENT"``: stop that push stream (an operator's seek or drop);
 - ``r SLOT``: worker ``SLOT`` (re)started: forget what it held, and tell it what you hold;
-- ``a``: grants changed (through the ops iface): reload them now, not at the next poll.
+- ``a SLOT SEQ``: grants changed (through the ops iface) on worker ``SLOT``: reload them now,
+  not at the next poll, and answer ``A SLOT SEQ`` (naming yourself) once they are in use, so
+  that the change's call returns once every worker checks calls against it.
 
 The first four are the news the database does not carry between processes
 (:class:`~futoin_evt.storage.base.PeerNews`; PostgreSQL's own channel does). A peer whose
@@ -30,12 +32,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import logging
 import os
 import socket
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -52,6 +55,9 @@ log = logging.getLogger(__name__)
 DATAGRAM_BYTES: Final = 32 * 1024
 #: Management events kept for a peer that does not read; older ones are dropped.
 MAX_PENDING_LINES: Final = 1000
+#: The longest a change of grants waits for the other workers to have it in use (one that
+#: does not answer, restarting say, reads the grants when it starts or at its next reload).
+GRANTS_WAIT_SECONDS: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,7 +167,13 @@ class PeerChannel:
         self._bus: ManagementBus | None = None
         self._closed = False
         self._push: PushService | None = None
-        self._grants_changed: Callable[[], None] | None = None
+        self._grants_changed: Callable[[], Awaitable[None]] | None = None
+        #: Changes of grants made here: sequence -> (done once in use elsewhere, the slots
+        #: yet to say so, the timer that gives up on them).
+        self._grant_waits: dict[int, tuple[asyncio.Future[None], set[int], asyncio.TimerHandle]]
+        self._grant_waits = {}
+        self._grant_seqs = itertools.count(1)
+        self._reloads: set[asyncio.Task[None]] = set()
         #: This worker's reliable push streams as last told to the others.
         self._told: set[StreamKey] = set()
         self._pushes_changed = False
@@ -175,13 +187,51 @@ class PeerChannel:
         self._loop.add_reader(self._sock.fileno(), self._receive)
         self._add_line(f"r {self.place.slot}")
 
-    def serve_access(self, on_changed: Callable[[], None]) -> None:
-        """Call ``on_changed`` when another worker says grants changed."""
+    def serve_access(self, on_changed: Callable[[], Awaitable[None]]) -> None:
+        """Await ``on_changed()`` when another worker says grants changed (it returns once
+        they are in use), then tell that worker."""
         self._grants_changed = on_changed
 
-    def grants_changed(self) -> None:
-        """Grants changed here: the others reload theirs."""
-        self._add_line("a")
+    def grants_changed(self) -> asyncio.Future[None]:
+        """Grants changed here: the others reload theirs. The future is done once each has
+        them in use, is gone, or :data:`GRANTS_WAIT_SECONDS` have passed."""
+        seq = next(self._grant_seqs)
+        done: asyncio.Future[None] = self._loop.create_future()
+        waiting = set(self._by_slot)
+        timer = self._loop.call_later(GRANTS_WAIT_SECONDS, self._grants_in_use, seq, None)
+        self._grant_waits[seq] = (done, waiting, timer)
+        self._add_line(f"a {self.place.slot} {seq}")
+        return done
+
+    def _grants_in_use(self, seq: int, slot: int | None) -> None:
+        """Worker ``slot`` has the change ``seq`` in use, or is gone (None: stop waiting)."""
+        wait = self._grant_waits.get(seq)
+        if wait is None:
+            return
+        done, waiting, timer = wait
+        if slot is not None:
+            waiting.discard(slot)
+        if slot is None or not waiting:
+            del self._grant_waits[seq]
+            timer.cancel()
+            if not done.done():
+                done.set_result(None)
+
+    def _reload_grants(self, slot: int, seq: int) -> None:
+        """Another worker changed grants: use them, then tell it."""
+        changed = self._grants_changed
+        reload = asyncio.ensure_future(changed() if changed is not None else asyncio.sleep(0))
+        self._reloads.add(reload)
+
+        def answer(task: asyncio.Future[None]) -> None:
+            self._reloads.discard(reload)
+            if not task.cancelled() and task.exception() is None and not self._closed:
+                peer = self._by_slot.get(slot)
+                if peer is not None:
+                    peer.lines.append(f"A {self.place.slot} {seq}")
+                    self._soon()
+
+        reload.add_done_callback(answer)
 
     def serve_push(self, push: PushService) -> None:
         """Tell the others of ``push``'s reliable streams, and it of theirs."""
@@ -193,6 +243,10 @@ class PeerChannel:
             return
         self._closed = True
         self._loop.remove_reader(self._sock.fileno())
+        for seq in list(self._grant_waits):
+            self._grants_in_use(seq, None)
+        for reload in self._reloads:
+            reload.cancel()
         for peer in self._peers:
             if peer.sock is not None:
                 self._loop.remove_writer(peer.sock.fileno())
@@ -289,10 +343,13 @@ class PeerChannel:
             peer.unsent.popleft()
 
     def _forget(self, gone: _Peer) -> None:
-        """``gone`` holds no push streams any more (its successor tells what it holds)."""
+        """``gone`` holds no push streams any more (its successor tells what it holds), and
+        will not answer for grants (its successor reads them when it starts)."""
         for slot, peer in self._by_slot.items():
             if peer is gone:
                 self._elsewhere.pop(slot, None)
+                for seq in list(self._grant_waits):
+                    self._grants_in_use(seq, slot)
 
     def _writable(self, peer: _Peer) -> None:
         if peer.sock is not None:
@@ -359,8 +416,11 @@ class PeerChannel:
             peer.pushes.update(dict.fromkeys(self._told, True))
             self._send(peer)
         elif kind == "a":
-            if self._grants_changed is not None:
-                self._grants_changed()
+            _, slot, seq = line.split(" ")
+            self._reload_grants(int(slot), int(seq))
+        elif kind == "A":
+            _, slot, seq = line.split(" ")
+            self._grants_in_use(int(seq), int(slot))
         elif kind == "m":
             event_type, ts, attributes = json.loads(line[2:])
             if self._bus is not None:

@@ -163,12 +163,21 @@ class _Connection:
         return False
 
     def _close_for(self, violation: ProtocolViolation) -> None:
-        """Read nothing more; close with 1008 once the calls in flight have replied (or
-        ``drain_seconds`` have passed)."""
         log.warning("closing connection from %s: %s", self.channel.peer, violation)
+        self._close_after_calls(str(violation))
+
+    def close_refused(self, reason: str) -> None:
+        """PeerLink: a right the peer lost (a revoke) ends its connection, saying why."""
+        if self._violation is None and self.io.is_open:
+            log.info("closing connection from %s: %s", self.channel.peer, reason)
+            self._close_after_calls(reason)
+
+    def _close_after_calls(self, reason: str) -> None:
+        """Read nothing more; close with 1008 and ``reason`` once the calls in flight have
+        replied (or ``drain_seconds`` have passed)."""
         self.io.on_message = _ignore_message
         self._draining = True  # no call is taken, and replies do not resume reading
-        self._violation = str(violation)[:120]
+        self._violation = reason[:120]
         if not self._in_flight:
             self._close_for_violation()
             return
