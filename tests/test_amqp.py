@@ -26,6 +26,7 @@ from proton import (
     SSLDomain,
     symbol,
     timestamp,
+    uint,
     ulong,
 )
 from proton.reactor import Filter, LinkOption
@@ -38,6 +39,7 @@ from futoin_evt.client.aio import Event, EventStreamClient
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.app import EventServer
 
+from .amqp_wire import ATTACH, FLOW, TRANSFER, attach, frame, logged_in
 from .conftest import USERS, ServerFactory, run_js
 
 pytestmark = pytest.mark.functional
@@ -259,6 +261,32 @@ async def test_added_over_amqp_is_polled_over_ftn3(
     await alice.register_consumer("c1")
     events = await alice.poll_events("c1")
     assert [(e.type, e.data) for e in events] == [("AMQP_EVT", {"via": "amqp"})]
+
+
+async def test_a_drain_has_what_another_process_acknowledged_before_it(
+    start_server: ServerFactory,
+) -> None:
+    """Two servers on one SQLite file that are not workers of one server hear of each
+    other's events only by polling the file (here: not within the test). A link drained on
+    one gets the event the other acknowledged before the drain, not "nothing more"."""
+    writer = await start_server()
+    reader = await start_server(amqp=AmqpConfig(port=0), other_writers_seconds=3600)
+    assert reader.amqp is not None
+    peer = await logged_in(reader.amqp.port)
+    await peer.send(attach("out", 0, "events", receiver=False))  # from the newest event on
+    await peer.until(ATTACH)
+    credentials = f"alice:{USERS['alice']}"
+    async with await EventStreamClient.connect(writer.url, credentials=credentials) as client:
+        added = await client.add_event("E", {"n": 1})
+    drain = [uint(0), uint(5000), uint(0), uint(5000), uint(0), uint(0), uint(10), None, True]
+    await peer.send(frame(FLOW, drain))
+    async with asyncio.timeout(30):
+        while (answer := await peer.next_frame()) is not None:
+            if answer.descriptor in (TRANSFER, FLOW):
+                break
+    assert answer is not None
+    assert (answer.descriptor, answer.fields[2]) == (TRANSFER, str(added).encode())
+    await peer.close()
 
 
 async def test_data_sections(amqp_server: EventServer) -> None:

@@ -139,6 +139,20 @@ async def test_replies_stay_within_each_version_limit(alice: EventStreamClient) 
     assert len(via_11) == 10  # 8 MiB
 
 
+async def test_a_poll_reads_what_was_added_after_its_page_was_read_ahead(
+    alice: EventStreamClient,
+) -> None:
+    """A consumer behind gets its next page read ahead; when that page ended at the newest
+    event, the poll that comes for it reads again: an event acknowledged meanwhile is in it."""
+    await alice.register_consumer("C")
+    big = [await alice.add_event("BIG", "x" * 20_000) for _ in range(4)]
+    first = await alice.poll_events("C", iface="futoin.evt.poll:1.0")
+    assert [e.id for e in first] == big[:3]  # 64 KiB: full, the page after it is read ahead
+    added = await alice.add_event("E", {})
+    second = await alice.poll_events("C", big[2], iface="futoin.evt.poll:1.0")
+    assert [e.id for e in second] == [big[3], added]
+
+
 async def test_at_most_1000_events_per_poll(alice: EventStreamClient) -> None:
     await asyncio.gather(*(alice.add_event("E", i) for i in range(1200)))
     assert len(await alice.poll_events("LIVE")) == 1000

@@ -25,6 +25,7 @@ from futoin_evt.storage.base import (
     StoreClosed,
     joined_count,
 )
+from futoin_evt.storage.head import SharedLook
 from futoin_evt.storage.pages import rows_sql
 from futoin_evt.storage.sqlite import MAX_WRITES_PER_COMMIT
 
@@ -74,6 +75,58 @@ async def test_concurrent_writers_on_one_database_never_let_a_reader_skip_an_id(
         added = await producing
     assert seen == sorted(added)
     assert len(set(added)) == 600
+
+
+async def test_a_read_has_what_another_writer_committed_before_it(
+    store: Store, store_db: str
+) -> None:
+    """The read starts within this store's own recent commits; what another store (as
+    another process) committed after them is read too, whether this one heard of it yet or
+    not, and the head learns of it. A reader the head wakes (``up_to_head``) gets what the
+    head knows of."""
+    mine = [await store.append("T", str(i)) for i in range(3)]
+    async with await open_store(store_db) as other:
+        theirs = [await other.append(t, "{}") for t in ("T", "U")]
+    for after in mine:
+        page = await store.read_events(after, max_bytes=BIG)
+        assert ids_of(page.json) == [i for i in [*mine, *theirs] if i > after]
+    typed = await store.read_events(mine[0], types=["U"], max_bytes=BIG)
+    assert ids_of(typed.json) == theirs[1:]
+    assert store.head.head == theirs[-1]
+    known = await store.read_events(mine[1], max_bytes=BIG, up_to_head=True)
+    assert ids_of(known.json) == [mine[2], *theirs]
+
+
+async def test_a_shared_look_serves_those_who_asked_before_it_started() -> None:
+    """Who asks while a read of the newest id runs gets the next one (started after the
+    ask), shared with everyone else who asked meanwhile; a failure reaches them all."""
+    reads: list[asyncio.Future[int]] = []
+
+    async def read() -> int:
+        reads.append(asyncio.get_running_loop().create_future())
+        return await reads[-1]
+
+    async def turns() -> None:
+        for _ in range(5):
+            await asyncio.sleep(0)  # the tasks run their steps (no time passes)
+
+    look = SharedLook(read)
+    first = asyncio.ensure_future(look.get())
+    await turns()
+    later = [asyncio.ensure_future(look.get()) for _ in range(3)]
+    await turns()
+    assert len(reads) == 1
+    reads[0].set_result(5)
+    await turns()
+    assert len(reads) == 2
+    reads[1].set_result(7)
+    assert [await first, *await asyncio.gather(*later)] == [5, 7, 7, 7]
+    failing = asyncio.ensure_future(look.get())
+    await turns()
+    reads[2].set_exception(ConnectionResetError("gone"))
+    with pytest.raises(ConnectionResetError, match="gone"):
+        await failing
+    assert len(reads) == 3
 
 
 async def test_another_writer_wakes_waiting_readers(store: Store, store_db: str) -> None:

@@ -5,6 +5,8 @@ takeover, notification, nothing acknowledged lost) is checked with one worker an
 from __future__ import annotations
 
 import asyncio
+import base64
+import contextlib
 import json
 import os
 import re
@@ -25,8 +27,19 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.workers import channel_dir, remove_stale_channels
 from futoin_evt.storage import open_store
 
-from .amqp_wire import SASL_HEADER, SASL_OUTCOME, Peer, sasl_init
+from .amqp_wire import (
+    DISPOSITION,
+    FLOW,
+    SASL_HEADER,
+    SASL_OUTCOME,
+    Peer,
+    attach,
+    message,
+    sasl_init,
+    transfer,
+)
 from .conftest import USERS, ServerProcess, add_user
+from .test_amqp_groups import on_worker
 from .test_cli import run
 from .test_push import Collector, running, stop
 
@@ -389,6 +402,124 @@ async def test_subscribers_on_both_workers_each_get_their_matches_in_order(
         assert got == expected[name], (name, slot)  # the last event is a match: none between
     for client in [*clients, *writers]:
         await client.close()
+
+
+def worker_pid(group: Group, slot: int) -> int:
+    """The process id of worker ``slot`` (from its command line)."""
+    for pid in group.workers():
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        if argv[argv.index(b"--worker") + 1].split(b"/", 1)[0] == str(slot).encode():
+            return pid
+    raise AssertionError(f"no worker {slot}")
+
+
+@contextlib.contextmanager
+def paused(pid: int) -> Iterator[None]:
+    """SIGSTOP ``pid`` for the block: the news of what the others commit meanwhile (on the
+    workers' channel, or PostgreSQL's notifications) waits for it, as for a busy worker."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+#: The descriptor of the delivery state ``accepted``.
+ACCEPTED = 0x24
+BASIC_ALICE = "Basic " + base64.b64encode(f"alice:{USERS['alice']}".encode()).decode()
+#: A WebSocket handshake, sent after a feed request on the same connection to learn which
+#: worker took it (the worker logs each WebSocket it opens, with the peer's port).
+UPGRADE = (
+    "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def feed_on(group: Group, slot: int, target: str) -> list[dict[str, Any]]:
+    """The NDJSON lines of ``GET target`` as worker ``slot`` answers it: each try asks on a
+    new connection, then makes a WebSocket of that connection, whose log line names the worker
+    that answered (answers of the other worker are dropped)."""
+    for _ in range(200):
+        reader, writer = await asyncio.open_connection("127.0.0.1", group.port)
+        try:
+            request = f"GET {target} HTTP/1.1\r\nHost: x\r\nAuthorization: {BASIC_ALICE}\r\n\r\n"
+            writer.write(request.encode())
+            head = await reader.readuntil(b"\r\n\r\n")
+            assert head.startswith(b"HTTP/1.1 200 "), head
+            chunks = await reader.readuntil(b"\r\n0\r\n\r\n")
+            writer.write(UPGRADE.encode())
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101 ")
+            worker = await group.worker_at(writer.get_extra_info("sockname")[1])
+        finally:
+            writer.close()
+        if worker == slot:
+            body = b""
+            while (size := int(chunks[: chunks.index(b"\r\n")], 16)) > 0:
+                start = chunks.index(b"\r\n") + 2
+                body, chunks = body + chunks[start : start + size], chunks[start + size + 2 :]
+            return [json.loads(line) for line in body.splitlines()]
+    raise AssertionError(f"no feed request reached worker {slot}")
+
+
+def event_ids(raw: list[dict[str, Any]]) -> list[int]:
+    return [int(event["id"]) for event in raw]
+
+
+@pytest.mark.parametrize("serve_workers", [2])
+async def test_what_one_worker_acknowledged_is_read_on_the_other_at_once(group: Group) -> None:
+    """Events worker 0 acknowledged while worker 1 was paused (so worker 1 hears of them
+    late) are in every read worker 1 starts after that: a LIVE poll from the start, a FeedAPI
+    v2 read and readEvents, each on a new connection. Worker 1 had added the first event
+    itself, so its recent events cover where the reads start."""
+    here = EventStreamClient(await connect_to(group, 1))
+    first = await here.add_event("E", {"n": 0})
+    await here.register_consumer("BULK")
+    await here.close()
+    there = EventStreamClient(await connect_to(group, 0))
+    with paused(worker_pid(group, 1)):
+        acked = [await there.add_event("E", {"n": n}) for n in range(1, 4)]
+    await there.close()
+    expected = [first, *acked]
+
+    reader = EventStreamClient(await connect_to(group, 1))
+    assert [event.id for event in await reader.poll_events("LIVE")] == expected
+    assert [event.id for event in await reader.poll_events("LIVE", first, ["E"])] == acked
+    ranged = await reader.ftn3.call(OPS, "readEvents", {"component": "BULK", "after_id": "0"})
+    assert event_ids(ranged) == expected
+    await reader.close()
+    async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as http:
+        discovery = await http.get(group.url.replace("ws", "http", 1) + "feed")
+    token = discovery.json()["token"]
+    lines = await feed_on(group, 1, f"/feed/events?token={token}&partition=0&cursor=_first")
+    assert event_ids([line["data"] for line in lines if "data" in line]) == expected
+    assert lines[-1] == {"cursor": str(acked[-1])}
+
+
+async def test_an_event_settled_over_amqp_is_in_a_live_poll_on_the_other_worker(
+    db: str, groups: list[Group]
+) -> None:
+    """An event sent over AMQP and settled on worker 0, while worker 1 was paused, is in the
+    LIVE poll a new connection to worker 1 makes right after (it answered ``[]``: the poll
+    started within worker 1's own recent events, and kept their end as the newest)."""
+    group = Group(db, "--amqp", "127.0.0.1:0")
+    groups.append(group)
+    here = EventStreamClient(await connect_to(group, 1))
+    before = [await here.add_event("E", {"n": n}) for n in range(2)]
+    await here.close()
+    sender = await on_worker(group, 0)
+    await sender.send(attach("in", 0, "events", receiver=True))
+    await sender.until(FLOW)
+    with paused(worker_pid(group, 1)):
+        await sender.send(transfer(0, 0, message({"n": 2})))
+        settled = await sender.until(DISPOSITION)
+    state: Any = settled.fields[4]
+    assert (settled.fields[3], int(state.descriptor)) == (True, ACCEPTED)  # durable
+    await sender.close()
+
+    reader = EventStreamClient(await connect_to(group, 1))
+    polled = await reader.poll_events("LIVE", before[0], ["EVENT"])
+    assert [(event.type, event.data) for event in polled] == [("EVENT", {"n": 2})]
+    await reader.close()
 
 
 async def connected(client: FTN3Client, component: str) -> bool:

@@ -1219,6 +1219,8 @@ class ConsumerLink(SourceLink):
                     continue
             caught_up = index == len(page) and self._events.head <= read_up_to
             if link.credit > 0 and link.drain and caught_up:
+                if await _newer_committed([self._events], [read_up_to]):
+                    continue
                 link.drained()
                 self._conn.wake()
             await self._wake.wait()
@@ -1312,6 +1314,15 @@ def _annotated(message: bytes, entry: tuple[bytes, int]) -> bytes:
     content = body + extra
     head = b"\xd1" + (len(content) + 4).to_bytes(4, "big") + count_total.to_bytes(4, "big")
     return message[:3] + head + content + rest
+
+
+async def _newer_committed(logs: Sequence[EventLog], afters: Sequence[int]) -> bool:
+    """Before a drain is answered with nothing more: whether the database has events after
+    ``afters`` that this process has not heard of yet (another worker or process committed
+    them, and may have acknowledged them already); the heads learn of them."""
+    for events in logs:
+        await events.catch_up()
+    return any(events.head > after for events, after in zip(logs, afters, strict=True))
 
 
 @dataclass(frozen=True, slots=True)
@@ -1416,6 +1427,8 @@ class PartitionsLink(SourceLink):
                 continue
             caught_up = all(e.head <= after for e, after in zip(logs, afters, strict=True))
             if link.credit > 0 and link.drain and caught_up:
+                if await _newer_committed(logs, afters):
+                    continue
                 link.drained()
                 self._conn.wake()
             await self._wake.wait()

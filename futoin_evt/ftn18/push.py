@@ -264,8 +264,14 @@ class PushStream:
 
     async def _read(self, after_id: int) -> EventPage:
         max_bytes = min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
+        # up to the head this process knows: the stream reads on when it moves
         return await self.log.read_page(
-            self.who, after_id, types=self.want, max_bytes=max_bytes, ftn18_only=True
+            self.who,
+            after_id,
+            types=self.want,
+            max_bytes=max_bytes,
+            ftn18_only=True,
+            up_to_head=True,
         )
 
     def _skip_unwanted(self) -> None:

@@ -126,8 +126,8 @@ class PollService:
                     page = await ahead
                 except Exception:  # read again below, and fail there if it still fails
                     log.debug("read-ahead for %s failed", component, exc_info=True)
-                else:
-                    if page.count:
+                else:  # a short page ended at the newest event as it was before this poll
+                    if page.count == MAX_EVENTS_PER_CALL or page.truncated:
                         return page
             else:
                 ahead.cancel()  # another poller moved the position further

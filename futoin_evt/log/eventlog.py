@@ -114,12 +114,20 @@ class EventLog:
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
         ftn18_only: bool = False,
+        up_to_head: bool = False,
     ) -> EventPage:
         """Events after ``after_id`` encoded as FTN18's JSON array, as many as fit ``limit``
-        and ``max_bytes`` (see :meth:`~futoin_evt.storage.base.EventLog.read_events`)."""
+        and ``max_bytes``: every event acknowledged before the call, on any worker or process;
+        with ``up_to_head``, only those up to :attr:`head`, for a reader the head wakes (see
+        :meth:`~futoin_evt.storage.base.EventLog.read_events`)."""
         self.guard.read(who)
         return await self._store.read_events(
-            after_id, types=types, limit=limit, max_bytes=max_bytes, ftn18_only=ftn18_only
+            after_id,
+            types=types,
+            limit=limit,
+            max_bytes=max_bytes,
+            ftn18_only=ftn18_only,
+            up_to_head=up_to_head,
         )
 
     async def read_after(self, who: Principal, after_id: int, limit: int) -> list[StoredEvent]:

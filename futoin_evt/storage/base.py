@@ -233,6 +233,7 @@ class EventLog(Protocol):
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
         ftn18_only: bool = False,
+        up_to_head: bool = False,
     ) -> EventPage:
         """Events with id > ``after_id`` in id order, as many as fit ``limit`` and
         ``max_bytes`` (the encoded array, UTF-8); at least one when there is one.
@@ -240,6 +241,10 @@ class EventLog(Protocol):
         ``types`` keeps those types; ``ftn18_only`` keeps the events whose type is an FTN18
         EventType (all that FTN18 consumers may receive; DCB and AMQP types may not be).
         With either filter, ``head_id`` is the newest id, to skip what the filter left out.
+
+        Every event committed before the call, by any process, is read (as far as the page
+        goes); with ``up_to_head``, those up to :attr:`head` are enough, for a reader that
+        reads on when the head moves.
         """
 
     async def read_rows(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from ..domain.stream import UserId
 
@@ -81,3 +81,53 @@ class ClaimWatch:
     def group_claimed(self, user_id: UserId, group: str, claim: int, epoch: int) -> None:
         for listener in list(self._group_listeners):
             listener(user_id, group, claim, epoch)
+
+
+class SharedLook:
+    """One read of a value (the newest committed id) shared by those who ask for it at once,
+    as a group commit shares a commit: each gets the result of a read that started after it
+    asked. Those who ask while a read runs wait for the next one, which starts when it ends:
+    at most one read runs, and one waits to."""
+
+    def __init__(self, read: Callable[[], Awaitable[int]]) -> None:
+        self._read = read
+        self._running: asyncio.Future[int] | None = None
+        self._next: asyncio.Future[int] | None = None
+
+    async def get(self) -> int:
+        if self._running is None:
+            look = self._running = self._start()
+        else:
+            if self._next is None:
+                self._next = asyncio.get_running_loop().create_future()
+                self._next.add_done_callback(_retrieve)
+            look = self._next
+        return await asyncio.shield(look)  # a caller that gives up leaves it to the others
+
+    def _start(self) -> asyncio.Future[int]:
+        running = asyncio.ensure_future(self._read())
+        running.add_done_callback(self._ended)
+        return running
+
+    def _ended(self, ended: asyncio.Future[int]) -> None:
+        _retrieve(ended)
+        self._running = None
+        waiting, self._next = self._next, None
+        if waiting is not None:
+            self._running = self._start()
+            self._running.add_done_callback(lambda done: _pass_on(done, waiting))
+
+
+def _pass_on(done: asyncio.Future[int], to: asyncio.Future[int]) -> None:
+    if done.cancelled():
+        to.cancel()
+    elif (exc := done.exception()) is not None:
+        to.set_exception(exc)
+    else:
+        to.set_result(done.result())
+
+
+def _retrieve(done: asyncio.Future[int]) -> None:
+    """Nobody may be left to take a failure: it is not logged as never retrieved."""
+    if not done.cancelled():
+        done.exception()

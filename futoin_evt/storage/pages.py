@@ -10,6 +10,7 @@ from typing import Any
 
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId, event_json
 from .base import ConsumerRow, EventPage
+from .head import HeadWatch
 from .recent import RecentEvents
 
 
@@ -166,13 +167,30 @@ class PagedReads:
     """The page reads of the ``EventLog`` and ``Consumers`` roles, the same in every backend:
     one statement each (:func:`page_sql`), spelled by the backend's :attr:`read_dialect`
     (one per partition) and run by its :meth:`_fetch_page`; reads near the head come from
-    :attr:`recent`."""
+    :attr:`recent`.
+
+    The recent events are this process's own commits: another worker or process may have
+    committed after the last of them, and this process hears of it later (its peer's news,
+    a notification). So a page from them that ends at their last event is given only when
+    the database has nothing newer (:meth:`_committed_head`: safe to compare, as ids become
+    visible in the order they are given: one writer at a time per SQLite file, PostgreSQL's
+    append lock per partition), or to a reader the head wakes.
+    """
 
     read_dialect: ReadDialect
     recent: RecentEvents
+    head: HeadWatch
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         raise NotImplementedError
+
+    async def newest_event_id(self) -> int:
+        raise NotImplementedError
+
+    async def _committed_head(self) -> int:
+        """The newest committed id as the database has it now (one cheap read: cheaper than
+        reading the page from the database, measured)."""
+        return await self.newest_event_id()
 
     async def _page(
         self, sql: str, params: Sequence[Any], max_bytes: int, data_as_text: bool
@@ -189,18 +207,36 @@ class PagedReads:
         limit: int = MAX_EVENTS_PER_CALL,
         max_bytes: int,
         ftn18_only: bool = False,
+        up_to_head: bool = False,
     ) -> EventPage:
         """Events with id > ``after_id`` in id order, as many as fit ``limit`` and ``max_bytes``.
 
         ``max_bytes`` bounds the encoded JSON array (UTF-8). At least one event is returned
-        when there is one: every stored event fits a 64 KiB reply by construction.
+        when there is one: every stored event fits a 64 KiB reply by construction. Every
+        event committed before the call is read (see the class); with ``up_to_head``, those
+        up to :attr:`head` are enough (the caller reads on when the head moves).
         """
-        if self.recent.covers(after_id):
-            return page_from_recent(self.recent, after_id, types, limit, max_bytes, ftn18_only)
+        recent = self.recent
+        if recent.covers(after_id):
+            page = page_from_recent(recent, after_id, types, limit, max_bytes, ftn18_only)
+            full = page.count == limit or page.truncated
+            if full or await self._newest_is(recent.last_id, up_to_head):
+                return page
         mark = self.read_dialect.mark
-        page = await self._read(mark, [after_id], "", [], types, limit, max_bytes, ftn18_only)
-        assert page is not None
-        return page
+        read = await self._read(mark, [after_id], "", [], types, limit, max_bytes, ftn18_only)
+        assert read is not None
+        return read
+
+    async def _newest_is(self, last_id: int, up_to_head: bool) -> bool:
+        """Whether ``last_id`` is the newest event committed: as far as :attr:`head` knows
+        (``up_to_head``), else as the database says now (the head learns it too)."""
+        if self.head.head > last_id:
+            return False
+        if up_to_head:
+            return True
+        newest = await self._committed_head()
+        self.head.advance(newest)
+        return newest <= last_id
 
     async def read_consumer_events(
         self,
