@@ -106,30 +106,37 @@ class Rights:
     def __init__(self, grants: Iterable[Grant] = (), *, is_admin: bool = False) -> None:
         self.grants: tuple[Grant, ...] = tuple(grants)
         self.is_admin = is_admin
-        self._by_stream: dict[str, Right] = {}
+        #: Stream -> the mask held on it, as a plain int (IntFlag arithmetic costs a
+        #: microsecond; this is on every call's path).
+        self._by_stream: dict[str, int] = {}
 
-    def on(self, stream: str) -> Right:
-        """The rights held on ``stream``."""
+    def mask(self, stream: str) -> int:
+        """The rights held on ``stream`` as an int mask (the fast path of the checks)."""
         held = self._by_stream.get(stream)
         if held is None:
+            held = 0
             if self.is_admin:
-                held = ALL_RIGHTS
+                held = int(ALL_RIGHTS)
             else:
-                held = Right.NONE
                 for grant in self.grants:
                     if matches(grant.pattern, stream):
-                        held |= grant.rights
+                        held |= int(grant.rights)
             if len(self._by_stream) < _MAX_REMEMBERED:
                 self._by_stream[stream] = held
         return held
 
-    def allows(self, right: Right, stream: str) -> bool:
+    def on(self, stream: str) -> Right:
+        """The rights held on ``stream``."""
+        return Right(self.mask(stream))
+
+    def allows(self, right: Right | int, stream: str) -> bool:
         """Whether every right in ``right`` is held on ``stream``."""
-        return self.on(stream) & right == right
+        wanted = int(right)
+        return self.mask(stream) & wanted == wanted
 
     def any_on(self, stream: str) -> bool:
         """Whether some right is held on ``stream`` (then its existence may be told)."""
-        return bool(self.on(stream))
+        return bool(self.mask(stream))
 
 
 #: Streams answered per :class:`Rights` (names a peer makes up are not remembered past it).

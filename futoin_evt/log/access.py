@@ -113,18 +113,20 @@ class AccessControl:
             return ADMIN_RIGHTS
         return self._by_user.get(caller.user_id, NO_RIGHTS)
 
-    def allows(self, caller: Principal, right: Right, stream: str) -> bool:
+    def allows(self, caller: Principal, right: Right | int, stream: str) -> bool:
         if caller.is_admin:
             return True
         rights = self._by_user.get(caller.user_id)
-        return rights is not None and rights.on(stream) & right == right
+        wanted = int(right)
+        return rights is not None and rights.mask(stream) & wanted == wanted
 
-    def check(self, caller: Principal, right: Right, stream: str) -> None:
+    def check(self, caller: Principal, right: Right | int, stream: str) -> None:
         """Raises :class:`AccessDenied` unless ``caller`` holds ``right`` on ``stream``."""
         if not caller.is_admin:
             rights = self._by_user.get(caller.user_id)
-            if rights is None or rights.on(stream) & right != right:
-                raise AccessDenied(right, stream)
+            wanted = int(right)
+            if rights is None or rights.mask(stream) & wanted != wanted:
+                raise AccessDenied(Right(right), stream)
 
     def watch(
         self, caller: Principal, right: Right, stream: str, on_revoked: Callable[[], None]
@@ -227,9 +229,9 @@ def _nothing() -> None:
 class Access(Protocol):
     """What checks rights: :class:`AccessControl`, or :data:`OPEN_ACCESS`."""
 
-    def allows(self, caller: Principal, right: Right, stream: str) -> bool: ...
+    def allows(self, caller: Principal, right: Right | int, stream: str) -> bool: ...
 
-    def check(self, caller: Principal, right: Right, stream: str) -> None: ...
+    def check(self, caller: Principal, right: Right | int, stream: str) -> None: ...
 
     def watch(
         self, caller: Principal, right: Right, stream: str, on_revoked: Callable[[], None]
@@ -240,10 +242,10 @@ class OpenAccess:
     """Everyone may do everything: for a log used by the server itself, or embedded in a
     program that has no users of its own (never behind a door)."""
 
-    def allows(self, caller: Principal, right: Right, stream: str) -> bool:
+    def allows(self, caller: Principal, right: Right | int, stream: str) -> bool:
         return True
 
-    def check(self, caller: Principal, right: Right, stream: str) -> None:
+    def check(self, caller: Principal, right: Right | int, stream: str) -> None:
         pass
 
     def watch(
@@ -253,6 +255,10 @@ class OpenAccess:
 
 
 OPEN_ACCESS: Final = OpenAccess()
+#: The rights as plain ints, for the checks on every call (IntFlag arithmetic is slow).
+_READ: Final = int(Right.READ)
+_WRITE: Final = int(Right.WRITE)
+_MANAGE: Final = int(Right.MANAGE)
 
 
 class StreamGuard:
@@ -266,13 +272,13 @@ class StreamGuard:
 
     def read(self, who: Principal) -> None:
         """:class:`AccessDenied` unless ``who`` may read the stream."""
-        self.access.check(who, Right.READ, self.stream)
+        self.access.check(who, _READ, self.stream)
 
     def write(self, who: Principal) -> None:
-        self.access.check(who, Right.WRITE, self.stream)
+        self.access.check(who, _WRITE, self.stream)
 
     def manage(self, who: Principal) -> None:
-        self.access.check(who, Right.MANAGE, self.stream)
+        self.access.check(who, _MANAGE, self.stream)
 
     def some_right(self, who: Principal, needed: Right) -> None:
         """:class:`AccessDenied` naming ``needed`` unless ``who`` holds some right on the
