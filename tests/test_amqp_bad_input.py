@@ -21,7 +21,7 @@ from futoin_evt.amqp import AmqpConfig, AmqpLimits
 from futoin_evt.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerProcess, free_port
+from .conftest import USERS, ServerProcess, add_user, free_port
 
 pytestmark = pytest.mark.functional
 
@@ -235,7 +235,8 @@ def fuzz_amqp(tmp_path_factory: pytest.TempPathFactory, password_hashes: dict[st
             amqp=AmqpConfig(port=0, limits=AmqpLimits(idle_timeout=1.0)),
         )
         server = await EventServer.start(config)
-        await server.store.add_user("alice", password_hashes["alice"])
+        await add_user(server.store, "alice", password_hashes["alice"])
+        await server.access.changed_here()
         return server
 
     server = loop.run_until_complete(start())
@@ -289,7 +290,7 @@ async def test_sigkill_loses_no_accepted_message(
 
     db = tmp_path / "crash.sqlite"
     async with await SqliteStore.open(db) as store:
-        await store.add_user("alice", password_hashes["alice"])
+        await add_user(store, "alice", password_hashes["alice"])
     amqp_port = free_port()
     server = ServerProcess(db, 0, "--amqp", f"127.0.0.1:{amqp_port}", workers=serve_workers)
     assert server.amqp_url is not None

@@ -31,7 +31,7 @@ from .amqp_wire import (
 )
 from .amqp_wire import detach as detach_frame
 from .amqp_wire import frame as amqp_frame
-from .conftest import ServerFactory, ServerProcess
+from .conftest import ServerFactory, ServerProcess, add_user
 
 pytestmark = pytest.mark.functional
 
@@ -100,7 +100,7 @@ async def prepare(db: str | Path, users: dict[str, str] | None = None) -> None:
     to hear of them)."""
     async with await open_store(db) as store:
         for name, password_hash in (users or {}).items():
-            await store.add_user(name, password_hash)
+            await add_user(store, name, password_hash)
         for n in range(3):
             await store.append("T", json.dumps(n))
 

@@ -43,7 +43,7 @@ from .amqp_wire import (
     sasl_init,
     transfer,
 )
-from .conftest import USERS
+from .conftest import USERS, add_user
 
 pytestmark = pytest.mark.functional
 
@@ -68,7 +68,7 @@ def start_process(tmp_path_factory: pytest.TempPathFactory) -> ServerProcess:
 
     async def add_alice() -> None:
         async with await SqliteStore.open(db) as store:
-            await store.add_user("alice", hash_password(USERS["alice"]))
+            await add_user(store, "alice", hash_password(USERS["alice"]))
 
     asyncio.run(add_alice())
     (folder / "sas-secret").write_text(SECRET)

@@ -13,6 +13,8 @@ from futoin_evt.auth.sas import (
     SasToken,
     SasVerifier,
     SecretFileError,
+    TokenScope,
+    host_name,
     load_secret,
     sas_key,
     sign,
@@ -44,18 +46,20 @@ def test_the_key_depends_on_secret_name_and_password() -> None:
 async def test_a_signed_token_names_its_user() -> None:
     verifier = SasVerifier(Users(ALICE), SECRET)
     token = sign(RESOURCE, "alice", sas_key(SECRET, ALICE), 4_000_000_000)
-    principal, expiry = await verifier.verify(token, RESOURCE)
-    assert (principal.user_id, principal.name, expiry) == (1, "alice", 4_000_000_000)
+    claims = await verifier.verify(token, RESOURCE)
+    principal = claims.principal
+    assert (principal.user_id, principal.name, claims.expiry) == (1, "alice", 4_000_000_000)
+    assert claims.scope == TokenScope("127.0.0.1", "events")
     # Any address under the resource, with another scheme or case (Event Hubs compares so).
-    assert (await verifier.verify(token, "amqps://127.0.0.1:5671/EVENTS/Partitions/0"))[0]
+    assert await verifier.verify(token, "amqps://127.0.0.1:5671/EVENTS/Partitions/0")
 
 
 async def test_a_name_encoded_twice_is_understood() -> None:
     """azure-eventhub url-encodes ``skn`` twice."""
     odd = User(UserId(2), "a b+c", "scrypt$z", False)
     token = sign(RESOURCE, "a+b%2Bc", sas_key(SECRET, odd), 4_000_000_000)
-    principal, _ = await SasVerifier(Users(odd), SECRET).verify(token, RESOURCE)
-    assert principal.name == "a b+c"
+    claims = await SasVerifier(Users(odd), SECRET).verify(token, RESOURCE)
+    assert claims.principal.name == "a b+c"
 
 
 @pytest.mark.parametrize(
@@ -151,3 +155,45 @@ async def test_a_name_that_is_no_user_is_refused_like_a_wrong_signature() -> Non
     assert str(unknown.value) == str(wrong.value)
     assert "names no user" in unknown.value.detail
     assert "names no user" not in wrong.value.detail
+
+
+@pytest.mark.parametrize(
+    ("resource", "host", "path"),
+    [
+        ("sb://127.0.0.1/", "127.0.0.1", ""),
+        ("sb://127.0.0.1", "127.0.0.1", ""),
+        ("sb://Hub.Example:5671/Orders/", "hub.example", "orders"),
+        (
+            "amqps://[::1]:5671/orders/ConsumerGroups/$Default",
+            "::1",
+            "orders/consumergroups/$default",
+        ),
+        ("127.0.0.1//orders", "127.0.0.1", "orders"),
+    ],
+)
+def test_a_token_scope_is_its_host_and_path(resource: str, host: str, path: str) -> None:
+    assert TokenScope.of(resource) == TokenScope(host, path)
+
+
+@pytest.mark.parametrize(
+    ("authority", "host"),
+    [("127.0.0.1", "127.0.0.1"), ("LocalHost:5672", "localhost"), ("[::1]:5672", "::1"),
+     ("::1", "::1"), ("[::1]", "::1"), ("user@hub:1", "hub")],
+)  # fmt: skip
+def test_host_names_are_compared_without_port_and_case(authority: str, host: str) -> None:
+    assert host_name(authority) == host
+
+
+def test_a_scope_covers_its_path_and_what_is_under_it() -> None:
+    root = TokenScope.of("sb://h/")
+    orders = TokenScope.of("sb://h/orders")
+    partition = TokenScope.of("sb://h/orders/Partitions/1")
+    for path in ("orders", "payroll", "orders/Partitions/1", "$events/orders"):
+        assert root.covers(path)
+    assert orders.covers("orders")
+    assert orders.covers("Orders/ConsumerGroups/g/Partitions/0")
+    assert not orders.covers("orders2")
+    assert not orders.covers("payroll/orders")
+    assert partition.covers("orders/partitions/1")
+    assert not partition.covers("orders/Partitions/10")
+    assert not partition.covers("orders")

@@ -3,8 +3,11 @@
 Such a client opens the connection with SASL ANONYMOUS and puts a SAS token to ``$cbs``
 (``operation: put-token``, ``type: servicebus.windows.net:sastoken``, ``name``: the audience,
 body: the token). A token that :class:`~futoin_evt.auth.sas.SasVerifier` accepts makes the
-connection act as the user it names until the token expires; the client puts a fresh one before
-that, or the connection is closed with ``amqp:unauthorized-access``.
+connection act as the user it names, under the token's resource (``sr``) only, until the token
+expires. Each token a connection puts adds its scope (the SDKs put one per audience); a token
+for another host than the connection reached is refused. The client puts a fresh token before
+one expires, or the links only it covered are detached with ``amqp:unauthorized-access``, and
+the connection is closed so once none is left.
 """
 
 from __future__ import annotations
@@ -44,11 +47,11 @@ class CbsNode(RequestReplyNode):
         if self._verifier is None:
             return 401, "this server has no SAS secret: log in with SASL PLAIN", None
         try:
-            principal, expiry = await self._verifier.verify(request.body, audience)
+            claims = await self._verifier.verify(request.body, audience)
         except InvalidToken as exc:
             log.warning("AMQP token refused from %s: %s", conn.peer_name, exc.detail)
             return 401, str(exc), None
-        refusal = conn.grant_claims(principal, expiry)
+        refusal = conn.grant_claims(claims)
         if refusal is not None:
             return *refusal, None
         return 200, "OK", None

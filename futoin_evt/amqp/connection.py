@@ -4,6 +4,13 @@ Bytes from the socket go to :class:`~.sasl.SaslServer` until the login is settle
 :class:`~.engine.connection.Engine` whose events are dispatched here: links go to the node
 table, which hands each a handler; messages, credit and outcomes go to the link's handler.
 What the engine has to send leaves in one write per turn of the loop.
+
+The connection acts as one user, logged in with SASL PLAIN or named by the SAS tokens put to
+``$cbs``; each token adds its scope (its ``sr``), and a login with PLAIN has none to keep to.
+A node asks :meth:`AmqpConnection.authorize` before it takes a link to a stream: the user's
+right on the stream (:mod:`futoin_evt.log.access`) and, with tokens, a scope that covers the
+address. The link is then detached with ``amqp:unauthorized-access`` once the right is
+revoked, or the last token that covered it expires.
 """
 
 from __future__ import annotations
@@ -11,13 +18,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol, cast
 
 from .. import __version__
+from ..auth.sas import TokenClaims, host_name, path_covers, scope_path
 from ..auth.users import Authenticator
+from ..domain.partition import STREAM_NAME_RE
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..ftn3.errors import FTN3Error
+from ..log.access import Access, AccessDenied
+from ..quoting import quote_input
 from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots, half_close
 from ..stats import CONNECTION
 from .config import AmqpConfig
@@ -34,7 +46,7 @@ from .engine.connection import (
 )
 from .engine.types import Symbol
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
-from .table import UNAUTHORIZED, LinkHandler, LinkRefused, NodeTable
+from .table import NO_USER, UNAUTHORIZED, LinkHandler, LinkRefused, NodeTable
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +59,10 @@ PROPERTIES: Final[dict[Any, Any]] = {
 }
 DECODE_ERROR: Final = "amqp:decode-error"
 RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
+#: Why a link that only an expired token covered is detached.
+EXPIRED_FOR_LINK: Final = "the token put to $cbs for this link has expired and was not renewed"
+#: Each right, for "some right on a stream".
+_RIGHTS: Final = (Right.READ, Right.WRITE, Right.MANAGE)
 #: Links one connection may hold at once, refused ones not yet detached by the peer included:
 #: beyond this many times the link limit, the connection is closed.
 _HELD_LINKS_FACTOR: Final = 4
@@ -57,6 +73,8 @@ class Listener(Protocol):
 
     @property
     def authenticator(self) -> Authenticator: ...
+    @property
+    def access(self) -> Access: ...
     @property
     def config(self) -> AmqpConfig: ...
     @property
@@ -78,6 +96,7 @@ class AmqpConnection(asyncio.Protocol):
     def __init__(self, listener: Listener) -> None:
         self._listener = listener
         self._authenticator: Authenticator = listener.authenticator
+        self._access: Access = listener.access
         self._limits = listener.config.limits
         self._sasl = SaslServer(MECHANISMS)
         self._socket: asyncio.Transport | None = None
@@ -88,7 +107,12 @@ class AmqpConnection(asyncio.Protocol):
         self._log_context: tuple[str, str, str | None] = ("amqp", "?", None)
         #: The user logged in with PLAIN or named by a token put to ``$cbs``; None before.
         self.principal: Principal | None = None
+        #: The scopes of the tokens put to ``$cbs`` (scope path -> expiry, Unix seconds);
+        #: None when no token was (a login with PLAIN is not scoped).
+        self._scopes: dict[str, float] | None = None
         self._claims_timer: asyncio.TimerHandle | None = None
+        #: The links that depend on a right (and on the tokens' scopes): how to stop watching.
+        self._guards: dict[Link, _Guard] = {}
         self._engine: Engine | None = None
         self._handlers: dict[Link, LinkHandler] = {}
         #: Called when a session ends (by the session), or the connection (by None).
@@ -153,6 +177,9 @@ class AmqpConnection(asyncio.Protocol):
         for handler in list(self._handlers.values()):
             handler.on_closed()
         self._handlers.clear()
+        guards, self._guards = self._guards, {}
+        for guard in guards.values():
+            guard.stop_watching()
         self._engine = None
         endings, self._endings = self._endings, {}
         for callbacks in endings.values():
@@ -247,26 +274,122 @@ class AmqpConnection(asyncio.Protocol):
 
         return cancel
 
-    def grant_claims(self, principal: Principal, expiry: float) -> tuple[int, str] | None:
-        """A token put to ``$cbs`` names ``principal`` until ``expiry`` (Unix seconds). None
-        when the connection now acts as that user, else the status and why not."""
+    @property
+    def host(self) -> str:
+        """The host the peer reached, as tokens name it: its open's hostname, else (a peer
+        that sends none) the address of our end of the socket."""
+        engine = self._engine
+        remote = engine.remote_open if engine is not None else None
+        if remote is not None and remote.hostname:
+            return host_name(remote.hostname)
+        local = self._socket.get_extra_info("sockname") if self._socket is not None else None
+        return host_name(str(local[0])) if isinstance(local, tuple) and local else ""
+
+    def grant_claims(self, claims: TokenClaims) -> tuple[int, str] | None:
+        """A token put to ``$cbs``: None when the connection now acts as its user (within its
+        scope, beside those of the user's earlier tokens), else the status and why not."""
         current = self.principal
+        principal = claims.principal
         if current is not None and current.user_id != principal.user_id:
             return 403, f"this connection acts as user {current.name} already"
-        if current is not None and self._claims_timer is None:
+        if current is not None and self._scopes is None:
             return None  # logged in with PLAIN: no token is needed, and none expires it
+        host = self.host
+        if claims.scope.host != host:
+            return 401, (
+                f"the token's resource (sr) names host {quote_input(claims.scope.host, 80)},"
+                f" not {quote_input(host, 80)} that this connection reached"
+            )
+        stream = claims.scope.path.partition("/")[0]
+        if stream and not stream.startswith("$") and not self._holds_any(principal, stream):
+            # as Event Hubs refuses a hub's policy for another hub: the SDKs say "unauthorized"
+            return (
+                401,
+                f"the token's user {principal.name} holds no right on stream {_named(stream)}",
+            )
         if not self._listener.slots.establish(self):
             return 503, TOO_MANY_CONNECTIONS
         self.principal = principal
-        if self._claims_timer is not None:
-            self._claims_timer.cancel()
-        delay = max(expiry - time.time(), 0.0)
-        self._claims_timer = asyncio.get_running_loop().call_later(delay, self._claims_expired)
+        scopes = self._scopes if self._scopes is not None else {}
+        self._scopes = scopes
+        path = claims.scope.path
+        scopes[path] = max(scopes.get(path, 0.0), float(claims.expiry))
+        self._arm_claims_timer()
         return None
 
+    def _holds_any(self, principal: Principal, stream: str) -> bool:
+        allows = self._access.allows
+        return any(allows(principal, right, stream) for right in _RIGHTS)
+
+    def _arm_claims_timer(self) -> None:
+        """Wake when the first of the tokens expires."""
+        if self._claims_timer is not None:
+            self._claims_timer.cancel()
+        assert self._scopes
+        delay = max(min(self._scopes.values()) - time.time(), 0.0)
+        self._claims_timer = asyncio.get_running_loop().call_later(delay, self._claims_expired)
+
     def _claims_expired(self) -> None:
-        log.info("AMQP connection from %s: its token expired", _peer(self._peer))
-        self.close(UNAUTHORIZED, "the token put to $cbs has expired and was not renewed")
+        """Tokens expired: their scopes go, and the links no other scope covers are detached;
+        once none is left, the connection is closed."""
+        self._claims_timer = None
+        scopes = self._scopes
+        assert scopes is not None
+        now = time.time()
+        for path in [path for path, expiry in scopes.items() if expiry <= now]:
+            del scopes[path]
+        if not scopes:
+            log.info("AMQP connection from %s: its token expired", _peer(self._peer))
+            self.close(UNAUTHORIZED, "the token put to $cbs has expired and was not renewed")
+            return
+        for link, guard in list(self._guards.items()):
+            if not self._scoped_in(guard.paths):
+                self.detach(link, UNAUTHORIZED, EXPIRED_FOR_LINK)
+        self._arm_claims_timer()
+
+    def _scoped_in(self, paths: Sequence[str]) -> bool:
+        """Whether the tokens' scopes (if the connection has any) cover one of ``paths``."""
+        scopes = self._scopes
+        if scopes is None:
+            return True
+        now = time.time()
+        wanted = [scope_path(path) for path in paths]
+        return any(
+            expiry > now and any(path_covers(own, path) for path in wanted)
+            for own, expiry in scopes.items()
+        )
+
+    def refusal(self, right: Right, stream: str, paths: Sequence[str]) -> str | None:
+        """Why the connection may not use ``right`` on ``stream`` at one of the address
+        ``paths`` (one sentence), or None when it may."""
+        who = self.principal
+        if who is None:
+            return NO_USER
+        if not self._scoped_in(paths):
+            return f"no token put to $cbs on this connection covers {quote_input(paths[0], 80)}"
+        if not self._access.allows(who, right, stream):
+            return _denied(right, stream)
+        return None
+
+    def authorize(self, link: Link, right: Right, stream: str, paths: Sequence[str]) -> None:
+        """:class:`LinkRefused` (``amqp:unauthorized-access``) when :meth:`refusal` gives a
+        reason; else ``link`` is detached so once the right is revoked, or the tokens that
+        cover it expire."""
+        reason = self.refusal(right, stream, paths)
+        if reason is not None:
+            raise LinkRefused(UNAUTHORIZED, reason)
+        who = self.principal
+        assert who is not None
+        previous = self._guards.pop(link, None)
+        if previous is not None:
+            previous.stop_watching()
+
+        def revoked() -> None:
+            if self._guards.get(link) is guard:
+                self.detach(link, UNAUTHORIZED, _denied(right, stream))
+
+        guard = _Guard(tuple(paths), self._access.watch(who, right, stream, revoked))
+        self._guards[link] = guard
 
     def _start_engine(self, rest: bytes) -> None:
         if self._timer is not None:
@@ -396,6 +519,9 @@ class AmqpConnection(asyncio.Protocol):
             )
 
     def _forget_link(self, link: Link) -> asyncio.Future[None] | None:
+        guard = self._guards.pop(link, None)
+        if guard is not None:
+            guard.stop_watching()
         handler = self._handlers.pop(link, None)
         return handler.on_closed() if handler is not None else None
 
@@ -416,6 +542,9 @@ class AmqpConnection(asyncio.Protocol):
         try:
             handler = self._listener.table.attach(self, link)
         except LinkRefused as exc:
+            guard = self._guards.pop(link, None)
+            if guard is not None:
+                guard.stop_watching()
             link.refuse(exc.condition, str(exc))
             return
         self._handlers[link] = handler
@@ -460,6 +589,28 @@ class AmqpConnection(asyncio.Protocol):
         if half_close(socket):
             self._linger_left = LINGER_BYTES
             asyncio.get_running_loop().call_later(LINGER_SECONDS, self.abort)
+
+
+def _denied(right: Right, stream: str) -> str:
+    """:class:`AccessDenied`'s sentence."""
+    return str(AccessDenied(right, _named(stream)))
+
+
+def _named(stream: str) -> str:
+    """A stream's name as a refusal says it: quoted when it can be no stream's (it is the
+    peer's input, of any length)."""
+    return stream if STREAM_NAME_RE.fullmatch(stream) else quote_input(stream, 80)
+
+
+class _Guard:
+    """A link that depends on a right: the address paths a token's scope must cover, and
+    how to stop watching the right."""
+
+    __slots__ = ("paths", "stop_watching")
+
+    def __init__(self, paths: tuple[str, ...], stop_watching: Callable[[], None]) -> None:
+        self.paths = paths
+        self.stop_watching = stop_watching
 
 
 def _peer(address: Any) -> str:

@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, Final
 
+from ..log.access import Refused
 from ..log.eventlog import EventLog
 from .codec import Position
 from .engine.connection import Delivery, Link
 from .engine.types import Symbol
-from .table import Connection
+from .table import UNAUTHORIZED, Connection
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +77,9 @@ class SourceLink:
         if task.cancelled() or self._closed:
             return
         exc = task.exception()
-        if exc is not None:
+        if isinstance(exc, Refused):  # the right went before the link was detached for it
+            self._conn.detach(self._link, UNAUTHORIZED, str(exc))
+        elif exc is not None:
             log.error("AMQP link failed", exc_info=exc)
             self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")
 

@@ -10,6 +10,7 @@ from typing import Final
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..domain.checkpoints import EventHubCheckpoints
+from ..log.access import Access
 from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import AMQP_CELL, SharedCount, Slots
 from .cbs import CBS, CbsNode
@@ -34,14 +35,17 @@ class AmqpListener:
         authenticator: Authenticator,
         config: AmqpConfig,
         *,
+        access: Access,
         sas: SasVerifier | None = None,
         notifications: NotificationNode | None = None,
         checkpoints: EventHubCheckpoints | None = None,
     ) -> None:
-        """``sas`` checks the tokens put to ``$cbs`` (None: every token is refused);
-        ``notifications`` serves ``$events`` and GET-EVENTS; ``checkpoints``, the Event Hubs
-        checkpoint store at ``$management``."""
+        """``access`` says who may read and write which stream (a link is refused without
+        its right, and detached once it is revoked); ``sas`` checks the tokens put to
+        ``$cbs`` (None: every token is refused); ``notifications`` serves ``$events`` and
+        GET-EVENTS; ``checkpoints``, the Event Hubs checkpoint store at ``$management``."""
         self.node = node
+        self.access = access
         event_types = notifications.event_types if notifications is not None else None
         #: Where each link goes: ``$cbs`` (before a login too), ``$management``, ``$events``
         #: and below, else the event log node.

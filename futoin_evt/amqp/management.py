@@ -9,7 +9,9 @@ optional ``eventType``, and ``stream`` for a stream other than ``events``: 404 w
 none) answers a map of event type to its attribute names. The reply goes out
 on the peer's link from ``$management`` whose target is the request's ``reply-to`` (or its
 only one), with ``status-code``/``status-description`` and the request's id as
-``correlation-id``.
+``correlation-id``. Each answer about a stream needs the read right on it (and, with SAS
+tokens, one whose scope covers ``NAME/$management``): without it the status is 401, as Event
+Hubs answers, whether the stream exists or not.
 """
 
 from __future__ import annotations
@@ -21,7 +23,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from ..domain.checkpoints import EventHubCheckpoints
+from ..domain.partition import DEFAULT_STREAM
+from ..domain.rights import Right
 from ..domain.stream import ts_to_ms
+from ..log.access import Refused
 from ..notify.live import UnknownStream
 from ..quoting import quote_input
 from . import checkpoints
@@ -104,10 +109,17 @@ class ManagementNode(RequestReplyNode):
     async def answer(self, conn: Connection, request: Message) -> tuple[int, str, Any]:
         properties: dict[str, Any] = dict(request.properties or {})
         if properties.get("operation") == GET_EVENTS:
-            return await self._get_events(properties.get("eventType"), properties.get("stream"))
+            stream = properties.get("stream")
+            refused = _refused(conn, DEFAULT_STREAM if stream is None else stream)
+            if refused is not None:
+                return refused
+            return await self._get_events(properties.get("eventType"), stream)
         if properties.get("operation") != "READ":
             return 400, f"unsupported operation: {quote_input(properties.get('operation'))}", None
         hub = properties.get("name")
+        refused = _refused(conn, hub)
+        if refused is not None:
+            return refused
         logs = self._hubs.partitions(hub) if isinstance(hub, str) else None
         if logs is None:
             return 404, f"no such event hub: {quote_input(hub)}", None
@@ -163,6 +175,17 @@ class ManagementNode(RequestReplyNode):
             return 404, str(exc), None
 
 
+def _refused(conn: Connection, stream: Any) -> tuple[int, str, Any] | None:
+    """401 (what the Event Hubs SDKs take for an authorization error) when the connection
+    may not read ``stream``, or its tokens do not cover ``NAME/$management``; asked
+    before anything tells whether the stream exists. None for a name that is no string
+    (the request's own answer says it is wrong)."""
+    if not isinstance(stream, str):
+        return None
+    reason = conn.refusal(Right.READ, stream, (f"{stream}/{MANAGEMENT}",))
+    return None if reason is None else (401, reason, None)
+
+
 class RequestLink:
     """Requests to a request/response node: each is settled (accepted) with its answer, in
     the same batch of frames and after it, and credit is topped up once half is used. A
@@ -194,6 +217,8 @@ class RequestLink:
     async def _answer(self, delivery: Delivery, request: Message) -> None:
         try:
             status, description, body = await self._node.answer(self._conn, request)
+        except Refused as exc:  # a right checked in log/
+            status, description, body = 401, str(exc), None
         except Exception:
             log.exception("a request to %s failed", self._link.name)
             delivery.reject("amqp:internal-error", "the request could not be answered")

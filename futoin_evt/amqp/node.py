@@ -1,12 +1,13 @@
 """The event log nodes: one per stream, under its name, with partitions ``"0".."P-1"``, and
 their ``$info`` sources.
 
-A link is taken by :meth:`EventLogNode.attach`, which checks the address, the caller and the
-link properties and returns the handler that then serves it: :class:`ProducerLink` for
-messages sent to a stream, :class:`ConsumerLink` for events read from one partition,
-:class:`PartitionsLink` for events read from all of them (partition-agnostic),
-:class:`InfoLink` for the runtime information. Handlers call the event logs of the
-partitions, never the store.
+A link is taken by :meth:`EventLogNode.attach`, which checks the caller's right on the
+stream (write to send, read to receive; before anything tells whether the stream exists),
+the address and the link properties, and returns the handler that then serves it:
+:class:`ProducerLink` for messages sent to a stream, :class:`ConsumerLink` for events read
+from one partition, :class:`PartitionsLink` for events read from all of them
+(partition-agnostic), :class:`InfoLink` for the runtime information. Handlers call the event
+logs of the partitions, never the store.
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..domain.groups import GroupClaim, GroupHold
+from ..domain.rights import Right
 from ..domain.stream import EventRejected, StoredEvent, UserId, is_registrable
+from ..log.access import Refused
 from ..log.eventlog import EventLog
 from ..quoting import quote_input
 from ..stats import Calls
@@ -61,7 +64,7 @@ from .filters import compile_filter
 from .links import INTERNAL_ERROR, PARTITION_PROPERTY, SourceLink, link_answer
 from .quickdecode import quick_event
 from .resume import MAX_TIMEOUT, MAX_UNSETTLED, KeptTerminus, Termini, TerminusKey
-from .table import Connection, Hubs, LinkHandler, LinkRefused, address_path
+from .table import UNAUTHORIZED, Connection, Hubs, LinkHandler, LinkRefused, address_path
 
 log = logging.getLogger(__name__)
 
@@ -196,10 +199,14 @@ class EventLogNode:
         self.termini = Termini()
 
     def attach(self, conn: Connection, link: Link) -> LinkHandler:
-        """The handler for a new link, or :class:`LinkRefused`."""
+        """The handler for a new link, or :class:`LinkRefused`: ``amqp:unauthorized-access``
+        without the right on the stream its address names (write to send to it, read to
+        receive from it), before anything tells whether the stream exists."""
         address = link.address
         uri = address is not None and "://" in address
-        address = address_path(address) if address is not None else None
+        address = address_path(address) if address is not None else ""
+        stream = address.partition("/")[0]
+        conn.authorize(link, Right.READ if link.is_sender else Right.WRITE, stream, (address,))
         parsed = self._parse_address(address)
         properties = _link_properties(link)
         partition = _requested_partition(properties, parsed)
@@ -897,6 +904,9 @@ class ProducerLink:
         except BadMessage as exc:
             delivery.reject(exc.condition, str(exc))
             self._count(exc.condition, started)
+        except Refused as exc:  # the right went before the link was detached for it
+            delivery.reject(UNAUTHORIZED, str(exc))
+            self._count(UNAUTHORIZED, started)
         except RuntimeError as exc:  # the store is closing, or the stream was dropped
             delivery.reject(INTERNAL_ERROR, str(exc))
             self._count(INTERNAL_ERROR, started)

@@ -2,7 +2,10 @@
 
 A receiving link from source ``$events`` subscribes to the stream ``events``; from
 ``$events/NAME``, to every partition of the stream ``NAME`` (``amqp:not-found`` when there is
-no such stream). Its source filter set may hold:
+no such stream). It needs the read right on the stream (``amqp:unauthorized-access`` without
+it, whether the stream exists or not), and is detached so once that right is revoked; on a
+connection that logged in with SAS tokens, one of them must cover ``$events/NAME`` or
+``NAME/$events`` (``sb://HOST/NAME`` does). Its source filter set may hold:
 
 - ``apache.org:selector-filter:string`` (descriptor ``0x0000468C:0x00000004``): a selector;
 - ``org.futoin.evt:notification-transformation:map`` (a symbolic descriptor): the
@@ -35,6 +38,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from ..domain.partition import DEFAULT_STREAM
+from ..domain.rights import Right
 from ..domain.stream import EventId, StoredEvent
 from ..notify.live import (
     READ_BATCH,
@@ -85,9 +90,12 @@ class NotificationNode:
     def attach(self, conn: Connection, link: Link) -> NotificationLink:
         if not link.is_sender:
             raise LinkRefused(NOT_FOUND, "$events is a source: attach a receiving link")
-        assert conn.principal is not None
         source = link.remote_source
-        name = self._stream_name((source.address if source is not None else None) or EVENTS_SOURCE)
+        address = address_path((source.address if source is not None else None) or EVENTS_SOURCE)
+        name = self._stream_name(address)
+        stream = name if name is not None else DEFAULT_STREAM
+        conn.authorize(link, Right.READ, stream, (address, f"{stream}/{EVENTS_SOURCE}"))
+        assert conn.principal is not None
         try:
             lives = self._streams.of_stream(name)
         except UnknownStream as exc:

@@ -14,11 +14,15 @@ import asyncio
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Final, Protocol
 
+from ..auth.sas import TokenClaims
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..log.eventlog import EventLog
 from .engine.connection import Delivery, Link
 
 UNAUTHORIZED: Final = "amqp:unauthorized-access"
+#: Why a connection that acts as no user yet is refused a link.
+NO_USER: Final = "log in with SASL PLAIN as a user of this server, or put a SAS token to $cbs"
 
 
 class LinkRefused(Exception):
@@ -77,9 +81,19 @@ class Connection(Protocol):
     def detach(self, link: Link, condition: str, description: str) -> None:
         """Close one of the connection's links with an error (its handler is told)."""
 
-    def grant_claims(self, principal: Principal, expiry: float) -> tuple[int, str] | None:
-        """A token names ``principal`` until ``expiry``: None when the connection now acts as
-        that user, else the status and why not."""
+    def grant_claims(self, claims: TokenClaims) -> tuple[int, str] | None:
+        """A token put to ``$cbs``: None when the connection now acts as its user, within its
+        scope too, else the status and why not."""
+
+    def refusal(self, right: Right, stream: str, paths: Sequence[str]) -> str | None:
+        """Why the connection may not use ``right`` on ``stream`` at one of the address
+        ``paths`` (one sentence), or None when it may: its user needs the right, and a
+        connection that logged in with tokens needs one whose scope covers a path."""
+
+    def authorize(self, link: Link, right: Right, stream: str, paths: Sequence[str]) -> None:
+        """:class:`LinkRefused` with ``amqp:unauthorized-access`` when :meth:`refusal` gives a
+        reason; else ``link`` is detached so once the right is revoked, or the tokens that
+        cover it expire."""
 
 
 class Node(Protocol):
@@ -133,8 +147,5 @@ class NodeTable:
             name = path.partition("/")[0]
             node = self._trees.get(name)
         if conn.principal is None and (node is None or name not in self._public):
-            raise LinkRefused(
-                UNAUTHORIZED,
-                "log in with SASL PLAIN as a user of this server, or put a SAS token to $cbs",
-            )
+            raise LinkRefused(UNAUTHORIZED, NO_USER)
         return (node if node is not None else self._default).attach(conn, link)

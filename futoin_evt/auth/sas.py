@@ -11,6 +11,11 @@ A shared access policy (as Event Hubs has them) is a user that cannot log in wit
 its password hash is a random marker (:func:`policy_hash`), so its key is derived the same way
 and changes when the policy is made again, and its claims (Send, Listen, Manage) are its grants
 (write, read, manage) on the streams of its pattern.
+
+A token holds only under its resource (``sr``, :class:`TokenScope`): ``sb://HOST/`` for
+whatever its signer may use, ``sb://HOST/NAME`` for the stream NAME and the addresses under it,
+a longer path for the addresses under that path. Hosts and paths are compared without case and
+the port, as Event Hubs compares them.
 """
 
 from __future__ import annotations
@@ -133,6 +138,55 @@ def sign(resource: str, key_name: str, key: str, expiry: int) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class TokenScope:
+    """Where a token holds: a host, and a path of segments on it (``""``: all of the host)."""
+
+    host: str
+    path: str
+
+    @classmethod
+    def of(cls, resource: str) -> TokenScope:
+        """The scope of a token's resource (``sb://HOST[:PORT]/PATH``)."""
+        authority, _slash, path = _strip_scheme(resource).partition("/")
+        return cls(host_name(authority), scope_path(path))
+
+    def covers(self, path: str) -> bool:
+        """Whether the scope holds for an address path (``orders/Partitions/1``)."""
+        return path_covers(self.path, scope_path(path))
+
+
+def scope_path(path: str) -> str:
+    """A path as scopes compare it: lowercased, its segments joined by single slashes."""
+    return "/".join(segment for segment in path.lower().split("/") if segment)
+
+
+def path_covers(scope: str, path: str) -> bool:
+    """Whether a scope's path holds for ``path`` (both as :func:`scope_path` gives them):
+    the same path, one under it, or any path for the empty scope."""
+    return not scope or path == scope or path.startswith(scope + "/")
+
+
+def host_name(authority: str) -> str:
+    """The host of ``host``, ``host:port``, ``[v6]:port``, ``user@host`` or a bare IPv6
+    address, lowercased: what a token's host and a connection's are compared as."""
+    host = authority.rpartition("@")[2].lower()
+    if host.startswith("["):
+        return host[1:].partition("]")[0]
+    if host.count(":") == 1:
+        return host.partition(":")[0]
+    return host
+
+
+@dataclass(frozen=True, slots=True)
+class TokenClaims:
+    """What a checked token says: who the connection acts as, until when, and where."""
+
+    principal: Principal
+    expiry: int
+    scope: TokenScope
+
+
+@dataclass(frozen=True, slots=True)
 class SasToken:
     resource: str
     expiry: int
@@ -185,14 +239,16 @@ class SasVerifier:
         self._users = users
         self._secret = secret
 
-    async def verify(self, text: object, audience: str) -> tuple[Principal, int]:
-        """The user and the token's expiry (Unix seconds); raises :class:`InvalidToken`."""
+    async def verify(self, text: object, audience: str) -> TokenClaims:
+        """The user, the token's expiry (Unix seconds) and its scope; raises
+        :class:`InvalidToken`."""
         token = SasToken.parse(text)
         for name in token.key_names():
             user = await self._users.get_user(name)
             if user is not None:
                 token.check(sas_key(self._secret, user), audience, time.time())
-                return Principal(user.id, user.name, user.is_admin), token.expiry
+                principal = Principal(user.id, user.name, user.is_admin)
+                return TokenClaims(principal, token.expiry, TokenScope.of(token.resource))
         # The work of a wrong signature (a key derived, the signature compared), so that the
         # time taken does not tell a name that is a user from one that is not.
         token.signed_with(sas_key(self._secret, _NOBODY))

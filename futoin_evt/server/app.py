@@ -133,6 +133,7 @@ async def _start_amqp(
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
+    access: AccessControl,
 ) -> AmqpListener:
     """The AMQP listener (imported here: its filter parser, lark, is an optional dependency)."""
     from ..amqp.listener import AmqpListener
@@ -143,7 +144,13 @@ async def _start_amqp(
     notifications = NotificationNode(live, bus)
     node = EventLogNode(logs.default, config.limits.node, logs)
     listener = AmqpListener(
-        node, authenticator, config, sas=sas, notifications=notifications, checkpoints=store
+        node,
+        authenticator,
+        config,
+        sas=sas,
+        notifications=notifications,
+        checkpoints=store,
+        access=access,
     )
     listener.notices = bus
     try:
@@ -340,7 +347,7 @@ class EventServer:
             if config.amqp is not None:
                 try:
                     amqp = await _start_amqp(
-                        store, logs, lives, notices, authenticator, config.amqp
+                        store, logs, lives, notices, authenticator, config.amqp, access
                     )
                 except BaseException:
                     await transport.close()
