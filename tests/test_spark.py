@@ -469,13 +469,11 @@ def test_a_stream_of_four_partitions_is_archived_once_per_partition_across_a_kil
 
 
 def _serves(server: ServerProcess, number: int) -> bool:
-    """Whether the server already serves the partition (it follows the registry by polling)."""
-    try:
-        with BlockingClient(partition_url(server, number), credentials=f"{USER}:{PASSWORD}") as c:
-            c.ping()
-    except ConnectionError:
-        return False
-    return True
+    """Whether the server already serves partition ``number`` of the stream (it follows the
+    registry by polling): its ``listStreams`` shows that many partitions."""
+    with BlockingClient(server.url, credentials=f"{USER}:{PASSWORD}") as client:
+        streams = client.call(OPS, "listStreams", {})
+    return any(s["name"] == STREAM and s["partitions"] > number for s in streams)
 
 
 def test_streaming_a_stream_follows_its_growth(
