@@ -311,9 +311,9 @@ async def door_rows(admin_url: str | None, events: int, runs: int) -> Rows:
     halves = [list(range(PARTITIONS // 2)), list(range(PARTITIONS // 2, PARTITIONS))]
     for _ in range(runs):
         with tempfile.TemporaryDirectory(prefix="bench-partitions-") as tmp:
-            system = await systems.start_futoin_evt(Path(tmp))
+            # the stream is there before the server starts: served from its first call
+            system = await systems.start_futoin_evt(Path(tmp), streams={STREAM: PARTITIONS})
             try:
-                await stream_keys(str(system.db_path), PARTITIONS)
                 if not await serves_partitions(system.url, credentials, str(system.db_path)):
                     print(f"# the server does not serve /{STREAM}/P: no addEvent rows")
                     return row

@@ -22,6 +22,7 @@ from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage import open_store
 from futoin_evt.storage.grants_sql import grant_sql
 from futoin_evt.storage.schema import ensure_schema
+from futoin_evt.storage.sqlite import create_private
 
 BENCH_DIR: Final = Path(__file__).resolve().parent
 JS_DIR: Final = BENCH_DIR / "js"
@@ -122,6 +123,7 @@ def prefill_rows(count: int) -> list[tuple[str, str, str]]:
 
 
 def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
+    create_private(path)  # as the server makes its files: it warns about others
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         conn.execute("PRAGMA journal_mode=WAL")
