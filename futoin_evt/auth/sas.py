@@ -32,9 +32,8 @@ from typing import Final, Protocol
 from urllib.parse import parse_qsl, quote_plus, unquote_plus
 
 from ..domain.principal import Principal
-from ..domain.rights import BadGrant, Right
+from ..domain.rights import Right, names_text, parse_names
 from ..domain.stream import UserId
-from ..quoting import quote_input
 from ..storage.base import User
 
 #: Bytes of randomness in a new secret file.
@@ -108,20 +107,11 @@ def is_policy(user: User) -> bool:
 
 def parse_claims(text: str) -> Right:
     """``Send,Listen`` as rights; raises :class:`~futoin_evt.domain.rights.BadGrant`."""
-    rights = Right.NONE
-    names = [name.strip() for name in text.split(",")]
-    if not [name for name in names if name]:
-        raise BadGrant("no claims given: name one or more of Send, Listen, Manage")
-    for name in names:
-        claim = CLAIMS.get(name)
-        if claim is None:
-            raise BadGrant(f"unknown claim {quote_input(name, 20)}: use Send, Listen or Manage")
-        rights |= claim
-    return rights
+    return parse_names(text, CLAIMS, "claim")
 
 
 def claims_text(rights: Right) -> str:
-    return ",".join(name for name, right in CLAIMS.items() if rights & right)
+    return names_text(rights, CLAIMS)
 
 
 def sas_key(secret: bytes, user: User) -> str:

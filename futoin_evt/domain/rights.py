@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -47,21 +47,34 @@ class BadGrant(ValueError):
 def parse_rights(text: str) -> Right:
     """``read,write`` as rights; raises :class:`BadGrant` for an empty list or a name that is
     not a right."""
-    rights = Right.NONE
-    names = [name.strip() for name in text.split(",")] if isinstance(text, str) else []
-    if not [name for name in names if name]:
-        raise BadGrant("no rights given: name one or more of read, write, manage")
-    for name in names:
-        right = RIGHT_NAMES.get(name)
-        if right is None:
-            raise BadGrant(f"unknown right {quote_input(name, 20)}: use read, write or manage")
-        rights |= right
-    return rights
+    return parse_names(text, RIGHT_NAMES, "right")
 
 
 def rights_text(rights: Right) -> str:
     """Rights as the comma list :func:`parse_rights` reads (``""`` for none)."""
-    return ",".join(name for name, right in RIGHT_NAMES.items() if rights & right)
+    return names_text(rights, RIGHT_NAMES)
+
+
+def parse_names(text: str, names: Mapping[str, Right], kind: str) -> Right:
+    """A comma list of ``names`` (rights, or claims that stand for them) as rights; raises
+    :class:`BadGrant` for an empty list or a name not in ``names``."""
+    listed = [name.strip() for name in text.split(",")] if isinstance(text, str) else []
+    known = list(names)
+    if not [name for name in listed if name]:
+        raise BadGrant(f"no {kind}s given: name one or more of {', '.join(known)}")
+    rights = Right.NONE
+    for name in listed:
+        right = names.get(name)
+        if right is None:
+            choices = f"{', '.join(known[:-1])} or {known[-1]}"
+            raise BadGrant(f"unknown {kind} {quote_input(name, 20)}: use {choices}")
+        rights |= right
+    return rights
+
+
+def names_text(rights: Right, names: Mapping[str, Right]) -> str:
+    """Rights as a comma list of ``names`` (``""`` for none)."""
+    return ",".join(name for name, right in names.items() if rights & right)
 
 
 def check_pattern(pattern: str) -> str:
