@@ -660,11 +660,6 @@ async def test_sigterm_stops_every_worker_gracefully(group: Group) -> None:
     [
         (["--workers", "0"], "1", "--workers must be at least 1."),
         ([], "many", "$FUTOIN_EVT_WORKERS must be a number of processes, not 'many'."),
-        (
-            ["--console", "--workers", "2"],
-            "1",
-            "--console needs one process (--workers 1): its sessions are in memory.",
-        ),
     ],
 )
 def test_the_worker_count_is_checked(

@@ -218,7 +218,8 @@ def add_commands(commands: Commands) -> None:
         type=int,
         default=DEFAULT_MAX_SESSIONS,
         metavar="N",
-        help="console sessions open at once at most (the least recently used ends)",
+        help="console sessions open at once at most, for every process on the database"
+        " (the least recently used ends)",
     )
     serve.set_defaults(run=_serve)
 
@@ -229,7 +230,7 @@ async def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor's SIGTERM stops it
         die_with_parent(place.supervisor)
         tag_logs(place.slot)
-    workers = _workers(args.workers, console=args.console) if place is None else 1
+    workers = _workers(args.workers) if place is None else 1
     tls = _tls_context(args.tls_cert, args.tls_key)
     for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
@@ -490,20 +491,17 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     return context
 
 
-def _workers(value: int | None, *, console: bool) -> int:
-    """The number of workers; the console's sessions live in one process's memory, so with
-    ``--console`` the default is 1 and more are refused."""
+def _workers(value: int | None) -> int:
+    """The number of workers: ``--workers``, else ``$FUTOIN_EVT_WORKERS``, else one per core."""
     if value is None:
         env = os.environ.get(ENV_WORKERS)
         if env is None:
-            return 1 if console else os.cpu_count() or 1
+            return os.cpu_count() or 1
         if re.fullmatch(r"[0-9]{1,4}", env.strip()) is None:
             raise BadSetting(f"${ENV_WORKERS} must be a number of processes, not {env!r}.")
         value = int(env)
     if value < 1:
         raise BadSetting("--workers must be at least 1.")
-    if value > 1 and console:
-        raise BadSetting("--console needs one process (--workers 1): its sessions are in memory.")
     if value > 1 and not sys.platform.startswith("linux"):
         raise BadSetting("--workers above 1 needs Linux (SO_REUSEPORT spreads connections).")
     return value

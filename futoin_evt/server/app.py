@@ -15,6 +15,7 @@ from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
+from ..domain.sessions import ConsoleSessionStore
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.doors import PartitionDoors
@@ -169,6 +170,7 @@ def _console_endpoint(
     authenticator: Authenticator,
     notices: ManagementBus,
     live: LiveStreams,
+    sessions: ConsoleSessionStore,
     transport: WebSocketTransport,
     tls: bool,
 ) -> ConsoleEndpoint:
@@ -176,7 +178,7 @@ def _console_endpoint(
     from ..console.app import Console
     from .console_http import ConsoleEndpoint
 
-    console = Console(logs, streams, push, authenticator, notices, live, config)
+    console = Console(logs, streams, push, authenticator, notices, live, sessions, config)
     return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
 
 
@@ -335,6 +337,7 @@ class EventServer:
                     authenticator,
                     notices,
                     lives,
+                    store,
                     transport,
                     config.transport.tls is not None,
                 )

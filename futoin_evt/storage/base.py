@@ -41,12 +41,13 @@ from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
+from ..domain.sessions import ConsoleSessionStore
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 
 
 class StoreError(Exception):
@@ -572,7 +573,16 @@ class PeerNews(Protocol):
         """A stream was added, grown or dropped."""
 
 
-class Store(PartitionLog, Streams, Aggregates, Users, Grants, EventHubCheckpoints, Protocol):
+class Store(
+    PartitionLog,
+    Streams,
+    Aggregates,
+    Users,
+    Grants,
+    EventHubCheckpoints,
+    ConsoleSessionStore,
+    Protocol,
+):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
     of ``events``/0."""
 

@@ -12,6 +12,7 @@ from typing import Final
 
 from .base import migrations_to_run
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from .sessions_sql import SESSIONS_VERSION
 
 _VERSION_1: Final = """
 CREATE TABLE IF NOT EXISTS events (
@@ -184,6 +185,21 @@ CREATE TABLE IF NOT EXISTS grants (
 {UPGRADE_GRANTS}
 """
 
+#: The web console's sessions, for every process on the database: the SHA-256 digest of
+#: the session's token (never the token), its user, created and last used (seconds since the
+#: epoch), the notice its next page shows once.
+_CONSOLE_SESSIONS: Final = """
+CREATE TABLE IF NOT EXISTS console_sessions (
+    digest BLOB PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    created REAL NOT NULL,
+    used REAL NOT NULL,
+    notice TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS console_sessions_by_used ON console_sessions (used);
+CREATE INDEX IF NOT EXISTS console_sessions_by_user ON console_sessions (user_id)
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -194,6 +210,7 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    SESSIONS_VERSION: _CONSOLE_SESSIONS,
 }
 
 

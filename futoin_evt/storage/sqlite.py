@@ -102,6 +102,7 @@ from .pages import (
 )
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
+from .sessions_sql import ConsoleSessionTables
 from .sqlite_reads import SqliteReader
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
 from .thread import WorkerThread
@@ -668,7 +669,7 @@ class SqlitePartitionLog(PagedReads):
         return total
 
 
-class SqliteStore(SqlitePartitionLog, CheckpointTables):
+class SqliteStore(SqlitePartitionLog, CheckpointTables, ConsoleSessionTables):
     """Event, consumer, user and stream storage; as a log, the view of ``events``/0.
     Create with :meth:`open`; close with :meth:`close`."""
 
@@ -906,6 +907,11 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
 
     async def _checkpoint_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         return await self._write(sql, params)
+
+    # -- the console's sessions (read and written as the checkpoint store's rows) -------------
+
+    _session_read = _checkpoint_read
+    _session_write = _checkpoint_write
 
     # -- users --------------------------------------------------------------------------------
 

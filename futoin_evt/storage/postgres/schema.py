@@ -13,6 +13,7 @@ import psycopg
 
 from ..base import migrations_to_run
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..sessions_sql import SESSIONS_VERSION
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
 LOCK_NAMESPACE: Final = 0x46544E  # "FTN"
@@ -194,6 +195,21 @@ _VERSION_9: Final = (
     UPGRADE_GRANTS,
 )
 
+_CONSOLE_SESSIONS: Final = (
+    # The web console's sessions, for every process on the database: the SHA-256 digest of
+    # the session's token (never the token), its user, created and last used (seconds since
+    # the epoch), the notice its next page shows once.
+    """CREATE TABLE IF NOT EXISTS console_sessions (
+        digest BYTEA PRIMARY KEY,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        created DOUBLE PRECISION NOT NULL,
+        used DOUBLE PRECISION NOT NULL,
+        notice TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS console_sessions_by_used ON console_sessions (used)",
+    "CREATE INDEX IF NOT EXISTS console_sessions_by_user ON console_sessions (user_id)",
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -204,6 +220,7 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    SESSIONS_VERSION: _CONSOLE_SESSIONS,
 }
 
 

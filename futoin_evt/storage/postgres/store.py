@@ -154,6 +154,7 @@ from ..pages import (
     rows_sql,
 )
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
+from ..sessions_sql import ConsoleSessionTables
 from ..tables import STREAM_ROWS, Tables, stream_infos
 from .schema import (
     CHANNEL,
@@ -935,7 +936,7 @@ class PostgresPartitionLog(PagedReads):
         return [stored_event(row) for row in rows], head
 
 
-class PostgresStore(PostgresPartitionLog, CheckpointTables):
+class PostgresStore(PostgresPartitionLog, CheckpointTables, ConsoleSessionTables):
     """Event, consumer, user and stream storage in PostgreSQL; as a log, the view of
     ``events``/0. Create with :meth:`open`."""
 
@@ -1426,6 +1427,11 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables):
         return await self._fetch(sql, params)
 
     _checkpoint_write = _checkpoint_read
+
+    # -- the console's sessions -----------------------------------------------------------
+
+    _session_read = _checkpoint_read
+    _session_write = _checkpoint_read
 
     # -- users ----------------------------------------------------------------------------
 
