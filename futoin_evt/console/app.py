@@ -13,7 +13,14 @@ tails of streams they may read, their own consumers there and, on streams they m
 everyone's. Dropping or seeking a consumer needs read (their own) or manage (another's). A
 refusal is the error page with status 403 and the sentence naming the right and the stream,
 the same for a name that names no stream (unless the user holds some right on that name,
-who gets 404). A live tail ends when the right it needs is revoked.
+who gets 404). A live tail ends when the right it needs is revoked, and with its session.
+
+Sessions are in the database (:mod:`.sessions`): a login on one worker, or on another
+process on the same database, holds on every other. A live tail reads through the server's
+shared reader of its partition (:class:`~futoin_evt.notify.live.LiveStreams`, the one the
+notification service reads through): many tails of one partition cost one reader. A push
+consumer's state (in flight, retrying) is known to the worker it is connected to; the
+others show it connected, as the workers' channel tells them.
 """
 
 from __future__ import annotations
@@ -488,6 +495,7 @@ class Console:
     ) -> list[dict[str, Any]]:
         lowest = await self._log(partition).consumers.lowest(call.principal)
         pushing = {s.key: s for s in self._push.all_streams if s.reliable}
+        elsewhere = self._push.pushing_elsewhere()
         now = time.time()
         return [
             {
@@ -495,6 +503,7 @@ class Console:
                 "row": row,
                 "age": _age(row.oldest_unread_ts, now),
                 "push": pushing.get((partition.key, row.user_id, row.component)),
+                "elsewhere": (partition.key, row.user_id, row.component) in elsewhere,
                 "holds_back": lowest is not None
                 and (lowest[1], lowest[2]) == (row.user_id, row.component),
             }
