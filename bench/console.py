@@ -70,9 +70,7 @@ async def _prepare(db: str, source: Path | None) -> None:
 
 
 @contextlib.asynccontextmanager
-async def _server(
-    name: str, db: str, source: Path | None, workers: int
-) -> AsyncIterator[Server]:
+async def _server(name: str, db: str, source: Path | None, workers: int) -> AsyncIterator[Server]:
     await _prepare(db, source)
     proc = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve", "--db", db,
