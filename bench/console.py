@@ -7,7 +7,10 @@ With ``--before DIR`` (another source tree: an earlier version) both servers run
 same run, their views taken in alternate rounds on the same machine, each on a database of
 its own (each version makes its own schema). The pages: ``streams`` (every partition's
 head, rate and chart) and ``consumers`` (every consumer's position and lag), of a database
-with 4 streams of 2 partitions and a consumer on each partition.
+with 4 streams of 2 partitions and a consumer on each partition, and ``login`` with a live
+session (answered 303 to the streams page: the session's lookup and little else). Beside
+the latency, the server's CPU time per view (``/proc``, the server's processes), which a
+busy shared machine blurs less.
 """
 
 from __future__ import annotations
@@ -28,10 +31,12 @@ from typing import Final
 import httpx
 
 from .postgres import database
+from .systems import group_cpu_seconds
 
 USER: Final = "bench"
 PASSWORD: Final = "bench-pw"
-PAGES: Final = ("streams", "consumers")
+#: Page -> the status it answers a logged-in browser.
+PAGES: Final = {"streams": 200, "consumers": 200, "login": 303}
 
 
 @dataclass
@@ -41,6 +46,7 @@ class Server:
     console: str
     http: httpx.AsyncClient = field(init=False)
     times: dict[str, list[float]] = field(default_factory=lambda: {p: [] for p in PAGES})
+    cpu: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PAGES, 0.0))
 
 
 async def _run(source: Path | None, *argv: str, stdin: bytes | None = None) -> None:
@@ -105,18 +111,21 @@ async def _consumer(server: Server, stream: str, partition: int) -> None:
 
 
 async def _views(server: Server, count: int) -> None:
-    for page in PAGES:
+    for page, status in PAGES.items():
         times = server.times[page]
+        cpu = group_cpu_seconds(server.process.pid)
         for _ in range(count):
             started = time.perf_counter()
             reply = await server.http.get(page)
             times.append(time.perf_counter() - started)
-            if reply.status_code != 200:
+            if reply.status_code != status:
                 raise RuntimeError(f"{server.name}: {page} answered {reply.status_code}")
+        server.cpu[page] += group_cpu_seconds(server.process.pid) - cpu
 
 
-async def measure(db_of: dict[str, str], sources: dict[str, Path | None], args: argparse.Namespace,
-                  ) -> dict[str, dict[str, list[float]]]:  # fmt: skip
+async def measure(
+    db_of: dict[str, str], sources: dict[str, Path | None], args: argparse.Namespace
+) -> list[Server]:
     async with contextlib.AsyncExitStack() as stack:
         servers = [
             await stack.enter_async_context(_server(name, db_of[name], source, args.workers))
@@ -125,20 +134,25 @@ async def measure(db_of: dict[str, str], sources: dict[str, Path | None], args: 
         for server in servers:  # warm-up: templates compiled, connections pooled
             await _views(server, 20)
             server.times = {p: [] for p in PAGES}
+            server.cpu = dict.fromkeys(PAGES, 0.0)
         for _ in range(args.rounds):
             for server in servers:
                 await _views(server, args.views)
-        return {server.name: server.times for server in servers}
+        return servers
 
 
-def _report(title: str, results: dict[str, dict[str, list[float]]]) -> None:
+def _report(title: str, servers: list[Server]) -> None:
     print(title)
-    for name, times in results.items():
-        for page, samples in times.items():
+    for server in servers:
+        for page, samples in server.times.items():
             ordered = sorted(samples)
             p50 = statistics.median(ordered) * 1e3
             p90 = ordered[int(len(ordered) * 0.9)] * 1e3
-            print(f"  {name:<8} {page:<10} p50 {p50:7.2f} ms   p90 {p90:7.2f} ms  ({len(ordered)})")
+            cpu = server.cpu[page] * 1e6 / len(ordered)
+            print(
+                f"  {server.name:<7} {page:<10} p50 {p50:6.2f} ms  p90 {p90:6.2f} ms"
+                f"  server CPU {cpu:6.0f} µs per view  ({len(ordered)} views)"
+            )
 
 
 async def main_async(args: argparse.Namespace) -> None:
