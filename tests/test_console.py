@@ -32,8 +32,9 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.console.config import ConsoleConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
+from futoin_evt.storage import open_store
 
-from .conftest import USERS, ServerFactory, add_user, execute_sql, run_without
+from .conftest import USERS, ServerFactory, ServerProcess, add_user, execute_sql, run_without
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -45,6 +46,7 @@ needs_chromium = pytest.mark.skipif(
 )
 
 ADMIN = ("root", "root-pw")
+ALICE = f"alice:{USERS['alice']}"
 COOKIE = "futoin_evt_console"
 #: Markup in event data: shown as text, never run.
 HOSTILE = "<img src=x onerror=\"document.body.dataset.pwned='1'\"><script>pwned=1</script>"
@@ -83,9 +85,11 @@ async def client_of(server: EventServer, user: str) -> EventStreamClient:
     return await EventStreamClient.connect(server.url, credentials=f"{user}:{USERS[user]}")
 
 
-async def log_in(page: Page, server: EventServer, user: str, password: str) -> None:
-    assert server.console_url is not None
-    await page.goto(server.console_url)
+async def log_in(page: Page, server: EventServer | str, user: str, password: str) -> None:
+    """Log in to ``server``'s console (or the console at that URL)."""
+    url = server if isinstance(server, str) else server.console_url
+    assert url is not None
+    await page.goto(url)
     await page.get_by_label("User").fill(user)
     await page.get_by_label("Password").fill(password)
     await page.get_by_role("button", name="Log in").click()
@@ -382,6 +386,40 @@ async def test_names_and_queries_are_escaped_in_every_page(
     assert await page.evaluate("document.body.dataset.pwned") is None
 
 
+@in_browser
+@needs_chromium
+async def test_a_logout_in_one_tab_ends_the_live_tail_in_another(
+    browser: Browser, db_path: Path, password_hashes: dict[str, str]
+) -> None:
+    """``serve --console`` as an operator runs it (with $FUTOIN_EVT_WORKERS workers: the
+    tabs' requests land on any of them)."""
+    async with await open_store(db_path) as store:
+        await add_user(store, "alice", password_hashes["alice"])
+    server = ServerProcess(db_path, 0, "--console")
+    context = await browser.new_context()
+    try:
+        console_url = server.url.replace("ws", "http", 1) + "console/"
+        following = await context.new_page()
+        await log_in(following, console_url, "alice", USERS["alice"])
+        await menu(following, "Live tail")
+        await following.get_by_role("button", name="Follow").click()
+        await expect(following.locator("#tail")).to_have_attribute("data-state", "live")
+        async with await EventStreamClient.connect(server.url, credentials=ALICE) as alice:
+            await alice.add_event("ORDER_PLACED", {"n": 1})
+        await expect(following.locator("#tail tbody tr")).to_have_count(1)
+        other = await context.new_page()
+        await other.goto(console_url + "streams")
+        await other.get_by_role("button", name="Log out").click()
+        await expect(other).to_have_url(re.compile(r"/console/login$"))
+        await expect(following.get_by_role("alert")).to_have_text(
+            "The session has ended: log in again."
+        )
+        await expect(following.locator("#tail")).to_have_attribute("data-state", "ended")
+    finally:
+        await context.close()
+        server.stop()
+
+
 # -- without a browser -----------------------------------------------------------------------
 
 
@@ -519,10 +557,9 @@ async def test_live_tails_of_one_partition_share_its_reader(start_server: Server
     await server.store.add_stream("orders", 2)
     await server.streams.refresh()
     reader = server.live_streams.of_stream("orders")[1]
-    credentials = f"alice:{USERS['alice']}"
     async with (
         httpx.AsyncClient(base_url=server.console_url, timeout=30) as http,
-        await EventStreamClient.connect(server.url + "orders/1", credentials=credentials) as ftn3,
+        await EventStreamClient.connect(server.url + "orders/1", credentials=ALICE) as ftn3,
         contextlib.AsyncExitStack() as tails,
     ):
         await log_in_by_http(http)
