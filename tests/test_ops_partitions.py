@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
-from futoin_evt.client.aio import OPS, EventStreamClient, RemoteError
+from futoin_evt.client.aio import OPS, EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.sync import BlockingClient
+from futoin_evt.domain.rights import Right
 from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED
 from futoin_evt.server.app import EventServer, ServerConfig
@@ -133,3 +134,90 @@ async def test_consumer_administration_acts_on_the_partition_of_the_path(
         [CONSUMER_REGISTERED, "events", 0, "SAME"],
         [CONSUMER_DROPPED, "orders", 0, "SAME"],
     ]
+
+
+async def test_consumer_administration_on_the_partition_the_call_names(server: EventServer) -> None:
+    """streamInfo, listConsumers, seekConsumer and dropConsumer with ``stream`` and
+    ``partition`` act on that partition from any path; the one left out is partition 0 of
+    the stream named, or the path's stream; naming neither keeps the path's partition."""
+    base = server.url
+    orders1 = {"stream": "orders", "partition": 1}
+    async with (
+        await EventStreamClient.connect(base + "orders/1", credentials=ALICE) as one,
+        await EventStreamClient.connect(base, credentials=ALICE) as default,
+        await EventStreamClient.connect(base + "orders", credentials=ALICE) as pinned,
+    ):
+        await one.register_consumer("THERE")
+        for n in range(3):
+            await one.add_event("ONE", {"n": n})
+        await one.poll_events("THERE")
+        await one.poll_events("THERE", last_id=3)
+
+        info = await default.ftn3.call(OPS, "streamInfo", orders1)
+        assert (info["stream"], info["partition"], info["events"], info["last_id"]) == (
+            "orders", 1, 3, "3"
+        )  # fmt: skip
+        here = await default.ftn3.call(OPS, "streamInfo", {})
+        assert (here["stream"], here["partition"]) == ("events", 0)
+        first = await default.ftn3.call(OPS, "streamInfo", {"stream": "orders"})
+        assert (first["stream"], first["partition"], first["events"]) == ("orders", 0, 0)
+        # /orders serves no consumer call of its own, but takes a partition of orders
+        beside = await pinned.ftn3.call(OPS, "streamInfo", {"partition": 1})
+        assert (beside["stream"], beside["partition"]) == ("orders", 1)
+
+        listed = await default.ftn3.call(OPS, "listConsumers", orders1)
+        assert [(c["component"], c.get("position")) for c in listed] == [("THERE", "3")]
+        assert await default.ftn3.call(OPS, "listConsumers", {}) == []
+        assert await pinned.ftn3.call(OPS, "listConsumers", {"partition": 1}) == listed
+
+        seek = {"component": "THERE", "ts": EPOCH}
+        with pytest.raises(RemoteError, match="UnknownConsumer"):
+            await default.ftn3.call(OPS, "seekConsumer", seek)  # events/0 has no THERE
+        assert await default.ftn3.call(OPS, "seekConsumer", {**seek, **orders1}) is False
+        state = await one.ftn3.call(OPS, "consumerState", {"component": "THERE"})
+        assert state == {"position": "0", "head_id": "3"}
+
+        drop = {"user": "alice", "component": "THERE"}
+        with pytest.raises(RemoteError, match="UnknownConsumer"):
+            await default.ftn3.call(OPS, "dropConsumer", {**drop, "stream": "orders"})
+        assert await default.ftn3.call(OPS, "dropConsumer", {**drop, **orders1}) is True
+        assert await one.ftn3.call(OPS, "listConsumers", {}) == []
+
+
+async def test_a_partition_named_is_refused_as_a_path_to_it_is(
+    server: EventServer, password_hashes: dict[str, str]
+) -> None:
+    """bob may read ``orders*`` and write ``payroll``: a stream he may not read is refused
+    with the right it needs, the same whether it exists or not; within his rights, a stream
+    or partition that is not there is UnknownStream."""
+    bob = await server.store.add_user("bob", password_hashes["bob"])
+    await server.store.grant(bob, "orders*", int(Right.READ))
+    await server.store.grant(bob, "payroll", int(Right.WRITE))
+    await server.access.changed_here()
+    await server.store.add_stream("payroll", 1)
+    await server.streams.refresh()
+    calls = (
+        ("streamInfo", {}),
+        ("listConsumers", {}),
+        ("seekConsumer", {"component": "C", "ts": EPOCH}),
+        ("dropConsumer", {"user": "bob", "component": "C"}),
+    )
+    async with await FTN3Client.connect(server.url, credentials=f"bob:{USERS['bob']}") as client:
+        for func, params in calls:
+            for name in ("payroll", "secret"):
+                with pytest.raises(RemoteError) as refused:
+                    await client.call(OPS, func, {**params, "stream": name})
+                assert (refused.value.name, refused.value.desc) == (
+                    "SecurityError", f"the read right on stream {name} is needed"
+                ), func  # fmt: skip
+            for named, says in (
+                ({"stream": "orders-old"}, "There is no stream orders-old."),
+                ({"stream": "orders", "partition": 2}, "partitions 0 to 1, not 2."),
+            ):
+                with pytest.raises(RemoteError) as unknown:
+                    await client.call(OPS, func, {**params, **named})
+                assert unknown.value.name == "UnknownStream", func
+                assert unknown.value.desc.endswith(says), func
+        # within his rights, the call is served
+        info = await client.call(OPS, "streamInfo", {"stream": "orders", "partition": 1})
+        assert (info["stream"], info["partition"]) == ("orders", 1)

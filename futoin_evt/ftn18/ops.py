@@ -1,7 +1,8 @@
 """``futoinevt.ops``: stream and consumer information, consumer administration, seeking.
 
 Our own iface beside FTN18. Every call acts on the partition of the connection's path
-(``events``/0 on ``/``) and needs a right on its stream: ``read`` for every call (a caller
+(``events``/0 on ``/``), or the one its ``stream`` and ``partition`` name (see
+:mod:`.doors`), and needs a right on its stream: ``read`` for every call (a caller
 with no right at all on the stream is refused the same whether it exists or not). A user
 sees, drops and seeks their own consumers; with ``manage`` on the stream (and as an admin),
 everyone's. Another user's consumer is answered as UnknownConsumer, the same as one that
