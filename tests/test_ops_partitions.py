@@ -4,6 +4,7 @@ administration's) act on the partition of the path they are made on, on both bac
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,8 +18,10 @@ from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
+from futoin_evt.storage import open_store
 
-from .conftest import USERS, add_user
+from .conftest import USERS, ServerProcess, add_user
+from .test_cli import run
 
 pytestmark = pytest.mark.functional
 
@@ -221,3 +224,73 @@ async def test_a_partition_named_is_refused_as_a_path_to_it_is(
         # within his rights, the call is served
         info = await client.call(OPS, "streamInfo", {"stream": "orders", "partition": 1})
         assert (info["stream"], info["partition"]) == ("orders", 1)
+
+
+def test_the_commands_act_on_the_partition_they_name(
+    store_db: str, password_hashes: dict[str, str]
+) -> None:
+    """``info``, ``consumer list``, ``consumer seek`` and ``consumer drop`` take ``--stream``
+    and ``--partition`` on ``--url`` (without them, the URL's partition); ``stream info``
+    takes ``--partition`` on ``--db`` and ``--url``. Bad ones exit 2, an unknown stream 1."""
+
+    async def prepare() -> None:
+        async with await open_store(store_db) as store:
+            await add_user(store, "alice", password_hashes["alice"])
+            await store.add_stream("orders", 2)
+
+    asyncio.run(prepare())
+    server = ServerProcess(store_db, 0, "--discard-interval", "3600")
+    env = {"FUTOIN_EVT_USER": "alice", "FUTOIN_EVT_PASSWORD": USERS["alice"]}
+
+    def ok(*args: str) -> str:
+        result = run(*args, env=env)
+        assert result.returncode == 0, (args, result.stderr)
+        return result.stdout
+
+    try:
+        base = server.url
+        orders1 = ["--url", base, "--stream", "orders", "--partition", "1"]
+        for n in range(3):
+            ok("add", "ORDER", str(n), "--url", base + "orders/1")
+        assert len(ok("poll", "SLOW", "--url", base + "orders/1").splitlines()) == 3
+        ok("add", "ORDER", "3", "--url", base + "orders/1")
+
+        shown = json.loads(ok("info", "--json", *orders1))
+        assert (shown["stream"]["stream"], shown["stream"]["partition"]) == ("orders", 1)
+        assert [(c["component"], c["behind"]) for c in shown["consumers"]] == [("SLOW", 1)]
+        assert ok("info", *orders1).startswith("orders/1: events 4: ids 1 .. 4")
+        here = json.loads(ok("info", "--json", "--url", base))
+        assert (here["stream"]["stream"], here["consumers"]) == ("events", [])
+        listed = json.loads(ok("consumer", "list", "--json", *orders1))
+        assert [(c["component"], c.get("position")) for c in listed] == [("SLOW", "3")]
+        assert json.loads(ok("consumer", "list", "--json", "--url", base + "orders/1")) == listed
+
+        assert ok("consumer", "seek", "SLOW", EPOCH, *orders1) == (
+            "consumer SLOW reads on from the first event\n"
+        )
+        for where in (["--db", store_db], ["--url", base]):
+            described = json.loads(
+                ok("stream", "info", "orders", "--partition", "1", "--json", *where)
+            )
+            (partition,) = described["partitions"]
+            assert (partition["number"], partition["events"]) == (1, 4), where
+            assert partition["consumers"][0]["position"] == 0, where
+        assert ok("consumer", "drop", "alice", "SLOW", *orders1) == (
+            "dropped consumer SLOW of user alice\n"
+        )
+        assert json.loads(ok("consumer", "list", "--json", *orders1)) == []
+
+        for args, status, says in (
+            (["info", *orders1[:2], "--partition", "1024"], 2, "--partition must be 0 to 1023"),
+            (["consumer", "list", *orders1[:2], "--stream", "Orders"], 2, "invalid stream name"),
+            (["consumer", "seek", "SLOW", "yesterday", *orders1], 2, "YYYY-MM-DDTHH:MM:SSZ"),
+            (["stream", "info", "orders", "--partition", "2", "--url", base], 2, "not 2"),
+            (["consumer", "list", *orders1[:2], "--stream", "gone"], 1, "UnknownStream"),
+            (["consumer", "drop", "alice", "SLOW", *orders1], 1, "UnknownConsumer"),
+        ):
+            result = run(*args, env=env)
+            assert result.returncode == status, (args, result.stderr)
+            assert says in result.stderr, args
+            assert len(result.stderr.strip().splitlines()) == 1, args
+    finally:
+        assert server.stop() == 0
