@@ -199,7 +199,7 @@ async def test_a_partition_named_is_refused_as_a_path_to_it_is(
     await server.access.changed_here()
     await server.store.add_stream("payroll", 1)
     await server.streams.refresh()
-    calls = (
+    calls: tuple[tuple[str, dict[str, Any]], ...] = (
         ("streamInfo", {}),
         ("listConsumers", {}),
         ("seekConsumer", {"component": "C", "ts": EPOCH}),
