@@ -118,9 +118,10 @@ class OpsService(ConsumerOps):
             discard_up_to = _event_id(await self._discarder.bound(partition))
             if lowest is not None:
                 held_back_by = {"user": lowest[0], "component": lowest[2]}
+        record = await self._discarder.server_record(partition)
         expired = [
             {"user": user, "component": component}
-            for user, component in self._discarder.expired_in(partition)
+            for user, component in record.expired
             if guard.acts_for(who, user)
         ]
         return _without_none({
@@ -133,7 +134,7 @@ class OpsService(ConsumerOps):
             "events": bounds.events,
             "discard_up_to": discard_up_to,
             "held_back_by": held_back_by,
-            "discarded_total": self._discarder.discarded_in(partition),
+            "discarded_total": record.discarded,
             "expired_consumers": expired,
         })  # fmt: skip
 
