@@ -171,7 +171,8 @@ async def test_consumer_administration_on_the_partition_the_call_names(server: E
         listed = await default.ftn3.call(OPS, "listConsumers", orders1)
         assert [(c["component"], c.get("position")) for c in listed] == [("THERE", "3")]
         assert await default.ftn3.call(OPS, "listConsumers", {}) == []
-        assert await pinned.ftn3.call(OPS, "listConsumers", {"partition": 1}) == listed
+        beside_listed = await pinned.ftn3.call(OPS, "listConsumers", {"partition": 1})
+        assert [(c["component"], c.get("position")) for c in beside_listed] == [("THERE", "3")]
 
         seek = {"component": "THERE", "ts": EPOCH}
         with pytest.raises(RemoteError, match="UnknownConsumer"):
@@ -263,7 +264,8 @@ def test_the_commands_act_on_the_partition_they_name(
         assert (here["stream"]["stream"], here["consumers"]) == ("events", [])
         listed = json.loads(ok("consumer", "list", "--json", *orders1))
         assert [(c["component"], c.get("position")) for c in listed] == [("SLOW", "3")]
-        assert json.loads(ok("consumer", "list", "--json", "--url", base + "orders/1")) == listed
+        on_path = json.loads(ok("consumer", "list", "--json", "--url", base + "orders/1"))
+        assert [(c["component"], c.get("position")) for c in on_path] == [("SLOW", "3")]
 
         assert ok("consumer", "seek", "SLOW", EPOCH, *orders1) == (
             "consumer SLOW reads on from the first event\n"
