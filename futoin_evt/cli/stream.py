@@ -1,5 +1,6 @@
 """``futoin-evt stream``: streams and their partitions, in the database (``--db``) or on a
-running server (``--url``, through the ops iface; changes take an admin user)."""
+running server (``--url``, through the ops iface, with the user's rights: a change needs
+``manage`` on the name, an aggregate ``read`` on its source too)."""
 
 from __future__ import annotations
 
@@ -39,7 +40,8 @@ def add_commands(commands: Commands) -> None:
         "--aggregate",
         metavar="SOURCE",
         help="a stream of one partition that every serving process fills with every event "
-        "of every partition of SOURCE (new ids, each partition's order kept; --db only)",
+        "of every partition of SOURCE (new ids, each partition's order kept; with --url it "
+        "needs manage on NAME and read on SOURCE)",
     )
     add_where(add)
     add.set_defaults(run=_stream_add)
