@@ -2,8 +2,9 @@
 
 A receiving link from source ``$events`` subscribes to the stream ``events``; from
 ``$events/NAME``, to every partition of the stream ``NAME`` (``amqp:not-found`` when there is
-no such stream). It needs the read right on the stream (``amqp:unauthorized-access`` without
-it, whether the stream exists or not), and is detached so once that right is revoked; on a
+no such stream, and the link is detached so when its stream is dropped). It needs the read
+right on the stream (``amqp:unauthorized-access`` without it, whether the stream exists or
+not), and is detached so once that right is revoked; on a
 connection that logged in with SAS tokens, one of them must cover ``$events/NAME`` or
 ``NAME/$events`` (``sb://HOST/NAME`` does). Its source filter set may hold:
 
@@ -254,6 +255,10 @@ class NotificationLink(SourceLink):
         sent = 0
         while True:
             subscription.wake.clear()
+            gone = subscription.gone
+            if gone is not None:  # the stream was dropped: as for a stream that is not there
+                self._conn.detach(link, NOT_FOUND, str(gone))
+                return
             if link.credit > 0 and self._conn.writable:
                 if subscription.has_more():
                     batch = await subscription.poll(min(link.credit, READ_BATCH))

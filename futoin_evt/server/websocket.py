@@ -167,7 +167,8 @@ class _Connection:
         self._close_after_calls(str(violation))
 
     def close_refused(self, reason: str) -> None:
-        """PeerLink: a right the peer lost (a revoke) ends its connection, saying why."""
+        """PeerLink: what the peer lost (a right revoked, a stream dropped) ends its
+        connection, saying why."""
         if self._violation is None and self.io.is_open:
             log.info("closing connection from %s: %s", self.channel.peer, reason)
             self._close_after_calls(reason)
