@@ -39,6 +39,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from ..domain.management import ManagementBus
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM
 from ..domain.rights import Right
 from ..domain.stream import EventId, StoredEvent
@@ -50,8 +52,7 @@ from ..notify.live import (
     UnknownStream,
     management_visible_to,
 )
-from ..notify.management import ManagementBus
-from ..notify.message import Notification, NotifyError, Transformation, encoded, real_message
+from ..notify.message import NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 from .codec import (

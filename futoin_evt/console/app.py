@@ -35,6 +35,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from ..auth.users import Authenticator
 from ..dcb.model import DcbInputError, parse_query
 from ..dcb.service import DcbService, ReadRequest
+from ..domain.management import ManagementBus
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_PARTITION, Partition, check_stream_name
 from ..domain.principal import Principal
 from ..domain.rights import Right
@@ -46,8 +48,7 @@ from ..log.consumers import ConsumerRow
 from ..log.eventlog import EventLog
 from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
-from ..notify.management import ManagementBus
-from ..notify.message import Notification, NotifyError, Transformation, real_message
+from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
 from ..stats import INSECURE_CHANNEL
 from .config import ConsoleConfig

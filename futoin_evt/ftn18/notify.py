@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..domain.management import ManagementBus
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM
 from ..domain.principal import Principal
 from ..domain.rights import Right
@@ -45,8 +47,7 @@ from ..notify.live import (
     management_visible_to,
     start_positions,
 )
-from ..notify.management import ManagementBus
-from ..notify.message import Notification, NotifyError, Transformation, encoded, real_message
+from ..notify.message import NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
 
 log = logging.getLogger(__name__)

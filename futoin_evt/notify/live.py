@@ -30,14 +30,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from ..domain.management import ManagementBus, is_management_type
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
 from ..domain.rights import Right
 from ..log.access import OPEN_ACCESS, Access
 from ..log.eventlog import EventLog
 from ..quoting import quote_input
 from .catalog import EventCatalog
-from .management import ManagementBus, is_management_type
-from .message import Notification, NotifyError
+from .message import NotifyError
 from .selector import Selector
 
 if TYPE_CHECKING:

@@ -15,6 +15,7 @@ from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
+from ..domain.management import ManagementBus
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.doors import PartitionDoors
@@ -28,7 +29,6 @@ from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
-from ..notify.management import ManagementBus
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO

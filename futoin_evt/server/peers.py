@@ -43,10 +43,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ..domain.management import ManagementBus, management_attributes, management_notification
+from ..domain.notification import Notification
 from ..domain.stream import UserId
 from ..ftn18.push import PushService, StreamKey
-from ..notify.management import ManagementBus, management_attributes, management_notification
-from ..notify.message import Notification
 from ..storage.base import PeerNews
 
 log = logging.getLogger(__name__)

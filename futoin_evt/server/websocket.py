@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..domain.principal import Principal
 from ..ftn3.calls import Routes
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
-from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import TOO_MANY_CONNECTIONS, WEBSOCKET_CELL, GroupShare, SharedCount, Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
