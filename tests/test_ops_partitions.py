@@ -13,9 +13,9 @@ import pytest
 from futoin_evt.client.aio import OPS, EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.sync import BlockingClient
+from futoin_evt.domain.management import CONSUMER_DROPPED, CONSUMER_REGISTERED
 from futoin_evt.domain.rights import Right
 from futoin_evt.log.retention import RetentionConfig
-from futoin_evt.notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store

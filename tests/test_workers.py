@@ -671,6 +671,26 @@ async def test_sigkill_of_the_whole_group_loses_nothing_acknowledged(
         assert groups[-1].channel() not in (None, channel)
 
 
+@pytest.mark.parametrize("serve_workers", [2])
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+def test_the_next_start_removes_the_directory_of_a_group_killed_whole(
+    group: Group, groups: list[Group], tmp_path: Path
+) -> None:
+    """SIGKILL to a whole group (supervisor and workers) leaves its channel directory behind;
+    the next group to start removes it, and leaves that of a group still running alone."""
+    groups.append(Group(str(tmp_path / "other.sqlite"), workers=2))
+    running = groups[-1].channel()
+    killed = group.channel()
+    assert running is not None
+    assert killed is not None
+    group.kill_all()
+    assert killed.exists()  # nobody was left to tidy up
+    groups.append(Group(str(group.db), workers=2))
+    assert not killed.exists()
+    assert running.exists()
+    assert groups[-1].channel() not in (None, killed, running)
+
+
 @pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
 async def test_sigterm_stops_every_worker_gracefully(group: Group) -> None:
     acked: list[int] = []

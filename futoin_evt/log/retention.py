@@ -41,9 +41,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from ..domain.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ..domain.stream import UserId, utc_timestamp
-from ..notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from ..storage.base import Consumers, DiscardLimits, Retention
 
 log = logging.getLogger(__name__)

@@ -15,6 +15,7 @@ from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
+from ..domain.management import ManagementBus
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.doors import PartitionDoors
@@ -28,7 +29,6 @@ from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
-from ..notify.management import ManagementBus
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
@@ -222,6 +222,8 @@ class EventServer:
         executor: Executor,
         streams: StreamRegistry,
         access: AccessControl,
+        notify: NotifyService,
+        notices: ManagementBus,
     ) -> None:
         self.store = store
         #: Every partition's event log: what every door calls.
@@ -248,10 +250,10 @@ class EventServer:
         self.executor = executor
         #: Event notification: management events, the shared readers (that of ``events``/0
         #: and those of every partition read), the FTN3 service.
-        self.notices = ManagementBus()
-        self.live_streams = live_streams(logs, streams)
+        self.notices = notices
+        self.live_streams = notify.streams
         self.live = self.live_streams.default
-        self.notify = NotifyService(self.live_streams, self.notices)
+        self.notify = notify
         #: The channel to the other workers of the group, when this is one.
         self.channel: PeerChannel | None = None
         self._transport = transport
@@ -370,7 +372,17 @@ class EventServer:
         aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
         server = cls(
-            store, logs, push, discarder, transport, authenticator, executor, streams, access
+            store,
+            logs,
+            push,
+            discarder,
+            transport,
+            authenticator,
+            executor,
+            streams,
+            access,
+            notify,
+            notices,
         )
         server.archiver = archiver
         server.aggregator = aggregator
@@ -382,10 +394,6 @@ class EventServer:
         server.console = console
         if console is not None:
             console.start()
-        server.notices = notices
-        server.live = lives.default
-        server.live_streams = lives
-        server.notify = notify
         server.channel = channel
         if config.metrics is not None:
             try:

@@ -46,12 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ..domain.management import ManagementBus, management_attributes, management_notification
+from ..domain.notification import Notification
 from ..domain.partition import Partition
 from ..domain.stream import UserId
 from ..ftn18.push import PushService, StreamKey
 from ..log.retention import Discarder, DiscardRecord
-from ..notify.management import ManagementBus, management_attributes, management_notification
-from ..notify.message import Notification
 from ..storage.base import PeerNews
 
 log = logging.getLogger(__name__)
