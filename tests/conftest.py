@@ -435,14 +435,18 @@ settings.load_profile("default")
 
 
 @pytest.fixture
-def faultfs(tmp_path: Path) -> Iterator[FaultFS]:
-    """The power-loss filesystem (tests/faultfs) mounted over a new directory. Skips with one
-    line where FUSE, Debian's fuse3 or mfusepy is missing, except under CI (.ci/run installs
-    them), where it fails."""
+def needs_fuse() -> None:
+    """Skips with one line where FUSE, Debian's fuse3 or mfusepy is missing, except under CI
+    (.ci/run installs them), where it fails."""
     reason = unavailable()
     if reason is not None:
         if os.environ.get("CI"):
             pytest.fail(reason)
         pytest.skip(reason)
+
+
+@pytest.fixture
+def faultfs(needs_fuse: None, tmp_path: Path) -> Iterator[FaultFS]:
+    """The power-loss filesystem (tests/faultfs) mounted over a new directory."""
     with FaultFS(tmp_path / "faultfs") as fs:
         yield fs

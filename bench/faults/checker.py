@@ -18,8 +18,9 @@ a log:
   confirmed to it.
 
 Payloads are told apart by a token each producer writes into its event (unique per add); an
-add's id is the server's. Lost events are charged to the first fault after their
-acknowledgement, with the milliseconds of acknowledged history they span (:class:`CutLoss`).
+add's id is the server's. Lost events are charged to the first fault after they were sent
+(a reply may be read after the fault, but the add reached the server before it), with the
+milliseconds of acknowledged history they span (:class:`CutLoss`).
 """
 
 from __future__ import annotations
@@ -244,7 +245,7 @@ def _acknowledged(
             continue
         verdicts.note("lost", f"{add.token} acknowledged as {add.partition} id {add.event_id}")
         assert add.completed is not None
-        cut = bisect.bisect_left(history.cuts, add.completed)
+        cut = bisect.bisect_left(history.cuts, add.invoked)
         lost_at[cut].append(add.completed)
     for cut, times in sorted(lost_at.items()):
         when = history.cuts[cut] if cut < len(history.cuts) else max(times)

@@ -105,8 +105,14 @@ class FaultFS:
         blocks (``dirty_files``: name to blocks)."""
         return self._ask(f"cut {keep} {seed}")
 
+    def arm(self, name: str, nth: int, keep: float = 0.0, seed: int = 0) -> None:
+        """Cut as :meth:`cut` does, during the ``nth`` write to the file ``name`` (in the top
+        directory) from now on; :meth:`stats` tells whether it happened (``cut``)."""
+        self._ask(f"arm {name} {nth} {keep} {seed}")
+
     def stats(self) -> dict[str, Any]:
-        """File and directory syncs so far, unsynced blocks and name changes now."""
+        """File and directory syncs so far, unsynced blocks and name changes now, and once
+        the power is off, what the cut did (``cut``)."""
         return self._ask("stats")
 
     def remount(self) -> None:

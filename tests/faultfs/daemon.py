@@ -21,7 +21,10 @@ It reads commands on its standard input, one a line, and answers each with one J
   ``KEEP`` > 0 (the disk had written some of it back, in any order for data, in order for
   the journal); ``KEEP`` 0 drops it all (LazyFS's behaviour). The answer counts what was
   dropped.
-- ``stats``: file and directory syncs so far, unsynced blocks and journal entries now.
+- ``arm NAME NTH KEEP SEED``: the same cut, during the NTH write to the file NAME from now
+  on (that write fails): a cut at an exact point, say inside a checkpoint.
+- ``stats``: file and directory syncs so far, unsynced blocks and journal entries now, and
+  what the cut did once there was one.
 
 Shared writable ``mmap`` (SQLite's ``-shm``) works: files are opened with the page cache
 (no ``direct_io``) and ``keep_cache``, so every process maps the same pages. POSIX and
@@ -161,6 +164,10 @@ class PowerLossFS(mfusepy.Operations):  # type: ignore[misc]
         self.orphans = os.path.realpath(orphans)
         self._mutex = threading.Lock()
         self.frozen = False
+        #: The cut waiting for a write: (file name, writes to go, chance, seed).
+        self.armed: tuple[str, int, float, int] | None = None
+        #: What the cut did, once the power is off.
+        self.cut_stats: dict[str, Any] | None = None
         self._inos = iter(range(2, 1 << 62))
         self.paths: dict[str, Inode] = {}
         self.handles: dict[int, Inode] = {}
@@ -274,38 +281,78 @@ class PowerLossFS(mfusepy.Operations):  # type: ignore[misc]
     # -- the power cut ----------------------------------------------------------------------
 
     def cut(self, chance: float, seed: int) -> dict[str, Any]:
+        """The power cut (see the module's docstring); a second cut changes nothing and
+        answers what the first one did."""
         with self._mutex:
-            self.frozen = True
-            rng = random.Random(seed)
-            inodes = {id(i): i for i in [*self.paths.values(), *self.handles.values()]}
-            names = {id(i): os.path.basename(p) for p, i in self.paths.items()}
-            dirty_files = {
-                names.get(key, "(unlinked)"): len(i.dirty) for key, i in inodes.items() if i.dirty
-            }
-            journal = len(self.journal)
-            lost = sum(dirty_files.values())
-            committed = 0
-            if chance > 0:
-                lost = sum(i.sync(rng, chance) for i in inodes.values() if not i.is_dir)
-                committed = journal if chance >= 1 else rng.randint(0, journal)
-                self._commit(committed)
-            return {
-                "unsynced_blocks": sum(dirty_files.values()),
-                "blocks_lost": lost,
-                "dirty_files": dirty_files,
-                "journal": journal,
-                "journal_lost": journal - committed,
-            }
+            return self._cut(chance, seed)
 
-    def stats(self) -> dict[str, int]:
+    def arm(self, name: str, nth: int, chance: float, seed: int) -> dict[str, Any]:
+        """Cut the power during the ``nth`` write to the file ``name`` (of the top directory)
+        from now on: that write fails, as every later operation does."""
         with self._mutex:
-            inodes = {id(i): i for i in [*self.paths.values(), *self.handles.values()]}
+            self.armed = (name, nth, chance, seed)
+            return {"armed": name}
+
+    def _cut(self, chance: float, seed: int) -> dict[str, Any]:
+        if self.cut_stats is not None:
+            return self.cut_stats
+        self.frozen = True
+        rng = random.Random(seed)
+        dirty_files = self._dirty_files()
+        journal = len(self.journal)
+        lost = sum(dirty_files.values())
+        committed = 0
+        if chance > 0:
+            lost = sum(i.sync(rng, chance) for i in self._inodes() if not i.is_dir)
+            committed = journal if chance >= 1 else rng.randint(0, journal)
+            self._commit(committed)
+        self.cut_stats = {
+            "unsynced_blocks": sum(dirty_files.values()),
+            "blocks_lost": lost,
+            "dirty_files": dirty_files,
+            "journal": journal,
+            "journal_lost": journal - committed,
+        }
+        return self.cut_stats
+
+    def _armed_write(self, inode: Inode) -> None:
+        """Count a write against the armed cut; cut when it is the one."""
+        if self.armed is None:
+            return
+        name, nth, chance, seed = self.armed
+        if self.paths.get("/" + name) is not inode:
+            return
+        if nth > 1:
+            self.armed = (name, nth - 1, chance, seed)
+            return
+        self.armed = None
+        self._cut(chance, seed)
+        raise _fail(errno.EIO)
+
+    def stats(self) -> dict[str, Any]:
+        with self._mutex:
+            dirty_files = self._dirty_files()
             return {
                 "file_syncs": self.file_syncs,
                 "dir_syncs": self.dir_syncs,
-                "unsynced_blocks": sum(len(i.dirty) for i in inodes.values()),
+                "unsynced_blocks": sum(dirty_files.values()),
+                "dirty_files": dirty_files,
                 "journal": len(self.journal),
+                "cut": self.cut_stats,
             }
+
+    def _inodes(self) -> list[Inode]:
+        return list({id(i): i for i in [*self.paths.values(), *self.handles.values()]}.values())
+
+    def _dirty_files(self) -> dict[str, int]:
+        """Unsynced blocks by file name (an unlinked file's count under "(unlinked)")."""
+        names = {id(i): os.path.basename(p) for p, i in self.paths.items()}
+        dirty: dict[str, int] = {}
+        for inode in self._inodes():
+            if inode.dirty:
+                name = names.get(id(inode), "(unlinked)")
+                dirty[name] = dirty.get(name, 0) + len(inode.dirty)
+        return dirty
 
     # -- FUSE operations --------------------------------------------------------------------
 
@@ -435,7 +482,9 @@ class PowerLossFS(mfusepy.Operations):  # type: ignore[misc]
     def write(self, path: str | None, data: bytes, offset: int, fh: int) -> int:
         with self._mutex:
             self._check()
-            self._get(path, fh).write(offset, data)
+            inode = self._get(path, fh)
+            self._armed_write(inode)
+            inode.write(offset, data)
             return len(data)
 
     def truncate(self, path: str | None, length: int, fh: int | None = None) -> int:
@@ -528,6 +577,8 @@ def _control(fs: PowerLossFS) -> None:
             continue
         if words[0] == "cut":
             answer: dict[str, Any] = fs.cut(float(words[1]), int(words[2]))
+        elif words[0] == "arm":
+            answer = fs.arm(words[1], int(words[2]), float(words[3]), int(words[4]))
         elif words[0] == "stats":
             answer = fs.stats()
         else:
