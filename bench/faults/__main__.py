@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import shutil
 import statistics
 import sys
 import tempfile
@@ -69,10 +70,18 @@ async def main(argv: list[str] | None = None) -> int:
         while not results or time.monotonic() < until:
             seed = args.seed * 1000 + number * 100 + len(results)
             schedule = Schedule(durability, cuts=args.cuts_per_run, seed=seed)
-            with tempfile.TemporaryDirectory(prefix="bench-faults-") as workdir:
-                result = await run(schedule, Path(workdir))
+            workdir = Path(tempfile.mkdtemp(prefix="bench-faults-"))
+            result = await run(schedule, workdir)
             results.append(result)
-            print(f"{durability} run {len(results)}: {result.verdicts.describe()}", flush=True)
+            print(
+                f"{durability} run {len(results)} (seed {seed}, at the end {result.end}): "
+                f"{result.verdicts.describe()}",
+                flush=True,
+            )
+            if durability == "full" and not result.verdicts.valid:
+                print(f"  the disk is kept in {workdir}", flush=True)
+            else:
+                shutil.rmtree(workdir)
             if result.failed_start is not None:
                 print(f"  {result.failed_start}", flush=True)
                 failed = True

@@ -101,6 +101,8 @@ class Result:
     seconds: float = 0.0
     #: Why the server did not start again after a cut (None: it always did).
     failed_start: str | None = None
+    #: ``streamInfo``'s ids when the final read ended.
+    end: dict[str, int] = field(default_factory=dict)
 
 
 def free_port() -> int:
@@ -352,9 +354,9 @@ class Run:
                     return
                 await asyncio.sleep(0.05)
 
-    async def final_read(self) -> tuple[list[tuple[int, str]], int]:
-        """Every stored event, read LIVE from the start; and the highest id discarded
-        (retention) when the read ended."""
+    async def final_read(self) -> tuple[list[tuple[int, str]], dict[str, int]]:
+        """Every stored event, read LIVE from the start; and ``streamInfo`` when the read
+        ended (what retention had discarded by then is below ``first_id``)."""
         seen: list[tuple[int, str]] = []
         async with await EventStreamClient.connect(self.server.url, credentials=CREDENTIALS) as c:
             while True:
@@ -364,7 +366,7 @@ class Run:
                 seen.extend((e.id, e.data["t"]) for e in events)
         info = await self.stream_info()
         assert info is not None
-        return seen, (info["first_id"] - 1) if info["first_id"] else info["last_id"]
+        return seen, info
 
 
 async def run(
@@ -402,8 +404,11 @@ async def run(
                 state.producing_stopped.set()
                 await asyncio.gather(*tasks[: schedule.producers])
                 await state.caught_up()
-                final, floor = await state.final_read()
+                final, outcome.end = await state.final_read()
+                first, last = outcome.end["first_id"], outcome.end["last_id"]
                 state.history.final = {"events/0": final}
+                # empty (all discarded): everything up to the discarder's bound is gone
+                floor = first - 1 if first else max(last, outcome.end["discard_up_to"])
                 state.history.floors = {"events/0": floor}
                 outcome.events = len(final)
         finally:
