@@ -16,9 +16,8 @@ from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection
 
 from futoin_evt.amqp import AmqpConfig
-from futoin_evt.amqp.resume import KeptTerminus, Termini, TerminusKey
+from futoin_evt.amqp.resume import Termini
 from futoin_evt.client.aio import EventStreamClient
-from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
 
 from .amqp_wire import (
@@ -40,7 +39,7 @@ from .amqp_wire import (
     frame,
     login,
 )
-from .conftest import USERS, ServerFactory
+from .conftest import USERS, ServerFactory, execute_sql
 
 pytestmark = pytest.mark.functional
 
@@ -66,6 +65,22 @@ async def _peers_closed(start_server: ServerFactory) -> Any:
 def termini(server: EventServer) -> Termini:
     assert server.amqp is not None
     return server.amqp.node.termini
+
+
+async def kept(server: EventServer) -> int:
+    """The termini kept and not expired, once the server's writes of them are done."""
+    return await termini(server).count()
+
+
+async def kept_is(server: EventServer, count: int) -> bool:
+    return await kept(server) == count
+
+
+def kept_names(server: EventServer) -> set[str]:
+    """The link names of the termini in the database."""
+    return {
+        str(row[0]) for row in execute_sql(str(server.db), "SELECT link_name FROM amqp_termini")
+    }
 
 
 async def until(condition: Callable[[], bool | Awaitable[bool]], what: str) -> None:
@@ -187,7 +202,7 @@ async def test_a_dropped_link_resumes_by_the_peer_map_and_moves_the_group_positi
 
     await until(stored(ids[0]), "the position after the first")
     await dropped(server, peer)
-    assert len(termini(server)) == 1
+    assert await kept(server) == 1
 
     # the peer got 2..6; it accepted 2 and 3 (not yet told), holds 4 with no state, released
     # 6, never got 5; and it still remembers a tag the server settled long ago
@@ -198,7 +213,7 @@ async def test_a_dropped_link_resumes_by_the_peer_map_and_moves_the_group_positi
     await again.send(attach("orders", group="ftn18:billing", unsettled=peer_map) + flow(0, 20))
     ours = their_unsettled(await answer(again, "orders"))
     assert ours == dict.fromkeys(tag[1:], None)
-    assert len(termini(server)) == 0
+    assert await kept(server) == 0
     first = await transfers(again, 6)
     assert [(int(t.fields[2]), resumed(t), state_of(t), bool(t.fields[4])) for t in first] == [
         (ids[1], True, 0x24, True),  # accepted: settled, no payload
@@ -231,7 +246,7 @@ async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
     await transfers(peer, 2)
     await peer.send(frame(DETACH, [uint(0), True]))
     await peer.until(DETACH)
-    assert len(termini(server)) == 0
+    assert await kept(server) == 0
     # suspended (closed=false) in a live session: kept until the session ends
     await peer.send(attach("suspended", 1, expiry="session-end") + flow(1, 5))
     await answer(peer, "suspended")
@@ -239,7 +254,7 @@ async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
     await transfers(peer, 1)
     await peer.send(frame(DETACH, [uint(1), False]))
     await peer.until(DETACH)
-    assert len(termini(server)) == 1
+    assert await kept(server) == 1
     await peer.send(attach("suspended", 1, expiry="session-end") + flow(1, 5))
     assert their_unsettled(await answer(peer, "suspended")) == {b"%d" % more[0]: None}
     assert tags(await transfers(peer, 1)) == more  # no map from the peer: sent again
@@ -253,7 +268,8 @@ async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
     for _ in range(3):  # on every link still attached
         assert tags(await transfers(peer, 1)) == newest
     await dropped(server, peer)
-    assert {k.name for k in termini(server)._kept} == {"suspended", "closed"}
+    assert await kept(server) == 2
+    assert kept_names(server) == {"suspended", "closed"}
     assert len(ids) == 2
 
 
@@ -302,7 +318,7 @@ async def test_another_user_or_container_starts_afresh(
     mine = await connect(server, container="mine")
     await mine.send(attach("link", address="events/ConsumerGroups/g") + flow(0, 5))
     assert their_unsettled(await answer(mine, "link")) is None
-    assert len(termini(server)) == 0
+    assert await kept(server) == 0
 
 
 async def test_a_terminus_expires_after_its_timeout(
@@ -316,37 +332,10 @@ async def test_a_terminus_expires_after_its_timeout(
     await add(alice, 1)
     await transfers(peer, 2)
     await dropped(server, peer)
-    kept = termini(server)
-    await until(lambda: len(kept) == 1, "the terminus granted 0 s expired")
+    assert await kept(server) == 1  # the one granted 0 s expired
     again = await connect(server)
     await again.send(attach("brief") + flow(0, 5))
     assert their_unsettled(await answer(again, "brief")) is None
-
-
-def test_the_registry_expires_by_its_clock_and_keeps_so_many_per_user() -> None:
-    now = [100.0]
-    registry = Termini(per_user=2, clock=lambda: now[0])
-    address = ("events", None)
-
-    def kept(user: int, name: str) -> KeptTerminus:
-        key = TerminusKey(UserId(user), "c", name)
-        return KeptTerminus(key, address, 0, 2, (1, 2), False, 2, timeout=5.0)
-
-    first, second, third = kept(1, "a"), kept(1, "b"), kept(1, "c")
-    other = kept(2, "a")
-    for terminus in (first, second, other, third):
-        registry.keep(terminus)
-    assert len(registry) == 3  # the oldest of user 1 went
-    assert registry.take(first.key, address, 0) is None
-    registry.expire_later(second)
-    now[0] += 4.9
-    assert registry.take(second.key, address, 0) is second
-    registry.keep(third)
-    registry.expire_later(third)
-    now[0] += 5.0
-    assert registry.take(third.key, address, 0) is None  # expired
-    assert registry.take(other.key, ("events", "g"), 0) is None  # another address: dropped
-    assert len(registry) == 0
 
 
 async def test_malformed_peer_maps_get_an_error_and_the_server_stays_up(
@@ -418,7 +407,7 @@ async def test_a_proton_client_gets_its_unsettled_events_again_by_the_link_name(
     bodies, terms = await asyncio.to_thread(first)
     assert bodies == [1, 2, 3]
     assert terms == (Terminus.DELIVERIES, Terminus.EXPIRE_WITH_CONNECTION, 60)
-    await until(lambda: len(termini(server)) == 1, "the terminus is kept")
+    assert await kept(server) == 1
     await add(alice, 4)
 
     def second() -> list[Any]:
