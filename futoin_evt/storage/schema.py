@@ -190,7 +190,7 @@ CREATE TABLE IF NOT EXISTS grants (
 #: and until when it is kept (seconds since the epoch). ``id`` orders them by keeping.
 _TERMINI: Final = """
 CREATE TABLE IF NOT EXISTS amqp_termini (
-    id INTEGER PRIMARY KEY,                -- grows: a user's oldest go first
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a user's oldest go first
     user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
     container TEXT NOT NULL,
     link_name TEXT NOT NULL,
