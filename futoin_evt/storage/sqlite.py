@@ -918,6 +918,9 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables):
     _termini_now = _NOW
 
     async def _termini_run(self, statements: Statements) -> list[list[tuple[Any, ...]]]:
+        """One statement as any other write (inline when it may), several as one command."""
+        if len(statements) == 1:
+            return [await self._write(*statements[0])]
         results: list[list[tuple[Any, ...]]] = await self._submit(_run_sync, statements)
         return results
 

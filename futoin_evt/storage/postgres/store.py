@@ -1434,7 +1434,10 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables):
     _termini_read = _checkpoint_read
 
     async def _termini_run(self, statements: Statements) -> list[list[tuple[Any, ...]]]:
-        """One transaction, its statements sent at once (psycopg's pipeline mode)."""
+        """One statement on its own, or one transaction, its statements sent at once
+        (psycopg's pipeline mode)."""
+        if len(statements) == 1:
+            return [await self._fetch(*statements[0])]
         async with self._transaction() as conn:
             async with conn.pipeline():
                 cursors = [await conn.execute(sql, params) for sql, params in statements]
