@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -19,10 +19,12 @@ from proton.reactor import Container, LinkOption
 from proton.utils import BlockingConnection
 
 from futoin_evt.amqp import AmqpConfig
-from futoin_evt.amqp.resume import Termini
+from futoin_evt.amqp.resume import KeptTerminus, Termini, TerminusKey
 from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
+from futoin_evt.storage.base import Store
 
 from .amqp_wire import (
     ATTACH,
@@ -706,3 +708,58 @@ async def test_the_bound_per_user_holds_across_processes(elsewhere: Elsewhere) -
         await suspend(second, f"second {n}")
     names = {str(row[0]) for row in execute_sql(elsewhere.db, "SELECT link_name FROM amqp_termini")}
     assert names == {f"first {n}" for n in range(1, 40)} | {f"second {n}" for n in range(25)}
+
+
+# -- the termini's writes, on a real store -------------------------------------------------------
+
+
+@pytest.fixture
+async def alice_store(db_path: Path) -> AsyncIterator[tuple[Store, UserId]]:
+    async with await open_store(db_path) as store:
+        yield store, await store.add_user("alice", "hash")
+
+
+def kept_terminus(user: UserId, name: str, timeout: float = 0.0) -> KeptTerminus:
+    return KeptTerminus(TerminusKey(user, "c", name), 0, None, 2, (1, 2), False, 2, timeout=timeout)
+
+
+async def test_what_is_kept_on_one_turn_is_written_in_order_and_taken_after_it(
+    alice_store: tuple[Store, UserId],
+) -> None:
+    store, alice = alice_store
+    termini = Termini(store)
+    ended, forgotten, taken = (kept_terminus(alice, name, 60) for name in "eft")
+    handle, _written = termini.keep(ended)
+    termini.expire_later(handle)  # its connection ended on the same turn: one write
+    termini.keep(forgotten)
+    termini.discard(forgotten.key)  # a link of that name that is not durable came next
+    termini.keep(taken)
+    assert await termini.take(taken.key, 0, None) == taken  # waits for the write
+    assert await termini.take(ended.key, 0, "group") is None  # another address: dropped
+    assert await termini.count() == 0
+    await termini.close()
+
+
+async def test_a_terminus_of_a_live_session_is_kept_by_its_lease_then_expires(
+    alice_store: tuple[Store, UserId], db_path: Path
+) -> None:
+    """Kept with a lease its process renews (a timeout of 0 would end it with its session);
+    once its session ends, it expires."""
+    store, alice = alice_store
+    termini = Termini(store, lease=0.3)
+    handle, written = termini.keep(kept_terminus(alice, "live"))
+    await written
+
+    def expiry() -> float:
+        return float(execute_sql(str(db_path), "SELECT expires_at FROM amqp_termini")[0][0])
+
+    first = expiry()
+    await until(lambda: expiry() > first, "the lease renewed")
+    assert await termini.count(alice) == 1
+    termini.expire_later(handle)
+    await until(lambda: kept_is_in(termini, 0), "expired with its session (timeout 0)")
+    await termini.close()
+
+
+async def kept_is_in(termini: Termini, count: int) -> bool:
+    return await termini.count() == count
