@@ -558,6 +558,38 @@ async def test_the_push_stream_on_one_worker_is_listed_and_seeked_from_the_other
     await asking.close()
 
 
+async def test_stream_info_is_the_servers_on_every_worker(db: str, groups: list[Group]) -> None:
+    """Worker 0 discards and expires; streamInfo answered by worker 1 names the same
+    discarded count and expired consumers."""
+    async with await open_store(db) as store:
+        await store.add_stream("orders", 2)
+    group = Group(
+        db, "--keep-events", "1", "--expire-consumers-after", "1", "--discard-interval", "0.1"
+    )
+    groups.append(group)
+    async with await EventStreamClient.connect(group.url + "orders/1", credentials=ALICE) as one:
+        await one.register_consumer("DEAD")  # never seen again: expires, then 2 of 3 go
+        for n in range(3):
+            await one.add_event("E", {"n": n})
+    orders1 = {"stream": "orders", "partition": 1}
+    on0 = await connect_to(group, 0)
+    on1 = await connect_to(group, 1)
+
+    async def done_on_worker_0() -> bool:
+        info = await on0.call(OPS, "streamInfo", orders1)
+        return bool(info["expired_consumers"]) and info["discarded_total"] == 2
+
+    await until_answered(done_on_worker_0, "worker 0 expired DEAD and discarded 2 events")
+    for client in (on0, on1):
+        info = await client.call(OPS, "streamInfo", orders1)
+        assert info["expired_consumers"] == [{"user": "alice", "component": "DEAD"}]
+        assert (info["discarded_total"], info["first_id"]) == (2, "3")
+        default = await client.call(OPS, "streamInfo", {})
+        assert (default["expired_consumers"], default["discarded_total"]) == ([], 0)
+    for client in (on0, on1):
+        await client.close()
+
+
 async def _accept(params: dict[str, Any]) -> bool:
     return True
 

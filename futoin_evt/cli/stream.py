@@ -51,6 +51,7 @@ def add_commands(commands: Commands) -> None:
         "info", help="a stream's partitions: head, oldest id, consumers and their lag"
     )
     info.add_argument("name")
+    info.add_argument("--partition", type=int, metavar="P", help="show this partition only")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_where(info)
     info.set_defaults(run=_stream_info)
@@ -244,14 +245,21 @@ async def _stream_list(args: argparse.Namespace) -> int:
 
 
 async def _stream_info(args: argparse.Namespace) -> int:
+    if args.partition is not None and args.partition < 0:
+        raise BadSetting(f"--partition must be 0 or more, not {args.partition}.")
     async with _admin(args) as admin:
         info = await admin.describe(args.name)
+    count = len(info["partitions"])
+    if args.partition is not None:
+        if args.partition >= count:
+            raise BadSetting(
+                f"the stream {args.name} has partitions 0 to {count - 1}, not {args.partition}."
+            )
+        info["partitions"] = [info["partitions"][args.partition]]
     if args.json:
         print_json(info)
         return 0
-    print(
-        f"stream {info['name']}: {len(info['partitions'])} partitions, created {info['created_at']}"
-    )
+    print(f"stream {info['name']}: {count} partitions, created {info['created_at']}")
     for p in info["partitions"]:
         oldest = p.get("oldest_id", "-")
         print(f"partition {p['number']}: head {p['head']}, oldest {oldest}, {p['events']} events")

@@ -16,6 +16,11 @@ connected push stream) is dropped, logged, and listed in the stream information,
 consumer cannot pin the store forever. The kept AMQP link termini that expired are deleted
 too, every ``termini_purge_seconds`` (a resuming link deletes the one it looks at).
 
+What was discarded and expired is kept in the memory of the process that did it. Of a
+server's workers (``serve --workers``) one discards and expires; the others ask it for its
+:class:`DiscardRecord` (:class:`DiscarderPeers`), so the stream information is the server's
+whichever worker answers.
+
 One task serves every partition: each turn visits at most ``partitions_per_turn`` of them,
 round the registry from where the last turn stopped, and deletes at most
 ``chunks_per_turn`` chunks in all, so a turn's cost stays bounded with thousands of
@@ -61,6 +66,23 @@ class RetentionStore(Protocol):
 
 #: Expired consumers remembered for the stream information (of every partition together).
 _EXPIRED_SHOWN: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardRecord:
+    """What was discarded and expired on one partition since the discarding process started."""
+
+    discarded: int
+    #: (user, component) of the consumers expired lately, oldest first.
+    expired: tuple[tuple[str, str], ...]
+
+
+class DiscarderPeers(Protocol):
+    """The other workers of the server, as one that does not discard sees them."""
+
+    async def record_of(self, partition: Partition) -> DiscardRecord | None:
+        """The discarding worker's record of ``partition``; None when it does not answer."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +162,8 @@ class Discarder:
         #: Events discarded by this process since it started, per partition.
         self.discarded: dict[Partition, int] = {}
         self._expired: deque[tuple[Partition, str, str]] = deque(maxlen=_EXPIRED_SHOWN)
+        #: The worker that discards, asked for its record when this one does not.
+        self.peers: DiscarderPeers | None = None
         #: The key the next turn starts at (round the partitions by key).
         self._next_key = 0
         #: When the expired termini were purged last (monotonic clock).
@@ -148,7 +172,7 @@ class Discarder:
 
     def with_config(self, config: RetentionConfig) -> Discarder:
         """Another discarder of the same partitions, under ``config``."""
-        return Discarder(
+        other = Discarder(
             self._store,
             self._push,
             config,
@@ -156,6 +180,8 @@ class Discarder:
             self._streams,
             discarding=self._discarding,
         )
+        other.peers = self.peers
+        return other
 
     @property
     def discarded_total(self) -> int:
@@ -166,7 +192,22 @@ class Discarder:
 
     def expired_in(self, partition: Partition) -> list[tuple[str, str]]:
         """(user, component) of the consumers of ``partition`` expired lately."""
-        return [(user, component) for p, user, component in self._expired if p == partition]
+        return list(self.record(partition.key).expired)
+
+    def record(self, key: int) -> DiscardRecord:
+        """What this process discarded and expired on the partition whose key is ``key``."""
+        discarded = next((n for p, n in self.discarded.items() if p.key == key), 0)
+        expired = tuple((user, component) for p, user, component in self._expired if p.key == key)
+        return DiscardRecord(discarded, expired)
+
+    async def server_record(self, partition: Partition) -> DiscardRecord:
+        """The server's record of ``partition``, whichever worker asks: this process's when
+        it discards, else the discarding worker's (this one's, when it does not answer)."""
+        if not self._discarding and self.peers is not None:
+            answer = await self.peers.record_of(partition)
+            if answer is not None:
+                return answer
+        return self.record(partition.key)
 
     def partitions(self) -> list[Partition]:
         """The partitions served now, by key."""

@@ -35,7 +35,7 @@ from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
-from .peers import PeerChannel, WorkerPlace
+from .peers import DISCARDING_SLOT, PeerChannel, WorkerPlace
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
@@ -292,10 +292,12 @@ class EventServer:
             consumers.deliveries = push
             if channel is not None:
                 channel.serve_push(push)
-            discarding = config.worker is None or config.worker.slot == 0
+            discarding = config.worker is None or config.worker.slot == DISCARDING_SLOT
             discarder = Discarder(
                 store, push, config.retention, notices, streams, discarding=discarding
             )
+            if channel is not None:
+                channel.serve_retention(discarder)
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
