@@ -7,7 +7,6 @@ does not send) and python-qpid-proton, to servers on a real SQLite file or Postg
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -48,6 +47,7 @@ from .amqp_wire import (
 )
 from .conftest import USERS, ServerFactory, ServerProcess, execute_sql
 from .test_amqp_groups import amqp_port, on_worker, prepare
+from .waiting import until
 
 pytestmark = pytest.mark.functional
 
@@ -90,20 +90,6 @@ def kept_names(server: EventServer) -> set[str]:
     return {
         str(row[0]) for row in execute_sql(str(server.db), "SELECT link_name FROM amqp_termini")
     }
-
-
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    """Wait for ``condition`` (a check of the server's state; awaited when a coroutine)."""
-    deadline = time.monotonic() + 30
-    while True:
-        met = condition()
-        if not isinstance(met, bool):
-            met = await met
-        if met:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within 30 s: {what}")
-        await asyncio.sleep(0.01)
 
 
 async def connect(server: EventServer, container: str = "recovering", user: str = "alice") -> Peer:
