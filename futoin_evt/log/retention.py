@@ -13,7 +13,8 @@ an aggregated stream has not copied yet stay, whatever the rest allows.
 
 A consumer not seen for ``expire_consumers_after`` seconds (no poll, no acknowledgement, no
 connected push stream) is dropped, logged, and listed in the stream information, so a dead
-consumer cannot pin the store forever.
+consumer cannot pin the store forever. The kept AMQP link termini that expired are deleted
+too, every ``termini_purge_seconds`` (a resuming link deletes the one it looks at).
 
 What was discarded and expired is kept in the memory of the process that did it. Of a
 server's workers (``serve --workers``) one discards and expires; the others ask it for its
@@ -54,9 +55,13 @@ class RetentionLog(Retention, Consumers, Protocol):
 
 
 class RetentionStore(Protocol):
-    """Where the partitions' logs are."""
+    """Where the partitions' logs are, and the kept AMQP link termini."""
 
     def partition_log(self, partition: Partition) -> RetentionLog: ...
+
+    async def purge_termini(self) -> int:
+        """Delete the expired termini; how many."""
+        ...
 
 
 #: Expired consumers remembered for the stream information (of every partition together).
@@ -98,6 +103,8 @@ class RetentionConfig:
     partitions_per_turn: int = 100
     #: Chunks deleted per turn at most, over all the partitions it visits.
     chunks_per_turn: int = 100
+    #: Seconds between two purges of the expired AMQP link termini (the first turn purges).
+    termini_purge_seconds: float = 60.0
 
     @property
     def has_policy(self) -> bool:
@@ -159,6 +166,8 @@ class Discarder:
         self.peers: DiscarderPeers | None = None
         #: The key the next turn starts at (round the partitions by key).
         self._next_key = 0
+        #: When the expired termini were purged last (monotonic clock).
+        self._purged_at: float | None = None
         self._task: asyncio.Task[None] | None = None
 
     def with_config(self, config: RetentionConfig) -> Discarder:
@@ -227,6 +236,8 @@ class Discarder:
     async def turn(self) -> int:
         """Expire and discard on the next partitions, within the turn's bounds; how many
         events went."""
+        if self._discarding:
+            await self._purge_termini()
         partitions = self.partitions()
         self._forget_dropped(partitions)
         start = next((i for i, p in enumerate(partitions) if p.key >= self._next_key), 0)
@@ -249,6 +260,18 @@ class Discarder:
             if chunks <= 0:
                 break
         return deleted
+
+    async def _purge_termini(self) -> None:
+        now = time.monotonic()
+        if (
+            self._purged_at is not None
+            and now - self._purged_at < self.config.termini_purge_seconds
+        ):
+            return
+        self._purged_at = now
+        purged = await self._store.purge_termini()
+        if purged:
+            log.debug("purged %d expired AMQP link termini", purged)
 
     def _forget_dropped(self, partitions: list[Partition]) -> None:
         if self.discarded.keys() - set(partitions):

@@ -142,7 +142,7 @@ async def _start_amqp(
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
     notifications = NotificationNode(live, bus)
-    node = EventLogNode(logs.default, config.limits.node, logs)
+    node = EventLogNode(logs.default, config.limits.node, logs, termini=store)
     listener = AmqpListener(
         node,
         authenticator,

@@ -42,11 +42,12 @@ from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
+from ..domain.termini import KeptTermini
 from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 9
+SCHEMA_VERSION: Final = 10
 
 
 class StoreError(Exception):
@@ -572,7 +573,9 @@ class PeerNews(Protocol):
         """A stream was added, grown or dropped."""
 
 
-class Store(PartitionLog, Streams, Aggregates, Users, Grants, EventHubCheckpoints, Protocol):
+class Store(
+    PartitionLog, Streams, Aggregates, Users, Grants, EventHubCheckpoints, KeptTermini, Protocol
+):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view
     of ``events``/0."""
 

@@ -104,6 +104,7 @@ from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEven
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
 from .sqlite_reads import SqliteReader
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
+from .termini_sql import Statements, TerminiTables
 from .thread import WorkerThread
 
 log = logging.getLogger(__name__)
@@ -122,6 +123,11 @@ CHECKPOINT_COMMITS: Final = 300
 CHECKPOINT_BYTES: Final = 2 << 20
 #: A WAL of more pages than this is checkpointed by the writer between two commits.
 CHECKPOINT_WAL_FRAMES: Final = 1000
+
+
+#: The clock of :mod:`.groups_sql` and :mod:`.termini_sql` in SQLite: seconds since the epoch
+#: (every process on the file shares this machine's clock).
+_NOW: Final = "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 def _dialect(tables: Tables) -> ReadDialect:
@@ -668,7 +674,7 @@ class SqlitePartitionLog(PagedReads):
         return total
 
 
-class SqliteStore(SqlitePartitionLog, CheckpointTables):
+class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables):
     """Event, consumer, user and stream storage; as a log, the view of ``events``/0.
     Create with :meth:`open`; close with :meth:`close`."""
 
@@ -907,6 +913,19 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
     async def _checkpoint_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         return await self._write(sql, params)
 
+    # -- kept AMQP link termini ---------------------------------------------------------------
+
+    _termini_now = _NOW
+
+    async def _termini_run(self, statements: Statements) -> list[list[tuple[Any, ...]]]:
+        """One statement as any other write (inline when it may), several as one command."""
+        if len(statements) == 1:
+            return [await self._write(*statements[0])]
+        results: list[list[tuple[Any, ...]]] = await self._submit(_run_sync, statements)
+        return results
+
+    _termini_read = _checkpoint_read
+
     # -- users --------------------------------------------------------------------------------
 
     async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
@@ -1121,11 +1140,6 @@ class _HeardFromPeers:
             task.add_done_callback(self._tasks.discard)
 
 
-#: The clock of :mod:`.groups_sql` in SQLite: seconds since the epoch (every process on the
-#: file shares this machine's clock).
-_NOW: Final = "((julianday('now') - 2440587.5) * 86400.0)"
-
-
 def _claim_group_sync(
     conn: sqlite3.Connection, _ts: str, sql: str, params: Sequence[Any]
 ) -> tuple[GroupClaim, _Inserted]:
@@ -1144,6 +1158,12 @@ def _hold_groups_sync(
         hold for hold in holds if conn.execute(sql, (hold_seconds, key, *hold)).fetchone() is None
     ]
     return lost, []
+
+
+def _run_sync(
+    conn: sqlite3.Connection, _ts: str, statements: Statements
+) -> tuple[list[list[tuple[Any, ...]]], _Inserted]:
+    return [conn.execute(sql, params).fetchall() for sql, params in statements], []
 
 
 def _bump_streams_version(conn: sqlite3.Connection) -> None:

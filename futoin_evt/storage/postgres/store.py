@@ -155,6 +155,7 @@ from ..pages import (
 )
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from ..tables import STREAM_ROWS, Tables, stream_infos
+from ..termini_sql import Statements, TerminiTables
 from .schema import (
     CHANNEL,
     CLAIM_PAYLOAD,
@@ -935,7 +936,7 @@ class PostgresPartitionLog(PagedReads):
         return [stored_event(row) for row in rows], head
 
 
-class PostgresStore(PostgresPartitionLog, CheckpointTables):
+class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables):
     """Event, consumer, user and stream storage in PostgreSQL; as a log, the view of
     ``events``/0. Create with :meth:`open`."""
 
@@ -1426,6 +1427,21 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables):
         return await self._fetch(sql, params)
 
     _checkpoint_write = _checkpoint_read
+
+    # -- kept AMQP link termini -----------------------------------------------------------
+
+    _termini_now = _NOW
+    _termini_read = _checkpoint_read
+
+    async def _termini_run(self, statements: Statements) -> list[list[tuple[Any, ...]]]:
+        """One statement on its own, or one transaction, its statements sent at once
+        (psycopg's pipeline mode)."""
+        if len(statements) == 1:
+            return [await self._fetch(*statements[0])]
+        async with self._transaction() as conn:
+            async with conn.pipeline():
+                cursors = [await conn.execute(sql, params) for sql, params in statements]
+            return [await c.fetchall() if c.description is not None else [] for c in cursors]
 
     # -- users ----------------------------------------------------------------------------
 
