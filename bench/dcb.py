@@ -30,7 +30,6 @@ import asyncio
 import contextlib
 import dataclasses
 import importlib.metadata
-import os
 import random
 import sqlite3
 import statistics
@@ -51,7 +50,7 @@ from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.ftn3.messages import encode_json
 
-from .systems import PASSWORD, USER, System, free_port, prepare_futoin_evt_db, print_figures
+from .systems import PASSWORD, USER, System, free_port, prepare_futoin_evt_db, print_figures, serve
 
 DCB: Final = "futoin.evt.dcb:1.0"
 CLIENTS: Final = 32
@@ -156,16 +155,7 @@ def prepare_futoin_evt_log(path: Path, log: int) -> None:
 
 async def start_futoin_evt_server(db: Path, source: Path | None = None) -> System:
     """The server of this tree, or of the source tree ``source``."""
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve", "--db", str(db),
-        "--port", "0", "--durability", "full", "--discard-interval", "86400",
-        stdout=asyncio.subprocess.PIPE, cwd=source,
-        env=None if source is None else {**os.environ, "PYTHONPATH": str(source)},
-    )  # fmt: skip
-    assert proc.stdout is not None
-    words = (await proc.stdout.readline()).decode().split()
-    url = next(word for word in words if word.startswith("ws://"))
-    return System("futoin-evt", url, f"{USER}:{PASSWORD}", "futoin.evt.poll:1.1", db, proc)
+    return await serve(db, "--durability", "full", source=source)
 
 
 class DcbCaller(Protocol):

@@ -19,7 +19,6 @@ import contextlib
 import re
 import sqlite3
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator
@@ -31,7 +30,7 @@ import psycopg
 from futoin_evt.domain.stream import utc_timestamp
 
 from . import postgres, workloads
-from .systems import USER, free_port, start_futoin_evt
+from .systems import USER, free_port, serve, start_futoin_evt
 
 ADDS = 20_000
 SERIAL = 3_000
@@ -154,14 +153,8 @@ async def scrape_cost(consumers: int, reports: list[int], runs: int, pg: str | N
 
 async def _scrapes(label: str, db: str, consumers: int, report: int, runs: int) -> None:
     port = free_port()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve", "--db", db,
-        "--port", "0", "--discard-interval", "86400", "--metrics", f"127.0.0.1:{port}",
-        "--metrics-consumers", str(report),
-        stdout=asyncio.subprocess.PIPE,
-    )  # fmt: skip
-    assert proc.stdout is not None
-    await proc.stdout.readline()
+    metrics = ("--metrics", f"127.0.0.1:{port}", "--metrics-consumers", str(report))
+    system = await serve(db, *metrics)
     try:
         times: list[float] = []
         reads: list[float] = []
@@ -177,8 +170,7 @@ async def _scrapes(label: str, db: str, consumers: int, report: int, runs: int) 
                 assert read is not None
                 reads.append(float(read.group(1)))
     finally:
-        proc.terminate()
-        await proc.wait()
+        await system.stop()
     print(
         f"{label}: one scrape, {consumers:,} consumers, {report:,} reported: "
         f"{statistics.median(times) * 1000:,.0f} ms (median of {runs}), of which the store's "

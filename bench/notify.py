@@ -31,11 +31,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
+from futoin_evt.domain.notification import Notification
 from futoin_evt.domain.principal import Principal
 from futoin_evt.domain.stream import UserId
 from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.live import LiveEvents, Subscription
-from futoin_evt.notify.message import Notification
 from futoin_evt.notify.selector import compile_selector
 from futoin_evt.storage import open_store
 

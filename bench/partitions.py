@@ -42,12 +42,9 @@ from typing import Final
 import psycopg
 
 from bench import systems, workloads
-from bench.postgres import database
+from bench.postgres import DEFAULT_PG, database
 
 ROOT: Final = str(Path(__file__).resolve().parent.parent)
-DEFAULT_PG: Final = os.environ.get(
-    "FUTOIN_EVT_TEST_PG", "postgresql://postgres@127.0.0.1:5432/postgres"
-)
 IN_FLIGHT: Final = 32
 PARTITIONS: Final = 4
 STREAM: Final = "bench"
@@ -489,7 +486,11 @@ async def main_async(args: argparse.Namespace) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.partitions", description=__doc__)
-    parser.add_argument("--url", default=DEFAULT_PG, help="PostgreSQL to create databases on")
+    parser.add_argument(
+        "--url",
+        default=os.environ.get("FUTOIN_EVT_TEST_PG", DEFAULT_PG),
+        help="PostgreSQL to create databases on",
+    )
     parser.add_argument("--events", type=int, default=20_000, help="events per measurement")
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--rows", nargs="+", choices=list(ROWS), default=list(ROWS))

@@ -26,7 +26,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit, urlunsplit
@@ -38,7 +38,7 @@ from futoin_evt.domain.rights import Right
 from futoin_evt.storage import open_store
 
 from . import workloads
-from .systems import PASSWORD, USER, System, prefill_rows, start_futoin_evt
+from .systems import PASSWORD, USER, System, prefill_rows, serve, start_futoin_evt
 
 ROOT: Final = str(Path(__file__).resolve().parent.parent)
 RESULTS: Final = Path(__file__).resolve().parent / "results" / "postgres.json"
@@ -86,23 +86,7 @@ async def start_servers(url: str, count: int, *extra: str) -> list[System]:
     if "--sas-secret" not in extra:
         secret = Path(tempfile.gettempdir()) / f"futoin-evt-bench-{url.rsplit('/', 1)[-1]}"
         extra = (*extra, "--sas-secret", str(secret.with_suffix(".sas-secret")))
-    started = []
-    for _ in range(count):
-        proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "futoin_evt", "--log-level", "warning", "serve",
-            "--db", url, "--port", "0", "--discard-interval", "86400", *extra,
-            stdout=asyncio.subprocess.PIPE,
-        )  # fmt: skip
-        assert proc.stdout is not None
-        words = (await proc.stdout.readline()).decode().split()
-        server_url = next(word for word in words if word.startswith("ws://"))
-        amqp_url = next((word for word in words if word.startswith("amqp://")), None)
-        system = System(
-            "futoin-evt pg", server_url, f"{USER}:{PASSWORD}", "futoin.evt.poll:1.1",
-            Path(), proc, amqp_url,
-        )  # fmt: skip
-        started.append(system)
-    return started
+    return [await serve(url, *extra, name="futoin-evt pg") for _ in range(count)]
 
 
 @dataclass
@@ -138,10 +122,8 @@ async def start_futoin_evt_pg(
     async def drop() -> None:
         await owner.__aexit__(None, None, None)
 
-    return PostgresSystem(
-        "futoin-evt pg", server.url, server.credentials, server.poll_iface, Path(),
-        server.process, server.amqp_url, drop=drop, db_url=url,
-    )  # fmt: skip
+    started = {field.name: getattr(server, field.name) for field in fields(System)}
+    return PostgresSystem(**started, drop=drop, db_url=url)
 
 
 async def producers(targets: list[System], adds: int) -> float:

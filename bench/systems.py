@@ -162,6 +162,23 @@ async def start_futoin_evt(
         async with await open_store(db) as store:
             for name, partitions in streams.items():
                 await store.add_stream(name, partitions)
+    name = "futoin-evt" if durability == "full" else f"futoin-evt {durability}"
+    return await serve(
+        db, "--durability", durability, *extra, name=name, source=source, launcher=launcher
+    )
+
+
+async def serve(
+    db: Path | str,
+    *extra: str,
+    name: str = "futoin-evt",
+    source: Path | None = None,
+    launcher: tuple[str, ...] = ("-m", "futoin_evt"),
+) -> System:
+    """One ``futoin-evt serve`` process on ``db`` (a SQLite file, or a PostgreSQL URL: then
+    the system's ``db_path`` is empty) on a free port, its user :data:`USER`, once it is
+    listening; ``extra``, ``source`` and ``launcher`` as :func:`start_futoin_evt` takes
+    them. Every server of the benchmarks is started here."""
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         *launcher,
@@ -172,8 +189,6 @@ async def start_futoin_evt(
         str(db),
         "--port",
         "0",
-        "--durability",
-        durability,
         # Consumers of earlier runs would let read events go; each run drains the same
         # prefilled backlog (discarding is measured on its own: python -m bench.discard).
         "--discard-interval",
@@ -187,9 +202,9 @@ async def start_futoin_evt(
     words = (await proc.stdout.readline()).decode().split()
     url = next(word for word in words if word.startswith("ws://"))
     amqp_url = next((word for word in words if word.startswith("amqp://")), None)
+    db_path = db if isinstance(db, Path) else Path()
     credentials = f"{USER}:{PASSWORD}"
-    name = "futoin-evt" if durability == "full" else f"futoin-evt {durability}"
-    return System(name, url, credentials, "futoin.evt.poll:1.1", db, proc, amqp_url)
+    return System(name, url, credentials, "futoin.evt.poll:1.1", db_path, proc, amqp_url)
 
 
 # -- the official reference ----------------------------------------------------------------------

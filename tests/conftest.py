@@ -32,6 +32,7 @@ from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage.base import Store
+from tests.faultfs import FaultFS, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
 JS_DIR = ROOT / "tests" / "js"
@@ -428,3 +429,24 @@ def execute_sql(db: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any
 settings.register_profile("default", deadline=None)
 settings.register_profile("long", max_examples=2000, deadline=None)
 settings.load_profile("default")
+
+
+# -- the power-loss filesystem -------------------------------------------------------------------
+
+
+@pytest.fixture
+def needs_fuse() -> None:
+    """Skips with one line where FUSE, Debian's fuse3 or mfusepy is missing, except under CI
+    (.ci/run installs them), where it fails."""
+    reason = unavailable()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)
+
+
+@pytest.fixture
+def faultfs(needs_fuse: None, tmp_path: Path) -> Iterator[FaultFS]:
+    """The power-loss filesystem (tests/faultfs) mounted over a new directory."""
+    with FaultFS(tmp_path / "faultfs") as fs:
+        yield fs

@@ -383,6 +383,47 @@ async def test_an_admin_adds_an_aggregate_to_a_running_server(
     assert on_server(server, root, "list", "--json") == before
 
 
+def test_a_user_adds_an_aggregate_with_manage_on_its_name_and_read_on_its_source(
+    admin_server: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    """carol, no admin, may manage ``orders-all`` and read ``orders*``: she adds an aggregate
+    of ``orders`` over ``--url``; of ``payroll`` (no right) or of a stream that does not exist
+    and she holds no right on, she is refused alike (names cannot be probed); without manage
+    on the new name she is refused too, and nothing is added."""
+    server, root = admin_server
+    carol = {"FUTOIN_EVT_USER": "carol", "FUTOIN_EVT_PASSWORD": "pw"}
+    on_server(server, root, "add", "orders", "--partitions", "2")
+    on_server(server, root, "add", "payroll", "--partitions", "1")
+    for rights, pattern in (("manage", "orders-all"), ("read", "orders*")):
+        granted = run("grant", "carol", rights, pattern, "--url", server.url, env=root)
+        assert granted.returncode == 0, granted.stderr
+    before = on_server(server, root, "list", "--json")
+    for name, source, needs in (
+        ("orders-all", "payroll", "the read right on stream payroll is needed"),
+        ("orders-all", "nowhere", "the read right on stream nowhere is needed"),
+        ("orders-mine", "orders", "the manage right on stream orders-mine is needed"),
+    ):
+        refused = run("stream", "add", name, "--aggregate", source, "--url", server.url, env=carol)
+        assert refused.returncode == 1, (name, source)
+        assert refused.stderr.strip().splitlines() == [
+            f"futoin-evt: the server refused: SecurityError: {needs}"
+        ], (name, source)
+    missing = run(
+        "stream", "add", "orders-all", "--aggregate", "orders-x", "--url", server.url, env=carol
+    )
+    assert (missing.returncode, missing.stderr.strip()) == (
+        2, "futoin-evt: no stream orders-x to aggregate."
+    )  # fmt: skip
+    assert on_server(server, root, "list", "--json") == before
+    assert on_server(server, carol, "add", "orders-all", "--aggregate", "orders") == (
+        "added stream orders-all aggregating orders\n"
+    )
+    listed = json.loads(on_server(server, carol, "list", "--json"))
+    assert [(s["name"], s.get("aggregate_of")) for s in listed] == [
+        ("orders", None), ("orders-all", "orders"),
+    ]  # fmt: skip
+
+
 def test_serve_refuses_a_lease_that_is_not_above_0(tmp_path: Path) -> None:
     result = run("serve", "--db", str(tmp_path / "x.sqlite"), "--aggregate-lease", "0")
     assert result.returncode == 2

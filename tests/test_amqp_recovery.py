@@ -1,13 +1,15 @@
 """Link recovery (AMQP 1.0 2.6.13, 3.5.5): a durable consumer link that ends without being
-closed leaves its terminus, and a link of the same name resumes it by the unsettled maps.
-Raw frames on real sockets to a server on a real SQLite file (the peer's unsettled map is
-what python-qpid-proton does not send)."""
+closed leaves its terminus, and a link of the same name resumes it by the unsettled maps,
+after a restart of the server, on another worker, on another server on the same PostgreSQL
+database. Raw frames on real sockets (the peer's unsettled map is what python-qpid-proton
+does not send) and python-qpid-proton, to servers on a real SQLite file or PostgreSQL."""
 
 from __future__ import annotations
 
 import asyncio
-import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,8 @@ from futoin_evt.amqp.resume import KeptTerminus, Termini, TerminusKey
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
+from futoin_evt.storage import open_store
+from futoin_evt.storage.base import Store
 
 from .amqp_wire import (
     ATTACH,
@@ -38,9 +42,12 @@ from .amqp_wire import (
     begin,
     flow,
     frame,
+    logged_in,
     login,
 )
-from .conftest import USERS, ServerFactory
+from .conftest import USERS, ServerFactory, ServerProcess, execute_sql
+from .test_amqp_groups import amqp_port, on_worker, prepare
+from .waiting import until
 
 pytestmark = pytest.mark.functional
 
@@ -48,6 +55,7 @@ ACCEPTED = Described(ulong(0x24), [])
 REJECTED = Described(ulong(0x25), [None])
 RELEASED = Described(ulong(0x26), [])
 GROUP = symbol("event-streams-consumer-group")
+ALICE = f"alice:{USERS['alice']}"
 
 
 @pytest.fixture
@@ -68,23 +76,30 @@ def termini(server: EventServer) -> Termini:
     return server.amqp.node.termini
 
 
-async def until(condition: Callable[[], bool | Awaitable[bool]], what: str) -> None:
-    """Wait for ``condition`` (a check of the server's state; awaited when a coroutine)."""
-    deadline = time.monotonic() + 30
-    while True:
-        met = condition()
-        if not isinstance(met, bool):
-            met = await met
-        if met:
-            return
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within 30 s: {what}")
-        await asyncio.sleep(0.01)
+async def kept(server: EventServer) -> int:
+    """The termini kept and not expired, once the server's writes of them are done."""
+    return await termini(server).count()
+
+
+async def kept_is(server: EventServer, count: int) -> bool:
+    return await kept(server) == count
+
+
+def kept_names(server: EventServer) -> set[str]:
+    """The link names of the termini in the database."""
+    return {
+        str(row[0]) for row in execute_sql(str(server.db), "SELECT link_name FROM amqp_termini")
+    }
 
 
 async def connect(server: EventServer, container: str = "recovering", user: str = "alice") -> Peer:
     assert server.amqp is not None
-    peer = await Peer.connect(server.amqp.port)
+    return await connect_port(server.amqp.port, container, user)
+
+
+async def connect_port(port: int, container: str = "recovering", user: str = "alice") -> Peer:
+    """A peer logged in as ``user``, with the connection open as ``container``."""
+    peer = await Peer.connect(port)
     plain = b"\0" + user.encode() + b"\0" + USERS[user].encode()
     await peer.send(login(plain) + frame(OPEN, [container]) + begin())
     outcome = await peer.until(SASL_OUTCOME)
@@ -187,7 +202,7 @@ async def test_a_dropped_link_resumes_by_the_peer_map_and_moves_the_group_positi
 
     await until(stored(ids[0]), "the position after the first")
     await dropped(server, peer)
-    assert len(termini(server)) == 1
+    assert await kept(server) == 1
 
     # the peer got 2..6; it accepted 2 and 3 (not yet told), holds 4 with no state, released
     # 6, never got 5; and it still remembers a tag the server settled long ago
@@ -198,7 +213,7 @@ async def test_a_dropped_link_resumes_by_the_peer_map_and_moves_the_group_positi
     await again.send(attach("orders", group="ftn18:billing", unsettled=peer_map) + flow(0, 20))
     ours = their_unsettled(await answer(again, "orders"))
     assert ours == dict.fromkeys(tag[1:], None)
-    assert len(termini(server)) == 0
+    assert await kept(server) == 0
     first = await transfers(again, 6)
     assert [(int(t.fields[2]), resumed(t), state_of(t), bool(t.fields[4])) for t in first] == [
         (ids[1], True, 0x24, True),  # accepted: settled, no payload
@@ -231,7 +246,7 @@ async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
     await transfers(peer, 2)
     await peer.send(frame(DETACH, [uint(0), True]))
     await peer.until(DETACH)
-    assert len(termini(server)) == 0
+    assert await kept(server) == 0
     # suspended (closed=false) in a live session: kept until the session ends
     await peer.send(attach("suspended", 1, expiry="session-end") + flow(1, 5))
     await answer(peer, "suspended")
@@ -239,7 +254,7 @@ async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
     await transfers(peer, 1)
     await peer.send(frame(DETACH, [uint(1), False]))
     await peer.until(DETACH)
-    assert len(termini(server)) == 1
+    assert await kept(server) == 1
     await peer.send(attach("suspended", 1, expiry="session-end") + flow(1, 5))
     assert their_unsettled(await answer(peer, "suspended")) == {b"%d" % more[0]: None}
     assert tags(await transfers(peer, 1)) == more  # no map from the peer: sent again
@@ -253,7 +268,8 @@ async def test_a_closing_detach_or_no_durability_forgets_the_terminus(
     for _ in range(3):  # on every link still attached
         assert tags(await transfers(peer, 1)) == newest
     await dropped(server, peer)
-    assert {k.name for k in termini(server)._kept} == {"suspended", "closed"}
+    assert await kept(server) == 2
+    assert kept_names(server) == {"suspended", "closed"}
     assert len(ids) == 2
 
 
@@ -302,7 +318,7 @@ async def test_another_user_or_container_starts_afresh(
     mine = await connect(server, container="mine")
     await mine.send(attach("link", address="events/ConsumerGroups/g") + flow(0, 5))
     assert their_unsettled(await answer(mine, "link")) is None
-    assert len(termini(server)) == 0
+    assert await kept(server) == 0
 
 
 async def test_a_terminus_expires_after_its_timeout(
@@ -316,37 +332,10 @@ async def test_a_terminus_expires_after_its_timeout(
     await add(alice, 1)
     await transfers(peer, 2)
     await dropped(server, peer)
-    kept = termini(server)
-    await until(lambda: len(kept) == 1, "the terminus granted 0 s expired")
+    assert await kept(server) == 1  # the one granted 0 s expired
     again = await connect(server)
     await again.send(attach("brief") + flow(0, 5))
     assert their_unsettled(await answer(again, "brief")) is None
-
-
-def test_the_registry_expires_by_its_clock_and_keeps_so_many_per_user() -> None:
-    now = [100.0]
-    registry = Termini(per_user=2, clock=lambda: now[0])
-    address = ("events", None)
-
-    def kept(user: int, name: str) -> KeptTerminus:
-        key = TerminusKey(UserId(user), "c", name)
-        return KeptTerminus(key, address, 0, 2, (1, 2), False, 2, timeout=5.0)
-
-    first, second, third = kept(1, "a"), kept(1, "b"), kept(1, "c")
-    other = kept(2, "a")
-    for terminus in (first, second, other, third):
-        registry.keep(terminus)
-    assert len(registry) == 3  # the oldest of user 1 went
-    assert registry.take(first.key, address, 0) is None
-    registry.expire_later(second)
-    now[0] += 4.9
-    assert registry.take(second.key, address, 0) is second
-    registry.keep(third)
-    registry.expire_later(third)
-    now[0] += 5.0
-    assert registry.take(third.key, address, 0) is None  # expired
-    assert registry.take(other.key, ("events", "g"), 0) is None  # another address: dropped
-    assert len(registry) == 0
 
 
 async def test_malformed_peer_maps_get_an_error_and_the_server_stays_up(
@@ -394,6 +383,32 @@ def proton_connection(url: str) -> BlockingConnection:
     )
 
 
+def proton_first(url: str, add_three: Callable[[], object]) -> tuple[list[Any], tuple[Any, ...]]:
+    """A durable link named ``durable`` with credit 3: ``add_three`` adds three events (a
+    link with no filter reads those added from its attach on); the first is accepted, the
+    others are not, and the connection closes with no detach (the link is suspended with
+    it). The bodies received, and the terminus granted."""
+    conn = proton_connection(url)
+    receiver = conn.create_receiver("events", name="durable", credit=3, options=DurableSource())
+    add_three()
+    source = receiver.link.remote_source
+    terms = (source.durability, source.expiry_policy, source.timeout)
+    bodies = [receiver.receive().body]
+    receiver.accept()
+    bodies += [receiver.receive().body for _ in range(2)]
+    conn.close()
+    return bodies, terms
+
+
+def proton_again(url: str, count: int) -> list[Any]:
+    """The link ``durable`` attached again: the first ``count`` bodies it receives."""
+    conn = proton_connection(url)
+    receiver = conn.create_receiver("events", name="durable", credit=5, options=DurableSource())
+    again = [receiver.receive().body for _ in range(count)]
+    conn.close()
+    return again
+
+
 async def test_a_proton_client_gets_its_unsettled_events_again_by_the_link_name(
     server: EventServer, alice: EventStreamClient
 ) -> None:
@@ -402,33 +417,15 @@ async def test_a_proton_client_gets_its_unsettled_events_again_by_the_link_name(
     url = server.amqp_url or ""
     loop = asyncio.get_running_loop()
 
-    def first() -> tuple[list[Any], tuple[Any, ...]]:
-        conn = proton_connection(url)
-        receiver = conn.create_receiver("events", name="durable", credit=3, options=DurableSource())
-        # a link with no filter reads the events added from its attach on
-        asyncio.run_coroutine_threadsafe(add(alice, 1, 2, 3), loop).result()
-        source = receiver.link.remote_source
-        terms = (source.durability, source.expiry_policy, source.timeout)
-        bodies = [receiver.receive().body]
-        receiver.accept()
-        bodies += [receiver.receive().body for _ in range(2)]
-        conn.close()  # no detach: the link is suspended with its connection
-        return bodies, terms
+    def add_three() -> object:
+        return asyncio.run_coroutine_threadsafe(add(alice, 1, 2, 3), loop).result()
 
-    bodies, terms = await asyncio.to_thread(first)
+    bodies, terms = await asyncio.to_thread(proton_first, url, add_three)
     assert bodies == [1, 2, 3]
     assert terms == (Terminus.DELIVERIES, Terminus.EXPIRE_WITH_CONNECTION, 60)
-    await until(lambda: len(termini(server)) == 1, "the terminus is kept")
+    await until(lambda: kept_is(server, 1), "the terminus is kept")
     await add(alice, 4)
-
-    def second() -> list[Any]:
-        conn = proton_connection(url)
-        receiver = conn.create_receiver("events", name="durable", credit=5, options=DurableSource())
-        again = [receiver.receive().body for _ in range(3)]
-        conn.close()
-        return again
-
-    assert await asyncio.to_thread(second) == [2, 3, 4]
+    assert await asyncio.to_thread(proton_again, url, 3) == [2, 3, 4]
 
 
 async def test_durable_configuration_keeps_the_position_alone(
@@ -487,3 +484,268 @@ async def test_beyond_the_bound_the_oldest_ids_are_kept_and_the_rest_sent_again(
     assert resumed_attach.fields[8] is True  # incomplete-unsettled
     # nothing skipped: the three kept come again, then what followed the newest of them
     assert tags(await transfers(again, 5)) == ids
+
+
+# -- across restarts, workers and processes -----------------------------------------------------
+
+
+async def test_a_proton_client_resumes_its_link_after_a_server_restart(
+    start_server: ServerFactory,
+) -> None:
+    """The link is suspended with its connection; the server restarts on the same SQLite
+    file within the timeout; the link of the same container id and name gets what it had
+    not settled again, then what follows."""
+    server = await start_server(amqp=AmqpConfig(port=0))
+    loop = asyncio.get_running_loop()
+    async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:
+
+        def add_three() -> object:
+            return asyncio.run_coroutine_threadsafe(add(client, 1, 2, 3), loop).result()
+
+        bodies, _terms = await asyncio.to_thread(proton_first, server.amqp_url or "", add_three)
+    assert bodies == [1, 2, 3]
+    await until(lambda: kept_is(server, 1), "the terminus is kept")
+    await server.close()
+    server = await start_server(amqp=AmqpConfig(port=0))
+    async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:
+        await add(client, 4)
+    assert await asyncio.to_thread(proton_again, server.amqp_url or "", 3) == [2, 3, 4]
+
+
+async def test_a_link_detached_in_a_live_session_resumes_after_a_restart(
+    start_server: ServerFactory,
+) -> None:
+    """Suspended by a detach (closed=false) while its session lives, then the server shuts
+    down under it: the terminus is kept its timeout from then, and the next server resumes
+    it by the peer's map, the group's position moving over what the peer accepted."""
+    server = await start_server(amqp=AmqpConfig(port=0))
+    async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:
+        ids = await add(client, 1, 2, 3)
+    peer = await connect(server)
+    await peer.send(attach("orders", group="ftn18:billing", expiry="session-end") + flow(0, 3))
+    await answer(peer, "orders")
+    sent = await transfers(peer, 3)
+    await peer.send(accept(int(sent[0].fields[1]), int(sent[0].fields[1])))
+    await peer.send(frame(DETACH, [uint(0), False]))
+    await peer.until(DETACH)  # answered once the terminus is stored
+    closing = asyncio.ensure_future(server.close())
+    await peer.until(CLOSE)  # the server closes the connection: the session ends with it
+    await peer.close()
+    await closing
+    server = await start_server(amqp=AmqpConfig(port=0))
+    again = await connect(server)
+    peer_map = {b"%d" % ids[1]: ACCEPTED}
+    await again.send(
+        attach("orders", group="ftn18:billing", expiry="session-end", unsettled=peer_map)
+        + flow(0, 10)
+    )
+    assert their_unsettled(await answer(again, "orders")) == {b"%d" % i: None for i in ids[1:]}
+    resent = await transfers(again, 2)
+    assert [(int(t.fields[2]), resumed(t), state_of(t)) for t in resent] == [
+        (ids[1], True, 0x24),  # accepted by the peer: settled
+        (ids[2], False, None),  # unknown to the peer: sent again
+    ]
+    await again.send(accept(int(resent[1].fields[1]), int(resent[1].fields[1])))
+    user = await server.store.get_user("alice")
+    assert user is not None
+
+    async def all_accepted() -> bool:
+        return await server.store.position(user.id, "billing") == ids[2]
+
+    await until(all_accepted, "the position after everything accepted")
+    assert await kept(server) == 0
+
+
+async def test_a_link_suspended_in_a_live_session_resumes_after_a_crash(
+    db_path: Path, password_hashes: dict[str, str], processes: list[ServerProcess]
+) -> None:
+    """The server is killed while the session of a suspended link lives: its row was
+    written with a lease (not only when the session ends), so the next server resumes it."""
+    await prepare(db_path, password_hashes)
+    process = ServerProcess(db_path, 0, "--amqp", "127.0.0.1:0")
+    processes.append(process)
+    peer = await connect_port(amqp_port(process))
+    await peer.send(attach("orders", group="ftn18:billing", expiry="session-end") + flow(0, 3))
+    await answer(peer, "orders")
+    ids = tags(await transfers(peer, 3))
+    await peer.send(frame(DETACH, [uint(0), False]))
+    await peer.until(DETACH)
+    process.kill()
+    restarted = ServerProcess(db_path, 0, "--amqp", "127.0.0.1:0")
+    processes.append(restarted)
+    again = await connect_port(amqp_port(restarted))
+    await again.send(attach("orders", group="ftn18:billing", expiry="session-end") + flow(0, 10))
+    assert their_unsettled(await answer(again, "orders")) == {b"%d" % i: None for i in ids}
+    assert tags(await transfers(again, 3)) == ids
+
+
+async def test_an_expired_terminus_is_not_resumed_and_its_row_goes(
+    server: EventServer, alice: EventStreamClient
+) -> None:
+    peer = await connect(server)
+    await peer.send(attach("looked", timeout=1) + attach("purged", 1, timeout=1))
+    await peer.send(flow(0, 5) + flow(1, 5))
+    await answer(peer, "looked")
+    await answer(peer, "purged")
+    await add(alice, 1)
+    await transfers(peer, 2)
+    await dropped(server, peer)
+    assert await kept(server) == 2
+    await until(lambda: kept_is(server, 0), "both expired, a second after the drop")
+    assert kept_names(server) == {"looked", "purged"}  # expired, not deleted yet
+    again = await connect(server)
+    await again.send(attach("looked") + flow(0, 5))
+    assert their_unsettled(await answer(again, "looked")) is None  # not resumed
+    assert kept_names(server) == {"purged"}  # the one looked at is deleted
+    # the discarder's turns purge the rest
+    server.discarder.config = replace(server.discarder.config, termini_purge_seconds=0)
+    await server.discarder.turn()
+    assert kept_names(server) == set()
+
+
+@dataclass(frozen=True, slots=True)
+class Elsewhere:
+    """One database and two ways to connect that land on two processes."""
+
+    db: str
+    first: Callable[[], Awaitable[Peer]]
+    second: Callable[[], Awaitable[Peer]]
+
+
+@pytest.fixture
+def processes() -> Iterator[list[ServerProcess]]:
+    started: list[ServerProcess] = []
+    yield started
+    for process in started:
+        if process.proc.poll() is None:
+            process.kill()
+
+
+@pytest.fixture(params=["workers", "postgres"])
+async def elsewhere(
+    request: pytest.FixtureRequest,
+    db_path: Path,
+    password_hashes: dict[str, str],
+    processes: list[ServerProcess],
+) -> Elsewhere:
+    """Two workers of one server on a SQLite file, or two servers on one PostgreSQL
+    database; the first connection lands on one, the second on the other."""
+    if request.param == "workers":
+        await prepare(db_path, password_hashes)
+        process = ServerProcess(db_path, 0, "--amqp", "127.0.0.1:0", log_level="debug", workers=2)
+        processes.append(process)
+        return Elsewhere(str(db_path), lambda: on_worker(process, 0), lambda: on_worker(process, 1))
+    url = str(request.getfixturevalue("pg_url"))
+    await prepare(url, password_hashes)
+    for _ in range(2):
+        processes.append(ServerProcess(url, 0, "--amqp", "127.0.0.1:0", workers=1))
+    one, other = (amqp_port(process) for process in processes)
+    return Elsewhere(url, lambda: logged_in(one), lambda: logged_in(other))
+
+
+async def test_a_link_suspended_on_one_process_resumes_on_another(elsewhere: Elsewhere) -> None:
+    """Suspended by a detach while its session lives on the first process; the link of the
+    same container id and name resumes it on the second, by the peer's map."""
+    first = await elsewhere.first()
+    await first.send(attach("orders", group="ftn18:billing", expiry="session-end") + flow(0, 3))
+    await answer(first, "orders")
+    sent = await transfers(first, 3)  # the three events added before the servers started
+    ids = tags(sent)
+    await first.send(accept(int(sent[0].fields[1]), int(sent[0].fields[1])))
+    await first.send(frame(DETACH, [uint(0), False]))
+    await first.until(DETACH)  # answered once the terminus (and the position) is stored
+    second = await elsewhere.second()
+    peer_map = {b"%d" % ids[1]: ACCEPTED}
+    await second.send(
+        attach("orders", group="ftn18:billing", expiry="session-end", unsettled=peer_map)
+        + flow(0, 10)
+    )
+    assert their_unsettled(await answer(second, "orders")) == {b"%d" % i: None for i in ids[1:]}
+    resent = await transfers(second, 2)
+    assert [(int(t.fields[2]), resumed(t), state_of(t)) for t in resent] == [
+        (ids[1], True, 0x24),
+        (ids[2], False, None),
+    ]
+    await second.send(accept(int(resent[1].fields[1]), int(resent[1].fields[1])))
+    async with await open_store(elsewhere.db) as store:
+        user = await store.get_user("alice")
+        assert user is not None
+
+        async def all_accepted() -> bool:
+            return await store.position(user.id, "billing") == ids[2]
+
+        await until(all_accepted, "the position after everything accepted")
+        assert await store.count_termini() == 0  # taken: nothing is left to resume
+
+
+async def test_the_bound_per_user_holds_across_processes(elsewhere: Elsewhere) -> None:
+    """64 termini per user in all: the oldest goes, whichever process kept it."""
+
+    async def suspend(peer: Peer, name: str) -> None:
+        await peer.send(attach(name, durable=1, expiry="session-end"))
+        await answer(peer, name)
+        await peer.send(frame(DETACH, [uint(0), False]))
+        await peer.until(DETACH)
+
+    first, second = await elsewhere.first(), await elsewhere.second()
+    for n in range(40):
+        await suspend(first, f"first {n}")
+    for n in range(25):
+        await suspend(second, f"second {n}")
+    names = {str(row[0]) for row in execute_sql(elsewhere.db, "SELECT link_name FROM amqp_termini")}
+    assert names == {f"first {n}" for n in range(1, 40)} | {f"second {n}" for n in range(25)}
+
+
+# -- the termini's writes, on a real store -------------------------------------------------------
+
+
+@pytest.fixture
+async def alice_store(db_path: Path) -> AsyncIterator[tuple[Store, UserId]]:
+    async with await open_store(db_path) as store:
+        yield store, await store.add_user("alice", "hash")
+
+
+def kept_terminus(user: UserId, name: str, timeout: float = 0.0) -> KeptTerminus:
+    return KeptTerminus(TerminusKey(user, "c", name), 0, None, 2, (1, 2), False, 2, timeout=timeout)
+
+
+async def test_what_is_kept_on_one_turn_is_written_in_order_and_taken_after_it(
+    alice_store: tuple[Store, UserId],
+) -> None:
+    store, alice = alice_store
+    termini = Termini(store)
+    ended, forgotten, taken = (kept_terminus(alice, name, 60) for name in "eft")
+    handle, _written = termini.keep(ended)
+    termini.expire_later(handle)  # its connection ended on the same turn: one write
+    termini.keep(forgotten)
+    termini.discard(forgotten.key)  # a link of that name that is not durable came next
+    termini.keep(taken)
+    assert await termini.take(taken.key, 0, None) == taken  # waits for the write
+    assert await termini.take(ended.key, 0, "group") is None  # another address: dropped
+    assert await termini.count() == 0
+    await termini.close()
+
+
+async def test_a_terminus_of_a_live_session_is_kept_by_its_lease_then_expires(
+    alice_store: tuple[Store, UserId], db_path: Path
+) -> None:
+    """Kept with a lease its process renews (a timeout of 0 would end it with its session);
+    once its session ends, it expires."""
+    store, alice = alice_store
+    termini = Termini(store, lease=0.3)
+    handle, written = termini.keep(kept_terminus(alice, "live"))
+    await written
+
+    def expiry() -> float:
+        return float(execute_sql(str(db_path), "SELECT expires_at FROM amqp_termini")[0][0])
+
+    first = expiry()
+    await until(lambda: expiry() > first, "the lease renewed")
+    assert await termini.count(alice) == 1
+    termini.expire_later(handle)
+    await until(lambda: kept_is_in(termini, 0), "expired with its session (timeout 0)")
+    await termini.close()
+
+
+async def kept_is_in(termini: Termini, count: int) -> bool:
+    return await termini.count() == count

@@ -1,6 +1,6 @@
 """Layers: the FTN3 core stays free of I/O so every transport can share it, nothing above
 storage sees a backend, dependencies point one way (down the table below), and no modules
-import each other in a circle."""
+import each other in a circle (nor packages)."""
 
 from __future__ import annotations
 
@@ -193,20 +193,37 @@ def test_no_import_circle() -> None:
     for module, imported in _imports():
         if imported != module:
             graph.setdefault(module, set()).add(imported)
+    _no_circle(graph, "import circle")
+
+
+def test_no_package_import_circle() -> None:
+    """Nor between packages, though each module's imports are free of circles: the packages
+    of one layer may import each other ("shared"), but never both ways (``log/`` publishes the
+    management events that ``notify/`` reads, so their bus stands in ``domain/``)."""
+    graph: dict[str, set[str]] = {}
+    for module, imported in _imports():
+        mine, theirs = _package(module), _package(imported)
+        if mine != theirs:
+            graph.setdefault(mine, set()).add(theirs)
+    _no_circle(graph, "package import circle")
+
+
+def _no_circle(graph: dict[str, set[str]], what: str) -> None:
+    """AssertionError naming the first circle of ``graph`` (node -> the nodes it imports)."""
     done: set[str] = set()
 
-    def visit(module: str, path: list[str]) -> None:
-        if module in path:
-            circle = [*path[path.index(module) :], module]
-            raise AssertionError("import circle: " + " -> ".join(circle))
-        if module in done:
+    def visit(node: str, path: list[str]) -> None:
+        if node in path:
+            circle = [*path[path.index(node) :], node]
+            raise AssertionError(f"{what}: " + " -> ".join(circle))
+        if node in done:
             return
-        for imported in sorted(graph.get(module, ())):
-            visit(imported, [*path, module])
-        done.add(module)
+        for imported in sorted(graph.get(node, ())):
+            visit(imported, [*path, node])
+        done.add(node)
 
-    for module in sorted(graph):
-        visit(module, [])
+    for node in sorted(graph):
+        visit(node, [])
 
 
 #: The AMQP door's modules from the bottom up: the engine knows no server; the table maps

@@ -14,7 +14,7 @@ from proton.utils import BlockingConnection, LinkDetached
 
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.client.aio import EventStreamClient, RemoteError
-from futoin_evt.notify.management import AUTH_FAILED, CONSUMER_REGISTERED
+from futoin_evt.domain.management import AUTH_FAILED, CONSUMER_REGISTERED
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory

@@ -10,7 +10,7 @@ import pytest
 
 from futoin_evt.client.aio import CommError, EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications
-from futoin_evt.notify.management import (
+from futoin_evt.domain.management import (
     CONSUMER_DROPPED,
     CONSUMER_REGISTERED,
     CONSUMER_TAKEN_OVER,

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
+from futoin_evt.domain.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, ManagementBus
+from futoin_evt.domain.notification import Notification
 from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.catalog import EventCatalog
 from futoin_evt.notify.live import LiveEvents, Subscription
-from futoin_evt.notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, ManagementBus
-from futoin_evt.notify.message import Notification
 from futoin_evt.notify.selector import compile_selector
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store

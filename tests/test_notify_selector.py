@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from futoin_evt.notify.message import Notification, NotifyError, Transformation
+from futoin_evt.domain.notification import Notification
+from futoin_evt.notify.message import NotifyError, Transformation
 from futoin_evt.notify.selector import SelectorError, compile_selector
 
 from .notify_cases import BAD_SELECTORS, CASES, EVENTS

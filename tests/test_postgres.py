@@ -26,6 +26,7 @@ from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK
 
 from .conftest import USERS, PgCluster, ServerProcess, add_user, execute_sql, free_port, run_js
 from .test_cli import CLI, run
+from .waiting import until
 
 pytestmark = [pytest.mark.functional, pytest.mark.postgres]
 
@@ -366,8 +367,9 @@ async def test_a_takeover_on_another_process_ends_the_old_stream_at_once(
             await new.receiver.ready.wait()
         later = [await producer.add_event("T", i) for i in range(20)]
         await new.wait_for(later[-1])
-        assert not await push_connected(a.url, "MOVED")
-        assert await push_connected(b.url, "MOVED")
+        # Each process's record of the stream reaches its other workers shortly after.
+        await until(lambda: push_connected(a.url, "MOVED", connected=False), "the old stream ended")
+        await until(lambda: push_connected(b.url, "MOVED"), "the new stream connected")
     await old.stop()
     await new.stop()
     assert not set(later) & set(old.ids)
@@ -382,8 +384,9 @@ async def consumer_info(url: str, component: str) -> dict[str, Any]:
     return dict(info)
 
 
-async def push_connected(url: str, component: str) -> bool:
-    return bool((await consumer_info(url, component))["push_connected"])
+async def push_connected(url: str, component: str, *, connected: bool = True) -> bool:
+    """Whether the server at ``url`` reports the consumer's push stream as ``connected``."""
+    return bool((await consumer_info(url, component))["push_connected"]) == connected
 
 
 async def test_one_process_discards_at_a_time_and_never_past_a_consumer(pg_url: str) -> None:

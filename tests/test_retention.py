@@ -13,10 +13,10 @@ import pytest
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.receiver import ReliableReceiver
+from futoin_evt.domain.notification import Notification
 from futoin_evt.domain.partition import DEFAULT_PARTITION, Partition
 from futoin_evt.domain.stream import UserId
 from futoin_evt.log.retention import Discarder, RetentionConfig
-from futoin_evt.notify.message import Notification
 from futoin_evt.server.app import EventServer
 
 from .conftest import ClientFactory, ServerFactory, ServerProcess, execute_sql

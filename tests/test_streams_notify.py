@@ -6,6 +6,7 @@ transformations use; unknown and bad stream names are refused. On both backends.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, cast
 
 import httpx
@@ -17,6 +18,9 @@ from proton.utils import BlockingConnection, LinkDetached
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications
+from futoin_evt.console.config import ConsoleConfig
+from futoin_evt.domain.principal import Principal
+from futoin_evt.domain.stream import UserId
 from futoin_evt.notify.live import Subscription
 from futoin_evt.notify.selector import compile_selector
 from futoin_evt.server.app import EventServer
@@ -25,10 +29,12 @@ from .conftest import USERS, ServerFactory
 from .notify_cases import WRITER
 from .test_amqp import connected, in_thread, management_requests
 from .test_notify_amqp import SELECTOR, TRANSFORMATION, props
+from .test_rights_ftn3 import closed_with
 
 pytestmark = pytest.mark.functional
 
 ALICE = "alice:" + USERS["alice"]
+ROOT = Principal(UserId(0), "root", is_admin=True)
 PARTITIONS = 4
 END = "END"
 #: (partition, type, data): the events added to ``orders``, in this order.
@@ -332,3 +338,84 @@ async def test_a_subscription_follows_the_partitions_a_stream_gains(
         await add(streams_server, "orders", 0, "GROWN", {})
         got = [(await asyncio.wait_for(queue.get(), 30))["body"] for _ in range(2)]
         assert sorted(got) == [[0, 1], [PARTITIONS + 1, 1]]
+
+
+def amqp_subscriber(url: str, attached: asyncio.Event) -> Callable[[], None]:
+    """A receiver from ``$events/orders`` (in a thread): sets ``attached`` once the link is
+    attached, then waits for its end (raised)."""
+    loop = asyncio.get_running_loop()
+
+    def receive() -> None:
+        with connected(url) as conn:
+            receiver = receive_stream(conn, "$events/orders", "TRUE")
+            loop.call_soon_threadsafe(attached.set)
+            receiver.receive(timeout=60)
+
+    return receive
+
+
+async def test_dropping_a_stream_ends_its_subscriptions_and_frees_its_readers(
+    streams_server: EventServer,
+) -> None:
+    """Dropping ``orders`` closes its FTN3 subscriber's connection (1008, the sentence), detaches
+    its AMQP ``$events/orders`` link as a stream that is not there (``amqp:not-found``), and
+    forgets its shared readers: the server holds as many as before anyone subscribed."""
+    lives = streams_server.live_streams
+    before = lives.readers
+    attached = asyncio.Event()
+    async with await EventStreamClient.connect(streams_server.url, credentials=ALICE) as client:
+        await Notifications(client.ftn3).subscribe(stream="orders")
+        receiving = asyncio.ensure_future(
+            in_thread(amqp_subscriber(streams_server.amqp_url or "", attached))
+        )
+        await asyncio.wait_for(attached.wait(), 30)
+        assert lives.readers == before + PARTITIONS
+        assert await streams_server.streams.drop(ROOT, "orders")
+        assert lives.readers == before
+        assert await closed_with(client.ftn3) == (1008, "the stream orders was dropped")
+        with pytest.raises((LinkDetached, LinkException)) as detached:
+            await receiving
+        assert "amqp:not-found" in str(detached.value)
+        assert "the stream orders was dropped" in str(detached.value)
+    # A stream of the name added again is a new one: subscribing reads it afresh.
+    await streams_server.streams.add(ROOT, "orders", 2)
+    assert len(lives.of_stream("orders")) == 2
+    assert lives.readers == before + 2
+
+
+async def test_every_serving_process_forgets_the_readers_of_a_dropped_stream(
+    start_server: ServerFactory, store_db: str
+) -> None:
+    """Two servers on one database: a stream dropped through one ends the subscriptions of
+    the other and frees its readers, once it has read the registry again."""
+    one = await start_server(db=store_db)
+    other = await start_server(db=store_db, streams_poll_seconds=0.1)
+    await one.store.add_stream("orders", PARTITIONS)
+    await other.streams.refresh()
+    before = other.live_streams.readers
+    async with await EventStreamClient.connect(other.url, credentials=ALICE) as client:
+        await Notifications(client.ftn3).subscribe(stream="orders")
+        assert other.live_streams.readers == before + PARTITIONS
+        assert await one.streams.drop(ROOT, "orders")
+        assert await closed_with(client.ftn3) == (1008, "the stream orders was dropped")
+    assert other.live_streams.readers == before
+
+
+async def test_a_console_live_tail_of_a_dropped_stream_ends_saying_so(
+    start_server: ServerFactory, store_db: str
+) -> None:
+    server = await start_server(db=store_db, console=ConsoleConfig())
+    await server.streams.add(ROOT, "orders", 2)
+    before = server.live_streams.readers
+    url = server.console_url
+    assert url is not None
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
+        await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+        tail = {"stream": "orders", "partition": "1"}
+        async with http.stream("GET", "tail/stream", params=tail) as response:
+            assert response.status_code == 200  # the tail is following the partition
+            assert server.live_streams.readers == before + 2
+            assert await server.streams.drop(ROOT, "orders")
+            lines = [line async for line in response.aiter_lines() if line]
+    assert lines[-2:] == ["event: ended", 'data: "The stream orders was dropped."']
+    assert server.live_streams.readers == before

@@ -558,6 +558,38 @@ async def test_the_push_stream_on_one_worker_is_listed_and_seeked_from_the_other
     await asking.close()
 
 
+async def test_stream_info_is_the_servers_on_every_worker(db: str, groups: list[Group]) -> None:
+    """Worker 0 discards and expires; streamInfo answered by worker 1 names the same
+    discarded count and expired consumers."""
+    async with await open_store(db) as store:
+        await store.add_stream("orders", 2)
+    group = Group(
+        db, "--keep-events", "1", "--expire-consumers-after", "1", "--discard-interval", "0.1"
+    )
+    groups.append(group)
+    async with await EventStreamClient.connect(group.url + "orders/1", credentials=ALICE) as one:
+        await one.register_consumer("DEAD")  # never seen again: expires, then 2 of 3 go
+        for n in range(3):
+            await one.add_event("E", {"n": n})
+    orders1 = {"stream": "orders", "partition": 1}
+    on0 = await connect_to(group, 0)
+    on1 = await connect_to(group, 1)
+
+    async def done_on_worker_0() -> bool:
+        info = await on0.call(OPS, "streamInfo", orders1)
+        return bool(info["expired_consumers"]) and info["discarded_total"] == 2
+
+    await until_answered(done_on_worker_0, "worker 0 expired DEAD and discarded 2 events")
+    for client in (on0, on1):
+        info = await client.call(OPS, "streamInfo", orders1)
+        assert info["expired_consumers"] == [{"user": "alice", "component": "DEAD"}]
+        assert (info["discarded_total"], info["first_id"]) == (2, "3")
+        default = await client.call(OPS, "streamInfo", {})
+        assert (default["expired_consumers"], default["discarded_total"]) == ([], 0)
+    for client in (on0, on1):
+        await client.close()
+
+
 async def _accept(params: dict[str, Any]) -> bool:
     return True
 
@@ -637,6 +669,26 @@ async def test_sigkill_of_the_whole_group_loses_nothing_acknowledged(
     if channel is not None:  # left by the killed group, removed by the next one
         assert not channel.exists()
         assert groups[-1].channel() not in (None, channel)
+
+
+@pytest.mark.parametrize("serve_workers", [2])
+@pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
+def test_the_next_start_removes_the_directory_of_a_group_killed_whole(
+    group: Group, groups: list[Group], tmp_path: Path
+) -> None:
+    """SIGKILL to a whole group (supervisor and workers) leaves its channel directory behind;
+    the next group to start removes it, and leaves that of a group still running alone."""
+    groups.append(Group(str(tmp_path / "other.sqlite"), workers=2))
+    running = groups[-1].channel()
+    killed = group.channel()
+    assert running is not None
+    assert killed is not None
+    group.kill_all()
+    assert killed.exists()  # nobody was left to tidy up
+    groups.append(Group(str(group.db), workers=2))
+    assert not killed.exists()
+    assert running.exists()
+    assert groups[-1].channel() not in (None, killed, running)
 
 
 @pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)

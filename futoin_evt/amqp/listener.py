@@ -10,8 +10,8 @@ from typing import Final
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..domain.checkpoints import EventHubCheckpoints
+from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..log.access import Access
-from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import AMQP_CELL, SharedCount, Slots
 from .cbs import CBS, CbsNode
 from .config import AmqpConfig

@@ -19,13 +19,14 @@ import logging
 import time
 import zlib
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.rights import Right
 from ..domain.stream import EventRejected, StoredEvent, UserId, is_registrable
+from ..domain.termini import KeptTermini
 from ..log.access import Refused
 from ..log.eventlog import EventLog
 from ..quoting import quote_input
@@ -175,7 +176,11 @@ class EventLogNode:
         events: EventLog,
         limits: NodeLimits = DEFAULT_NODE_LIMITS,
         hubs: Hubs | None = None,
+        *,
+        termini: KeptTermini,
     ) -> None:
+        """``termini``: where the termini of suspended links are kept (the database every
+        process on it shares)."""
         self.events = events
         self.hubs: Hubs = hubs if hubs is not None else OneHub(events)
         self.limits = limits
@@ -196,7 +201,7 @@ class EventLogNode:
         #: Where messages with no partition key go, in turn.
         self._spread = itertools.count()
         #: The termini of suspended durable consumer links, until they expire.
-        self.termini = Termini()
+        self.termini = Termini(termini)
 
     def attach(self, conn: Connection, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`: ``amqp:unauthorized-access``
@@ -247,26 +252,29 @@ class EventLogNode:
                     grows=self._grows(parsed.hub),
                 )
             events = parsed.logs[partition]
-            start = _start_position(link, events.head)
-            recovery = self._recovery(conn, link, (parsed.hub, None), partition)
-            return ConsumerLink(
+            head = events.head
+            start = _start_position(link, head)
+            recovery = self._durability(conn, link, None)
+            if recovery is None or not recovery.durable:
+                self._forget(recovery)
+                return ConsumerLink(conn, link, events, start, event_hubs=event_hubs,
+                                    partition=partition)  # fmt: skip
+            return _Attaching(
                 conn,
                 link,
-                events,
-                start,
-                event_hubs=event_hubs,
-                partition=partition,
-                recovery=recovery,
+                lambda attaching: self._attach_durable(
+                    attaching, recovery, events, start, head, event_hubs, partition
+                ),
+                "the link's terminus could not be read",
             )
         return self._attach_group(
             conn, link, parsed, partition, group, epoch, event_hubs, owner_level is not None
         )
 
-    def _recovery(
-        self, conn: Connection, link: Link, address: tuple[str, str | None], partition: int
-    ) -> Recovery | None:
-        """The durability granted to a consumer link (None: none), with the terminus it
-        resumes; a terminus kept under its name for another address is dropped."""
+    def _durability(self, conn: Connection, link: Link, group: str | None) -> Recovery | None:
+        """The durability granted to a consumer link of ``group`` (durable 0: none), or
+        None when the link has no source (or no user or container id: nothing to find it
+        by); :class:`LinkRefused` for a bad expiry policy or unsettled map."""
         peer_unsettled = _peer_unsettled(link)
         source = link.remote_source
         principal, container = conn.principal, conn.container_id
@@ -276,22 +284,54 @@ class EventLogNode:
         durable = source.durable
         policy = _expiry_policy(source)
         if durable not in (1, 2) or policy == LINK_DETACH:
-            self.termini.discard(key)
-            return None
+            return Recovery(self.termini, key, group, 0, policy, 0, None, None, peer_unsettled)
         granted = CONNECTION_CLOSE if policy == NEVER else policy
         timeout = min(source.timeout, MAX_TIMEOUT)
         answer = replace(source, durable=durable, expiry_policy=granted, timeout=timeout)
         return Recovery(
-            self.termini,
-            key,
-            address,
-            durable,
-            granted,
-            timeout,
-            answer,
-            self.termini.take(key, address, partition),
-            peer_unsettled,
+            self.termini, key, group, durable, granted, timeout, answer, None, peer_unsettled
         )
+
+    def _forget(self, recovery: Recovery | None) -> None:
+        """A link that is not durable: the terminus kept under its name is dropped."""
+        if recovery is not None:
+            self.termini.discard(recovery.key)
+
+    async def _recover(self, recovery: Recovery | None, partition_key: int) -> Recovery | None:
+        """The recovery granted, with the terminus it resumes, taken from the store (one
+        kept under its name for another address is dropped)."""
+        if recovery is None or not recovery.durable:
+            self._forget(recovery)
+            return None
+        kept = await self.termini.take(recovery.key, partition_key, recovery.group)
+        return replace(recovery, kept=kept)
+
+    async def _attach_durable(
+        self,
+        attaching: _Attaching,
+        recovery: Recovery,
+        events: EventLog,
+        start: Position | None,
+        head: int,
+        event_hubs: bool,
+        partition: int,
+    ) -> None:
+        """Serve a durable consumer link once the terminus it resumes (if any) is taken."""
+        resumed = await self._recover(recovery, events.partition.key)
+        if attaching.closed:  # the link went meanwhile: what it took is kept again
+            _restore(resumed)
+            return
+        attaching.inner = ConsumerLink(
+            attaching.conn,
+            attaching.link,
+            events,
+            start,
+            head=head,
+            event_hubs=event_hubs,
+            partition=partition,
+            recovery=resumed,
+        )
+        attaching.conn.wake()
 
     def _grows(self, hub: str) -> _Grows:
         """How a partition-agnostic consumer of ``hub`` follows its partitions."""
@@ -355,7 +395,7 @@ class EventLogNode:
         """One active link per group (of this user) and partition in the whole cluster; a
         higher epoch takes over (seed 4.5.2), also an equal one for an Event Hubs owner
         level. A link naming no partition is given a free one (4.5.1). The link is answered
-        once its claim is back from the database (:class:`_GroupAttach`)."""
+        once its claim is back from the database (:class:`_Attaching`)."""
         if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
             raise LinkRefused(
                 INVALID_FIELD,
@@ -376,7 +416,7 @@ class EventLogNode:
             binding = (user_id, component)
         # Refused before the claim, which may take the group from a live link.
         _start_position(link, parsed.logs[partition or 0].head)
-        _check_terminus(link)
+        recovery = self._durability(conn, link, group)
         request = _GroupRequest(
             parsed.hub,
             parsed.logs,
@@ -386,10 +426,16 @@ class EventLogNode:
             equal_takes_over,
             event_hubs,
             binding,
+            recovery,
         )
-        return _GroupAttach(self, conn, link, request)
+        return _Attaching(
+            conn,
+            link,
+            lambda attaching: self._claim(attaching, request),
+            "the consumer group could not be claimed",
+        )
 
-    async def _claim(self, attach: _GroupAttach, request: _GroupRequest) -> None:
+    async def _claim(self, attach: _Attaching, request: _GroupRequest) -> None:
         """Claim the group for ``attach``'s link, then answer the attach. A link naming no
         partition tries the partitions in turn (those without a link of the group here),
         taking only a free one."""
@@ -410,16 +456,17 @@ class EventLogNode:
         for number in numbers:
             events = logs[number]
             key = (events.partition.key, user_id, group)
-            claimed, heard = await self._claim_one(events, key, request)
+            claimed, heard, recovery = await self._claim_one(events, key, request)
             held_epoch = claimed.epoch
             if claimed.taken:
                 self._heard_claim(*key, claimed.claim, claimed.epoch)  # the older link here
             if attach.closed:  # the peer detached, or its connection went, meanwhile
                 if claimed.taken and heard <= claimed.claim:
                     self._release_later(key, events, claimed.claim, None)
+                _restore(recovery)
                 return
             if claimed.taken:
-                self._install(attach, request, number, key, claimed, heard)
+                self._install(attach, request, number, key, claimed, heard, recovery)
                 return
         if request.partition is None:
             conn.detach(
@@ -439,9 +486,10 @@ class EventLogNode:
 
     async def _claim_one(
         self, events: EventLog, key: _GroupKey, request: _GroupRequest
-    ) -> tuple[GroupClaim, int]:
-        """The claim of the group on one partition, and the newest claim heard of it while
-        this one was on its way (a newer one has taken it from this one already)."""
+    ) -> tuple[GroupClaim, int, Recovery | None]:
+        """The claim of the group on one partition, the newest claim heard of it while this
+        one (and the take of the terminus the link resumes, once the group is taken) was on
+        its way (a newer one has taken it from this one already), and the recovery."""
         if events.partition.key not in self._listening:
             self._listening[events.partition.key] = events.listen_group_claims(
                 functools.partial(self._heard_claim, events.partition.key)
@@ -459,35 +507,38 @@ class EventLogNode:
                 equal_takes_over=request.equal_takes_over,
                 free_only=request.partition is None,
             )
+            recovery = await self._recover(request.recovery, key[0]) if claimed.taken else None
         finally:
             heard = self._heard.get(key, 0)
             self._claiming[key] -= 1
             if not self._claiming[key]:
                 del self._claiming[key]
                 self._heard.pop(key, None)
-        return claimed, heard
+        return claimed, heard, recovery
 
     def _install(
         self,
-        attach: _GroupAttach,
+        attach: _Attaching,
         request: _GroupRequest,
         number: int,
         key: _GroupKey,
         claimed: GroupClaim,
         heard: int,
+        recovery: Recovery | None,
     ) -> None:
         """The group is the link's (the older link of the group here is detached already):
         serve it, unless a newer claim took the group while this one was on its way."""
         conn, link = attach.conn, attach.link
         if heard > claimed.claim or key in self._groups:
+            _restore(recovery)
             conn.detach(link, LINK_STOLEN, "taken over by a newer link while attaching")
             return
         events = request.logs[number]
         group, binding = request.group, request.binding
         try:
             start = _start_position(link, events.head)
-            recovery = self._recovery(conn, link, (request.hub, group), number)
         except LinkRefused as exc:  # checked before the claim: not expected
+            _restore(recovery)
             self._release_later(key, events, claimed.claim, None)
             conn.detach(link, exc.condition, str(exc))
             return
@@ -578,7 +629,8 @@ class EventLogNode:
                         self._steal(key, owner, "taken over elsewhere")
 
     async def close(self) -> None:
-        """Stop renewing, and let the groups of the links that ended be released."""
+        """Stop renewing, let the groups of the links that ended be released, and store the
+        termini of the links suspended."""
         if self._renewing is not None:
             self._renewing.cancel()
         for stop in self._listening.values():
@@ -587,6 +639,7 @@ class EventLogNode:
         releasing = list(self._releasing.values())
         if releasing:
             await asyncio.wait(releasing, timeout=GROUP_RELEASE_SECONDS)
+        await self.termini.close()
 
 
 @dataclass(frozen=True, slots=True)
@@ -602,29 +655,38 @@ class _GroupRequest:
     equal_takes_over: bool
     event_hubs: bool
     binding: tuple[UserId, str] | None
+    #: The durability the link asks for (the terminus it resumes is taken with the group).
+    recovery: Recovery | None
 
 
-class _GroupAttach:
-    """A consumer group's link while its claim is on the way to the database. The attach
-    is answered once the claim is back: a :class:`ConsumerLink` (:attr:`inner`) then serves
-    the link, or the link is refused. Credit that comes meanwhile waits on the link."""
+class _Attaching:
+    """A consumer link while what its attach waits for is on its way to the database (the
+    claim of its consumer group, the terminus it resumes). The attach is answered once
+    ``attach(self)`` is done: a :class:`ConsumerLink` (:attr:`inner`) then serves the link,
+    or the link is refused (``failed``: the sentence when it raised). Credit that comes
+    meanwhile waits on the link."""
 
     def __init__(
-        self, node: EventLogNode, conn: Connection, link: Link, request: _GroupRequest
+        self,
+        conn: Connection,
+        link: Link,
+        attach: Callable[[_Attaching], Coroutine[Any, Any, None]],
+        failed: str,
     ) -> None:
         self.conn = conn
         self.link = link
         self.inner: ConsumerLink | None = None
         #: The link ended before it was answered.
         self.closed = False
-        self._task = asyncio.ensure_future(node._claim(self, request))
-        self._task.add_done_callback(self._claimed)
+        self._failed = failed
+        self._task = asyncio.ensure_future(attach(self))
+        self._task.add_done_callback(self._attached)
 
-    def _claimed(self, task: asyncio.Future[None]) -> None:
+    def _attached(self, task: asyncio.Future[None]) -> None:
         exc = None if task.cancelled() else task.exception()
         if exc is not None and not self.closed:
-            log.warning("claiming a consumer group failed: %s", exc)
-            self.conn.detach(self.link, INTERNAL_ERROR, "the consumer group could not be claimed")
+            log.warning("%s: %s", self._failed, exc)
+            self.conn.detach(self.link, INTERNAL_ERROR, self._failed)
 
     def on_flow(self) -> None:
         if self.inner is not None:
@@ -653,14 +715,6 @@ def _expiry_policy(source: Source) -> str:
     if policy not in (LINK_DETACH, SESSION_END, CONNECTION_CLOSE, NEVER):
         raise LinkRefused(INVALID_FIELD, f"not a terminus expiry policy: {quote_input(policy, 40)}")
     return policy
-
-
-def _check_terminus(link: Link) -> None:
-    """Refuse what :meth:`EventLogNode._recovery` would refuse of the link's source."""
-    _peer_unsettled(link)
-    source = link.remote_source
-    if source is not None:
-        _expiry_policy(source)
 
 
 def _partition_number(text: str, count: int) -> int | None:
@@ -701,17 +755,36 @@ class Recovery:
 
     termini: Termini
     key: TerminusKey
-    address: tuple[str, str | None]
-    #: 1: configuration (the position alone), 2: unsettled state too.
+    #: The consumer group of the link's address (a terminus resumes only the same).
+    group: str | None
+    #: 1: configuration (the position alone), 2: unsettled state too; 0: none.
     durable: int
     #: session-end or connection-close.
     expiry: str
     timeout: int
-    #: Our terminus, as granted.
-    source: Source
+    #: Our terminus, as granted (None: not durable).
+    source: Source | None
     kept: KeptTerminus | None
     #: The peer's unsettled map (tag -> its state).
     peer_unsettled: Mapping[bytes, Any]
+
+
+def _restore(recovery: Recovery | None) -> None:
+    """Keep again the terminus a link took and will not resume (it went first)."""
+    if recovery is not None and recovery.kept is not None:
+        recovery.termini.restore(recovery.kept)
+
+
+def _joined(*futures: asyncio.Future[None] | None) -> asyncio.Future[None] | None:
+    """Done once each of ``futures`` is (None: none is due)."""
+    due = [future for future in futures if future is not None]
+    if len(due) <= 1:
+        return due[0] if due else None
+
+    async def all_done() -> None:
+        await asyncio.wait(due)
+
+    return asyncio.ensure_future(all_done())
 
 
 def _peer_unsettled(link: Link) -> Mapping[bytes, Any]:
@@ -1009,13 +1082,18 @@ class ConsumerLink(SourceLink):
         event_hubs: bool = False,
         partition: int = 0,
         recovery: Recovery | None = None,
+        head: int | None = None,
     ) -> None:
         """``on_closed`` is given the write of the position still on its way (if any) and
-        returns what the detach's answer waits for."""
+        returns what the detach's answer waits for; ``head``: the log's head at the attach
+        (now when None)."""
         #: Opened through an Event Hubs address: JSON goes out as a ``data`` section.
         self._event_hubs = event_hubs
-        #: No filter: events added from now on (seed 3.2), or the bound consumer's position.
-        self._start = start if start is not None else Position(events.head)
+        #: No filter: events added from the attach on (seed 3.2), or the bound consumer's
+        #: position.
+        self._start = (
+            start if start is not None else Position(events.head if head is None else head)
+        )
         self._filtered = start is not None
         self._binding = binding
         self._fence = fence
@@ -1051,17 +1129,19 @@ class ConsumerLink(SourceLink):
 
     def on_closed(self) -> asyncio.Future[None] | None:
         """The detach is answered once the accepted part of what was sent is stored (and
-        the consumer group released)."""
+        the consumer group released), and the terminus of a suspended link."""
         self._stop_listening()
+        keeping = None
         if self._recovery is not None and self._link.suspended and not self._closed:
-            self._keep(self._recovery)
+            keeping = self._keep(self._recovery)
         super().on_closed()
         if self._released is not None:
-            return self._released(self._acking)
-        return self._acking
+            return _joined(self._released(self._acking), keeping)
+        return _joined(self._acking, keeping)
 
-    def _keep(self, recovery: Recovery) -> None:
-        """Leave the terminus to the node: the oldest ids, within the bound."""
+    def _keep(self, recovery: Recovery) -> asyncio.Future[None]:
+        """Leave the terminus to the node: the oldest ids, within the bound; the future of
+        its write."""
         assert self._open is not None
         held = [i for i in self._unsettled if i not in self._done]
         unsettled = sorted(self._open)
@@ -1075,10 +1155,10 @@ class ConsumerLink(SourceLink):
         if recovery.durable == 1:  # the position alone: from the oldest unsettled on
             after = min(after, unsettled[0] - 1) if unsettled else after
             unsettled = []
-        kept = KeptTerminus(
+        terminus = KeptTerminus(
             recovery.key,
-            recovery.address,
-            self._partition,
+            self._events.partition.key,
+            recovery.group,
             recovery.durable,
             tuple(unsettled),
             incomplete,
@@ -1088,11 +1168,12 @@ class ConsumerLink(SourceLink):
             float(recovery.timeout),
         )
         termini = recovery.termini
-        termini.keep(kept)
+        kept, written = termini.keep(terminus)
         session = recovery.expiry == SESSION_END
         kept.cancel_wait = self._conn.when_ended(
             self._link, session, lambda: termini.expire_later(kept)
         )
+        return written
 
     async def _start_after(self) -> int:
         after = self._start.after_id

@@ -2,8 +2,9 @@
 
 A receiving link from source ``$events`` subscribes to the stream ``events``; from
 ``$events/NAME``, to every partition of the stream ``NAME`` (``amqp:not-found`` when there is
-no such stream). It needs the read right on the stream (``amqp:unauthorized-access`` without
-it, whether the stream exists or not), and is detached so once that right is revoked; on a
+no such stream, and the link is detached so when its stream is dropped). It needs the read
+right on the stream (``amqp:unauthorized-access`` without it, whether the stream exists or
+not), and is detached so once that right is revoked; on a
 connection that logged in with SAS tokens, one of them must cover ``$events/NAME`` or
 ``NAME/$events`` (``sb://HOST/NAME`` does). Its source filter set may hold:
 
@@ -38,6 +39,8 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
+from ..domain.management import ManagementBus
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM
 from ..domain.rights import Right
 from ..domain.stream import EventId, StoredEvent
@@ -49,8 +52,7 @@ from ..notify.live import (
     UnknownStream,
     management_visible_to,
 )
-from ..notify.management import ManagementBus
-from ..notify.message import Notification, NotifyError, Transformation, encoded, real_message
+from ..notify.message import NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 from .codec import (
@@ -254,6 +256,10 @@ class NotificationLink(SourceLink):
         sent = 0
         while True:
             subscription.wake.clear()
+            gone = subscription.gone
+            if gone is not None:  # the stream was dropped: as for a stream that is not there
+                self._conn.detach(link, NOT_FOUND, str(gone))
+                return
             if link.credit > 0 and self._conn.writable:
                 if subscription.has_more():
                     batch = await subscription.poll(min(link.credit, READ_BATCH))

@@ -23,14 +23,14 @@ import time
 from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
+from ..domain.management import AUTH_FAILED
 from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..ftn3.errors import SECURITY_ERROR, FTN3Error
-from ..notify.management import AUTH_FAILED
 from ..stats import BAD_CREDENTIALS, TOO_MANY_CHECKS, Refusals, current_door
 
 if TYPE_CHECKING:
-    from ..notify.management import ManagementBus
+    from ..domain.management import ManagementBus
 
 _SCRYPT_N: Final = 2**14
 _SCRYPT_R: Final = 8

@@ -13,10 +13,10 @@ import os
 import sys
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, Final, NoReturn, TypeAlias
+from typing import Any, ClassVar, Final, NoReturn, TypeAlias, TypeVar
 
 from ..auth.sas import SecretFileError, load_secret
-from ..client.aio import CommError, EventStreamClient, RemoteError
+from ..client.aio import OPS, CommError, EventStreamClient, RemoteError
 from ..server.app import DEFAULT_DB
 from ..stats import CONNECTION
 from ..storage import is_postgres_url, open_store
@@ -237,6 +237,45 @@ async def connected_client(args: argparse.Namespace) -> Any:
         raise CliError(f"the server refused: {exc.name}: {exc.desc}") from None
     except CommError as exc:
         raise CliError(f"lost the connection to {args.url}: {exc}") from None
+
+
+class OnServer:
+    """Calls of the ops iface on a running server (``--url``): the server's refusals named
+    in :attr:`bad_input` exit 2 (:class:`BadSetting`), as the same input does on ``--db``;
+    any other exits 1."""
+
+    #: The ops iface's errors that say the input was bad.
+    bad_input: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def call(self, func: str, params: dict[str, Any]) -> Any:
+        try:
+            return await self._client.ftn3.call(OPS, func, params)
+        except RemoteError as exc:
+            if exc.name in self.bad_input:
+                raise BadSetting(f"{exc.desc}.") from None
+            raise
+
+
+_Acting = TypeVar("_Acting")
+
+
+@contextlib.asynccontextmanager
+async def acting_where(
+    args: argparse.Namespace,
+    on_server: Callable[[Any], _Acting],
+    in_database: Callable[[Store], _Acting],
+) -> AsyncIterator[_Acting]:
+    """Where a command of :func:`add_where` acts: ``on_server(client)`` with ``--url``,
+    else ``in_database(store)`` on ``--db``."""
+    if args.url is not None:
+        async with connected_client(args) as client:
+            yield on_server(client)
+    else:
+        async with opened_store(args.db) as store:
+            yield in_database(store)
 
 
 def print_json(value: Any) -> None:

@@ -1,12 +1,19 @@
-"""Consumers on a running server: ``info``, ``consumer list``, ``consumer drop``."""
+"""Consumers on a running server, through its ops iface: ``info``, ``consumer list``,
+``consumer drop``, ``consumer seek``. Each acts on one partition: the one ``--stream`` and
+``--partition`` name (partition 0 of the stream, or the partition of the stream of
+``--url``'s path, for the one left out), else the one of ``--url``'s path (``events``/0 on
+``/``)."""
 
 from __future__ import annotations
 
 import argparse
+import time
 from typing import Any
 
 from ..client.aio import OPS
+from ..domain.partition import MAX_PARTITIONS, check_stream_name
 from .common import (
+    BadSetting,
     Commands,
     add_endpoint,
     connected_client,
@@ -17,33 +24,73 @@ from .common import (
 def add_commands(commands: Commands) -> None:
     info = commands.add_parser("info", help="stream and consumer information (lag, who holds back)")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    add_endpoint(info)
+    _add_target(info)
     info.set_defaults(run=_info)
 
-    consumer = commands.add_parser("consumer", help="list or drop consumers").add_subparsers(
+    consumer = commands.add_parser("consumer", help="list, drop or seek consumers").add_subparsers(
         dest="consumer_command", required=True, metavar="ACTION"
     )
     listing = consumer.add_parser("list", help="your consumers (an admin sees all)")
     listing.add_argument("--json", action="store_true")
-    add_endpoint(listing)
+    _add_target(listing)
     listing.set_defaults(run=_consumer_list)
     drop = consumer.add_parser("drop", help="unregister a consumer")
     drop.add_argument("user")
     drop.add_argument("component")
-    add_endpoint(drop)
+    _add_target(drop)
     drop.set_defaults(run=_consumer_drop)
+    seek = consumer.add_parser(
+        "seek", help="move your consumer to the first event at or after a time (back or on)"
+    )
+    seek.add_argument("component")
+    seek.add_argument("ts", metavar="TS", help="UTC, as YYYY-MM-DDTHH:MM:SSZ")
+    _add_target(seek)
+    seek.set_defaults(run=_consumer_seek)
+
+
+def _add_target(parser: argparse.ArgumentParser) -> None:
+    add_endpoint(parser)
+    parser.add_argument(
+        "--stream", metavar="NAME", help="the stream (default: that of --url's path, events)"
+    )
+    parser.add_argument(
+        "--partition",
+        type=int,
+        metavar="P",
+        help="the partition (default: 0 with --stream, else that of --url's path)",
+    )
+
+
+def _target(args: argparse.Namespace) -> dict[str, Any]:
+    """The ``stream`` and ``partition`` params of the call, as given; bad ones exit 2 before
+    the server is asked."""
+    params: dict[str, Any] = {}
+    if args.stream is not None:
+        try:
+            params["stream"] = check_stream_name(args.stream)
+        except ValueError as exc:
+            raise BadSetting(f"{exc}.") from None
+    if args.partition is not None:
+        if not 0 <= args.partition < MAX_PARTITIONS:
+            raise BadSetting(
+                f"--partition must be 0 to {MAX_PARTITIONS - 1}, not {args.partition}."
+            )
+        params["partition"] = args.partition
+    return params
 
 
 async def _info(args: argparse.Namespace) -> int:
+    target = _target(args)
     async with connected_client(args) as client:
-        stream = await client.ftn3.call(OPS, "streamInfo", {})
-        consumers = await client.ftn3.call(OPS, "listConsumers", {})
+        stream = await client.ftn3.call(OPS, "streamInfo", target)
+        consumers = await client.ftn3.call(OPS, "listConsumers", target)
     if args.json:
         print_json({"stream": stream, "consumers": consumers})
         return 0
     held = stream.get("held_back_by")
     print(
-        f"events {stream['events']}: ids {stream.get('first_id', '-')} .. "
+        f"{stream['stream']}/{stream['partition']}: events {stream['events']}: ids "
+        f"{stream.get('first_id', '-')} .. "
         f"{stream.get('last_id', '-')} ({stream.get('first_ts', '-')} .. "
         f"{stream.get('last_ts', '-')})"
     )
@@ -84,8 +131,9 @@ def _consumer_row(c: dict[str, Any]) -> tuple[str, ...]:
 
 
 async def _consumer_list(args: argparse.Namespace) -> int:
+    target = _target(args)
     async with connected_client(args) as client:
-        consumers = await client.ftn3.call(OPS, "listConsumers", {})
+        consumers = await client.ftn3.call(OPS, "listConsumers", target)
     if args.json:
         print_json(consumers)
     else:
@@ -94,9 +142,25 @@ async def _consumer_list(args: argparse.Namespace) -> int:
 
 
 async def _consumer_drop(args: argparse.Namespace) -> int:
+    target = _target(args)
     async with connected_client(args) as client:
         await client.ftn3.call(
-            OPS, "dropConsumer", {"user": args.user, "component": args.component}
+            OPS, "dropConsumer", {"user": args.user, "component": args.component, **target}
         )
     print(f"dropped consumer {args.component} of user {args.user}")
+    return 0
+
+
+async def _consumer_seek(args: argparse.Namespace) -> int:
+    target = _target(args)
+    try:
+        time.strptime(args.ts, "%Y-%m-%dT%H:%M:%SZ")
+    except ValueError:
+        raise BadSetting(f"not a UTC time as YYYY-MM-DDTHH:MM:SSZ: {args.ts[:40]!r}.") from None
+    async with connected_client(args) as client:
+        position = await client.ftn3.call(
+            OPS, "seekConsumer", {"component": args.component, "ts": args.ts, **target}
+        )
+    after = f"after event {position}" if position else "from the first event"
+    print(f"consumer {args.component} reads on {after}")
     return 0

@@ -8,10 +8,9 @@ import contextlib
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from ..client.aio import OPS, RemoteError
 from ..domain.rights import BadGrant, check_pattern, parse_rights
 from ..log import access
-from .common import BadSetting, Commands, add_where, connected_client, opened_store, print_json
+from .common import BadSetting, Commands, OnServer, acting_where, add_where, print_json
 
 #: The ops iface's errors for a bad grant and an unknown user (exit 2, as here).
 INVALID_GRANT = "InvalidGrant"
@@ -63,39 +62,28 @@ class _InDatabase:
         return await access.describe_user(self._store, user)
 
 
-class _OnServer:
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    async def _call(self, func: str, params: dict[str, Any]) -> Any:
-        try:
-            return await self._client.ftn3.call(OPS, func, params)
-        except RemoteError as exc:
-            if exc.name in (INVALID_GRANT, UNKNOWN_USER):
-                raise BadSetting(f"{exc.desc}.") from None
-            raise
+class _OnServer(OnServer):
+    bad_input = (INVALID_GRANT, UNKNOWN_USER)
 
     async def grant(self, user: str, rights: str, pattern: str) -> None:
-        await self._call("grantRights", {"user": user, "rights": rights, "pattern": pattern})
+        await self.call("grantRights", {"user": user, "rights": rights, "pattern": pattern})
 
     async def revoke(self, user: str, rights: str, pattern: str) -> bool:
         params = {"user": user, "rights": rights, "pattern": pattern}
-        return bool(await self._call("revokeRights", params))
+        return bool(await self.call("revokeRights", params))
 
     async def show(self, user: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call("showUser", {"user": user})
+        result: dict[str, Any] = await self.call("showUser", {"user": user})
         return result
 
 
 @contextlib.asynccontextmanager
 async def _admin(args: argparse.Namespace) -> AsyncIterator[GrantAdmin]:
+    acting: contextlib.AbstractAsyncContextManager[GrantAdmin]
+    acting = acting_where(args, _OnServer, _InDatabase)
     try:
-        if args.url is not None:
-            async with connected_client(args) as client:
-                yield _OnServer(client)
-        else:
-            async with opened_store(args.db) as store:
-                yield _InDatabase(store)
+        async with acting as admin:
+            yield admin
     except access.UnknownUser as exc:
         raise BadSetting(f"{exc}.") from None
 

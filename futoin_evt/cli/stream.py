@@ -1,14 +1,13 @@
 """``futoin-evt stream``: streams and their partitions, in the database (``--db``) or on a
-running server (``--url``, through the ops iface; changes take an admin user)."""
+running server (``--url``, through the ops iface, with the user's rights: a change needs
+``manage`` on the name, an aggregate ``read`` on its source too)."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from ..client.aio import OPS, RemoteError
 from ..domain.partition import (
     DEFAULT_STREAM,
     MAX_PARTITIONS,
@@ -18,14 +17,7 @@ from ..domain.partition import (
 from ..ftn18.stream_ops import INVALID_STREAM, STREAM_EXISTS, UNKNOWN_STREAM
 from ..log.streams import describe_stream, stream_summary
 from ..storage.base import Store
-from .common import (
-    BadSetting,
-    Commands,
-    add_where,
-    connected_client,
-    opened_store,
-    print_json,
-)
+from .common import BadSetting, Commands, OnServer, acting_where, add_where, print_json
 
 
 def add_commands(commands: Commands) -> None:
@@ -39,7 +31,8 @@ def add_commands(commands: Commands) -> None:
         "--aggregate",
         metavar="SOURCE",
         help="a stream of one partition that every serving process fills with every event "
-        "of every partition of SOURCE (new ids, each partition's order kept; --db only)",
+        "of every partition of SOURCE (new ids, each partition's order kept; with --url it "
+        "needs manage on NAME and read on SOURCE)",
     )
     add_where(add)
     add.set_defaults(run=_stream_add)
@@ -51,6 +44,7 @@ def add_commands(commands: Commands) -> None:
         "info", help="a stream's partitions: head, oldest id, consumers and their lag"
     )
     info.add_argument("name")
+    info.add_argument("--partition", type=int, metavar="P", help="show this partition only")
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_where(info)
     info.set_defaults(run=_stream_info)
@@ -129,19 +123,10 @@ class _InDatabase:
         return await describe_stream(self._store, info)
 
 
-class _OnServer:
+class _OnServer(OnServer):
     """Through the ops iface; the server's refusals of a name or count exit 2, as here."""
 
-    def __init__(self, client: Any) -> None:
-        self._client = client
-
-    async def _call(self, func: str, params: dict[str, Any]) -> Any:
-        try:
-            return await self._client.ftn3.call(OPS, func, params)
-        except RemoteError as exc:
-            if exc.name in (UNKNOWN_STREAM, STREAM_EXISTS, INVALID_STREAM):
-                raise BadSetting(f"{exc.desc}.") from None
-            raise
+    bad_input = (UNKNOWN_STREAM, STREAM_EXISTS, INVALID_STREAM)
 
     async def add(
         self, name: str, partitions: int, aggregate_of: str | None = None
@@ -149,35 +134,29 @@ class _OnServer:
         params: dict[str, Any] = {"name": name, "partitions": partitions}
         if aggregate_of is not None:
             params["aggregate_of"] = aggregate_of
-        result: dict[str, Any] = await self._call("addStream", params)
+        result: dict[str, Any] = await self.call("addStream", params)
         return result
 
     async def grow(self, name: str, partitions: int) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call(
+        result: dict[str, Any] = await self.call(
             "growStream", {"name": name, "partitions": partitions}
         )
         return result
 
     async def drop(self, name: str) -> None:
-        await self._call("dropStream", {"name": name})
+        await self.call("dropStream", {"name": name})
 
     async def list(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = await self._call("listStreams", {})
+        result: list[dict[str, Any]] = await self.call("listStreams", {})
         return result
 
     async def describe(self, name: str) -> dict[str, Any]:
-        result: dict[str, Any] = await self._call("describeStream", {"name": name})
+        result: dict[str, Any] = await self.call("describeStream", {"name": name})
         return result
 
 
-@contextlib.asynccontextmanager
-async def _admin(args: argparse.Namespace) -> AsyncIterator[StreamAdmin]:
-    if args.url is not None:
-        async with connected_client(args) as client:
-            yield _OnServer(client)
-    else:
-        async with opened_store(args.db) as store:
-            yield _InDatabase(store)
+def _admin(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[StreamAdmin]:
+    return acting_where(args, _OnServer, _InDatabase)
 
 
 def _checked(name: str, partitions: int | None = None) -> None:
@@ -244,14 +223,21 @@ async def _stream_list(args: argparse.Namespace) -> int:
 
 
 async def _stream_info(args: argparse.Namespace) -> int:
+    if args.partition is not None and args.partition < 0:
+        raise BadSetting(f"--partition must be 0 or more, not {args.partition}.")
     async with _admin(args) as admin:
         info = await admin.describe(args.name)
+    count = len(info["partitions"])
+    if args.partition is not None:
+        if args.partition >= count:
+            raise BadSetting(
+                f"the stream {args.name} has partitions 0 to {count - 1}, not {args.partition}."
+            )
+        info["partitions"] = [info["partitions"][args.partition]]
     if args.json:
         print_json(info)
         return 0
-    print(
-        f"stream {info['name']}: {len(info['partitions'])} partitions, created {info['created_at']}"
-    )
+    print(f"stream {info['name']}: {count} partitions, created {info['created_at']}")
     for p in info["partitions"]:
         oldest = p.get("oldest_id", "-")
         print(f"partition {p['number']}: head {p['head']}, oldest {oldest}, {p['events']} events")

@@ -119,8 +119,17 @@ class BlockingClient:
 
     # -- futoinevt.ops calls for bulk consumers --------------------------------------------
 
-    def stream_info(self) -> dict[str, Any]:
-        return dict(self.call(OPS, "streamInfo", {}))
+    def stream_info(
+        self, stream: str | None = None, partition: int | None = None
+    ) -> dict[str, Any]:
+        """The information of the connection's partition, or of the one named (partition 0
+        of ``stream``; ``partition`` of the connection's stream)."""
+        params: dict[str, Any] = {}
+        if stream is not None:
+            params["stream"] = stream
+        if partition is not None:
+            params["partition"] = partition
+        return dict(self.call(OPS, "streamInfo", params))
 
     def consumer_state(self, component: str) -> tuple[int, int]:
         """(position, newest event id): everything up to the position is acknowledged."""

@@ -13,7 +13,8 @@ tails of streams they may read, their own consumers there and, on streams they m
 everyone's. Dropping or seeking a consumer needs read (their own) or manage (another's). A
 refusal is the error page with status 403 and the sentence naming the right and the stream,
 the same for a name that names no stream (unless the user holds some right on that name,
-who gets 404). A live tail ends when the right it needs is revoked, and with its session.
+who gets 404). A live tail ends when the right it needs is revoked, when its stream is
+dropped, and with its session.
 
 Sessions are in the database (:mod:`.sessions`): a login on one worker, or on another
 process on the same database, holds on every other. A live tail reads through the server's
@@ -43,6 +44,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from ..auth.users import Authenticator
 from ..dcb.model import DcbInputError, parse_query
 from ..dcb.service import DcbService, ReadRequest
+from ..domain.management import ManagementBus
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_PARTITION, Partition, check_stream_name
 from ..domain.principal import Principal
 from ..domain.rights import Right
@@ -55,8 +58,7 @@ from ..log.consumers import ConsumerRow
 from ..log.eventlog import EventLog
 from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
-from ..notify.management import ManagementBus
-from ..notify.message import Notification, NotifyError, Transformation, real_message
+from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
 from ..stats import INSECURE_CHANNEL
 from .config import ConsoleConfig
@@ -769,8 +771,8 @@ async def _pushed(
 ) -> AsyncGenerator[bytes, None]:
     """Server-Sent Events: one ``data:`` line per batch (a JSON array), comments to keep
     the connection alive; ends with the server, or after :data:`TAIL_SECONDS`, or with an
-    ``ended`` event carrying why: once the session ends (anywhere), or once ``revoked`` is
-    set (``refusal``)."""
+    ``ended`` event carrying why: once the session ends (anywhere), once ``revoked`` is set
+    (``refusal``), or once the stream is dropped."""
     deadline = time.monotonic() + TAIL_SECONDS
     stop: asyncio.Future[Any] = asyncio.ensure_future(closing.wait())
     taken: asyncio.Future[Any] = asyncio.ensure_future(revoked.wait())
@@ -795,6 +797,10 @@ async def _pushed(
             if not reading.done():
                 yield b": alive\n\n"
                 continue
+            failed = reading.exception()
+            if isinstance(failed, UnknownStream):  # its stream was dropped
+                yield f"event: ended\ndata: {json.dumps(_sentence(failed))}\n\n".encode()
+                return
             batch, reading = reading.result(), None
             messages = [
                 {"id": n.id, "type": n.type, "ts": n.ts, "message": real_message(n, shape)}
@@ -809,7 +815,7 @@ async def _pushed(
         ended()
 
 
-def _sentence(exc: AccessRefused) -> str:
+def _sentence(exc: AccessRefused | UnknownStream) -> str:
     """A refusal of ``log/`` as the console says it (``The read right on stream payroll is
     needed.``)."""
     text = str(exc)

@@ -32,12 +32,13 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..log.eventlog import EventLog
 from ..log.streams import StreamLogs, StreamRegistry
-from ..notify.message import Notification, NotifyError
+from ..notify.message import NotifyError
 from ..notify.selector import Selector, compile_selector
 from ..quoting import quote_input
 

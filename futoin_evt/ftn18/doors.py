@@ -9,7 +9,11 @@ partition, picked round robin over connections (so one producer's order holds), 
 calls are refused naming the ``/NAME/P`` endpoints. ``futoin.ping``, notification and the
 stream administration calls of the ops iface are the same on every path; its consumer calls
 (``streamInfo``, ``listConsumers``, ``dropConsumer``, ``seekConsumer``, ``consumerState``,
-``acknowledge``, ``readEvents``, ``idBefore``) act on the path's partition. DCB on ``/`` and
+``acknowledge``, ``readEvents``, ``idBefore``) act on the path's partition; ``streamInfo``,
+``listConsumers``, ``dropConsumer`` and ``seekConsumer`` act on another one when they name
+its ``stream`` or ``partition`` (the path's stream, partition 0, for the one left out), on
+any path: ``SecurityError`` without any right on the name, whether it exists or not, and
+``UnknownStream`` when it is not there. DCB on ``/`` and
 ``/events/0`` serves ``events``/0; on any other path of a stream it serves that stream while
 it has one partition, and on a stream of more each call is an ``InvalidRequest`` that says
 why.
@@ -39,6 +43,7 @@ from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..ftn3.calls import CallContext, Handler, Routes
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
+from ..log.eventlog import EventLog
 from ..log.retention import Discarder
 from ..log.streams import StreamLogs, StreamRegistry
 from ..quoting import quote_input
@@ -48,7 +53,7 @@ from .notify import NotifyService
 from .ops import OpsService
 from .push import PushService
 from .services import GenService, PollService, ping
-from .stream_ops import StreamAdmin
+from .stream_ops import UNKNOWN_STREAM, StreamAdmin
 
 log = logging.getLogger(__name__)
 
@@ -58,24 +63,27 @@ PUSH: Final = "futoin.evt.push"
 DCB: Final = "futoin.evt.dcb"
 NOTIFY: Final = "futoin.evt.notify"
 OPS: Final = "futoinevt.ops"
-#: The ops calls on a partition's consumers: (function, OpsService method).
-_CONSUMER_OPS: Final = (
-    ("streamInfo", "stream_info"),
-    ("listConsumers", "list_consumers"),
-    ("dropConsumer", "drop_consumer"),
-    ("seekConsumer", "seek_consumer"),
-    ("acknowledge", "acknowledge"),
-    ("idBefore", "id_before"),
-    ("consumerState", "consumer_state"),
-    ("readEvents", "read_events"),
-)
+#: The ops calls on a partition's consumers: function -> OpsService method.
+_CONSUMER_OPS: Final = {
+    "streamInfo": "stream_info",
+    "listConsumers": "list_consumers",
+    "dropConsumer": "drop_consumer",
+    "seekConsumer": "seek_consumer",
+    "acknowledge": "acknowledge",
+    "idBefore": "id_before",
+    "consumerState": "consumer_state",
+    "readEvents": "read_events",
+}
+#: The consumer calls that may name another partition than the path's (params ``stream`` and
+#: ``partition``).
+_TARGETED: Final = frozenset({"streamInfo", "listConsumers", "dropConsumer", "seekConsumer"})
 #: The right each call on a partition's routes needs (what a refusal names); ``ping`` none.
 _NEEDS: Final[dict[str, dict[str, Right]]] = {
     GEN: {"addEvent": Right.WRITE},
     POLL: {"registerConsumer": Right.READ, "pollEvents": Right.READ},
     PUSH: {"registerConsumer": Right.READ, "pollEvents": Right.READ, "readyToReceive": Right.READ},
     DCB: {"append": Right.WRITE, "read": Right.READ, "readBackwards": Right.READ},
-    OPS: {f: Right.READ for f, _ in _CONSUMER_OPS},
+    OPS: dict.fromkeys(_CONSUMER_OPS, Right.READ),
 }
 #: Partition numbers in a path: 0, or up to 4 digits with no leading zero (at most 1024).
 _MAX_PARTITION_DIGITS: Final = 4
@@ -88,6 +96,7 @@ class _PartitionDoor:
     """One partition's services and the routes that reach them (shared by its connections)."""
 
     partition: Partition
+    ops: OpsService
     routes: dict[str, dict[str, Handler[Principal]]]
     #: The routes of ``/NAME`` pinned to this partition (built on first use).
     pinned: dict[str, dict[str, Handler[Principal]]] | None = None
@@ -219,7 +228,7 @@ class PartitionDoors:
         }
         absent["futoin.ping"] = {"ping": ping}
         absent[NOTIFY] = self._notify
-        absent[OPS] = {**self._admin, **absent[OPS]}
+        absent[OPS] = {**self._admin, **self._targeting(name, absent[OPS])}
         return absent
 
     def _absence(self, name: str, number: int | None) -> str:
@@ -228,6 +237,36 @@ class PartitionDoors:
         if info is None:
             return f"There is no stream {name}."
         return f"The stream {name} has partitions 0 to {len(info.partitions) - 1}, not {number}."
+
+    def _targeting(
+        self, path_stream: str, funcs: dict[str, Handler[Principal]]
+    ) -> dict[str, Handler[Principal]]:
+        """``funcs`` (the ops routes of a path on ``path_stream``), where each call of
+        :data:`_TARGETED` that names a ``stream`` or ``partition`` is served on that
+        partition (the path's stream, partition 0, for the one it leaves out) instead."""
+
+        def targeted(func: str, here: Handler[Principal]) -> Handler[Principal]:
+            method = _CONSUMER_OPS[func]
+
+            def call(ctx: CallContext[Principal], params: dict[str, Any]) -> Any:
+                name, number = params.get("stream"), params.get("partition")
+                if name is None and number is None:
+                    return here(ctx, params)
+                door = self._door(self._target(ctx.principal, name or path_stream, number or 0))
+                return getattr(door.ops, method)(ctx, params)
+
+            return call
+
+        return {f: targeted(f, h) if f in _TARGETED else h for f, h in funcs.items()}
+
+    def _target(self, who: Principal, name: str, number: int) -> Partition:
+        """Partition ``number`` of ``name`` for a consumer call (read on the stream): refused
+        as on a path (``SecurityError``) to a caller with no right on the name, whether it
+        exists or not; ``UnknownStream`` to one with some right when it does not exist."""
+        info = self._streams.reachable(who, name, Right.READ)
+        if info is None or number >= len(info.partitions):
+            raise FTN3Error(UNKNOWN_STREAM, self._absence(name, number))
+        return info.partitions[number]
 
     def _refusal(self, name: str, needed: Right, desc: Callable[[], str]) -> Handler[Principal]:
         """A call on the stream ``name`` that cannot be served: ``SecurityError`` naming
@@ -246,15 +285,18 @@ class PartitionDoors:
     def _door(self, partition: Partition) -> _PartitionDoor:
         door = self._doors.get(partition.key)
         if door is None:
-            door = self._doors[partition.key] = _PartitionDoor(partition, self._routes(partition))
+            events = self._logs.partition(partition)
+            ops = OpsService(events, self._push, self._discarder)
+            door = _PartitionDoor(partition, ops, self._routes(partition, events, ops))
+            self._doors[partition.key] = door
         return door
 
-    def _routes(self, partition: Partition) -> dict[str, dict[str, Handler[Principal]]]:
+    def _routes(
+        self, partition: Partition, events: EventLog, ops: OpsService
+    ) -> dict[str, dict[str, Handler[Principal]]]:
         """The explicit map from wire names to the methods that serve them on ``partition``."""
-        events = self._logs.partition(partition)
         gen = GenService(events)
         poll = PollService(events)
-        ops = OpsService(events, self._push, self._discarder)
         consumer: dict[str, Handler[Principal]] = {
             "ping": ping,
             "registerConsumer": poll.register_consumer,
@@ -272,7 +314,12 @@ class PartitionDoors:
             PUSH: {**consumer, "readyToReceive": self._push.receiver(events)},
             DCB: dcb_routes,
             NOTIFY: self._notify,
-            OPS: {**self._admin, **{f: getattr(ops, m) for f, m in _CONSUMER_OPS}},
+            OPS: {
+                **self._admin,
+                **self._targeting(
+                    partition.stream, {f: getattr(ops, m) for f, m in _CONSUMER_OPS.items()}
+                ),
+            },
         }
 
     def _stream_dcb_routes(self, name: str) -> dict[str, Handler[Principal]]:
@@ -307,7 +354,10 @@ class PartitionDoors:
             pinned = {iface: dict(funcs) for iface, funcs in door.routes.items()}
             for iface in (POLL, PUSH):
                 pinned[iface] = {func: ping if func == "ping" else refuse for func in pinned[iface]}
-            pinned[OPS] = {**pinned[OPS], **{f: refuse for f, _ in _CONSUMER_OPS}}
+            pinned[OPS] = {
+                **pinned[OPS],
+                **self._targeting(name, dict.fromkeys(_CONSUMER_OPS, refuse)),
+            }
             pinned[DCB] = self._stream_dcb_routes(name)  # events/0's too: the stream has several
             door.pinned = pinned
         return door.pinned

@@ -14,8 +14,10 @@ each as the notifications' ``id`` attribute gives it for their ``partition``.
 ``subscribe`` and ``getEvents`` need ``read`` on the stream: without it they are refused
 (``SecurityError``) whether the stream exists or not. A subscription ends when that right is
 revoked: its connection is closed with WebSocket code 1008 and the refusal's sentence (as a
-push stream's is). Management events reach a subscriber only about streams they may read
-(see :func:`~futoin_evt.notify.live.management_visible_to`).
+push stream's is), and so it is, with ``the stream orders was dropped``, when its stream is
+dropped (a new ``subscribe`` then gets ``UnknownStream``). Management events reach a
+subscriber only about streams they may read (see
+:func:`~futoin_evt.notify.live.management_visible_to`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from ..domain.management import ManagementBus
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM
 from ..domain.principal import Principal
 from ..domain.rights import Right
@@ -43,8 +47,7 @@ from ..notify.live import (
     management_visible_to,
     start_positions,
 )
-from ..notify.management import ManagementBus
-from ..notify.message import Notification, NotifyError, Transformation, encoded, real_message
+from ..notify.message import NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
 
 log = logging.getLogger(__name__)
@@ -87,6 +90,10 @@ class _Pushing:
         try:
             while not self.link.closed.done():
                 wake.clear()
+                gone = subscription.gone
+                if gone is not None:  # the stream was dropped: its subscriber is told so
+                    self.link.close_refused(str(gone))
+                    return
                 if self.in_flight < WINDOW and self.link.writable:
                     if not self.queued and subscription.has_more():
                         batch = await subscription.poll(GROUP_MESSAGES)
@@ -129,7 +136,8 @@ class NotifyService:
     """The calls of ``futoin.evt.notify``."""
 
     def __init__(self, streams: LiveStreams, notices: ManagementBus | None = None) -> None:
-        self._streams = streams
+        #: The shared readers it subscribes to.
+        self.streams = streams
         self._notices = notices
         #: By connection (its PeerLink).
         self._subscriptions: dict[object, dict[str, _Pushing]] = {}
@@ -143,7 +151,7 @@ class NotifyService:
 
     def _of_stream(self, name: str | None, who: Principal) -> list[LiveEvents]:
         try:
-            return self._streams.of_stream(name, who)
+            return self.streams.of_stream(name, who)
         except UnknownStream as exc:
             raise FTN3Error(UNKNOWN_STREAM, str(exc)) from None
 
@@ -151,7 +159,7 @@ class NotifyService:
         self, ctx: CallContext[Principal], params: dict[str, Any]
     ) -> dict[str, list[str]]:
         try:
-            return await self._streams.event_types(
+            return await self.streams.event_types(
                 params.get("stream"), params["event_type"], ctx.principal
             )
         except UnknownStream as exc:
@@ -187,8 +195,8 @@ class NotifyService:
             list(zip(lives, positions, strict=True)),
             self._notices,
             selector,
-            management_visible_to(who, self._streams.access),
-            self._streams.growing(stream),
+            management_visible_to(who, self.streams.access),
+            self.streams.growing(stream),
         )
         sid = str(next(self._sids))
         pushing = _Pushing(sid, link, subscription, transformation)
@@ -196,7 +204,7 @@ class NotifyService:
         pushing.task = asyncio.create_task(pushing.run(), name=f"notify {sid}")
         pushing.task.add_done_callback(lambda task: self._ended(link, sid, task))
         name = stream or DEFAULT_STREAM
-        pushing.unwatch = self._streams.watch(who, name, lambda: self._revoked(pushing, name))
+        pushing.unwatch = self.streams.watch(who, name, lambda: self._revoked(pushing, name))
         return sid
 
     @staticmethod

@@ -1,7 +1,8 @@
 """``futoinevt.ops``: stream and consumer information, consumer administration, seeking.
 
 Our own iface beside FTN18. Every call acts on the partition of the connection's path
-(``events``/0 on ``/``) and needs a right on its stream: ``read`` for every call (a caller
+(``events``/0 on ``/``), or the one its ``stream`` and ``partition`` name (see
+:mod:`.doors`), and needs a right on its stream: ``read`` for every call (a caller
 with no right at all on the stream is refused the same whether it exists or not). A user
 sees, drops and seeks their own consumers; with ``manage`` on the stream (and as an admin),
 everyone's. Another user's consumer is answered as UnknownConsumer, the same as one that
@@ -117,9 +118,10 @@ class OpsService(ConsumerOps):
             discard_up_to = _event_id(await self._discarder.bound(partition))
             if lowest is not None:
                 held_back_by = {"user": lowest[0], "component": lowest[2]}
+        record = await self._discarder.server_record(partition)
         expired = [
             {"user": user, "component": component}
-            for user, component in self._discarder.expired_in(partition)
+            for user, component in record.expired
             if guard.acts_for(who, user)
         ]
         return _without_none({
@@ -132,7 +134,7 @@ class OpsService(ConsumerOps):
             "events": bounds.events,
             "discard_up_to": discard_up_to,
             "held_back_by": held_back_by,
-            "discarded_total": self._discarder.discarded_in(partition),
+            "discarded_total": record.discarded,
             "expired_consumers": expired,
         })  # fmt: skip
 

@@ -45,6 +45,7 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ..domain.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
 from ..domain.partition import DEFAULT_PARTITION, Partition
 from ..domain.principal import Principal
 from ..domain.rights import Right
@@ -54,7 +55,6 @@ from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import Response
 from ..log.access import AccessDenied, Refused
 from ..log.eventlog import EventLog, EventPage, StoreUnreachable
-from ..notify.management import CONSUMER_TAKEN_OVER, PUSH_RETRY, ManagementBus
 from ..storage.head import HeadWatch
 from .services import NOT_REGISTERED, retrieve_quietly
 

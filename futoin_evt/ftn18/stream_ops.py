@@ -2,7 +2,8 @@
 
 ``listStreams`` lists the streams the caller holds some right on; ``describeStream`` needs
 ``read`` on the stream (and shows the caller's own consumers only, unless they may
-``manage`` it); adding, growing and dropping need ``manage`` on the name. A caller without
+``manage`` it); adding, growing and dropping need ``manage`` on the name, and adding an
+aggregate (``aggregate_of``) ``read`` on its source as well. A caller without
 the right is refused (``SecurityError``) whether the stream exists or not. A change is known
 to this process at once and to every other serving process within the registry's poll
 interval. ``listStreams`` lists what this process serves now (its registry), so a client may

@@ -68,8 +68,8 @@ class PeerLink(Protocol):
         """Drop the connection at once."""
 
     def close_refused(self, reason: str) -> None:
-        """Close the connection for a right the peer lost, telling it ``reason`` (one
-        sentence), once the calls in flight have replied."""
+        """Close the connection for what the peer lost (a right revoked, a stream dropped),
+        telling it ``reason`` (one sentence), once the calls in flight have replied."""
 
 
 @dataclass(slots=True)

@@ -13,11 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
+from ..domain.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, ManagementBus
+from ..domain.notification import Value
 from ..domain.partition import Partition
 from ..domain.principal import Principal
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
-from ..notify.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, ManagementBus
-from ..notify.message import Value
 from ..storage.base import ConsumerRow, EventPage, PartitionLog, Users
 from ..storage.head import ClaimWatch
 from .access import OPEN_ACCESS, StreamGuard

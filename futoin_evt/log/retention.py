@@ -13,7 +13,13 @@ an aggregated stream has not copied yet stay, whatever the rest allows.
 
 A consumer not seen for ``expire_consumers_after`` seconds (no poll, no acknowledgement, no
 connected push stream) is dropped, logged, and listed in the stream information, so a dead
-consumer cannot pin the store forever.
+consumer cannot pin the store forever. The kept AMQP link termini that expired are deleted
+too, every ``termini_purge_seconds`` (a resuming link deletes the one it looks at).
+
+What was discarded and expired is kept in the memory of the process that did it. Of a
+server's workers (``serve --workers``) one discards and expires; the others ask it for its
+:class:`DiscardRecord` (:class:`DiscarderPeers`), so the stream information is the server's
+whichever worker answers.
 
 One task serves every partition: each turn visits at most ``partitions_per_turn`` of them,
 round the registry from where the last turn stopped, and deletes at most
@@ -36,9 +42,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
+from ..domain.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ..domain.stream import UserId, utc_timestamp
-from ..notify.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from ..storage.base import Consumers, DiscardLimits, Retention
 
 log = logging.getLogger(__name__)
@@ -49,13 +55,34 @@ class RetentionLog(Retention, Consumers, Protocol):
 
 
 class RetentionStore(Protocol):
-    """Where the partitions' logs are."""
+    """Where the partitions' logs are, and the kept AMQP link termini."""
 
     def partition_log(self, partition: Partition) -> RetentionLog: ...
+
+    async def purge_termini(self) -> int:
+        """Delete the expired termini; how many."""
+        ...
 
 
 #: Expired consumers remembered for the stream information (of every partition together).
 _EXPIRED_SHOWN: Final = 100
+
+
+@dataclass(frozen=True, slots=True)
+class DiscardRecord:
+    """What was discarded and expired on one partition since the discarding process started."""
+
+    discarded: int
+    #: (user, component) of the consumers expired lately, oldest first.
+    expired: tuple[tuple[str, str], ...]
+
+
+class DiscarderPeers(Protocol):
+    """The other workers of the server, as one that does not discard sees them."""
+
+    async def record_of(self, partition: Partition) -> DiscardRecord | None:
+        """The discarding worker's record of ``partition``; None when it does not answer."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +103,8 @@ class RetentionConfig:
     partitions_per_turn: int = 100
     #: Chunks deleted per turn at most, over all the partitions it visits.
     chunks_per_turn: int = 100
+    #: Seconds between two purges of the expired AMQP link termini (the first turn purges).
+    termini_purge_seconds: float = 60.0
 
     @property
     def has_policy(self) -> bool:
@@ -133,13 +162,17 @@ class Discarder:
         #: Events discarded by this process since it started, per partition.
         self.discarded: dict[Partition, int] = {}
         self._expired: deque[tuple[Partition, str, str]] = deque(maxlen=_EXPIRED_SHOWN)
+        #: The worker that discards, asked for its record when this one does not.
+        self.peers: DiscarderPeers | None = None
         #: The key the next turn starts at (round the partitions by key).
         self._next_key = 0
+        #: When the expired termini were purged last (monotonic clock).
+        self._purged_at: float | None = None
         self._task: asyncio.Task[None] | None = None
 
     def with_config(self, config: RetentionConfig) -> Discarder:
         """Another discarder of the same partitions, under ``config``."""
-        return Discarder(
+        other = Discarder(
             self._store,
             self._push,
             config,
@@ -147,6 +180,8 @@ class Discarder:
             self._streams,
             discarding=self._discarding,
         )
+        other.peers = self.peers
+        return other
 
     @property
     def discarded_total(self) -> int:
@@ -157,7 +192,22 @@ class Discarder:
 
     def expired_in(self, partition: Partition) -> list[tuple[str, str]]:
         """(user, component) of the consumers of ``partition`` expired lately."""
-        return [(user, component) for p, user, component in self._expired if p == partition]
+        return list(self.record(partition.key).expired)
+
+    def record(self, key: int) -> DiscardRecord:
+        """What this process discarded and expired on the partition whose key is ``key``."""
+        discarded = next((n for p, n in self.discarded.items() if p.key == key), 0)
+        expired = tuple((user, component) for p, user, component in self._expired if p.key == key)
+        return DiscardRecord(discarded, expired)
+
+    async def server_record(self, partition: Partition) -> DiscardRecord:
+        """The server's record of ``partition``, whichever worker asks: this process's when
+        it discards, else the discarding worker's (this one's, when it does not answer)."""
+        if not self._discarding and self.peers is not None:
+            answer = await self.peers.record_of(partition)
+            if answer is not None:
+                return answer
+        return self.record(partition.key)
 
     def partitions(self) -> list[Partition]:
         """The partitions served now, by key."""
@@ -186,6 +236,8 @@ class Discarder:
     async def turn(self) -> int:
         """Expire and discard on the next partitions, within the turn's bounds; how many
         events went."""
+        if self._discarding:
+            await self._purge_termini()
         partitions = self.partitions()
         self._forget_dropped(partitions)
         start = next((i for i, p in enumerate(partitions) if p.key >= self._next_key), 0)
@@ -208,6 +260,18 @@ class Discarder:
             if chunks <= 0:
                 break
         return deleted
+
+    async def _purge_termini(self) -> None:
+        now = time.monotonic()
+        if (
+            self._purged_at is not None
+            and now - self._purged_at < self.config.termini_purge_seconds
+        ):
+            return
+        self._purged_at = now
+        purged = await self._store.purge_termini()
+        if purged:
+            log.debug("purged %d expired AMQP link termini", purged)
 
     def _forget_dropped(self, partitions: list[Partition]) -> None:
         if self.discarded.keys() - set(partitions):

@@ -14,9 +14,9 @@ import asyncio
 from collections.abc import Iterable
 from typing import Final
 
+from ..domain.management import DECLARED, attribute_names
+from ..domain.notification import BASE_ATTRIBUTES, Notification
 from ..log.eventlog import EventLog
-from .management import DECLARED, attribute_names
-from .message import BASE_ATTRIBUTES, Notification
 
 #: Events looked at when the catalog starts, or is far behind the log.
 FIRST_LOOK: Final = 10_000

@@ -15,7 +15,10 @@ batches as the door asks. :class:`LiveStreams` keeps one :class:`LiveEvents` per
 that subscribers read, never one per subscriber; a door that names the subscriber has their
 ``read`` right on the stream checked before anything of it is told (whether it exists too).
 A selector's shared matches are kept per partition's reader, so a subscriber is only ever
-given events of the stream it subscribed to.
+given events of the stream it subscribed to. When a stream is dropped, its readers are ended
+and forgotten (in every process: each follows its registry), and each subscription of it
+ends with :class:`UnknownStream` (:attr:`Subscription.gone`), which each door tells its
+subscriber as it tells of a stream that is not there.
 """
 
 from __future__ import annotations
@@ -27,14 +30,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
+from ..domain.management import ManagementBus, is_management_type
+from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
 from ..domain.rights import Right
 from ..log.access import OPEN_ACCESS, Access
 from ..log.eventlog import EventLog
 from ..quoting import quote_input
 from .catalog import EventCatalog
-from .management import ManagementBus, is_management_type
-from .message import Notification, NotifyError
+from .message import NotifyError
 from .selector import Selector
 
 if TYPE_CHECKING:
@@ -140,6 +144,9 @@ class LiveEvents:
         self.rows_read = 0
         #: Selector evaluations (the ring's events: once per distinct selector).
         self.evaluations = 0
+        #: Why the partition is no more (its stream was dropped); None while it is.
+        self.ended: str | None = None
+        self._on_end: set[Callable[[], None]] = set()
 
     def register(
         self, types: frozenset[str] | None, selector: Selector | None = None
@@ -166,6 +173,19 @@ class LiveEvents:
                 self._reset(-1)
 
         return unregister
+
+    def on_end(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` when the reader is ended; returns how to stop."""
+        self._on_end.add(callback)
+        return lambda: self._on_end.discard(callback)
+
+    def end(self, reason: str) -> None:
+        """The partition is gone (``reason``, one sentence): the ring's memory goes and the
+        subscribers are woken to learn it."""
+        self.ended = reason
+        self._reset(-1)
+        for callback in list(self._on_end):
+            callback()
 
     def _wanted_types(self) -> frozenset[str] | None:
         wanted: set[str] = set()
@@ -401,7 +421,17 @@ class Subscription:
         """What every partition has been read up to, in partition order."""
         return [cursor.after_id for cursor in self._cursors]
 
+    @property
+    def gone(self) -> UnknownStream | None:
+        """Why the subscription cannot go on (its stream was dropped), or None."""
+        for cursor in self._cursors:
+            if cursor.live.ended is not None:
+                return UnknownStream(cursor.live.ended)
+        return None
+
     def start(self) -> Subscription:
+        for cursor in self._cursors:
+            self._stops.append(cursor.live.on_end(self.wake.set))
         pinned = self.selector.event_types if self.selector is not None else None
         if pinned is not None:
             self._log_types = frozenset(t for t in pinned if not is_management_type(t))
@@ -430,11 +460,12 @@ class Subscription:
         assert self._grows is not None
         try:
             lives = self._grows.current()
-        except UnknownStream:  # dropped: its reads end with the error its store gives
+        except UnknownStream:  # dropped: its readers are ended, and so is the subscription
             return
         for live in lives[len(self._cursors) :]:
             cursor = _Cursor(live, 0)
             self._cursors.append(cursor)
+            self._stops.append(live.on_end(self.wake.set))
             self._follow(cursor)
 
     def close(self) -> None:
@@ -461,7 +492,8 @@ class Subscription:
         return self._reads_log and any(c.live.events.head > c.after_id for c in self._cursors)
 
     def has_more(self) -> bool:
-        return bool(self._pending) or self._behind()
+        """Whether :meth:`poll` has something to give now (or its end to raise)."""
+        return bool(self._pending) or self.gone is not None or self._behind()
 
     async def next(self, limit: int = READ_BATCH) -> list[Notification]:
         """The next matching notifications (at most ``limit``); waits until there is one."""
@@ -475,7 +507,11 @@ class Subscription:
 
     async def poll(self, limit: int = READ_BATCH) -> list[Notification]:
         """Matching notifications there are now, at most ``limit`` (maybe none): the pending
-        management events, then log events from one read of each partition behind."""
+        management events, then log events from one read of each partition behind.
+        :class:`UnknownStream` once the stream is dropped."""
+        gone = self.gone
+        if gone is not None:
+            raise gone
         batch = self.take_pending(limit)
         if len(batch) < limit and self._behind():
             batch.extend(await self.read_log(limit - len(batch)))
@@ -523,9 +559,10 @@ class StreamPartitions:
 
 class LiveStreams:
     """The shared reader (:class:`LiveEvents`) of every partition that subscribers read,
-    made when one first asks for it and kept with the server: one store read and one parse
-    per event and partition, however many subscribe. A partition's ring holds events only
-    while it has subscribers, and a stream's rings together about :data:`RING_EVENTS`."""
+    made when one first asks for it and kept until its stream is dropped: one store read and
+    one parse per event and partition, however many subscribe. A partition's ring holds
+    events only while it has subscribers, and a stream's rings together about
+    :data:`RING_EVENTS`."""
 
     def __init__(
         self,
@@ -538,7 +575,8 @@ class LiveStreams:
         """``default``: the reader of ``events``/0; ``stream`` looks a stream up
         (``server.streams.get``; ``events`` is ``default`` alone when it does not know it);
         ``event_log`` gives the log of a partition; ``listen`` hears of registry changes
-        (``server.streams.listen``; None: subscriptions do not follow a stream's growth);
+        (``server.streams.listen``; None: subscriptions do not follow a stream's growth, nor
+        its drop);
         ``access``: who may read which stream (``server.access``)."""
         self.default = default
         self.access = access
@@ -546,6 +584,25 @@ class LiveStreams:
         self._event_log = event_log
         self._listen = listen
         self._lives: dict[int, LiveEvents] = {default.events.partition.key: default}
+        if listen is not None:
+            listen(self._registry_changed)
+
+    @property
+    def readers(self) -> int:
+        """The shared readers held now (``events``/0's among them)."""
+        return len(self._lives)
+
+    def _registry_changed(self) -> None:
+        """End and forget the readers of the partitions the registry no longer has."""
+        for key, live in list(self._lives.items()):
+            partition = live.events.partition
+            if live is self.default:
+                continue
+            info = self._stream(partition.stream)
+            if info is not None and partition in info.partitions:
+                continue
+            del self._lives[key]
+            live.end(f"the stream {partition.stream} was dropped")
 
     def of_stream(self, name: str | None, who: Principal | None = None) -> list[LiveEvents]:
         """The readers of the partitions of stream ``name`` (None: ``events``), in partition

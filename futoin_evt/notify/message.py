@@ -1,13 +1,8 @@
-"""The virtual notification message of an event, and the transformation a subscriber asks for.
+"""How a notification (:mod:`futoin_evt.domain.notification`) is read and sent: its
+attributes by name, the transformation a subscriber asks for, the real message.
 
-A notification's subject is its event type. Its attributes are ``eventType``, ``id``, ``ts``,
-``stream`` and ``partition`` (where the event is: its id counts within that partition) and,
-when the data is a JSON object, each top-level field whose value is a string, number,
-boolean or null. A dotted name (``order.total``) reaches into nested objects; a field whose
-own name holds the dot wins over the walk. The five base attributes win over data fields of
-the same name. Management events are in no log: they have no ``id``, and ``stream`` and
-``partition`` only when they concern a partition. No I/O here: every door shapes the result
-into its own messages.
+A dotted name (``order.total``) reaches into nested objects; a field whose own name holds
+the dot wins over the walk. No I/O here: every door shapes the result into its own messages.
 """
 
 from __future__ import annotations
@@ -17,23 +12,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeVar
 
-from ..domain.partition import DEFAULT_PARTITION, Partition
-from ..domain.stream import StoredEvent
-from ..ftn3.messages import decode_json
+from ..domain.notification import (
+    BASE_ATTRIBUTES,
+    EVENT_TYPE,
+    ID,
+    PARTITION,
+    SCALARS,
+    STREAM,
+    TS,
+    Notification,
+    Value,
+)
 from ..quoting import quote_input
 
-#: An attribute value: what a selector compares and a message carries. None is NULL.
-Value = str | int | float | bool | None
-Getter = Callable[["Notification"], Value]
+Getter = Callable[[Notification], Value]
 
-EVENT_TYPE: Final = "eventType"
-ID: Final = "id"
-TS: Final = "ts"
-STREAM: Final = "stream"
-PARTITION: Final = "partition"
-#: The attributes every event of the log has, in this order.
-BASE_ATTRIBUTES: Final = (EVENT_TYPE, ID, TS, STREAM, PARTITION)
-_SCALARS: Final = frozenset({str, int, float, bool})
 #: Encoded forms kept with one notification (a door and a transformation each); more are
 #: encoded each time, so many different transformations hold no more memory.
 MAX_FORMS: Final = 8
@@ -44,49 +37,6 @@ MAX_NAME_CHARS: Final = 256
 
 class NotifyError(ValueError):
     """A selector or transformation that cannot be used; the message says why (and where)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Notification:
-    """One event as its virtual notification message. ``id`` is None for management events,
-    which are not in a log; ``stream`` and ``partition`` too unless they concern one."""
-
-    type: str
-    id: int | None
-    ts: str
-    data: Any
-    stream: str | None = None
-    partition: int | None = None
-    #: What doors encoded it to, by (door, transformation): each subscriber of the same
-    #: shape sends the same bytes (see :func:`encoded`).
-    forms: dict[Any, Any] = field(default_factory=dict, compare=False, repr=False)
-
-    @classmethod
-    def of(cls, event: StoredEvent, partition: Partition = DEFAULT_PARTITION) -> Notification:
-        return cls(
-            event.type,
-            event.id,
-            event.ts,
-            decode_json(event.data_json.encode()),  # orjson where it gives the same
-            partition.stream,
-            partition.number,
-        )
-
-    def attributes(self) -> dict[str, Value]:
-        """Every attribute, in order: the base ones, then the data's scalar fields."""
-        result: dict[str, Value] = {EVENT_TYPE: self.type}
-        if self.id is not None:
-            result[ID] = self.id
-        result[TS] = self.ts
-        if self.stream is not None:
-            result[STREAM] = self.stream
-            result[PARTITION] = self.partition
-        data = self.data
-        if type(data) is dict:
-            for name, value in data.items():
-                if name not in result and (value is None or type(value) in _SCALARS):
-                    result[name] = value
-        return result
 
 
 @functools.lru_cache(maxsize=4096)
@@ -115,7 +65,7 @@ def getter(name: str) -> Getter:
                 if type(value) is not dict:
                     return None
                 value = value.get(part)
-        return value if value is None or type(value) in _SCALARS else None
+        return value if value is None or type(value) in SCALARS else None
 
     return read_field
 

@@ -26,7 +26,8 @@ from typing import Any, Final
 from lark import Lark, Token, Transformer, Tree, UnexpectedCharacters, UnexpectedInput, v_args
 from lark.exceptions import UnexpectedEOF, VisitError
 
-from .message import BASE_ATTRIBUTES, EVENT_TYPE, Notification, NotifyError, Value, getter
+from ..domain.notification import BASE_ATTRIBUTES, EVENT_TYPE, Notification, Value
+from .message import NotifyError, getter
 
 #: Longest selector accepted (characters).
 MAX_SELECTOR_CHARS: Final = 4096

@@ -15,6 +15,7 @@ from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
+from ..domain.management import ManagementBus
 from ..domain.sessions import ConsoleSessionStore
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
@@ -29,14 +30,13 @@ from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
-from ..notify.management import ManagementBus
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
-from .peers import PeerChannel, WorkerPlace
+from .peers import DISCARDING_SLOT, PeerChannel, WorkerPlace
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
@@ -143,7 +143,7 @@ async def _start_amqp(
 
     sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
     notifications = NotificationNode(live, bus)
-    node = EventLogNode(logs.default, config.limits.node, logs)
+    node = EventLogNode(logs.default, config.limits.node, logs, termini=store)
     listener = AmqpListener(
         node,
         authenticator,
@@ -224,6 +224,8 @@ class EventServer:
         executor: Executor,
         streams: StreamRegistry,
         access: AccessControl,
+        notify: NotifyService,
+        notices: ManagementBus,
     ) -> None:
         self.store = store
         #: Every partition's event log: what every door calls.
@@ -250,10 +252,10 @@ class EventServer:
         self.executor = executor
         #: Event notification: management events, the shared readers (that of ``events``/0
         #: and those of every partition read), the FTN3 service.
-        self.notices = ManagementBus()
-        self.live_streams = live_streams(logs, streams)
+        self.notices = notices
+        self.live_streams = notify.streams
         self.live = self.live_streams.default
-        self.notify = NotifyService(self.live_streams, self.notices)
+        self.notify = notify
         #: The channel to the other workers of the group, when this is one.
         self.channel: PeerChannel | None = None
         self._transport = transport
@@ -294,10 +296,12 @@ class EventServer:
             consumers.deliveries = push
             if channel is not None:
                 channel.serve_push(push)
-            discarding = config.worker is None or config.worker.slot == 0
+            discarding = config.worker is None or config.worker.slot == DISCARDING_SLOT
             discarder = Discarder(
                 store, push, config.retention, notices, streams, discarding=discarding
             )
+            if channel is not None:
+                channel.serve_retention(discarder)
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
@@ -371,7 +375,17 @@ class EventServer:
         aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
         server = cls(
-            store, logs, push, discarder, transport, authenticator, executor, streams, access
+            store,
+            logs,
+            push,
+            discarder,
+            transport,
+            authenticator,
+            executor,
+            streams,
+            access,
+            notify,
+            notices,
         )
         server.archiver = archiver
         server.aggregator = aggregator
@@ -383,10 +397,6 @@ class EventServer:
         server.console = console
         if console is not None:
             console.start()
-        server.notices = notices
-        server.live = lives.default
-        server.live_streams = lives
-        server.notify = notify
         server.channel = channel
         if config.metrics is not None:
             try:

@@ -63,12 +63,12 @@ from ..storage.base import ConsumerRow
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
     from ..auth.users import Authenticator
+    from ..domain.management import ManagementBus
     from ..ftn18.notify import NotifyService
     from ..ftn18.push import PushService
     from ..log.archive import InProcessArchiver
     from ..log.retention import Discarder
     from ..log.streams import StreamRegistry
-    from ..notify.management import ManagementBus
     from ..storage.base import Store
     from .executor import Executor
     from .http import HttpEndpoint

@@ -17,7 +17,10 @@ What goes over it, one line each, every line queued in one loop turn in one data
 - ``r SLOT``: worker ``SLOT`` (re)started: forget what it held, and tell it what you hold;
 - ``a SLOT SEQ``: grants changed (through the ops iface) on worker ``SLOT``: reload them now,
   not at the next poll, and answer ``A SLOT SEQ`` (naming yourself) once they are in use, so
-  that the change's call returns once every worker checks calls against it.
+  that the change's call returns once every worker checks calls against it;
+- ``q SLOT SEQ KEY``: worker ``SLOT`` asks the discarding worker (:data:`DISCARDING_SLOT`)
+  what it discarded and expired on partition ``KEY``, answered by ``Q SEQ JSON``
+  (``[discarded, [[user, component], ...]]``): ``streamInfo`` is the server's on every worker.
 
 The first four are the news the database does not carry between processes
 (:class:`~futoin_evt.storage.base.PeerNews`; PostgreSQL's own channel does). A peer whose
@@ -43,10 +46,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
 
+from ..domain.management import ManagementBus, management_attributes, management_notification
+from ..domain.notification import Notification
+from ..domain.partition import Partition
 from ..domain.stream import UserId
 from ..ftn18.push import PushService, StreamKey
-from ..notify.management import ManagementBus, management_attributes, management_notification
-from ..notify.message import Notification
+from ..log.retention import Discarder, DiscardRecord
 from ..storage.base import PeerNews
 
 log = logging.getLogger(__name__)
@@ -58,6 +63,10 @@ MAX_PENDING_LINES: Final = 1000
 #: The longest a change of grants waits for the other workers to have it in use (one that
 #: does not answer, restarting say, reads the grants when it starts or at its next reload).
 GRANTS_WAIT_SECONDS: Final = 5.0
+#: The worker that discards and expires consumers; the others ask it what it did.
+DISCARDING_SLOT: Final = 0
+#: The longest a worker waits for the discarding worker's record (then it answers alone).
+RECORD_WAIT_SECONDS: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,6 +188,10 @@ class PeerChannel:
         self._pushes_changed = False
         #: The reliable push streams of the others, by their slot.
         self._elsewhere: dict[int, set[StreamKey]] = {}
+        self._discarder: Discarder | None = None
+        #: Records asked of the discarding worker: sequence -> the answer (None: none came).
+        self._records: dict[int, asyncio.Future[DiscardRecord | None]] = {}
+        self._record_seqs = itertools.count(1)
 
     def listen(self, heard: PeerNews | None, bus: ManagementBus) -> None:
         """Apply the news of the others to ``heard`` (the store's side) and ``bus``."""
@@ -233,6 +246,39 @@ class PeerChannel:
 
         reload.add_done_callback(answer)
 
+    def serve_retention(self, discarder: Discarder) -> None:
+        """Answer the others' questions of ``discarder``'s record on the discarding worker;
+        on the others, make ``discarder`` ask it."""
+        self._discarder = discarder
+        if self.place.slot != DISCARDING_SLOT:
+            discarder.peers = self
+
+    async def record_of(self, partition: Partition) -> DiscardRecord | None:
+        """What the discarding worker discarded and expired on ``partition``; None when it
+        does not answer within :data:`RECORD_WAIT_SECONDS` or is gone (restarting)."""
+        peer = self._by_slot.get(DISCARDING_SLOT)
+        if peer is None or self._closed:
+            return None
+        seq = next(self._record_seqs)
+        answer: asyncio.Future[DiscardRecord | None] = self._loop.create_future()
+        self._records[seq] = answer
+        peer.lines.append(f"q {self.place.slot} {seq} {partition.key}")
+        self._soon()
+        try:
+            async with asyncio.timeout(RECORD_WAIT_SECONDS):
+                return await answer
+        except TimeoutError:
+            return None
+        finally:
+            self._records.pop(seq, None)
+
+    def _answer_records(self, record: DiscardRecord | None, seq: int | None = None) -> None:
+        """Give the question ``seq`` (None: every one still waiting) its answer."""
+        for waiting in list(self._records) if seq is None else [seq]:
+            answer = self._records.get(waiting)
+            if answer is not None and not answer.done():
+                answer.set_result(record)
+
     def serve_push(self, push: PushService) -> None:
         """Tell the others of ``push``'s reliable streams, and it of theirs."""
         self._push = push
@@ -245,6 +291,7 @@ class PeerChannel:
         self._loop.remove_reader(self._sock.fileno())
         for seq in list(self._grant_waits):
             self._grants_in_use(seq, None)
+        self._answer_records(None)
         for reload in self._reloads:
             reload.cancel()
         for peer in self._peers:
@@ -350,6 +397,8 @@ class PeerChannel:
                 self._elsewhere.pop(slot, None)
                 for seq in list(self._grant_waits):
                     self._grants_in_use(seq, slot)
+                if slot == DISCARDING_SLOT:
+                    self._answer_records(None)
 
     def _writable(self, peer: _Peer) -> None:
         if peer.sock is not None:
@@ -408,6 +457,8 @@ class PeerChannel:
         elif kind == "r":
             sender = int(line[2:])
             self._elsewhere.pop(sender, None)
+            if sender == DISCARDING_SLOT:  # what was asked of its predecessor is lost
+                self._answer_records(None)
             peer = self._by_slot[sender]
             if peer.sock is not None:  # connected to its predecessor: never send there again
                 self._loop.remove_writer(peer.sock.fileno())
@@ -421,6 +472,20 @@ class PeerChannel:
         elif kind == "A":
             _, slot, seq = line.split(" ")
             self._grants_in_use(int(seq), int(slot))
+        elif kind == "q":
+            _, slot, seq, key = line.split(" ")
+            asking = self._by_slot.get(int(slot))
+            if asking is not None and self._discarder is not None:
+                record = self._discarder.record(int(key))
+                asking.lines.append(
+                    f"Q {int(seq)} {json.dumps([record.discarded, record.expired])}"
+                )
+                self._soon()
+        elif kind == "Q":
+            _, seq, answer = line.split(" ", 2)
+            discarded, expired = json.loads(answer)
+            record = DiscardRecord(int(discarded), tuple((str(u), str(c)) for u, c in expired))
+            self._answer_records(record, int(seq))
         elif kind == "m":
             event_type, ts, attributes = json.loads(line[2:])
             if self._bus is not None:

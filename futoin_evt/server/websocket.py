@@ -23,11 +23,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
+from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..domain.principal import Principal
 from ..ftn3.calls import Routes
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
-from ..notify.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..slots import TOO_MANY_CONNECTIONS, WEBSOCKET_CELL, GroupShare, SharedCount, Slots
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
@@ -167,7 +167,8 @@ class _Connection:
         self._close_after_calls(str(violation))
 
     def close_refused(self, reason: str) -> None:
-        """PeerLink: a right the peer lost (a revoke) ends its connection, saying why."""
+        """PeerLink: what the peer lost (a right revoked, a stream dropped) ends its
+        connection, saying why."""
         if self._violation is None and self.io.is_open:
             log.info("closing connection from %s: %s", self.channel.peer, reason)
             self._close_after_calls(reason)

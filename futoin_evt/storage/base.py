@@ -43,11 +43,12 @@ from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
 from ..domain.sessions import ConsoleSessionStore
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
+from ..domain.termini import KeptTermini
 from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 10
+SCHEMA_VERSION: Final = 11
 
 
 class StoreError(Exception):
@@ -580,6 +581,7 @@ class Store(
     Users,
     Grants,
     EventHubCheckpoints,
+    KeptTermini,
     ConsoleSessionStore,
     Protocol,
 ):

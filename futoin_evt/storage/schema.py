@@ -13,6 +13,7 @@ from typing import Final
 from .base import migrations_to_run
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from .sessions_sql import SESSIONS_VERSION
+from .termini_sql import TERMINI_VERSION
 
 _VERSION_1: Final = """
 CREATE TABLE IF NOT EXISTS events (
@@ -185,6 +186,31 @@ CREATE TABLE IF NOT EXISTS grants (
 {UPGRADE_GRANTS}
 """
 
+#: Kept AMQP link termini (:mod:`.termini_sql`), per user, peer container and link name: the
+#: partition and consumer group of the link, what it had sent and not settled (packed ids),
+#: and until when it is kept (seconds since the epoch). ``id`` orders them by keeping.
+_TERMINI: Final = """
+CREATE TABLE IF NOT EXISTS amqp_termini (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- never reused: a user's oldest go first
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    container TEXT NOT NULL,
+    link_name TEXT NOT NULL,
+    partition_key INTEGER NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+    consumer_group TEXT,
+    durable INTEGER NOT NULL,
+    unsettled TEXT NOT NULL,
+    incomplete INTEGER NOT NULL,
+    after_id INTEGER NOT NULL,
+    held TEXT NOT NULL,
+    acked INTEGER NOT NULL,
+    timeout REAL NOT NULL,
+    expires_at REAL NOT NULL,
+    UNIQUE (user_id, container, link_name)
+);
+CREATE INDEX IF NOT EXISTS amqp_termini_by_expiry ON amqp_termini (expires_at);
+CREATE INDEX IF NOT EXISTS amqp_termini_by_partition ON amqp_termini (partition_key)
+"""
+
 #: The web console's sessions, for every process on the database: the SHA-256 digest of
 #: the session's token (never the token), its user, created and last used (seconds since the
 #: epoch), the notice its next page shows once.
@@ -210,6 +236,7 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    TERMINI_VERSION: _TERMINI,
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
 }
 

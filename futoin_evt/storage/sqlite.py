@@ -105,6 +105,7 @@ from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_s
 from .sessions_sql import ConsoleSessionTables
 from .sqlite_reads import SqliteReader
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
+from .termini_sql import Statements, TerminiTables
 from .thread import WorkerThread
 
 log = logging.getLogger(__name__)
@@ -123,6 +124,11 @@ CHECKPOINT_COMMITS: Final = 300
 CHECKPOINT_BYTES: Final = 2 << 20
 #: A WAL of more pages than this is checkpointed by the writer between two commits.
 CHECKPOINT_WAL_FRAMES: Final = 1000
+
+
+#: The clock of :mod:`.groups_sql` and :mod:`.termini_sql` in SQLite: seconds since the epoch
+#: (every process on the file shares this machine's clock).
+_NOW: Final = "((julianday('now') - 2440587.5) * 86400.0)"
 
 
 def _dialect(tables: Tables) -> ReadDialect:
@@ -669,7 +675,7 @@ class SqlitePartitionLog(PagedReads):
         return total
 
 
-class SqliteStore(SqlitePartitionLog, CheckpointTables, ConsoleSessionTables):
+class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSessionTables):
     """Event, consumer, user and stream storage; as a log, the view of ``events``/0.
     Create with :meth:`open`; close with :meth:`close`."""
 
@@ -908,6 +914,19 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, ConsoleSessionTables):
     async def _checkpoint_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
         return await self._write(sql, params)
 
+    # -- kept AMQP link termini ---------------------------------------------------------------
+
+    _termini_now = _NOW
+
+    async def _termini_run(self, statements: Statements) -> list[list[tuple[Any, ...]]]:
+        """One statement as any other write (inline when it may), several as one command."""
+        if len(statements) == 1:
+            return [await self._write(*statements[0])]
+        results: list[list[tuple[Any, ...]]] = await self._submit(_run_sync, statements)
+        return results
+
+    _termini_read = _checkpoint_read
+
     # -- the console's sessions (read and written as the checkpoint store's rows) -------------
 
     _session_read = _checkpoint_read
@@ -1127,11 +1146,6 @@ class _HeardFromPeers:
             task.add_done_callback(self._tasks.discard)
 
 
-#: The clock of :mod:`.groups_sql` in SQLite: seconds since the epoch (every process on the
-#: file shares this machine's clock).
-_NOW: Final = "((julianday('now') - 2440587.5) * 86400.0)"
-
-
 def _claim_group_sync(
     conn: sqlite3.Connection, _ts: str, sql: str, params: Sequence[Any]
 ) -> tuple[GroupClaim, _Inserted]:
@@ -1150,6 +1164,12 @@ def _hold_groups_sync(
         hold for hold in holds if conn.execute(sql, (hold_seconds, key, *hold)).fetchone() is None
     ]
     return lost, []
+
+
+def _run_sync(
+    conn: sqlite3.Connection, _ts: str, statements: Statements
+) -> tuple[list[list[tuple[Any, ...]]], _Inserted]:
+    return [conn.execute(sql, params).fetchall() for sql, params in statements], []
 
 
 def _bump_streams_version(conn: sqlite3.Connection) -> None:

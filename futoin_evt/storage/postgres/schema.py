@@ -14,6 +14,7 @@ import psycopg
 from ..base import migrations_to_run
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..sessions_sql import SESSIONS_VERSION
+from ..termini_sql import TERMINI_VERSION
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
 LOCK_NAMESPACE: Final = 0x46544E  # "FTN"
@@ -195,6 +196,32 @@ _VERSION_9: Final = (
     UPGRADE_GRANTS,
 )
 
+_TERMINI: Final = (
+    # Kept AMQP link termini (termini_sql), per user, peer container and link name: the
+    # partition and consumer group of the link, what it had sent and not settled (packed
+    # ids), and until when it is kept (the database's clock, seconds since the epoch). ``id``
+    # orders them by keeping.
+    """CREATE TABLE IF NOT EXISTS amqp_termini (
+        id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        container TEXT NOT NULL,
+        link_name TEXT NOT NULL,
+        partition_key BIGINT NOT NULL REFERENCES partitions(key) ON DELETE CASCADE,
+        consumer_group TEXT,
+        durable INTEGER NOT NULL,
+        unsettled TEXT NOT NULL,
+        incomplete BOOLEAN NOT NULL,
+        after_id BIGINT NOT NULL,
+        held TEXT NOT NULL,
+        acked BIGINT NOT NULL,
+        timeout DOUBLE PRECISION NOT NULL,
+        expires_at DOUBLE PRECISION NOT NULL,
+        UNIQUE (user_id, container, link_name)
+    )""",
+    "CREATE INDEX IF NOT EXISTS amqp_termini_by_expiry ON amqp_termini (expires_at)",
+    "CREATE INDEX IF NOT EXISTS amqp_termini_by_partition ON amqp_termini (partition_key)",
+)
+
 _CONSOLE_SESSIONS: Final = (
     # The web console's sessions, for every process on the database: the SHA-256 digest of
     # the session's token (never the token), its user, created and last used (seconds since
@@ -220,6 +247,7 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    TERMINI_VERSION: _TERMINI,
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
 }
 

@@ -156,6 +156,7 @@ from ..pages import (
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from ..sessions_sql import ConsoleSessionTables
 from ..tables import STREAM_ROWS, Tables, stream_infos
+from ..termini_sql import Statements, TerminiTables
 from .schema import (
     CHANNEL,
     CLAIM_PAYLOAD,
@@ -936,7 +937,7 @@ class PostgresPartitionLog(PagedReads):
         return [stored_event(row) for row in rows], head
 
 
-class PostgresStore(PostgresPartitionLog, CheckpointTables, ConsoleSessionTables):
+class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, ConsoleSessionTables):
     """Event, consumer, user and stream storage in PostgreSQL; as a log, the view of
     ``events``/0. Create with :meth:`open`."""
 
@@ -1427,6 +1428,21 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, ConsoleSessionTables
         return await self._fetch(sql, params)
 
     _checkpoint_write = _checkpoint_read
+
+    # -- kept AMQP link termini -----------------------------------------------------------
+
+    _termini_now = _NOW
+    _termini_read = _checkpoint_read
+
+    async def _termini_run(self, statements: Statements) -> list[list[tuple[Any, ...]]]:
+        """One statement on its own, or one transaction, its statements sent at once
+        (psycopg's pipeline mode)."""
+        if len(statements) == 1:
+            return [await self._fetch(*statements[0])]
+        async with self._transaction() as conn:
+            async with conn.pipeline():
+                cursors = [await conn.execute(sql, params) for sql, params in statements]
+            return [await c.fetchall() if c.description is not None else [] for c in cursors]
 
     # -- the console's sessions -----------------------------------------------------------
 

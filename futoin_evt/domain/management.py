@@ -12,8 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Final
 
-from ..domain.stream import utc_timestamp
-from .message import EVENT_TYPE, PARTITION, STREAM, TS, Notification, Value
+from .notification import EVENT_TYPE, PARTITION, STREAM, TS, Notification, Value
+from .stream import utc_timestamp
 
 log = logging.getLogger(__name__)
 

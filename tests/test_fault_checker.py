@@ -1,0 +1,127 @@
+"""The fault checker (bench/faults/checker.py) on hand-made histories: each verdict is
+provoked once, and a clean history has none."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.faults.checker import Ack, Add, History, Read, check
+
+
+def acked(
+    token: str, event_id: int, invoked: float, completed: float, key: str | None = None
+) -> Add:
+    return Add(token, invoked, completed, "ok", event_id, key=key)
+
+
+def clean() -> History:
+    """Three acknowledged adds, one unknown that was stored and one that was not, one
+    refused; a reliable consumer that read them all with its position confirmed."""
+    return History(
+        adds=[
+            acked("a", 1, 0.0, 0.1),
+            acked("b", 2, 0.2, 0.3),
+            Add("u1", 0.25, None, "unknown"),
+            acked("c", 4, 0.4, 0.5),
+            Add("u2", 0.6, None, "unknown"),
+            Add("r", 0.7, 0.8, "refused"),
+        ],
+        reads=[
+            Read("C", 1, 1.0, ((1, "a"), (2, "b"))),
+            Read("C", 1, 2.0, ((3, "u1"), (4, "c"))),
+        ],
+        acks=[Ack("C", 2.0, 2)],
+        final={"events/0": [(1, "a"), (2, "b"), (3, "u1"), (4, "c")]},
+        reliable={"C"},
+        cuts=[5.0],
+    )
+
+
+def test_a_clean_history_has_no_anomaly() -> None:
+    verdicts = check(clean())
+    assert verdicts.valid, verdicts.describe()
+    assert verdicts.counts() == {
+        "adds": 6, "acknowledged": 3, "refused": 1, "unknown": 2, "discarded": 0,
+        "lost": 0, "wrong_id": 0, "duplicated": 0, "reordered": 0, "phantom": 0,
+        "skipped": 0, "delivered_twice": 0,
+    }  # fmt: skip
+
+
+def test_lost_is_acknowledged_and_not_in_the_final_read_with_the_history_it_spans() -> None:
+    history = clean()
+    history.adds.append(acked("d", 5, 3.0, 3.1))
+    history.adds.append(acked("e", 6, 3.2, 3.4))
+    verdicts = check(history)
+    assert (verdicts.lost, verdicts.skipped) == (2, 0)
+    assert [(loss.cut, loss.events, round(loss.ms)) for loss in verdicts.losses] == [(0, 2, 1900)]
+
+
+def test_events_retention_discarded_after_every_reliable_consumer_read_them_are_not_lost() -> None:
+    history = clean()
+    history.final["events/0"] = history.final["events/0"][2:]
+    history.floors["events/0"] = 2
+    verdicts = check(history)
+    assert (verdicts.lost, verdicts.discarded) == (0, 2)
+    history.reads[0] = Read("C", 1, 1.0, ((1, "a"),))  # "b" discarded before C read it
+    assert check(history).lost == 1
+
+
+def test_wrong_id() -> None:
+    history = clean()
+    history.adds[0] = acked("a", 7, 0.0, 0.1)
+    assert check(history).wrong_id == 1
+
+
+@pytest.mark.parametrize("keyed", [False, True])
+def test_duplicated_payload_or_key(keyed: bool) -> None:
+    history = clean()
+    if keyed:  # a retry of "c" under its key, as a new payload
+        history.adds[3] = acked("c", 4, 0.4, 0.5, key="k")
+        history.adds.append(acked("c-retry", 5, 0.9, 1.0, key="k"))
+        history.final["events/0"].append((5, "c-retry"))
+    else:
+        history.final["events/0"].append((5, "c"))
+    verdicts = check(history)
+    assert verdicts.duplicated == 1, verdicts.describe()
+
+
+def test_reordered_in_real_time() -> None:
+    history = clean()
+    history.adds[1] = acked("b", 0, 0.2, 0.3)  # acknowledged after "a" was, with a lower id
+    history.final["events/0"] = [(0, "b"), (1, "a"), (3, "u1"), (4, "c")]
+    history.reads[0] = Read("C", 1, 1.0, ((0, "b"), (1, "a")))
+    verdicts = check(history)
+    assert (verdicts.reordered, verdicts.lost) == (1, 0), verdicts.describe()
+
+
+def test_reordered_within_a_consumer_session_but_not_across_sessions() -> None:
+    history = clean()
+    history.reads.append(Read("C", 2, 3.0, ((3, "u1"), (4, "c"))))  # a new session: allowed
+    assert check(history).reordered == 0
+    history.reads.append(Read("L", 1, 3.0, ((4, "c"), (3, "u1"))))
+    assert check(history).reordered == 1
+
+
+def test_phantom_never_added_or_refused() -> None:
+    history = clean()
+    history.reads.append(Read("L", 1, 3.0, ((9, "made-up"),)))
+    history.final["events/0"].append((10, "r"))
+    verdicts = check(history)
+    assert verdicts.phantom == 2, verdicts.describe()
+
+
+def test_skipped_by_a_reliable_consumer() -> None:
+    history = clean()
+    history.reads[1] = Read("C", 1, 2.0, ((4, "c"),))  # past 3 without it
+    assert check(history).skipped == 1
+    history.reliable = set()  # a LIVE consumer may miss events
+    assert check(history).skipped == 0
+
+
+def test_delivered_twice_past_a_confirmed_position() -> None:
+    history = clean()
+    history.reads.append(Read("C", 2, 3.0, ((2, "b"), (3, "u1"))))  # position 2 was confirmed
+    verdicts = check(history)
+    assert verdicts.delivered_twice == 1, verdicts.describe()
+    history.acks = []  # nothing confirmed: a redelivery is allowed
+    assert check(history).delivered_twice == 0
