@@ -26,6 +26,7 @@ from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
 from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
+from ..log.schemas import SchemaRegistry
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
 from ..notify.management import ManagementBus
@@ -36,6 +37,7 @@ from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
 from .peers import PeerChannel, WorkerPlace
+from .schemas_http import SCHEMAS_PATH, SchemaRegistryEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
@@ -86,6 +88,9 @@ class ServerConfig:
     feed: FeedConfig = field(default_factory=FeedConfig)
     #: Where the DCB API is served over HTTP; None: not at all.
     dcb_path: str | None = DCB_PATH
+    #: Where the schema registry (Confluent's REST API) is served over HTTP; None: not at
+    #: all (the schemas registered are still checked).
+    schemas_path: str | None = SCHEMAS_PATH
     #: The AMQP 1.0 listener (off when None).
     amqp: AmqpConfig | None = None
     #: (host, port) of the metrics listener (``/metrics``, ``/healthz``, ``/readyz``); None:
@@ -222,6 +227,7 @@ class EventServer:
         executor: Executor,
         streams: StreamRegistry,
         access: AccessControl,
+        schemas: SchemaRegistry,
     ) -> None:
         self.store = store
         #: Every partition's event log: what every door calls.
@@ -230,6 +236,8 @@ class EventServer:
         self.streams = streams
         #: Who may read, write and manage which stream (:mod:`futoin_evt.log.access`).
         self.access = access
+        #: The event types' schemas (:mod:`futoin_evt.log.schemas`).
+        self.schemas = schemas
         #: The database as configured: a SQLite path or a PostgreSQL URL.
         self.db: str | Path = DEFAULT_DB
         self.push = push
@@ -279,6 +287,8 @@ class EventServer:
         try:
             await access.start()
             streams = await StreamRegistry.open(store, config.streams_poll_seconds, access)
+            schemas = SchemaRegistry(store, streams)
+            await schemas.start()
         except BaseException:
             await access.close()
             await store.close()
@@ -325,6 +335,12 @@ class EventServer:
                     ),
                 )
                 endpoints.append(dcb)
+            if config.schemas_path is not None:
+                endpoints.append(
+                    SchemaRegistryEndpoint(
+                        schemas, authenticator, transport.is_secure, config.schemas_path
+                    )
+                )
             console = None
             if config.console is not None:
                 endpoint = _console_endpoint(
@@ -353,6 +369,7 @@ class EventServer:
                     await transport.close()
                     raise
         except BaseException:
+            await schemas.close()
             await streams.close()
             await store.close()
             if channel is not None:
@@ -368,7 +385,16 @@ class EventServer:
         aggregator.start()
         log.info("serving %s on %s", store.description, transport.url)
         server = cls(
-            store, logs, push, discarder, transport, authenticator, executor, streams, access
+            store,
+            logs,
+            push,
+            discarder,
+            transport,
+            authenticator,
+            executor,
+            streams,
+            access,
+            schemas,
         )
         server.archiver = archiver
         server.aggregator = aggregator
@@ -405,6 +431,14 @@ class EventServer:
     def feed_url(self) -> str | None:
         """``http(s)://host:port/feed``, or None when the feed is off."""
         return self._http_url(self.feed.path) if self.feed is not None else None
+
+    @property
+    def schemas_url(self) -> str | None:
+        """``http(s)://host:port/schemas``: the schema registry, or None when it is off."""
+        for endpoint in self.http_endpoints:
+            if isinstance(endpoint, SchemaRegistryEndpoint):
+                return self._http_url(endpoint.path)
+        return None
 
     @property
     def console_url(self) -> str | None:
@@ -469,6 +503,7 @@ class EventServer:
         self._transport.abort_all()
         if self.doors is not None:
             self.doors.close()
+        await self.schemas.close()
         await self.streams.close()
         await self.access.close()
         await self.store.close()

@@ -12,6 +12,7 @@ from typing import Final
 
 from .base import migrations_to_run
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from .schemas_sql import SCHEMAS_VERSION, tables_sql
 
 _VERSION_1: Final = """
 CREATE TABLE IF NOT EXISTS events (
@@ -194,6 +195,8 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    # the schema registry (:mod:`.schemas_sql`)
+    SCHEMAS_VERSION: ";\n".join(tables_sql(postgres=False)),
 }
 
 

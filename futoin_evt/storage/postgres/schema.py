@@ -13,6 +13,7 @@ import psycopg
 
 from ..base import migrations_to_run
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..schemas_sql import SCHEMAS_VERSION, tables_sql
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
 LOCK_NAMESPACE: Final = 0x46544E  # "FTN"
@@ -204,6 +205,8 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    # the schema registry (:mod:`..schemas_sql`)
+    SCHEMAS_VERSION: tables_sql(postgres=True),
 }
 
 
