@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import fastjsonschema
 import jsonschema
@@ -255,6 +255,20 @@ def parse_version(version: object) -> int | None:
 
 
 # -- schemas -------------------------------------------------------------------------------
+
+
+class SchemaRow(NamedTuple):
+    """One version of a subject, with its schema, as the registry keeps it."""
+
+    subject: str
+    version: int
+    #: The global id of the schema (one per distinct text of a stream).
+    schema_id: int
+    #: The canonical text.
+    schema: str
+    guid: str
+    #: Soft-deleted: kept, and shown only when asked for.
+    deleted: bool
 
 
 @dataclass(frozen=True, slots=True)

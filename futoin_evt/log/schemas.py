@@ -40,6 +40,7 @@ from ..domain.schemas import (
     InvalidSchema,
     JsonSchema,
     SchemaNotFound,
+    SchemaRow,
     SchemaViolation,
     SubjectNotFound,
     SubjectNotSoftDeleted,
@@ -52,7 +53,7 @@ from ..domain.schemas import (
     parse_subject,
 )
 from ..domain.stream import UserId
-from ..storage.base import SchemaChanged, SchemaRow, Schemas
+from ..storage.base import SchemaChanged, Schemas
 from .access import Access
 
 log = logging.getLogger(__name__)

@@ -28,13 +28,13 @@ from ..domain.principal import Principal
 from ..domain.schemas import (
     JSON_SCHEMA_TYPE,
     SchemaRegistryError,
+    SchemaRow,
     parse_level,
     parse_version,
 )
 from ..ftn3.messages import decode_json, encode_json
 from ..log.access import Refused
 from ..log.schemas import Candidate, SchemaRegistry
-from ..storage.base import SchemaRow
 from ..wsio import ServerIO
 from .http import Exchange, HttpEndpoint, HttpError, refused_text
 

@@ -42,6 +42,7 @@ from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
+from ..domain.schemas import SchemaRow
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
@@ -443,20 +444,6 @@ class Grants(Protocol):
 
     async def list_grants(self) -> list[GrantRow]:
         """Every grant that holds a right, by user id and pattern."""
-
-
-class SchemaRow(NamedTuple):
-    """One version of a subject of the schema registry, with its schema."""
-
-    subject: str
-    version: int
-    #: The global id of the schema (one per distinct text of a stream).
-    schema_id: int
-    #: The canonical text.
-    schema: str
-    guid: str
-    #: Soft-deleted: kept, and shown only when asked for.
-    deleted: bool
 
 
 class SchemaChanged(StoreError):

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Generator, Sequence
 from typing import Any, Final
 
-from .base import SchemaChanged, SchemaRow
+from ..domain.schemas import SchemaRow
+from .base import SchemaChanged
 from .tables import Step
 
 #: The schema version that adds the registry's tables.

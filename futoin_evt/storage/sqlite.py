@@ -52,6 +52,7 @@ from ..domain.partition import (
     check_partition_count,
     check_stream_name,
 )
+from ..domain.schemas import SchemaRow
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
@@ -77,7 +78,6 @@ from .base import (
     GrantRow,
     NotWritable,
     PeerNews,
-    SchemaRow,
     StoreClosed,
     StoreUnavailable,
     StreamBounds,

@@ -103,6 +103,7 @@ from ...domain.partition import (
     check_partition_count,
     check_stream_name,
 )
+from ...domain.schemas import SchemaRow
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import WriteStats
@@ -130,7 +131,6 @@ from ..base import (
     PeerNews,
     PoolLimits,
     SchemaChanged,
-    SchemaRow,
     StoreClosed,
     StoreUnavailable,
     StoreUnreachable,

@@ -1,0 +1,375 @@
+"""The schema registry under ``/schemas``: Confluent's own client (``confluent-kafka``),
+unchanged, and plain HTTP, against a real server on SQLite and PostgreSQL; rights; two
+servers on one database; ``serve --workers 2``."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+from confluent_kafka.schema_registry import (
+    Schema,
+    SchemaRegistryClient,
+    topic_record_subject_name_strategy,
+)
+from confluent_kafka.schema_registry.error import SchemaRegistryError
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
+
+from futoin_evt.domain.rights import Right
+from futoin_evt.domain.schemas import Compatibility
+from futoin_evt.log.schemas import OPERATOR, Candidate
+from futoin_evt.server.app import EventServer
+from futoin_evt.storage import open_store
+
+from .conftest import USERS, ServerFactory, add_user
+
+SUBJECT = "orders-ORDER_PLACED"
+CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
+V1: dict[str, Any] = {
+    "title": "ORDER_PLACED",
+    "type": "object",
+    "properties": {"order": {"type": "integer"}, "total": {"type": "string"}},
+    "required": ["order"],
+    "additionalProperties": False,
+}
+#: V1 with an optional property: BACKWARD-compatible (the model is closed).
+V2: dict[str, Any] = {**V1, "properties": {**V1["properties"], "note": {"type": "string"}}}
+#: V2 with a new required property: breaks BACKWARD.
+V3: dict[str, Any] = {**V2, "required": ["order", "note"]}
+WITHIN_SECONDS = 30.0
+
+
+def json_schema(document: dict[str, Any]) -> Schema:
+    return Schema(json.dumps(document), "JSON")
+
+
+def basic(user: str, password: str | None = None) -> dict[str, str]:
+    secret = USERS[user] if password is None else password
+    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()}
+
+
+async def until(condition: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WITHIN_SECONDS
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {WITHIN_SECONDS} s: {what}"
+        await asyncio.sleep(0.02)
+
+
+async def setup(server: EventServer, password_hashes: dict[str, str]) -> None:
+    """Streams orders and payroll; alice manages orders* (and reads and writes every
+    stream, as bob does); dave has no right."""
+    await server.streams.add(OPERATOR, "orders", 2)
+    await server.streams.add(OPERATOR, "payroll", 1)
+    alice = await server.store.get_user("alice")
+    assert alice is not None
+    await server.store.grant(alice.id, "orders*", int(Right.MANAGE))
+    if await server.store.get_user("dave") is None:
+        await server.store.add_user("dave", password_hashes["bob"])
+    await server.access.changed_here()
+
+
+@pytest.fixture
+async def registry(
+    start_server: ServerFactory, store_db: str, password_hashes: dict[str, str]
+) -> EventServer:
+    server = await start_server(db=store_db)
+    await setup(server, password_hashes)
+    return server
+
+
+def client(server: EventServer, user: str = "alice") -> SchemaRegistryClient:
+    assert server.schemas_url is not None
+    return SchemaRegistryClient(
+        {
+            "url": server.schemas_url,
+            "basic.auth.user.info": f"{user}:{USERS.get(user, USERS['bob'])}",
+            "max.retries": 0,
+        }
+    )
+
+
+def refusal(call: Callable[[], Any]) -> tuple[int, int, str]:
+    with pytest.raises(SchemaRegistryError) as refused:
+        call()
+    error = refused.value
+    return error.http_status_code, error.error_code, error.error_message
+
+
+async def test_confluent_client_registers_reads_tests_and_evolves(registry: EventServer) -> None:
+    def work() -> None:
+        with client(registry) as sr:
+            run_evolution(sr)
+
+    await asyncio.to_thread(work)
+    typed = registry.schemas.schema_of("orders", "ORDER_PAID")
+    assert typed is not None
+    assert typed.violation({"order": 1}) is None
+    assert registry.schemas.schema_of("orders", "ORDER_PLACED") is None
+
+
+def run_evolution(sr: SchemaRegistryClient) -> None:
+    first = sr.register_schema(SUBJECT, json_schema(V1))
+    assert sr.register_schema(SUBJECT, json_schema(V1)) == first  # no second version
+    latest = sr.get_latest_version(SUBJECT)
+    assert (latest.version, latest.schema_id, latest.subject) == (1, first, SUBJECT)
+    assert latest.schema.schema_type == "JSON"
+    assert json.loads(str(latest.schema.schema_str)) == V1
+    assert json.loads(str(sr.get_schema(first).schema_str)) == V1
+    assert sr.lookup_schema(SUBJECT, json_schema(V1)).version == 1
+    assert sr.get_subjects() == [SUBJECT]
+    assert sr.get_compatibility() == "BACKWARD"
+
+    assert sr.test_compatibility(SUBJECT, json_schema(V2)) is True
+    assert sr.test_compatibility(SUBJECT, json_schema(V3)) is False
+    second = sr.register_schema(SUBJECT, json_schema(V2))
+    assert second != first
+    status, code, message = refusal(lambda: sr.register_schema(SUBJECT, json_schema(V3)))
+    assert (status, code) == (409, 409)
+    assert 'required property "note" added' in message
+    assert sr.get_versions(SUBJECT) == [1, 2]
+
+    sr.set_compatibility(SUBJECT, "NONE")
+    assert sr.get_compatibility(SUBJECT) == "NONE"
+    assert sr.register_schema(SUBJECT, json_schema(V3)) not in (first, second)
+    # the same text for another type of the stream: the same id
+    assert sr.register_schema("orders-ORDER_PAID", json_schema(V1)) == first
+
+    assert sr.delete_version(SUBJECT, 3) == 3
+    assert sr.get_versions(SUBJECT) == [1, 2]
+    assert sr.get_latest_version("orders-ORDER_PAID").schema_id == first
+    assert refusal(lambda: sr.get_version(SUBJECT, 3))[:2] == (404, 40402)
+    assert sr.delete_subject(SUBJECT) == [1, 2]
+    assert sr.get_subjects() == ["orders-ORDER_PAID"]
+    assert set(sr.get_subjects(deleted=True)) == {SUBJECT, "orders-ORDER_PAID"}
+    assert refusal(lambda: sr.delete_subject(SUBJECT))[:2] == (404, 40404)
+    assert sr.delete_subject(SUBJECT, permanent=True) == [1, 2, 3]
+    assert sr.get_subjects(deleted=True) == ["orders-ORDER_PAID"]
+
+
+async def test_json_serializer_and_deserializer_round_trip(registry: EventServer) -> None:
+    """Confluent's JSON serde registers the schema under TOPIC-TITLE (the topic is the
+    stream, the schema's title the event type), checks data against it and reads it back."""
+
+    def work() -> None:
+        with client(registry) as sr:
+            round_trip(sr)
+
+    await asyncio.to_thread(work)
+
+
+def round_trip(sr: SchemaRegistryClient) -> None:
+    serializer = JSONSerializer(
+        json.dumps(V1), sr, conf={"subject.name.strategy": topic_record_subject_name_strategy}
+    )
+    context = SerializationContext("orders", MessageField.VALUE)
+    payload = serializer({"order": 17, "total": "12.50"}, context)
+    assert payload is not None
+    assert JSONDeserializer(None, schema_registry_client=sr)(payload, context) == {
+        "order": 17,
+        "total": "12.50",
+    }
+    with pytest.raises(SerializationError, match="is not of type 'integer'"):
+        serializer({"order": "seventeen"}, context)
+    assert sr.get_subjects() == [SUBJECT]
+
+
+async def test_refusals_in_confluent_shape(registry: EventServer) -> None:
+    assert registry.schemas_url is not None
+    async with httpx.AsyncClient(base_url=registry.schemas_url) as http:
+        answer = await http.get("/subjects")
+        assert answer.status_code == 401
+        assert answer.json()["error_code"] == 40101
+        assert answer.headers["WWW-Authenticate"].startswith("Basic ")
+        wrong = await http.get("/subjects", headers=basic("alice", "wrong"))
+        assert (wrong.status_code, wrong.json()["error_code"]) == (401, 40101)
+        alice = basic("alice")
+        body = {"schema": json.dumps(V1), "schemaType": "JSON"}
+        cases: list[tuple[str, str, Any, int, int, str]] = [
+            ("POST", "/subjects/Orders/versions", body, 422, 42208, "STREAM-TYPE"),
+            ("POST", "/subjects/ghost-T/versions", body, 404, 40401, "no stream ghost"),
+            ("GET", "/subjects/orders-T/versions/x", None, 422, 42202, "not a valid version"),
+            ("GET", f"/subjects/{SUBJECT}/versions", None, 404, 40401, SUBJECT),
+            ("PUT", f"/config/{SUBJECT}", {"compatibility": "SIDEWAYS"}, 422, 42203, "SIDEWAYS"),
+            ("GET", f"/config/{SUBJECT}", None, 404, 40408, "subject-level compatibility"),
+            (
+                "POST",
+                f"/subjects/{SUBJECT}/versions",
+                {"schema": "{", "schemaType": "JSON"},
+                422,
+                42201,
+                "not JSON",
+            ),
+            ("POST", f"/subjects/{SUBJECT}/versions", {"schema": "{}"}, 422, 42201, "AVRO"),
+            ("POST", f"/subjects/{SUBJECT}/versions", [1], 422, 42201, "JSON object"),
+            ("GET", "/schemas/ids/999", None, 404, 40403, "999"),
+            ("GET", "/nowhere", None, 404, 404, "Not Found"),
+        ]
+        for method, path, sent, status, code, said in cases:
+            answer = await http.request(method, path, json=sent, headers=alice)
+            assert answer.status_code == status, (path, answer.text)
+            assert answer.headers["Content-Type"] == CONTENT_TYPE
+            assert answer.json()["error_code"] == code, (path, answer.text)
+            assert said in answer.json()["message"], (path, answer.text)
+        garbled = await http.post(f"/subjects/{SUBJECT}/versions", content=b"{", headers=alice)
+        assert garbled.status_code == 400
+        # nothing of the refused requests was kept
+        assert (await http.get("/subjects?deleted=true", headers=alice)).json() == []
+        kept = await http.post(f"/subjects/{SUBJECT}/versions", json=body, headers=alice)
+        assert kept.status_code == 200
+        assert kept.json()["id"] >= 1
+        assert (await http.get("/schemas/types", headers=alice)).json() == ["JSON"]
+        schema = await http.get(f"/subjects/{SUBJECT}/versions/latest/schema", headers=alice)
+        assert schema.json() == V1
+
+
+async def test_rights_decide_and_refusals_tell_no_more(registry: EventServer) -> None:
+    """Registering needs manage on the stream, reading needs read; a user without any right
+    on a stream learns nothing of its subjects, whether the stream exists or not."""
+    assert registry.schemas_url is not None
+    body = {"schema": json.dumps(V1), "schemaType": "JSON"}
+    async with httpx.AsyncClient(base_url=registry.schemas_url) as http:
+        alice, bob, dave = basic("alice"), basic("bob"), basic("dave", USERS["bob"])
+        for subject in (SUBJECT, "payroll-SALARY"):
+            if subject == SUBJECT:
+                answer = await http.post(f"/subjects/{subject}/versions", json=body, headers=alice)
+            else:  # alice may not manage payroll: an admin registers it
+                await registry.schemas.register(OPERATOR, subject, Candidate(json.dumps(V1)))
+                answer = await http.post(f"/subjects/{subject}/versions", json=body, headers=alice)
+                assert answer.status_code == 403
+                assert answer.json() == {
+                    "error_code": 40301,
+                    "message": "The manage right on stream payroll is needed.",
+                }
+                continue
+            assert answer.status_code == 200, answer.text
+        # bob reads and writes every stream, manages none
+        refused = await http.post(f"/subjects/{SUBJECT}/versions", json=body, headers=bob)
+        assert (refused.status_code, refused.json()["error_code"]) == (403, 40301)
+        assert (await http.get("/subjects", headers=bob)).json() == [SUBJECT, "payroll-SALARY"]
+        assert (await http.get(f"/subjects/{SUBJECT}/versions", headers=bob)).json() == [1]
+        changed = await http.put(f"/config/{SUBJECT}", json={"compatibility": "NONE"}, headers=bob)
+        assert changed.status_code == 403
+        # alice manages orders* only: not the global level
+        refused = await http.put("/config", json={"compatibility": "NONE"}, headers=alice)
+        assert refused.json()["message"] == "The manage right on stream * is needed."
+        # dave holds no right: an existing stream and a missing one answer alike
+        assert (await http.get("/subjects", headers=dave)).json() == []
+        for subject in (SUBJECT, "ghost-ORDER_PLACED"):
+            answer = await http.get(f"/subjects/{subject}/versions", headers=dave)
+            stream = subject.rsplit("-", 1)[0]
+            assert answer.json() == {
+                "error_code": 40301,
+                "message": f"The read right on stream {stream} is needed.",
+            }
+        schema_id = (await http.get(f"/subjects/{SUBJECT}/versions/1", headers=alice)).json()["id"]
+        hidden = await http.get(f"/schemas/ids/{schema_id}", headers=dave)
+        assert (hidden.status_code, hidden.json()["error_code"]) == (404, 40403)
+        shown = await http.get(f"/schemas/ids/{schema_id}/subjects", headers=bob)
+        assert shown.json() == [SUBJECT]
+
+
+async def test_a_dropped_stream_takes_its_subjects(registry: EventServer) -> None:
+    await registry.schemas.register(OPERATOR, SUBJECT, Candidate(json.dumps(V1)))
+    await registry.schemas.set_level(OPERATOR, SUBJECT, Compatibility.NONE)
+    assert await registry.streams.drop(OPERATOR, "orders")
+    await registry.streams.add(OPERATOR, "orders", 1)
+    assert await registry.schemas.subjects(OPERATOR, deleted=True) == []
+    assert await registry.store.schema_levels() == {}
+    assert registry.schemas.schema_of("orders", "ORDER_PLACED") is None
+
+
+async def test_every_process_on_the_database_follows_the_newest_schema(
+    start_server: ServerFactory, store_db: str, password_hashes: dict[str, str]
+) -> None:
+    """What enforcement reads (``schema_of``) follows a registration made by another
+    process on the same database, and its deletion: on PostgreSQL through the notification,
+    on SQLite within the registry's poll."""
+    here = await start_server(db=store_db, streams_poll_seconds=0.1)
+    await setup(here, password_hashes)
+    there = await start_server(db=store_db, streams_poll_seconds=0.1)
+    await until(lambda: there.streams.get("orders") is not None, "the stream known there")
+
+    def register() -> int:
+        with client(here) as sr:
+            return int(sr.register_schema(SUBJECT, json_schema(V1)))
+
+    def delete() -> None:
+        with client(here) as sr:
+            sr.delete_subject(SUBJECT)
+
+    schema_id = await asyncio.to_thread(register)
+    await until(lambda: there.schemas.schema_of("orders", "ORDER_PLACED") is not None, "v1 there")
+    typed = there.schemas.schema_of("orders", "ORDER_PLACED")
+    assert typed is not None
+    assert (typed.version, typed.schema_id) == (1, schema_id)
+    violation = typed.violation({"order": "x"})
+    assert violation is not None
+    assert violation.pointer == "/order"
+    await asyncio.to_thread(delete)
+    await until(lambda: there.schemas.schema_of("orders", "ORDER_PLACED") is None, "gone there")
+
+
+# -- serve --workers 2 ---------------------------------------------------------------------------
+
+#: A WebSocket handshake, sent after a request on the same connection to learn which worker
+#: took it (the worker logs each WebSocket it opens, with the peer's port).
+UPGRADE = (
+    "GET / HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+    "Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+)
+
+
+async def answered(group: Any, method: str, target: str, body: Any = None) -> tuple[int, Any]:
+    """(the worker that answered, its JSON answer) of one registry request on a new
+    connection, which is then upgraded: the worker that logs the upgrade answered."""
+    sent = json.dumps(body).encode() if body is not None else b""
+    auth = basic("alice")["Authorization"]
+    reader, writer = await asyncio.open_connection("127.0.0.1", group.port)
+    try:
+        writer.write(
+            f"{method} /schemas{target} HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n"
+            f"Content-Type: {CONTENT_TYPE}\r\nContent-Length: {len(sent)}\r\n\r\n".encode()
+            + sent
+        )
+        head = (await reader.readuntil(b"\r\n\r\n")).decode()
+        length = int(head.lower().split("content-length: ")[1].split("\r\n")[0])
+        answer = await reader.readexactly(length)
+        assert head.startswith("HTTP/1.1 200 "), head + answer.decode()
+        writer.write(UPGRADE.encode())
+        assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 101 ")
+        worker = await group.worker_at(writer.get_extra_info("sockname")[1])
+    finally:
+        writer.close()
+    return worker, json.loads(answer)
+
+
+@pytest.mark.functional
+@pytest.mark.parametrize("store_db", ["sqlite", "postgres"], indirect=True)
+async def test_registered_on_one_worker_read_on_the_other(
+    store_db: str, password_hashes: dict[str, str]
+) -> None:
+    from .test_workers import Group
+
+    async with await open_store(store_db) as store:
+        await add_user(store, "alice", password_hashes["alice"], is_admin=True)
+        await store.add_stream("orders", 1)
+    group = Group(store_db, workers=2)
+    try:
+        body = {"schema": json.dumps(V1), "schemaType": "JSON"}
+        worker, registered = await answered(group, "POST", f"/subjects/{SUBJECT}/versions", body)
+        for _ in range(200):
+            other, latest = await answered(group, "GET", f"/subjects/{SUBJECT}/versions/latest")
+            if other != worker:
+                break
+        assert other != worker, "no request reached the other worker"
+        assert (latest["id"], latest["version"]) == (registered["id"], 1)
+        assert json.loads(latest["schema"]) == V1
+    finally:
+        assert group.stop() == 0
