@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -29,6 +31,7 @@ from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
 
 from .conftest import USERS, ServerFactory, add_user
+from .test_cli import run
 
 SUBJECT = "orders-ORDER_PLACED"
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
@@ -373,3 +376,75 @@ async def test_registered_on_one_worker_read_on_the_other(
         assert json.loads(latest["schema"]) == V1
     finally:
         assert group.stop() == 0
+
+
+# -- futoin-evt schema ---------------------------------------------------------------------------
+
+
+def files(tmp_path: Path) -> tuple[str, str, str]:
+    """Files of V1, V2 (compatible) and V3 (breaks BACKWARD)."""
+    paths = []
+    for name, document in (("v1", V1), ("v2", V2), ("v3", V3)):
+        path = tmp_path / f"{name}.json"
+        path.write_text(json.dumps(document, indent=2))
+        paths.append(str(path))
+    return paths[0], paths[1], paths[2]
+
+
+@pytest.mark.parametrize("store_db", ["sqlite", "postgres"], indirect=True)
+async def test_schema_commands_on_the_database(store_db: str, tmp_path: Path) -> None:
+    async with await open_store(store_db) as store:
+        await store.add_stream("orders", 1)
+    v1, v2, v3 = files(tmp_path)
+    db = ("--db", store_db)
+    added = run("schema", "add", "orders", "ORDER_PLACED", v1, *db)
+    assert (added.returncode, added.stdout) == (0, f"{SUBJECT}: version 1, schema id 1\n")
+    assert run("schema", "add", "orders", "ORDER_PLACED", v1, *db).stdout == added.stdout
+    checked = run("schema", "check", "orders", "ORDER_PLACED", v3, *db)
+    assert checked.returncode == 1
+    assert 'required property "note" added' in checked.stderr
+    refused = run("schema", "add", "orders", "ORDER_PLACED", v3, *db)
+    assert refused.returncode == 1
+    assert "incompatible with version 1 (BACKWARD)" in refused.stderr
+    assert (
+        run("schema", "check", "orders", "ORDER_PLACED", v2, *db).stdout
+        == f"{SUBJECT}: compatible\n"
+    )
+    assert run("schema", "add", "orders", "ORDER_PLACED", v2, *db).returncode == 0
+    listed = run("schema", "list", "orders", "--json", *db)
+    assert [(v["subject"], v["version"]) for v in json.loads(listed.stdout)] == [(SUBJECT, 2)]
+    shown = json.loads(
+        run("schema", "show", "orders", "ORDER_PLACED", "--version", "1", "--json", *db).stdout
+    )
+    assert json.loads(shown["schema"]) == V1
+    for bad, status, said in (
+        (("orders", "bad-type", v1), 2, "Invalid subject"),
+        (("ghost", "T", v1), 1, "no stream ghost"),
+        (("orders", "T", str(tmp_path / "missing.json")), 2, "cannot read"),
+    ):
+        answer = run("schema", "add", *bad, *db)
+        assert (answer.returncode, said in answer.stderr) == (status, True), answer.stderr
+
+
+async def test_schema_commands_on_a_server(registry: EventServer, tmp_path: Path) -> None:
+    v1, _v2, v3 = files(tmp_path)
+
+    def as_user(user: str, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {"FUTOIN_EVT_USER": user, "FUTOIN_EVT_PASSWORD": USERS[user]}
+        return run("schema", *args, "--url", registry.url, env=env)
+
+    added = await asyncio.to_thread(as_user, "alice", "add", "orders", "ORDER_PLACED", v1)
+    assert added.returncode == 0, added.stderr
+    assert added.stdout.startswith(f"{SUBJECT}: version 1, schema id ")
+    refused = await asyncio.to_thread(as_user, "bob", "add", "orders", "ORDER_PAID", v1)
+    assert (refused.returncode, refused.stderr) == (
+        1,
+        "futoin-evt: The manage right on stream orders is needed.\n",
+    )
+    listed = await asyncio.to_thread(as_user, "bob", "list")
+    assert listed.stdout.startswith(f"{SUBJECT}  version 1  schema id ")
+    shown = await asyncio.to_thread(as_user, "bob", "show", "orders", "ORDER_PLACED")
+    assert json.loads(shown.stdout.split("\n", 1)[1]) == V1
+    checked = await asyncio.to_thread(as_user, "bob", "check", "orders", "ORDER_PLACED", v3)
+    assert checked.returncode == 1
+    assert 'required property "note" added' in checked.stderr

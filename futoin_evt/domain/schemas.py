@@ -219,7 +219,12 @@ class InvalidSubject(SchemaRegistryError):
 
 
 def subject_name(stream: str, event_type: str) -> str:
-    return f"{stream}-{event_type}"
+    """The subject of ``event_type`` on ``stream``; :class:`InvalidSubject` when no subject
+    names them (an event type with a ``-``, say)."""
+    subject = f"{stream}-{event_type}"
+    if parse_subject(subject) != (stream, event_type):
+        raise InvalidSubject(subject)
+    return subject
 
 
 def parse_subject(subject: object) -> tuple[str, str]:
