@@ -24,9 +24,12 @@ from confluent_kafka.schema_registry.error import SchemaRegistryError
 from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 from confluent_kafka.serialization import MessageField, SerializationContext, SerializationError
 
+from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.client.notify import Notifications
 from futoin_evt.domain.rights import Right
 from futoin_evt.domain.schemas import Compatibility
 from futoin_evt.log.schemas import OPERATOR, Candidate
+from futoin_evt.notify.message import BASE_ATTRIBUTES
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
 
@@ -34,6 +37,7 @@ from .conftest import USERS, ServerFactory, add_user
 from .test_cli import run
 
 SUBJECT = "orders-ORDER_PLACED"
+ALICE = f"alice:{USERS['alice']}"
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
 V1: dict[str, Any] = {
     "title": "ORDER_PLACED",
@@ -278,6 +282,29 @@ async def test_rights_decide_and_refusals_tell_no_more(registry: EventServer) ->
         assert shown.json() == [SUBJECT]
 
 
+async def test_get_events_lists_a_typed_events_properties_from_its_schema(
+    registry: EventServer,
+) -> None:
+    """Before any event of the type, GET-EVENTS (notification, FTN3) names the properties
+    its schema gives a scalar type; an event's other scalar properties are added as seen."""
+    schema = {
+        **V1,
+        "additionalProperties": True,
+        "properties": {**V1["properties"], "items": {"type": "array"}, "paid": {}},
+    }
+    await registry.schemas.register(OPERATOR, SUBJECT, Candidate(json.dumps(schema)))
+    async with await EventStreamClient.connect(registry.url, credentials=ALICE) as alice:
+        notifications = Notifications(alice.ftn3)
+        listed = await notifications.event_types("ORDER_PLACED", stream="orders")
+        assert listed == {"ORDER_PLACED": [*BASE_ATTRIBUTES, "order", "total", "paid"]}
+        assert "ORDER_PLACED" not in await notifications.event_types()  # of events only
+        orders = await EventStreamClient.connect(f"{registry.url}orders/0", credentials=ALICE)
+        async with orders:
+            await orders.add_event("ORDER_PLACED", {"order": 1, "total": "1.00", "coupon": "X"})
+        listed = await notifications.event_types("ORDER_PLACED", stream="orders")
+        assert listed["ORDER_PLACED"][-1] == "coupon"
+
+
 async def test_a_dropped_stream_takes_its_subjects(registry: EventServer) -> None:
     await registry.schemas.register(OPERATOR, SUBJECT, Candidate(json.dumps(V1)))
     await registry.schemas.set_level(OPERATOR, SUBJECT, Compatibility.NONE)
@@ -315,6 +342,9 @@ async def test_every_process_on_the_database_follows_the_newest_schema(
     violation = typed.violation({"order": "x"})
     assert violation is not None
     assert violation.pointer == "/order"
+    # GET-EVENTS there lists the type's properties from the schema it reloaded
+    listed = await there.live_streams.event_types("orders", "ORDER_PLACED")
+    assert listed == {"ORDER_PLACED": [*BASE_ATTRIBUTES, "order", "total"]}
     await asyncio.to_thread(delete)
     await until(lambda: there.schemas.schema_of("orders", "ORDER_PLACED") is None, "gone there")
 

@@ -51,6 +51,7 @@ from ..domain.schemas import (
     compile_schema,
     parse_schema,
     parse_subject,
+    top_properties,
 )
 from ..domain.stream import UserId
 from ..storage.base import SchemaChanged, Schemas
@@ -168,6 +169,17 @@ class SchemaRegistry:
         """The schemas of the types of ``stream`` that have one, by subject."""
         found = [s for (name, _t), s in self._latest.items() if name == stream]
         return sorted(found, key=lambda s: s.subject)
+
+    def attributes(self, stream: str) -> list[tuple[str, list[str]]]:
+        """(event type, the names of the top-level properties its schema gives a scalar or
+        no type) of each typed event type of ``stream``: what GET-EVENTS lists for it."""
+        return [
+            (parse_subject(schema.subject)[1], [
+                name for name, kind, _required in top_properties(schema.document)
+                if not set(kind.split("|")) & {"object", "array"}
+            ])
+            for schema in self.typed(stream)
+        ]  # fmt: skip
 
     async def reload(self) -> None:
         """Read the newest live version of every subject (a version already known keeps

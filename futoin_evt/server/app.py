@@ -108,10 +108,15 @@ class ServerConfig:
     console: ConsoleConfig | None = None
 
 
-def live_streams(logs: StreamLogs, streams: StreamRegistry) -> LiveStreams:
+def live_streams(logs: StreamLogs, streams: StreamRegistry, schemas: SchemaRegistry) -> LiveStreams:
     """The shared readers of every stream's partitions, that of ``events``/0 the default."""
     return LiveStreams(
-        LiveEvents(logs.default), streams.get, logs.partition, streams.listen, streams.access
+        LiveEvents(logs.default),
+        streams.get,
+        logs.partition,
+        streams.listen,
+        streams.access,
+        schemas.attributes,
     )
 
 
@@ -257,7 +262,7 @@ class EventServer:
         #: Event notification: management events, the shared readers (that of ``events``/0
         #: and those of every partition read), the FTN3 service.
         self.notices = ManagementBus()
-        self.live_streams = live_streams(logs, streams)
+        self.live_streams = live_streams(logs, streams, schemas)
         self.live = self.live_streams.default
         self.notify = NotifyService(self.live_streams, self.notices)
         #: The channel to the other workers of the group, when this is one.
@@ -295,7 +300,7 @@ class EventServer:
             raise
         consumers = ConsumerLifecycle(store, notices)
         logs = StreamLogs(streams, store, consumers)
-        lives = live_streams(logs, streams)
+        lives = live_streams(logs, streams, schemas)
         notify = NotifyService(lives, notices)
         try:
             push = PushService(logs.default, config.push, notices)
