@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import re
 import subprocess
 import time
 from collections.abc import Callable
@@ -478,3 +479,30 @@ async def test_schema_commands_on_a_server(registry: EventServer, tmp_path: Path
     checked = await asyncio.to_thread(as_user, "bob", "check", "orders", "ORDER_PLACED", v3)
     assert checked.returncode == 1
     assert 'required property "note" added' in checked.stderr
+
+
+async def test_the_console_shows_each_streams_types_with_their_schemas(
+    start_server: ServerFactory, password_hashes: dict[str, str]
+) -> None:
+    from futoin_evt.console.config import ConsoleConfig
+
+    server = await start_server(console=ConsoleConfig())
+    await setup(server, password_hashes)
+    quoted = {**V1, "description": "<b>not markup</b>"}
+    await server.schemas.register(OPERATOR, SUBJECT, Candidate(json.dumps(quoted)))
+    await server.schemas.register(OPERATOR, "payroll-SALARY", Candidate(json.dumps(V1)))
+    assert server.console_url is not None
+    for user, password, shown in (
+        ("bob", USERS["bob"], [SUBJECT, "payroll-SALARY"]),
+        ("dave", USERS["bob"], []),
+    ):
+        async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+            form = {"user": user, "password": password}
+            assert (await http.post("login", data=form)).status_code == 303
+            page = (await http.get("streams")).text
+        rows = re.findall(r'<tr data-stream="([^"]+)" data-type="([^"]+)">', page)
+        assert [f"{stream}-{kind}" for stream, kind in rows] == shown
+        if shown:
+            assert "<code>order</code> integer (required)" in page
+            assert "&lt;b&gt;not markup&lt;/b&gt;" in page
+            assert "<b>not markup</b>" not in page

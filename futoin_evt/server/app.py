@@ -181,12 +181,13 @@ def _console_endpoint(
     live: LiveStreams,
     transport: WebSocketTransport,
     tls: bool,
+    schemas: SchemaRegistry,
 ) -> ConsoleEndpoint:
     """The console's endpoint (imported here: Jinja2 is an optional dependency)."""
     from ..console.app import Console
     from .console_http import ConsoleEndpoint
 
-    console = Console(logs, streams, push, authenticator, notices, live, config)
+    console = Console(logs, streams, push, authenticator, notices, live, config, schemas)
     return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
 
 
@@ -358,6 +359,7 @@ class EventServer:
                     lives,
                     transport,
                     config.transport.tls is not None,
+                    schemas,
                 )
                 endpoints.append(endpoint)
                 console = endpoint.console
