@@ -8,6 +8,7 @@ import asyncio
 import base64
 import json
 import re
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
@@ -29,12 +30,16 @@ from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.client.notify import Notifications
 from futoin_evt.domain.rights import Right
 from futoin_evt.domain.schemas import Compatibility
-from futoin_evt.log.schemas import OPERATOR, Candidate
+from futoin_evt.log.schemas import OPERATOR, Candidate, SchemaRegistry
+from futoin_evt.log.streams import StreamRegistry
 from futoin_evt.notify.message import BASE_ATTRIBUTES
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
+from futoin_evt.storage.base import SCHEMA_VERSION
+from futoin_evt.storage.schema import MIGRATIONS as SQLITE_MIGRATIONS
+from futoin_evt.storage.schemas_sql import SCHEMAS_VERSION
 
-from .conftest import USERS, ServerFactory, add_user
+from .conftest import USERS, ServerFactory, add_user, execute_sql, pg_schema_at
 from .test_cli import run
 
 SUBJECT = "orders-ORDER_PLACED"
@@ -506,3 +511,35 @@ async def test_the_console_shows_each_streams_types_with_their_schemas(
             assert "<code>order</code> integer (required)" in page
             assert "&lt;b&gt;not markup&lt;/b&gt;" in page
             assert "<b>not markup</b>" not in page
+
+
+@pytest.mark.parametrize("store_db", ["sqlite", "postgres"], indirect=True)
+async def test_a_database_from_before_the_registry_gains_it(store_db: str) -> None:
+    """A database the previous release left (schema version 9, a stream with events) opens
+    with the registry's tables, and keeps what it had."""
+    before = SCHEMAS_VERSION - 1
+    if store_db.startswith("postgresql://"):
+        pg_schema_at(store_db, before)
+    else:
+        with sqlite3.connect(store_db, isolation_level=None) as conn:
+            conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+            for step in range(1, before + 1):
+                for statement in SQLITE_MIGRATIONS[step].split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+            conn.execute("INSERT INTO schema_version VALUES (?)", (before,))
+    execute_sql(store_db, "INSERT INTO events (type, data, ts) VALUES ('OLD', '1', 't')")
+    async with await open_store(store_db) as store:
+        info = await store.add_stream("orders", 1)
+        streams = await StreamRegistry.open(store)
+        try:
+            registry = SchemaRegistry(store, streams)
+            row = await registry.register(OPERATOR, SUBJECT, Candidate(json.dumps(V1)))
+            assert (row.version, row.schema_id) == (1, 1)
+            await registry.reload()
+            assert registry.schema_of("orders", "ORDER_PLACED") is not None
+        finally:
+            await streams.close()
+        assert info.partitions[0].stream == "orders"
+        assert (await store.read_rows(0, limit=9))[0][1] == "OLD"
+    assert execute_sql(store_db, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
