@@ -13,6 +13,7 @@ import psycopg
 
 from ..base import migrations_to_run
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..schemas_sql import SCHEMAS_VERSION, tables_sql
 from ..termini_sql import TERMINI_VERSION
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
@@ -232,6 +233,8 @@ MIGRATIONS: Final = {
     8: _VERSION_8,
     9: _VERSION_9,
     TERMINI_VERSION: _TERMINI,
+    # the schema registry (:mod:`..schemas_sql`)
+    SCHEMAS_VERSION: tables_sql(postgres=True),
 }
 
 
