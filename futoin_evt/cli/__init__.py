@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..storage.base import StoreError
-from . import calls, consumer, grants, sas, serve, stream, user
+from . import calls, consumer, grants, sas, schema, serve, stream, user
 from .common import CliError, Parser, configure_logging, event_loop_factory
 
 
@@ -56,4 +56,5 @@ def _parser() -> argparse.ArgumentParser:
     calls.add_commands(commands)
     consumer.add_commands(commands)
     stream.add_commands(commands)
+    schema.add_commands(commands)
     return parser

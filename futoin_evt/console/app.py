@@ -49,6 +49,7 @@ from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_PARTITION, Partition, check_stream_name
 from ..domain.principal import Principal
 from ..domain.rights import Right
+from ..domain.schemas import top_properties
 from ..domain.sessions import ConsoleSessionStore, SessionLimits
 from ..ftn3.errors import FTN3Error
 from ..ftn18.push import PushService
@@ -56,6 +57,7 @@ from ..log.access import AccessDenied
 from ..log.access import Refused as AccessRefused
 from ..log.consumers import ConsumerRow
 from ..log.eventlog import EventLog
+from ..log.schemas import SchemaRegistry
 from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
 from ..notify.message import NotifyError, Transformation, real_message
@@ -176,9 +178,11 @@ class Console:
         live: LiveStreams,
         sessions: ConsoleSessionStore,
         config: ConsoleConfig = DEFAULT_CONFIG,
+        schemas: SchemaRegistry | None = None,
     ) -> None:
         """``sessions``: where the sessions are kept (the server's store)."""
         self._logs = logs
+        self._schemas = schemas
         self._streams = streams
         self._push = push
         self._auth = authenticator
@@ -422,10 +426,16 @@ class Console:
             else {"partition": p, "readable": False}
             for p in shown
         ]
+        readable = [
+            info.name
+            for info in visible
+            if info.name.startswith(prefix) and access.allows(who, Right.READ, info.name)
+        ]
         return self._page(
             call.session,
             "streams.html",
             rows=rows,
+            typed=self._typed(readable),
             page=page,
             pages=pages,
             total=len(partitions),
@@ -433,6 +443,24 @@ class Console:
             q=prefix,
             principal=call.principal,
         )
+
+    def _typed(self, streams: list[str]) -> list[dict[str, Any]]:
+        """The event types of ``streams`` that have a schema: its newest version, the
+        top-level properties and the schema itself."""
+        if self._schemas is None:
+            return []
+        return [
+            {
+                "stream": name,
+                "type": typed.subject[len(name) + 1 :],
+                "version": typed.version,
+                "id": typed.schema_id,
+                "properties": top_properties(typed.document),
+                "schema": json.dumps(typed.document, indent=2, ensure_ascii=False),
+            }
+            for name in streams
+            for typed in self._schemas.typed(name)
+        ]
 
     async def _partition_page(self, call: _Call) -> ConsoleResponse:
         partition = self._partition(call, call.query)

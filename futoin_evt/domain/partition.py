@@ -25,6 +25,7 @@ RESERVED_STREAM_NAMES: Final = frozenset(
         "dcb",
         "metrics",
         "console",
+        "schemas",
         "healthz",
         "readyz",
         "ops",

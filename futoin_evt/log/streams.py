@@ -61,6 +61,7 @@ class StreamRegistry:
         self._streams: dict[str, StreamInfo] = {}
         self.version = -1
         self._changed = asyncio.Event()
+        self._closed = False
         self._task: asyncio.Task[None] | None = None
         self._stop_listening = store.listen_streams(lambda _version: self._changed.set())
         self._listeners: set[Callable[[], None]] = set()
@@ -184,7 +185,7 @@ class StreamRegistry:
         return await describe_stream(self._store, info, guard.shown_to(who))
 
     async def _follow(self) -> None:
-        while True:
+        while not self._closed:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self._poll_seconds):
                     await self._changed.wait()
@@ -196,6 +197,11 @@ class StreamRegistry:
                 log.warning("reading the streams failed: %s", exc)
 
     async def close(self) -> None:
+        # The flag ends the loop even when the cancel is lost (a read it interrupts may end
+        # in an error of the driver's, which the loop survives): a command that had just
+        # changed the registry waited for ever to exit.
+        self._closed = True
+        self._changed.set()
         self._stop_listening()
         if self._task is not None:
             self._task.cancel()

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from ..domain.management import ManagementBus, is_management_type
-from ..domain.notification import Notification
+from ..domain.notification import BASE_ATTRIBUTES, Notification
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
 from ..domain.rights import Right
 from ..log.access import OPEN_ACCESS, Access
@@ -571,15 +571,19 @@ class LiveStreams:
         event_log: Callable[[Partition], EventLog],
         listen: Callable[[Callable[[], None]], Callable[[], None]] | None = None,
         access: Access = OPEN_ACCESS,
+        typed: Callable[[str], list[tuple[str, list[str]]]] | None = None,
     ) -> None:
         """``default``: the reader of ``events``/0; ``stream`` looks a stream up
         (``server.streams.get``; ``events`` is ``default`` alone when it does not know it);
         ``event_log`` gives the log of a partition; ``listen`` hears of registry changes
         (``server.streams.listen``; None: subscriptions do not follow a stream's growth, nor
         its drop);
-        ``access``: who may read which stream (``server.access``)."""
+        ``access``: who may read which stream (``server.access``); ``typed``: the event
+        types of a stream that have a schema, with the attributes it names
+        (``server.schemas.attributes``)."""
         self.default = default
         self.access = access
+        self._typed = typed
         self._stream = stream
         self._event_log = event_log
         self._listen = listen
@@ -650,9 +654,11 @@ class LiveStreams:
         """GET-EVENTS over every partition of a stream: event type -> attribute names (with
         ``who``: :class:`~futoin_evt.log.access.AccessDenied` unless they may read it)."""
         lives = self.of_stream(stream, who)
-        if len(lives) == 1:
-            return await lives[0].catalog.event_types(event_type)
         merged: dict[str, dict[str, None]] = {}
+        if self._typed is not None:  # a typed event's attributes as its schema names them
+            for name, attributes in self._typed(stream or DEFAULT_STREAM):
+                if event_type is None or name == event_type:
+                    merged[name] = dict.fromkeys((*BASE_ATTRIBUTES, *attributes))
         for live in lives:
             for name, attributes in (await live.catalog.event_types(event_type)).items():
                 merged.setdefault(name, {}).update(dict.fromkeys(attributes))

@@ -28,6 +28,7 @@ from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
 from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
+from ..log.schemas import SchemaRegistry
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
 from ..notify.live import LiveEvents, LiveStreams
 from ..storage import open_store
@@ -37,6 +38,7 @@ from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
 from .peers import DISCARDING_SLOT, PeerChannel, WorkerPlace
+from .schemas_http import SCHEMAS_PATH, SchemaRegistryEndpoint
 from .websocket import TransportConfig, WebSocketTransport
 
 if TYPE_CHECKING:
@@ -87,6 +89,9 @@ class ServerConfig:
     feed: FeedConfig = field(default_factory=FeedConfig)
     #: Where the DCB API is served over HTTP; None: not at all.
     dcb_path: str | None = DCB_PATH
+    #: Where the schema registry (Confluent's REST API) is served over HTTP; None: not at
+    #: all (the schemas registered are still checked).
+    schemas_path: str | None = SCHEMAS_PATH
     #: The AMQP 1.0 listener (off when None).
     amqp: AmqpConfig | None = None
     #: (host, port) of the metrics listener (``/metrics``, ``/healthz``, ``/readyz``); None:
@@ -104,10 +109,15 @@ class ServerConfig:
     console: ConsoleConfig | None = None
 
 
-def live_streams(logs: StreamLogs, streams: StreamRegistry) -> LiveStreams:
+def live_streams(logs: StreamLogs, streams: StreamRegistry, schemas: SchemaRegistry) -> LiveStreams:
     """The shared readers of every stream's partitions, that of ``events``/0 the default."""
     return LiveStreams(
-        LiveEvents(logs.default), streams.get, logs.partition, streams.listen, streams.access
+        LiveEvents(logs.default),
+        streams.get,
+        logs.partition,
+        streams.listen,
+        streams.access,
+        schemas.attributes,
     )
 
 
@@ -173,12 +183,13 @@ def _console_endpoint(
     sessions: ConsoleSessionStore,
     transport: WebSocketTransport,
     tls: bool,
+    schemas: SchemaRegistry,
 ) -> ConsoleEndpoint:
     """The console's endpoint (imported here: Jinja2 is an optional dependency)."""
     from ..console.app import Console
     from .console_http import ConsoleEndpoint
 
-    console = Console(logs, streams, push, authenticator, notices, live, sessions, config)
+    console = Console(logs, streams, push, authenticator, notices, live, sessions, config, schemas)
     return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
 
 
@@ -226,6 +237,7 @@ class EventServer:
         access: AccessControl,
         notify: NotifyService,
         notices: ManagementBus,
+        schemas: SchemaRegistry,
     ) -> None:
         self.store = store
         #: Every partition's event log: what every door calls.
@@ -234,6 +246,8 @@ class EventServer:
         self.streams = streams
         #: Who may read, write and manage which stream (:mod:`futoin_evt.log.access`).
         self.access = access
+        #: The event types' schemas (:mod:`futoin_evt.log.schemas`).
+        self.schemas = schemas
         #: The database as configured: a SQLite path or a PostgreSQL URL.
         self.db: str | Path = DEFAULT_DB
         self.push = push
@@ -283,13 +297,15 @@ class EventServer:
         try:
             await access.start()
             streams = await StreamRegistry.open(store, config.streams_poll_seconds, access)
+            schemas = SchemaRegistry(store, streams)
+            await schemas.start()
         except BaseException:
             await access.close()
             await store.close()
             raise
         consumers = ConsumerLifecycle(store, notices)
         logs = StreamLogs(streams, store, consumers)
-        lives = live_streams(logs, streams)
+        lives = live_streams(logs, streams, schemas)
         notify = NotifyService(lives, notices)
         try:
             push = PushService(logs.default, config.push, notices)
@@ -331,6 +347,12 @@ class EventServer:
                     ),
                 )
                 endpoints.append(dcb)
+            if config.schemas_path is not None:
+                endpoints.append(
+                    SchemaRegistryEndpoint(
+                        schemas, authenticator, transport.is_secure, config.schemas_path
+                    )
+                )
             console = None
             if config.console is not None:
                 endpoint = _console_endpoint(
@@ -344,6 +366,7 @@ class EventServer:
                     store,
                     transport,
                     config.transport.tls is not None,
+                    schemas,
                 )
                 endpoints.append(endpoint)
                 console = endpoint.console
@@ -360,6 +383,7 @@ class EventServer:
                     await transport.close()
                     raise
         except BaseException:
+            await schemas.close()
             await streams.close()
             await store.close()
             if channel is not None:
@@ -386,6 +410,7 @@ class EventServer:
             access,
             notify,
             notices,
+            schemas,
         )
         server.archiver = archiver
         server.aggregator = aggregator
@@ -418,6 +443,14 @@ class EventServer:
     def feed_url(self) -> str | None:
         """``http(s)://host:port/feed``, or None when the feed is off."""
         return self._http_url(self.feed.path) if self.feed is not None else None
+
+    @property
+    def schemas_url(self) -> str | None:
+        """``http(s)://host:port/schemas``: the schema registry, or None when it is off."""
+        for endpoint in self.http_endpoints:
+            if isinstance(endpoint, SchemaRegistryEndpoint):
+                return self._http_url(endpoint.path)
+        return None
 
     @property
     def console_url(self) -> str | None:
@@ -482,6 +515,7 @@ class EventServer:
         self._transport.abort_all()
         if self.doors is not None:
             self.doors.close()
+        await self.schemas.close()
         await self.streams.close()
         await self.access.close()
         await self.store.close()

@@ -23,7 +23,7 @@ from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
 from ..domain.partition import StreamInfo
 from .base import AggregateCopy
-from .tables import Tables
+from .tables import Step, Tables
 
 #: Sources per statement: SQLite allows at most 500 terms in a compound SELECT.
 SOURCES_PER_STATEMENT: Final = 200
@@ -178,9 +178,6 @@ def copy_sql(aggregate: Tables, ranges: Sequence[SourceRange], mark: str) -> tup
 
 
 #: A statement and its parameters; the driver sends back the rows it returned.
-Step = tuple[str, Sequence[Any]]
-
-
 def copy_steps(
     aggregate: Tables, lease: Step, limit: int, start: int, mark: str
 ) -> Generator[Step, list[Sequence[Any]], AggregateCopy | None]:

@@ -18,6 +18,7 @@ Errors::
     StoreError
     ├── StoreClosed        the store was closed before a write could commit
     ├── NotWritable        events go into an aggregated stream only by its copying
+    ├── SchemaChanged      a subject's newest schema moved on during a registration
     ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
     │   └── StoreUnreachable   it does not answer now (refused, lost, no pooled connection
     │                          in time): trying again later may succeed; raised by calls too
@@ -41,6 +42,7 @@ from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
+from ..domain.schemas import SchemaRow
 from ..domain.sessions import ConsoleSessionStore
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..domain.termini import KeptTermini
@@ -48,7 +50,7 @@ from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 11
+SCHEMA_VERSION: Final = 12
 
 
 class StoreError(Exception):
@@ -446,6 +448,46 @@ class Grants(Protocol):
         """Every grant that holds a right, by user id and pattern."""
 
 
+class SchemaChanged(StoreError):
+    """A subject's newest live version moved on while a new one was being checked (another
+    registration came first): check against the new newest and try again."""
+
+
+class Schemas(Protocol):
+    """The schema registry's subjects (``STREAM-TYPE``), versions, schemas and levels;
+    the rules (names, rights, compatibility) are the caller's. A change of versions moves
+    :meth:`Streams.streams_version` on, so every process learns of it as of a stream's."""
+
+    async def schema_rows(
+        self, *, subject: str | None = None, schema_id: int | None = None, guid: str | None = None
+    ) -> list[SchemaRow]:
+        """Versions, deleted ones too, by subject and version: of one subject, of one
+        schema id or guid, or (none given) all."""
+
+    async def latest_schemas(self) -> list[SchemaRow]:
+        """The newest live version of each subject that has one."""
+
+    async def add_schema_version(
+        self, stream: str, subject: str, text: str, fingerprint: str, *, after: int
+    ) -> SchemaRow:
+        """Add the next version of ``subject`` (of ``stream``), under the id the stream
+        gives ``fingerprint`` (a new one for a new text). KeyError when there is no such
+        stream; :class:`SchemaChanged` when the subject's newest live version is no longer
+        ``after`` (0 for none), or another registration of the same moment came first."""
+
+    async def delete_schema_versions(
+        self, subject: str, versions: Sequence[int], *, permanent: bool
+    ) -> None:
+        """Soft-delete the versions, or (``permanent``) remove them."""
+
+    async def schema_levels(self) -> dict[str, str]:
+        """Compatibility levels by subject; ``''`` is the global one (when set)."""
+
+    async def set_schema_level(self, subject: str, stream: str | None, level: str | None) -> None:
+        """Set the level of ``subject`` (of ``stream``; ``''`` and None for the global
+        one); None removes it."""
+
+
 class ConsumerLog(EventLog, Consumers, Protocol):
     """The log with its consumers: what polling and pushing need."""
 
@@ -534,7 +576,8 @@ class Streams(Protocol):
     async def stream(self, name: str) -> StreamInfo | None: ...
 
     async def streams_version(self) -> int:
-        """A number every add, grow and drop moves on (in any process): cheap to poll."""
+        """A number every add, grow and drop moves on (in any process), and every change of
+        a subject's schema versions (:class:`Schemas`): cheap to poll."""
 
     def listen_streams(self, callback: Callable[[int], None]) -> Callable[[], None]:
         """Call ``callback(version)`` after a change of the registry this store learns of at
@@ -580,6 +623,7 @@ class Store(
     Aggregates,
     Users,
     Grants,
+    Schemas,
     EventHubCheckpoints,
     KeptTermini,
     ConsoleSessionStore,

@@ -12,6 +12,7 @@ from typing import Final
 
 from .base import migrations_to_run
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from .schemas_sql import SCHEMAS_VERSION, tables_sql
 from .sessions_sql import SESSIONS_VERSION
 from .termini_sql import TERMINI_VERSION
 
@@ -237,6 +238,8 @@ MIGRATIONS: Final = {
     8: _VERSION_8,
     9: _VERSION_9,
     TERMINI_VERSION: _TERMINI,
+    # the schema registry (:mod:`.schemas_sql`)
+    SCHEMAS_VERSION: ";\n".join(tables_sql(postgres=False)),
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
 }
 

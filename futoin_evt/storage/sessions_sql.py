@@ -12,7 +12,7 @@ from ..domain.sessions import SessionLimits, SessionRow
 from ..domain.stream import UserId
 
 #: The schema version that adds ``console_sessions`` (its number is kept here only).
-SESSIONS_VERSION: Final = 11
+SESSIONS_VERSION: Final = 12
 
 #: The sessions ended at a login: those past their idle time or lifetime, and the least
 #: recently used beyond the bound among the others. Parameters: idle cut, lifetime cut,

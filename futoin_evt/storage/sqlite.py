@@ -28,11 +28,12 @@ import logging
 import os
 import sqlite3
 import time
+import uuid
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ..domain.dcb import (
     AppendCondition,
@@ -51,10 +52,11 @@ from ..domain.partition import (
     check_partition_count,
     check_stream_name,
 )
+from ..domain.schemas import SchemaRow
 from ..domain.stream import EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
-from . import grants_sql, groups_sql
+from . import grants_sql, groups_sql, schemas_sql
 from .aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -104,7 +106,7 @@ from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEven
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
 from .sessions_sql import ConsoleSessionTables
 from .sqlite_reads import SqliteReader
-from .tables import DEFAULT_TABLES, STREAM_ROWS, Tables, stream_infos
+from .tables import DEFAULT_TABLES, STREAM_ROWS, Step, Tables, stream_infos
 from .termini_sql import Statements, TerminiTables
 from .thread import WorkerThread
 
@@ -183,6 +185,7 @@ class _Statement:
 
 #: Events a write inserted: (id, type, data), in id order.
 _Inserted = list[tuple[int, str, str]]
+_R = TypeVar("_R")
 
 
 @dataclass(slots=True)
@@ -984,6 +987,44 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         rows = await self._reader.fetchall(grants_sql.LIST_GRANTS, ())
         return [GrantRow(UserId(r[0]), r[1], r[2]) for r in rows]
 
+    # -- the schema registry ------------------------------------------------------------------
+
+    async def schema_rows(
+        self, *, subject: str | None = None, schema_id: int | None = None, guid: str | None = None
+    ) -> list[SchemaRow]:
+        by, value = schemas_sql.rows_key(subject, schema_id, guid)
+        rows = await self._reader.fetchall(schemas_sql.rows_sql("?", by), value)
+        return [schemas_sql.schema_row(row) for row in rows]
+
+    async def latest_schemas(self) -> list[SchemaRow]:
+        rows = await self._reader.fetchall(schemas_sql.LATEST_SQL, ())
+        return [schemas_sql.schema_row(row) for row in rows]
+
+    async def add_schema_version(
+        self, stream: str, subject: str, text: str, fingerprint: str, *, after: int
+    ) -> SchemaRow:
+        steps = schemas_sql.register_steps(
+            stream, subject, text, fingerprint, str(uuid.uuid4()), after, "?"
+        )
+        row: SchemaRow = await self._submit(_registry_change_sync, steps)
+        await self._streams_changed()
+        return row
+
+    async def delete_schema_versions(
+        self, subject: str, versions: Sequence[int], *, permanent: bool
+    ) -> None:
+        steps = schemas_sql.delete_steps(subject, versions, permanent, "?")
+        await self._submit(_registry_change_sync, steps)
+        await self._streams_changed()
+
+    async def schema_levels(self) -> dict[str, str]:
+        rows = await self._reader.fetchall(schemas_sql.CONFIGS_SQL, ())
+        return {str(subject): str(level) for subject, level in rows}
+
+    async def set_schema_level(self, subject: str, stream: str | None, level: str | None) -> None:
+        for sql, params in schemas_sql.set_config_steps(subject, stream, level, "?"):
+            await self._write(sql, params)
+
     # -- the writer ---------------------------------------------------------------------------
 
     async def _write_statement(self, sql: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -1172,6 +1213,27 @@ def _run_sync(
     return [conn.execute(sql, params).fetchall() for sql, params in statements], []
 
 
+def _registry_change_sync(
+    conn: sqlite3.Connection, _ts: str, steps: Generator[Step, Any, Any]
+) -> tuple[Any, _Inserted]:
+    """A change of the schema registry's versions (:mod:`.schemas_sql`'s steps) that moves
+    the registry's version on."""
+    done = _run_steps_sync(conn, steps)
+    _bump_streams_version(conn)
+    return done, []
+
+
+def _run_steps_sync(conn: sqlite3.Connection, steps: Generator[Step, Any, _R]) -> _R:
+    """Run the statements ``steps`` yields, sending each one's rows back; what it returns."""
+    try:
+        sql, params = next(steps)
+        while True:
+            sql, params = steps.send(conn.execute(sql, params).fetchall())
+    except StopIteration as done:
+        result: _R = done.value
+        return result
+
+
 def _bump_streams_version(conn: sqlite3.Connection) -> None:
     conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'streams_version'")
 
@@ -1267,14 +1329,7 @@ def _copy_sync(
     the writer's; the lease in this machine's clock (every process on the file shares it)."""
     now = time.time()
     lease = (lease_sql("?", "?", "?"), [aggregate.key, holder, now + lease_seconds, now])
-    steps = copy_steps(aggregate, lease, limit, start, "?")
-    try:
-        sql, params = next(steps)
-        while True:
-            sql, params = steps.send(conn.execute(sql, params).fetchall())
-    except StopIteration as done:
-        result: AggregateCopy | None = done.value
-        return result, []
+    return _run_steps_sync(conn, copy_steps(aggregate, lease, limit, start, "?")), []
 
 
 def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:

@@ -30,6 +30,10 @@ class Tables:
         return cls(key, f"events{suffix}", f"dcb_events{suffix}", f"event_tags{suffix}")
 
 
+#: One statement of a transaction written as a generator (the h11 way: the backend runs
+#: each in its transaction and sends the rows back): SQL and its parameters.
+Step = tuple[str, Sequence[Any]]
+
 #: The tables of ``events``/0.
 DEFAULT_TABLES = Tables.of(0)
 

@@ -13,6 +13,7 @@ import psycopg
 
 from ..base import migrations_to_run
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..schemas_sql import SCHEMAS_VERSION, tables_sql
 from ..sessions_sql import SESSIONS_VERSION
 from ..termini_sql import TERMINI_VERSION
 
@@ -248,6 +249,8 @@ MIGRATIONS: Final = {
     8: _VERSION_8,
     9: _VERSION_9,
     TERMINI_VERSION: _TERMINI,
+    # the schema registry (:mod:`..schemas_sql`)
+    SCHEMAS_VERSION: tables_sql(postgres=True),
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
 }
 

@@ -74,8 +74,9 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -102,10 +103,11 @@ from ...domain.partition import (
     check_partition_count,
     check_stream_name,
 )
+from ...domain.schemas import SchemaRow
 from ...domain.stream import EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import WriteStats
-from .. import grants_sql, groups_sql
+from .. import grants_sql, groups_sql, schemas_sql
 from ..aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -128,6 +130,7 @@ from ..base import (
     NotWritable,
     PeerNews,
     PoolLimits,
+    SchemaChanged,
     StoreClosed,
     StoreUnavailable,
     StoreUnreachable,
@@ -155,7 +158,7 @@ from ..pages import (
 )
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from ..sessions_sql import ConsoleSessionTables
-from ..tables import STREAM_ROWS, Tables, stream_infos
+from ..tables import STREAM_ROWS, Step, Tables, stream_infos
 from ..termini_sql import Statements, TerminiTables
 from .schema import (
     CHANNEL,
@@ -1394,14 +1397,7 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         steps = copy_steps(Tables.of(key), lease, limit, start, "%s")
         async with self._transaction() as conn:
             await conn.execute(append_lock_sql(key))
-            try:
-                sql, params = next(steps)
-                while True:
-                    cursor = await conn.execute(sql, params)
-                    rows = await cursor.fetchall() if cursor.description is not None else []
-                    sql, params = steps.send(list(rows))
-            except StopIteration as stop:
-                done: AggregateCopy | None = stop.value
+            done = await _run_steps(conn, steps)
             if done is not None and done.copied:
                 await conn.execute(notify_head_sql(key))
         if done is not None and done.copied:
@@ -1501,6 +1497,65 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
     async def list_grants(self) -> list[GrantRow]:
         rows = await self._fetch(grants_sql.LIST_GRANTS)
         return [GrantRow(UserId(r[0]), r[1], r[2]) for r in rows]
+
+    # -- the schema registry --------------------------------------------------------------
+
+    async def schema_rows(
+        self, *, subject: str | None = None, schema_id: int | None = None, guid: str | None = None
+    ) -> list[SchemaRow]:
+        by, value = schemas_sql.rows_key(subject, schema_id, guid)
+        rows = await self._fetch(schemas_sql.rows_sql("%s", by), value)
+        return [schemas_sql.schema_row(row) for row in rows]
+
+    async def latest_schemas(self) -> list[SchemaRow]:
+        return [schemas_sql.schema_row(row) for row in await self._fetch(schemas_sql.LATEST_SQL)]
+
+    async def add_schema_version(
+        self, stream: str, subject: str, text: str, fingerprint: str, *, after: int
+    ) -> SchemaRow:
+        guid = str(uuid.uuid4())
+        steps = schemas_sql.register_steps(stream, subject, text, fingerprint, guid, after, "%s")
+
+        async def register(conn: Connection) -> tuple[SchemaRow, bool]:
+            return await _run_steps(conn, steps), True
+
+        try:
+            return await self._change_registry(register)
+        except psycopg.errors.UniqueViolation:  # a registration of the same moment
+            raise SchemaChanged(subject) from None
+
+    async def delete_schema_versions(
+        self, subject: str, versions: Sequence[int], *, permanent: bool
+    ) -> None:
+        steps = schemas_sql.delete_steps(subject, versions, permanent, "%s")
+
+        async def delete(conn: Connection) -> tuple[None, bool]:
+            await _run_steps(conn, steps)
+            return None, True
+
+        await self._change_registry(delete)
+
+    async def schema_levels(self) -> dict[str, str]:
+        rows = await self._fetch(schemas_sql.CONFIGS_SQL)
+        return {str(subject): str(level) for subject, level in rows}
+
+    async def set_schema_level(self, subject: str, stream: str | None, level: str | None) -> None:
+        for sql, params in schemas_sql.set_config_steps(subject, stream, level, "%s"):
+            await self._fetch(sql, params)
+
+
+async def _run_steps(conn: Connection, steps: Generator[Step, Any, _T]) -> _T:
+    """Run the statements ``steps`` yields in ``conn``'s transaction, sending each one's
+    rows back; what it returns."""
+    try:
+        sql, params = next(steps)
+        while True:
+            cursor = await conn.execute(sql, params)
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            sql, params = steps.send(list(rows))
+    except StopIteration as stop:
+        result: _T = stop.value
+        return result
 
 
 async def _read_stream(conn: Connection, name: str, *, lock: bool) -> StreamInfo:
