@@ -23,7 +23,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -48,6 +48,7 @@ from ..domain.schemas import (
     VersionNotFound,
     VersionNotSoftDeleted,
     VersionSoftDeleted,
+    check_event,
     compile_schema,
     parse_schema,
     parse_subject,
@@ -131,6 +132,11 @@ class TypeSchema:
         """None when ``data`` (decoded JSON) is valid, else where and why it is not."""
         return self.compiled.violation(data)
 
+    def check(self, event_type: str, data: Any, position: tuple[int, int] | None = None) -> None:
+        """:class:`~futoin_evt.domain.schemas.EventDataInvalid` when ``data`` (decoded JSON)
+        is not valid; ``position``: (index, count) of the event among those of one call."""
+        check_event(self.compiled, data, event_type, self.subject, self.version, position)
+
 
 class SchemaRegistry:
     """``server.schemas``: the registry's calls on a user's behalf, and the schema of each
@@ -144,6 +150,9 @@ class SchemaRegistry:
         self._reloading: asyncio.Task[None] | None = None
         self._again = False
         self._stop_listening: Callable[[], None] | None = None
+        #: Tells the other workers of this server that schemas changed; done once each has
+        #: them in use (``PeerChannel.grants_changed``).
+        self.tell_others: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         """Load the newest schemas, then follow every change of the streams registry."""
@@ -197,6 +206,22 @@ class SchemaRegistry:
                     row.subject, row.version, row.schema_id, row.schema
                 )
         self._latest = latest
+
+    async def catch_up(self) -> None:
+        """Schemas changed (here, or a worker of this server says so): returns once the
+        newest are in use here."""
+        self._moved()
+        reloading = self._reloading
+        if reloading is not None:
+            await asyncio.shield(reloading)
+
+    async def _changed_here(self) -> None:
+        """A change made here: returns once it is in use here and in the other workers of
+        this server, so the next append on any of them meets it."""
+        told = self.tell_others() if self.tell_others is not None else None
+        await self.catch_up()
+        if told is not None:
+            await told
 
     def _moved(self) -> None:
         """The streams registry moved on (a stream or a subject changed): reload soon."""
@@ -322,7 +347,7 @@ class SchemaRegistry:
                 continue  # another registration came first: check against it
             except KeyError:
                 raise SubjectNotFound(subject, f"There is no stream {stream}.") from None
-            await self.reload()
+            await self._changed_here()
             return added
         raise SchemaChanged(subject)
 
@@ -356,7 +381,7 @@ class SchemaRegistry:
         elif not live:
             raise SubjectSoftDeleted(subject)
         await self._store.delete_schema_versions(subject, live, permanent=permanent)
-        await self.reload()
+        await self._changed_here()
         return live
 
     async def delete_version(
@@ -370,7 +395,7 @@ class SchemaRegistry:
         if not permanent and row.deleted:
             raise VersionSoftDeleted(subject, row.version)
         await self._store.delete_schema_versions(subject, [row.version], permanent=permanent)
-        await self.reload()
+        await self._changed_here()
         return row.version
 
     # -- levels --------------------------------------------------------------------------------
