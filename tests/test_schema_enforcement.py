@@ -18,7 +18,7 @@ import httpx
 import psycopg
 import pytest
 from azure.eventhub import EventData, EventHubProducerClient
-from azure.eventhub.exceptions import EventHubError
+from azure.eventhub.exceptions import EventDataSendError
 from proton import Delivery, Message
 from proton.utils import BlockingConnection
 
@@ -254,7 +254,7 @@ async def test_event_hubs_batches_are_one_delivery_all_or_none(typed: EventServe
                 batch.add(event(data))
             try:
                 producer.send_batch(batch)
-            except EventHubError as exc:
+            except EventDataSendError as exc:
                 refused = str(exc)
             else:
                 raise AssertionError("the batch was accepted")

@@ -8,13 +8,14 @@ needs manage on every stream (a grant on ``*``). A caller with no right on a str
 is refused the same way whether it exists or not; a listing shows only the subjects of
 streams the caller may read, and a schema id only to those who may read a stream using it.
 
-:meth:`SchemaRegistry.schema_of` is what a door that appends calls for each event: the
-newest live version of the type's subject on the stream, from memory (one dictionary
-lookup), compiled once per version on first use. Every process keeps that memory: it
-reloads it when the streams registry's version moves on, which every change of a subject's
-versions does (at once in the process that made it, and on the workers of the same server
-through their channel; on PostgreSQL every process at once through its notification;
-within the registry's poll otherwise, 1 s by default on SQLite).
+:meth:`SchemaRegistry.schema_of` is what the event log (:mod:`.eventlog`) calls for each
+event appended: the newest live version of the type's subject on the stream, from memory
+(one dictionary lookup), compiled once per version on first use. Every process keeps that
+memory: it reloads it when the streams registry's version moves on, which every change of a
+subject's versions does. A registration or delete returns once the change is in use in this
+process and in the other workers of the same server (they confirm through their channel);
+other processes on PostgreSQL have it once they hear the notification the commit sends
+(milliseconds later), on SQLite within the registry's poll (1 s by default).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from ..domain.schemas import (
     Compatibility,
     CompiledSchema,
     ConfigNotFound,
+    EventDataInvalid,
     Incompatible,
     InvalidSchema,
     JsonSchema,
@@ -48,7 +50,6 @@ from ..domain.schemas import (
     VersionNotFound,
     VersionNotSoftDeleted,
     VersionSoftDeleted,
-    check_event,
     compile_schema,
     parse_schema,
     parse_subject,
@@ -135,7 +136,9 @@ class TypeSchema:
     def check(self, event_type: str, data: Any, position: tuple[int, int] | None = None) -> None:
         """:class:`~futoin_evt.domain.schemas.EventDataInvalid` when ``data`` (decoded JSON)
         is not valid; ``position``: (index, count) of the event among those of one call."""
-        check_event(self.compiled, data, event_type, self.subject, self.version, position)
+        violation = (self._compiled or self.compiled).violation(data)
+        if violation is not None:
+            raise EventDataInvalid(event_type, self.subject, self.version, violation, position)
 
 
 class SchemaRegistry:

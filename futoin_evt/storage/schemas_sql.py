@@ -12,6 +12,7 @@ hears of a stream added (the workers' channel, PostgreSQL's notification, the po
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Final
 
@@ -180,8 +181,10 @@ def set_config_steps(subject: str, stream: str | None, level: str | None, mark: 
 
 # -- the native API's check (the server checks from memory: futoin_evt.log.schemas) ----------
 
-#: Validators the native API compiled, by the fingerprint of their schema's text.
+#: Validators the native API compiled, by the fingerprint of their schema's text (changed
+#: under the lock: applications call it from several threads).
 _compiled: dict[str, CompiledSchema] = {}
+_compiled_lock: Final = threading.Lock()
 #: Validators kept at most (the oldest compiled goes first).
 MAX_COMPILED: Final = 64
 
@@ -210,9 +213,10 @@ def check_steps(
             [stream, fingerprint],
         )
         compiled = compile_schema(JsonSchema(text, json.loads(text)))
-        if len(_compiled) >= MAX_COMPILED:
-            del _compiled[next(iter(_compiled))]
-        _compiled[fingerprint] = compiled
+        with _compiled_lock:
+            if len(_compiled) >= MAX_COMPILED:
+                del _compiled[next(iter(_compiled))]
+            _compiled[fingerprint] = compiled
     check_event(compiled, data, event_type, subject, int(version))
 
 
