@@ -25,7 +25,6 @@ from proton.utils import BlockingConnection
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.auth.sas import sas_key
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
-from futoin_evt.domain.partition import DEFAULT_PARTITION
 from futoin_evt.domain.schemas import EventDataInvalid
 from futoin_evt.domain.stream import EventRejected
 from futoin_evt.log.schemas import OPERATOR, Candidate, SchemaRegistry
@@ -458,7 +457,6 @@ async def test_native_api_on_postgres(pg_url: str) -> None:
         finally:
             await schemas.close()
             await streams.close()
-    assert DEFAULT_PARTITION.stream == "events"
 
 
 # -- across workers and processes --------------------------------------------------------------
