@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -107,6 +108,11 @@ class ServerConfig:
     aggregate: AggregateConfig = field(default_factory=AggregateConfig)
     #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
     console: ConsoleConfig | None = None
+
+
+async def _all_done(calls: list[Callable[[], Awaitable[None]]]) -> None:
+    for call in list(calls):
+        await call()
 
 
 def live_streams(logs: StreamLogs, streams: StreamRegistry, schemas: SchemaRegistry) -> LiveStreams:
@@ -291,20 +297,26 @@ class EventServer:
             channel.listen(store.join_peers(channel, turns), notices)
             notices.relay = channel.management
         access = AccessControl(store)
+        # What another worker says changed (grants or schemas) is in use here before it
+        # hears back; schemas join once their registry is made, before their first load.
+        catch_ups: list[Callable[[], Awaitable[None]]] = [access.catch_up]
         if channel is not None:  # before the first load: a change told meanwhile is not lost
-            channel.serve_access(access.catch_up)
+            channel.serve_access(lambda: _all_done(catch_ups))
             access.tell_others = channel.grants_changed
         try:
             await access.start()
             streams = await StreamRegistry.open(store, config.streams_poll_seconds, access)
             schemas = SchemaRegistry(store, streams)
+            catch_ups.append(schemas.catch_up)
+            if channel is not None:
+                schemas.tell_others = channel.grants_changed
             await schemas.start()
         except BaseException:
             await access.close()
             await store.close()
             raise
         consumers = ConsumerLifecycle(store, notices)
-        logs = StreamLogs(streams, store, consumers)
+        logs = StreamLogs(streams, store, consumers, schemas.schema_of)
         lives = live_streams(logs, streams, schemas)
         notify = NotifyService(lives, notices)
         try:
