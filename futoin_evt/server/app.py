@@ -35,6 +35,7 @@ from ..notify.live import LiveEvents, LiveStreams
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
+from .asyncapi import ASYNCAPI_PATH, AsyncApiEndpoint
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
@@ -93,6 +94,8 @@ class ServerConfig:
     #: Where the schema registry (Confluent's REST API) is served over HTTP; None: not at
     #: all (the schemas registered are still checked).
     schemas_path: str | None = SCHEMAS_PATH
+    #: Where the AsyncAPI 3.0 document of the streams is served; None: not at all.
+    asyncapi_path: str | None = ASYNCAPI_PATH
     #: The AMQP 1.0 listener (off when None).
     amqp: AmqpConfig | None = None
     #: (host, port) of the metrics listener (``/metrics``, ``/healthz``, ``/readyz``); None:
@@ -365,6 +368,18 @@ class EventServer:
                         schemas, authenticator, transport.is_secure, config.schemas_path
                     )
                 )
+            asyncapi = None
+            if config.asyncapi_path is not None:
+                asyncapi = AsyncApiEndpoint(
+                    streams,
+                    schemas.typed,
+                    authenticator,
+                    transport.is_secure,
+                    lambda: transport.url,
+                    feed is not None,
+                    config.asyncapi_path,
+                )
+                endpoints.append(asyncapi)
             console = None
             if config.console is not None:
                 endpoint = _console_endpoint(
@@ -394,6 +409,8 @@ class EventServer:
                 except BaseException:
                     await transport.close()
                     raise
+                if asyncapi is not None:
+                    asyncapi.amqp_url = amqp.url
         except BaseException:
             await schemas.close()
             await streams.close()
