@@ -161,9 +161,11 @@ async def test_a_writer_also_gets_the_send_operations_and_every_stream(
     assert found["servers"]["ftn3"]["host"] == f"127.0.0.1:{server.transport.port}"
 
 
-async def test_anonymous_and_bad_credentials_get_401_and_nothing_else(
-    server: EventServer,
+async def test_anonymous_gets_401_and_a_user_without_rights_no_stream(
+    server: EventServer, password_hashes: dict[str, str], asyncapi_schema: Validator
 ) -> None:
+    """Without valid credentials: 401 and nothing of the streams; dave, who holds no right,
+    gets a valid document without channels."""
     async with httpx.AsyncClient(base_url=server.url.replace("ws", "http", 1)) as http:
         for headers in ({}, basic("alice", "wrong")):
             answer = await http.get("/asyncapi.json", headers=headers)
@@ -171,3 +173,8 @@ async def test_anonymous_and_bad_credentials_get_401_and_nothing_else(
             assert answer.headers["www-authenticate"].startswith("Basic ")
             assert "events" not in answer.text
             assert "asyncapi" not in answer.text
+    await server.store.add_user("dave", password_hashes["bob"])
+    found = await document(server, "dave")
+    assert errors(asyncapi_schema, found) == []
+    assert (found["channels"], found["operations"]) == ({}, {})
+    assert set(found["components"]["messages"]) == {"event"}
