@@ -8,7 +8,7 @@ import pytest
 
 pytest.importorskip("pyspark", reason="the [spark] extra is not installed")
 
-from pyspark.sql.types import (  # noqa: E402
+from pyspark.sql.types import (
     ArrayType,
     BooleanType,
     DataType,
@@ -19,8 +19,8 @@ from pyspark.sql.types import (  # noqa: E402
     StructType,
 )
 
-from spark_consumer.source import SourceOptions, record_batch  # noqa: E402
-from spark_consumer.typed import spark_type, typed_value  # noqa: E402
+from spark_consumer.source import SourceOptions, record_batch
+from spark_consumer.typed import spark_type, typed_value
 
 S, L, D, B = StringType(), LongType(), DoubleType(), BooleanType()
 ORDER = {
@@ -74,16 +74,22 @@ ORDER_TYPE = StructType([
         (True, S),
         # local references are followed; one that loops or points nowhere is JSON text
         (
-            {"type": "object", "properties": {"at": {"$ref": "#/definitions/ts"}},
-             "definitions": {"ts": {"type": "integer"}}},
+            {
+                "type": "object",
+                "properties": {"at": {"$ref": "#/definitions/ts"}},
+                "definitions": {"ts": {"type": "integer"}},
+            },
             StructType([StructField("at", L)]),
-        ),  # fmt: skip
+        ),
         (
             {"type": "object", "properties": {"next": {"$ref": "#"}, "n": {"type": "integer"}}},
-            StructType([StructField("next", StructType([StructField("next", S),
-                                                        StructField("n", L)])),
-                        StructField("n", L)]),
-        ),  # fmt: skip
+            StructType(
+                [
+                    StructField("next", StructType([StructField("next", S), StructField("n", L)])),
+                    StructField("n", L),
+                ]
+            ),
+        ),
         ({"$ref": "#/nowhere"}, S),
         ({"$ref": "other.json"}, S),
     ],
@@ -96,18 +102,35 @@ def test_json_schema_to_spark_type(schema: Any, expected: DataType) -> None:
     ("value", "data_type", "expected"),
     [
         (
-            {"order": 7, "total": 9, "paid": True, "note": None, "extra": 1,
-             "lines": [{"sku": "x", "qty": 2}, {"sku": "y"}]},
+            {
+                "order": 7,
+                "total": 9,
+                "paid": True,
+                "note": None,
+                "extra": 1,
+                "lines": [{"sku": "x", "qty": 2}, {"sku": "y"}],
+            },
             ORDER_TYPE,
-            {"order": 7, "total": 9.0, "paid": True, "note": None,
-             "lines": [{"sku": "x", "qty": 2}, {"sku": "y", "qty": None}]},
-        ),  # fmt: skip
+            {
+                "order": 7,
+                "total": 9.0,
+                "paid": True,
+                "note": None,
+                "lines": [{"sku": "x", "qty": 2}, {"sku": "y", "qty": None}],
+            },
+        ),
         # an optional property that does not fit is null; a required one nulls its object
-        ({"order": 7, "total": "9"}, ORDER_TYPE,
-         {"order": 7, "total": None, "paid": None, "note": None, "lines": None}),  # fmt: skip
+        (
+            {"order": 7, "total": "9"},
+            ORDER_TYPE,
+            {"order": 7, "total": None, "paid": None, "note": None, "lines": None},
+        ),
         ({"order": "7"}, ORDER_TYPE, None),
-        ({"order": 7, "lines": [{"qty": 1}, 5]}, ORDER_TYPE,
-         {"order": 7, "total": None, "paid": None, "note": None, "lines": [None, None]}),  # fmt: skip
+        (
+            {"order": 7, "lines": [{"qty": 1}, 5]},
+            ORDER_TYPE,
+            {"order": 7, "total": None, "paid": None, "note": None, "lines": [None, None]},
+        ),
         ([1], ORDER_TYPE, None),
         (True, L, None),  # a boolean is not an integer in JSON
         (1.0, L, 1),
@@ -126,12 +149,15 @@ def test_data_fitted_to_its_type(value: Any, data_type: DataType, expected: Any)
     assert typed_value(value, data_type) == expected
 
 
+TS = "2026-01-02T03:04:05Z"
+
+
 def test_a_typed_batch_carries_data_as_a_struct() -> None:
     data_type = spark_type(ORDER)
     events = [
-        {"id": "1", "type": "ORDER", "data": '{"order": 1, "note": "a"}', "ts": "2026-01-02T03:04:05Z"},
-        {"id": "2", "type": "ORDER", "data": '{"order": "bad"}', "ts": "2026-01-02T03:04:06Z"},
-    ]  # fmt: skip
+        {"id": "1", "type": "ORDER", "data": '{"order": 1, "note": "a"}', "ts": TS},
+        {"id": "2", "type": "ORDER", "data": '{"order": "bad"}', "ts": TS},
+    ]
     batch = record_batch(events, "orders", 1, data_type)
     assert batch.schema.field("data").type.field("order").nullable is False
     assert batch.column("data").to_pylist()[0]["order"] == 1
