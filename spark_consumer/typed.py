@@ -6,7 +6,7 @@
 ``StringType``, ``boolean`` to ``BooleanType``. ``"type": [T, "null"]`` is ``T``, nullable.
 Local ``$ref`` (``#/...``) are followed. What it cannot map (``oneOf``, ``anyOf``, ``allOf``,
 ``not``, ``if``; no ``type``; several types; an object without ``properties``; a ``$ref``
-that loops) is a ``StringType`` column holding the value's JSON text.
+that loops) is a ``StringType`` column: a string as it is, any other value as its JSON text.
 
 :func:`typed_value` fits one event's data to that type, as Spark's ``from_json`` does in its
 permissive mode: a property the schema does not name is left out, and a value that does not
