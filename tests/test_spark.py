@@ -580,6 +580,17 @@ def test_event_type_reads_data_as_typed_columns_from_the_registry(
         spark.read.format("futoin-evt").options(**options(evt, "TYPED"),
                                                  eventType="REFUND").load()  # fmt: skip
 
+    refused = subprocess.run(
+        [sys.executable, "-m", "spark_consumer", "archive", "--endpoint", evt.url,
+         "--event-type", "REFUND", "--out", str(tmp_path / "no"), "--checkpoint",
+         str(tmp_path / "no-cp"), "--once"],
+        env={**os.environ, "FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": PASSWORD},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "the schema registry has no subject events-REFUND" in refused.stderr
+    assert not (tmp_path / "no").exists()  # before Spark starts
+
     # the archive of one type: typed Parquet
     out = tmp_path / "archive"
     archive_once(spark, ArchiveJob(options(evt, "ARCHIVE", eventType="ORDER"), str(out),
