@@ -81,6 +81,12 @@ def _parser() -> argparse.ArgumentParser:
     archive.add_argument("--interval", default="10 seconds", help="micro-batch interval")
     archive.add_argument("--want", help="only these event types, comma-separated")
     archive.add_argument(
+        "--event-type",
+        metavar="TYPE",
+        help="only this event type, its data as typed columns from the newest schema of the"
+        " subject STREAM-TYPE in the server's schema registry (not with --want)",
+    )
+    archive.add_argument(
         "--max-events-per-batch", type=_positive_int, help="default: 1000000 (id range)"
     )
     archive.add_argument(
@@ -134,6 +140,8 @@ def _archive(args: argparse.Namespace) -> int:
         options["want"] = args.want
     if args.stream:
         options["stream"] = args.stream
+    if args.event_type:
+        options["eventType"] = args.event_type
     _check_consumer(options)
     job = ArchiveJob(options, args.out, args.checkpoint, once=args.once, interval=args.interval)
     spark = _session(args.master, job.query_name)
@@ -210,7 +218,9 @@ def _check_consumer(options: dict[str, str]) -> None:
     from .source import SourceError, SourceOptions, consumer_states
 
     try:
-        states = consumer_states(SourceOptions.parse(options))
+        parsed = SourceOptions.parse(options)
+        parsed.schema()  # with eventType: the schema is there and maps
+        states = consumer_states(parsed)
     except (CommError, SourceError) as exc:
         raise CliError(str(exc)) from None
     except RemoteError as exc:

@@ -23,16 +23,18 @@ never part of the pickled state. ``read`` runs on the workers, one connection pe
 
 Options: ``endpoint`` (ws:// URL; with ``stream``, the server's base URL), ``user`` and
 ``password`` (Spark redacts an option named ``password`` in plans and logs), ``component``,
-``stream``, ``want`` (event types, comma-separated), ``maxEventsPerBatch`` (default 1000000,
-shared by the partitions), ``eventsPerPartition`` (default 50000). A batch read
+``stream``, ``want`` (event types, comma-separated), ``eventType`` (one type, its ``data``
+typed by its schema in the registry: see :mod:`spark_consumer.typed`), ``maxEventsPerBatch``
+(default 1000000, shared by the partitions), ``eventsPerPartition`` (default 50000). A batch read
 (``spark.read``) also takes ``afterId`` and ``uptoId`` (default: the consumer's position and
 the newest event; not with ``stream``).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
@@ -44,23 +46,51 @@ from pyspark.sql.datasource import (
     DataSourceStreamReader,
     InputPartition,
 )
+from pyspark.sql.pandas.types import to_arrow_type
 from pyspark.sql.streaming.datasource import (
     ReadLimit,
     ReadMaxRows,
     SupportsTriggerAvailableNow,
 )
-from pyspark.sql.types import StructType
+from pyspark.sql.types import (
+    DataType,
+    DateType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from futoin_evt.client.aio import OPS, CommError, RemoteError, normalize_url
 from futoin_evt.client.sync import BlockingClient
-from futoin_evt.domain.partition import check_stream_name
+from futoin_evt.domain.partition import DEFAULT_STREAM, check_stream_name
+
+from .typed import SchemaFetchError, latest_schema, spark_type, subject, typed_value
 
 T = TypeVar("T")
 
 FORMAT: Final = "futoin-evt"
 
-#: ``date`` is the event's UTC date, the archive's partition column beside ``type``.
-SCHEMA: Final = "id bigint, type string, data string, ts timestamp, date date"
+
+def row_schema(data: DataType, stream: bool) -> StructType:
+    """The source's columns: ``data`` of the given type (JSON text when untyped); with
+    ``stream``, also the stream and partition columns. ``date`` is the event's UTC date, the
+    archive's partition column beside ``type``."""
+    columns = [
+        StructField("id", LongType()),
+        StructField("type", StringType()),
+        StructField("data", data),
+        StructField("ts", TimestampType()),
+        StructField("date", DateType()),
+    ]
+    if stream:
+        columns += [StructField("stream", StringType()), StructField("partition", IntegerType())]
+    return StructType(columns)
+
+
+SCHEMA: Final = row_schema(StringType(), stream=False)
 
 ARROW_SCHEMA: Final = pa.schema([
     ("id", pa.int64()),
@@ -71,7 +101,7 @@ ARROW_SCHEMA: Final = pa.schema([
 ])  # fmt: skip
 
 #: With the option ``stream``: which stream and partition each event is of.
-STREAM_SCHEMA: Final = SCHEMA + ", stream string, partition int"
+STREAM_SCHEMA: Final = row_schema(StringType(), stream=True)
 
 STREAM_ARROW_SCHEMA: Final = ARROW_SCHEMA.append(pa.field("stream", pa.string())).append(
     pa.field("partition", pa.int32())
@@ -102,6 +132,10 @@ class SourceOptions:
     upto_id: int | None
     #: Every partition of this stream; None: the one log ``endpoint`` serves.
     stream: str | None = None
+    #: Only events of this type, their ``data`` typed by its schema (``want`` is this type).
+    event_type: str | None = None
+    #: The type of ``data`` with ``event_type``, set from the schema Spark was given.
+    data_type: DataType | None = None
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> SourceOptions:
@@ -112,6 +146,16 @@ class SourceOptions:
                 raise OptionError(f"the {FORMAT} source needs the option {required!r}")
         want = opts.get("want")
         stream = opts.get("stream")
+        event_type = opts.get("eventtype")
+        if event_type is not None:
+            if not event_type or "-" in event_type or "," in event_type:
+                raise OptionError(
+                    f"the option 'eventType' names one event type (no '-' or ','),"
+                    f" not {event_type!r}"
+                )
+            if want is not None:
+                raise OptionError("eventType reads one type: leave 'want' out with it")
+            want = event_type
         if stream is not None:
             try:
                 check_stream_name(stream)
@@ -132,6 +176,7 @@ class SourceOptions:
             after_id=_optional_id(opts, "afterId"),
             upto_id=_optional_id(opts, "uptoId"),
             stream=stream,
+            event_type=event_type,
         )
 
     def connect(self, partition: int | None = None) -> BlockingClient:
@@ -143,6 +188,50 @@ class SourceOptions:
         parts = urlsplit(normalize_url(self.endpoint))
         base = parts.path.rstrip("/")
         return urlunsplit((scheme or parts.scheme, parts.netloc, base + path, "", ""))
+
+    def _server_url(self, path: str) -> str:
+        """``path`` on the server's HTTP side: the endpoint's base URL (without ``stream``,
+        the endpoint less its ``/NAME`` or ``/NAME/P``)."""
+        parts = urlsplit(normalize_url(self.endpoint))
+        scheme = "https" if parts.scheme == "wss" else "http"
+        base = parts.path.rstrip("/")
+        if self.stream is None:
+            base = base[: len(base) - len(self._endpoint_path())].rstrip("/")
+        return urlunsplit((scheme, parts.netloc, base + path, "", ""))
+
+    def _endpoint_path(self) -> str:
+        """The ``/NAME`` or ``/NAME/P`` that ``endpoint`` ends with; "" for the server's root."""
+        segments = urlsplit(normalize_url(self.endpoint)).path.strip("/").split("/")
+        take = 2 if len(segments) >= 2 and segments[-1].isdigit() else 1
+        return "".join(f"/{s}" for s in segments[-take:] if s)
+
+    def subject_stream(self) -> str:
+        """The stream whose events are read: ``stream``, or the one the endpoint's path names
+        (``events`` for the server's root)."""
+        if self.stream is not None:
+            return self.stream
+        return self._endpoint_path().split("/")[1] if self._endpoint_path() else DEFAULT_STREAM
+
+    def schema(self) -> StructType:
+        """The columns: with ``eventType``, ``data`` typed by the newest schema of the subject
+        ``STREAM-TYPE`` in the server's registry."""
+        data: DataType = StringType()
+        if self.event_type is not None:
+            name = subject(self.subject_stream(), self.event_type)
+            try:
+                found = latest_schema(
+                    self._server_url("/schemas"), name, (self.user, self.password)
+                )
+            except SchemaFetchError as exc:
+                raise SourceError(str(exc)) from None
+            data = spark_type(found)
+        return row_schema(data, stream=self.stream is not None)
+
+    def with_schema(self, schema: StructType) -> SourceOptions:
+        """These options reading into ``schema`` (the one Spark was given)."""
+        if self.event_type is None:
+            return self
+        return replace(self, data_type=schema["data"].dataType)
 
     def partitions(self) -> list[int | None]:
         """The partitions to read: the stream's, as the server lists them (the ops iface's
@@ -238,10 +327,13 @@ def share_rows(starts: Positions, heads: Positions, max_rows: int) -> Positions:
 
 
 def record_batch(
-    events: Sequence[dict[str, Any]], stream: str | None = None, partition: int | None = None
+    events: Sequence[dict[str, Any]],
+    stream: str | None = None,
+    partition: int | None = None,
+    data_type: DataType | None = None,
 ) -> pa.RecordBatch:
     """One readEvents reply (read with ``data_as_text``) as Arrow columns; with ``stream``,
-    also the stream and partition columns."""
+    also the stream and partition columns; with ``data_type``, ``data`` of that type."""
     ts = pc.assume_timezone(
         pc.strptime(
             pa.array([e["ts"] for e in events], pa.string()),
@@ -253,15 +345,25 @@ def record_batch(
     columns = [
         pa.array([e["id"] for e in events], pa.string()).cast(pa.int64()),
         pa.array([e["type"] for e in events], pa.string()),
-        pa.array([e["data"] for e in events], pa.string()),
+        _data_column(events, data_type),
         ts,
         ts.cast(pa.date32()),
     ]
-    if stream is None:
-        return pa.record_batch(columns, schema=ARROW_SCHEMA)
-    columns.append(pa.array([stream] * len(events), pa.string()))
-    columns.append(pa.array([partition] * len(events), pa.int32()))
-    return pa.record_batch(columns, schema=STREAM_ARROW_SCHEMA)
+    schema = ARROW_SCHEMA
+    if stream is not None:
+        columns.append(pa.array([stream] * len(events), pa.string()))
+        columns.append(pa.array([partition] * len(events), pa.int32()))
+        schema = STREAM_ARROW_SCHEMA
+    if data_type is not None:
+        schema = schema.set(2, pa.field("data", columns[2].type))
+    return pa.record_batch(columns, schema=schema)
+
+
+def _data_column(events: Sequence[dict[str, Any]], data_type: DataType | None) -> pa.Array:
+    if data_type is None:
+        return pa.array([e["data"] for e in events], pa.string())
+    values = [typed_value(json.loads(e["data"]), data_type) for e in events]
+    return pa.array(values, to_arrow_type(data_type, timezone="UTC"))
 
 
 def read_range(options: SourceOptions, events: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -273,7 +375,7 @@ def read_range(options: SourceOptions, events: InputPartition) -> Iterator[pa.Re
         while page := client.read_events(
             options.component, after_id, events.upto_id, options.want, data_as_text=True
         ):
-            yield record_batch(page, options.stream, events.partition)
+            yield record_batch(page, options.stream, events.partition, options.data_type)
             after_id = int(page[-1]["id"])
 
 
@@ -363,14 +465,14 @@ class FutoinEvtDataSource(DataSource):
     def name(cls) -> str:
         return FORMAT
 
-    def schema(self) -> str:
-        return SCHEMA if SourceOptions.parse(self.options).stream is None else STREAM_SCHEMA
+    def schema(self) -> StructType:
+        return SourceOptions.parse(self.options).schema()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return BatchReader(SourceOptions.parse(self.options))
+        return BatchReader(SourceOptions.parse(self.options).with_schema(schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return StreamReader(SourceOptions.parse(self.options))
+        return StreamReader(SourceOptions.parse(self.options).with_schema(schema))
 
 
 class BatchReader(DataSourceReader):

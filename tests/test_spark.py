@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
+import httpx
 import pytest
 
 from futoin_evt.client.aio import OPS
@@ -74,7 +75,8 @@ def evt(tmp_path: Path) -> Iterator[ServerProcess]:
         input=PASSWORD, text=True, check=True, capture_output=True,
     )  # fmt: skip
     subprocess.run(
-        [sys.executable, "-m", "futoin_evt", "grant", USER, "read,write", "*", "--db", str(db)],
+        [sys.executable, "-m", "futoin_evt", "grant", USER, "read,write,manage", "*", "--db",
+         str(db)],
         check=True, capture_output=True,
     )  # fmt: skip
     # no HTTP feed: the source needs only the WebSocket
@@ -523,3 +525,79 @@ def test_a_batch_read_of_a_stream_and_its_errors(spark: SparkSession, evt: Serve
     with pytest.raises(Exception, match="leave them out with 'stream'"):
         spark.read.format("futoin-evt").options(
             **options(evt, "BATCH"), stream=STREAM, afterId="3").load().count()  # fmt: skip
+
+
+ORDER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "order": {"type": "integer"},
+        "total": {"type": "number"},
+        "lines": {"type": "array", "items": {"type": "object",
+                                             "properties": {"sku": {"type": "string"}}}},
+        "meta": {"oneOf": [{"type": "string"}, {"type": "object"}]},
+    },
+    "required": ["order"],
+}  # fmt: skip
+
+
+def test_event_type_reads_data_as_typed_columns_from_the_registry(
+    spark: SparkSession, evt: ServerProcess, tmp_path: Path
+) -> None:
+    with sqlite3.connect(evt.db) as conn:  # stored before the schema: it does not fit
+        early = add_event(conn, "ORDER", {"order": "first"})
+    registry = evt.url.replace("ws://", "http://").rstrip("/") + "/schemas"
+    registered = httpx.post(
+        f"{registry}/subjects/events-ORDER/versions",
+        json={"schemaType": "JSON", "schema": json.dumps(ORDER_SCHEMA)},
+        auth=(USER, PASSWORD),
+    )
+    assert registered.status_code == 200, registered.text
+    with sqlite3.connect(evt.db) as conn:
+        ids = [
+            add_event(conn, "ORDER", {"order": 7, "total": 9.5, "lines": [{"sku": "ü"}],
+                                      "meta": {"a": 1}, "extra": True}),
+            add_event(conn, "PAYMENT", {"order": 7}),
+            add_event(conn, "ORDER", {"order": 8, "meta": "m"}),
+        ]  # fmt: skip
+
+    frame = (
+        spark.read.format("futoin-evt").options(**options(evt, "TYPED"), eventType="ORDER").load()
+    )
+    assert frame.schema["data"].dataType.simpleString() == (
+        "struct<order:bigint,total:double,lines:array<struct<sku:string>>,meta:string>"
+    )
+    rows = frame.orderBy("id").select("id", "data.order", "data.total", "data.lines",
+                                      "data.meta", "data").collect()  # fmt: skip
+    assert [(r.id, r.order, r.total, r.meta) for r in rows] == [
+        (early, None, None, None),
+        (ids[0], 7, 9.5, '{"a":1}'),
+        (ids[2], 8, None, "m"),  # a string as it is, other values as their JSON text
+    ]
+    assert rows[0].data is None  # its required order is not an integer
+    assert rows[1].lines[0].sku == "ü"
+
+    with pytest.raises(Exception, match="the schema registry has no subject events-REFUND"):
+        spark.read.format("futoin-evt").options(**options(evt, "TYPED"),
+                                                 eventType="REFUND").load()  # fmt: skip
+
+    refused = subprocess.run(
+        [sys.executable, "-m", "spark_consumer", "archive", "--endpoint", evt.url,
+         "--event-type", "REFUND", "--out", str(tmp_path / "no"), "--checkpoint",
+         str(tmp_path / "no-cp"), "--once"],
+        env={**os.environ, "FUTOIN_EVT_USER": USER, "FUTOIN_EVT_PASSWORD": PASSWORD},
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert refused.returncode == 1
+    assert "the schema registry has no subject events-REFUND" in refused.stderr
+    assert not (tmp_path / "no").exists()  # before Spark starts
+
+    # the archive of one type: typed Parquet
+    out = tmp_path / "archive"
+    archive_once(spark, ArchiveJob(options(evt, "ARCHIVE", eventType="ORDER"), str(out),
+                                   str(tmp_path / "cp"), once=True))  # fmt: skip
+    archived = read_archive(spark, str(out))
+    assert sorted(
+        r.order for r in archived.where("data IS NOT NULL").select("data.order").collect()
+    ) == [7, 8]
+    assert {p.name for p in out.glob("date=*/type=*")} == {"type=ORDER"}
+    assert position(evt, "ARCHIVE") == ids[-1]
