@@ -24,6 +24,7 @@ from ..domain.stream import (
     EventId,
     StoredEvent,
     UserId,
+    check_event_key,
     encode_event_data,
     utc_timestamp,
 )
@@ -76,14 +77,21 @@ class EventLog:
 
     # -- appends ----------------------------------------------------------------------------
 
-    def append(self, who: Principal, event_type: str, data: Any) -> asyncio.Future[EventId]:
-        """Queue one event; the future gets its id once it is durable.
+    def append(
+        self, who: Principal, event_type: str, data: Any, key: str | None = None
+    ) -> asyncio.Future[EventId]:
+        """Queue one event; the future gets its id once it is durable. With the producer's
+        ``key``: the first event's id when one with that key is stored or being stored
+        within the dedup window (see :meth:`~futoin_evt.storage.base.EventLog.submit_append`).
 
         Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an
-        event, :class:`NotWritable` for an aggregated stream.
+        event (a bad key included), :class:`NotWritable` for an aggregated stream.
         """
         self.guard.write(who)
-        return self._store.submit_append(event_type, encode_event_data(event_type, data))
+        data_json = encode_event_data(event_type, data)
+        if key is None:
+            return self._store.submit_append(event_type, data_json)
+        return self._store.submit_append(event_type, data_json, None, check_event_key(key))
 
     def append_encoded(
         self, who: Principal, events: list[tuple[str, str, str | None]]

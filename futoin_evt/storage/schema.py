@@ -184,6 +184,20 @@ CREATE TABLE IF NOT EXISTS grants (
 {UPGRADE_GRANTS}
 """
 
+#: Version 10: producers' keys of events (:mod:`.dedup`), per partition: the first event's
+#: id and when it was stored (ms since the epoch), forgotten after the dedup window. Keys of
+#: a dropped stream's partitions go the same way (partition keys are never reused).
+_VERSION_10: Final = """
+CREATE TABLE IF NOT EXISTS dedup_keys (
+    partition_key INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    at INTEGER NOT NULL,
+    PRIMARY KEY (partition_key, key)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dedup_keys_by_at ON dedup_keys (at)
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -194,6 +208,7 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    10: _VERSION_10,
 }
 
 

@@ -51,7 +51,7 @@ from ..domain.partition import (
     check_partition_count,
     check_stream_name,
 )
-from ..domain.stream import EventId, UserId, event_json, utc_timestamp
+from ..domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
 from . import grants_sql, groups_sql
@@ -90,6 +90,16 @@ from .dcb_sql import (
     read_sql,
     stored_event,
     stored_retry,
+)
+from .dedup import TABLE as KEYS_TABLE
+from .dedup import (
+    PendingKeys,
+    Queued,
+    forget_sql,
+    lookup_sql,
+    plan_appends,
+    remember_sql,
+    window_ms,
 )
 from .head import ClaimWatch, HeadWatch
 from .pages import (
@@ -165,6 +175,8 @@ class _Append:
     tables: Tables = DEFAULT_TABLES
     #: The next queued append belongs with this one: they are committed together.
     joined: bool = False
+    #: The producer's key (see :mod:`.dedup`).
+    key: str | None = None
 
 
 @dataclass(slots=True)
@@ -267,6 +279,8 @@ class SqlitePartitionLog(PagedReads):
         self.head = HeadWatch()
         #: Other processes' claims of a consumer: only those of peer workers (join_peers).
         self.claims = ClaimWatch()
+        #: Keys of this partition's appends in flight.
+        self._keys = PendingKeys()
         if partition.key:
             self.recent = RecentEvents(
                 DEFAULT_CAPACITY // _PARTITION_RING_DIVISOR,
@@ -298,35 +312,46 @@ class SqlitePartitionLog(PagedReads):
         return await self.submit_append(event_type, data_json)
 
     def submit_append(
-        self, event_type: str, data_json: str, content_type: str | None = None
+        self,
+        event_type: str,
+        data_json: str,
+        content_type: str | None = None,
+        key: str | None = None,
     ) -> asyncio.Future[EventId]:
-        """Queue one event; the future gets its id once it is durable."""
-        if self._retired:
-            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
-        if self._aggregate_of is not None:
-            raise NotWritable(self.partition, self._aggregate_of)
+        """Queue one event; the future gets its id once it is durable (the first event's,
+        for a key known within the window)."""
+        self._check_writable()
+        if key is not None and self._store._dedup_ms:
+            event = (event_type, data_json, content_type)
+            queued, (answer,) = plan_appends(self._keys, [event], [key])
+            self._enqueue_planned(queued)
+            return answer
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
         return future
 
     def submit_appends(
-        self, events: Sequence[tuple[str, str, str | None]]
+        self,
+        events: Sequence[tuple[str, str, str | None]],
+        keys: Sequence[str | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events that are committed together or not at all."""
+        self._check_writable()
+        queued, answers = plan_appends(self._keys if self._store._dedup_ms else None, events, keys)
+        self._enqueue_planned(queued)
+        return asyncio.gather(*answers)
+
+    def _enqueue_planned(self, queued: list[Queued]) -> None:
+        for (event_type, data_json, content_type), future, key, joined in queued:
+            self._store._enqueue(
+                _Append(event_type, data_json, future, content_type, self._tables, joined, key)
+            )
+
+    def _check_writable(self) -> None:
         if self._retired:
             raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[EventId]] = []
-        last = len(events) - 1
-        for index, (event_type, data_json, content_type) in enumerate(events):
-            future: asyncio.Future[EventId] = loop.create_future()
-            futures.append(future)
-            self._store._enqueue(
-                _Append(event_type, data_json, future, content_type, self._tables, index < last)
-            )
-        return asyncio.gather(*futures)
 
     async def _page(
         self, sql: str, params: Sequence[Any], max_bytes: int, data_as_text: bool
@@ -680,8 +705,12 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         reader: SqliteReader,
         peek: sqlite3.Connection,
         durability: Durability = Durability.FULL,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> None:
         self.path = path
+        #: Seconds a producer's key is remembered (0: keys are ignored), and in milliseconds.
+        self.dedup_window = dedup_window
+        self._dedup_ms = window_ms(dedup_window)
         #: A lone write commits on the event loop (no fsync per commit at NORMAL).
         self._inline = durability is Durability.NORMAL
         #: The writer's busy timeout as last set (inline commits set 0, the thread's 10 s).
@@ -717,8 +746,13 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, durability: Durability = Durability.FULL
+        cls,
+        path: str | Path,
+        *,
+        durability: Durability = Durability.FULL,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> SqliteStore:
+        window_ms(dedup_window)  # ValueError before anything is opened
         path = Path(path)
         write_thread = WorkerThread("futoin-evt-writer")
         try:
@@ -742,7 +776,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             await write_thread.run(writer.close)
             write_thread.stop()
             raise
-        store = cls(path, writer, write_thread, reader, peek, durability)
+        store = cls(path, writer, write_thread, reader, peek, durability, dedup_window)
         store.head.advance(await store.newest_event_id())
         return store
 
@@ -899,6 +933,19 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         rows = await self._reader.fetchall(sql, [] if user_id is None else [user_id])
         return {int(key): int(count) for key, count in rows}
 
+    # -- producers' keys ------------------------------------------------------------------------
+
+    async def forget_keys(self, limit: int) -> int:
+        """One chunk, in the writer's queue (it holds the file's write lock briefly), when
+        the reader finds a key to forget: most turns find none and write nothing."""
+        cutoff_ms = int(time.time() * 1000) - self._dedup_ms
+        if not await self._reader.fetchall(
+            f"SELECT 1 FROM {KEYS_TABLE} WHERE at < ? LIMIT 1", (cutoff_ms,)
+        ):
+            return 0
+        count: int = await self._submit(_forget_keys_sync, cutoff_ms, limit)
+        return count
+
     # -- the Event Hubs checkpoint store ------------------------------------------------------
 
     async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
@@ -1004,7 +1051,9 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         done = self._commit_inline(batch) if self._inline else None
         if done is None:
             await self._set_busy_timeout(_BUSY_TIMEOUT_MS)
-            done = await self._write_thread.run(_commit_sync, self._writer, batch, self._turns)
+            done = await self._write_thread.run(
+                _commit_sync, self._writer, batch, self._turns, self._dedup_ms
+            )
         ts, inserted, results = done
         seconds = time.perf_counter() - started
         stats = self.write_stats
@@ -1045,7 +1094,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
                 _pragma(self._writer, "busy_timeout=0")
                 self._busy_ms = 0
             try:
-                return _commit_in_turn(self._writer, batch)
+                return _commit_in_turn(self._writer, batch, self._dedup_ms)
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or self._writer.in_transaction:
                     raise
@@ -1300,22 +1349,22 @@ _BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 def _commit_sync(
-    conn: sqlite3.Connection, batch: list[_Write], turns: int | None = None
+    conn: sqlite3.Connection, batch: list[_Write], turns: int | None = None, dedup_ms: int = 0
 ) -> tuple[str, dict[int, _Inserted], list[Any]]:
     """:func:`_commit_in_turn`, holding the workers' turn lock (``turns``, a file
     descriptor) when given: a worker waiting for another's commit wakes as it ends, rather
     than after SQLite's busy handler sleeps (1, 2, 5, 10 ms and more between tries)."""
     if turns is None:
-        return _commit_in_turn(conn, batch)
+        return _commit_in_turn(conn, batch, dedup_ms)
     fcntl.flock(turns, fcntl.LOCK_EX)
     try:
-        return _commit_in_turn(conn, batch)
+        return _commit_in_turn(conn, batch, dedup_ms)
     finally:
         fcntl.flock(turns, fcntl.LOCK_UN)
 
 
 def _commit_in_turn(
-    conn: sqlite3.Connection, batch: list[_Write]
+    conn: sqlite3.Connection, batch: list[_Write], dedup_ms: int = 0
 ) -> tuple[str, dict[int, _Inserted], list[Any]]:
     """One transaction on the writer thread, the writes in queue order; the appends of a run
     of appends go in multi-row INSERTs, one group per partition (appends to different
@@ -1325,7 +1374,8 @@ def _commit_in_turn(
     (id, type, data) in id order (one writer holds the lock, so AUTOINCREMENT gives
     consecutive ids), and each write's result: an id, a statement's rows, a command's
     result, or the exception that failed that write alone (an IntegrityError, a refused
-    command, a partition dropped meanwhile).
+    command, a partition dropped meanwhile). An append whose key is stored within
+    ``dedup_ms`` gets the stored id (see :mod:`.dedup`).
     """
     ts = utc_timestamp()
     inserted: dict[int, _Inserted] = {}
@@ -1344,7 +1394,7 @@ def _commit_in_turn(
                     by_partition.setdefault(append.tables.key, []).append((index, append))
                     index += 1
                 for placed in by_partition.values():
-                    _append_run(conn, ts, placed, inserted, results)
+                    _append_run(conn, ts, placed, inserted, results, dedup_ms)
                 continue
             if isinstance(item, _DcbAppend):
                 dcb_by_partition: dict[int, list[tuple[int, _DcbAppend]]] = {}
@@ -1388,18 +1438,16 @@ def _append_run(
     placed: list[tuple[int, _Append]],
     inserted: dict[int, _Inserted],
     results: list[Any],
+    dedup_ms: int = 0,
 ) -> None:
     """Appends to one partition, with their places in the batch. Outside ``events``/0 (which
     always exists) they go in a savepoint: a partition dropped while appends to it were
     queued fails them alone."""
     tables = placed[0][1].tables
-    appends = [append for _, append in placed]
-    run = [(a.type, a.data) for a in appends]
     if tables.key:
         conn.execute("SAVEPOINT appends")
         try:
-            first_id = _insert_events(conn, tables.events, run, ts)
-            _keep_content_types(conn, tables.events, first_id, appends)
+            stored, first_id = _insert_run(conn, ts, tables, placed, dedup_ms, results)
         except sqlite3.OperationalError as exc:
             conn.execute("ROLLBACK TO appends")
             conn.execute("RELEASE appends")
@@ -1408,12 +1456,74 @@ def _append_run(
             return
         conn.execute("RELEASE appends")
     else:
-        first_id = _insert_events(conn, tables.events, run, ts)
-        _keep_content_types(conn, tables.events, first_id, appends)
+        stored, first_id = _insert_run(conn, ts, tables, placed, dedup_ms, results)
     events = inserted.setdefault(tables.key, [])
-    for offset, ((index, _), (event_type, data)) in enumerate(zip(placed, run, strict=True)):
-        events.append((first_id + offset, event_type, data))
+    for offset, (index, append) in enumerate(stored):
+        events.append((first_id + offset, append.type, append.data))
         results[index] = EventId(first_id + offset)
+
+
+def _insert_run(
+    conn: sqlite3.Connection,
+    ts: str,
+    tables: Tables,
+    placed: list[tuple[int, _Append]],
+    dedup_ms: int,
+    results: list[Any],
+) -> tuple[list[tuple[int, _Append]], int]:
+    """Insert a run's events, and their keys; those inserted and the first new id (the rest
+    follow it). An append whose key is stored since the window's start gets the stored id
+    in ``results`` and inserts nothing (and the key, when older, is taken over)."""
+    keys = [a.key for _, a in placed if a.key is not None]
+    if keys:
+        now_ms = int(time.time() * 1000)
+        known = _stored_keys(conn, tables.key, keys, now_ms - dedup_ms)
+        if known:
+            for index, append in placed:
+                if append.key in known:
+                    results[index] = EventId(known[append.key])
+            placed = [(index, a) for index, a in placed if a.key not in known]
+            if not placed:
+                return placed, 0
+    appends = [append for _, append in placed]
+    first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+    _keep_content_types(conn, tables.events, first_id, appends)
+    if keys:
+        _remember_keys(conn, tables.key, first_id, appends, now_ms)
+    return placed, first_id
+
+
+def _stored_keys(
+    conn: sqlite3.Connection, partition_key: int, keys: list[str], cutoff_ms: int
+) -> dict[str, int]:
+    """The event id of each of ``keys`` stored in the partition since ``cutoff_ms``."""
+    known: dict[str, int] = {}
+    for start in range(0, len(keys), _ROWS_PER_INSERT):
+        chunk = keys[start : start + _ROWS_PER_INSERT]
+        sql = lookup_sql("?", len(chunk))
+        known.update(conn.execute(sql, [partition_key, cutoff_ms, *chunk]).fetchall())
+    return known
+
+
+def _remember_keys(
+    conn: sqlite3.Connection, partition_key: int, first_id: int, appends: list[_Append], at: int
+) -> None:
+    """The keys of the appends inserted from ``first_id`` on, as stored at ``at`` (ms)."""
+    rows = [
+        (partition_key, a.key, first_id + offset, at)
+        for offset, a in enumerate(appends)
+        if a.key is not None
+    ]
+    for start in range(0, len(rows), _ROWS_PER_INSERT):
+        chunk = rows[start : start + _ROWS_PER_INSERT]
+        conn.execute(remember_sql("?", len(chunk)), [v for row in chunk for v in row])
+
+
+def _forget_keys_sync(
+    conn: sqlite3.Connection, _ts: str, cutoff_ms: int, limit: int
+) -> tuple[int, _Inserted]:
+    """One chunk of :meth:`SqliteStore.forget_keys`."""
+    return conn.execute(forget_sql("?"), (cutoff_ms, cutoff_ms, limit)).rowcount, []
 
 
 def _insert_events(

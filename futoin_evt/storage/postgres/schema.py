@@ -12,6 +12,7 @@ from typing import Final
 import psycopg
 
 from ..base import migrations_to_run
+from ..dedup import TABLE as KEYS_TABLE
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
@@ -194,6 +195,20 @@ _VERSION_9: Final = (
     UPGRADE_GRANTS,
 )
 
+_VERSION_10: Final = (
+    # Producers' keys of events (..dedup), per partition: the first event's id and when it
+    # was stored (ms since the epoch, the database's clock), forgotten after the dedup
+    # window. Keys of a dropped stream's partitions go the same way (keys are never reused).
+    """CREATE TABLE IF NOT EXISTS dedup_keys (
+        partition_key BIGINT NOT NULL,
+        key TEXT COLLATE "C" NOT NULL,
+        event_id BIGINT NOT NULL,
+        at BIGINT NOT NULL,
+        PRIMARY KEY (partition_key, key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS dedup_keys_by_at ON dedup_keys (at)",
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -204,6 +219,7 @@ MIGRATIONS: Final = {
     7: _VERSION_7,
     8: _VERSION_8,
     9: _VERSION_9,
+    10: _VERSION_10,
 }
 
 
@@ -328,6 +344,46 @@ def combined_append_sql(parts: Sequence[tuple[int, bool]]) -> str:
             f" (SELECT {_notify_newest(key, f'a{n}')} HAVING COUNT(*) > 0)"
         )
     return "".join(sql) + " SELECT " + ", ".join(results)
+
+
+#: The database's clock as ms since the epoch (at the transaction's start): when keys are
+#: stored, and what the window of keys counts from.
+NOW_MS: Final = "(extract(epoch FROM now()) * 1000)::bigint"
+
+
+def keyed_append_sql(key: int) -> str:
+    """A batch of appends with producers' keys to partition ``key`` (see :mod:`..dedup`),
+    as the second statement of a transaction whose first took the partition's append lock:
+    so this one's snapshot has every key committed before (a statement's snapshot is taken
+    when it starts, and the lock may be waited for). The events whose key is stored since
+    the window's start are answered with the stored ids; the others are inserted in the
+    order given, and their keys stored (a key older than the window taken over).
+    Parameters: types, datas, content types, keys (NULL for none), the window (ms), ts.
+    Returns one row: the new ids ascending, the ordinals (from 1) of the events answered by
+    a stored key and those events' ids, the notification (NULL when nothing was inserted).
+    """
+    table, columns, _values, _arrays = _append_parts(key, content_type=True)
+    return (
+        "WITH input AS (SELECT t, d, c, k, ord FROM unnest(%s::text[], %s::text[],"
+        " %s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, c, k, ord)),"
+        f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms),"
+        " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i"
+        f" JOIN {KEYS_TABLE} s ON s.partition_key = {key} AND s.key = i.k, clock"
+        " WHERE s.at >= clock.now_ms - %s),"
+        " fresh AS MATERIALIZED (SELECT t, d, c, k, ord, row_number() OVER (ORDER BY ord) AS n"
+        " FROM input WHERE ord NOT IN (SELECT ord FROM known)),"
+        f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, c FROM fresh"
+        " ORDER BY ord RETURNING id),"
+        " numbered AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM added),"
+        f" kept AS (INSERT INTO {KEYS_TABLE} (partition_key, key, event_id, at)"
+        f" SELECT {key}, f.k, a.id, clock.now_ms FROM fresh f JOIN numbered a USING (n), clock"
+        " WHERE f.k IS NOT NULL ON CONFLICT (partition_key, key)"
+        " DO UPDATE SET event_id = excluded.event_id, at = excluded.at)"
+        " SELECT (SELECT array_agg(id ORDER BY id) FROM added),"
+        " (SELECT array_agg(ord ORDER BY ord) FROM known),"
+        " (SELECT array_agg(event_id ORDER BY ord) FROM known),"
+        f" (SELECT {_notify_newest(key, 'added')} HAVING COUNT(*) > 0)"
+    )
 
 
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).
