@@ -200,6 +200,19 @@ def test_pool_and_wait_settings_are_checked(
     assert (result.returncode, result.stderr) == (2, f"futoin-evt: {message}\n")
 
 
+def test_add_with_a_key_stores_the_event_once(
+    served: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    """Run again with its key (a retry after a lost reply), ``add`` prints the first id."""
+    _server, env = served
+    runs = [run("add", "ORDER", "{}", "--key", key, env=env) for key in ("o-1", "o-1", "o 2")]
+    assert [r.stdout for r in runs[:2]] == ["1\n", "1\n"]
+    assert runs[2].returncode != 0
+    assert "InvalidRequest" in runs[2].stderr
+    assert "key" in runs[2].stderr
+    assert run("add", "ORDER", "{}", env=env).stdout == "2\n"
+
+
 def test_version() -> None:
     assert run("--version").stdout.startswith("futoin-evt ")
 
