@@ -185,17 +185,17 @@ CREATE TABLE IF NOT EXISTS grants (
 """
 
 #: Version 10: producers' keys of events (:mod:`.dedup`), per partition: the first event's
-#: id and when it was stored (ms since the epoch), forgotten after the dedup window. Keys of
-#: a dropped stream's partitions go the same way (partition keys are never reused).
+#: id and when it was stored (ms since the epoch), forgotten after the dedup window, oldest
+#: first (by rowid: see :mod:`.sqlite_keys`). Keys of a dropped stream's partitions go the
+#: same way (partition keys are never reused).
 _VERSION_10: Final = """
 CREATE TABLE IF NOT EXISTS dedup_keys (
     partition_key INTEGER NOT NULL,
     key TEXT NOT NULL,
     event_id INTEGER NOT NULL,
-    at INTEGER NOT NULL,
-    PRIMARY KEY (partition_key, key)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS dedup_keys_by_at ON dedup_keys (at)
+    at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS dedup_keys_by_key ON dedup_keys (partition_key, key)
 """
 
 MIGRATIONS: Final = {

@@ -54,7 +54,7 @@ from ..domain.partition import (
 from ..domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
-from . import grants_sql, groups_sql
+from . import grants_sql, groups_sql, sqlite_keys
 from .aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -91,16 +91,7 @@ from .dcb_sql import (
     stored_event,
     stored_retry,
 )
-from .dedup import TABLE as KEYS_TABLE
-from .dedup import (
-    PendingKeys,
-    Queued,
-    forget_sql,
-    lookup_sql,
-    plan_appends,
-    remember_sql,
-    window_ms,
-)
+from .dedup import PendingKeys, Queued, plan_appends, window_ms
 from .head import ClaimWatch, HeadWatch
 from .pages import (
     PagedReads,
@@ -175,8 +166,9 @@ class _Append:
     tables: Tables = DEFAULT_TABLES
     #: The next queued append belongs with this one: they are committed together.
     joined: bool = False
-    #: The producer's key (see :mod:`.dedup`).
+    #: The producer's key (see :mod:`.dedup`), and who answers the appends that follow it.
     key: str | None = None
+    pending: PendingKeys | None = None
 
 
 @dataclass(slots=True)
@@ -321,13 +313,22 @@ class SqlitePartitionLog(PagedReads):
         """Queue one event; the future gets its id once it is durable (the first event's,
         for a key known within the window)."""
         self._check_writable()
-        if key is not None and self._store._dedup_ms:
-            event = (event_type, data_json, content_type)
-            queued, (answer,) = plan_appends(self._keys, [event], [key])
-            self._enqueue_planned(queued)
-            return answer
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
+        if key is None or not self._store._dedup_ms:
+            self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
+        elif not self._keys.follows(key, future):
+            self._store._enqueue(
+                _Append(
+                    event_type,
+                    data_json,
+                    future,
+                    content_type,
+                    self._tables,
+                    False,
+                    key,
+                    self._keys,
+                )
+            )
         return future
 
     def submit_appends(
@@ -343,8 +344,11 @@ class SqlitePartitionLog(PagedReads):
 
     def _enqueue_planned(self, queued: list[Queued]) -> None:
         for (event_type, data_json, content_type), future, key, joined in queued:
+            pending = self._keys if key is not None else None
             self._store._enqueue(
-                _Append(event_type, data_json, future, content_type, self._tables, joined, key)
+                _Append(
+                    event_type, data_json, future, content_type, self._tables, joined, key, pending
+                )
             )
 
     def _check_writable(self) -> None:
@@ -939,9 +943,8 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         """One chunk, in the writer's queue (it holds the file's write lock briefly), when
         the reader finds a key to forget: most turns find none and write nothing."""
         cutoff_ms = int(time.time() * 1000) - self._dedup_ms
-        if not await self._reader.fetchall(
-            f"SELECT 1 FROM {KEYS_TABLE} WHERE at < ? LIMIT 1", (cutoff_ms,)
-        ):
+        oldest = await self._reader.fetchall(sqlite_keys.OLDEST_SQL)
+        if not oldest or oldest[0][0] >= cutoff_ms:
             return 0
         count: int = await self._submit(_forget_keys_sync, cutoff_ms, limit)
         return count
@@ -1034,17 +1037,16 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
                 results = await self._commit(batch)
             except Exception as exc:
                 log.error("commit of %d writes failed: %s", len(batch), exc)
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
-                continue
+                results = [exc] * len(batch)
             for item, result in zip(batch, results, strict=True):
-                if item.future.done():
-                    continue
-                if isinstance(result, Exception):
-                    item.future.set_exception(result)
-                else:
-                    item.future.set_result(result)
+                if not item.future.done():
+                    if isinstance(result, Exception):
+                        item.future.set_exception(result)
+                    else:
+                        item.future.set_result(result)
+                if type(item) is _Append and item.pending is not None:
+                    assert item.key is not None
+                    item.pending.answered(item.key, result)
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
         started = time.perf_counter()
@@ -1308,6 +1310,10 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
     if durability is Durability.NORMAL:  # the writer checkpoints on its thread instead
         conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.execute("PRAGMA foreign_keys=ON")
+    # A statement that may fail half-way (a multi-row insert under a unique index: the keys
+    # of events) and a savepoint keep what they would undo in a sub-journal: in memory, not
+    # in a temporary file opened, written and deleted for each commit.
+    conn.execute("PRAGMA temp_store=MEMORY")
     return conn
 
 
@@ -1473,57 +1479,53 @@ def _insert_run(
 ) -> tuple[list[tuple[int, _Append]], int]:
     """Insert a run's events, and their keys; those inserted and the first new id (the rest
     follow it). An append whose key is stored since the window's start gets the stored id
-    in ``results`` and inserts nothing (and the key, when older, is taken over)."""
-    keys = [a.key for _, a in placed if a.key is not None]
-    if keys:
-        now_ms = int(time.time() * 1000)
-        known = _stored_keys(conn, tables.key, keys, now_ms - dedup_ms)
-        if known:
-            for index, append in placed:
-                if append.key in known:
-                    results[index] = EventId(known[append.key])
-            placed = [(index, a) for index, a in placed if a.key not in known]
-            if not placed:
-                return placed, 0
+    in ``results`` and inserts nothing (a key stored before is taken over): see
+    :mod:`.sqlite_keys`."""
+    appends = [append for _, append in placed]
+    if all(a.key is None for a in appends):
+        first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+        _keep_content_types(conn, tables.events, first_id, appends)
+        return placed, first_id
+    now_ms = int(time.time() * 1000)
+    conn.execute("SAVEPOINT keys")
+    first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+    if sqlite_keys.insert_new(conn, _key_rows(tables.key, first_id, appends, now_ms)):
+        _keep_content_types(conn, tables.events, first_id, appends)
+        conn.execute("RELEASE keys")
+        return placed, first_id
+    conn.execute("ROLLBACK TO keys")  # a key is stored: look them up, then insert the rest
+    conn.execute("RELEASE keys")
+    keys = [a.key for a in appends if a.key is not None]
+    known = sqlite_keys.stored(conn, tables.key, keys, now_ms - dedup_ms)
+    for index, append in placed:
+        if append.key in known:
+            results[index] = EventId(known[append.key])
+    placed = [(index, a) for index, a in placed if a.key not in known]
+    if not placed:
+        return placed, 0
     appends = [append for _, append in placed]
     first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
     _keep_content_types(conn, tables.events, first_id, appends)
-    if keys:
-        _remember_keys(conn, tables.key, first_id, appends, now_ms)
+    sqlite_keys.take_over(conn, _key_rows(tables.key, first_id, appends, now_ms))
     return placed, first_id
 
 
-def _stored_keys(
-    conn: sqlite3.Connection, partition_key: int, keys: list[str], cutoff_ms: int
-) -> dict[str, int]:
-    """The event id of each of ``keys`` stored in the partition since ``cutoff_ms``."""
-    known: dict[str, int] = {}
-    for start in range(0, len(keys), _ROWS_PER_INSERT):
-        chunk = keys[start : start + _ROWS_PER_INSERT]
-        sql = lookup_sql("?", len(chunk))
-        known.update(conn.execute(sql, [partition_key, cutoff_ms, *chunk]).fetchall())
-    return known
-
-
-def _remember_keys(
-    conn: sqlite3.Connection, partition_key: int, first_id: int, appends: list[_Append], at: int
-) -> None:
-    """The keys of the appends inserted from ``first_id`` on, as stored at ``at`` (ms)."""
-    rows = [
+def _key_rows(
+    partition_key: int, first_id: int, appends: list[_Append], at: int
+) -> list[sqlite_keys.KeyRow]:
+    """The key rows of appends inserted from ``first_id`` on, stored at ``at`` (ms)."""
+    return [
         (partition_key, a.key, first_id + offset, at)
         for offset, a in enumerate(appends)
         if a.key is not None
     ]
-    for start in range(0, len(rows), _ROWS_PER_INSERT):
-        chunk = rows[start : start + _ROWS_PER_INSERT]
-        conn.execute(remember_sql("?", len(chunk)), [v for row in chunk for v in row])
 
 
 def _forget_keys_sync(
     conn: sqlite3.Connection, _ts: str, cutoff_ms: int, limit: int
 ) -> tuple[int, _Inserted]:
     """One chunk of :meth:`SqliteStore.forget_keys`."""
-    return conn.execute(forget_sql("?"), (cutoff_ms, cutoff_ms, limit)).rowcount, []
+    return sqlite_keys.forget(conn, cutoff_ms, limit), []
 
 
 def _insert_events(

@@ -386,6 +386,16 @@ def keyed_append_sql(key: int) -> str:
     )
 
 
+#: Delete the oldest keys stored before the window (params: the window in ms, twice, and a
+#: limit). The outer condition is checked again on a row another transaction took over
+#: meanwhile (the DELETE reads it anew), so a key stored again is not forgotten.
+FORGET_KEYS_SQL: Final = (
+    f"DELETE FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s AND (partition_key, key) IN"
+    f" (SELECT partition_key, key FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s"
+    " ORDER BY at LIMIT %s)"
+)
+
+
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).
 STREAMS_PAYLOAD_PREFIX: Final = "streams:"
 

@@ -144,7 +144,7 @@ from ..dcb_sql import (
     stored_event,
     stored_retry,
 )
-from ..dedup import PendingKeys, Queued, forget_sql, plan_appends, window_ms
+from ..dedup import PendingKeys, Queued, plan_appends, window_ms
 from ..head import ClaimWatch, HeadWatch, SharedLook
 from ..pages import (
     PagedReads,
@@ -159,8 +159,8 @@ from ..tables import STREAM_ROWS, Tables, stream_infos
 from .schema import (
     CHANNEL,
     CLAIM_PAYLOAD,
+    FORGET_KEYS_SQL,
     GROUP_CLAIM_PAYLOAD,
-    NOW_MS,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
     append_sql,
@@ -239,8 +239,9 @@ class _Append:
     content_type: str | None = None
     #: The next queued append belongs with this one: they are committed together.
     joined: bool = False
-    #: The producer's key (see :mod:`..dedup`).
+    #: The producer's key (see :mod:`..dedup`), and who answers the appends that follow it.
     key: str | None = None
+    pending: PendingKeys | None = None
 
 
 @dataclass(slots=True)
@@ -262,9 +263,9 @@ _Grouped = tuple["PostgresPartitionLog", list[_Append], "asyncio.Future[tuple[li
 _COMBINED_SQL_KEPT: Final = 256
 
 
-def _planned(queued: list[Queued]) -> list[_Append]:
+def _planned(queued: list[Queued], pending: PendingKeys) -> list[_Append]:
     return [
-        _Append(event_type, data_json, future, content_type, joined, key)
+        _Append(event_type, data_json, future, content_type, joined, key, pending if key else None)
         for (event_type, data_json, content_type), future, key, joined in queued
     ]
 
@@ -388,13 +389,13 @@ class PostgresPartitionLog(PagedReads):
         key: str | None = None,
     ) -> asyncio.Future[EventId]:
         self._check_writable()
-        if key is not None and self._store._dedup_ms:
-            event = (event_type, data_json, content_type)
-            queued, (answer,) = plan_appends(self._keys, [event], [key])
-            self._enqueue(_planned(queued))
-            return answer
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._enqueue([_Append(event_type, data_json, future, content_type)])
+        if key is None or not self._store._dedup_ms:
+            self._enqueue([_Append(event_type, data_json, future, content_type)])
+        elif not self._keys.follows(key, future):
+            self._enqueue(
+                [_Append(event_type, data_json, future, content_type, False, key, self._keys)]
+            )
         return future
 
     def submit_appends(
@@ -405,7 +406,7 @@ class PostgresPartitionLog(PagedReads):
         """Queue events that are committed together or not at all."""
         self._check_writable()
         queued, answers = plan_appends(self._keys if self._store._dedup_ms else None, events, keys)
-        self._enqueue(_planned(queued))
+        self._enqueue(_planned(queued, self._keys))
         return asyncio.gather(*answers)
 
     def _check_writable(self) -> None:
@@ -448,11 +449,14 @@ class PostgresPartitionLog(PagedReads):
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)
+                    if item.pending is not None:
+                        assert item.key is not None
+                        item.pending.answered(item.key, exc)
                 await self._store._restore_writer()
                 continue
             seconds = time.perf_counter() - started
-            if known:  # answered by stored keys: nothing of theirs was inserted
-                batch, ids = self._answer_known(batch, ids, known)
+            if known is not None:  # a batch with keys
+                batch, ids = self._answer_keyed(batch, ids, known)
                 if not batch:
                     self._store.write_stats.committed(len(known), seconds)
                     continue
@@ -474,15 +478,20 @@ class PostgresPartitionLog(PagedReads):
             stats.appended_to(self.labels, len(ids), total)
 
     @staticmethod
-    def _answer_known(
+    def _answer_keyed(
         batch: list[_Append], ids: list[int], known: dict[int, int]
     ) -> tuple[list[_Append], list[int]]:
-        """Answer the appends at the indexes of ``known`` with their stored ids; the other
-        appends, and their ids."""
-        for index, event_id in known.items():
-            future = batch[index].future
-            if not future.done():
-                future.set_result(EventId(event_id))
+        """Answer a batch with keys (and the appends that followed each key); the appends
+        inserted (not at the indexes of ``known``: answered by a stored key), and their
+        ids."""
+        for item, event_id in zip(batch, ids, strict=True):
+            if not item.future.done():
+                item.future.set_result(EventId(event_id))
+            if item.pending is not None:
+                assert item.key is not None
+                item.pending.answered(item.key, event_id)
+        if not known:
+            return batch, ids
         fresh = [i for i in range(len(batch)) if i not in known]
         return [batch[i] for i in fresh], [ids[i] for i in fresh]
 
@@ -1351,9 +1360,9 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables):
 
     async def forget_keys(self, limit: int) -> int:
         """One chunk; any process may run it (a row another one deletes first is skipped)."""
-        sql = forget_sql("%s", f"({NOW_MS} - %s)")
         async with self._transaction() as conn:
-            cursor = await conn.execute(sql, (self._dedup_ms, self._dedup_ms, limit))
+            params = (self._dedup_ms, self._dedup_ms, limit)
+            cursor = await conn.execute(FORGET_KEYS_SQL, params)
             return cursor.rowcount
 
     # -- streams --------------------------------------------------------------------------
