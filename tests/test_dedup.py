@@ -379,3 +379,38 @@ async def test_keys_hold_across_two_processes_on_postgresql(
         await ws.close()
     assert answers[0] == answers[1]
     assert len(stored(pg_url)) == 300
+
+
+async def test_a_key_committed_while_the_batch_waited_for_the_lock_is_found(pg_url: str) -> None:
+    """PostgreSQL: the statement that stores a batch reads its keys in the snapshot taken as
+    it starts, before it waits for the partition's lock. A key another process commits in
+    between is found all the same (the statement fails on it and is tried again): the
+    batch's event is answered with that process's id, not stored again."""
+    import psycopg
+
+    from futoin_evt.storage.postgres.schema import append_lock_sql
+
+    async with await open_store(pg_url) as store:
+        other = await psycopg.AsyncConnection.connect(pg_url)
+        try:
+            await other.execute(append_lock_sql(0))  # its transaction holds the lock
+            cursor = await other.execute(
+                "INSERT INTO events (type, data, ts) VALUES ('T', '1', 'x') RETURNING id"
+            )
+            row = await cursor.fetchone()
+            assert row is not None
+            await other.execute(
+                "INSERT INTO dedup_keys VALUES (0, 'raced', %s,"
+                " (extract(epoch FROM now()) * 1000)::bigint)",
+                (row[0],),
+            )
+            appended = store.submit_append("T", "2", None, "raced")
+            waiting = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
+            async with asyncio.timeout(10):  # until the batch's statement waits for the lock
+                while not execute_sql(pg_url, waiting):  # noqa: ASYNC110 - another process's
+                    await asyncio.sleep(0.01)
+            await other.commit()
+            assert await appended == row[0]
+        finally:
+            await other.close()
+    assert stored(pg_url) == [(row[0], 1)]

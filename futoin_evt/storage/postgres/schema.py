@@ -207,6 +207,16 @@ _VERSION_10: Final = (
         PRIMARY KEY (partition_key, key)
     )""",
     "CREATE INDEX IF NOT EXISTS dedup_keys_by_at ON dedup_keys (at)",
+    # Fails a keyed append that found a key stored meanwhile (see keyed_append_sql).
+    """CREATE OR REPLACE FUNCTION futoin_evt_keys_checked(ok boolean) RETURNS boolean
+        LANGUAGE plpgsql VOLATILE AS $$
+        BEGIN
+            IF NOT ok THEN
+                RAISE EXCEPTION 'a key of the batch was stored by another transaction meanwhile'
+                    USING ERRCODE = 'serialization_failure';
+            END IF;
+            RETURN ok;
+        END $$""",
 )
 
 MIGRATIONS: Final = {
@@ -351,22 +361,35 @@ def combined_append_sql(parts: Sequence[tuple[int, bool]]) -> str:
 NOW_MS: Final = "(extract(epoch FROM now()) * 1000)::bigint"
 
 
+#: SQLSTATE of :data:`KEYS_RACED`'s error (serialization_failure: a concurrent commit).
+KEYS_RACED_STATE: Final = "40001"
+#: Raises when its argument is false: a batch's keys found stored by a commit the
+#: statement's snapshot did not see (the statement is undone, and tried again).
+KEYS_RACED: Final = "futoin_evt_keys_checked"
+
+
 def keyed_append_sql(key: int) -> str:
-    """A batch of appends with producers' keys to partition ``key`` (see :mod:`..dedup`),
-    as the second statement of a transaction whose first took the partition's append lock:
-    so this one's snapshot has every key committed before (a statement's snapshot is taken
-    when it starts, and the lock may be waited for). The events whose key is stored since
-    the window's start are answered with the stored ids; the others are inserted in the
-    order given, and their keys stored (a key older than the window taken over).
-    Parameters: types, datas, content types, keys (NULL for none), the window (ms), ts.
-    Returns one row: the new ids ascending, the ordinals (from 1) of the events answered by
-    a stored key and those events' ids, the notification (NULL when nothing was inserted).
+    """A batch of appends with producers' keys to partition ``key`` (see :mod:`..dedup`)
+    as ONE statement, its own transaction on an autocommit connection, as
+    :func:`append_sql`: the partition's append lock first; the events whose key is stored
+    since the window's start are answered with the stored ids; the others are inserted in
+    the order given, and their keys stored (a key older than the window taken over).
+
+    The statement's snapshot is taken when it starts, before the lock may have to be
+    waited for: a key another process committed meanwhile is not among those it looks up.
+    Storing the keys sees it (the unique index reads the latest rows): the key is not
+    stored, and :data:`KEYS_RACED` then fails the statement (nothing of it stays; the
+    caller tries again, and sees the key). Parameters: types, datas, content types, keys
+    (NULL for none), the window (ms), ts, the window (ms) again. Returns one row: the new
+    ids ascending, the ordinals (from 1) of the events answered by a stored key and those
+    events' ids, the notification (NULL when nothing was inserted), the check (true).
     """
     table, columns, _values, _arrays = _append_parts(key, content_type=True)
     return (
-        "WITH input AS (SELECT t, d, c, k, ord FROM unnest(%s::text[], %s::text[],"
+        f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
+        " input AS (SELECT t, d, c, k, ord FROM locked, unnest(%s::text[], %s::text[],"
         " %s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, c, k, ord)),"
-        f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms),"
+        f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms FROM locked),"
         " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i"
         f" JOIN {KEYS_TABLE} s ON s.partition_key = {key} AND s.key = i.k, clock"
         " WHERE s.at >= clock.now_ms - %s),"
@@ -375,14 +398,17 @@ def keyed_append_sql(key: int) -> str:
         f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, c FROM fresh"
         " ORDER BY ord RETURNING id),"
         " numbered AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM added),"
-        f" kept AS (INSERT INTO {KEYS_TABLE} (partition_key, key, event_id, at)"
+        f" kept AS (INSERT INTO {KEYS_TABLE} AS s (partition_key, key, event_id, at)"
         f" SELECT {key}, f.k, a.id, clock.now_ms FROM fresh f JOIN numbered a USING (n), clock"
         " WHERE f.k IS NOT NULL ON CONFLICT (partition_key, key)"
-        " DO UPDATE SET event_id = excluded.event_id, at = excluded.at)"
+        " DO UPDATE SET event_id = excluded.event_id, at = excluded.at"
+        " WHERE s.at < excluded.at - %s RETURNING 1)"
         " SELECT (SELECT array_agg(id ORDER BY id) FROM added),"
         " (SELECT array_agg(ord ORDER BY ord) FROM known),"
         " (SELECT array_agg(event_id ORDER BY ord) FROM known),"
-        f" (SELECT {_notify_newest(key, 'added')} HAVING COUNT(*) > 0)"
+        f" (SELECT {_notify_newest(key, 'added')} HAVING COUNT(*) > 0),"
+        f" {KEYS_RACED}((SELECT COUNT(*) FROM kept)"
+        " = (SELECT COUNT(*) FROM fresh WHERE k IS NOT NULL))"
     )
 
 

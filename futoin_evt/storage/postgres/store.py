@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 from collections import deque
@@ -161,6 +162,7 @@ from .schema import (
     CLAIM_PAYLOAD,
     FORGET_KEYS_SQL,
     GROUP_CLAIM_PAYLOAD,
+    KEYS_RACED_STATE,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
     append_sql,
@@ -178,6 +180,9 @@ log = logging.getLogger(__name__)
 Connection = psycopg.AsyncConnection[TupleRow]
 _T = TypeVar("_T")
 
+#: Tries of a keyed batch that finds its keys stored by another process meanwhile (each
+#: try after the first sees what raced it, so a second rarely fails).
+_KEYED_ATTEMPTS: Final = 5
 #: Largest number of queued appends committed in one transaction.
 MAX_APPENDS_PER_COMMIT: Final = 4096
 #: Seconds to wait for a connection when opening.
@@ -522,28 +527,34 @@ class PostgresPartitionLog(PagedReads):
     async def _commit_keyed(
         self, batch: list[_Append]
     ) -> tuple[list[int], str, dict[int, int] | None]:
-        """A batch with keys: its own transaction on a pooled writer connection, the
-        partition's lock first (:func:`.schema.keyed_append_sql` says why), sent as one
-        pipeline."""
+        """A batch with keys: one statement (:func:`.schema.keyed_append_sql`) on a pooled
+        writer connection, the partition's lock waited for; tried again when another
+        process stored one of its keys meanwhile (it is found then)."""
         ts = utc_timestamp()
+        window = self._store._dedup_ms
         params = (
             [item.type for item in batch],
             [item.data for item in batch],
             [item.content_type for item in batch],
             [item.key for item in batch],
-            self._store._dedup_ms,
+            window,
             ts,
+            window,
         )
-        try:
-            async with self._store._write_pool.connection() as conn:
-                async with conn.pipeline(), conn.transaction():
-                    await conn.execute(self._lock_sql)
+        for attempt in itertools.count(1):
+            try:
+                async with self._store._write_pool.connection() as conn:
                     cursor = await conn.execute(self._keyed_sql, params)
-                row = await cursor.fetchone()
-        except PoolTimeout:
-            raise self._store._no_connection() from None
+                    row = await cursor.fetchone()
+                break
+            except PoolTimeout:
+                raise self._store._no_connection() from None
+            except psycopg.Error as exc:
+                if exc.sqlstate != KEYS_RACED_STATE or attempt >= _KEYED_ATTEMPTS:
+                    raise
+                log.debug("%s: a key was stored meanwhile; trying again", self.partition)
         assert row is not None
-        added, known_ords, known_ids, _notified = row
+        added, known_ords, known_ids, _notified, _checked = row
         known = {int(o) - 1: int(i) for o, i in zip(known_ords or (), known_ids or (), strict=True)}
         new_ids = iter(added or ())
         ids = [known[i] if i in known else int(next(new_ids)) for i in range(len(batch))]
