@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.rights import Right
-from ..domain.stream import EventRejected, StoredEvent, UserId, is_registrable
+from ..domain.stream import EventRejected, StoredEvent, UserId, check_event_key, is_registrable
 from ..log.access import Refused
 from ..log.eventlog import EventLog
 from ..quoting import quote_input
@@ -938,9 +938,13 @@ class ProducerLink:
             events = [message_to_event(message)]
         try:
             encoded = [stored_form(event) for event in events]
+            keys = [None if e.key is None else check_event_key(e.key) for e in events]
         except EventRejected as exc:
             raise BadMessage(INVALID_FIELD, str(exc)) from None
-        return self._destination(target, key).append_encoded(self._who, encoded)
+        destination = self._destination(target, key)
+        if all(k is None for k in keys):
+            return destination.append_encoded(self._who, encoded)
+        return destination.append_encoded(self._who, encoded, keys)
 
     def _destination(self, target: str | None, key: str | None) -> EventLog:
         if self._router is not None:

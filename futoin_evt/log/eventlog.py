@@ -94,15 +94,21 @@ class EventLog:
         return self._store.submit_append(event_type, data_json, None, check_event_key(key))
 
     def append_encoded(
-        self, who: Principal, events: list[tuple[str, str, str | None]]
+        self,
+        who: Principal,
+        events: list[tuple[str, str, str | None]],
+        keys: list[str | None] | None = None,
     ) -> asyncio.Future[Any]:
         """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
         order; the future is done once all of them are durable. They are stored in one
-        transaction, all or none."""
+        transaction, all or none, but for those whose producer's key (``keys``, one per
+        event) is known: see :meth:`append`."""
         self.guard.write(who)
+        if keys is not None:
+            keys = [None if key is None else check_event_key(key) for key in keys]
         if len(events) == 1:
-            return self._store.submit_append(*events[0])
-        return self._store.submit_appends(events)
+            return self._store.submit_append(*events[0], keys[0] if keys else None)
+        return self._store.submit_appends(events, keys)
 
     async def dcb_append(
         self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
