@@ -60,11 +60,12 @@ class ParamSpec:
         if self.validator is None:
             return True
         if type(value) is str:
-            if self.pattern is not None:
-                return self.pattern.search(value) is not None
             if value in self.valid_strings:
                 return True
-            if not self.validator.is_valid(value):
+            if self.pattern is not None:
+                if self.pattern.search(value) is None:
+                    return False
+            elif not self.validator.is_valid(value):
                 return False
             if len(self.valid_strings) < _VALID_STRINGS_MEMO:
                 self.valid_strings.add(value)

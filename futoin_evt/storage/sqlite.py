@@ -344,9 +344,11 @@ class SqlitePartitionLog(PagedReads):
         return asyncio.gather(*answers)
 
     def _enqueue_planned(self, queued: list[Queued]) -> None:
-        self._store._keyed = True
         for (event_type, data_json, content_type), future, key, joined in queued:
-            pending = self._keys if key is not None else None
+            pending = None
+            if key is not None:
+                pending = self._keys
+                self._store._keyed = True
             self._store._enqueue(
                 _Append(
                     event_type, data_json, future, content_type, self._tables, joined, key, pending
