@@ -317,7 +317,6 @@ class SqlitePartitionLog(PagedReads):
         if key is None or not self._store._dedup_ms:
             self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
         elif not self._keys.follows(key, future):
-            self._store._keyed = True
             self._store._enqueue(
                 _Append(
                     event_type,
@@ -345,10 +344,7 @@ class SqlitePartitionLog(PagedReads):
 
     def _enqueue_planned(self, queued: list[Queued]) -> None:
         for (event_type, data_json, content_type), future, key, joined in queued:
-            pending = None
-            if key is not None:
-                pending = self._keys
-                self._store._keyed = True
+            pending = self._keys if key is not None else None
             self._store._enqueue(
                 _Append(
                     event_type, data_json, future, content_type, self._tables, joined, key, pending
@@ -727,9 +723,6 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
         self._lone = False
         #: Commits and bytes of events since the last checkpoint (with inline commits).
         self._unchecked = (0, 0)
-        #: An append with a key was queued since the writer took its last batch (a commit
-        #: that stores keys writes about twice the pages: it counts as two for checkpoints).
-        self._keyed = False
         #: The checkpoint under way or done last, and the WAL's pages as it found them.
         self._checkpoint: asyncio.Future[int] | None = None
         self._wal_frames = 0
@@ -1040,9 +1033,8 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
                 continue
             count = joined_count(queue.items, MAX_WRITES_PER_COMMIT)
             batch = [queue.items.popleft() for _ in range(count)]
-            keyed, self._keyed = self._keyed, False
             try:
-                results = await self._commit(batch, keyed)
+                results = await self._commit(batch)
             except Exception as exc:
                 log.error("commit of %d writes failed: %s", len(batch), exc)
                 results = [exc] * len(batch)
@@ -1056,7 +1048,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
                     assert item.key is not None
                     item.pending.answered(item.key, result)
 
-    async def _commit(self, batch: list[_Write], keyed: bool = False) -> list[Any]:
+    async def _commit(self, batch: list[_Write]) -> list[Any]:
         started = time.perf_counter()
         done = self._commit_inline(batch) if self._inline else None
         if done is None:
@@ -1080,7 +1072,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
                 if events:
                     self._peers.committed(key, events[-1][0])
         if self._inline:
-            await self._checkpoint_now_and_then(size, 2 if keyed else 1)
+            await self._checkpoint_now_and_then(size)
         return results
 
     def _commit_inline(
@@ -1118,16 +1110,15 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables):
             await self._write_thread.run(_pragma, self._writer, f"busy_timeout={ms}")
             self._busy_ms = ms
 
-    async def _checkpoint_now_and_then(self, size: int, commits: int = 1) -> None:
-        """After :data:`CHECKPOINT_COMMITS` commits (``commits``: what this one counts for)
-        or :data:`CHECKPOINT_BYTES` of events,
+    async def _checkpoint_now_and_then(self, size: int) -> None:
+        """After :data:`CHECKPOINT_COMMITS` commits or :data:`CHECKPOINT_BYTES` of events,
         checkpoint the WAL (the writer's own checkpoints are off) on the writer thread with
         a connection of its own: writers go on meanwhile, inline ones included. Writers that
         never pause keep such a checkpoint from ever being complete, so the WAL could not
         start over; past :data:`CHECKPOINT_WAL_FRAMES` the writer checkpoints between two
         commits instead."""
-        done, written = self._unchecked
-        commits, written = done + commits, written + size
+        commits, written = self._unchecked
+        commits, written = commits + 1, written + size
         if (commits < CHECKPOINT_COMMITS and written < CHECKPOINT_BYTES) or (
             self._checkpoint is not None and not self._checkpoint.done()
         ):
@@ -1496,15 +1487,17 @@ def _insert_run(
         _keep_content_types(conn, tables.events, first_id, appends)
         return placed, first_id
     now_ms = int(time.time() * 1000)
-    conn.execute("SAVEPOINT keys")
     first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+    keys = [a.key for a in appends if a.key is not None]
     if sqlite_keys.insert_new(conn, _key_rows(tables.key, first_id, appends, now_ms)):
         _keep_content_types(conn, tables.events, first_id, appends)
-        conn.execute("RELEASE keys")
         return placed, first_id
-    conn.execute("ROLLBACK TO keys")  # a key is stored: look them up, then insert the rest
-    conn.execute("RELEASE keys")
-    keys = [a.key for a in appends if a.key is not None]
+    # A key is stored: undo the run (its events are the newest ids, its keys those of
+    # them), then look the keys up and insert the rest. Without a savepoint, whose two
+    # statements every keyed commit would pay.
+    sqlite_keys.undo_new(conn, tables.key, keys, first_id)
+    conn.execute(f"DELETE FROM {tables.events} WHERE id >= ?", (first_id,))
+    conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (first_id - 1, tables.events))
     known = sqlite_keys.stored(conn, tables.key, keys, now_ms - dedup_ms)
     for index, append in placed:
         if append.key in known:

@@ -5,8 +5,9 @@ The rows of ``dedup_keys`` are kept in the order they were stored (their rowid; 
 over after the window is deleted and stored anew), so the oldest are the first ones: the
 keys past the window are forgotten from the start of the table, a bounded chunk at a time,
 without an index on the time (which would cost every keyed append a second index entry).
-A batch's keys are inserted first, as new; only when one of them is stored already (a
-retry, or a key past the window) is the batch undone and done again with a lookup.
+A batch's keys are inserted with its events, as new; only when one of them is stored
+already (a retry, or a key past the window) is the batch undone and done again with a
+lookup.
 """
 
 from __future__ import annotations
@@ -37,9 +38,23 @@ def _insert(conn: sqlite3.Connection, rows: Sequence[KeyRow], verb: str, tail: s
 
 
 def insert_new(conn: sqlite3.Connection, rows: Sequence[KeyRow]) -> bool:
-    """Insert keys not stored yet; False when one was (nothing of it is changed: the
-    caller undoes the others with its savepoint)."""
+    """Insert keys not stored yet; False when one was (that one is left as it was: the
+    caller undoes the others, :func:`undo_new`)."""
     return _insert(conn, rows, "INSERT", " ON CONFLICT DO NOTHING") == len(rows)
+
+
+def undo_new(
+    conn: sqlite3.Connection, partition_key: int, keys: Sequence[str], first_id: int
+) -> None:
+    """Delete what :func:`insert_new` stored of ``keys``: their rows for events from
+    ``first_id`` on."""
+    for start in range(0, len(keys), ROWS_PER_STATEMENT):
+        chunk = keys[start : start + ROWS_PER_STATEMENT]
+        conn.execute(
+            f"DELETE FROM {TABLE} WHERE partition_key = ? AND event_id >= ?"
+            f" AND key IN ({','.join('?' * len(chunk))})",
+            [partition_key, first_id, *chunk],
+        )
 
 
 def take_over(conn: sqlite3.Connection, rows: Sequence[KeyRow]) -> None:
