@@ -1487,9 +1487,10 @@ def _insert_run(
         _keep_content_types(conn, tables.events, first_id, appends)
         return placed, first_id
     now_ms = int(time.time() * 1000)
+    key_list = [a.key for a in appends]
+    keys, count = sqlite_keys.run_keys(key_list), len(key_list) - key_list.count(None)
     first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
-    keys = [a.key for a in appends if a.key is not None]
-    if sqlite_keys.insert_new(conn, _key_rows(tables.key, first_id, appends, now_ms)):
+    if sqlite_keys.insert_new(conn, tables.key, first_id, now_ms, keys, count):
         _keep_content_types(conn, tables.events, first_id, appends)
         return placed, first_id
     # A key is stored: undo the run (its events are the newest ids, its keys those of
@@ -1508,19 +1509,10 @@ def _insert_run(
     appends = [append for _, append in placed]
     first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
     _keep_content_types(conn, tables.events, first_id, appends)
-    sqlite_keys.take_over(conn, _key_rows(tables.key, first_id, appends, now_ms))
+    sqlite_keys.take_over(
+        conn, tables.key, first_id, now_ms, sqlite_keys.run_keys([a.key for a in appends])
+    )
     return placed, first_id
-
-
-def _key_rows(
-    partition_key: int, first_id: int, appends: list[_Append], at: int
-) -> list[sqlite_keys.KeyRow]:
-    """The key rows of appends inserted from ``first_id`` on, stored at ``at`` (ms)."""
-    return [
-        (partition_key, a.key, first_id + offset, at)
-        for offset, a in enumerate(appends)
-        if a.key is not None
-    ]
 
 
 def _forget_keys_sync(

@@ -8,74 +8,74 @@ without an index on the time (which would cost every keyed append a second index
 A batch's keys are inserted with its events, as new; only when one of them is stored
 already (a retry, or a key past the window) is the batch undone and done again with a
 lookup.
+
+A run's keys go to SQLite as one JSON array (``null`` for an event without a key, so an
+element's index is its event's offset in the run), read by ``json_each``: one parameter
+rather than four per key, so the writer thread spends less time holding the GIL, which the
+event loop needs meanwhile.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import Sequence
 from typing import Final
 
 from .dedup import TABLE
 
-#: Rows per statement (4 parameters each).
-ROWS_PER_STATEMENT: Final = 500
 #: The time the oldest key was stored (ms), for a reader to see whether any is past the window.
 OLDEST_SQL: Final = f"SELECT at FROM {TABLE} ORDER BY rowid LIMIT 1"
-
-#: A key row: (partition key, key, event id, ms since the epoch).
-KeyRow = tuple[int, str, int, int]
-
-
-def _insert(conn: sqlite3.Connection, rows: Sequence[KeyRow], verb: str, tail: str = "") -> int:
-    inserted = 0
-    for start in range(0, len(rows), ROWS_PER_STATEMENT):
-        chunk = rows[start : start + ROWS_PER_STATEMENT]
-        values = ",".join(["(?, ?, ?, ?)"] * len(chunk))
-        sql = f"{verb} INTO {TABLE} (partition_key, key, event_id, at) VALUES {values}{tail}"
-        inserted += conn.execute(sql, [v for row in chunk for v in row]).rowcount
-    return inserted
+#: The keys of a run as rows (params: partition key, first event id, ms, the keys as JSON).
+_ROWS: Final = "SELECT ?, value, ? + key, ? FROM json_each(?) WHERE value IS NOT NULL ORDER BY key"
+_INSERT_NEW: Final = (
+    f"INSERT INTO {TABLE} (partition_key, key, event_id, at) {_ROWS} ON CONFLICT DO NOTHING"
+)
+_TAKE_OVER: Final = f"REPLACE INTO {TABLE} (partition_key, key, event_id, at) {_ROWS}"
+_IN_RUN: Final = "key IN (SELECT value FROM json_each(?) WHERE value IS NOT NULL)"
 
 
-def insert_new(conn: sqlite3.Connection, rows: Sequence[KeyRow]) -> bool:
-    """Insert keys not stored yet; False when one was (that one is left as it was: the
-    caller undoes the others, :func:`undo_new`)."""
-    return _insert(conn, rows, "INSERT", " ON CONFLICT DO NOTHING") == len(rows)
+def run_keys(keys: Sequence[str | None]) -> str:
+    """A run's keys, one per event in order (None for none), as :mod:`json_each` reads them."""
+    return json.dumps(keys)
 
 
-def undo_new(
-    conn: sqlite3.Connection, partition_key: int, keys: Sequence[str], first_id: int
-) -> None:
+def insert_new(
+    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: str, count: int
+) -> bool:
+    """Store the ``count`` keys of a run whose events have ids from ``first_id`` on, as
+    stored at ``at`` (ms); False when one of them was stored already (that one is left as it
+    was: the caller undoes the others, :func:`undo_new`)."""
+    inserted = conn.execute(_INSERT_NEW, (partition_key, first_id, at, keys)).rowcount
+    return bool(inserted == count)
+
+
+def undo_new(conn: sqlite3.Connection, partition_key: int, keys: str, first_id: int) -> None:
     """Delete what :func:`insert_new` stored of ``keys``: their rows for events from
     ``first_id`` on."""
-    for start in range(0, len(keys), ROWS_PER_STATEMENT):
-        chunk = keys[start : start + ROWS_PER_STATEMENT]
-        conn.execute(
-            f"DELETE FROM {TABLE} WHERE partition_key = ? AND event_id >= ?"
-            f" AND key IN ({','.join('?' * len(chunk))})",
-            [partition_key, first_id, *chunk],
-        )
+    conn.execute(
+        f"DELETE FROM {TABLE} WHERE partition_key = ? AND event_id >= ? AND {_IN_RUN}",
+        (partition_key, first_id, keys),
+    )
 
 
-def take_over(conn: sqlite3.Connection, rows: Sequence[KeyRow]) -> None:
-    """Store keys; one stored already (past the window: the lookup said so) is replaced,
-    at the end of the table."""
-    _insert(conn, rows, "REPLACE")
+def take_over(
+    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: str
+) -> None:
+    """:func:`insert_new`, where a key stored already is past the window (the lookup said
+    so): it is replaced, at the end of the table."""
+    conn.execute(_TAKE_OVER, (partition_key, first_id, at, keys))
 
 
 def stored(
-    conn: sqlite3.Connection, partition_key: int, keys: Sequence[str], cutoff_ms: int
+    conn: sqlite3.Connection, partition_key: int, keys: str, cutoff_ms: int
 ) -> dict[str, int]:
     """The event id of each of ``keys`` stored in the partition since ``cutoff_ms``."""
-    found: dict[str, int] = {}
-    for start in range(0, len(keys), ROWS_PER_STATEMENT):
-        chunk = keys[start : start + ROWS_PER_STATEMENT]
-        sql = (
-            f"SELECT key, event_id FROM {TABLE} WHERE partition_key = ? AND at >= ?"
-            f" AND key IN ({','.join('?' * len(chunk))})"
-        )
-        found.update(conn.execute(sql, [partition_key, cutoff_ms, *chunk]).fetchall())
-    return found
+    rows = conn.execute(
+        f"SELECT key, event_id FROM {TABLE} WHERE partition_key = ? AND at >= ? AND {_IN_RUN}",
+        (partition_key, cutoff_ms, keys),
+    )
+    return dict(rows.fetchall())
 
 
 def forget(conn: sqlite3.Connection, cutoff_ms: int, limit: int) -> int:
