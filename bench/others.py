@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import secrets
 import socket
 import sqlite3
 import subprocess
@@ -87,24 +88,35 @@ class JetStream:
             await nc.close()
 
     @staticmethod
-    async def _publish(js: Any, subject: str, messages: list[bytes], window: int) -> float:
-        """Publish all of ``messages``, ``window`` at a time, each waiting for its ack."""
+    async def _publish(
+        js: Any, subject: str, messages: list[bytes], window: int, *, keyed: bool = False
+    ) -> float:
+        """Publish all of ``messages``, ``window`` at a time, each waiting for its ack;
+        ``keyed``: each with a message id (``Nats-Msg-Id``) of its own, which the stream
+        deduplicates within its window (2 minutes)."""
+        if keyed:
+            producer = secrets.token_hex(8)
+            ids = [{"Nats-Msg-Id": f"{producer}:{n + 1}"} for n in range(len(messages))]
         start = time.perf_counter()
 
         async def worker(w: int) -> None:
+            if keyed:
+                for n in range(w, len(messages), window):
+                    await js.publish(subject, messages[n], headers=ids[n])
+                return
             for m in messages[w::window]:
                 await js.publish(subject, m)
 
         await asyncio.gather(*(worker(w) for w in range(window)))
         return len(messages) / (time.perf_counter() - start)
 
-    async def add_serial(self, count: int) -> float:
+    async def add_serial(self, count: int, *, keyed: bool = False) -> float:
         async with self._stream() as (_nc, js, subject):
-            return await self._publish(js, subject, _payloads(count), 1)
+            return await self._publish(js, subject, _payloads(count), 1, keyed=keyed)
 
-    async def add_in_flight(self, count: int) -> float:
+    async def add_in_flight(self, count: int, *, keyed: bool = False) -> float:
         async with self._stream() as (_nc, js, subject):
-            return await self._publish(js, subject, _payloads(count), 32)
+            return await self._publish(js, subject, _payloads(count), 32, keyed=keyed)
 
     async def add_from_connections(self, count: int) -> float:
         async with self._stream() as (_nc, _js, subject):

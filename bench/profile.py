@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import functools
 import os
 import re
 import shutil
@@ -72,6 +73,8 @@ async def dcb_read(system: systems.System, reads: int) -> float:
 WORKLOADS: Final[dict[str, Callable[[systems.System, int], Awaitable[float]]]] = {
     "add_serial": workloads.add_serial,
     "add_in_flight": workloads.add_in_flight,
+    "add_serial_keyed": functools.partial(workloads.add_serial, keyed=True),
+    "add_in_flight_keyed": functools.partial(workloads.add_in_flight, keyed=True),
     "add_from_connections": workloads.add_from_connections,
     "poll_drain": workloads.poll_drain,
     "push_catch_up": workloads.push_catch_up,
@@ -82,6 +85,8 @@ WORKLOADS: Final[dict[str, Callable[[systems.System, int], Awaitable[float]]]] =
 CALLS: Final = {
     "add_serial": 3_000,
     "add_in_flight": 30_000,
+    "add_serial_keyed": 3_000,
+    "add_in_flight_keyed": 30_000,
     "add_from_connections": 30_000,
     "poll_drain": 100_000,  # events read from a store prefilled with as many
     "push_catch_up": 100_000,

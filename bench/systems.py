@@ -144,6 +144,13 @@ def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
         conn.close()
 
 
+#: :func:`prepare_futoin_evt_db` run by another source tree (argv: the path, the prefill).
+_PREPARE: Final = (
+    "import pathlib, sys; from bench.systems import prepare_futoin_evt_db as prepare;"
+    " prepare(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+)
+
+
 async def start_futoin_evt(
     workdir: Path,
     *extra: str,
@@ -160,7 +167,15 @@ async def start_futoin_evt(
     to add beside ``events``, by name, with their partition counts; ``schemas``: schema
     texts to register first, by subject (``events-TYPE``)."""
     db = workdir / "futoin-evt.sqlite"
-    prepare_futoin_evt_db(db, prefill)
+    if source is None:
+        prepare_futoin_evt_db(db, prefill)
+    else:  # with that tree's schema: an older one refuses a database of a newer schema
+        prepare = await asyncio.create_subprocess_exec(
+            sys.executable, "-c", _PREPARE, str(db), str(prefill),
+            cwd=source, env={**os.environ, "PYTHONPATH": str(source)},
+        )  # fmt: skip
+        if await prepare.wait():
+            raise RuntimeError(f"preparing {db} with the tree {source} failed")
     if streams or schemas:
         async with await open_store(db) as store:
             for name, partitions in (streams or {}).items():

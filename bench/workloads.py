@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import secrets
 import time
 from typing import Any
 
@@ -17,11 +18,24 @@ from .systems import System, payload
 
 _components = itertools.count(1)
 GEN = "futoin.evt.gen:1.1"
+#: addEvent with a producer's key of each event.
+GEN_KEYED = "futoin.evt.gen:1.2"
 
 
-def add_params(count: int) -> list[str]:
-    """addEvent params as JSON text, encoded before the clock starts."""
-    return [json.dumps({"type": "ORDER", "data": payload(i)}) for i in range(count)]
+def add_params(count: int, keyed: bool = False) -> list[str]:
+    """addEvent params as JSON text, encoded before the clock starts; ``keyed``: each with
+    a key of its own (a producer id new to the server, and a counter)."""
+    if not keyed:
+        return [json.dumps({"type": "ORDER", "data": payload(i)}) for i in range(count)]
+    producer = secrets.token_hex(8)
+    return [
+        json.dumps({"type": "ORDER", "data": payload(i), "key": f"{producer}:{i + 1}"})
+        for i in range(count)
+    ]
+
+
+def add_function(keyed: bool) -> str:
+    return f"{GEN_KEYED if keyed else GEN}:addEvent"
 
 
 async def connect(system: System) -> LoadClient:
@@ -30,31 +44,41 @@ async def connect(system: System) -> LoadClient:
     return client
 
 
-async def add_serial(system: System, count: int, params: list[str] | None = None) -> float:
-    """addEvent calls/s, one at a time on one connection (``params``: those of each call)."""
-    params = params or add_params(count)
+async def add_serial(
+    system: System, count: int, params: list[str] | None = None, *, keyed: bool = False
+) -> float:
+    """addEvent calls/s, one at a time on one connection (``params``: those of each call;
+    ``keyed``: each with a key)."""
+    params = params or add_params(count, keyed)
+    function = add_function(keyed)
     client = await connect(system)
     try:
         start = time.perf_counter()
         for p in params:
-            await client.call(f"{GEN}:addEvent", p)
+            await client.call(function, p)
         return count / (time.perf_counter() - start)
     finally:
         await client.close()
 
 
 async def add_in_flight(
-    system: System, count: int, window: int = 32, params: list[str] | None = None
+    system: System,
+    count: int,
+    window: int = 32,
+    params: list[str] | None = None,
+    *,
+    keyed: bool = False,
 ) -> float:
     """addEvent calls/s with ``window`` calls in flight on one connection (``params``: those
-    of each call, at least ``count``)."""
+    of each call, at least ``count``; ``keyed``: each with a key)."""
     per_worker = count // window
-    params = params or add_params(per_worker * window)
+    params = params or add_params(per_worker * window, keyed)
+    function = add_function(keyed)
     client = await connect(system)
 
     async def worker(w: int) -> None:
         for p in params[w * per_worker : (w + 1) * per_worker]:
-            await client.call(f"{GEN}:addEvent", p)
+            await client.call(function, p)
 
     try:
         start = time.perf_counter()

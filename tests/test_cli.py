@@ -186,6 +186,9 @@ def test_an_unopenable_sqlite_file_is_reported_at_once_even_with_wait_for_db(
         (["--pg-pool-size", "0"], "--pg-pool-size must be at least 1."),
         (["--pg-pool-timeout", "0"], "--pg-pool-timeout must be above 0."),
         (["--wait-for-db", "-1"], "--wait-for-db cannot be negative."),
+        (["--dedup-window", "-1"], "--dedup-window must be 0 or more seconds."),
+        (["--dedup-window", "nan"], "--dedup-window must be 0 or more seconds."),
+        (["--dedup-window", "inf"], "--dedup-window must be 0 or more seconds."),
         (["--feed-path", "/feeds"], "--feed-path cannot be under /feeds: each stream's feed is."),
         (["--dcb-path", "/feeds/x"], "--dcb-path cannot be under /feeds: each stream's feed is."),
     ],
@@ -195,6 +198,19 @@ def test_pool_and_wait_settings_are_checked(
 ) -> None:
     result = run("serve", "--port", "0", "--db", str(tmp_path / "x.sqlite"), *option)
     assert (result.returncode, result.stderr) == (2, f"futoin-evt: {message}\n")
+
+
+def test_add_with_a_key_stores_the_event_once(
+    served: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    """Run again with its key (a retry after a lost reply), ``add`` prints the first id."""
+    _server, env = served
+    runs = [run("add", "ORDER", "{}", "--key", key, env=env) for key in ("o-1", "o-1", "o 2")]
+    assert [r.stdout for r in runs[:2]] == ["1\n", "1\n"]
+    assert runs[2].returncode != 0
+    assert "InvalidRequest" in runs[2].stderr
+    assert "key" in runs[2].stderr
+    assert run("add", "ORDER", "{}", env=env).stdout == "2\n"
 
 
 def test_version() -> None:

@@ -133,9 +133,9 @@ async def test_wrong_password_and_anonymous(js_peer: Path, server: EventServer) 
 
 def test_our_iface_definitions_match_the_published_ones(js_peer: Path) -> None:
     published = js_peer / "node_modules" / "@futoin" / "specs" / "final" / "meta"
-    # futoinevt.*, futoin.evt.dcb and futoin.evt.notify(.receiver) are this server's own; the
-    # rest must be FutoIn's as published
-    own = (".dcb-", ".notify-", ".notify.")
+    # futoinevt.*, futoin.evt.dcb, futoin.evt.notify(.receiver) and futoin.evt.gen 1.2 are
+    # this server's own; the rest must be FutoIn's as published
+    own = (".dcb-", ".notify-", ".notify.", ".gen-1.2-")
     ours = sorted(
         p
         for p in (ROOT / "ifaces").glob("futoin.*-iface.json")
@@ -146,3 +146,11 @@ def test_our_iface_definitions_match_the_published_ones(js_peer: Path) -> None:
         assert json.loads(path.read_text()) == json.loads((published / path.name).read_text()), (
             path.name
         )
+    # gen 1.2 is the published 1.1 with an optional key on addEvent, and nothing else
+    gen = json.loads((ROOT / "ifaces" / "futoin.evt.gen-1.2-iface.json").read_text())
+    key = gen["funcs"]["addEvent"]["params"].pop("key")
+    assert key == {"type": "EventKey", "default": None}
+    event_key = gen.pop("types")["EventKey"]
+    assert (event_key["type"], event_key["regex"]) == ("string", "^[A-Za-z0-9._:-]{1,64}$")
+    expected = json.loads((published / "futoin.evt.gen-1.1-iface.json").read_text())
+    assert gen == {**expected, "version": "1.2"}

@@ -3,7 +3,9 @@
 No I/O. An event's type is the message ``subject``; its data is the ``amqp-value`` body (any
 AMQP value JSON can hold), a ``data`` section with ``application/json``, or opaque bytes. Opaque
 bytes are stored as ``{"$binary": "<base64>"}``. An event that came as a ``data`` section keeps
-its content type (and JSON its text, when it is one line), and goes back out as it came.
+its content type (and JSON its text, when it is one line), and goes back out as it came. The
+application property :data:`KEY_PROPERTY` is the producer's key of the event (see
+:mod:`futoin_evt.storage.dedup`).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ JSON_CONTENT_TYPE: Final = "application/json"
 MAX_CONTENT_TYPE_CHARS: Final = 256
 #: The type of an event from a message without a subject (Event Hubs clients send none).
 DEFAULT_EVENT_TYPE: Final = "EVENT"
+#: The application property that carries the producer's key of an event: within the dedup
+#: window, a message with a key already stored in its partition stores nothing and is
+#: accepted (not the message-id: clients set that for their own ends, and one set to the
+#: same value for different messages would lose events).
+KEY_PROPERTY: Final = "futoin-evt-key"
 _DATA_SECTION: Final = 0x75
 #: Event Hubs' batch message format: each ``data`` section of the body is a whole message.
 BATCH_FORMAT: Final = 0x8001_3700
@@ -103,6 +110,8 @@ class IncomingEvent(NamedTuple):
     content_type: str | None = None
     #: A JSON ``data`` section's text as sent, to be stored as it is (one line, UTF-8).
     text: str | None = None
+    #: The producer's key (:data:`KEY_PROPERTY`), not checked yet.
+    key: Any = None
 
 
 def is_json_content_type(content_type: str) -> bool:
@@ -163,6 +172,9 @@ class MessageLike(Protocol):
     def inferred(self) -> Any: ...
     @property
     def content_type(self) -> Any: ...
+    @property
+    def properties(self) -> Any:
+        """The application properties (a map, or None)."""
 
 
 def message_to_event(message: MessageLike) -> IncomingEvent:
@@ -173,14 +185,19 @@ def message_to_event(message: MessageLike) -> IncomingEvent:
     body = message.body
     if message.inferred and isinstance(body, bytes | memoryview):
         try:
-            return data_section_event(event_type, bytes(body), _content_type(message))
+            event = data_section_event(event_type, bytes(body), _content_type(message))
         except ValueError as exc:
             if isinstance(exc, BadMessage):
                 raise
             raise BadMessage("amqp:decode-error", f"the data section is not JSON: {exc}") from None
-    if message.inferred:
+    elif message.inferred:
         raise BadMessage("amqp:invalid-field", "amqp-sequence bodies are not supported")
-    return IncomingEvent(event_type, to_json(body))
+    else:
+        event = IncomingEvent(event_type, to_json(body))
+    properties = message.properties
+    if isinstance(properties, Mapping) and KEY_PROPERTY in properties:
+        return event._replace(key=properties[KEY_PROPERTY])
+    return event
 
 
 def _content_type(message: MessageLike) -> str:

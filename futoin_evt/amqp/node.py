@@ -25,7 +25,7 @@ from typing import Any, Final
 
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.rights import Right
-from ..domain.stream import EventRejected, StoredEvent, UserId, is_registrable
+from ..domain.stream import EventRejected, StoredEvent, UserId, check_event_key, is_registrable
 from ..domain.termini import KeptTermini
 from ..log.access import Refused
 from ..log.eventlog import EventLog
@@ -1011,8 +1011,12 @@ class ProducerLink:
             events = [message_to_event(message)]
         try:
             encoded = [stored_form(event) for event in events]
-            return self._destination(target, key).append_encoded(self._who, encoded)
-        except EventRejected as exc:  # not an event, or its type's schema refuses it
+            keys = [None if e.key is None else check_event_key(e.key) for e in events]
+            destination = self._destination(target, key)
+            if all(k is None for k in keys):
+                return destination.append_encoded(self._who, encoded)
+            return destination.append_encoded(self._who, encoded, keys)
+        except EventRejected as exc:  # not an event, a bad key, or its type's schema refuses it
             raise BadMessage(INVALID_FIELD, str(exc)) from None
 
     def _destination(self, target: str | None, key: str | None) -> EventLog:

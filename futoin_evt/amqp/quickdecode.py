@@ -1,8 +1,9 @@
 """Received message bytes to events in one pass, for the common messages.
 
 Producers send messages whose sections hold plain values: a ``properties`` section with a
-subject and perhaps a content type, and an ``amqp-value`` body of strings, numbers, booleans,
-nulls, lists and maps with string keys, or one ``data`` section. Decoding them into a
+subject and perhaps a content type, perhaps application properties (the producer's key of
+the event among them), and an ``amqp-value`` body of strings, numbers, booleans, nulls,
+lists and maps with string keys, or one ``data`` section. Decoding them into a
 :class:`~.engine.message.Message` builds an object for every section and value, which is most
 of a producer's cost. :func:`quick_event` reads such a message directly; for anything else
 (other value types, sequences, several data sections, a described descriptor of another
@@ -16,14 +17,14 @@ import math
 import struct
 from typing import Any, Final
 
-from .codec import DEFAULT_EVENT_TYPE, IncomingEvent, data_section_event
+from .codec import DEFAULT_EVENT_TYPE, KEY_PROPERTY, IncomingEvent, data_section_event
 
 _PROPERTIES: Final = 0x73
 _DATA: Final = 0x75
 _VALUE: Final = 0x77
-#: Sections skipped unread: header, delivery and message annotations, application
-#: properties, footer.
-_SKIPPED: Final = frozenset((0x70, 0x71, 0x72, 0x74, 0x78))
+_APPLICATION_PROPERTIES: Final = 0x74
+#: Sections skipped unread: header, delivery and message annotations, footer.
+_SKIPPED: Final = frozenset((0x70, 0x71, 0x72, 0x78))
 _MAX_DEPTH: Final = 64
 #: Width of the length (or size) field by the high nibble of a constructor, for skipping.
 _VARIABLE_WIDTH: Final = {0xA: 1, 0xB: 4, 0xC: 1, 0xD: 4, 0xE: 1, 0xF: 4}
@@ -67,6 +68,7 @@ def _event(raw: bytes) -> IncomingEvent:
     content_type: Any = None
     body: Any = None
     data: bytes | None = None
+    key: Any = None
     has_value = False
     position = 0
     while position < len(raw):
@@ -78,6 +80,9 @@ def _event(raw: bytes) -> IncomingEvent:
             position = _skip(raw, position)
         elif section == _PROPERTIES:
             subject, content_type, position = _properties(raw, position)
+        elif section == _APPLICATION_PROPERTIES:
+            properties, position = _map(raw, position, 0)
+            key = properties.get(KEY_PROPERTY)
         elif section == _VALUE and not has_value and data is None:
             body, position = _value(raw, position, 0)
             has_value = True
@@ -100,13 +105,14 @@ def _event(raw: bytes) -> IncomingEvent:
     if not isinstance(event_type, str) or not event_type:
         raise _Unusual
     if data is None:
-        return IncomingEvent(event_type, body)
+        return IncomingEvent(event_type, body, key=key)
     if content_type is not None and not isinstance(content_type, str):
         raise _Unusual
     try:
-        return data_section_event(event_type, data, content_type or "")
+        event = data_section_event(event_type, data, content_type or "")
     except ValueError:  # BadMessage too
         raise _Unusual from None  # proton's path words the refusal
+    return event if key is None else event._replace(key=key)
 
 
 def _properties(raw: bytes, position: int) -> tuple[Any, Any, int]:

@@ -33,6 +33,12 @@ def add_commands(commands: Commands) -> None:
     add_event = commands.add_parser("add", help="add an event through a running server")
     add_event.add_argument("type", help="event type, e.g. USER_CREATED")
     add_event.add_argument("data", help="event data as JSON")
+    add_event.add_argument(
+        "--key",
+        help="the producer's key of the event (1-64 of A-Z a-z 0-9 . _ : -): run again with "
+        "the same key within the server's dedup window, it stores nothing and prints the first "
+        "event's id",
+    )
     add_endpoint(add_event)
     add_event.set_defaults(run=_add_event)
 
@@ -89,7 +95,7 @@ async def _add_event(args: argparse.Namespace) -> int:
     except ValueError as exc:
         raise CliError(f"event data is not valid JSON: {exc}") from None
     async with connected_client(args) as client:
-        print(await client.add_event(args.type, data))
+        print(await client.add_event(args.type, data, args.key))
     return 0
 
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import dataclasses
 import gc
+import math
 import os
 import re
 import shutil
@@ -20,6 +21,7 @@ from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
 from ..console.config import DEFAULT_MAX_SESSIONS, ConsoleConfig
 from ..domain.rights import ANY_STREAM, Right
+from ..domain.stream import DEFAULT_DEDUP_WINDOW
 from ..log.aggregate import DEFAULT_LEASE_SECONDS, AggregateConfig
 from ..log.retention import RetentionConfig
 from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
@@ -176,6 +178,15 @@ def add_commands(commands: Commands) -> None:
     )
     keep.add_argument("--discard-interval", type=float, default=1.0, metavar="T")
     keep.add_argument(
+        "--dedup-window",
+        type=float,
+        default=DEFAULT_DEDUP_WINDOW,
+        metavar="T",
+        help="a producer's key of an event is remembered for T seconds per partition: an "
+        "addEvent with a key stored within T stores nothing and answers the first event's id "
+        "(0: keys are accepted and ignored)",
+    )
+    keep.add_argument(
         "--discard-dcb-events",
         action="store_true",
         help="discard events appended through DCB too (kept by default: they are the record)",
@@ -237,6 +248,8 @@ async def _serve(args: argparse.Namespace) -> int:
     for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
             raise BadSetting(f"--{name.replace('_', '-')} cannot be negative.")
+    if not 0 <= args.dedup_window < math.inf:
+        raise BadSetting("--dedup-window must be 0 or more seconds.")
     if args.discard_interval <= 0:
         raise BadSetting("--discard-interval must be above 0.")
     if not args.aggregate_lease > 0:
@@ -283,6 +296,7 @@ async def _serve(args: argparse.Namespace) -> int:
     config = ServerConfig(
         db=args.db,
         durability=Durability(args.durability.upper()),
+        dedup_window=args.dedup_window,
         pool=PoolLimits(size=args.pg_pool_size, timeout=args.pg_pool_timeout),
         transport=TransportConfig(
             host=args.host,

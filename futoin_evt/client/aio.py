@@ -32,6 +32,8 @@ log = logging.getLogger(__name__)
 CLIENT_MAX_FRAME_BYTES: Final = 9 * 1024 * 1024
 
 GEN: Final = "futoin.evt.gen:1.1"
+#: addEvent with a producer's key (an older server answers NotSupportedVersion).
+GEN_KEYED: Final = "futoin.evt.gen:1.2"
 POLL: Final = "futoin.evt.poll:1.1"
 OPS: Final = "futoinevt.ops:1.0"
 
@@ -208,8 +210,11 @@ class EventStreamClient:
         result = await self.ftn3.call(GEN, "ping", {"echo": echo})
         return int(result["echo"])
 
-    async def add_event(self, event_type: str, data: Any) -> int:
-        return int(await self.ftn3.call(GEN, "addEvent", {"type": event_type, "data": data}))
+    async def add_event(self, event_type: str, data: Any, key: str | None = None) -> int:
+        """The event's id. With ``key`` (1-64 of ``A-Za-z0-9._:-``, unique per event of
+        the producer): the first event's id when the server stored an event with that key
+        within its dedup window, so a retry after a lost reply stores nothing twice."""
+        return int(await self.ftn3.call(*add_event_call(event_type, data, key)))
 
     async def register_consumer(self, component: str, *, iface: str = POLL) -> bool:
         return bool(await self.ftn3.call(iface, "registerConsumer", {"component": component}))
@@ -224,6 +229,13 @@ class EventStreamClient:
     ) -> list[Event]:
         raw = await self.ftn3.call(iface, "pollEvents", poll_params(component, last_id, want))
         return [Event.from_wire(item) for item in raw]
+
+
+def add_event_call(event_type: str, data: Any, key: str | None) -> tuple[str, str, dict[str, Any]]:
+    """(iface, function, params) of an addEvent: through 1.2 only with a key."""
+    if key is None:
+        return GEN, "addEvent", {"type": event_type, "data": data}
+    return GEN_KEYED, "addEvent", {"type": event_type, "data": data, "key": key}
 
 
 def poll_params(component: str, last_id: int | None, want: Sequence[str] | None) -> dict[str, Any]:

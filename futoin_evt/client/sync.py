@@ -31,6 +31,7 @@ from .aio import (
     CommError,
     Event,
     RemoteError,
+    add_event_call,
     normalize_url,
     poll_params,
 )
@@ -100,8 +101,9 @@ class BlockingClient:
     def ping(self, echo: int = 1) -> int:
         return int(self.call(GEN, "ping", {"echo": echo})["echo"])
 
-    def add_event(self, event_type: str, data: Any) -> int:
-        return int(self.call(GEN, "addEvent", {"type": event_type, "data": data}))
+    def add_event(self, event_type: str, data: Any, key: str | None = None) -> int:
+        """As :meth:`~futoin_evt.client.aio.EventStreamClient.add_event`."""
+        return int(self.call(*add_event_call(event_type, data, key)))
 
     def register_consumer(self, component: str, *, iface: str = POLL) -> bool:
         return bool(self.call(iface, "registerConsumer", {"component": component}))

@@ -19,6 +19,12 @@ UserId = NewType("UserId", int)
 LIVE_COMPONENT: Final = Component("LIVE")
 MAX_EVENTS_PER_CALL: Final = 1000
 EVENT_TYPE_RE: Final = re.compile(r"^[A-Z_]{1,16}\Z")
+#: A producer's key of an event (``futoin.evt.gen`` 1.2 ``addEvent``): within the dedup
+#: window of the partition, an append with a key already stored stores nothing and answers
+#: the first event's id.
+EVENT_KEY_RE: Final = re.compile(r"^[A-Za-z0-9._:-]{1,64}\Z")
+#: Seconds a key is remembered by default (``serve --dedup-window``; 0: keys are ignored).
+DEFAULT_DEDUP_WINDOW: Final = 120.0
 
 #: Room in a 64 KiB message for an event's id, type, ts and the reply envelope around it.
 _EVENT_ENVELOPE_BYTES: Final = 256
@@ -41,6 +47,15 @@ def encode_event_data(event_type: str, data: Any) -> str:
     if len(text) > MAX_EVENT_DATA_BYTES // 4 and len(text.encode()) > MAX_EVENT_DATA_BYTES:
         raise EventRejected(f"event data exceeds {MAX_EVENT_DATA_BYTES} bytes")
     return text
+
+
+def check_event_key(key: Any) -> str:
+    """``key`` when it is one (see :data:`EVENT_KEY_RE`); EventRejected else."""
+    if not isinstance(key, str) or EVENT_KEY_RE.match(key) is None:
+        raise EventRejected(
+            f"invalid event key: {quote_input(key, 70)} (1-64 of A-Z a-z 0-9 . _ : -)"
+        )
+    return key
 
 
 def utc_timestamp(epoch_seconds: float | None = None) -> str:

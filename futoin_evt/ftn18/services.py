@@ -38,11 +38,13 @@ class GenService:
         self._log = events
 
     def add_event(self, ctx: CallContext[Principal], params: dict[str, Any]) -> Pending:
-        """The reply (the id as a string) goes out once the event is durable."""
+        """The reply (the id as a string) goes out once the event is durable; with a key
+        (1.2), the first event's id when that key is known (see :meth:`EventLog.append`)."""
         try:
-            return Pending(
-                self._log.append(ctx.principal, params["type"], params["data"]), _id_json
+            appended = self._log.append(
+                ctx.principal, params["type"], params["data"], params.get("key")
             )
+            return Pending(appended, _id_json)
         except (EventRejected, NotWritable) as exc:  # aggregated: only its copying adds events
             raise FTN3Error(INVALID_REQUEST, str(exc)) from None
 

@@ -8,6 +8,7 @@ and types of what it ``inherit``s and ``imports``; types compile to JSON Schema 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -47,6 +48,9 @@ class ParamSpec:
     default: Any = _MISSING
     #: Strings that passed the validator already; checked again only when the memo is full.
     valid_strings: set[str] = field(default_factory=set, compare=False, repr=False)
+    #: For a type that is a string matching a regex and nothing else: the regex, which
+    #: checks a string without the validator (values that never repeat, such as keys).
+    pattern: re.Pattern[str] | None = None
 
     @property
     def optional(self) -> bool:
@@ -58,7 +62,10 @@ class ParamSpec:
         if type(value) is str:
             if value in self.valid_strings:
                 return True
-            if not self.validator.is_valid(value):
+            if self.pattern is not None:
+                if self.pattern.search(value) is None:
+                    return False
+            elif not self.validator.is_valid(value):
                 return False
             if len(self.valid_strings) < _VALID_STRINGS_MEMO:
                 self.valid_strings.add(value)
@@ -243,7 +250,8 @@ class IfaceRegistry:
                 pdef = {"type": pdef}
             validator = compiler.validator(pdef["type"])
             default = pdef.get("default", _MISSING)
-            params[param_name] = ParamSpec(param_name, validator, default)
+            pattern = compiler.string_pattern(pdef["type"])
+            params[param_name] = ParamSpec(param_name, validator, default, pattern=pattern)
         result = func.get("result")
         result_validator: Validator | None = None
         if isinstance(result, dict):

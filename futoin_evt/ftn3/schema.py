@@ -88,6 +88,13 @@ class TypeCompiler:
         validator: Validator = _FTN3Validator(schema)
         return validator
 
+    def string_pattern(self, ref: Any) -> re.Pattern[str] | None:
+        """The regex of a type that is a string matching it and nothing else; else None."""
+        schema = self.schema(ref)
+        if schema.keys() == {"type", "pattern"} and schema["type"] == "string":
+            return js_regex(schema["pattern"])
+        return None
+
     def map_validator(self, fields: dict[str, Any]) -> Validator:
         """A result given as a map of fields: all present, nothing else."""
         schema = self._fields_schema(fields)

@@ -30,6 +30,7 @@ from ..domain.stream import (
     EventId,
     StoredEvent,
     UserId,
+    check_event_key,
     encode_event_data,
     utc_timestamp,
 )
@@ -94,30 +95,44 @@ class EventLog:
 
     # -- appends ----------------------------------------------------------------------------
 
-    def append(self, who: Principal, event_type: str, data: Any) -> asyncio.Future[EventId]:
-        """Queue one event; the future gets its id once it is durable.
+    def append(
+        self, who: Principal, event_type: str, data: Any, key: str | None = None
+    ) -> asyncio.Future[EventId]:
+        """Queue one event; the future gets its id once it is durable. With the producer's
+        ``key``: the first event's id when one with that key is stored or being stored
+        within the dedup window (see :meth:`~futoin_evt.storage.base.EventLog.submit_append`).
 
         Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an
-        event (or its type's schema refuses it), :class:`NotWritable` for an aggregated stream.
+        event (a bad key included; or its type's schema refuses it), :class:`NotWritable`
+        for an aggregated stream.
         """
         self.guard.write(who)
+        checked_key = None if key is None else check_event_key(key)
         data_json = encode_event_data(event_type, data)
         schema = self._schema_of(self._stream, event_type)
         if schema is not None:
             schema.check(event_type, data)
-        return self._store.submit_append(event_type, data_json)
+        if checked_key is None:
+            return self._store.submit_append(event_type, data_json)
+        return self._store.submit_append(event_type, data_json, None, checked_key)
 
     def append_encoded(
-        self, who: Principal, events: list[tuple[str, str, str | None]]
+        self,
+        who: Principal,
+        events: list[tuple[str, str, str | None]],
+        keys: list[str | None] | None = None,
     ) -> asyncio.Future[Any]:
         """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
         order; the future is done once all of them are durable. They are stored in one
-        transaction, all or none: one its type's schema refuses stores none."""
+        transaction, all or none (one its type's schema refuses stores none), but for those
+        whose producer's key (``keys``, one per event) is known: see :meth:`append`."""
         self.guard.write(who)
+        if keys is not None:
+            keys = [None if key is None else check_event_key(key) for key in keys]
         self._check_encoded([(event[0], event[1]) for event in events])
         if len(events) == 1:
-            return self._store.submit_append(*events[0])
-        return self._store.submit_appends(events)
+            return self._store.submit_append(*events[0], keys[0] if keys else None)
+        return self._store.submit_appends(events, keys)
 
     async def dcb_append(
         self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None

@@ -30,6 +30,11 @@ time (PostgreSQL: a per-partition try-lock per chunk; SQLite: its one writer), a
 chunk's transaction bounds the deletion by the lowest position it reads itself, so two
 processes never delete what a consumer has not acknowledged, and each counts only what it
 deleted.
+
+The same turns forget the producers' keys of events older than the dedup window (of every
+partition at once, oldest first, in chunks of ``chunk`` within the turn's
+``chunks_per_turn``), in the discarding process only; a key is stored with its event, so
+this keeps their number to what the window holds.
 """
 
 from __future__ import annotations
@@ -38,14 +43,14 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
 from ..domain.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
 from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ..domain.stream import UserId, utc_timestamp
-from ..storage.base import Consumers, DiscardLimits, Retention
+from ..storage.base import Consumers, DiscardLimits, Keys, Retention
 
 log = logging.getLogger(__name__)
 
@@ -54,8 +59,9 @@ class RetentionLog(Retention, Consumers, Protocol):
     """One partition's discarding and consumers."""
 
 
-class RetentionStore(Protocol):
-    """Where the partitions' logs are, and the kept AMQP link termini."""
+class RetentionStore(Keys, Protocol):
+    """Where the partitions' logs are, the producers' keys of every partition, and the kept
+    AMQP link termini."""
 
     def partition_log(self, partition: Partition) -> RetentionLog: ...
 
@@ -168,6 +174,8 @@ class Discarder:
         self._next_key = 0
         #: When the expired termini were purged last (monotonic clock).
         self._purged_at: float | None = None
+        #: Producers' keys forgotten by this process's turns since it started.
+        self.keys_forgotten = 0
         self._task: asyncio.Task[None] | None = None
 
     def with_config(self, config: RetentionConfig) -> Discarder:
@@ -259,6 +267,8 @@ class Discarder:
             chunks -= used
             if chunks <= 0:
                 break
+        if self._discarding and chunks > 0:
+            self.keys_forgotten += await self.forget_keys(chunks)
         return deleted
 
     async def _purge_termini(self) -> None:
@@ -272,6 +282,11 @@ class Discarder:
         purged = await self._store.purge_termini()
         if purged:
             log.debug("purged %d expired AMQP link termini", purged)
+
+    async def forget_keys(self, max_chunks: int | None = None) -> int:
+        """Delete keys older than the dedup window, in at most ``max_chunks`` chunks."""
+        forgotten, _chunks = await self._in_chunks(self._store.forget_keys, max_chunks)
+        return forgotten
 
     def _forget_dropped(self, partitions: list[Partition]) -> None:
         if self.discarded.keys() - set(partitions):
@@ -293,19 +308,14 @@ class Discarder:
     async def _discard(self, partition: Partition, max_chunks: int | None) -> tuple[int, int]:
         """(events deleted, chunks tried) in at most ``max_chunks`` chunks."""
         bound = await self.bound(partition)
+        if not bound:
+            return 0, 0
         partition_log = self._store.partition_log(partition)
-        deleted = chunks = 0
-        pause_per_busy = (1 - self.config.duty) / self.config.duty
-        while bound and (max_chunks is None or chunks < max_chunks):
-            started = time.monotonic()
-            count = await partition_log.delete_events(
-                bound, self.config.chunk, dcb_events=self.config.discard_dcb_events
-            )
-            chunks += 1
-            deleted += count
-            if count < self.config.chunk:
-                break
-            await asyncio.sleep((time.monotonic() - started) * pause_per_busy)
+        dcb_events = self.config.discard_dcb_events
+        deleted, chunks = await self._in_chunks(
+            lambda chunk: partition_log.delete_events(bound, chunk, dcb_events=dcb_events),
+            max_chunks,
+        )
         if deleted:
             self.discarded[partition] = self.discarded.get(partition, 0) + deleted
             log.debug("%s: discarded %d events up to id %d", partition, deleted, bound)
@@ -318,6 +328,23 @@ class Discarder:
                     upToId=bound,
                     reason="retention policy",
                 )
+        return deleted, chunks
+
+    async def _in_chunks(
+        self, delete: Callable[[int], Awaitable[int]], max_chunks: int | None
+    ) -> tuple[int, int]:
+        """(rows deleted, chunks tried): ``delete(chunk)`` until it deletes fewer than a
+        chunk, or ``max_chunks`` times, pausing between chunks for the duty's share."""
+        deleted = chunks = 0
+        pause_per_busy = (1 - self.config.duty) / self.config.duty
+        while max_chunks is None or chunks < max_chunks:
+            started = time.monotonic()
+            count = await delete(self.config.chunk)
+            chunks += 1
+            deleted += count
+            if count < self.config.chunk:
+                break
+            await asyncio.sleep((time.monotonic() - started) * pause_per_busy)
         return deleted, chunks
 
     async def expire_consumers(self, partition: Partition = DEFAULT_PARTITION) -> None:

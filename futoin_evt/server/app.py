@@ -18,6 +18,7 @@ from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
 from ..domain.management import ManagementBus
 from ..domain.sessions import ConsoleSessionStore
+from ..domain.stream import DEFAULT_DEDUP_WINDOW
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.doors import PartitionDoors
@@ -54,7 +55,7 @@ log = logging.getLogger(__name__)
 #: Iface versions served, each with its own limits (poll 1.0 replies within 64 KiB, 1.1 8 MiB).
 SERVED_IFACES: Final = {
     "futoin.ping": ("1.0",),
-    "futoin.evt.gen": ("1.0", "1.1"),
+    "futoin.evt.gen": ("1.0", "1.1", "1.2"),
     "futoin.evt.poll": ("1.0", "1.1"),
     "futoin.evt.push": ("1.0", "1.1"),
     "futoinevt.ops": ("1.0",),
@@ -71,6 +72,8 @@ class ServerConfig:
     #: A SQLite file path, or a ``postgresql://`` URL.
     db: str | Path = DEFAULT_DB
     durability: Durability = Durability.FULL
+    #: Seconds a producer's key of an event is remembered per partition (0: keys ignored).
+    dedup_window: float = DEFAULT_DEDUP_WINDOW
     #: PostgreSQL's pool: its size, and how long a call waits for a connection.
     pool: PoolLimits = DEFAULT_POOL
     transport: TransportConfig = field(default_factory=TransportConfig)
@@ -289,7 +292,12 @@ class EventServer:
         # by another worker goes unheard.
         channel = PeerChannel(config.worker) if config.worker is not None else None
         try:
-            store = await open_store(config.db, durability=config.durability, pool=config.pool)
+            store = await open_store(
+                config.db,
+                durability=config.durability,
+                pool=config.pool,
+                dedup_window=config.dedup_window,
+            )
         except BaseException:
             if channel is not None:
                 channel.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Final
 
+from ..domain.stream import DEFAULT_DEDUP_WINDOW
 from .base import DEFAULT_POOL, Durability, PoolLimits, Store, StoreUnavailable
 
 POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
@@ -15,10 +16,16 @@ def is_postgres_url(db: str | Path) -> bool:
 
 
 async def open_store(
-    db: str | Path, *, durability: Durability = Durability.FULL, pool: PoolLimits = DEFAULT_POOL
+    db: str | Path,
+    *,
+    durability: Durability = Durability.FULL,
+    pool: PoolLimits = DEFAULT_POOL,
+    dedup_window: float = DEFAULT_DEDUP_WINDOW,
 ) -> Store:
     """Open (and create or migrate) the store ``db`` names: a ``postgresql://`` or
     ``postgres://`` URL for PostgreSQL (with ``pool``), anything else a SQLite file path.
+    ``dedup_window``: seconds a producer's key of an event is remembered (0: keys are
+    ignored; see :meth:`~.base.EventLog.submit_append`).
 
     Raises :class:`~.base.StoreUnavailable` (one sentence) when it cannot be opened.
     """
@@ -29,7 +36,9 @@ async def open_store(
             raise StoreUnavailable(
                 "a PostgreSQL database needs the driver: pip install 'futoin-evt[postgres]'"
             ) from None
-        return await PostgresStore.open(str(db), durability=durability, pool=pool)
+        return await PostgresStore.open(
+            str(db), durability=durability, pool=pool, dedup_window=dedup_window
+        )
     from .sqlite import SqliteStore
 
-    return await SqliteStore.open(db, durability=durability)
+    return await SqliteStore.open(db, durability=durability, dedup_window=dedup_window)

@@ -50,7 +50,7 @@ from ..stats import WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 12
+SCHEMA_VERSION: Final = 13
 
 
 class StoreError(Exception):
@@ -218,16 +218,29 @@ class EventLog(Protocol):
         Cancelling the caller does not cancel the write."""
 
     def submit_append(
-        self, event_type: str, data_json: str, content_type: str | None = None
+        self,
+        event_type: str,
+        data_json: str,
+        content_type: str | None = None,
+        key: str | None = None,
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable. ``content_type``: the
-        event came as an AMQP ``data`` section with this content type (see :data:`EventRow`)."""
+        event came as an AMQP ``data`` section with this content type (see :data:`EventRow`).
+
+        ``key`` (checked already): within :attr:`Keys.dedup_window` of this partition, when
+        an event with that key is stored (by any process) or being stored (by this one),
+        nothing is stored and the future gets the first event's id. The check is part of
+        the commit. With no window the key is ignored."""
 
     def submit_appends(
-        self, events: Sequence[tuple[str, str, str | None]]
+        self,
+        events: Sequence[tuple[str, str, str | None]],
+        keys: Sequence[str | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events (type, data JSON, content type) that are stored together or not at
-        all: one transaction holds them all (a group commit never splits them)."""
+        all: one transaction holds them all (a group commit never splits them). ``keys``:
+        one per event, as :meth:`submit_append` takes it (an event whose key is known is
+        left out of the transaction and answered with the first event's id)."""
 
     async def read_events(
         self,
@@ -408,6 +421,18 @@ class Retention(Protocol):
     async def id_before(self, ts: str) -> int | None:
         """The newest id before the first event at or after ``ts``; None when that is the
         oldest retained event (or there are none)."""
+
+
+class Keys(Protocol):
+    """Producers' keys of events (see :meth:`EventLog.submit_append`), store-wide."""
+
+    @property
+    def dedup_window(self) -> float:
+        """Seconds a key is remembered in each partition (0: keys are ignored)."""
+
+    async def forget_keys(self, limit: int) -> int:
+        """Delete at most ``limit`` of the oldest keys older than the window (of every
+        partition, dropped ones included); how many went."""
 
 
 class Users(Protocol):
@@ -621,6 +646,7 @@ class Store(
     PartitionLog,
     Streams,
     Aggregates,
+    Keys,
     Users,
     Grants,
     Schemas,

@@ -11,6 +11,7 @@ import sqlite3
 from typing import Final
 
 from .base import migrations_to_run
+from .dedup import KEYS_VERSION
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from .schemas_sql import SCHEMAS_VERSION, tables_sql
 from .sessions_sql import SESSIONS_VERSION
@@ -227,6 +228,20 @@ CREATE INDEX IF NOT EXISTS console_sessions_by_used ON console_sessions (used);
 CREATE INDEX IF NOT EXISTS console_sessions_by_user ON console_sessions (user_id)
 """
 
+#: Producers' keys of events (:mod:`.dedup`), per partition: the first event's
+#: id and when it was stored (ms since the epoch), forgotten after the dedup window, oldest
+#: first (by rowid: see :mod:`.sqlite_keys`). Keys of a dropped stream's partitions go the
+#: same way (partition keys are never reused).
+_KEYS: Final = """
+CREATE TABLE IF NOT EXISTS dedup_keys (
+    partition_key INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS dedup_keys_by_key ON dedup_keys (partition_key, key)
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -241,6 +256,7 @@ MIGRATIONS: Final = {
     # the schema registry (:mod:`.schemas_sql`)
     SCHEMAS_VERSION: ";\n".join(tables_sql(postgres=False)),
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
+    KEYS_VERSION: _KEYS,
 }
 
 

@@ -53,10 +53,10 @@ from ..domain.partition import (
     check_stream_name,
 )
 from ..domain.schemas import SchemaRow
-from ..domain.stream import EventId, UserId, event_json, utc_timestamp
+from ..domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import WriteStats
-from . import grants_sql, groups_sql, schemas_sql
+from . import grants_sql, groups_sql, schemas_sql, sqlite_keys
 from .aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -93,6 +93,7 @@ from .dcb_sql import (
     stored_event,
     stored_retry,
 )
+from .dedup import PendingKeys, Queued, plan_appends, window_ms
 from .head import ClaimWatch, HeadWatch
 from .pages import (
     PagedReads,
@@ -174,6 +175,9 @@ class _Append:
     tables: Tables = DEFAULT_TABLES
     #: The next queued append belongs with this one: they are committed together.
     joined: bool = False
+    #: The producer's key (see :mod:`.dedup`), and who answers the appends that follow it.
+    key: str | None = None
+    pending: PendingKeys | None = None
 
 
 @dataclass(slots=True)
@@ -277,6 +281,8 @@ class SqlitePartitionLog(PagedReads):
         self.head = HeadWatch()
         #: Other processes' claims of a consumer: only those of peer workers (join_peers).
         self.claims = ClaimWatch()
+        #: Keys of this partition's appends in flight.
+        self._keys = PendingKeys()
         if partition.key:
             self.recent = RecentEvents(
                 DEFAULT_CAPACITY // _PARTITION_RING_DIVISOR,
@@ -308,35 +314,58 @@ class SqlitePartitionLog(PagedReads):
         return await self.submit_append(event_type, data_json)
 
     def submit_append(
-        self, event_type: str, data_json: str, content_type: str | None = None
+        self,
+        event_type: str,
+        data_json: str,
+        content_type: str | None = None,
+        key: str | None = None,
     ) -> asyncio.Future[EventId]:
-        """Queue one event; the future gets its id once it is durable."""
-        if self._retired:
-            raise StoreClosed(f"the stream {self.partition.stream} was dropped")
-        if self._aggregate_of is not None:
-            raise NotWritable(self.partition, self._aggregate_of)
+        """Queue one event; the future gets its id once it is durable (the first event's,
+        for a key known within the window)."""
+        self._check_writable()
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
+        if key is None or not self._store._dedup_ms:
+            self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
+        elif not self._keys.follows(key, future):
+            self._store._enqueue(
+                _Append(
+                    event_type,
+                    data_json,
+                    future,
+                    content_type,
+                    self._tables,
+                    False,
+                    key,
+                    self._keys,
+                )
+            )
         return future
 
     def submit_appends(
-        self, events: Sequence[tuple[str, str, str | None]]
+        self,
+        events: Sequence[tuple[str, str, str | None]],
+        keys: Sequence[str | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events that are committed together or not at all."""
+        self._check_writable()
+        queued, answers = plan_appends(self._keys if self._store._dedup_ms else None, events, keys)
+        self._enqueue_planned(queued)
+        return asyncio.gather(*answers)
+
+    def _enqueue_planned(self, queued: list[Queued]) -> None:
+        for (event_type, data_json, content_type), future, key, joined in queued:
+            pending = self._keys if key is not None else None
+            self._store._enqueue(
+                _Append(
+                    event_type, data_json, future, content_type, self._tables, joined, key, pending
+                )
+            )
+
+    def _check_writable(self) -> None:
         if self._retired:
             raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
-        loop = asyncio.get_running_loop()
-        futures: list[asyncio.Future[EventId]] = []
-        last = len(events) - 1
-        for index, (event_type, data_json, content_type) in enumerate(events):
-            future: asyncio.Future[EventId] = loop.create_future()
-            futures.append(future)
-            self._store._enqueue(
-                _Append(event_type, data_json, future, content_type, self._tables, index < last)
-            )
-        return asyncio.gather(*futures)
 
     async def _page(
         self, sql: str, params: Sequence[Any], max_bytes: int, data_as_text: bool
@@ -690,8 +719,12 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         reader: SqliteReader,
         peek: sqlite3.Connection,
         durability: Durability = Durability.FULL,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> None:
         self.path = path
+        #: Seconds a producer's key is remembered (0: keys are ignored), and in milliseconds.
+        self.dedup_window = dedup_window
+        self._dedup_ms = window_ms(dedup_window)
         #: A lone write commits on the event loop (no fsync per commit at NORMAL).
         self._inline = durability is Durability.NORMAL
         #: The writer's busy timeout as last set (inline commits set 0, the thread's 10 s).
@@ -727,8 +760,13 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
 
     @classmethod
     async def open(
-        cls, path: str | Path, *, durability: Durability = Durability.FULL
+        cls,
+        path: str | Path,
+        *,
+        durability: Durability = Durability.FULL,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> SqliteStore:
+        window_ms(dedup_window)  # ValueError before anything is opened
         path = Path(path)
         write_thread = WorkerThread("futoin-evt-writer")
         try:
@@ -752,7 +790,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
             await write_thread.run(writer.close)
             write_thread.stop()
             raise
-        store = cls(path, writer, write_thread, reader, peek, durability)
+        store = cls(path, writer, write_thread, reader, peek, durability, dedup_window)
         store.head.advance(await store.newest_event_id())
         return store
 
@@ -909,6 +947,18 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         rows = await self._reader.fetchall(sql, [] if user_id is None else [user_id])
         return {int(key): int(count) for key, count in rows}
 
+    # -- producers' keys ------------------------------------------------------------------------
+
+    async def forget_keys(self, limit: int) -> int:
+        """One chunk, in the writer's queue (it holds the file's write lock briefly), when
+        the reader finds a key to forget: most turns find none and write nothing."""
+        cutoff_ms = int(time.time() * 1000) - self._dedup_ms
+        oldest = await self._reader.fetchall(sqlite_keys.OLDEST_SQL)
+        if not oldest or oldest[0][0] >= cutoff_ms:
+            return 0
+        count: int = await self._submit(_forget_keys_sync, cutoff_ms, limit)
+        return count
+
     # -- the Event Hubs checkpoint store ------------------------------------------------------
 
     async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
@@ -1053,24 +1103,25 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
                 results = await self._commit(batch)
             except Exception as exc:
                 log.error("commit of %d writes failed: %s", len(batch), exc)
-                for item in batch:
-                    if not item.future.done():
-                        item.future.set_exception(exc)
-                continue
+                results = [exc] * len(batch)
             for item, result in zip(batch, results, strict=True):
-                if item.future.done():
-                    continue
-                if isinstance(result, Exception):
-                    item.future.set_exception(result)
-                else:
-                    item.future.set_result(result)
+                if not item.future.done():
+                    if isinstance(result, Exception):
+                        item.future.set_exception(result)
+                    else:
+                        item.future.set_result(result)
+                if type(item) is _Append and item.pending is not None:
+                    assert item.key is not None
+                    item.pending.answered(item.key, result)
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
         started = time.perf_counter()
         done = self._commit_inline(batch) if self._inline else None
         if done is None:
             await self._set_busy_timeout(_BUSY_TIMEOUT_MS)
-            done = await self._write_thread.run(_commit_sync, self._writer, batch, self._turns)
+            done = await self._write_thread.run(
+                _commit_sync, self._writer, batch, self._turns, self._dedup_ms
+            )
         ts, inserted, results = done
         seconds = time.perf_counter() - started
         stats = self.write_stats
@@ -1111,7 +1162,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
                 _pragma(self._writer, "busy_timeout=0")
                 self._busy_ms = 0
             try:
-                return _commit_in_turn(self._writer, batch)
+                return _commit_in_turn(self._writer, batch, self._dedup_ms)
             except sqlite3.OperationalError as exc:
                 if exc.sqlite_errorcode & 0xFF not in _BUSY_CODES or self._writer.in_transaction:
                     raise
@@ -1340,6 +1391,10 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
     if durability is Durability.NORMAL:  # the writer checkpoints on its thread instead
         conn.execute("PRAGMA wal_autocheckpoint=0")
     conn.execute("PRAGMA foreign_keys=ON")
+    # A statement that may fail half-way (a multi-row insert under a unique index: the keys
+    # of events) and a savepoint keep what they would undo in a sub-journal: in memory, not
+    # in a temporary file opened, written and deleted for each commit.
+    conn.execute("PRAGMA temp_store=MEMORY")
     return conn
 
 
@@ -1381,22 +1436,22 @@ _BUSY_CODES: Final = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 def _commit_sync(
-    conn: sqlite3.Connection, batch: list[_Write], turns: int | None = None
+    conn: sqlite3.Connection, batch: list[_Write], turns: int | None = None, dedup_ms: int = 0
 ) -> tuple[str, dict[int, _Inserted], list[Any]]:
     """:func:`_commit_in_turn`, holding the workers' turn lock (``turns``, a file
     descriptor) when given: a worker waiting for another's commit wakes as it ends, rather
     than after SQLite's busy handler sleeps (1, 2, 5, 10 ms and more between tries)."""
     if turns is None:
-        return _commit_in_turn(conn, batch)
+        return _commit_in_turn(conn, batch, dedup_ms)
     fcntl.flock(turns, fcntl.LOCK_EX)
     try:
-        return _commit_in_turn(conn, batch)
+        return _commit_in_turn(conn, batch, dedup_ms)
     finally:
         fcntl.flock(turns, fcntl.LOCK_UN)
 
 
 def _commit_in_turn(
-    conn: sqlite3.Connection, batch: list[_Write]
+    conn: sqlite3.Connection, batch: list[_Write], dedup_ms: int = 0
 ) -> tuple[str, dict[int, _Inserted], list[Any]]:
     """One transaction on the writer thread, the writes in queue order; the appends of a run
     of appends go in multi-row INSERTs, one group per partition (appends to different
@@ -1406,7 +1461,8 @@ def _commit_in_turn(
     (id, type, data) in id order (one writer holds the lock, so AUTOINCREMENT gives
     consecutive ids), and each write's result: an id, a statement's rows, a command's
     result, or the exception that failed that write alone (an IntegrityError, a refused
-    command, a partition dropped meanwhile).
+    command, a partition dropped meanwhile). An append whose key is stored within
+    ``dedup_ms`` gets the stored id (see :mod:`.dedup`).
     """
     ts = utc_timestamp()
     inserted: dict[int, _Inserted] = {}
@@ -1425,7 +1481,7 @@ def _commit_in_turn(
                     by_partition.setdefault(append.tables.key, []).append((index, append))
                     index += 1
                 for placed in by_partition.values():
-                    _append_run(conn, ts, placed, inserted, results)
+                    _append_run(conn, ts, placed, inserted, results, dedup_ms)
                 continue
             if isinstance(item, _DcbAppend):
                 dcb_by_partition: dict[int, list[tuple[int, _DcbAppend]]] = {}
@@ -1469,18 +1525,16 @@ def _append_run(
     placed: list[tuple[int, _Append]],
     inserted: dict[int, _Inserted],
     results: list[Any],
+    dedup_ms: int = 0,
 ) -> None:
     """Appends to one partition, with their places in the batch. Outside ``events``/0 (which
     always exists) they go in a savepoint: a partition dropped while appends to it were
     queued fails them alone."""
     tables = placed[0][1].tables
-    appends = [append for _, append in placed]
-    run = [(a.type, a.data) for a in appends]
     if tables.key:
         conn.execute("SAVEPOINT appends")
         try:
-            first_id = _insert_events(conn, tables.events, run, ts)
-            _keep_content_types(conn, tables.events, first_id, appends)
+            stored, first_id = _insert_run(conn, ts, tables, placed, dedup_ms, results)
         except sqlite3.OperationalError as exc:
             conn.execute("ROLLBACK TO appends")
             conn.execute("RELEASE appends")
@@ -1489,12 +1543,64 @@ def _append_run(
             return
         conn.execute("RELEASE appends")
     else:
-        first_id = _insert_events(conn, tables.events, run, ts)
-        _keep_content_types(conn, tables.events, first_id, appends)
+        stored, first_id = _insert_run(conn, ts, tables, placed, dedup_ms, results)
     events = inserted.setdefault(tables.key, [])
-    for offset, ((index, _), (event_type, data)) in enumerate(zip(placed, run, strict=True)):
-        events.append((first_id + offset, event_type, data))
+    for offset, (index, append) in enumerate(stored):
+        events.append((first_id + offset, append.type, append.data))
         results[index] = EventId(first_id + offset)
+
+
+def _insert_run(
+    conn: sqlite3.Connection,
+    ts: str,
+    tables: Tables,
+    placed: list[tuple[int, _Append]],
+    dedup_ms: int,
+    results: list[Any],
+) -> tuple[list[tuple[int, _Append]], int]:
+    """Insert a run's events, and their keys; those inserted and the first new id (the rest
+    follow it). An append whose key is stored since the window's start gets the stored id
+    in ``results`` and inserts nothing (a key stored before is taken over): see
+    :mod:`.sqlite_keys`."""
+    appends = [append for _, append in placed]
+    if all(a.key is None for a in appends):
+        first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+        _keep_content_types(conn, tables.events, first_id, appends)
+        return placed, first_id
+    now_ms = int(time.time() * 1000)
+    key_list = [a.key for a in appends]
+    keys, count = sqlite_keys.run_keys(key_list), len(key_list) - key_list.count(None)
+    first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+    if sqlite_keys.insert_new(conn, tables.key, first_id, now_ms, keys, count):
+        _keep_content_types(conn, tables.events, first_id, appends)
+        return placed, first_id
+    # A key is stored: undo the run (its events are the newest ids, its keys those of
+    # them), then look the keys up and insert the rest. Without a savepoint, whose two
+    # statements every keyed commit would pay.
+    sqlite_keys.undo_new(conn, tables.key, keys, first_id)
+    conn.execute(f"DELETE FROM {tables.events} WHERE id >= ?", (first_id,))
+    conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (first_id - 1, tables.events))
+    known = sqlite_keys.stored(conn, tables.key, keys, now_ms - dedup_ms)
+    for index, append in placed:
+        if append.key in known:
+            results[index] = EventId(known[append.key])
+    placed = [(index, a) for index, a in placed if a.key not in known]
+    if not placed:
+        return placed, 0
+    appends = [append for _, append in placed]
+    first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+    _keep_content_types(conn, tables.events, first_id, appends)
+    sqlite_keys.take_over(
+        conn, tables.key, first_id, now_ms, sqlite_keys.run_keys([a.key for a in appends])
+    )
+    return placed, first_id
+
+
+def _forget_keys_sync(
+    conn: sqlite3.Connection, _ts: str, cutoff_ms: int, limit: int
+) -> tuple[int, _Inserted]:
+    """One chunk of :meth:`SqliteStore.forget_keys`."""
+    return sqlite_keys.forget(conn, cutoff_ms, limit), []
 
 
 def _insert_events(

@@ -12,6 +12,8 @@ from typing import Final
 import psycopg
 
 from ..base import migrations_to_run
+from ..dedup import KEYS_VERSION
+from ..dedup import TABLE as KEYS_TABLE
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..schemas_sql import SCHEMAS_VERSION, tables_sql
 from ..sessions_sql import SESSIONS_VERSION
@@ -238,6 +240,30 @@ _CONSOLE_SESSIONS: Final = (
     "CREATE INDEX IF NOT EXISTS console_sessions_by_user ON console_sessions (user_id)",
 )
 
+_KEYS: Final = (
+    # Producers' keys of events (..dedup), per partition: the first event's id and when it
+    # was stored (ms since the epoch, the database's clock), forgotten after the dedup
+    # window. Keys of a dropped stream's partitions go the same way (keys are never reused).
+    """CREATE TABLE IF NOT EXISTS dedup_keys (
+        partition_key BIGINT NOT NULL,
+        key TEXT COLLATE "C" NOT NULL,
+        event_id BIGINT NOT NULL,
+        at BIGINT NOT NULL,
+        PRIMARY KEY (partition_key, key)
+    )""",
+    "CREATE INDEX IF NOT EXISTS dedup_keys_by_at ON dedup_keys (at)",
+    # Fails a keyed append that found a key stored meanwhile (see keyed_append_sql).
+    """CREATE OR REPLACE FUNCTION futoin_evt_keys_checked(ok boolean) RETURNS boolean
+        LANGUAGE plpgsql VOLATILE AS $$
+        BEGIN
+            IF NOT ok THEN
+                RAISE EXCEPTION 'a key of the batch was stored by another transaction meanwhile'
+                    USING ERRCODE = 'serialization_failure';
+            END IF;
+            RETURN ok;
+        END $$""",
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -252,6 +278,7 @@ MIGRATIONS: Final = {
     # the schema registry (:mod:`..schemas_sql`)
     SCHEMAS_VERSION: tables_sql(postgres=True),
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
+    KEYS_VERSION: _KEYS,
 }
 
 
@@ -376,6 +403,72 @@ def combined_append_sql(parts: Sequence[tuple[int, bool]]) -> str:
             f" (SELECT {_notify_newest(key, f'a{n}')} HAVING COUNT(*) > 0)"
         )
     return "".join(sql) + " SELECT " + ", ".join(results)
+
+
+#: The database's clock as ms since the epoch (at the transaction's start): when keys are
+#: stored, and what the window of keys counts from.
+NOW_MS: Final = "(extract(epoch FROM now()) * 1000)::bigint"
+
+
+#: SQLSTATE of :data:`KEYS_RACED`'s error (serialization_failure: a concurrent commit).
+KEYS_RACED_STATE: Final = "40001"
+#: Raises when its argument is false: a batch's keys found stored by a commit the
+#: statement's snapshot did not see (the statement is undone, and tried again).
+KEYS_RACED: Final = "futoin_evt_keys_checked"
+
+
+def keyed_append_sql(key: int) -> str:
+    """A batch of appends with producers' keys to partition ``key`` (see :mod:`..dedup`)
+    as ONE statement, its own transaction on an autocommit connection, as
+    :func:`append_sql`: the partition's append lock first; the events whose key is stored
+    since the window's start are answered with the stored ids; the others are inserted in
+    the order given, and their keys stored (a key older than the window taken over).
+
+    The statement's snapshot is taken when it starts, before the lock may have to be
+    waited for: a key another process committed meanwhile is not among those it looks up.
+    Storing the keys sees it (the unique index reads the latest rows): the key is not
+    stored, and :data:`KEYS_RACED` then fails the statement (nothing of it stays; the
+    caller tries again, and sees the key). Parameters: types, datas, content types, keys
+    (NULL for none), the window (ms), ts, the window (ms) again. Returns one row: the new
+    ids ascending, the ordinals (from 1) of the events answered by a stored key and those
+    events' ids, the notification (NULL when nothing was inserted), the check (true).
+    """
+    table, columns, _values, _arrays = _append_parts(key, content_type=True)
+    return (
+        f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
+        " input AS (SELECT t, d, c, k, ord FROM locked, unnest(%s::text[], %s::text[],"
+        " %s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, c, k, ord)),"
+        f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms FROM locked),"
+        " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i"
+        f" JOIN {KEYS_TABLE} s ON s.partition_key = {key} AND s.key = i.k, clock"
+        " WHERE s.at >= clock.now_ms - %s),"
+        " fresh AS MATERIALIZED (SELECT t, d, c, k, ord, row_number() OVER (ORDER BY ord) AS n"
+        " FROM input WHERE ord NOT IN (SELECT ord FROM known)),"
+        f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, c FROM fresh"
+        " ORDER BY ord RETURNING id),"
+        " numbered AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM added),"
+        f" kept AS (INSERT INTO {KEYS_TABLE} AS s (partition_key, key, event_id, at)"
+        f" SELECT {key}, f.k, a.id, clock.now_ms FROM fresh f JOIN numbered a USING (n), clock"
+        " WHERE f.k IS NOT NULL ON CONFLICT (partition_key, key)"
+        " DO UPDATE SET event_id = excluded.event_id, at = excluded.at"
+        " WHERE s.at < excluded.at - %s RETURNING 1)"
+        " SELECT (SELECT array_agg(id ORDER BY id) FROM added),"
+        " (SELECT array_agg(ord ORDER BY ord) FROM known),"
+        " (SELECT array_agg(event_id ORDER BY ord) FROM known),"
+        f" (SELECT {_notify_newest(key, 'added')} HAVING COUNT(*) > 0),"
+        f" {KEYS_RACED}((SELECT COUNT(*) FROM kept)"
+        " = (SELECT COUNT(*) FROM fresh WHERE k IS NOT NULL))"
+    )
+
+
+#: Delete the oldest keys stored before the window (params: the window in ms, twice, and a
+#: limit). The outer condition is checked again on a row another transaction took over
+#: meanwhile (the DELETE reads it anew), so a key stored again is not forgotten.
+FORGET_KEYS_SQL: Final = (
+    f"DELETE FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s AND (partition_key, key) IN"
+    f" (SELECT partition_key, key FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s"
+    " ORDER BY at LIMIT %s)"
+)
 
 
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).

@@ -72,6 +72,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import time
 import uuid
@@ -104,7 +105,7 @@ from ...domain.partition import (
     check_stream_name,
 )
 from ...domain.schemas import SchemaRow
-from ...domain.stream import EventId, UserId, event_json, utc_timestamp
+from ...domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import WriteStats
 from .. import grants_sql, groups_sql, schemas_sql
@@ -147,6 +148,7 @@ from ..dcb_sql import (
     stored_event,
     stored_retry,
 )
+from ..dedup import PendingKeys, Queued, plan_appends, window_ms
 from ..head import ClaimWatch, HeadWatch, SharedLook
 from ..pages import (
     PagedReads,
@@ -163,13 +165,16 @@ from ..termini_sql import Statements, TerminiTables
 from .schema import (
     CHANNEL,
     CLAIM_PAYLOAD,
+    FORGET_KEYS_SQL,
     GROUP_CLAIM_PAYLOAD,
+    KEYS_RACED_STATE,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
     append_sql,
     combined_append_sql,
     drop_partition_tables_sql,
     ensure_schema,
+    keyed_append_sql,
     notify_head_sql,
     partition_tables_sql,
     try_retention_lock_sql,
@@ -180,6 +185,9 @@ log = logging.getLogger(__name__)
 Connection = psycopg.AsyncConnection[TupleRow]
 _T = TypeVar("_T")
 
+#: Tries of a keyed batch that finds its keys stored by another process meanwhile (each
+#: try after the first sees what raced it, so a second rarely fails).
+_KEYED_ATTEMPTS: Final = 5
 #: Largest number of queued appends committed in one transaction.
 MAX_APPENDS_PER_COMMIT: Final = 4096
 #: Seconds to wait for a connection when opening.
@@ -241,6 +249,9 @@ class _Append:
     content_type: str | None = None
     #: The next queued append belongs with this one: they are committed together.
     joined: bool = False
+    #: The producer's key (see :mod:`..dedup`), and who answers the appends that follow it.
+    key: str | None = None
+    pending: PendingKeys | None = None
 
 
 @dataclass(slots=True)
@@ -260,6 +271,13 @@ class _DcbAppend:
 _Grouped = tuple["PostgresPartitionLog", list[_Append], "asyncio.Future[tuple[list[int], str]]"]
 #: Combined statements kept, by the partitions they take (cleared when full).
 _COMBINED_SQL_KEPT: Final = 256
+
+
+def _planned(queued: list[Queued], pending: PendingKeys) -> list[_Append]:
+    return [
+        _Append(event_type, data_json, future, content_type, joined, key, pending if key else None)
+        for (event_type, data_json, content_type), future, key, joined in queued
+    ]
 
 
 def _first_line(exc: BaseException) -> str:
@@ -313,6 +331,9 @@ class PostgresPartitionLog(PagedReads):
             append_sql(partition.key, content_type=False),
             append_sql(partition.key, content_type=True),
         )
+        self._keyed_sql = keyed_append_sql(partition.key)
+        #: Keys of this partition's appends in flight.
+        self._keys = PendingKeys()
         self.head = HeadWatch()
         #: The newest id read for the readers that ask at once (see :meth:`_committed_head`).
         self._newest_look = SharedLook(self.newest_event_id)
@@ -371,32 +392,45 @@ class PostgresPartitionLog(PagedReads):
         return await self.submit_append(event_type, data_json)
 
     def submit_append(
-        self, event_type: str, data_json: str, content_type: str | None = None
+        self,
+        event_type: str,
+        data_json: str,
+        content_type: str | None = None,
+        key: str | None = None,
     ) -> asyncio.Future[EventId]:
+        self._check_writable()
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
-        self._enqueue([_Append(event_type, data_json, future, content_type)])
+        if key is None or not self._store._dedup_ms:
+            self._enqueue([_Append(event_type, data_json, future, content_type)])
+        elif not self._keys.follows(key, future):
+            self._enqueue(
+                [_Append(event_type, data_json, future, content_type, False, key, self._keys)]
+            )
         return future
 
     def submit_appends(
-        self, events: Sequence[tuple[str, str, str | None]]
+        self,
+        events: Sequence[tuple[str, str, str | None]],
+        keys: Sequence[str | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events that are committed together or not at all."""
-        loop = asyncio.get_running_loop()
-        last = len(events) - 1
-        appends = [
-            _Append(event_type, data_json, loop.create_future(), content_type, index < last)
-            for index, (event_type, data_json, content_type) in enumerate(events)
-        ]
-        self._enqueue(appends)
-        return asyncio.gather(*(append.future for append in appends))
+        self._check_writable()
+        queued, answers = plan_appends(self._keys if self._store._dedup_ms else None, events, keys)
+        self._enqueue(_planned(queued, self._keys))
+        return asyncio.gather(*answers)
 
-    def _enqueue(self, appends: list[_Append]) -> None:
+    def _check_writable(self) -> None:
         if self._store._closing:
             raise StoreClosed("the event store is closed")
         if self._retired:
             raise StoreClosed(f"the stream {self.partition.stream} was dropped")
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
+
+    def _enqueue(self, appends: list[_Append]) -> None:
+        """Queue checked appends (:meth:`_check_writable`)."""
+        if not appends:
+            return
         self._queue.items.extend(appends)
         self._queue.ready.set()
         if self._task is None:
@@ -417,7 +451,7 @@ class PostgresPartitionLog(PagedReads):
             batch = [queue.items.popleft() for _ in range(count)]
             started = time.perf_counter()
             try:
-                ids, ts = await self._commit_batch(batch)
+                ids, ts, known = await self._commit_batch(batch)
             except Exception as exc:
                 log.error("commit of %d events to %s failed: %s", len(batch), self.partition, exc)
                 if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
@@ -425,9 +459,17 @@ class PostgresPartitionLog(PagedReads):
                 for item in batch:
                     if not item.future.done():
                         item.future.set_exception(exc)
+                    if item.pending is not None:
+                        assert item.key is not None
+                        item.pending.answered(item.key, exc)
                 await self._store._restore_writer()
                 continue
             seconds = time.perf_counter() - started
+            if known is not None:  # a batch with keys
+                batch, ids = self._answer_keyed(batch, ids, known)
+                if not batch:
+                    self._store.write_stats.committed(len(known), seconds)
+                    continue
             recent = []
             total = 0
             for event_id, item in zip(ids, batch, strict=True):
@@ -442,8 +484,26 @@ class PostgresPartitionLog(PagedReads):
             self.recent.extend(recent)
             self.head.advance(ids[-1])
             stats = self._store.write_stats
-            stats.committed(len(batch), seconds)
+            stats.committed(len(batch) + len(known or ()), seconds)
             stats.appended_to(self.labels, len(ids), total)
+
+    @staticmethod
+    def _answer_keyed(
+        batch: list[_Append], ids: list[int], known: dict[int, int]
+    ) -> tuple[list[_Append], list[int]]:
+        """Answer a batch with keys (and the appends that followed each key); the appends
+        inserted (not at the indexes of ``known``: answered by a stored key), and their
+        ids."""
+        for item, event_id in zip(batch, ids, strict=True):
+            if not item.future.done():
+                item.future.set_result(EventId(event_id))
+            if item.pending is not None:
+                assert item.key is not None
+                item.pending.answered(item.key, event_id)
+        if not known:
+            return batch, ids
+        fresh = [i for i in range(len(batch)) if i not in known]
+        return [batch[i] for i in fresh], [ids[i] for i in fresh]
 
     def _retire(self) -> None:
         self._retired = True
@@ -459,8 +519,51 @@ class PostgresPartitionLog(PagedReads):
         if self._dcb_task is not None:
             await self._dcb_task
 
-    async def _commit_batch(self, batch: list[_Append]) -> tuple[list[int], str]:
-        return await self._store._group_commit(self, batch)
+    async def _commit_batch(
+        self, batch: list[_Append]
+    ) -> tuple[list[int], str, dict[int, int] | None]:
+        """(each append's id, the ts, the indexes of those answered by a stored key with
+        their ids: None when no append has a key)."""
+        if any(item.key is not None for item in batch):
+            return await self._commit_keyed(batch)
+        ids, ts = await self._store._group_commit(self, batch)
+        return ids, ts, None
+
+    async def _commit_keyed(
+        self, batch: list[_Append]
+    ) -> tuple[list[int], str, dict[int, int] | None]:
+        """A batch with keys: one statement (:func:`.schema.keyed_append_sql`) on a pooled
+        writer connection, the partition's lock waited for; tried again when another
+        process stored one of its keys meanwhile (it is found then)."""
+        ts = utc_timestamp()
+        window = self._store._dedup_ms
+        params = (
+            [item.type for item in batch],
+            [item.data for item in batch],
+            [item.content_type for item in batch],
+            [item.key for item in batch],
+            window,
+            ts,
+            window,
+        )
+        for attempt in itertools.count(1):
+            try:
+                async with self._store._write_pool.connection() as conn:
+                    cursor = await conn.execute(self._keyed_sql, params)
+                    row = await cursor.fetchone()
+                break
+            except PoolTimeout:
+                raise self._store._no_connection() from None
+            except psycopg.Error as exc:
+                if exc.sqlstate != KEYS_RACED_STATE or attempt >= _KEYED_ATTEMPTS:
+                    raise
+                log.debug("%s: a key was stored meanwhile; trying again", self.partition)
+        assert row is not None
+        added, known_ords, known_ids, _notified, _checked = row
+        known = {int(o) - 1: int(i) for o, i in zip(known_ords or (), known_ids or (), strict=True)}
+        new_ids = iter(added or ())
+        ids = [known[i] if i in known else int(next(new_ids)) for i in range(len(batch))]
+        return ids, ts, known
 
     async def _commit_alone(self, batch: list[_Append]) -> tuple[list[int], str]:
         """Under the partition's lock, waited for, on a pooled writer connection."""
@@ -952,8 +1055,12 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         writer: Connection,
         listener: Connection,
         limits: PoolLimits = DEFAULT_POOL,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> None:
         self.url = url
+        #: Seconds a producer's key is remembered (0: keys are ignored), and in milliseconds.
+        self.dedup_window = dedup_window
+        self._dedup_ms = window_ms(dedup_window)
         self.description = safe_url(url)
         self._pool = pool
         self._limits = limits
@@ -981,10 +1088,16 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
 
     @classmethod
     async def open(
-        cls, url: str, *, durability: Durability = Durability.FULL, pool: PoolLimits = DEFAULT_POOL
+        cls,
+        url: str,
+        *,
+        durability: Durability = Durability.FULL,
+        pool: PoolLimits = DEFAULT_POOL,
+        dedup_window: float = DEFAULT_DEDUP_WINDOW,
     ) -> PostgresStore:
         """Connect, create or migrate the schema; StoreUnavailable when that fails
         (StoreUnreachable when the database does not answer)."""
+        window_ms(dedup_window)  # ValueError before anything is opened
         limits = pool
         writer = await _connect(url, autocommit=False)
         listener: Connection | None = None
@@ -1029,7 +1142,7 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
                     f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
                 ) from None
             raise
-        store = cls(url, connections, write_pool, writer, listener, limits)
+        store = cls(url, connections, write_pool, writer, listener, limits, dedup_window)
         store._write_options = write_options
         store.head.advance(await store.newest_event_id())
         return store
@@ -1258,6 +1371,15 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
             return
         with contextlib.suppress(StoreUnavailable):
             self._writer = await _connect(self.url, autocommit=True, options=self._write_options)
+
+    # -- producers' keys -------------------------------------------------------------------
+
+    async def forget_keys(self, limit: int) -> int:
+        """One chunk; any process may run it (a row another one deletes first is skipped)."""
+        async with self._transaction() as conn:
+            params = (self._dedup_ms, self._dedup_ms, limit)
+            cursor = await conn.execute(FORGET_KEYS_SQL, params)
+            return cursor.rowcount
 
     # -- streams --------------------------------------------------------------------------
 

@@ -1,0 +1,119 @@
+"""Producers' keys of events (idempotent appends), as both backends keep them. No I/O here.
+
+An append may carry a key (:data:`~futoin_evt.domain.stream.EVENT_KEY_RE`). Within the
+dedup window of its partition, an append whose key is already stored stores nothing and
+answers the first event's id. The check is part of the commit: one table, ``dedup_keys``,
+holds a row per (partition key, key) with the first event's id and when it was stored (ms
+since the epoch); its unique index decides between processes and workers. A batch's keys
+are read and written in the batch's own transaction, after the partition's write lock is
+held (SQLite's one writer, :mod:`.sqlite_keys`; PostgreSQL's append lock,
+:func:`.postgres.schema.keyed_append_sql`), so nothing committed before can be missed. A
+key older than the window counts as unknown (the append stores a new event and takes the
+key over), and the discarder's turns delete such rows in bounded chunks
+(:meth:`~.base.Keys.forget_keys`), so they stop costing space.
+
+Within one process, :class:`PendingKeys` answers an append whose key is still being
+committed (a retry that arrives while the first is in flight, or two copies in one batch)
+with the first one's outcome, so a batch never holds one key twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from typing import Final
+
+from ..domain.stream import EventId
+
+#: The table of every partition's keys.
+TABLE: Final = "dedup_keys"
+#: The schema version that adds the keys table.
+KEYS_VERSION: Final = 13
+
+
+def window_ms(seconds: float) -> int:
+    """The window as whole milliseconds (0: keys are ignored)."""
+    if not 0 <= seconds < math.inf:
+        raise ValueError(f"the dedup window must be 0 or more seconds, not {seconds}")
+    return round(seconds * 1000)
+
+
+class PendingKeys:
+    """The keys of one partition's appends that are queued and not committed yet, in this
+    process, each with the appends that came with it meanwhile (its followers). The store
+    tells :meth:`answered` each keyed append's outcome as its commit ends (whether its
+    caller still waits or not), which answers the followers alike and forgets the key: the
+    next append with it asks the database."""
+
+    def __init__(self) -> None:
+        self._followers: dict[str, list[asyncio.Future[EventId]]] = {}
+
+    def follows(self, key: str, future: asyncio.Future[EventId]) -> bool:
+        """True when an append with ``key`` is in flight: ``future`` gets its outcome. Else
+        ``key`` is in flight from now on, and the caller queues its append."""
+        followers = self._followers.get(key)
+        if followers is None:
+            self._followers[key] = []
+            return False
+        followers.append(future)
+        return True
+
+    def split(
+        self, keys: Sequence[str | None]
+    ) -> tuple[list[asyncio.Future[EventId] | None], list[asyncio.Future[EventId]]]:
+        """For appends with these keys, in order: the future of each one to queue (None for
+        one that follows an append with its key in flight, here or earlier in ``keys``), and
+        the future of each one for its caller (the same for one queued)."""
+        loop = asyncio.get_running_loop()
+        owned: list[asyncio.Future[EventId] | None] = []
+        answers: list[asyncio.Future[EventId]] = []
+        for key in keys:
+            future: asyncio.Future[EventId] = loop.create_future()
+            answers.append(future)
+            owned.append(None if key is not None and self.follows(key, future) else future)
+        return owned, answers
+
+    def answered(self, key: str, outcome: int | BaseException) -> None:
+        """The commit of the append queued with ``key`` ended: its id (stored now or
+        before), or why it failed."""
+        for future in self._followers.pop(key, ()):
+            if future.done():
+                continue
+            if isinstance(outcome, BaseException):
+                future.set_exception(outcome)
+            else:
+                future.set_result(EventId(outcome))
+
+    def __len__(self) -> int:
+        return len(self._followers)
+
+
+#: One event to queue: (type, data JSON, content type), its store future, its key (None:
+#: none, or ignored), and whether the next one is committed with it.
+Queued = tuple[tuple[str, str, str | None], "asyncio.Future[EventId]", str | None, bool]
+
+
+def plan_appends(
+    pending: PendingKeys | None,
+    events: Sequence[tuple[str, str, str | None]],
+    keys: Sequence[str | None] | None,
+) -> tuple[list[Queued], list[asyncio.Future[EventId]]]:
+    """What a store queues for ``events`` that are committed together, and the future of
+    each for its caller; keys are ignored without ``pending`` (no window)."""
+    if pending is None or keys is None:
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Future[EventId]] = [loop.create_future() for _ in events]
+        owned: Sequence[asyncio.Future[EventId] | None] = answers
+        keys = [None] * len(events)
+    else:
+        owned, answers = pending.split(keys)
+    queued = [
+        (event, future, key, True)
+        for event, future, key in zip(events, owned, keys, strict=True)
+        if future is not None
+    ]
+    if queued:
+        event, future, key, _joined = queued[-1]
+        queued[-1] = (event, future, key, False)
+    return queued, answers
