@@ -28,6 +28,7 @@ from ..domain.stream import (
     utc_timestamp,
 )
 from ..storage.base import (
+    DamagedEvent,
     DiscardLimits,
     EventPage,
     NotWritable,
@@ -39,6 +40,7 @@ from .access import OPEN_ACCESS, StreamGuard
 from .consumers import ConsumerLifecycle, PartitionConsumers
 
 __all__ = [
+    "DamagedEvent",
     "DiscardLimits",
     "EventLog",
     "EventPage",

@@ -18,7 +18,8 @@ from typing import Any
 
 import aiosqlite
 
-from ..domain.stream import EventId, encode_event_data, utc_timestamp
+from ..domain.stream import EventId
+from .checksums import native_row
 from .schema import INSERT_EVENT
 
 
@@ -27,15 +28,13 @@ def add_event(conn: sqlite3.Connection, event_type: str, data: Any) -> EventId:
 
     Raises :class:`futoin_evt.domain.stream.EventRejected` for a bad type or data.
     """
-    data_json = encode_event_data(event_type, data)
-    cursor = conn.execute(INSERT_EVENT, (event_type, data_json, utc_timestamp()))
+    cursor = conn.execute(INSERT_EVENT, native_row(event_type, data))
     assert cursor.lastrowid is not None
     return EventId(cursor.lastrowid)
 
 
 async def add_event_async(conn: aiosqlite.Connection, event_type: str, data: Any) -> EventId:
     """:func:`add_event` for an application on aiosqlite."""
-    data_json = encode_event_data(event_type, data)
-    cursor = await conn.execute(INSERT_EVENT, (event_type, data_json, utc_timestamp()))
+    cursor = await conn.execute(INSERT_EVENT, native_row(event_type, data))
     assert cursor.lastrowid is not None
     return EventId(cursor.lastrowid)

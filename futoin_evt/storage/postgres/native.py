@@ -23,7 +23,8 @@ from typing import Any
 import psycopg
 
 from ...domain.partition import DEFAULT_PARTITION, Partition
-from ...domain.stream import EventId, encode_event_data, utc_timestamp
+from ...domain.stream import EventId
+from ..checksums import native_row
 from ..tables import Tables
 from .schema import append_lock_sql, notify_head_sql
 
@@ -31,8 +32,8 @@ from .schema import append_lock_sql, notify_head_sql
 def _statements(partition: Partition) -> tuple[str, str, str]:
     """The lock, the insert and the notification of ``partition``."""
     insert = (
-        f"INSERT INTO {Tables.of(partition.key).events} (type, data, ts)"
-        " VALUES (%s, %s, %s) RETURNING id"
+        f"INSERT INTO {Tables.of(partition.key).events} (type, data, ts, checksum)"
+        " VALUES (%s, %s, %s, %s) RETURNING id"
     )
     return append_lock_sql(partition.key), insert, notify_head_sql(partition.key)
 
@@ -48,10 +49,9 @@ def add_event(
     visible to consumers after commit. Raises :class:`futoin_evt.domain.stream.EventRejected`
     for a bad type or data. ``partition``: one the store's registry gave (``events``/0 by
     default)."""
-    data_json = encode_event_data(event_type, data)
     lock, insert, notify = _statements(partition)
     conn.execute(lock)
-    row = conn.execute(insert, (event_type, data_json, utc_timestamp())).fetchone()
+    row = conn.execute(insert, native_row(event_type, data)).fetchone()
     conn.execute(notify)
     assert row is not None
     return EventId(int(row[0]))
@@ -65,10 +65,9 @@ async def add_event_async(
     partition: Partition = DEFAULT_PARTITION,
 ) -> EventId:
     """:func:`add_event` for an application on psycopg's asyncio connection."""
-    data_json = encode_event_data(event_type, data)
     lock, insert, notify = _statements(partition)
     await conn.execute(lock)
-    cursor = await conn.execute(insert, (event_type, data_json, utc_timestamp()))
+    cursor = await conn.execute(insert, native_row(event_type, data))
     row = await cursor.fetchone()
     await conn.execute(notify)
     assert row is not None

@@ -12,8 +12,10 @@ from typing import Final
 import psycopg
 
 from ..base import migrations_to_run
+from ..checksums import CHECKSUMS_VERSION, add_column_sql
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..schemas_sql import SCHEMAS_VERSION, tables_sql
+from ..tables import Tables
 from ..termini_sql import TERMINI_VERSION
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
@@ -235,6 +237,9 @@ MIGRATIONS: Final = {
     TERMINI_VERSION: _TERMINI,
     # the schema registry (:mod:`..schemas_sql`)
     SCHEMAS_VERSION: tables_sql(postgres=True),
+    # each event's checksum (:mod:`..checksums`): events/0's table here, the other
+    # partitions' by ensure_schema
+    CHECKSUMS_VERSION: (add_column_sql("events"),),
 }
 
 
@@ -248,7 +253,8 @@ def partition_tables_sql(key: int) -> list[str]:
             type TEXT NOT NULL,
             data TEXT NOT NULL,
             ts TEXT NOT NULL,
-            content_type TEXT
+            content_type TEXT,
+            checksum INTEGER
         )""",
         f"CREATE INDEX events_{key}_ts ON events_{key} (ts)",
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
@@ -305,11 +311,14 @@ def notify_head_sql(key: int) -> str:
 def _append_parts(key: int, content_type: bool) -> tuple[str, str, str, str]:
     """(table, columns, values, unnest of the arrays) of an append to partition ``key``."""
     table = "events" if key == 0 else f"events_{key}"
-    columns, values = "type, data, ts", "t, d, %s"
-    arrays = "unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, ord)"
+    columns, values = "type, data, ts, checksum", "t, d, %s, s"
+    arrays = "unnest(%s::text[], %s::text[], %s::int[]) WITH ORDINALITY AS u(t, d, s, ord)"
     if content_type:
         columns, values = columns + ", content_type", values + ", c"
-        arrays = "unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, c, ord)"
+        arrays = (
+            "unnest(%s::text[], %s::text[], %s::int[], %s::text[])"
+            " WITH ORDINALITY AS u(t, d, s, c, ord)"
+        )
     return table, columns, values, arrays
 
 
@@ -323,7 +332,8 @@ def append_sql(key: int, *, content_type: bool) -> str:
     autocommit connection (one message, one round trip; the server never waits for the
     client inside it): the partition's append lock first, then the rows in the order given
     (so the sequence numbers them in that order), then the notification with the newest id.
-    Parameters: ts, types, datas (and content types). Returns one row: the ids, ascending.
+    Parameters: ts, types, datas, checksums (and content types). Returns one row: the ids,
+    ascending.
 
     The lock comes first: the rows reach the INSERT, whose column default draws the ids,
     only through the join with the lock's row, which holds once the lock is taken."""
@@ -364,7 +374,9 @@ def combined_append_sql(parts: Sequence[tuple[int, bool]]) -> str:
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).
 STREAMS_PAYLOAD_PREFIX: Final = "streams:"
 
-INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (%s, %s, %s) RETURNING id"
+INSERT_EVENT: Final = (
+    "INSERT INTO events (type, data, ts, checksum) VALUES (%s, %s, %s, %s) RETURNING id"
+)
 TAKE_APPEND_LOCK: Final = append_lock_sql(0)
 #: After an insert: tell every process the newest id this transaction drew (sent on commit).
 NOTIFY_HEAD: Final = notify_head_sql(0)
@@ -384,6 +396,10 @@ async def ensure_schema(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> No
         for version in steps:
             for statement in MIGRATIONS[version]:
                 await conn.execute(statement)
+            if version == CHECKSUMS_VERSION:
+                cursor = await conn.execute("SELECT key FROM partitions WHERE key > 0")
+                for (key,) in await cursor.fetchall():
+                    await conn.execute(add_column_sql(Tables.of(int(str(key))).events))
         if current and GRANTS_VERSION in steps:
             cursor = await conn.execute("SELECT count(*) FROM grants")
             counted = await cursor.fetchone()
