@@ -351,12 +351,13 @@ async def _serve(args: argparse.Namespace) -> int:
     # collector's passes: a full pass walks only what serving made since, and pauses every
     # connection for a few milliseconds rather than tens (the tail of notification fan-out).
     gc.freeze()
-    print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    # a worker stops when its supervisor says so (Ctrl-C reaches the whole process group)
+    # a worker stops when its supervisor says so (Ctrl-C reaches the whole process group);
+    # handled before the start-up line: a SIGTERM as soon as it is read stops it gracefully
     for sig in (signal.SIGTERM,) if place is not None else (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
+    print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
     await stop.wait()
     log.info("shutting down")
     await server.close()

@@ -317,8 +317,15 @@ class FeedEndpoint(HttpEndpoint):
             exchange.respond(200, self._feed.discovery(feed), "application/json")
             return
         readings = await self._feed.start_after(principal, feed, parsed)
-        exchange.start_stream("application/x-ndjson")
-        await self._feed.events(parsed, readings, exchange.write)
+
+        async def write(lines: bytes) -> None:
+            """The 200 goes out with the first lines: a first read that fails (a damaged
+            event) is still answered with its status."""
+            if not exchange.started:
+                exchange.start_stream("application/x-ndjson")
+            await exchange.write(lines)
+
+        await self._feed.events(parsed, readings, write)
         exchange.end_stream()
 
     def serves(self, path: str) -> bool:

@@ -117,6 +117,9 @@ def _refusal(path: Path, exc: sqlite3.Error) -> StoreDamaged | StoreUnavailable:
 
 
 def _damaged_file(path: Path, problem: object) -> StoreDamaged:
+    # one line: SQLite's report opens with "*** in database main ***" on a line of its own
+    lines = [line.strip() for line in str(problem).splitlines()]
+    problem = "; ".join(line for line in lines if line and not line.startswith("***"))
     return StoreDamaged(
         f"the database file {path} is damaged ({problem}): restore it from a backup, or copy"
         " what can still be read with the sqlite3 shell's .recover"
