@@ -206,8 +206,8 @@ async def test_a_changed_digit_is_refused_at_every_door(
     assert sentence in detached, detached
 
     # the events around it are served as they were stored
-    async with await EventStreamClient.connect(url, credentials=CREDENTIALS) as client:
-        assert [e.data["order"] for e in await client.poll_events("LIVE", last_id=ids[2])] == [4, 5]
+    async with await EventStreamClient.connect(url, credentials=CREDENTIALS) as reader:
+        assert [e.data["order"] for e in await reader.poll_events("LIVE", last_id=ids[2])] == [4, 5]
 
     # counted once, logged once, however often it was read
     assert metric(server, "events", 0) == 1
