@@ -317,10 +317,12 @@ class FeedEndpoint(HttpEndpoint):
             exchange.respond(200, self._feed.discovery(feed), "application/json")
             return
         readings = await self._feed.start_after(principal, feed, parsed)
+        if parsed.wait_seconds:  # a long poll has its 200 before it waits
+            exchange.start_stream("application/x-ndjson")
 
         async def write(lines: bytes) -> None:
-            """The 200 goes out with the first lines: a first read that fails (a damaged
-            event) is still answered with its status."""
+            """Else the 200 goes out with the first lines: a first read that fails (a
+            damaged event) is still answered with its status."""
             if not exchange.started:
                 exchange.start_stream("application/x-ndjson")
             await exchange.write(lines)
