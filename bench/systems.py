@@ -20,6 +20,7 @@ from futoin_evt.auth.users import hash_password
 from futoin_evt.domain.rights import Right
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage import open_store
+from futoin_evt.storage.checksums import event_checksum
 from futoin_evt.storage.grants_sql import grant_sql
 from futoin_evt.storage.schema import ensure_schema
 from futoin_evt.storage.sqlite import create_private
@@ -114,9 +115,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def prefill_rows(count: int) -> list[tuple[str, str, str]]:
+def prefill_rows(count: int) -> list[tuple[str, str, str, int]]:
+    """Events as the server stores them: type, data, time and checksum."""
     ts = utc_timestamp()
-    return [("ORDER", json.dumps(payload(i), separators=(",", ":")), ts) for i in range(count)]
+    rows = []
+    for i in range(count):
+        data = json.dumps(payload(i), separators=(",", ":"))
+        rows.append(("ORDER", data, ts, event_checksum("ORDER", data, ts)))
+    return rows
 
 
 # -- futoin-evt ----------------------------------------------------------------------------------
@@ -136,11 +142,19 @@ def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
         conn.execute(grant_sql("?"), (user, "*", int(Right.READ | Right.WRITE)))
         conn.execute("BEGIN")
         conn.executemany(
-            "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", prefill_rows(prefill)
+            "INSERT INTO events (type, data, ts, checksum) VALUES (?, ?, ?, ?)",
+            prefill_rows(prefill),
         )
         conn.execute("COMMIT")
     finally:
         conn.close()
+
+
+#: :func:`prepare_futoin_evt_db` of another source tree, run in that tree.
+_PREPARE: Final = (
+    "import sys; from pathlib import Path; from bench.systems import prepare_futoin_evt_db;"
+    " prepare_futoin_evt_db(Path(sys.argv[1]), int(sys.argv[2]))"
+)
 
 
 async def start_futoin_evt(
@@ -157,7 +171,17 @@ async def start_futoin_evt(
     ``python`` runs, given the command line of ``futoin-evt`` after it; ``streams``: streams
     to add beside ``events``, by name, with their partition counts."""
     db = workdir / "futoin-evt.sqlite"
-    prepare_futoin_evt_db(db, prefill)
+    if source is None:
+        prepare_futoin_evt_db(db, prefill)
+    else:  # as that tree makes it: its schema may be older than this one's
+        made = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-c", _PREPARE, str(db), str(prefill)),
+            cwd=source,
+            env={**os.environ, "PYTHONPATH": str(source)},
+        )
+        if await made.wait():
+            raise RuntimeError(f"could not make the database of {source}")
     if streams:
         async with await open_store(db) as store:
             for name, partitions in streams.items():
@@ -245,7 +269,7 @@ def prepare_reference_db(path: Path, prefill: int) -> None:
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO evt_queue (type, data, ts) VALUES (?, ?, ?)",
-            [(t, d, ts.replace("T", " ").rstrip("Z")) for t, d, ts in prefill_rows(prefill)],
+            [(t, d, ts.replace("T", " ").rstrip("Z")) for t, d, ts, _ in prefill_rows(prefill)],
         )
         conn.execute("COMMIT")
     finally:
