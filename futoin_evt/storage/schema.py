@@ -242,7 +242,7 @@ def partition_tables_sql(key: int) -> list[str]:
             data TEXT NOT NULL,
             ts TEXT NOT NULL,
             content_type TEXT,
-            checksum INTEGER
+            checksum BIGINT
         )""",
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
         f"""CREATE TABLE dcb_events_{key} (

@@ -254,7 +254,7 @@ def partition_tables_sql(key: int) -> list[str]:
             data TEXT NOT NULL,
             ts TEXT NOT NULL,
             content_type TEXT,
-            checksum INTEGER
+            checksum BIGINT
         )""",
         f"CREATE INDEX events_{key}_ts ON events_{key} (ts)",
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
@@ -312,11 +312,11 @@ def _append_parts(key: int, content_type: bool) -> tuple[str, str, str, str]:
     """(table, columns, values, unnest of the arrays) of an append to partition ``key``."""
     table = "events" if key == 0 else f"events_{key}"
     columns, values = "type, data, ts, checksum", "t, d, %s, s"
-    arrays = "unnest(%s::text[], %s::text[], %s::int[]) WITH ORDINALITY AS u(t, d, s, ord)"
+    arrays = "unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY AS u(t, d, s, ord)"
     if content_type:
         columns, values = columns + ", content_type", values + ", c"
         arrays = (
-            "unnest(%s::text[], %s::text[], %s::int[], %s::text[])"
+            "unnest(%s::text[], %s::text[], %s::bigint[], %s::text[])"
             " WITH ORDINALITY AS u(t, d, s, c, ord)"
         )
     return table, columns, values, arrays

@@ -201,7 +201,7 @@ def _dialect(tables: Tables) -> ReadDialect:
     return ReadDialect(
         mark="%s",
         start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, {start}::bigint,"
-        " NULL::text, NULL::integer",
+        " NULL::text, NULL::bigint",
         events=f"SELECT id, type, data, ts, octet_length(data)::bigint, content_type, checksum"
         f" FROM {events} WHERE true",
         page="(SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)",
@@ -919,7 +919,7 @@ class PostgresPartitionLog(PagedReads):
                 raise AppendConditionFailed(int(row[0]))
         cursor = await conn.execute(
             f"INSERT INTO {t.events} (type, data, ts, checksum)"
-            " SELECT t, d, %s, s FROM unnest(%s::text[], %s::text[], %s::int[]) WITH ORDINALITY"
+            " SELECT t, d, %s, s FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
             " AS u(t, d, s, ord) ORDER BY ord RETURNING id",
             (
                 ts,
