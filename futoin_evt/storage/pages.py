@@ -54,23 +54,23 @@ def page_from_recent(
 def page_from_rows(
     rows: Iterable[Sequence[Any]], max_bytes: int, data_as_text: bool = False
 ) -> EventPage | None:
-    """A page from one read's rows: events as (id, type, data, ts, UTF-8 size of data,
-    content type, checksum), and marker rows with type NULL: (-1, .., start position or NULL
-    when there is no such consumer) and, with a type filter, (0, .., newest id). None without
-    a start position. Raises :class:`~.checksums.ChecksumMismatch` at an event that does not
-    match its checksum."""
+    """A page from one read's rows: events as (id, type, data, ts, content type, checksum),
+    and marker rows with type NULL: (-1, .., start position or NULL when there is no such
+    consumer) and, with a type filter, (0, .., newest id). None without a start position.
+    Raises :class:`~.checksums.ChecksumMismatch` at an event that does not match its
+    checksum."""
     start: int | None = None
     head_id = 0
     parts: list[str] = []
     size = 2  # the brackets
     last_id = 0
     truncated = False
-    for event_id, event_type, data, ts, extra, content_type, checksum in rows:
-        if event_type is None:
+    for event_id, event_type, data, ts, content_type, checksum in rows:
+        if event_type is None:  # a marker: its value where an event has its checksum
             if event_id == -1:
-                start = extra
+                start = checksum
             else:
-                head_id = extra or 0
+                head_id = checksum or 0
             continue
         if checksum is not None and checksum != crc32c(  # event_checksum, inline
             (
@@ -81,10 +81,9 @@ def page_from_rows(
         ):
             raise ChecksumMismatch(event_id)
         if data_as_text:
-            data = json.dumps(data)  # ASCII: its length is its size
-            extra = len(data)
+            data = json.dumps(data)
         text = event_json(event_id, event_type, data, ts)
-        size += len(text) - len(data) + extra + 1
+        size += (len(text) if text.isascii() else len(text.encode())) + 1  # isascii: O(1)
         if parts and size > max_bytes:
             truncated = True
             break
@@ -122,8 +121,8 @@ class ReadDialect:
     mark: str
     #: The start marker row; ``{start}`` is the start position's SQL.
     start_row: str
-    #: The event rows: id, type, data, ts, UTF-8 size of data, content type, checksum;
-    #: conditions follow with AND.
+    #: The event rows: id, type, data, ts, content type, checksum; conditions follow with
+    #: AND.
     events: str
     #: Wraps ``{inner}`` into the page: ordered by id, ``LIMIT`` a parameter.
     page: str

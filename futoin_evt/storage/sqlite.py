@@ -140,12 +140,10 @@ def _dialect(tables: Tables) -> ReadDialect:
     consumer = f"FROM consumers WHERE partition_key = {key} AND user_id = ? AND component = ?"
     return ReadDialect(
         mark="?",
-        start_row="SELECT -1, NULL, NULL, NULL, {start}, NULL, NULL",
-        events=f"SELECT id, type, data, ts, length(CAST(data AS BLOB)), content_type, checksum"
-        f" FROM {events} WHERE 1",
+        start_row="SELECT -1, NULL, NULL, NULL, NULL, {start}",
+        events=f"SELECT id, type, data, ts, content_type, checksum FROM {events} WHERE 1",
         page="SELECT * FROM ({inner} ORDER BY id LIMIT ?)",
-        head_row=f"SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM {events}),"
-        " NULL, NULL",
+        head_row=f"SELECT 0, NULL, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM {events})",
         ftn18_type=SQLITE_FTN18_TYPE,
         types_as_array=False,
         consumer_start=f"(SELECT MAX(position, ?) {consumer})",

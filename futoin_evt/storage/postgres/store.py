@@ -200,12 +200,11 @@ def _dialect(tables: Tables) -> ReadDialect:
     consumer = f"FROM consumers WHERE partition_key = {key} AND user_id = %s AND component = %s"
     return ReadDialect(
         mark="%s",
-        start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, {start}::bigint,"
-        " NULL::text, NULL::bigint",
-        events=f"SELECT id, type, data, ts, octet_length(data)::bigint, content_type, checksum"
-        f" FROM {events} WHERE true",
+        start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, NULL::text,"
+        " {start}::bigint",
+        events=f"SELECT id, type, data, ts, content_type, checksum FROM {events} WHERE true",
         page="(SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)",
-        head_row=f"SELECT 0, NULL, NULL, NULL, (SELECT MAX(id) FROM {events}), NULL, NULL",
+        head_row=f"SELECT 0, NULL, NULL, NULL, NULL, (SELECT MAX(id) FROM {events})",
         ftn18_type=PG_FTN18_TYPE,
         types_as_array=True,
         consumer_start=f"(SELECT GREATEST(position, %s::bigint) {consumer})",
