@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 
 #: The schema version that adds the ``checksum`` column to every partition's events table.
 CHECKSUMS_VERSION: Final = 12
-#: Its SQL type (SQLite's INTEGER is PostgreSQL's 64 bits too).
+#: Its SQL type: 64 bits on PostgreSQL, for the unsigned 32-bit CRC (an INTEGER in SQLite).
 CHECKSUM_TYPE: Final = "BIGINT"
 
 
