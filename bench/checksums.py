@@ -44,7 +44,8 @@ async def main(db, count):
     async with await SqliteStore.open(db, durability=Durability.NORMAL) as store:
         start = time.process_time()
         for first in range(0, count, 1000):
-            await asyncio.gather(*(store.submit_append("ORDER", d) for d in datas[first:first + 1000]))
+            chunk = datas[first:first + 1000]
+            await asyncio.gather(*(store.submit_append("ORDER", d) for d in chunk))
         result["append"] = time.process_time() - start
     async with await SqliteStore.open(db, durability=Durability.NORMAL) as store:
         start, after = time.process_time(), 0

@@ -18,6 +18,7 @@ from typing import Final
 
 from futoin_evt.auth.users import hash_password
 from futoin_evt.domain.rights import Right
+from futoin_evt.domain.schemas import parse_schema
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage import open_store
 from futoin_evt.storage.checksums import event_checksum
@@ -165,11 +166,13 @@ async def start_futoin_evt(
     source: Path | None = None,
     launcher: tuple[str, ...] = ("-m", "futoin_evt"),
     streams: dict[str, int] | None = None,
+    schemas: dict[str, str] | None = None,
 ) -> System:
     """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say); ``source``: run the
     server from this source tree instead of the one importable here; ``launcher``: what
     ``python`` runs, given the command line of ``futoin-evt`` after it; ``streams``: streams
-    to add beside ``events``, by name, with their partition counts."""
+    to add beside ``events``, by name, with their partition counts; ``schemas``: schema
+    texts to register first, by subject (``events-TYPE``)."""
     db = workdir / "futoin-evt.sqlite"
     if source is None:
         prepare_futoin_evt_db(db, prefill)
@@ -182,10 +185,16 @@ async def start_futoin_evt(
         )
         if await made.wait():
             raise RuntimeError(f"could not make the database of {source}")
-    if streams:
+    if streams or schemas:
         async with await open_store(db) as store:
-            for name, partitions in streams.items():
+            for name, partitions in (streams or {}).items():
                 await store.add_stream(name, partitions)
+            for subject, text in (schemas or {}).items():
+                schema = parse_schema(text)
+                stream = subject.rpartition("-")[0]
+                await store.add_schema_version(
+                    stream, subject, schema.text, schema.fingerprint, after=0
+                )
     name = "futoin-evt" if durability == "full" else f"futoin-evt {durability}"
     return await serve(
         db, "--durability", durability, *extra, name=name, source=source, launcher=launcher

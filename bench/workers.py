@@ -11,6 +11,10 @@ process holding the server side of the socket). JetStream (the machine's server,
 storage, its default durability: equal to ``--durability normal``) runs the same rows in the
 same run, each sitting after the futoin-evt ones. The load generator runs in this one
 process, on the same cores as the servers.
+
+Under each table, the worker count ``serve`` takes without ``--workers`` on that backend
+(:func:`futoin_evt.cli.serve.default_workers`, chosen by these rows), and each row where
+that default was the slower column in this run.
 """
 
 from __future__ import annotations
@@ -23,6 +27,8 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Final
+
+from futoin_evt.cli.serve import default_workers
 
 from . import others, workloads
 from .loadgen import LoadClient
@@ -179,6 +185,22 @@ async def _compare(name: str, db: str, args: argparse.Namespace) -> None:
                 lower_better = "ms" in row or "µs" in row
                 cells.append(f"{(1 / factor if lower_better else factor):>5.2f}x")
         print(f"{row:<55} {' '.join(cells)}")
+    _check_default(db, results)
+
+
+def _check_default(db: str, results: dict[int, list[dict[str, float]]]) -> None:
+    """Say which column is the default and where it was the slower choice in this run."""
+    default = default_workers(db or "futoin-evt.sqlite")
+    print(f"default without --workers: {default} (this machine: {os.cpu_count()} cores)")
+    if default not in (1, 2):
+        return
+    other = 3 - default
+    for row in results[default][0]:
+        if row.startswith(" ") or "p50" in row or row not in results[other][0]:
+            continue  # CPU rows follow their rate; p50 stands with its p99
+        mine, theirs = (statistics.median(r[row] for r in results[c]) for c in (default, other))
+        if (mine > theirs) if "ms" in row else (mine < theirs):
+            print(f"  the default was slower: {row}: {mine:,.1f} against {theirs:,.1f}")
 
 
 def main() -> None:

@@ -30,9 +30,9 @@ async def connect(system: System) -> LoadClient:
     return client
 
 
-async def add_serial(system: System, count: int) -> float:
-    """addEvent calls/s, one at a time on one connection."""
-    params = add_params(count)
+async def add_serial(system: System, count: int, params: list[str] | None = None) -> float:
+    """addEvent calls/s, one at a time on one connection (``params``: those of each call)."""
+    params = params or add_params(count)
     client = await connect(system)
     try:
         start = time.perf_counter()
@@ -43,10 +43,13 @@ async def add_serial(system: System, count: int) -> float:
         await client.close()
 
 
-async def add_in_flight(system: System, count: int, window: int = 32) -> float:
-    """addEvent calls/s with ``window`` calls in flight on one connection."""
+async def add_in_flight(
+    system: System, count: int, window: int = 32, params: list[str] | None = None
+) -> float:
+    """addEvent calls/s with ``window`` calls in flight on one connection (``params``: those
+    of each call, at least ``count``)."""
     per_worker = count // window
-    params = add_params(per_worker * window)
+    params = params or add_params(per_worker * window)
     client = await connect(system)
 
     async def worker(w: int) -> None:

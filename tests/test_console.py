@@ -7,11 +7,15 @@ Each page's screenshot goes to the test's temporary directory; with
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import hashlib
+import json
 import os
 import re
 import ssl
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,12 +27,14 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import Event, EventStreamClient
+from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.console.config import ConsoleConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
+from futoin_evt.storage import open_store
 
-from .conftest import USERS, ServerFactory, add_user, run_without
+from .conftest import USERS, ServerFactory, ServerProcess, add_user, execute_sql, run_without
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -40,6 +46,8 @@ needs_chromium = pytest.mark.skipif(
 )
 
 ADMIN = ("root", "root-pw")
+ALICE = f"alice:{USERS['alice']}"
+COOKIE = "futoin_evt_console"
 #: Markup in event data: shown as text, never run.
 HOSTILE = "<img src=x onerror=\"document.body.dataset.pwned='1'\"><script>pwned=1</script>"
 
@@ -77,9 +85,11 @@ async def client_of(server: EventServer, user: str) -> EventStreamClient:
     return await EventStreamClient.connect(server.url, credentials=f"{user}:{USERS[user]}")
 
 
-async def log_in(page: Page, server: EventServer, user: str, password: str) -> None:
-    assert server.console_url is not None
-    await page.goto(server.console_url)
+async def log_in(page: Page, server: EventServer | str, user: str, password: str) -> None:
+    """Log in to ``server``'s console (or the console at that URL)."""
+    url = server if isinstance(server, str) else server.console_url
+    assert url is not None
+    await page.goto(url)
     await page.get_by_label("User").fill(user)
     await page.get_by_label("Password").fill(password)
     await page.get_by_role("button", name="Log in").click()
@@ -376,10 +386,46 @@ async def test_names_and_queries_are_escaped_in_every_page(
     assert await page.evaluate("document.body.dataset.pwned") is None
 
 
+@in_browser
+@needs_chromium
+async def test_a_logout_in_one_tab_ends_the_live_tail_in_another(
+    browser: Browser, db_path: Path, password_hashes: dict[str, str]
+) -> None:
+    """``serve --console`` as an operator runs it (with $FUTOIN_EVT_WORKERS workers: the
+    tabs' requests land on any of them)."""
+    async with await open_store(db_path) as store:
+        await add_user(store, "alice", password_hashes["alice"])
+    server = ServerProcess(db_path, 0, "--console")
+    context = await browser.new_context()
+    try:
+        console_url = server.url.replace("ws", "http", 1) + "console/"
+        following = await context.new_page()
+        await log_in(following, console_url, "alice", USERS["alice"])
+        await menu(following, "Live tail")
+        await following.get_by_role("button", name="Follow").click()
+        await expect(following.locator("#tail")).to_have_attribute("data-state", "live")
+        async with await EventStreamClient.connect(server.url, credentials=ALICE) as alice:
+            await alice.add_event("ORDER_PLACED", {"n": 1})
+        await expect(following.locator("#tail tbody tr")).to_have_count(1)
+        other = await context.new_page()
+        await other.goto(console_url + "streams")
+        await other.get_by_role("button", name="Log out").click()
+        await expect(other).to_have_url(re.compile(r"/console/login$"))
+        await expect(following.get_by_role("alert")).to_have_text(
+            "The session has ended: log in again."
+        )
+        await expect(following.locator("#tail")).to_have_attribute("data-state", "ended")
+    finally:
+        await context.close()
+        server.stop()
+
+
 # -- without a browser -----------------------------------------------------------------------
 
 
-async def test_sessions_are_bounded_and_end_at_logout(start_server: ServerFactory) -> None:
+async def test_sessions_are_bounded_and_end_at_logout(
+    start_server: ServerFactory, db_path: Path
+) -> None:
     server = await start_server(console=ConsoleConfig(max_sessions=2))
     assert server.console_url is not None
     clients = [httpx.AsyncClient(base_url=server.console_url, timeout=30) for _ in range(3)]
@@ -403,18 +449,149 @@ async def test_sessions_are_bounded_and_end_at_logout(start_server: ServerFactor
         third.cookies.set("futoin_evt_console", cookie)
         again = await third.get("streams")
         assert again.headers["location"].startswith("/console/login")
-        assert server.console is not None
-        assert len(server.console.sessions) == 1
+        assert execute_sql(str(db_path), "SELECT count(*) FROM console_sessions") == [(1,)]
     finally:
         for http in clients:
             await http.aclose()
 
 
+async def log_in_by_http(http: httpx.AsyncClient) -> str:
+    """Log ``http`` in as alice; the session's token (the cookie's value)."""
+    reply = await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+    assert reply.status_code == 303
+    return str(http.cookies[COOKIE])
+
+
+def csrf_of(page: httpx.Response) -> str:
+    token = re.search(r'name="csrf" value="([^"]+)"', page.text)
+    assert token is not None
+    return token.group(1)
+
+
+async def test_the_database_keeps_the_digest_of_the_token_only(
+    start_server: ServerFactory, store_db: str
+) -> None:
+    server = await start_server(db=store_db, console=ConsoleConfig())
+    assert server.console_url is not None
+    async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+        before = time.time()
+        token = await log_in_by_http(http)
+        after = time.time()
+        csrf = csrf_of(await http.get("streams"))
+        reply = await http.post(
+            "consumers/seek", data={"csrf": csrf, "user": "alice", "component": "NONE"}
+        )
+        assert reply.status_code == 404  # the token was right
+    alice = await server.store.get_user("alice")
+    assert alice is not None
+    rows = execute_sql(store_db, "SELECT * FROM console_sessions")
+    assert [(bytes(r[0]), *r[1:]) for r in rows] == [
+        (hashlib.sha256(token.encode()).digest(), alice.id, rows[0][2], rows[0][2], None)
+    ]
+    assert before <= rows[0][2] <= after  # wall-clock seconds
+    # neither the token nor the CSRF token is anywhere in the database's files
+    if not store_db.startswith("postgresql"):
+        for path in Path(store_db).parent.glob(Path(store_db).name + "*"):
+            content = path.read_bytes()
+            assert token.encode() not in content
+            assert csrf.encode() not in content
+    # the session goes with its user
+    await server.store.remove_user("alice")
+    assert execute_sql(store_db, "SELECT count(*) FROM console_sessions") == [(0,)]
+
+
+async def test_a_session_ends_unused_or_too_old_and_its_use_is_written_once_a_minute(
+    start_server: ServerFactory, db_path: Path
+) -> None:
+    server = await start_server(console=ConsoleConfig())
+    assert server.console_url is not None
+    db = str(db_path)
+    async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+        await log_in_by_http(http)
+        [(created, used)] = execute_sql(db, "SELECT created, used FROM console_sessions")
+        assert created == used
+        for _ in range(3):
+            assert (await http.get("streams")).status_code == 200
+        assert execute_sql(db, "SELECT used FROM console_sessions") == [(used,)]
+        execute_sql(db, "UPDATE console_sessions SET used = used - 61")
+        moment = time.time()
+        assert (await http.get("streams")).status_code == 200
+        [(moved,)] = execute_sql(db, "SELECT used FROM console_sessions")
+        assert moved >= moment
+        # unused for longer than the idle time (30 min)
+        execute_sql(db, "UPDATE console_sessions SET used = used - 1801")
+        assert (await http.get("streams")).headers["location"].startswith("/console/login")
+        assert execute_sql(db, "SELECT count(*) FROM console_sessions") == [(0,)]
+        # older than the lifetime (12 h), however recently used
+        await log_in_by_http(http)
+        assert (await http.get("streams")).status_code == 200
+        execute_sql(db, "UPDATE console_sessions SET created = created - 43201")
+        assert (await http.get("streams")).headers["location"].startswith("/console/login")
+        assert execute_sql(db, "SELECT count(*) FROM console_sessions") == [(0,)]
+
+
+async def test_a_logout_ends_the_sessions_live_tail_at_once(start_server: ServerFactory) -> None:
+    server = await start_server(console=ConsoleConfig())
+    assert server.console_url is not None
+    async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
+        await log_in_by_http(http)
+        async with http.stream("GET", "tail/stream?stream=events&partition=0") as tail:
+            lines = tail.aiter_lines()
+            assert await anext(lines) == "retry: 3000"
+            csrf = csrf_of(await http.get("streams"))
+            assert (await http.post("logout", data={"csrf": csrf})).status_code == 303
+            async with asyncio.timeout(30):  # before any heartbeat (15 s) would show it
+                assert [line async for line in lines] == [
+                    "",
+                    "event: ended",
+                    'data: "The session has ended: log in again."',
+                    "",
+                ]
+
+
+async def test_live_tails_of_one_partition_share_its_reader(start_server: ServerFactory) -> None:
+    """Three tails and a notification subscriber of orders/1: each event is read from the
+    database once, by the partition's one reader (the notification service's)."""
+    server = await start_server(console=ConsoleConfig())
+    assert server.console_url is not None
+    await server.store.add_stream("orders", 2)
+    await server.streams.refresh()
+    reader = server.live_streams.of_stream("orders")[1]
+    async with (
+        httpx.AsyncClient(base_url=server.console_url, timeout=30) as http,
+        await EventStreamClient.connect(server.url + "orders/1", credentials=ALICE) as ftn3,
+        contextlib.AsyncExitStack() as tails,
+    ):
+        await log_in_by_http(http)
+        subscribed = await Notifications(ftn3.ftn3).subscribe(stream="orders")
+        lines = []
+        for _ in range(3):
+            tail = await tails.enter_async_context(
+                http.stream("GET", "tail/stream?stream=orders&partition=1")
+            )
+            lines.append(tail.aiter_lines())
+            assert await anext(lines[-1]) == "retry: 3000"
+        read_before = reader.rows_read
+        for n in range(10):
+            await ftn3.add_event("ORDER_PLACED", {"n": n})
+        async with asyncio.timeout(30):
+            for tail_lines in lines:
+                shown: list[int] = []
+                while len(shown) < 10:
+                    line = await anext(tail_lines)
+                    if line.startswith("data: "):
+                        shown += [m["message"]["properties"]["n"] for m in json.loads(line[6:])]
+                assert shown == list(range(10))
+            notified = [await subscribed.get() for _ in range(10)]
+        assert [m["properties"]["n"] for m in notified] == list(range(10))
+        assert reader.rows_read - read_before == 10
+
+
 def test_cli_console_prints_its_url_and_serves_the_login_page(tmp_path: Path) -> None:
     proc = subprocess.Popen(
-        # one process: the console's sessions are in its memory (--workers 2 is refused)
+        # as many workers as $FUTOIN_EVT_WORKERS says
         [sys.executable, "-m", "futoin_evt", "serve", "--db", str(tmp_path / "x.sqlite"),
-         "--port", "0", "--console", "--workers", "1"],
+         "--port", "0", "--console"],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
     )  # fmt: skip
     try:
@@ -432,7 +609,7 @@ def test_cli_console_prints_its_url_and_serves_the_login_page(tmp_path: Path) ->
 
 
 def test_cli_console_without_jinja2_says_what_to_install(tmp_path: Path) -> None:
-    argv = ["serve", "--db", str(tmp_path / "x.sqlite"), "--console", "--workers", "1"]
+    argv = ["serve", "--db", str(tmp_path / "x.sqlite"), "--console"]
     proc = run_without("jinja2", argv)
     assert proc.returncode == 2
     assert proc.stderr == "futoin-evt: --console needs Jinja2: pip install 'futoin-evt[console]'\n"

@@ -32,7 +32,7 @@ from futoin_evt.amqp.codec import format_offset
 from futoin_evt.client.aio import OPS, EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import PUSH, RECEIVER
-from futoin_evt.storage.checksums import event_checksum
+from futoin_evt.storage.checksums import CHECKSUMS_VERSION, event_checksum
 from futoin_evt.storage.schema import MIGRATIONS, partition_tables_sql
 
 from .conftest import ServerProcess
@@ -291,20 +291,20 @@ def test_a_damaged_index_page_is_refused_at_start(db_path: Path) -> None:
 async def test_events_from_before_checksums_are_served_and_counted_unchecked(
     db_path: Path,
 ) -> None:
-    """A file at schema version 11 with events in ``events``/0 and in a stream's partition:
-    the server migrates it, serves the old events as stored (a changed one too: nothing says
-    it changed), and new events get checksums in every partition."""
+    """A file at the schema version before checksums, with events in ``events``/0 and in a
+    stream's partition: the server migrates it, serves the old events as stored (a changed
+    one too: nothing says it changed), and new events get checksums in every partition."""
     old = [(json.dumps({"n": n}),) for n in range(3)]
     with sqlite3.connect(db_path) as conn:
         conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        for version in range(1, 12):
+        for version in range(1, CHECKSUMS_VERSION):
             conn.executescript(MIGRATIONS[version])
-        conn.execute("INSERT INTO schema_version VALUES (11)")
+        conn.execute("INSERT INTO schema_version VALUES (?)", (CHECKSUMS_VERSION - 1,))
         conn.execute("INSERT INTO streams VALUES ('orders', '2026-01-01T00:00:00Z', NULL)")
         conn.execute("INSERT INTO partitions (key, stream, number) VALUES (1, 'orders', 0)")
         for statement in partition_tables_sql(1):
             conn.execute(statement)
-        conn.execute("ALTER TABLE events_1 DROP COLUMN checksum")  # as version 11 made it
+        conn.execute("ALTER TABLE events_1 DROP COLUMN checksum")  # as the versions before made it
         for table in ("events", "events_1"):
             conn.executemany(
                 f"INSERT INTO {table} (type, data, ts) VALUES ('OLD', ?, '2026-01-01T00:00:00Z')",

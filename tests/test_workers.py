@@ -25,7 +25,7 @@ from futoin_evt.client.aio import CommError, EventStreamClient, FTN3Client, Remo
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.workers import channel_dir, remove_stale_channels
-from futoin_evt.storage import open_store
+from futoin_evt.storage import is_postgres_url, open_store
 
 from .amqp_wire import (
     DISPOSITION,
@@ -73,6 +73,15 @@ async def not_(answer: Awaitable[bool]) -> bool:
     return not await answer
 
 
+def children(pid: int) -> list[int]:
+    """The pids of the process's children (a supervisor's workers)."""
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    try:
+        return [int(child) for child in path.read_text().split()]
+    except FileNotFoundError:
+        return []
+
+
 class Group(ServerProcess):
     """``futoin-evt serve --workers N`` with debug logs (each connection is logged by the
     worker that took it)."""
@@ -83,11 +92,7 @@ class Group(ServerProcess):
 
     def workers(self) -> list[int]:
         """The pids of the running workers (the supervisor's children)."""
-        path = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children")
-        try:
-            return [int(pid) for pid in path.read_text().split()]
-        except FileNotFoundError:
-            return []
+        return children(self.proc.pid)
 
     def connections(self) -> dict[int, int]:
         """Worker slot -> connections it logged."""
@@ -712,11 +717,6 @@ async def test_sigterm_stops_every_worker_gracefully(group: Group) -> None:
     [
         (["--workers", "0"], "1", "--workers must be at least 1."),
         ([], "many", "$FUTOIN_EVT_WORKERS must be a number of processes, not 'many'."),
-        (
-            ["--console", "--workers", "2"],
-            "1",
-            "--console needs one process (--workers 1): its sessions are in memory.",
-        ),
     ],
 )
 def test_the_worker_count_is_checked(
@@ -725,6 +725,23 @@ def test_the_worker_count_is_checked(
     db = str(tmp_path / "x.sqlite")
     result = run("serve", "--port", "0", "--db", db, *option, env={"FUTOIN_EVT_WORKERS": env})
     assert (result.returncode, result.stderr) == (2, f"futoin-evt: {message}\n")
+
+
+async def test_the_default_worker_count_is_what_the_backend_gains_from(
+    db: str, store_db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With neither ``--workers`` nor ``$FUTOIN_EVT_WORKERS``: one process on SQLite (a
+    second writer is slower there), one worker per core on PostgreSQL."""
+    monkeypatch.delenv("FUTOIN_EVT_WORKERS")
+    server = ServerProcess(db)
+    try:
+        cores = os.cpu_count() or 1
+        workers = cores if is_postgres_url(store_db) and cores > 1 else 0  # 0: no supervisor
+        assert len(children(server.proc.pid)) == workers
+        async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:
+            assert await client.ping(7) == 7
+    finally:
+        assert server.stop() == 0
 
 
 def test_a_port_in_use_is_refused_once(tmp_path: Path) -> None:

@@ -1011,9 +1011,9 @@ class ProducerLink:
             events = [message_to_event(message)]
         try:
             encoded = [stored_form(event) for event in events]
-        except EventRejected as exc:
+            return self._destination(target, key).append_encoded(self._who, encoded)
+        except EventRejected as exc:  # not an event, or its type's schema refuses it
             raise BadMessage(INVALID_FIELD, str(exc)) from None
-        return self._destination(target, key).append_encoded(self._who, encoded)
 
     def _destination(self, target: str | None, key: str | None) -> EventLog:
         if self._router is not None:

@@ -30,7 +30,7 @@ from ..server.peers import WorkerPlace
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from ..server.workers import Supervisor, WorkerFailed, channel_dir, die_with_parent, reserve_port
 from ..slots import COUNTS_FILE, GroupShare, clear_counts, create_counts
-from ..storage import open_store, start_check
+from ..storage import is_postgres_url, open_store, start_check
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, StoreUnreachable
 from .common import (
     DEFAULT_PORT,
@@ -53,8 +53,10 @@ def add_commands(commands: Commands) -> None:
         "--workers",
         type=int,
         metavar="N",
-        help=f"server processes sharing the ports (Linux; default: ${ENV_WORKERS}, else the "
-        "number of cores); 1 runs the server in this process",
+        help=f"server processes sharing the ports (Linux; default: ${ENV_WORKERS}, else one on "
+        "SQLite, whose writers take turns at one lock and each pay their own fsync, so a "
+        "second is slower; the number of cores on PostgreSQL); 1 runs the server in this "
+        "process",
     )
     serve.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
@@ -227,7 +229,8 @@ def add_commands(commands: Commands) -> None:
         type=int,
         default=DEFAULT_MAX_SESSIONS,
         metavar="N",
-        help="console sessions open at once at most (the least recently used ends)",
+        help="console sessions open at once at most, for every process on the database"
+        " (the least recently used ends)",
     )
     serve.set_defaults(run=_serve)
 
@@ -238,7 +241,7 @@ async def _serve(args: argparse.Namespace) -> int:
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor's SIGTERM stops it
         die_with_parent(place.supervisor)
         tag_logs(place.slot)
-    workers = _workers(args.workers, console=args.console) if place is None else 1
+    workers = _workers(args.workers, args.db) if place is None else 1
     tls = _tls_context(args.tls_cert, args.tls_key)
     for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
@@ -507,20 +510,27 @@ def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     return context
 
 
-def _workers(value: int | None, *, console: bool) -> int:
-    """The number of workers; the console's sessions live in one process's memory, so with
-    ``--console`` the default is 1 and more are refused."""
+def default_workers(db: str) -> int:
+    """The workers ``serve`` runs on ``db`` unless told: what its backend gains from more,
+    measured (``python -m bench.workers``; docs/operations.md, Workers). SQLite: one. Its
+    writers take turns at one lock, each with its own commit (and fsync at ``full``), so a
+    second worker made addEvent slower one at a time and, from the official client, with 32
+    in flight too. PostgreSQL: one per core, its writers commit side by side."""
+    return (os.cpu_count() or 1) if is_postgres_url(db) else 1
+
+
+def _workers(value: int | None, db: str) -> int:
+    """The number of workers: ``--workers``, else ``$FUTOIN_EVT_WORKERS``, else
+    :func:`default_workers`."""
     if value is None:
         env = os.environ.get(ENV_WORKERS)
         if env is None:
-            return 1 if console else os.cpu_count() or 1
+            return default_workers(db)
         if re.fullmatch(r"[0-9]{1,4}", env.strip()) is None:
             raise BadSetting(f"${ENV_WORKERS} must be a number of processes, not {env!r}.")
         value = int(env)
     if value < 1:
         raise BadSetting("--workers must be at least 1.")
-    if value > 1 and console:
-        raise BadSetting("--console needs one process (--workers 1): its sessions are in memory.")
     if value > 1 and not sys.platform.startswith("linux"):
         raise BadSetting("--workers above 1 needs Linux (SO_REUSEPORT spreads connections).")
     return value

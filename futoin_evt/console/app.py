@@ -13,13 +13,22 @@ tails of streams they may read, their own consumers there and, on streams they m
 everyone's. Dropping or seeking a consumer needs read (their own) or manage (another's). A
 refusal is the error page with status 403 and the sentence naming the right and the stream,
 the same for a name that names no stream (unless the user holds some right on that name,
-who gets 404). A live tail ends when the right it needs is revoked, or its stream dropped.
+who gets 404). A live tail ends when the right it needs is revoked, when its stream is
+dropped, and with its session.
+
+Sessions are in the database (:mod:`.sessions`): a login on one worker, or on another
+process on the same database, holds on every other. A live tail reads through the server's
+shared reader of its partition (:class:`~futoin_evt.notify.live.LiveStreams`, the one the
+notification service reads through): many tails of one partition cost one reader. A push
+consumer's state (in flight, retrying) is known to the worker it is connected to; the
+others show it connected, as the workers' channel tells them.
 """
 
 from __future__ import annotations
 
 import asyncio
 import calendar
+import contextlib
 import json
 import math
 import re
@@ -41,6 +50,7 @@ from ..domain.partition import DEFAULT_PARTITION, Partition, check_stream_name
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..domain.schemas import top_properties
+from ..domain.sessions import ConsoleSessionStore, SessionLimits
 from ..ftn3.errors import FTN3Error
 from ..ftn18.push import PushService
 from ..log.access import AccessDenied
@@ -55,7 +65,7 @@ from ..notify.selector import compile_selector
 from ..stats import INSECURE_CHANNEL
 from .config import ConsoleConfig
 from .samples import Chart, HeadSamples, chart
-from .sessions import Session, Sessions
+from .sessions import Session, Sessions, Tails
 
 DEFAULT_CONFIG: Final = ConsoleConfig()
 COOKIE: Final = "futoin_evt_console"
@@ -70,6 +80,8 @@ DATA_CHARS: Final = 2000
 #: A live tail ends after this long (the page's EventSource opens a new one).
 TAIL_SECONDS: Final = 3600.0
 TAIL_HEARTBEAT_SECONDS: Final = 15.0
+#: Why a live tail ended with its session (a logout, an eviction, anywhere).
+SESSION_ENDED: Final = "The session has ended: log in again."
 #: Notifications per message pushed to a tail page.
 TAIL_BATCH: Final = 100
 #: A form's body larger than this is refused.
@@ -164,9 +176,11 @@ class Console:
         authenticator: Authenticator,
         notices: ManagementBus,
         live: LiveStreams,
+        sessions: ConsoleSessionStore,
         config: ConsoleConfig = DEFAULT_CONFIG,
         schemas: SchemaRegistry | None = None,
     ) -> None:
+        """``sessions``: where the sessions are kept (the server's store)."""
         self._logs = logs
         self._schemas = schemas
         self._streams = streams
@@ -176,7 +190,11 @@ class Console:
         self._live = live
         self.config = config
         self.base = config.path.rstrip("/")
-        self.sessions = Sessions(config.max_sessions, config.idle_seconds)
+        self.sessions = Sessions(
+            sessions,
+            SessionLimits(config.max_sessions, config.idle_seconds, config.lifetime_seconds),
+        )
+        self._checking: asyncio.Task[None] | None = None
         self.samples = HeadSamples(logs, streams, config.sample_seconds)
         #: Live tails open now.
         self.tails = 0
@@ -206,9 +224,16 @@ class Console:
 
     def start(self) -> None:
         self.samples.start()
+        self._checking = asyncio.get_running_loop().create_task(
+            self.sessions.keep_checking(self.config.session_check_seconds)
+        )
 
     async def close(self) -> None:
         self.closing.set()
+        if self._checking is not None:
+            self._checking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checking
         await self.samples.close()
 
     # -- dispatch -------------------------------------------------------------------------
@@ -228,7 +253,7 @@ class Console:
                 raise Refused(405, f"This page serves {', '.join(methods)} only.")
             return self._page(None, "error.html", status=404, message="No such page.")
         token = _cookie(request.headers.get("cookie", ""), COOKIE)
-        session = self.sessions.get(token)
+        session = await self.sessions.get(token)
         form: dict[str, str] = {}
         if request.method == "POST":
             form = self._form(request, session, path)
@@ -313,14 +338,14 @@ class Console:
                 user=name,
                 message="Wrong user name or password.",
             )
-        self.sessions.end(call.token)
-        token, _session = self.sessions.create(principal)
+        await self.sessions.end(call.token)
+        token = await self.sessions.create(principal)
         secure = "; Secure" if request.tls else ""
         cookie = f"{COOKIE}={token}; Path={self.base}; HttpOnly; SameSite=Strict{secure}"
         return _redirect(self._next(nxt), [("Set-Cookie", cookie)])
 
     async def _logout(self, call: _Call) -> ConsoleResponse:
-        self.sessions.end(call.token)
+        await self.sessions.end(call.token)
         secure = "; Secure" if call.request.tls else ""
         cookie = f"{COOKIE}=; Path={self.base}; HttpOnly; SameSite=Strict; Max-Age=0{secure}"
         return _redirect(f"{self.base}/login", [("Set-Cookie", cookie)])
@@ -491,7 +516,7 @@ class Console:
             pages=pages,
             total=total,
             stream=wanted,
-            notice=call.session.take_notice() if call.session is not None else None,
+            notice=await self.sessions.take_notice(call.session) if call.session else None,
             principal=principal,
         )
 
@@ -500,6 +525,7 @@ class Console:
     ) -> list[dict[str, Any]]:
         lowest = await self._log(partition).consumers.lowest(call.principal)
         pushing = {s.key: s for s in self._push.all_streams if s.reliable}
+        elsewhere = self._push.pushing_elsewhere()
         now = time.time()
         return [
             {
@@ -507,6 +533,7 @@ class Console:
                 "row": row,
                 "age": _age(row.oldest_unread_ts, now),
                 "push": pushing.get((partition.key, row.user_id, row.component)),
+                "elsewhere": (partition.key, row.user_id, row.component) in elsewhere,
                 "holds_back": lowest is not None
                 and (lowest[1], lowest[2]) == (row.user_id, row.component),
             }
@@ -558,7 +585,7 @@ class Console:
         ):
             raise Refused(404, "No such consumer.")
         assert call.session is not None
-        call.session.notice = f"Dropped {user}/{component} of {partition}."
+        await self.sessions.set_notice(call.session, f"Dropped {user}/{component} of {partition}.")
         return _redirect(f"{self.base}/consumers")
 
     async def _seek(self, call: _Call) -> ConsoleResponse:
@@ -576,7 +603,8 @@ class Console:
         if not await events.consumers.seek(who, row.user_id, row.component, position):
             raise Refused(404, "No such consumer.")
         assert call.session is not None
-        call.session.notice = f"{row.user}/{row.component} of {partition} is at {position} now."
+        notice = f"{row.user}/{row.component} of {partition} is at {position} now."
+        await self.sessions.set_notice(call.session, notice)
         return _redirect(f"{self.base}/consumers")
 
     # -- events ---------------------------------------------------------------------------
@@ -712,7 +740,7 @@ class Console:
             raise Refused(400, message)
         if self.tails >= self.config.max_tails:
             raise Refused(503, "Too many live tails are open: close one.")
-        if session.tails >= self.config.tails_per_session:
+        if self.sessions.tails_open(session) >= self.config.tails_per_session:
             raise Refused(429, "This session has too many live tails open: close one.")
         try:
             live = self._live.of_stream(partition.stream)[partition.number]
@@ -736,13 +764,13 @@ class Console:
         revoked = asyncio.Event()
         stop_watching = access.watch(who, Right.READ, partition.stream, revoked.set)
         self.tails += 1
-        session.tails += 1
+        tails = self.sessions.tail_opened(session)
 
         def ended() -> None:
             stop_watching()
             subscription.close()
             self.tails -= 1
-            session.tails -= 1
+            self.sessions.tail_closed(session)
 
         return ConsoleResponse(
             200,
@@ -751,7 +779,7 @@ class Console:
             stream=_pushed(
                 subscription,
                 shape,
-                session,
+                tails,
                 self.closing,
                 ended,
                 revoked,
@@ -763,35 +791,37 @@ class Console:
 async def _pushed(
     subscription: Subscription,
     shape: Transformation | None,
-    session: Session,
+    tails: Tails,
     closing: asyncio.Event,
     ended: Callable[[], None],
     revoked: asyncio.Event,
     refusal: str,
 ) -> AsyncGenerator[bytes, None]:
     """Server-Sent Events: one ``data:`` line per batch (a JSON array), comments to keep
-    the connection alive; ends with the session, the server, or after :data:`TAIL_SECONDS`,
-    or, once ``revoked`` is set, with an ``ended`` event carrying ``refusal`` (and one saying
-    so when the stream is dropped)."""
+    the connection alive; ends with the server, or after :data:`TAIL_SECONDS`, or with an
+    ``ended`` event carrying why: once the session ends (anywhere), once ``revoked`` is set
+    (``refusal``), or once the stream is dropped."""
     deadline = time.monotonic() + TAIL_SECONDS
     stop: asyncio.Future[Any] = asyncio.ensure_future(closing.wait())
     taken: asyncio.Future[Any] = asyncio.ensure_future(revoked.wait())
+    gone: asyncio.Future[Any] = asyncio.ensure_future(tails.ended.wait())
     reading: asyncio.Future[Any] | None = None
     try:
         yield b"retry: 3000\n\n"
-        while not session.ended and not closing.is_set() and time.monotonic() < deadline:
-            if revoked.is_set():
-                yield f"event: ended\ndata: {json.dumps(refusal)}\n\n".encode()
+        while not closing.is_set() and time.monotonic() < deadline:
+            why = SESSION_ENDED if tails.ended.is_set() else refusal if revoked.is_set() else None
+            if why is not None:
+                yield f"event: ended\ndata: {json.dumps(why)}\n\n".encode()
                 return
             if reading is None:
                 reading = asyncio.ensure_future(subscription.next(TAIL_BATCH))
             await asyncio.wait(
-                (reading, stop, taken),
+                (reading, stop, taken, gone),
                 timeout=TAIL_HEARTBEAT_SECONDS,
                 return_when=asyncio.FIRST_COMPLETED,
             )
-            if revoked.is_set():
-                continue  # what was read after the revoke is not sent
+            if revoked.is_set() or tails.ended.is_set():
+                continue  # what was read after the end is not sent
             if not reading.done():
                 yield b": alive\n\n"
                 continue
@@ -806,8 +836,8 @@ async def _pushed(
             ]
             yield f"data: {json.dumps(messages, separators=(',', ':'))}\n\n".encode()
     finally:
-        stop.cancel()
-        taken.cancel()
+        for waiting in (stop, taken, gone):
+            waiting.cancel()
         if reading is not None:
             reading.cancel()
         ended()

@@ -40,6 +40,7 @@ import jsonschema.validators
 
 from ..quoting import quote_input
 from .partition import STREAM_NAME_RE
+from .stream import EventRejected
 
 #: The one schema type kept.
 JSON_SCHEMA_TYPE: Final = "JSON"
@@ -403,19 +404,69 @@ class SchemaViolation:
         return f"{self.pointer or '/'}: {self.reason}"
 
 
+#: The longest reason a refusal of event data quotes (a validator may quote the data).
+MAX_REASON_CHARS: Final = 300
+
+
+class EventDataInvalid(EventRejected):
+    """Event data that its type's schema refuses: the sentence names the type, the version,
+    the subject and the first failing place in the data (and, in a call of several events,
+    which one)."""
+
+    def __init__(
+        self,
+        event_type: str,
+        subject: str,
+        version: int,
+        violation: SchemaViolation,
+        position: tuple[int, int] | None = None,
+    ) -> None:
+        self.event_type = event_type
+        self.subject = subject
+        self.version = version
+        self.violation = violation
+        #: (index, count) of the event among those of one call; None when it came alone.
+        self.position = position
+        reason = violation.reason
+        if len(reason) > MAX_REASON_CHARS:
+            reason = reason[:MAX_REASON_CHARS] + "…"
+        which = (
+            f"{event_type} event"
+            if position is None
+            else f"event {position[0] + 1} of {position[1]} ({event_type})"
+        )
+        super().__init__(
+            f"{which} does not match version {version} of schema {subject}"
+            f" at {violation.pointer or '/'}: {reason}"
+        )
+
+
+def check_event(
+    compiled: CompiledSchema,
+    data: Any,
+    event_type: str,
+    subject: str,
+    version: int,
+    position: tuple[int, int] | None = None,
+) -> None:
+    """:class:`EventDataInvalid` when ``data`` (decoded JSON) does not match ``compiled``,
+    version ``version`` of ``subject``."""
+    violation = compiled.violation(data)
+    if violation is not None:
+        raise EventDataInvalid(event_type, subject, version, violation, position)
+
+
 class CompiledSchema:
     """A schema compiled once: :meth:`violation` checks one event's data."""
 
-    __slots__ = ("_check", "fast")
+    __slots__ = ("fast", "violation")
 
     def __init__(self, check: Callable[[Any], SchemaViolation | None], fast: bool) -> None:
-        self._check = check
+        #: ``violation(data)``: None when ``data`` is valid, else the first failing place
+        #: (the check itself, not a method around it: it runs for every typed event).
+        self.violation = check
         #: Compiled to Python by fastjsonschema (drafts 4, 6 and 7).
         self.fast = fast
-
-    def violation(self, data: Any) -> SchemaViolation | None:
-        """None when ``data`` is valid, else the first failing place."""
-        return self._check(data)
 
 
 def _no_fetching(uri: str) -> Any:
@@ -437,7 +488,8 @@ def compile_schema(schema: JsonSchema) -> CompiledSchema:
         if isinstance(document, dict) and "$schema" not in document:
             document = {**document, "$schema": DEFAULT_DRAFT}
         try:
-            validate = fastjsonschema.compile(document, handlers=_NO_HANDLERS)
+            # use_default=False: a check never fills in the data (fastjsonschema's default does)
+            validate = fastjsonschema.compile(document, handlers=_NO_HANDLERS, use_default=False)
         except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError) as exc:
             raise InvalidSchema(str(exc).rstrip(".")) from None
         except RecursionError:

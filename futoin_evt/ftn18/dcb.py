@@ -14,6 +14,7 @@ from ..dcb.service import DcbService, DcbStreamRefused, ReadRequest, stream_dcb_
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.partition import Partition, StreamInfo
 from ..domain.principal import Principal
+from ..domain.stream import EventRejected
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
@@ -34,6 +35,8 @@ async def _checked(call: Callable[[], Awaitable[T]]) -> T:
         return await call()
     except DcbInputError as exc:
         raise FTN3Error(INVALID_REQUEST, f"{exc.field}: {exc.message}") from None
+    except EventRejected as exc:  # its type's schema refuses an event
+        raise FTN3Error(INVALID_REQUEST, str(exc)) from None
     except AppendConditionFailed as exc:
         raise FTN3Error(APPEND_CONDITION_FAILED, str(exc)) from None
     except EventIdConflict as exc:

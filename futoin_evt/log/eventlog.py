@@ -6,11 +6,17 @@ groups. Each call a door makes on
 a user's behalf takes that user (``who``) first: rights on the stream are checked there, in
 ``log/`` (:mod:`.access`), and each door maps a refusal to its wire. What the server reads
 for itself (the notification's shared reader, a sampler of heads) takes no user.
+
+Every append is checked here against the schema of its event type on the stream, when the
+type has one (:mod:`.schemas`: one dictionary lookup per event, the data's check only for a
+typed event): :class:`~futoin_evt.domain.schemas.EventDataInvalid`, an
+:class:`~futoin_evt.domain.stream.EventRejected`, before anything of the call is queued.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Collection, Sequence
 from typing import Any, Final
 
@@ -38,6 +44,7 @@ from ..storage.base import (
 )
 from .access import OPEN_ACCESS, StreamGuard
 from .consumers import ConsumerLifecycle, PartitionConsumers
+from .schemas import TypeSchema
 
 __all__ = [
     "DamagedEvent",
@@ -52,6 +59,13 @@ __all__ = [
 #: A store row (id, type, data JSON, ts, content type) as a :class:`StoredEvent`.
 _make_event: Final = StoredEvent._make
 
+#: The schema events of a type are checked against on a stream (``server.schemas.schema_of``).
+SchemaOf = Callable[[str, str], TypeSchema | None]
+
+
+def _unchecked(_stream: str, _event_type: str) -> None:
+    """No event type has a schema (a log the server reads for itself, a unit test)."""
+
 
 class EventLog:
     """One ordered log (a partition of a stream): what a door calls instead of the store."""
@@ -61,10 +75,14 @@ class EventLog:
         store: PartitionLog,
         lifecycle: ConsumerLifecycle | None = None,
         guard: StreamGuard | None = None,
+        schema_of: SchemaOf | None = None,
     ) -> None:
         """``guard``: the rights checks of the stream (everything allowed when not given:
-        a log the server reads for itself)."""
+        a log the server reads for itself); ``schema_of``: the schemas appends meet (none when
+        not given)."""
         self._store = store
+        self._stream = store.partition.stream
+        self._schema_of = schema_of or _unchecked
         #: Appends need write on the stream; reads, bounds and times need read.
         self.guard = guard = guard or StreamGuard(OPEN_ACCESS, store.partition.stream)
         #: The partition's registered consumers.
@@ -82,18 +100,23 @@ class EventLog:
         """Queue one event; the future gets its id once it is durable.
 
         Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an
-        event, :class:`NotWritable` for an aggregated stream.
+        event (or its type's schema refuses it), :class:`NotWritable` for an aggregated stream.
         """
         self.guard.write(who)
-        return self._store.submit_append(event_type, encode_event_data(event_type, data))
+        data_json = encode_event_data(event_type, data)
+        schema = self._schema_of(self._stream, event_type)
+        if schema is not None:
+            schema.check(event_type, data)
+        return self._store.submit_append(event_type, data_json)
 
     def append_encoded(
         self, who: Principal, events: list[tuple[str, str, str | None]]
     ) -> asyncio.Future[Any]:
         """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
         order; the future is done once all of them are durable. They are stored in one
-        transaction, all or none."""
+        transaction, all or none: one its type's schema refuses stores none."""
         self.guard.write(who)
+        self._check_encoded([(event[0], event[1]) for event in events])
         if len(events) == 1:
             return self._store.submit_append(*events[0])
         return self._store.submit_appends(events)
@@ -101,9 +124,22 @@ class EventLog:
     async def dcb_append(
         self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
     ) -> int:
-        """Append atomically if ``condition`` holds; the position of the last event."""
+        """Append atomically if ``condition`` holds; the position of the last event. One
+        event its type's schema refuses stores none."""
         self.guard.write(who)
+        self._check_encoded([(event.type, event.data_json) for event in events])
         return await self._store.dcb_append(events, condition)
+
+    def _check_encoded(self, events: Sequence[tuple[str, str]]) -> None:
+        """Each (type, data JSON) of one call against its type's schema, if it has one."""
+        schema_of, stream = self._schema_of, self._stream
+        count = len(events)
+        for index, (event_type, data_json) in enumerate(events):
+            schema = schema_of(stream, event_type)
+            if schema is not None:
+                schema.check(
+                    event_type, json.loads(data_json), (index, count) if count > 1 else None
+                )
 
     # -- reads ------------------------------------------------------------------------------
 

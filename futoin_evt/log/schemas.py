@@ -8,13 +8,14 @@ needs manage on every stream (a grant on ``*``). A caller with no right on a str
 is refused the same way whether it exists or not; a listing shows only the subjects of
 streams the caller may read, and a schema id only to those who may read a stream using it.
 
-:meth:`SchemaRegistry.schema_of` is what a door that appends calls for each event: the
-newest live version of the type's subject on the stream, from memory (one dictionary
-lookup), compiled once per version on first use. Every process keeps that memory: it
-reloads it when the streams registry's version moves on, which every change of a subject's
-versions does (at once in the process that made it, and on the workers of the same server
-through their channel; on PostgreSQL every process at once through its notification;
-within the registry's poll otherwise, 1 s by default on SQLite).
+:meth:`SchemaRegistry.schema_of` is what the event log (:mod:`.eventlog`) calls for each
+event appended: the newest live version of the type's subject on the stream, from memory
+(one dictionary lookup), compiled once per version on first use. Every process keeps that
+memory: it reloads it when the streams registry's version moves on, which every change of a
+subject's versions does. A registration or delete returns once the change is in use in this
+process and in the other workers of the same server (they confirm through their channel);
+other processes on PostgreSQL have it once they hear the notification the commit sends
+(milliseconds later), on SQLite within the registry's poll (1 s by default).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -36,6 +37,7 @@ from ..domain.schemas import (
     Compatibility,
     CompiledSchema,
     ConfigNotFound,
+    EventDataInvalid,
     Incompatible,
     InvalidSchema,
     JsonSchema,
@@ -131,6 +133,13 @@ class TypeSchema:
         """None when ``data`` (decoded JSON) is valid, else where and why it is not."""
         return self.compiled.violation(data)
 
+    def check(self, event_type: str, data: Any, position: tuple[int, int] | None = None) -> None:
+        """:class:`~futoin_evt.domain.schemas.EventDataInvalid` when ``data`` (decoded JSON)
+        is not valid; ``position``: (index, count) of the event among those of one call."""
+        violation = (self._compiled or self.compiled).violation(data)
+        if violation is not None:
+            raise EventDataInvalid(event_type, self.subject, self.version, violation, position)
+
 
 class SchemaRegistry:
     """``server.schemas``: the registry's calls on a user's behalf, and the schema of each
@@ -144,6 +153,9 @@ class SchemaRegistry:
         self._reloading: asyncio.Task[None] | None = None
         self._again = False
         self._stop_listening: Callable[[], None] | None = None
+        #: Tells the other workers of this server that schemas changed; done once each has
+        #: them in use (``PeerChannel.grants_changed``).
+        self.tell_others: Callable[[], Awaitable[None]] | None = None
 
     async def start(self) -> None:
         """Load the newest schemas, then follow every change of the streams registry."""
@@ -197,6 +209,22 @@ class SchemaRegistry:
                     row.subject, row.version, row.schema_id, row.schema
                 )
         self._latest = latest
+
+    async def catch_up(self) -> None:
+        """Schemas changed (here, or a worker of this server says so): returns once the
+        newest are in use here."""
+        self._moved()
+        reloading = self._reloading
+        if reloading is not None:
+            await asyncio.shield(reloading)
+
+    async def _changed_here(self) -> None:
+        """A change made here: returns once it is in use here and in the other workers of
+        this server, so the next append on any of them meets it."""
+        told = self.tell_others() if self.tell_others is not None else None
+        await self.catch_up()
+        if told is not None:
+            await told
 
     def _moved(self) -> None:
         """The streams registry moved on (a stream or a subject changed): reload soon."""
@@ -322,7 +350,7 @@ class SchemaRegistry:
                 continue  # another registration came first: check against it
             except KeyError:
                 raise SubjectNotFound(subject, f"There is no stream {stream}.") from None
-            await self.reload()
+            await self._changed_here()
             return added
         raise SchemaChanged(subject)
 
@@ -356,7 +384,7 @@ class SchemaRegistry:
         elif not live:
             raise SubjectSoftDeleted(subject)
         await self._store.delete_schema_versions(subject, live, permanent=permanent)
-        await self.reload()
+        await self._changed_here()
         return live
 
     async def delete_version(
@@ -370,7 +398,7 @@ class SchemaRegistry:
         if not permanent and row.deleted:
             raise VersionSoftDeleted(subject, row.version)
         await self._store.delete_schema_versions(subject, [row.version], permanent=permanent)
-        await self.reload()
+        await self._changed_here()
         return row.version
 
     # -- levels --------------------------------------------------------------------------------

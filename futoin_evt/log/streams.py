@@ -30,7 +30,7 @@ from ..domain.stream import UserId
 from ..storage.base import Streams
 from .access import OPEN_ACCESS, Access, AccessDenied, StreamGuard
 from .consumers import ConsumerLifecycle
-from .eventlog import EventLog
+from .eventlog import EventLog, SchemaOf
 
 log = logging.getLogger(__name__)
 
@@ -252,14 +252,20 @@ async def describe_stream(
 class StreamLogs:
     """The event log of every partition of every stream, one per partition (made as first
     asked for): what every door reaches a partition through. ``events``/0 is
-    :attr:`default`."""
+    :attr:`default`. Appends through them meet the schemas of ``schema_of``
+    (``server.schemas.schema_of``)."""
 
     def __init__(
-        self, registry: StreamRegistry, store: Streams, lifecycle: ConsumerLifecycle
+        self,
+        registry: StreamRegistry,
+        store: Streams,
+        lifecycle: ConsumerLifecycle,
+        schema_of: SchemaOf | None = None,
     ) -> None:
         self._registry = registry
         self._store = store
         self._lifecycle = lifecycle
+        self._schema_of = schema_of
         self._guards: dict[str, StreamGuard] = {}
         self._logs: dict[int, EventLog] = {}
         self.default = self.partition(DEFAULT_PARTITION)
@@ -275,7 +281,7 @@ class StreamLogs:
             if guard is None:
                 guard = self._guards[partition.stream] = self.guard(partition.stream)
             store_log = self._store.partition_log(partition)
-            found = EventLog(store_log, self._lifecycle, guard)
+            found = EventLog(store_log, self._lifecycle, guard, self._schema_of)
             self._logs[partition.key] = found
         return found
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
@@ -16,6 +17,7 @@ from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
 from ..domain.management import ManagementBus
+from ..domain.sessions import ConsoleSessionStore
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.doors import PartitionDoors
@@ -33,6 +35,7 @@ from ..notify.live import LiveEvents, LiveStreams
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
 from ..wsio import HttpHandler, ServerIO
+from .asyncapi import ASYNCAPI_PATH, AsyncApiEndpoint
 from .dcb_http import DCB_PATH, DcbEndpoint
 from .executor import Executor
 from .http import STREAM_FEEDS_PATH, FeedConfig, FeedEndpoint, HttpEndpoint
@@ -91,6 +94,8 @@ class ServerConfig:
     #: Where the schema registry (Confluent's REST API) is served over HTTP; None: not at
     #: all (the schemas registered are still checked).
     schemas_path: str | None = SCHEMAS_PATH
+    #: Where the AsyncAPI 3.0 document of the streams is served; None: not at all.
+    asyncapi_path: str | None = ASYNCAPI_PATH
     #: The AMQP 1.0 listener (off when None).
     amqp: AmqpConfig | None = None
     #: (host, port) of the metrics listener (``/metrics``, ``/healthz``, ``/readyz``); None:
@@ -106,6 +111,11 @@ class ServerConfig:
     aggregate: AggregateConfig = field(default_factory=AggregateConfig)
     #: The web console on the WebSocket port; None: off. Needs Jinja2 (the ``console`` extra).
     console: ConsoleConfig | None = None
+
+
+async def _all_done(calls: list[Callable[[], Awaitable[None]]]) -> None:
+    for call in list(calls):
+        await call()
 
 
 def live_streams(logs: StreamLogs, streams: StreamRegistry, schemas: SchemaRegistry) -> LiveStreams:
@@ -179,6 +189,7 @@ def _console_endpoint(
     authenticator: Authenticator,
     notices: ManagementBus,
     live: LiveStreams,
+    sessions: ConsoleSessionStore,
     transport: WebSocketTransport,
     tls: bool,
     schemas: SchemaRegistry,
@@ -187,7 +198,7 @@ def _console_endpoint(
     from ..console.app import Console
     from .console_http import ConsoleEndpoint
 
-    console = Console(logs, streams, push, authenticator, notices, live, config, schemas)
+    console = Console(logs, streams, push, authenticator, notices, live, sessions, config, schemas)
     return ConsoleEndpoint(console, authenticator, transport.is_secure, tls)
 
 
@@ -289,20 +300,26 @@ class EventServer:
             channel.listen(store.join_peers(channel, turns), notices)
             notices.relay = channel.management
         access = AccessControl(store)
+        # What another worker says changed (grants or schemas) is in use here before it
+        # hears back; schemas join once their registry is made, before their first load.
+        catch_ups: list[Callable[[], Awaitable[None]]] = [access.catch_up]
         if channel is not None:  # before the first load: a change told meanwhile is not lost
-            channel.serve_access(access.catch_up)
+            channel.serve_access(lambda: _all_done(catch_ups))
             access.tell_others = channel.grants_changed
         try:
             await access.start()
             streams = await StreamRegistry.open(store, config.streams_poll_seconds, access)
             schemas = SchemaRegistry(store, streams)
+            catch_ups.append(schemas.catch_up)
+            if channel is not None:
+                schemas.tell_others = channel.grants_changed
             await schemas.start()
         except BaseException:
             await access.close()
             await store.close()
             raise
         consumers = ConsumerLifecycle(store, notices)
-        logs = StreamLogs(streams, store, consumers)
+        logs = StreamLogs(streams, store, consumers, schemas.schema_of)
         lives = live_streams(logs, streams, schemas)
         notify = NotifyService(lives, notices)
         try:
@@ -351,6 +368,18 @@ class EventServer:
                         schemas, authenticator, transport.is_secure, config.schemas_path
                     )
                 )
+            asyncapi = None
+            if config.asyncapi_path is not None:
+                asyncapi = AsyncApiEndpoint(
+                    streams,
+                    schemas.typed,
+                    authenticator,
+                    transport.is_secure,
+                    lambda: transport.url,
+                    feed is not None,
+                    config.asyncapi_path,
+                )
+                endpoints.append(asyncapi)
             console = None
             if config.console is not None:
                 endpoint = _console_endpoint(
@@ -361,6 +390,7 @@ class EventServer:
                     authenticator,
                     notices,
                     lives,
+                    store,
                     transport,
                     config.transport.tls is not None,
                     schemas,
@@ -379,6 +409,8 @@ class EventServer:
                 except BaseException:
                     await transport.close()
                     raise
+                if asyncapi is not None:
+                    asyncapi.amqp_url = amqp.url
         except BaseException:
             await schemas.close()
             await streams.close()

@@ -34,6 +34,7 @@ from ..dcb.service import MAX_WAIT_SECONDS, DcbService, DcbStreamRefused, ReadRe
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.principal import Principal
 from ..domain.rights import Right
+from ..domain.stream import EventRejected
 from ..ftn3.messages import decode_json, encode_json, holds_lone_surrogate
 from ..log.access import Refused
 from ..stats import UNKNOWN
@@ -126,6 +127,8 @@ class DcbEndpoint(HttpEndpoint):
                 await self._read(who, service, document, request, exchange)
         except DcbInputError as exc:
             raise refusal(400, "InvalidRequest", f"{exc.field}: {exc.message}.") from None
+        except EventRejected as exc:  # its type's schema refuses an event
+            raise refusal(400, "InvalidRequest", f"{exc}.") from None
         except AppendConditionFailed as exc:
             raise refusal(409, "AppendConditionFailed", f"{exc}.") from None
         except EventIdConflict as exc:

@@ -188,6 +188,7 @@ class HttpEndpoint:
 
     async def _serve(self, io: ServerIO, request: Request, body: bytes) -> None:
         started = time.perf_counter()
+        log.debug("HTTP request from %s (%s)", io.peer, self.door)
         CONNECTION.set((self.door, io.peer, None))
         io.door = self.door
         status = await self._serve_counted(io, request, body)

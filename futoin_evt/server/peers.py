@@ -201,13 +201,13 @@ class PeerChannel:
         self._add_line(f"r {self.place.slot}")
 
     def serve_access(self, on_changed: Callable[[], Awaitable[None]]) -> None:
-        """Await ``on_changed()`` when another worker says grants changed (it returns once
-        they are in use), then tell that worker."""
+        """Await ``on_changed()`` when another worker says grants (or schemas) changed (it
+        returns once they are in use), then tell that worker."""
         self._grants_changed = on_changed
 
     def grants_changed(self) -> asyncio.Future[None]:
-        """Grants changed here: the others reload theirs. The future is done once each has
-        them in use, is gone, or :data:`GRANTS_WAIT_SECONDS` have passed."""
+        """Grants (or schemas) changed here: the others reload theirs. The future is done
+        once each has them in use, is gone, or :data:`GRANTS_WAIT_SECONDS` have passed."""
         seq = next(self._grant_seqs)
         done: asyncio.Future[None] = self._loop.create_future()
         waiting = set(self._by_slot)

@@ -45,13 +45,14 @@ from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
 from ..domain.schemas import SchemaRow
+from ..domain.sessions import ConsoleSessionStore
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..domain.termini import KeptTermini
 from ..stats import DamageStats, WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 12
+SCHEMA_VERSION: Final = 13
 
 
 class StoreError(Exception):
@@ -645,6 +646,7 @@ class Store(
     Schemas,
     EventHubCheckpoints,
     KeptTermini,
+    ConsoleSessionStore,
     Protocol,
 ):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view

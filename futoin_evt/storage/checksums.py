@@ -31,7 +31,7 @@ from .base import DamagedEvent
 log = logging.getLogger(__name__)
 
 #: The schema version that adds the ``checksum`` column to every partition's events table.
-CHECKSUMS_VERSION: Final = 12
+CHECKSUMS_VERSION: Final = 13
 #: Its SQL type: 64 bits on PostgreSQL, for the unsigned 32-bit CRC (an INTEGER in SQLite).
 CHECKSUM_TYPE: Final = "BIGINT"
 

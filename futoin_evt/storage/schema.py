@@ -14,6 +14,7 @@ from .base import migrations_to_run
 from .checksums import CHECKSUMS_VERSION, add_column_sql
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from .schemas_sql import SCHEMAS_VERSION, tables_sql
+from .sessions_sql import SESSIONS_VERSION
 from .tables import Tables
 from .termini_sql import TERMINI_VERSION
 
@@ -213,6 +214,21 @@ CREATE INDEX IF NOT EXISTS amqp_termini_by_expiry ON amqp_termini (expires_at);
 CREATE INDEX IF NOT EXISTS amqp_termini_by_partition ON amqp_termini (partition_key)
 """
 
+#: The web console's sessions, for every process on the database: the SHA-256 digest of
+#: the session's token (never the token), its user, created and last used (seconds since the
+#: epoch), the notice its next page shows once.
+_CONSOLE_SESSIONS: Final = """
+CREATE TABLE IF NOT EXISTS console_sessions (
+    digest BLOB PRIMARY KEY,
+    user_id INTEGER NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+    created REAL NOT NULL,
+    used REAL NOT NULL,
+    notice TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS console_sessions_by_used ON console_sessions (used);
+CREATE INDEX IF NOT EXISTS console_sessions_by_user ON console_sessions (user_id)
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -226,6 +242,7 @@ MIGRATIONS: Final = {
     TERMINI_VERSION: _TERMINI,
     # the schema registry (:mod:`.schemas_sql`)
     SCHEMAS_VERSION: ";\n".join(tables_sql(postgres=False)),
+    SESSIONS_VERSION: _CONSOLE_SESSIONS,
     # each event's checksum (:mod:`.checksums`): events/0's table here, the other
     # partitions' by ensure_schema
     CHECKSUMS_VERSION: add_column_sql("events"),

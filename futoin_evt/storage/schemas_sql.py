@@ -11,10 +11,12 @@ hears of a stream added (the workers' channel, PostgreSQL's notification, the po
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import json
+import threading
+from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Final
 
-from ..domain.schemas import SchemaRow
+from ..domain.schemas import CompiledSchema, JsonSchema, SchemaRow, check_event, compile_schema
 from .base import SchemaChanged
 from .tables import Step
 
@@ -175,3 +177,75 @@ def set_config_steps(subject: str, stream: str | None, level: str | None, mark: 
             [subject, stream, level],
         )
     ]
+
+
+# -- the native API's check (the server checks from memory: futoin_evt.log.schemas) ----------
+
+#: Validators the native API compiled, by the fingerprint of their schema's text (changed
+#: under the lock: applications call it from several threads).
+_compiled: dict[str, CompiledSchema] = {}
+_compiled_lock: Final = threading.Lock()
+#: Validators kept at most (the oldest compiled goes first).
+MAX_COMPILED: Final = 64
+
+
+def check_steps(
+    stream: str, event_type: str, data: Any, mark: str
+) -> Generator[Step, list[Sequence[Any]], None]:
+    """Check ``data`` (decoded JSON) of ``event_type`` against the newest live version of its
+    subject on ``stream``, read in the caller's transaction (one read by the subject's
+    key; a second, once per schema text and process, reads the text to compile it):
+    :class:`~futoin_evt.domain.schemas.EventDataInvalid` when it does not match."""
+    subject = f"{stream}-{event_type}"
+    rows = yield (
+        "SELECT v.version, s.fingerprint FROM schema_versions v"
+        f" JOIN schemas s ON s.id = v.schema_id WHERE v.subject = {mark} AND NOT v.deleted"
+        " ORDER BY v.version DESC LIMIT 1",
+        [subject],
+    )
+    if not rows:
+        return
+    version, fingerprint = rows[0]
+    compiled = _compiled.get(fingerprint)
+    if compiled is None:
+        ((text,),) = yield (
+            f"SELECT schema FROM schemas WHERE stream = {mark} AND fingerprint = {mark}",
+            [stream, fingerprint],
+        )
+        compiled = compile_schema(JsonSchema(text, json.loads(text)))
+        with _compiled_lock:
+            if len(_compiled) >= MAX_COMPILED:
+                del _compiled[next(iter(_compiled))]
+            _compiled[fingerprint] = compiled
+    check_event(compiled, data, event_type, subject, int(version))
+
+
+Fetch = Callable[[str, Sequence[Any]], list[Any]]
+
+
+def check_data(fetch: Fetch, stream: str, event_type: str, data: Any, mark: str) -> None:
+    """:func:`check_steps`, each statement run by ``fetch`` (its rows)."""
+    steps = check_steps(stream, event_type, data, mark)
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(fetch(*step))
+    except StopIteration:
+        return
+
+
+async def check_data_async(
+    fetch: Callable[[str, Sequence[Any]], Awaitable[list[Any]]],
+    stream: str,
+    event_type: str,
+    data: Any,
+    mark: str,
+) -> None:
+    """:func:`check_data` on an asyncio connection."""
+    steps = check_steps(stream, event_type, data, mark)
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await fetch(*step))
+    except StopIteration:
+        return

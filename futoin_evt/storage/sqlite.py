@@ -107,6 +107,7 @@ from .pages import (
 )
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
 from .schema import drop_partition_tables_sql, ensure_schema, partition_tables_sql
+from .sessions_sql import ConsoleSessionTables
 from .sqlite_reads import SqliteReader
 from .tables import DEFAULT_TABLES, STREAM_ROWS, Step, Tables, stream_infos
 from .termini_sql import Statements, TerminiTables
@@ -679,7 +680,7 @@ class SqlitePartitionLog(PagedReads):
         return total
 
 
-class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables):
+class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSessionTables):
     """Event, consumer, user and stream storage; as a log, the view of ``events``/0.
     Create with :meth:`open`; close with :meth:`close`."""
 
@@ -932,6 +933,11 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables):
         return results
 
     _termini_read = _checkpoint_read
+
+    # -- the console's sessions (read and written as the checkpoint store's rows) -------------
+
+    _session_read = _checkpoint_read
+    _session_write = _checkpoint_write
 
     # -- users --------------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import psycopg
@@ -25,6 +26,7 @@ import psycopg
 from ...domain.partition import DEFAULT_PARTITION, Partition
 from ...domain.stream import EventId
 from ..checksums import native_row
+from ..schemas_sql import check_data, check_data_async
 from ..tables import Tables
 from .schema import append_lock_sql, notify_head_sql
 
@@ -47,11 +49,21 @@ def add_event(
 ) -> EventId:
     """Insert an event in the caller's transaction (one is begun if none is open); it is
     visible to consumers after commit. Raises :class:`futoin_evt.domain.stream.EventRejected`
-    for a bad type or data. ``partition``: one the store's registry gave (``events``/0 by
+    for a bad type or data (:class:`~futoin_evt.domain.schemas.EventDataInvalid` when the
+    type's schema on the partition's stream refuses it: the newest live version, read in
+    the transaction). ``partition``: one the store's registry gave (``events``/0 by
     default)."""
+    values = native_row(event_type, data)
+    check_data(
+        lambda sql, params: conn.execute(sql, params).fetchall(),
+        partition.stream,
+        event_type,
+        data,
+        "%s",
+    )
     lock, insert, notify = _statements(partition)
     conn.execute(lock)
-    row = conn.execute(insert, native_row(event_type, data)).fetchone()
+    row = conn.execute(insert, values).fetchone()
     conn.execute(notify)
     assert row is not None
     return EventId(int(row[0]))
@@ -65,9 +77,15 @@ async def add_event_async(
     partition: Partition = DEFAULT_PARTITION,
 ) -> EventId:
     """:func:`add_event` for an application on psycopg's asyncio connection."""
+    values = native_row(event_type, data)
+
+    async def fetch(sql: str, params: Sequence[Any]) -> list[Any]:
+        return await (await conn.execute(sql, params)).fetchall()
+
+    await check_data_async(fetch, partition.stream, event_type, data, "%s")
     lock, insert, notify = _statements(partition)
     await conn.execute(lock)
-    cursor = await conn.execute(insert, native_row(event_type, data))
+    cursor = await conn.execute(insert, values)
     row = await cursor.fetchone()
     await conn.execute(notify)
     assert row is not None

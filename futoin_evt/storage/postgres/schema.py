@@ -15,6 +15,7 @@ from ..base import migrations_to_run
 from ..checksums import CHECKSUMS_VERSION, add_column_sql
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..schemas_sql import SCHEMAS_VERSION, tables_sql
+from ..sessions_sql import SESSIONS_VERSION
 from ..tables import Tables
 from ..termini_sql import TERMINI_VERSION
 
@@ -224,6 +225,21 @@ _TERMINI: Final = (
     "CREATE INDEX IF NOT EXISTS amqp_termini_by_partition ON amqp_termini (partition_key)",
 )
 
+_CONSOLE_SESSIONS: Final = (
+    # The web console's sessions, for every process on the database: the SHA-256 digest of
+    # the session's token (never the token), its user, created and last used (seconds since
+    # the epoch), the notice its next page shows once.
+    """CREATE TABLE IF NOT EXISTS console_sessions (
+        digest BYTEA PRIMARY KEY,
+        user_id BIGINT NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        created DOUBLE PRECISION NOT NULL,
+        used DOUBLE PRECISION NOT NULL,
+        notice TEXT
+    )""",
+    "CREATE INDEX IF NOT EXISTS console_sessions_by_used ON console_sessions (used)",
+    "CREATE INDEX IF NOT EXISTS console_sessions_by_user ON console_sessions (user_id)",
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -237,6 +253,7 @@ MIGRATIONS: Final = {
     TERMINI_VERSION: _TERMINI,
     # the schema registry (:mod:`..schemas_sql`)
     SCHEMAS_VERSION: tables_sql(postgres=True),
+    SESSIONS_VERSION: _CONSOLE_SESSIONS,
     # each event's checksum (:mod:`..checksums`): events/0's table here, the other
     # partitions' by ensure_schema
     CHECKSUMS_VERSION: (add_column_sql("events"),),

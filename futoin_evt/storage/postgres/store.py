@@ -159,6 +159,7 @@ from ..pages import (
     rows_sql,
 )
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
+from ..sessions_sql import ConsoleSessionTables
 from ..tables import STREAM_ROWS, Step, Tables, stream_infos
 from ..termini_sql import Statements, TerminiTables
 from .schema import (
@@ -961,7 +962,7 @@ class PostgresPartitionLog(PagedReads):
             return [stored_event(row) for row in rows], head
 
 
-class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables):
+class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, ConsoleSessionTables):
     """Event, consumer, user and stream storage in PostgreSQL; as a log, the view of
     ``events``/0. Create with :meth:`open`."""
 
@@ -1459,6 +1460,11 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables):
             async with conn.pipeline():
                 cursors = [await conn.execute(sql, params) for sql, params in statements]
             return [await c.fetchall() if c.description is not None else [] for c in cursors]
+
+    # -- the console's sessions -----------------------------------------------------------
+
+    _session_read = _checkpoint_read
+    _session_write = _checkpoint_read
 
     # -- users ----------------------------------------------------------------------------
 
