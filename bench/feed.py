@@ -39,7 +39,8 @@ def prepare_partitions(db: Path, events: int) -> None:
         conn.execute("BEGIN")
         for key in keys:
             conn.executemany(
-                f"INSERT INTO {Tables.of(key).events} (type, data, ts) VALUES (?, ?, ?)",
+                f"INSERT INTO {Tables.of(key).events} (type, data, ts, checksum)"
+                " VALUES (?, ?, ?, ?)",
                 prefill_rows(events // PARTITIONS),
             )
         conn.execute("COMMIT")

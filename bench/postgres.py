@@ -73,7 +73,7 @@ async def prepare(url: str, prefill: int) -> None:
     async with await psycopg.AsyncConnection.connect(url) as conn:
         async with (
             conn.cursor() as cursor,
-            cursor.copy("COPY events (type, data, ts) FROM STDIN") as copy,
+            cursor.copy("COPY events (type, data, ts, checksum) FROM STDIN") as copy,
         ):
             for row in prefill_rows(prefill):
                 await copy.write_row(row)

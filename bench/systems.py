@@ -21,6 +21,7 @@ from futoin_evt.domain.rights import Right
 from futoin_evt.domain.schemas import parse_schema
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage import open_store
+from futoin_evt.storage.checksums import event_checksum
 from futoin_evt.storage.grants_sql import grant_sql
 from futoin_evt.storage.schema import ensure_schema
 from futoin_evt.storage.sqlite import create_private
@@ -115,9 +116,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def prefill_rows(count: int) -> list[tuple[str, str, str]]:
+def prefill_rows(count: int) -> list[tuple[str, str, str, int]]:
+    """Events as the server stores them: type, data, time and checksum."""
     ts = utc_timestamp()
-    return [("ORDER", json.dumps(payload(i), separators=(",", ":")), ts) for i in range(count)]
+    rows = []
+    for i in range(count):
+        data = json.dumps(payload(i), separators=(",", ":"))
+        rows.append(("ORDER", data, ts, event_checksum("ORDER", data, ts)))
+    return rows
 
 
 # -- futoin-evt ----------------------------------------------------------------------------------
@@ -137,17 +143,18 @@ def prepare_futoin_evt_db(path: Path, prefill: int) -> None:
         conn.execute(grant_sql("?"), (user, "*", int(Right.READ | Right.WRITE)))
         conn.execute("BEGIN")
         conn.executemany(
-            "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)", prefill_rows(prefill)
+            "INSERT INTO events (type, data, ts, checksum) VALUES (?, ?, ?, ?)",
+            prefill_rows(prefill),
         )
         conn.execute("COMMIT")
     finally:
         conn.close()
 
 
-#: :func:`prepare_futoin_evt_db` run by another source tree (argv: the path, the prefill).
+#: :func:`prepare_futoin_evt_db` of another source tree, run in that tree.
 _PREPARE: Final = (
-    "import pathlib, sys; from bench.systems import prepare_futoin_evt_db as prepare;"
-    " prepare(pathlib.Path(sys.argv[1]), int(sys.argv[2]))"
+    "import sys; from pathlib import Path; from bench.systems import prepare_futoin_evt_db;"
+    " prepare_futoin_evt_db(Path(sys.argv[1]), int(sys.argv[2]))"
 )
 
 
@@ -169,13 +176,15 @@ async def start_futoin_evt(
     db = workdir / "futoin-evt.sqlite"
     if source is None:
         prepare_futoin_evt_db(db, prefill)
-    else:  # with that tree's schema: an older one refuses a database of a newer schema
-        prepare = await asyncio.create_subprocess_exec(
-            sys.executable, "-c", _PREPARE, str(db), str(prefill),
-            cwd=source, env={**os.environ, "PYTHONPATH": str(source)},
-        )  # fmt: skip
-        if await prepare.wait():
-            raise RuntimeError(f"preparing {db} with the tree {source} failed")
+    else:  # as that tree makes it: its schema may be older than this one's
+        made = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *("-c", _PREPARE, str(db), str(prefill)),
+            cwd=source,
+            env={**os.environ, "PYTHONPATH": str(source)},
+        )
+        if await made.wait():
+            raise RuntimeError(f"could not make the database of {source}")
     if streams or schemas:
         async with await open_store(db) as store:
             for name, partitions in (streams or {}).items():
@@ -269,7 +278,7 @@ def prepare_reference_db(path: Path, prefill: int) -> None:
         conn.execute("BEGIN")
         conn.executemany(
             "INSERT INTO evt_queue (type, data, ts) VALUES (?, ?, ?)",
-            [(t, d, ts.replace("T", " ").rstrip("Z")) for t, d, ts in prefill_rows(prefill)],
+            [(t, d, ts.replace("T", " ").rstrip("Z")) for t, d, ts, _ in prefill_rows(prefill)],
         )
         conn.execute("COMMIT")
     finally:

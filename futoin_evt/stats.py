@@ -151,3 +151,24 @@ class WriteStats:
         """``events`` of ``size`` bytes committed to ``partition`` (its labels)."""
         self.appended[partition] = self.appended.get(partition, 0) + events
         self.appended_bytes[partition] = self.appended_bytes.get(partition, 0) + size
+
+
+class DamageStats:
+    """Damaged events read (their stored content no longer matches their checksum): each
+    counted once per process, however often it is read."""
+
+    __slots__ = ("_seen", "counts")
+
+    def __init__(self) -> None:
+        self._seen: set[tuple[int, int]] = set()
+        #: Distinct damaged events found per (stream, partition).
+        self.counts: dict[tuple[str, str], int] = {}
+
+    def note(self, key: int, event_id: int, partition: tuple[str, str]) -> bool:
+        """Event ``event_id`` of the partition of store key ``key`` (labelled ``partition``)
+        is damaged; True when this process had not found it before."""
+        if (key, event_id) in self._seen:
+            return False
+        self._seen.add((key, event_id))
+        self.counts[partition] = self.counts.get(partition, 0) + 1
+        return True

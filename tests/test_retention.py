@@ -31,9 +31,9 @@ async def ops(client: EventStreamClient, func: str, **params: Any) -> Any:
 
 
 def set_ts(db: str | Path, up_to_id: int, ts: str) -> None:
-    """Backdate events (as if they had been added at ``ts``)."""
+    """Backdate events (as if they had been added at ``ts``, before events had checksums)."""
     with sqlite3.connect(db) as conn:
-        conn.execute("UPDATE events SET ts = ? WHERE id <= ?", (ts, up_to_id))
+        conn.execute("UPDATE events SET ts = ?, checksum = NULL WHERE id <= ?", (ts, up_to_id))
 
 
 async def policy(server: EventServer, **config: Any) -> Discarder:
@@ -196,7 +196,9 @@ async def test_start_from_a_point_in_time(
     ids = [await alice.add_event("E", i) for i in range(6)]
     set_ts(server.db, ids[1], "2020-01-01T00:00:00Z")
     with sqlite3.connect(server.db) as conn:
-        conn.execute("UPDATE events SET ts = '2021-06-01T00:00:00Z' WHERE id IN (3, 4)")
+        conn.execute(
+            "UPDATE events SET ts = '2021-06-01T00:00:00Z', checksum = NULL WHERE id IN (3, 4)"
+        )
     await alice.register_consumer("REPLAY")
     await alice.poll_events("REPLAY", last_id=ids[-1])  # everything read already
     assert await ops(alice, "seekConsumer", component="REPLAY", ts="2021-01-01T00:00:00Z") == "2"

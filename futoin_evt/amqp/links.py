@@ -11,7 +11,7 @@ from dataclasses import replace
 from typing import Any, Final
 
 from ..log.access import Refused
-from ..log.eventlog import EventLog
+from ..log.eventlog import DamagedEvent, EventLog
 from .codec import Position
 from .engine.connection import Delivery, Link
 from .engine.types import Symbol
@@ -79,6 +79,8 @@ class SourceLink:
         exc = task.exception()
         if isinstance(exc, Refused):  # the right went before the link was detached for it
             self._conn.detach(self._link, UNAUTHORIZED, str(exc))
+        elif isinstance(exc, DamagedEvent):  # logged once per event by the store
+            self._conn.detach(self._link, INTERNAL_ERROR, str(exc))
         elif exc is not None:
             log.error("AMQP link failed", exc_info=exc)
             self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 from .. import __version__
 from ..storage.base import StoreError
-from . import calls, consumer, grants, sas, schema, serve, stream, user
+from . import calls, check, consumer, grants, sas, schema, serve, stream, user
 from .common import CliError, Parser, configure_logging, event_loop_factory
 
 
@@ -57,4 +57,5 @@ def _parser() -> argparse.ArgumentParser:
     consumer.add_commands(commands)
     stream.add_commands(commands)
     schema.add_commands(commands)
+    check.add_commands(commands)
     return parser

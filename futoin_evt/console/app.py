@@ -56,7 +56,7 @@ from ..ftn18.push import PushService
 from ..log.access import AccessDenied
 from ..log.access import Refused as AccessRefused
 from ..log.consumers import ConsumerRow
-from ..log.eventlog import EventLog
+from ..log.eventlog import DamagedEvent, EventLog
 from ..log.schemas import SchemaRegistry
 from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
@@ -826,7 +826,7 @@ async def _pushed(
                 yield b": alive\n\n"
                 continue
             failed = reading.exception()
-            if isinstance(failed, UnknownStream):  # its stream was dropped
+            if isinstance(failed, UnknownStream | DamagedEvent):  # dropped; a damaged event
                 yield f"event: ended\ndata: {json.dumps(_sentence(failed))}\n\n".encode()
                 return
             batch, reading = reading.result(), None
@@ -843,7 +843,7 @@ async def _pushed(
         ended()
 
 
-def _sentence(exc: AccessRefused | UnknownStream) -> str:
+def _sentence(exc: AccessRefused | UnknownStream | DamagedEvent) -> str:
     """A refusal of ``log/`` as the console says it (``The read right on stream payroll is
     needed.``)."""
     text = str(exc)

@@ -15,7 +15,9 @@ each as the notifications' ``id`` attribute gives it for their ``partition``.
 (``SecurityError``) whether the stream exists or not. A subscription ends when that right is
 revoked: its connection is closed with WebSocket code 1008 and the refusal's sentence (as a
 push stream's is), and so it is, with ``the stream orders was dropped``, when its stream is
-dropped (a new ``subscribe`` then gets ``UnknownStream``). Management events reach a
+dropped (a new ``subscribe`` then gets ``UnknownStream``), and with the error's sentence when
+a read finds a damaged event (:class:`~futoin_evt.log.eventlog.DamagedEvent`). Management
+events reach a
 subscriber only about streams they may read (see
 :func:`~futoin_evt.notify.live.management_visible_to`).
 """
@@ -39,6 +41,7 @@ from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import Response, encode_json
 from ..log.access import AccessDenied
+from ..log.eventlog import DamagedEvent
 from ..notify.live import (
     LiveEvents,
     LiveStreams,
@@ -237,8 +240,11 @@ class NotifyService:
             pushing.unwatch()
         if not mine:
             self._subscriptions.pop(link, None)
-        if not task.cancelled() and task.exception() is not None:
-            log.error("notification subscription %s failed", sid, exc_info=task.exception())
+        failure = None if task.cancelled() else task.exception()
+        if isinstance(failure, DamagedEvent):  # logged once per event by the store
+            link.close_refused(str(failure))
+        elif failure is not None:
+            log.error("notification subscription %s failed", sid, exc_info=failure)
 
     async def close(self) -> None:
         tasks = [p.task for mine in self._subscriptions.values() for p in mine.values() if p.task]

@@ -27,7 +27,9 @@ LIVE, one stream per connection and user.
 
 When the database does not answer (:class:`StoreUnreachable`: a restart, an exhausted pool),
 a stream keeps its connection and tries again after a backoff, for reads and for storing its
-position alike.
+position alike. A read that finds a damaged event (:class:`DamagedEvent`) ends the stream and
+closes its connection with the error's sentence: the receiver is told, and reconnects to the
+same refusal until the event is repaired.
 
 A stream needs ``read`` on its stream, at readyToReceive and for as long as it runs: when
 that right is revoked, the stream stops and its connection is closed with WebSocket code
@@ -54,7 +56,7 @@ from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import Response
 from ..log.access import AccessDenied, Refused
-from ..log.eventlog import EventLog, EventPage, StoreUnreachable
+from ..log.eventlog import DamagedEvent, EventLog, EventPage, StoreUnreachable
 from ..storage.head import HeadWatch
 from .services import NOT_REGISTERED, retrieve_quietly
 
@@ -183,6 +185,8 @@ class PushStream:
             await self._deliver()
         except asyncio.CancelledError:
             raise
+        except DamagedEvent as exc:  # logged once per event by the store
+            self.link.close_refused(str(exc))
         except Exception:
             log.exception("push stream %s of user %s failed", self.component, self.user_id)
         finally:

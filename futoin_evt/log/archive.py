@@ -25,12 +25,14 @@ from ..client.aio import Event
 from ..client.receiver import ReliableReceiver
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
 from ..ftn3.messages import encode_json
-from ..storage.base import Store
+from ..storage.base import DamagedEvent, Store
 from ..storage.head import HeadWatch
 
 log = logging.getLogger(__name__)
 
 ARCHIVE_COMPONENT: Final = "ARCHIVE"
+#: How often the archiver tries again to read past a damaged event (an operator's repair).
+_DAMAGED_RETRY_SECONDS: Final = 10.0
 ARCHIVE_USER: Final = "_archive"
 #: A stored hash no password matches: the built-in user cannot log in.
 NO_LOGIN: Final = "!"
@@ -136,6 +138,8 @@ class InProcessArchiver:
                 self.archived_total += len(archived)
             except asyncio.CancelledError:
                 raise
+            except DamagedEvent:  # logged once by the store: the archive waits at it
+                await asyncio.sleep(_DAMAGED_RETRY_SECONDS)
             except Exception:
                 log.exception("archiving failed; trying again")
                 await asyncio.sleep(1.0)

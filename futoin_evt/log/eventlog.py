@@ -35,6 +35,7 @@ from ..domain.stream import (
     utc_timestamp,
 )
 from ..storage.base import (
+    DamagedEvent,
     DiscardLimits,
     EventPage,
     NotWritable,
@@ -47,6 +48,7 @@ from .consumers import ConsumerLifecycle, PartitionConsumers
 from .schemas import TypeSchema
 
 __all__ = [
+    "DamagedEvent",
     "DiscardLimits",
     "EventLog",
     "EventPage",

@@ -4,7 +4,9 @@ Order of checks: credentials, iface/version/function (masked as UnknownInterface
 anonymous caller, so nobody probes without credentials), iface constraints (anonymous,
 secure channel), request size, params. Errors a function does not declare go out as
 InternalError and are logged with their traceback; a database that does not answer
-(:class:`StoreUnreachable`) is InternalError too, saying so, logged in one line. A call
+(:class:`StoreUnreachable`) is InternalError too, saying so, logged in one line; so is an
+event read that does not match its checksum (:class:`DamagedEvent`, naming its partition and
+id, logged once per event by the store). A call
 refused in ``log/`` for a right the caller lacks (:class:`~futoin_evt.log.access.Refused`) is
 SecurityError with its one sentence, naming the right and the stream.
 
@@ -46,7 +48,7 @@ from ..ftn3.ifaces import (
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
 from ..log.access import Refused
-from ..log.eventlog import StoreUnreachable
+from ..log.eventlog import DamagedEvent, StoreUnreachable
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, UNKNOWN, Calls
 
@@ -284,6 +286,9 @@ class Executor:
             log.warning("%s from %s: database unavailable: %s", request.f, channel.peer, exc)
             self._count(request, func, INTERNAL_ERROR, started)
             return encode_error(request.rid, INTERNAL_ERROR, f"Database unavailable: {exc}")
+        elif isinstance(exc, DamagedEvent):
+            self._count(request, func, INTERNAL_ERROR, started)
+            return encode_error(request.rid, INTERNAL_ERROR, str(exc))
         else:
             log.error("%s from %s failed", request.f, channel.peer, exc_info=exc)
         self._count(request, func, INTERNAL_ERROR, started)

@@ -31,6 +31,7 @@ from ..domain.principal import Principal
 from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
 from ..ftn3.errors import FTN3Error
 from ..log.access import Refused
+from ..log.eventlog import DamagedEvent
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, INSECURE_CHANNEL, Calls
 from ..wsio import ServerIO
@@ -124,8 +125,9 @@ class HttpError(Exception):
 class HttpEndpoint:
     """Plain HTTP requests under one path, each served by a task of its own.
 
-    Subclasses implement :meth:`handle`. Refusals are :class:`HttpError`; anything else is
-    logged and answered 500 (or cuts the response short once it has started).
+    Subclasses implement :meth:`handle`. Refusals are :class:`HttpError`; a damaged event
+    read (:class:`DamagedEvent`) is answered 500 with its sentence; anything else is logged
+    and answered 500 (or cuts the response short once it has started).
     """
 
     #: Methods served; others get 405.
@@ -221,6 +223,12 @@ class HttpEndpoint:
         except (ConnectionError, asyncio.CancelledError):
             exchange.abort()
             return 0
+        except DamagedEvent as exc:  # logged once per event by the store
+            if exchange.started:
+                exchange.abort()
+                return 0
+            exchange.respond(500, (refused_text(exc) + "\n").encode())
+            return 500
         except Exception:
             log.exception("HTTP request %s failed", request.path[:200])
             if exchange.started:
@@ -260,9 +268,9 @@ class HttpEndpoint:
         return []
 
 
-def refused_text(exc: Refused) -> str:
-    """A refusal of ``log/`` as an HTTP door says it: one sentence, capitalised, with its
-    full stop (``The read right on stream payroll is needed.``)."""
+def refused_text(exc: Refused | DamagedEvent) -> str:
+    """A refusal of ``log/`` (or a damaged event) as an HTTP door says it: one sentence,
+    capitalised, with its full stop (``The read right on stream payroll is needed.``)."""
     text = str(exc)
     return text[:1].upper() + text[1:] + "."
 
@@ -310,8 +318,17 @@ class FeedEndpoint(HttpEndpoint):
             exchange.respond(200, self._feed.discovery(feed), "application/json")
             return
         readings = await self._feed.start_after(principal, feed, parsed)
-        exchange.start_stream("application/x-ndjson")
-        await self._feed.events(parsed, readings, exchange.write)
+        if parsed.wait_seconds:  # a long poll has its 200 before it waits
+            exchange.start_stream("application/x-ndjson")
+
+        async def write(lines: bytes) -> None:
+            """Else the 200 goes out with the first lines: a first read that fails (a
+            damaged event) is still answered with its status."""
+            if not exchange.started:
+                exchange.start_stream("application/x-ndjson")
+            await exchange.write(lines)
+
+        await self._feed.events(parsed, readings, write)
         exchange.end_stream()
 
     def serves(self, path: str) -> bool:

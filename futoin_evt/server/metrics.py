@@ -362,7 +362,15 @@ class ServerCollector(Collector):
         )
         for event_type, count in sorted(dict(server.notices.published).items()):
             published.add_metric([event_type], count)
-        yield from (discarded, archived, published)
+        damaged = CounterMetricFamily(
+            "futoin_evt_damaged_events",
+            "Events read that did not match their checksum (never served), each counted once"
+            " since the process started.",
+            labels=STREAM_LABELS,
+        )
+        for labels, count in {DEFAULT_STREAM: 0, **server.store.damage_stats.counts}.items():
+            damaged.add_metric(list(labels), count)
+        yield from (discarded, archived, published, damaged)
 
 
 def _connections_by_door(server: EventServer) -> dict[str, int]:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Final
 
 from ..domain.stream import DEFAULT_DEDUP_WINDOW
 from .base import DEFAULT_POOL, Durability, PoolLimits, Store, StoreUnavailable
+from .check import CheckReport, quick_check_sqlite, scrub_sqlite
 
 POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
 
@@ -42,3 +44,27 @@ async def open_store(
     from .sqlite import SqliteStore
 
     return await SqliteStore.open(db, durability=durability, dedup_window=dedup_window)
+
+
+async def check_database(db: str | Path) -> CheckReport:
+    """Scrub the database ``db`` names (reads only; see :mod:`.check`). Raises
+    :class:`~.base.StoreUnavailable` when it is not there or cannot be reached, and
+    :class:`~.base.StoreDamaged` for a SQLite file too damaged to read its schema."""
+    if is_postgres_url(db):
+        try:
+            from .postgres.check import scrub_postgres
+        except ImportError:
+            raise StoreUnavailable(
+                "a PostgreSQL database needs the driver: pip install 'futoin-evt[postgres]'"
+            ) from None
+        return await scrub_postgres(str(db))
+    return await asyncio.to_thread(scrub_sqlite, Path(db))
+
+
+async def start_check(db: str | Path, seconds: float) -> bool:
+    """What ``serve`` checks before it starts: on SQLite, ``PRAGMA quick_check`` of an
+    existing file for at most ``seconds`` (True when it ran to its end); raises
+    :class:`~.base.StoreDamaged` for a malformed file. Nothing on PostgreSQL (True)."""
+    if is_postgres_url(db):
+        return True
+    return await asyncio.to_thread(quick_check_sqlite, Path(db), seconds)

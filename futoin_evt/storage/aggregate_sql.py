@@ -162,16 +162,18 @@ def cut_sql(key: int, mark: str) -> str:
 
 
 def copy_sql(aggregate: Tables, ranges: Sequence[SourceRange], mark: str) -> tuple[str, list[int]]:
-    """Copy the ranges into the aggregate: type, data, time and content type as they were
-    stored, new ids in the order of the ranges and then of the source ids."""
+    """Copy the ranges into the aggregate: type, data, time, content type and checksum as
+    they were stored (a damaged source event stays damaged in the copy, and is found there),
+    new ids in the order of the ranges and then of the source ids."""
+    columns = "type, data, ts, content_type, checksum"
     terms = [
-        f"SELECT {i} AS o, id, type, data, ts, content_type FROM {Tables.of(r.key).events}"
+        f"SELECT {i} AS o, id, {columns} FROM {Tables.of(r.key).events}"
         f" WHERE id > {mark} AND id <= {mark}"
         for i, r in enumerate(ranges)
     ]
     sql = (
-        f"INSERT INTO {aggregate.events} (type, data, ts, content_type)"
-        " SELECT type, data, ts, content_type FROM (" + " UNION ALL ".join(terms) + ") AS u"
+        f"INSERT INTO {aggregate.events} ({columns})"
+        f" SELECT {columns} FROM (" + " UNION ALL ".join(terms) + ") AS u"
         " ORDER BY o, id RETURNING id"
     )
     return sql, [v for r in ranges for v in (r.after, r.upto)]

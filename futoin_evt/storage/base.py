@@ -19,6 +19,8 @@ Errors::
     ├── StoreClosed        the store was closed before a write could commit
     ├── NotWritable        events go into an aggregated stream only by its copying
     ├── SchemaChanged      a subject's newest schema moved on during a registration
+    ├── DamagedEvent       an event read does not match its checksum (never served)
+    ├── StoreDamaged       SQLite's quick check found the database file malformed
     ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
     │   └── StoreUnreachable   it does not answer now (refused, lost, no pooled connection
     │                          in time): trying again later may succeed; raised by calls too
@@ -46,11 +48,11 @@ from ..domain.schemas import SchemaRow
 from ..domain.sessions import ConsoleSessionStore
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..domain.termini import KeptTermini
-from ..stats import WriteStats
+from ..stats import DamageStats, WriteStats
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 13
+SCHEMA_VERSION: Final = 14
 
 
 class StoreError(Exception):
@@ -71,6 +73,24 @@ class NotWritable(StoreError, ValueError):
             f"the stream {partition.stream} is an aggregate{of}: events go into its source"
         )
         self.partition = partition
+
+
+class DamagedEvent(StoreError):
+    """An event read from the database does not match its checksum: its type, data, time or
+    content type changed after it was stored (a damaged disk or file, a hand edit). The read
+    fails; the event is never served with changed content."""
+
+    def __init__(self, partition: Partition, event_id: int) -> None:
+        super().__init__(
+            f"event {event_id} in partition {partition} is damaged"
+            " (its stored content does not match its checksum)"
+        )
+        self.partition = partition
+        self.event_id = event_id
+
+
+class StoreDamaged(StoreError):
+    """The database file is malformed (SQLite's ``quick_check`` says so); one sentence."""
 
 
 class StoreUnavailable(StoreError):
@@ -660,6 +680,8 @@ class Store(
 
     #: What group commit did, for the metrics.
     write_stats: WriteStats
+    #: The damaged events its reads found (read by the metrics).
+    damage_stats: DamageStats
 
     @property
     def description(self) -> str:

@@ -17,10 +17,16 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from ..domain.dcb import EventIdConflict, NewEvent, Query, QueryItem, StoredEvent
+from .checksums import check_event
 from .tables import DEFAULT_TABLES, Tables
 
-#: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes.
-READ_COLUMNS: Final = "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes"
+#: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes,
+#: and what checks the event: its content type and checksum.
+READ_COLUMNS: Final = (
+    "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes, e.content_type, e.checksum"
+)
+#: How many they are.
+READ_WIDTH: Final = READ_COLUMNS.count(",") + 1
 #: FTN18 EventType (``^[A-Z_]{1,16}$``) in SQLite: its consumers see only such events.
 SQLITE_FTN18_TYPE: Final = "(length(type) BETWEEN 1 AND 16 AND type NOT GLOB '*[^A-Z_]*')"
 PG_FTN18_TYPE: Final = """(type COLLATE "C" ~ '^[A-Z_]{1,16}$')"""
@@ -147,8 +153,12 @@ def condition_sql(
 
 
 def stored_event(row: Sequence[Any]) -> StoredEvent:
-    """A row of :func:`read_sql` (the columns of :data:`READ_COLUMNS`)."""
-    position, event_type, data, ts, client_id, tags, is_bytes = row[:7]
+    """A row of :func:`read_sql` (the columns of :data:`READ_COLUMNS`), checked against its
+    checksum (:class:`~.checksums.ChecksumMismatch`)."""
+    position, event_type, data, ts, client_id, tags, is_bytes, content_type, checksum = row[
+        :READ_WIDTH
+    ]
+    check_event(position, event_type, data, ts, content_type, checksum)
     return StoredEvent(
         position=int(position),
         type=str(event_type),

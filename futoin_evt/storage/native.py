@@ -20,7 +20,8 @@ from typing import Any
 import aiosqlite
 
 from ..domain.partition import DEFAULT_PARTITION
-from ..domain.stream import EventId, encode_event_data, utc_timestamp
+from ..domain.stream import EventId
+from .checksums import native_row
 from .schema import INSERT_EVENT
 from .schemas_sql import check_data, check_data_async
 
@@ -35,23 +36,23 @@ def add_event(conn: sqlite3.Connection, event_type: str, data: Any) -> EventId:
     :class:`futoin_evt.domain.schemas.EventDataInvalid` (one) when the type's schema on the
     stream ``events`` refuses the data: the newest live version, read in the transaction.
     """
-    data_json = encode_event_data(event_type, data)
+    values = native_row(event_type, data)
     check_data(
         lambda sql, params: conn.execute(sql, params).fetchall(), _STREAM, event_type, data, "?"
     )
-    cursor = conn.execute(INSERT_EVENT, (event_type, data_json, utc_timestamp()))
+    cursor = conn.execute(INSERT_EVENT, values)
     assert cursor.lastrowid is not None
     return EventId(cursor.lastrowid)
 
 
 async def add_event_async(conn: aiosqlite.Connection, event_type: str, data: Any) -> EventId:
     """:func:`add_event` for an application on aiosqlite."""
-    data_json = encode_event_data(event_type, data)
+    values = native_row(event_type, data)
 
     async def fetch(sql: str, params: Sequence[Any]) -> list[Any]:
         return list(await conn.execute_fetchall(sql, params))
 
     await check_data_async(fetch, _STREAM, event_type, data, "?")
-    cursor = await conn.execute(INSERT_EVENT, (event_type, data_json, utc_timestamp()))
+    cursor = await conn.execute(INSERT_EVENT, values)
     assert cursor.lastrowid is not None
     return EventId(cursor.lastrowid)

@@ -3,13 +3,19 @@ read (:func:`page_sql`, with a :class:`ReadDialect` per backend) and the page fr
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from google_crc32c import value as crc32c
+
+from ..domain.partition import Partition
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId, event_json
-from .base import ConsumerRow, EventPage
+from ..stats import DamageStats
+from .base import ConsumerRow, EventPage, EventRow
+from .checksums import ChecksumMismatch, damaged
 from .head import HeadWatch
 from .recent import RecentEvents
 
@@ -48,27 +54,36 @@ def page_from_recent(
 def page_from_rows(
     rows: Iterable[Sequence[Any]], max_bytes: int, data_as_text: bool = False
 ) -> EventPage | None:
-    """A page from one read's rows: events as (id, type, data, ts, UTF-8 size of data), and
-    marker rows with type NULL: (-1, .., start position or NULL when there is no such
-    consumer) and, with a type filter, (0, .., newest id). None without a start position."""
+    """A page from one read's rows: events as (id, type, data, ts, content type, checksum),
+    and marker rows with type NULL: (-1, .., start position or NULL when there is no such
+    consumer) and, with a type filter, (0, .., newest id). None without a start position.
+    Raises :class:`~.checksums.ChecksumMismatch` at an event that does not match its
+    checksum."""
     start: int | None = None
     head_id = 0
     parts: list[str] = []
     size = 2  # the brackets
     last_id = 0
     truncated = False
-    for event_id, event_type, data, ts, extra in rows:
-        if event_type is None:
+    for event_id, event_type, data, ts, content_type, checksum in rows:
+        if event_type is None:  # a marker: its value where an event has its checksum
             if event_id == -1:
-                start = extra
+                start = checksum
             else:
-                head_id = extra or 0
+                head_id = checksum or 0
             continue
+        if checksum is not None and checksum != crc32c(  # event_checksum, inline
+            (
+                f"{event_type}\0{data}\0{ts}"
+                if content_type is None
+                else f"{event_type}\0{data}\0{ts}\0{content_type}"
+            ).encode()
+        ):
+            raise ChecksumMismatch(event_id)
         if data_as_text:
-            data = json.dumps(data)  # ASCII: its length is its size
-            extra = len(data)
+            data = json.dumps(data)
         text = event_json(event_id, event_type, data, ts)
-        size += len(text) - len(data) + extra + 1
+        size += (len(text) if text.isascii() else len(text.encode())) + 1  # isascii: O(1)
         if parts and size > max_bytes:
             truncated = True
             break
@@ -81,6 +96,23 @@ def page_from_rows(
     )
 
 
+def event_rows(rows: Iterable[Sequence[Any]]) -> list[EventRow]:
+    """Rows of :func:`rows_sql` as :data:`~.base.EventRow`, each checked against its
+    checksum (:class:`~.checksums.ChecksumMismatch`)."""
+    events: list[EventRow] = []
+    for event_id, event_type, data, ts, content_type, checksum in rows:
+        if checksum is not None and checksum != crc32c(  # event_checksum, inline
+            (
+                f"{event_type}\0{data}\0{ts}"
+                if content_type is None
+                else f"{event_type}\0{data}\0{ts}\0{content_type}"
+            ).encode()
+        ):
+            raise ChecksumMismatch(event_id)
+        events.append((int(event_id), str(event_type), str(data), str(ts), content_type))
+    return events
+
+
 @dataclass(frozen=True, slots=True)
 class ReadDialect:
     """How one backend spells the parts of :func:`page_sql`."""
@@ -89,7 +121,8 @@ class ReadDialect:
     mark: str
     #: The start marker row; ``{start}`` is the start position's SQL.
     start_row: str
-    #: The event rows: id, type, data, ts, UTF-8 size of data; conditions follow with AND.
+    #: The event rows: id, type, data, ts, content type, checksum; conditions follow with
+    #: AND.
     events: str
     #: Wraps ``{inner}`` into the page: ordered by id, ``LIMIT`` a parameter.
     page: str
@@ -146,10 +179,11 @@ def page_sql(
 def rows_sql(
     mark: str, after_id: int, limit: int, types: Sequence[str] | None, events: str = "events"
 ) -> tuple[str, list[Any]]:
-    """Events after ``after_id`` as (id, type, data, ts, content_type), in id order. With
+    """Events after ``after_id`` as (id, type, data, ts, content_type, checksum), in id order
+    (read them with :func:`event_rows`). With
     ``types``, one index range per type (on (type, id)) merged by id: events of other types
     are not read."""
-    select = f"SELECT id, type, data, ts, content_type FROM {events} WHERE "
+    select = f"SELECT id, type, data, ts, content_type, checksum FROM {events} WHERE "
     if types is None:
         return f"{select}id > {mark} ORDER BY id LIMIT {mark}", [after_id, limit]
     if not types:
@@ -174,12 +208,27 @@ class PagedReads:
     a notification). So a page from them that ends at their last event is given only when
     the database has nothing newer (:meth:`_committed_head`: safe to compare, as ids become
     visible in the order they are given: one writer at a time per SQLite file, PostgreSQL's
-    append lock per partition), or to a reader the head wakes.
+    append lock per partition), or to a reader the head wakes. They are not checked against
+    their checksums: they are what this process wrote, kept in its memory.
+
+    Every read from the database runs inside :meth:`_checking`: an event that does not match
+    its checksum fails the read with :class:`~.base.DamagedEvent`, naming the partition.
     """
 
     read_dialect: ReadDialect
     recent: RecentEvents
     head: HeadWatch
+    partition: Partition
+    damage_stats: DamageStats
+
+    @contextlib.contextmanager
+    def _checking(self) -> Iterator[None]:
+        """Around a read: a row it finds damaged (:class:`~.checksums.ChecksumMismatch`)
+        fails it with :class:`~.base.DamagedEvent`, naming this partition."""
+        try:
+            yield
+        except ChecksumMismatch as exc:
+            raise damaged(self.damage_stats, self.partition, exc.event_id) from None
 
     async def _fetch_page(self, sql: str, params: Sequence[Any]) -> Iterable[Sequence[Any]]:
         raise NotImplementedError
@@ -306,7 +355,8 @@ class PagedReads:
             limit,
             ftn18_only,
         )
-        return await self._page(sql, params, max_bytes, data_as_text)
+        with self._checking():
+            return await self._page(sql, params, max_bytes, data_as_text)
 
 
 def consumer_lags_sql(mark: str, events: str) -> str:

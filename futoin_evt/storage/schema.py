@@ -11,10 +11,12 @@ import sqlite3
 from typing import Final
 
 from .base import migrations_to_run
+from .checksums import CHECKSUMS_VERSION, add_column_sql
 from .dedup import KEYS_VERSION
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from .schemas_sql import SCHEMAS_VERSION, tables_sql
 from .sessions_sql import SESSIONS_VERSION
+from .tables import Tables
 from .termini_sql import TERMINI_VERSION
 
 _VERSION_1: Final = """
@@ -66,7 +68,7 @@ CREATE INDEX IF NOT EXISTS event_tags_by_event ON event_tags (event_id);
 CREATE INDEX IF NOT EXISTS events_by_type ON events (type, id);
 """
 
-INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (?, ?, ?)"
+INSERT_EVENT: Final = "INSERT INTO events (type, data, ts, checksum) VALUES (?, ?, ?, ?)"
 
 
 #: Migration steps by the version they make.
@@ -257,6 +259,9 @@ MIGRATIONS: Final = {
     SCHEMAS_VERSION: ";\n".join(tables_sql(postgres=False)),
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
     KEYS_VERSION: _KEYS,
+    # each event's checksum (:mod:`.checksums`): events/0's table here, the other
+    # partitions' by ensure_schema
+    CHECKSUMS_VERSION: add_column_sql("events"),
 }
 
 
@@ -269,7 +274,8 @@ def partition_tables_sql(key: int) -> list[str]:
             type TEXT NOT NULL,
             data TEXT NOT NULL,
             ts TEXT NOT NULL,
-            content_type TEXT
+            content_type TEXT,
+            checksum BIGINT
         )""",
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
         f"""CREATE TABLE dcb_events_{key} (
@@ -303,6 +309,9 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in MIGRATIONS[version].split(";"):
             if statement.strip():
                 conn.execute(statement)
+        if version == CHECKSUMS_VERSION:
+            for (key,) in conn.execute("SELECT key FROM partitions WHERE key > 0").fetchall():
+                conn.execute(add_column_sql(Tables.of(int(key)).events))
     if current and GRANTS_VERSION in steps:
         log_upgrade_grants(conn.execute("SELECT count(*) FROM grants").fetchone()[0])
     if steps or row[0] is None:

@@ -30,7 +30,7 @@ import sqlite3
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -55,7 +55,7 @@ from ..domain.partition import (
 from ..domain.schemas import SchemaRow
 from ..domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
-from ..stats import WriteStats
+from ..stats import DamageStats, WriteStats
 from . import grants_sql, groups_sql, schemas_sql, sqlite_keys
 from .aggregate_sql import (
     add_sources_sql,
@@ -85,7 +85,9 @@ from .base import (
     joined_count,
 )
 from .checkpoints import CheckpointTables
+from .checksums import event_checksum
 from .dcb_sql import (
+    READ_WIDTH,
     SQLITE_FTN18_TYPE,
     condition_sql,
     is_ftn18_type,
@@ -101,6 +103,7 @@ from .pages import (
     consumer_counts_sql,
     consumer_lags_sql,
     consumer_rows,
+    event_rows,
     rows_sql,
 )
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
@@ -139,19 +142,15 @@ def _dialect(tables: Tables) -> ReadDialect:
     consumer = f"FROM consumers WHERE partition_key = {key} AND user_id = ? AND component = ?"
     return ReadDialect(
         mark="?",
-        start_row="SELECT -1, NULL, NULL, NULL, {start}",
-        events=f"SELECT id, type, data, ts, length(CAST(data AS BLOB)) FROM {events} WHERE 1",
+        start_row="SELECT -1, NULL, NULL, NULL, NULL, {start}",
+        events=f"SELECT id, type, data, ts, content_type, checksum FROM {events} WHERE 1",
         page="SELECT * FROM ({inner} ORDER BY id LIMIT ?)",
-        head_row=f"SELECT 0, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM {events})",
+        head_row=f"SELECT 0, NULL, NULL, NULL, NULL, (SELECT COALESCE(MAX(id), 0) FROM {events})",
         ftn18_type=SQLITE_FTN18_TYPE,
         types_as_array=False,
         consumer_start=f"(SELECT MAX(position, ?) {consumer})",
         consumer_position=f"(SELECT position {consumer})",
     )
-
-
-def _event_rows(rows: Iterable[Sequence[Any]]) -> list[EventRow]:
-    return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
 
 
 def _last_given_id(tables: Tables) -> str:
@@ -272,6 +271,7 @@ class SqlitePartitionLog(PagedReads):
         self._tables = Tables.of(partition.key)
         self._key = partition.key
         self.read_dialect = _dialect(self._tables)
+        self.damage_stats = store.damage_stats
         self._last_given = _last_given_id(self._tables)
         self._newest = f"SELECT COALESCE(MAX(id), 0) FROM {self._tables.events}"
         #: Its stream was dropped by this process: appends are refused.
@@ -377,7 +377,8 @@ class SqlitePartitionLog(PagedReads):
     ) -> list[EventRow]:
         """Stored events as (id, type, data JSON, ts, content type)."""
         sql, params = rows_sql("?", after_id, limit, types, self._tables.events)
-        return await self._reader.rows(_event_rows, sql, params)
+        with self._checking():
+            return await self._reader.rows(event_rows, sql, params)
 
     async def last_given_id(self) -> int:
         """The newest id ever given to an event, even if that event is discarded."""
@@ -649,15 +650,16 @@ class SqlitePartitionLog(PagedReads):
     ) -> tuple[list[StoredEvent], int]:
         sql, params = read_sql(query, after=after, before=before, limit=limit, tables=self._tables)
         # one statement, one snapshot: the head rides on every row, and on a marker row
-        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+        sql = f"SELECT * FROM ({sql}) UNION ALL SELECT {', '.join(['NULL'] * READ_WIDTH)}"
         sql = f"SELECT r.*, ({self._last_given}) FROM ({sql}) AS r"
         rows = await self._reader.fetchall(sql, params)
-        events = [stored_event(r) for r in rows if r[0] is not None]
+        with self._checking():
+            events = [stored_event(r) for r in rows if r[0] is not None]
         if before is not None:
             events.sort(key=lambda e: -e.position)
         else:
             events.sort(key=lambda e: e.position)
-        head = int(next(iter(rows))[7]) if rows else await self.last_given_id()
+        head = int(next(iter(rows))[READ_WIDTH]) if rows else await self.last_given_id()
         return events, head
 
     async def expire_consumers(self, seen_before: str) -> list[tuple[str, str]]:
@@ -744,6 +746,8 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         self._peek = peek
         self._queue = _Queue()
         self._closing = False
+        #: The damaged events reads found (read by the metrics).
+        self.damage_stats = DamageStats()
         super().__init__(self, DEFAULT_PARTITION)
         self._logs: dict[int, SqlitePartitionLog] = {0: self}
         #: Partition keys of aggregated streams, with their sources.
@@ -1564,13 +1568,17 @@ def _insert_run(
     :mod:`.sqlite_keys`."""
     appends = [append for _, append in placed]
     if all(a.key is None for a in appends):
-        first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+        first_id = _insert_events(
+            conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
+        )
         _keep_content_types(conn, tables.events, first_id, appends)
         return placed, first_id
     now_ms = int(time.time() * 1000)
     key_list = [a.key for a in appends]
     keys, count = sqlite_keys.run_keys(key_list), len(key_list) - key_list.count(None)
-    first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+    first_id = _insert_events(
+        conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
+    )
     if sqlite_keys.insert_new(conn, tables.key, first_id, now_ms, keys, count):
         _keep_content_types(conn, tables.events, first_id, appends)
         return placed, first_id
@@ -1588,7 +1596,9 @@ def _insert_run(
     if not placed:
         return placed, 0
     appends = [append for _, append in placed]
-    first_id = _insert_events(conn, tables.events, [(a.type, a.data) for a in appends], ts)
+    first_id = _insert_events(
+        conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
+    )
     _keep_content_types(conn, tables.events, first_id, appends)
     sqlite_keys.take_over(
         conn, tables.key, first_id, now_ms, sqlite_keys.run_keys([a.key for a in appends])
@@ -1604,14 +1614,20 @@ def _forget_keys_sync(
 
 
 def _insert_events(
-    conn: sqlite3.Connection, table: str, events: Sequence[tuple[str, str]], ts: str
+    conn: sqlite3.Connection, table: str, events: Sequence[tuple[str, str, str | None]], ts: str
 ) -> int:
-    """Insert events in multi-row statements; the first new id (the rest follow it)."""
+    """Insert events (type, data, content type) in multi-row statements, each with its
+    checksum (the content type itself is set by :func:`_keep_content_types`); the first new
+    id (the rest follow it)."""
     first_id = 0
     for start in range(0, len(events), _ROWS_PER_INSERT):
         chunk = events[start : start + _ROWS_PER_INSERT]
-        sql = f"INSERT INTO {table} (type, data, ts) VALUES " + ",".join(["(?, ?, ?)"] * len(chunk))
-        cursor = conn.execute(sql, [v for t, d in chunk for v in (t, d, ts)])
+        sql = f"INSERT INTO {table} (type, data, ts, checksum) VALUES " + ",".join(
+            ["(?, ?, ?, ?)"] * len(chunk)
+        )
+        cursor = conn.execute(
+            sql, [v for t, d, c in chunk for v in (t, d, ts, event_checksum(t, d, ts, c))]
+        )
         assert cursor.lastrowid is not None
         if start == 0:
             first_id = cursor.lastrowid - len(chunk) + 1
@@ -1653,7 +1669,7 @@ def _dcb_run(
         accepted = _dcb_checked(conn, tables, placed, results)
         if accepted:
             first_id = _insert_events(
-                conn, tables.events, [(e.type, e.data_json) for _, e in accepted], ts
+                conn, tables.events, [(e.type, e.data_json, None) for _, e in accepted], ts
             )
             if first_id != accepted[0][0]:
                 raise sqlite3.OperationalError(f"ids from {first_id}, not {accepted[0][0]}")
@@ -1826,7 +1842,9 @@ def _dcb_append_sync(
         row = conn.execute(sql, params).fetchone()
         if row is not None:
             raise AppendConditionFailed(int(row[0]))
-    first_id = _insert_events(conn, tables.events, [(e.type, e.data_json) for e in events], ts)
+    first_id = _insert_events(
+        conn, tables.events, [(e.type, e.data_json, None) for e in events], ts
+    )
     placed = [(first_id + offset, event) for offset, event in enumerate(events)]
     _insert_dcb_rows(conn, tables, placed)
     return placed[-1][0], [(p, e.type, e.data_json) for p, e in placed]

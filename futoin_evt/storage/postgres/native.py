@@ -24,7 +24,8 @@ from typing import Any
 import psycopg
 
 from ...domain.partition import DEFAULT_PARTITION, Partition
-from ...domain.stream import EventId, encode_event_data, utc_timestamp
+from ...domain.stream import EventId
+from ..checksums import native_row
 from ..schemas_sql import check_data, check_data_async
 from ..tables import Tables
 from .schema import append_lock_sql, notify_head_sql
@@ -33,8 +34,8 @@ from .schema import append_lock_sql, notify_head_sql
 def _statements(partition: Partition) -> tuple[str, str, str]:
     """The lock, the insert and the notification of ``partition``."""
     insert = (
-        f"INSERT INTO {Tables.of(partition.key).events} (type, data, ts)"
-        " VALUES (%s, %s, %s) RETURNING id"
+        f"INSERT INTO {Tables.of(partition.key).events} (type, data, ts, checksum)"
+        " VALUES (%s, %s, %s, %s) RETURNING id"
     )
     return append_lock_sql(partition.key), insert, notify_head_sql(partition.key)
 
@@ -52,7 +53,7 @@ def add_event(
     type's schema on the partition's stream refuses it: the newest live version, read in
     the transaction). ``partition``: one the store's registry gave (``events``/0 by
     default)."""
-    data_json = encode_event_data(event_type, data)
+    values = native_row(event_type, data)
     check_data(
         lambda sql, params: conn.execute(sql, params).fetchall(),
         partition.stream,
@@ -62,7 +63,7 @@ def add_event(
     )
     lock, insert, notify = _statements(partition)
     conn.execute(lock)
-    row = conn.execute(insert, (event_type, data_json, utc_timestamp())).fetchone()
+    row = conn.execute(insert, values).fetchone()
     conn.execute(notify)
     assert row is not None
     return EventId(int(row[0]))
@@ -76,7 +77,7 @@ async def add_event_async(
     partition: Partition = DEFAULT_PARTITION,
 ) -> EventId:
     """:func:`add_event` for an application on psycopg's asyncio connection."""
-    data_json = encode_event_data(event_type, data)
+    values = native_row(event_type, data)
 
     async def fetch(sql: str, params: Sequence[Any]) -> list[Any]:
         return await (await conn.execute(sql, params)).fetchall()
@@ -84,7 +85,7 @@ async def add_event_async(
     await check_data_async(fetch, partition.stream, event_type, data, "%s")
     lock, insert, notify = _statements(partition)
     await conn.execute(lock)
-    cursor = await conn.execute(insert, (event_type, data_json, utc_timestamp()))
+    cursor = await conn.execute(insert, values)
     row = await cursor.fetchone()
     await conn.execute(notify)
     assert row is not None

@@ -12,11 +12,13 @@ from typing import Final
 import psycopg
 
 from ..base import migrations_to_run
+from ..checksums import CHECKSUMS_VERSION, add_column_sql
 from ..dedup import KEYS_VERSION
 from ..dedup import TABLE as KEYS_TABLE
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..schemas_sql import SCHEMAS_VERSION, tables_sql
 from ..sessions_sql import SESSIONS_VERSION
+from ..tables import Tables
 from ..termini_sql import TERMINI_VERSION
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
@@ -279,6 +281,9 @@ MIGRATIONS: Final = {
     SCHEMAS_VERSION: tables_sql(postgres=True),
     SESSIONS_VERSION: _CONSOLE_SESSIONS,
     KEYS_VERSION: _KEYS,
+    # each event's checksum (:mod:`..checksums`): events/0's table here, the other
+    # partitions' by ensure_schema
+    CHECKSUMS_VERSION: (add_column_sql("events"),),
 }
 
 
@@ -292,7 +297,8 @@ def partition_tables_sql(key: int) -> list[str]:
             type TEXT NOT NULL,
             data TEXT NOT NULL,
             ts TEXT NOT NULL,
-            content_type TEXT
+            content_type TEXT,
+            checksum BIGINT
         )""",
         f"CREATE INDEX events_{key}_ts ON events_{key} (ts)",
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
@@ -349,11 +355,14 @@ def notify_head_sql(key: int) -> str:
 def _append_parts(key: int, content_type: bool) -> tuple[str, str, str, str]:
     """(table, columns, values, unnest of the arrays) of an append to partition ``key``."""
     table = "events" if key == 0 else f"events_{key}"
-    columns, values = "type, data, ts", "t, d, %s"
-    arrays = "unnest(%s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, ord)"
+    columns, values = "type, data, ts, checksum", "t, d, %s, s"
+    arrays = "unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY AS u(t, d, s, ord)"
     if content_type:
         columns, values = columns + ", content_type", values + ", c"
-        arrays = "unnest(%s::text[], %s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, c, ord)"
+        arrays = (
+            "unnest(%s::text[], %s::text[], %s::bigint[], %s::text[])"
+            " WITH ORDINALITY AS u(t, d, s, c, ord)"
+        )
     return table, columns, values, arrays
 
 
@@ -367,7 +376,8 @@ def append_sql(key: int, *, content_type: bool) -> str:
     autocommit connection (one message, one round trip; the server never waits for the
     client inside it): the partition's append lock first, then the rows in the order given
     (so the sequence numbers them in that order), then the notification with the newest id.
-    Parameters: ts, types, datas (and content types). Returns one row: the ids, ascending.
+    Parameters: ts, types, datas, checksums (and content types). Returns one row: the ids,
+    ascending.
 
     The lock comes first: the rows reach the INSERT, whose column default draws the ids,
     only through the join with the lock's row, which holds once the lock is taken."""
@@ -429,22 +439,22 @@ def keyed_append_sql(key: int) -> str:
     Storing the keys sees it (the unique index reads the latest rows): the key is not
     stored, and :data:`KEYS_RACED` then fails the statement (nothing of it stays; the
     caller tries again, and sees the key). Parameters: types, datas, content types, keys
-    (NULL for none), the window (ms), ts, the window (ms) again. Returns one row: the new
+    (NULL for none), checksums, the window (ms), ts, the window (ms) again. Returns one row: the new
     ids ascending, the ordinals (from 1) of the events answered by a stored key and those
     events' ids, the notification (NULL when nothing was inserted), the check (true).
     """
     table, columns, _values, _arrays = _append_parts(key, content_type=True)
     return (
         f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
-        " input AS (SELECT t, d, c, k, ord FROM locked, unnest(%s::text[], %s::text[],"
-        " %s::text[], %s::text[]) WITH ORDINALITY AS u(t, d, c, k, ord)),"
+        " input AS (SELECT t, d, c, k, s, ord FROM locked, unnest(%s::text[], %s::text[],"
+        " %s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY AS u(t, d, c, k, s, ord)),"
         f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms FROM locked),"
         " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i"
         f" JOIN {KEYS_TABLE} s ON s.partition_key = {key} AND s.key = i.k, clock"
         " WHERE s.at >= clock.now_ms - %s),"
-        " fresh AS MATERIALIZED (SELECT t, d, c, k, ord, row_number() OVER (ORDER BY ord) AS n"
+        " fresh AS MATERIALIZED (SELECT t, d, c, k, s, ord, row_number() OVER (ORDER BY ord) AS n"
         " FROM input WHERE ord NOT IN (SELECT ord FROM known)),"
-        f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, c FROM fresh"
+        f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, s, c FROM fresh"
         " ORDER BY ord RETURNING id),"
         " numbered AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM added),"
         f" kept AS (INSERT INTO {KEYS_TABLE} AS s (partition_key, key, event_id, at)"
@@ -474,7 +484,9 @@ FORGET_KEYS_SQL: Final = (
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).
 STREAMS_PAYLOAD_PREFIX: Final = "streams:"
 
-INSERT_EVENT: Final = "INSERT INTO events (type, data, ts) VALUES (%s, %s, %s) RETURNING id"
+INSERT_EVENT: Final = (
+    "INSERT INTO events (type, data, ts, checksum) VALUES (%s, %s, %s, %s) RETURNING id"
+)
 TAKE_APPEND_LOCK: Final = append_lock_sql(0)
 #: After an insert: tell every process the newest id this transaction drew (sent on commit).
 NOTIFY_HEAD: Final = notify_head_sql(0)
@@ -494,6 +506,10 @@ async def ensure_schema(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> No
         for version in steps:
             for statement in MIGRATIONS[version]:
                 await conn.execute(statement)
+            if version == CHECKSUMS_VERSION:
+                cursor = await conn.execute("SELECT key FROM partitions WHERE key > 0")
+                for (key,) in await cursor.fetchall():
+                    await conn.execute(add_column_sql(Tables.of(int(str(key))).events))
         if current and GRANTS_VERSION in steps:
             cursor = await conn.execute("SELECT count(*) FROM grants")
             counted = await cursor.fetchone()

@@ -107,7 +107,7 @@ from ...domain.partition import (
 from ...domain.schemas import SchemaRow
 from ...domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
-from ...stats import WriteStats
+from ...stats import DamageStats, WriteStats
 from .. import grants_sql, groups_sql, schemas_sql
 from ..aggregate_sql import (
     add_sources_sql,
@@ -140,6 +140,7 @@ from ..base import (
     joined_count,
 )
 from ..checkpoints import CheckpointTables
+from ..checksums import event_checksum
 from ..dcb_sql import (
     PG_FTN18_TYPE,
     condition_sql,
@@ -156,6 +157,7 @@ from ..pages import (
     consumer_counts_sql,
     consumer_lags_sql,
     consumer_rows,
+    event_rows,
     rows_sql,
 )
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
@@ -207,10 +209,11 @@ def _dialect(tables: Tables) -> ReadDialect:
     consumer = f"FROM consumers WHERE partition_key = {key} AND user_id = %s AND component = %s"
     return ReadDialect(
         mark="%s",
-        start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, {start}::bigint",
-        events=f"SELECT id, type, data, ts, octet_length(data)::bigint FROM {events} WHERE true",
+        start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, NULL::text,"
+        " {start}::bigint",
+        events=f"SELECT id, type, data, ts, content_type, checksum FROM {events} WHERE true",
         page="(SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)",
-        head_row=f"SELECT 0, NULL, NULL, NULL, (SELECT MAX(id) FROM {events})",
+        head_row=f"SELECT 0, NULL, NULL, NULL, NULL, (SELECT MAX(id) FROM {events})",
         ftn18_type=PG_FTN18_TYPE,
         types_as_array=True,
         consumer_start=f"(SELECT GREATEST(position, %s::bigint) {consumer})",
@@ -280,6 +283,22 @@ def _planned(queued: list[Queued], pending: PendingKeys) -> list[_Append]:
     ]
 
 
+def _append_params(batch: list[_Append], ts: str) -> tuple[bool, list[Any]]:
+    """Whether a batch has content types, and the parameters of its append
+    (:func:`.schema.append_sql`): every event's checksum made here, once."""
+    content_types = [item.content_type for item in batch]
+    params: list[Any] = [
+        ts,
+        [item.type for item in batch],
+        [item.data for item in batch],
+        [event_checksum(item.type, item.data, ts, item.content_type) for item in batch],
+    ]
+    with_content = any(c is not None for c in content_types)
+    if with_content:
+        params.append(content_types)
+    return with_content, params
+
+
 def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
@@ -324,6 +343,7 @@ class PostgresPartitionLog(PagedReads):
         self._tables = Tables.of(partition.key)
         self._key = partition.key
         self.read_dialect = _dialect(self._tables)
+        self.damage_stats = store.damage_stats
         self._last_given = _last_given_id(self._tables)
         self._lock_sql = append_lock_sql(partition.key)
         self._notify_sql = notify_head_sql(partition.key)
@@ -542,6 +562,7 @@ class PostgresPartitionLog(PagedReads):
             [item.data for item in batch],
             [item.content_type for item in batch],
             [item.key for item in batch],
+            [event_checksum(item.type, item.data, ts, item.content_type) for item in batch],
             window,
             ts,
             window,
@@ -575,13 +596,8 @@ class PostgresPartitionLog(PagedReads):
 
     async def _commit(self, conn: Connection, batch: list[_Append]) -> tuple[list[int], str]:
         ts = utc_timestamp()
-        types = [item.type for item in batch]
-        datas = [item.data for item in batch]
-        content_types = [item.content_type for item in batch]
-        if any(c is not None for c in content_types):
-            cursor = await conn.execute(self._append_sql[1], (ts, types, datas, content_types))
-        else:
-            cursor = await conn.execute(self._append_sql[0], (ts, types, datas))
+        with_content, params = _append_params(batch, ts)
+        cursor = await conn.execute(self._append_sql[with_content], params)
         row = await cursor.fetchone()
         assert row is not None
         return list(row[0]), ts
@@ -594,7 +610,8 @@ class PostgresPartitionLog(PagedReads):
     ) -> list[EventRow]:
         sql, params = rows_sql("%s", after_id, limit, types, self._tables.events)
         rows = await self._fetch(sql, params)
-        return [(int(r[0]), str(r[1]), str(r[2]), str(r[3]), r[4]) for r in rows]
+        with self._checking():
+            return event_rows(rows)
 
     async def last_given_id(self) -> int:
         return int((await self._fetch_one(self._last_given))[0])
@@ -1005,10 +1022,15 @@ class PostgresPartitionLog(PagedReads):
             if row is not None:
                 raise AppendConditionFailed(int(row[0]))
         cursor = await conn.execute(
-            f"INSERT INTO {t.events} (type, data, ts)"
-            " SELECT t, d, %s FROM unnest(%s::text[], %s::text[]) WITH ORDINALITY"
-            " AS u(t, d, ord) ORDER BY ord RETURNING id",
-            (ts, [e.type for e in events], [e.data_json for e in events]),
+            f"INSERT INTO {t.events} (type, data, ts, checksum)"
+            " SELECT t, d, %s, s FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
+            " AS u(t, d, s, ord) ORDER BY ord RETURNING id",
+            (
+                ts,
+                [e.type for e in events],
+                [e.data_json for e in events],
+                [event_checksum(e.type, e.data_json, ts) for e in events],
+            ),
         )
         ids = sorted(int(row[0]) for row in await cursor.fetchall())
         await conn.execute(
@@ -1040,7 +1062,8 @@ class PostgresPartitionLog(PagedReads):
             query, after=after, before=before, limit=limit, mark="%s", tables=self._tables
         )
         rows = await self._fetch(sql, params)
-        return [stored_event(row) for row in rows], head
+        with self._checking():
+            return [stored_event(row) for row in rows], head
 
 
 class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, ConsoleSessionTables):
@@ -1070,6 +1093,8 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         self._write_options = ""
         self._listener = listener
         self._closing = False
+        #: The damaged events reads found (read by the metrics).
+        self.damage_stats = DamageStats()
         super().__init__(self, DEFAULT_PARTITION)
         self._logs: dict[int, PostgresPartitionLog] = {0: self}
         #: Partition keys of aggregated streams, with their sources.
@@ -1187,12 +1212,9 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         parts: list[tuple[int, bool]] = []
         params: list[Any] = []
         for partition_log, batch, _future in entries:
-            content_types = [item.content_type for item in batch]
-            with_content = any(c is not None for c in content_types)
+            with_content, its_params = _append_params(batch, ts)
             parts.append((partition_log._key, with_content))
-            params += [ts, [item.type for item in batch], [item.data for item in batch]]
-            if with_content:
-                params.append(content_types)
+            params += its_params
         shape = tuple(parts)
         sql = self._combined_sql.get(shape)
         if sql is None:

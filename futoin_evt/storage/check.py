@@ -1,0 +1,184 @@
+"""Scrubbing a database (``futoin-evt check``) and SQLite's check at start (``serve``).
+
+A scrub reads every event of every partition, a chunk of ids at a time (no read holds a
+snapshot for long, so it runs beside a serving server), and compares each with its checksum
+(:mod:`.checksums`). The backend gives the rows; what is found is the same
+:class:`CheckReport`. On SQLite it adds ``PRAGMA integrity_check``: what the file's own
+structure says (b-trees, free pages, indexes), which the checksums do not cover.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+from ..domain.partition import DEFAULT_PARTITION, Partition
+from .base import StoreDamaged, StoreUnavailable
+from .checksums import ChecksumMismatch, check_event
+from .pages import rows_sql
+from .tables import Tables
+
+#: Events read per statement of a scrub.
+SCRUB_CHUNK: Final = 10_000
+#: Lines of ``PRAGMA integrity_check`` kept.
+INTEGRITY_LINES: Final = 100
+
+
+@dataclass(slots=True)
+class CheckReport:
+    """What a scrub found."""
+
+    #: Where the data is (a path, or a URL without its password).
+    description: str
+    #: (partition, id) of each event that does not match its checksum, by partition and id.
+    damaged: list[tuple[Partition, int]] = field(default_factory=list)
+    #: Events that match their checksums.
+    checked: int = 0
+    #: Events stored before checksums existed (NULL): nothing to compare with.
+    unchecked: int = 0
+    #: Partitions whose events could not all be read, with why (a damaged file).
+    unreadable: list[tuple[Partition, str]] = field(default_factory=list)
+    #: SQLite's ``PRAGMA integrity_check`` lines (``["ok"]`` when sound); None elsewhere.
+    integrity: list[str] | None = None
+    #: Other facts worth a line (PostgreSQL's page checksums, say).
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def sound(self) -> bool:
+        """Nothing damaged, nothing unreadable, and the file's structure is sound."""
+        return (
+            not self.damaged
+            and not self.unreadable
+            and (self.integrity is None or self.integrity == ["ok"])
+        )
+
+
+def chunk_sql(partition: Partition, after: int, mark: str) -> tuple[str, list[Any]]:
+    """The next chunk of a partition's events to check (:func:`check_chunk`)."""
+    return rows_sql(mark, after, SCRUB_CHUNK, None, Tables.of(partition.key).events)
+
+
+def check_chunk(
+    report: CheckReport, partition: Partition, rows: Sequence[Sequence[Any]]
+) -> int | None:
+    """Check the rows of :func:`chunk_sql`; the id to read after next, None at the end."""
+    for event_id, event_type, data, ts, content_type, checksum in rows:
+        if checksum is None:
+            report.unchecked += 1
+            continue
+        try:
+            check_event(event_id, event_type, data, ts, content_type, checksum)
+        except ChecksumMismatch:
+            report.damaged.append((partition, int(event_id)))
+        else:
+            report.checked += 1
+    return int(rows[-1][0]) if len(rows) == SCRUB_CHUNK else None
+
+
+def partitions_of(rows: Iterable[Sequence[Any]]) -> list[Partition]:
+    """Partitions from ``SELECT stream, number, key FROM partitions`` (``events``/0 alone
+    when the database is older than streams and gave no rows)."""
+    found = sorted((Partition(str(s), int(n), int(k)) for s, n, k in rows), key=lambda p: p.key)
+    return found or [DEFAULT_PARTITION]
+
+
+PARTITIONS_SQL: Final = "SELECT stream, number, key FROM partitions"
+
+
+# -- SQLite -------------------------------------------------------------------------------
+
+
+#: SQLite's names of the errors that mean a damaged file.
+_DAMAGE_ERRORS: Final = frozenset({"SQLITE_CORRUPT", "SQLITE_NOTADB"})
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    if not path.is_file():
+        raise StoreUnavailable(f"there is no database file {path}")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA busy_timeout=10000")
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.Error as exc:
+        conn.close()
+        raise _refusal(path, exc) from None
+    return conn
+
+
+def _refusal(path: Path, exc: sqlite3.Error) -> StoreDamaged | StoreUnavailable:
+    """A damaged file (:class:`StoreDamaged`), or one that cannot be read now."""
+    if getattr(exc, "sqlite_errorname", "") in _DAMAGE_ERRORS:
+        return _damaged_file(path, exc)
+    return StoreUnavailable(f"cannot read the database {path}: {exc}")
+
+
+def _damaged_file(path: Path, problem: object) -> StoreDamaged:
+    # one line: SQLite's report opens with "*** in database main ***" on a line of its own
+    lines = [line.strip() for line in str(problem).splitlines()]
+    problem = "; ".join(line for line in lines if line and not line.startswith("***"))
+    return StoreDamaged(
+        f"the database file {path} is damaged ({problem}): restore it from a backup, or copy"
+        " what can still be read with the sqlite3 shell's .recover"
+    )
+
+
+def scrub_sqlite(path: Path) -> CheckReport:
+    """Scrub the SQLite file (read only). Raises :class:`StoreUnavailable` when there is no
+    such file, :class:`StoreDamaged` when SQLite cannot read its schema."""
+    conn = _open_read_only(path)
+    report = CheckReport(str(path))
+    try:
+        try:
+            report.integrity = [
+                str(row[0])
+                for row in conn.execute(f"PRAGMA integrity_check({INTEGRITY_LINES})").fetchall()
+            ]
+        except sqlite3.DatabaseError as exc:
+            report.integrity = [str(exc)]
+        tables = {str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master")}
+        listed = conn.execute(PARTITIONS_SQL).fetchall() if "partitions" in tables else []
+        for partition in partitions_of(listed):
+            table = Tables.of(partition.key).events
+            columns = {str(row[1]) for row in conn.execute(f"PRAGMA table_info({table})")}
+            try:
+                if "checksum" not in columns:  # before checksums (an old schema)
+                    report.unchecked += conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
+                else:
+                    after: int | None = 0
+                    while after is not None:
+                        rows = conn.execute(*chunk_sql(partition, after, "?")).fetchall()
+                        after = check_chunk(report, partition, rows)
+            except sqlite3.DatabaseError as exc:
+                report.unreadable.append((partition, str(exc)))
+    finally:
+        conn.close()
+    return report
+
+
+def quick_check_sqlite(path: Path, seconds: float) -> bool:
+    """``PRAGMA quick_check`` of the file, stopped after ``seconds``: True when it ran to its
+    end, False when the time ran out first (a large file: part of it was checked). Raises
+    :class:`StoreDamaged` when the file is malformed; a file that does not exist yet (a new
+    database) passes."""
+    if not path.exists():
+        return True
+    conn = _open_read_only(path)
+    timer = threading.Timer(seconds, conn.interrupt)
+    try:
+        timer.start()
+        try:
+            rows = conn.execute("PRAGMA quick_check(1)").fetchall()
+        except sqlite3.Error as exc:
+            if getattr(exc, "sqlite_errorname", "") == "SQLITE_INTERRUPT":
+                return False
+            raise _refusal(path, exc) from None
+        if [str(row[0]) for row in rows] != ["ok"]:
+            raise _damaged_file(path, f"SQLite's quick check: {rows[0][0]}")
+        return True
+    finally:
+        timer.cancel()
+        conn.close()
