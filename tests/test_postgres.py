@@ -626,6 +626,7 @@ async def test_a_push_stream_that_cannot_read_tries_again(
             waiting_sql = (
                 "SELECT COUNT(*) > 0 FROM pg_stat_activity"
                 " WHERE wait_event_type = 'Lock' AND position('consumers' in query) > 0"
+                " AND datname = current_database()"  # not another run's database
             )
             await eventually(lambda: bool(execute_sql(pg_url, waiting_sql)[0][0]))
             # added elsewhere, so the server reads them from the database
