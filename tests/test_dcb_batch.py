@@ -5,8 +5,8 @@ append that is refused is refused alone. On both backends."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from collections.abc import AsyncIterator, Sequence
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,8 @@ from futoin_evt.domain.dcb import (
 )
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import DcbLog, Store
+
+from .conftest import execute_sql
 
 pytestmark = pytest.mark.functional
 
@@ -228,10 +230,27 @@ def outcome(result: int | BaseException) -> object:
     return result
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def fresh_db(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
+    """Makes an empty database of each backend, each call (on PostgreSQL: the test database,
+    emptied again)."""
+    if request.param == "sqlite":
+        made = itertools.count()
+        return lambda: str(tmp_path / f"{next(made)}.sqlite")
+    url = str(request.getfixturevalue("pg_database"))
+
+    def emptied() -> str:
+        execute_sql(url, "DROP SCHEMA public CASCADE")
+        execute_sql(url, "CREATE SCHEMA public")
+        return url
+
+    return emptied
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(appends=APPENDS)
 def test_a_batch_ends_as_the_same_appends_one_after_another(
-    tmp_path: Path,
+    fresh_db: Callable[[], str],
     appends: list[tuple[list[tuple[str, list[str], str | None]], AppendCondition | None]],
 ) -> None:
     """Whatever the appends (retries, conflicting ids, conditions on what the batch itself
@@ -243,18 +262,17 @@ def test_a_batch_ends_as_the_same_appends_one_after_another(
     ]
 
     async def run() -> tuple[list[object], list[object], list[object], list[object]]:
-        with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
-            async with await open_store(str(Path(tmp) / "together.sqlite")) as store:
-                joined = [outcome(r) for r in await together(store, batch)]
-                joined_log = await stored(store)
-            async with await open_store(str(Path(tmp) / "in-turn.sqlite")) as store:
-                alone: list[object] = []
-                for events, condition in batch:
-                    try:
-                        alone.append(await store.dcb_append(events, condition))
-                    except (AppendConditionFailed, EventIdConflict) as exc:
-                        alone.append(outcome(exc))
-                alone_log = await stored(store)
+        async with await open_store(fresh_db()) as store:
+            joined = [outcome(r) for r in await together(store, batch)]
+            joined_log = await stored(store)
+        async with await open_store(fresh_db()) as store:
+            alone: list[object] = []
+            for events, condition in batch:
+                try:
+                    alone.append(await store.dcb_append(events, condition))
+                except (AppendConditionFailed, EventIdConflict) as exc:
+                    alone.append(outcome(exc))
+            alone_log = await stored(store)
         return joined, alone, list(joined_log), list(alone_log)
 
     joined, alone, joined_log, alone_log = asyncio.run(run())

@@ -39,6 +39,7 @@ from .amqp_wire import (
     transfer,
 )
 from .conftest import USERS, ServerProcess, add_user
+from .dcb_race import DCB, assert_no_lost_update, race_on_one_tag
 from .test_amqp_groups import on_worker
 from .test_cli import run
 from .test_push import Collector, running, stop
@@ -316,6 +317,20 @@ async def test_ids_in_commit_order_and_every_consumer_sees_each_once(group: Grou
         await stop(receiver, task)
     for collector in collectors:
         assert collector.ids == sorted(set(acked))
+    if group.count == 2:
+        assert sorted(group.connections()) == [0, 1]
+
+
+async def test_conditional_appends_on_one_tag_over_the_workers_lose_no_update(
+    group: Group,
+) -> None:
+    """32 clients over the workers append to one tag on the condition that nothing with it
+    came after the newest they read: at each position read, exactly one of them wins."""
+    wins = await race_on_one_tag([group.url], ALICE, "seat:s1")
+    assert_no_lost_update(wins, 32 * 3)
+    async with await EventStreamClient.connect(group.url, credentials=ALICE) as client:
+        read = await client.ftn3.call(DCB, "read", {"query": {"items": [{"tags": ["seat:s1"]}]}})
+    assert [e["position"] for e in read["events"]] == sorted(p for _, p in wins)
     if group.count == 2:
         assert sorted(group.connections()) == [0, 1]
 
