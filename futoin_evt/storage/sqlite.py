@@ -161,6 +161,11 @@ def _last_given_id(tables: Tables) -> str:
     )
 
 
+#: DCB reads of at most this many events are read on the event loop (see
+#: :meth:`SqlitePartitionLog._peek_rows`): the first step of a read
+#: (:data:`futoin_evt.dcb.service.FIRST_PAGE_SIZE`).
+INLINE_DCB_ROWS: Final = 50
+
 #: The ring of recent events of a partition other than ``events``/0: a server may hold many.
 _PARTITION_RING_DIVISOR: Final = 32
 
@@ -394,16 +399,26 @@ class SqlitePartitionLog(PagedReads):
         rows = await self._reader.fetchall(self._newest)
         return int(next(iter(rows))[0])
 
+    def _peek_rows(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """The rows of a small read, read here on the event loop (a tag read's handful of
+        index entries and rows cost less than the hop to the read thread and back); None
+        when the file is busy (never waited for) or the store closes: read on the thread."""
+        if self._store._closing:
+            return None
+        try:
+            return self._store._peek.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            log.debug("a read of %s goes to its thread: %s", self.partition, exc)
+            return None
+
     async def _committed_head(self) -> int:
         """The newest id, read here on the event loop: the last key of the events' B-tree
         is a few microseconds away (measured: 15 µs of the server's CPU per read, against 42
         for the hop to the reader's thread and back), and never waited for (a busy file is
         read on the thread)."""
-        if not self._store._closing:
-            try:
-                return int(self._store._peek.execute(self._newest).fetchall()[0][0])
-            except sqlite3.OperationalError as exc:
-                log.debug("the newest id of %s read on the thread: %s", self.partition, exc)
+        rows = self._peek_rows(self._newest, ())
+        if rows is not None:
+            return int(rows[0][0])
         return await self.newest_event_id()
 
     # -- consumers ----------------------------------------------------------------------------
@@ -652,7 +667,9 @@ class SqlitePartitionLog(PagedReads):
         # one statement, one snapshot: the head rides on every row, and on a marker row
         sql = f"SELECT * FROM ({sql}) UNION ALL SELECT {', '.join(['NULL'] * READ_WIDTH)}"
         sql = f"SELECT r.*, ({self._last_given}) FROM ({sql}) AS r"
-        rows = await self._reader.fetchall(sql, params)
+        rows = self._peek_rows(sql, params) if limit <= INLINE_DCB_ROWS else None
+        if rows is None:
+            rows = await self._reader.fetchall(sql, params)
         with self._checking():
             events = [stored_event(r) for r in rows if r[0] is not None]
         if before is not None:
