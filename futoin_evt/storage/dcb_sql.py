@@ -58,7 +58,7 @@ def _in(values: Sequence[Any], mark: str) -> str:
 
 
 def _item_sql(
-    item: QueryItem, bound: str, bound_value: int, mark: str, tables: Tables
+    item: QueryItem, bound: str, bound_value: object, mark: str, tables: Tables
 ) -> tuple[str, list[Any]]:
     params: list[Any] = []
     tags_table = tables.event_tags
@@ -114,10 +114,27 @@ def matching_ids(
 ) -> tuple[str, list[Any]] | None:
     """``SELECT id ...`` of the events matching ``query`` with ``id <bound> bound_value``
     (``bound`` is ``>`` or ``<``); None when the query matches every event."""
+    template = _matching_template(query, bound, mark, tables)
+    if template is None:
+        return None
+    sql, params = template
+    return sql, [bound_value if p is _BOUND else p for p in params]
+
+
+#: Where the bound's value goes in the parameters of a query's SQL made once.
+_BOUND: Final = object()
+
+
+@functools.lru_cache(maxsize=1024)
+def _matching_template(
+    query: Query, bound: str, mark: str, tables: Tables
+) -> tuple[str, tuple[Any, ...]] | None:
+    """:func:`matching_ids` with :data:`_BOUND` for the bound's value, made once per query
+    (a client asks the same queries again and again: a condition on its own tags)."""
     if query.matches_all:
         return None
-    parts = [_item_sql(item, bound, bound_value, mark, tables) for item in query.items]
-    return " UNION ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
+    parts = [_item_sql(item, bound, _BOUND, mark, tables) for item in query.items]
+    return " UNION ".join(sql for sql, _ in parts), tuple(p for _, ps in parts for p in ps)
 
 
 def read_sql(
