@@ -26,6 +26,7 @@ from futoin_evt.storage import open_store
 from futoin_evt.storage.base import DcbLog, Store
 
 from .conftest import execute_sql
+from .dcb_race import assert_no_lost_update
 
 pytestmark = pytest.mark.functional
 
@@ -165,17 +166,6 @@ async def appender(log: DcbLog, tag: str, number: int, wins: list[tuple[int, int
         assert refused_at > after
 
 
-def assert_one_winner_per_position(wins: list[tuple[int, int]], total: int) -> None:
-    """Each append went through on the condition that nothing with the tag came after the
-    one before it: the winners form one chain, with no lost update."""
-    assert len(wins) == total
-    wins.sort(key=lambda win: win[1])
-    previous = 0
-    for after, position in wins:
-        assert after == previous
-        previous = position
-
-
 async def test_concurrent_conditional_appends_on_one_tag_from_two_stores(
     store: Store, store_db: str
 ) -> None:
@@ -186,7 +176,7 @@ async def test_concurrent_conditional_appends_on_one_tag_from_two_stores(
             await asyncio.gather(
                 *(appender(store if n % 2 else other, "seat:s1", n, wins) for n in range(APPENDERS))
             )
-    assert_one_winner_per_position(wins, APPENDERS * WINS_EACH)
+    assert_no_lost_update(wins, APPENDERS * WINS_EACH)
     tagged_events = [p for p, tags, _ in await stored(store) if "seat:s1" in tags]
     assert tagged_events == sorted(position for _, position in wins)
 
