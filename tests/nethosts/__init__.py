@@ -153,7 +153,10 @@ class NetHosts:
         return self
 
     def __exit__(
-        self, _type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
+        self,
+        _type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _tb: TracebackType | None,
     ) -> None:
         self.close()
 
@@ -233,7 +236,8 @@ class Postgres:
         user = pwd.getpwnam(PG_USER)
         os.chown(self.dir, user.pw_uid, user.pw_gid)
         initdb, server = _postgres_bin("initdb"), _postgres_bin("postgres")
-        assert initdb is not None and server is not None
+        assert initdb is not None
+        assert server is not None
         _run(*self._as_postgres(initdb, "-D", str(self.data), "-U", PG_USER, "--auth=trust",
                                 "--no-sync", "-E", "UTF8"))  # fmt: skip
         with open(self.data / "pg_hba.conf", "a") as hba:  # the hosts' links, no password
@@ -270,14 +274,20 @@ class Postgres:
         return ""
 
     def __exit__(
-        self, _type: type[BaseException] | None, _exc: BaseException | None, _tb: TracebackType | None
+        self,
+        _type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _tb: TracebackType | None,
     ) -> None:
         self.close()
 
     def close(self) -> None:
         proc = getattr(self, "proc", None)
         if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGINT)  # fast shutdown
+            # the postmaster itself (runuser does not pass signals on): a fast shutdown
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                pid = int((self.data / "postmaster.pid").read_text().split()[0])
+                os.kill(pid, signal.SIGINT)
             try:
                 proc.wait(TIMEOUT)
             except subprocess.TimeoutExpired:

@@ -69,7 +69,12 @@ def verdict(queue: int, packet_id: int, accept: bool) -> bytes:
 def bind(sock: socket.socket, queue: int) -> None:
     """Bind ``sock`` to ``queue``, packets' metadata only."""
     sock.send(
-        _message(NFQNL_MSG_CONFIG, queue, _attr(NFQA_CFG_CMD, struct.pack("!BBH", NFQNL_CFG_CMD_BIND, 0, 0)), 1)
+        _message(
+            NFQNL_MSG_CONFIG,
+            queue,
+            _attr(NFQA_CFG_CMD, struct.pack("!BBH", NFQNL_CFG_CMD_BIND, 0, 0)),
+            1,
+        )
     )
     sock.send(
         _message(
