@@ -347,6 +347,16 @@ async def _connect(
         ) from None
 
 
+#: A connection that broke: the database went away or restarts, the link stopped carrying
+#: packets, or the server ended a session it found idle inside a transaction (its client
+#: was stopped or cut off longer than the link timeout).
+_LINK_LOST: Final = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+)
+
+
 def _lost(exc: psycopg.Error) -> StoreUnreachable:
     """A connection that failed during a call: the database went away, or is restarting."""
     return StoreUnreachable(f"the database connection failed: {_first_line(exc)}")
@@ -418,7 +428,7 @@ class PostgresPartitionLog(PagedReads):
                 return await cursor.fetchall() if cursor.description is not None else []
         except PoolTimeout:
             raise self._store._no_connection() from None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except _LINK_LOST as exc:
             raise _lost(exc) from None
 
     @contextlib.asynccontextmanager
@@ -429,7 +439,7 @@ class PostgresPartitionLog(PagedReads):
                 yield conn
         except PoolTimeout:
             raise self._store._no_connection() from None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except _LINK_LOST as exc:
             raise _lost(exc) from None
 
     async def _fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
@@ -504,7 +514,7 @@ class PostgresPartitionLog(PagedReads):
                 ids, ts, known = await self._commit_batch(batch)
             except Exception as exc:
                 log.error("commit of %d events to %s failed: %s", len(batch), self.partition, exc)
-                if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+                if isinstance(exc, _LINK_LOST):
                     exc = _lost(exc)
                 for item in batch:
                     if not item.future.done():
@@ -1256,7 +1266,7 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
             cursor = await self._writer.execute(sql, params)
             row = await cursor.fetchone()
             assert row is not None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except _LINK_LOST as exc:
             # The commit may or may not have happened: no second try, the callers are told.
             for _log, _batch, future in entries:
                 if not future.done():
