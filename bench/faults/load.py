@@ -38,6 +38,17 @@ RETRY: Final = 0.02
 _T = TypeVar("_T")
 
 
+async def listening(proc: asyncio.subprocess.Process) -> bool:
+    """Whether a starting ``futoin-evt serve`` printed its URL within :data:`DEADLINE`."""
+    assert proc.stdout is not None
+    try:
+        async with asyncio.timeout(DEADLINE):
+            line = await proc.stdout.readline()
+    except TimeoutError:
+        return False
+    return b"ws://" in line
+
+
 class Load:
     """Producers and a registered poll consumer on the servers at ``urls``."""
 

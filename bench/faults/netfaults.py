@@ -53,7 +53,7 @@ from futoin_evt.storage.postgres import PostgresStore
 from tests.nethosts import Host, NetHosts, Postgres, free_port
 
 from .checker import Ack, Add, Claim, History, Read, Verdicts, check
-from .load import CREDENTIALS, DEADLINE, PASSWORD, POLL, PUSH, USER, Load
+from .load import CREDENTIALS, DEADLINE, PASSWORD, POLL, PUSH, USER, Load, listening
 
 KINDS: Final = ("cut", "slow", "pause")
 #: The source tree (the servers run from it, inside the hosts).
@@ -135,13 +135,7 @@ class Server:
             stdout=asyncio.subprocess.PIPE, stderr=self.log,
             cwd=TREE,
         )  # fmt: skip
-        assert proc.stdout is not None
-        try:
-            async with asyncio.timeout(DEADLINE):
-                line = await proc.stdout.readline()
-        except TimeoutError:
-            line = b""
-        if b"ws://" not in line:
+        if not await listening(proc):
             await self.stop()
             raise RuntimeError("a server did not start (its log is kept)")
 

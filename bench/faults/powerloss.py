@@ -42,7 +42,7 @@ from tests.faultfs import FaultFS
 from tests.nethosts import free_port
 
 from .checker import History, Read, Verdicts, check
-from .load import CREDENTIALS, DEADLINE, PASSWORD, POLL, PUSH, USER, Load
+from .load import CREDENTIALS, DEADLINE, PASSWORD, POLL, PUSH, USER, Load, listening
 
 DB_NAME: Final = "events.sqlite"
 KINDS: Final = ("random", "checkpoint", "retention")
@@ -112,13 +112,7 @@ class Server:
             "--discard-interval", str(self.schedule.discard_interval),
             stdout=asyncio.subprocess.PIPE, stderr=self.log, start_new_session=True,
         )  # fmt: skip
-        assert proc.stdout is not None
-        try:
-            async with asyncio.timeout(DEADLINE):
-                line = await proc.stdout.readline()
-        except TimeoutError:
-            line = b""
-        if b"ws://" not in line:
+        if not await listening(proc):
             await self.kill()
             self.log.seek(0)
             tail = self.log.read().strip().splitlines()[-3:]

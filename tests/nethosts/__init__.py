@@ -125,7 +125,22 @@ def _free_subnets(count: int) -> list[ipaddress.IPv4Network]:
     raise RuntimeError("no free subnet in 169.254.0.0/16")
 
 
-class NetHosts:
+class _Closing:
+    """``with`` ends in :meth:`close`."""
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+    def __exit__(
+        self,
+        _type: type[BaseException] | None,
+        _exc: BaseException | None,
+        _tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class NetHosts(_Closing):
     """``count`` namespaces with a veth link each; removed on exit."""
 
     def __init__(self, count: int = 2) -> None:
@@ -151,14 +166,6 @@ class NetHosts:
             self.close()
             raise
         return self
-
-    def __exit__(
-        self,
-        _type: type[BaseException] | None,
-        _exc: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         for host in self.hosts:
@@ -215,7 +222,7 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-class Postgres:
+class Postgres(_Closing):
     """A PostgreSQL server of its own in a new directory, listening on ``addresses`` (and
     a Unix socket in its directory); removed on exit."""
 
@@ -272,14 +279,6 @@ class Postgres:
         with contextlib.suppress(OSError):
             return " | ".join(self.log.read_text().strip().splitlines()[-lines:])
         return ""
-
-    def __exit__(
-        self,
-        _type: type[BaseException] | None,
-        _exc: BaseException | None,
-        _tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def close(self) -> None:
         proc = getattr(self, "proc", None)
