@@ -73,8 +73,11 @@ _STORE_RETRY_MAX: Final = 1.0
 #: Seconds a reliable stream sends on after the database last confirmed its claim (the
 #: claim itself, or an acknowledgement fenced by its epoch); past that it confirms again
 #: before it sends. A process cut off from the database, or paused, stops sending to its
-#: receiver within this once another process may have taken the consumer over.
+#: receiver within this once another process may have taken the consumer over; a link to
+#: the database whose round trips take longer slows delivery down to one turn per round trip.
 CLAIM_FRESH: Final = 0.25
+#: How often a group waiting to be sent again looks whether the claim was confirmed.
+_CONFIRM_POLL: Final = CLAIM_FRESH / 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -381,7 +384,7 @@ class PushStream:
         if self._task is None or self._task.done() or self.link.closed.done():
             return
         if not self._claim_fresh():
-            group.retry = asyncio.get_running_loop().call_later(CLAIM_FRESH, self._retry, group)
+            group.retry = asyncio.get_running_loop().call_later(_CONFIRM_POLL, self._retry, group)
             return
         del self._in_flight[group.seq]
         self._send(group)
