@@ -403,9 +403,7 @@ async def run(
             await asyncio.gather(*tasks, return_exceptions=True)
             await state.push.close()
             for server in servers:
-                stopping = time.monotonic()
                 await server.stop()
-                say(f"server stopped in {time.monotonic() - stopping:.1f} s")
             for log in logs:
                 log.close()
     outcome.verdicts = check(state.history)

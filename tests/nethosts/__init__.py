@@ -214,6 +214,8 @@ class NetHosts(_Closing):
             except subprocess.TimeoutExpired:
                 delayer.kill()
                 delayer.wait()
+            if delayer.stdout is not None:
+                delayer.stdout.close()
 
 
 def free_port() -> int:
