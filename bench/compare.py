@@ -1,5 +1,5 @@
 """``python -m bench.compare --before DIR [--rounds N] [--durability full normal] [--workers N]
-[--reads EVENTS]``
+[--reads EVENTS] [--pg URL]``
 
 The write workloads (with ``--reads``: the read workloads instead) against two futoin-evt
 servers side by side: one run from the source tree
@@ -9,13 +9,15 @@ machine; the table gives the medians of calls/s and of the server's CPU time per
 (``/proc/PID/stat``), and their ratios after/before; then the push latency at 1,000 events/s
 (p50 and p99, medians of the rounds). With ``--reads``, both servers start with that many
 events stored, and each round measures the raw read limit too (:func:`.others.read_groups`):
-each server's ratio to it is printed below the table.
+each server's ratio to it is printed below the table. With ``--pg``, each server runs on a
+new database of its own on that PostgreSQL server (the write workloads only).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -48,7 +50,30 @@ async def measure(system: systems.System, workload: str, reads: int) -> tuple[fl
     return rate, (system.cpu_seconds() - before) / calls * 1e6
 
 
-async def compare(before: Path, durability: str, rounds: int, workers: int, reads: int) -> None:
+async def start(
+    stack: contextlib.AsyncExitStack,
+    place: Path,
+    tree: Path,
+    args: argparse.Namespace,
+    durability: str,
+) -> systems.System:
+    """One tree's server: on a SQLite file in ``place``, or a new database on ``--pg``."""
+    if args.pg is None:
+        return await systems.start_futoin_evt(
+            place, "--workers", str(args.workers), durability=durability, source=tree,
+            prefill=args.reads,
+        )  # fmt: skip
+    from . import postgres  # psycopg only when asked for
+
+    url = await stack.enter_async_context(postgres.database(args.pg))
+    await postgres.prepare(url, 0)
+    return await systems.serve(
+        url, "--workers", str(args.workers), "--durability", durability, source=tree
+    )
+
+
+async def compare(args: argparse.Namespace, durability: str) -> None:
+    before, rounds, workers, reads = args.before.resolve(), args.rounds, args.workers, args.reads
     figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
     latencies: dict[str, list[dict[str, float]]] = {}
     limits: dict[str, list[float]] = {}
@@ -58,19 +83,13 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
     if reads:
         systems.prepare_futoin_evt_db(raw_db, reads)
         raw_reads = await others.start_raw_reads()
-    with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
+    async with contextlib.AsyncExitStack() as stack:
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-"))
         trees = {"before": before, "after": THIS_TREE}
         servers = {}
         for name, tree in trees.items():
             (Path(tmp) / name).mkdir()
-            servers[name] = await systems.start_futoin_evt(
-                Path(tmp) / name,
-                "--workers",
-                str(workers),
-                durability=durability,
-                source=tree,
-                prefill=reads,
-            )
+            servers[name] = await start(stack, Path(tmp) / name, tree, args, durability)
         try:
             for _ in range(rounds):
                 for workload in names:
@@ -95,7 +114,10 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
                 await system.stop()
             raw_db.unlink(missing_ok=True)
             raw_db.parent.rmdir()
-    print(f"--durability {durability}, --workers {workers}, {rounds} rounds, medians")
+    print(
+        f"--durability {durability}, --workers {workers}, {rounds} rounds, medians"
+        f"{', on PostgreSQL' if args.pg else ''}"
+    )
     print(f"{'workload':<28} {'before/s':>9} {'after/s':>9} {'ratio':>6}"
           f" {'before µs':>10} {'after µs':>9} {'ratio':>6}")  # fmt: skip
     for workload in names:
@@ -129,8 +151,10 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    if args.pg and args.reads:
+        raise SystemExit("bench.compare: --reads runs on SQLite only")
     for durability in args.durability:
-        await compare(args.before.resolve(), durability, args.rounds, args.workers, args.reads)
+        await compare(args, durability)
 
 
 def main() -> None:
@@ -142,6 +166,7 @@ def main() -> None:
     parser.add_argument(
         "--reads", type=int, default=0, help="the read workloads, on this many stored events"
     )
+    parser.add_argument("--pg", metavar="URL", help="run both servers on PostgreSQL there")
     asyncio.run(main_async(parser.parse_args()))
 
 

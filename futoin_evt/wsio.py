@@ -236,6 +236,12 @@ class FrameIO(asyncio.Protocol):
         if self._flush_handle is None:
             self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
 
+    def flush(self) -> None:
+        """Write what is queued now, not at the end of this loop turn."""
+        if self._flush_handle is not None:
+            self._flush_handle.cancel()
+        self._flush()
+
     @property
     def writable(self) -> bool:
         """False while the write buffer is over its high mark (see :meth:`drain`)."""

@@ -32,6 +32,7 @@ from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage.base import Store
+from tests import nethosts
 from tests.faultfs import FaultFS, unavailable
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -450,3 +451,17 @@ def faultfs(needs_fuse: None, tmp_path: Path) -> Iterator[FaultFS]:
     """The power-loss filesystem (tests/faultfs) mounted over a new directory."""
     with FaultFS(tmp_path / "faultfs") as fs:
         yield fs
+
+
+# -- test hosts in network namespaces --------------------------------------------------------------
+
+
+@pytest.fixture
+def needs_nethosts() -> None:
+    """Skips with one line where network namespaces, iptables or PostgreSQL's server are
+    missing (or not root), except under CI (.ci/run installs them), where it fails."""
+    reason = nethosts.unavailable()
+    if reason is not None:
+        if os.environ.get("CI"):
+            pytest.fail(reason)
+        pytest.skip(reason)

@@ -185,6 +185,8 @@ def test_an_unopenable_sqlite_file_is_reported_at_once_even_with_wait_for_db(
     [
         (["--pg-pool-size", "0"], "--pg-pool-size must be at least 1."),
         (["--pg-pool-timeout", "0"], "--pg-pool-timeout must be above 0."),
+        (["--pg-link-timeout", "0.5"], "--pg-link-timeout must be at least 1 (seconds)."),
+        (["--pg-link-timeout", "inf"], "--pg-link-timeout must be at least 1 (seconds)."),
         (["--wait-for-db", "-1"], "--wait-for-db cannot be negative."),
         (["--dedup-window", "-1"], "--dedup-window must be 0 or more seconds."),
         (["--dedup-window", "nan"], "--dedup-window must be 0 or more seconds."),

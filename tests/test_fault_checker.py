@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.faults.checker import Ack, Add, History, Read, check
+from bench.faults.checker import Ack, Add, Claim, History, Read, check
 
 
 def acked(
@@ -43,7 +43,8 @@ def test_a_clean_history_has_no_anomaly() -> None:
     assert verdicts.counts() == {
         "adds": 6, "acknowledged": 3, "refused": 1, "unknown": 2, "discarded": 0,
         "lost": 0, "wrong_id": 0, "duplicated": 0, "reordered": 0, "phantom": 0,
-        "skipped": 0, "delivered_twice": 0,
+        "skipped": 0, "delivered_twice": 0, "moved_back": 0, "after_takeover": 0,
+        "copied_twice": 0, "not_copied": 0,
     }  # fmt: skip
 
 
@@ -125,3 +126,39 @@ def test_delivered_twice_past_a_confirmed_position() -> None:
     assert verdicts.delivered_twice == 1, verdicts.describe()
     history.acks = []  # nothing confirmed: a redelivery is allowed
     assert check(history).delivered_twice == 0
+
+
+def test_a_confirmed_position_that_moves_back() -> None:
+    history = clean()
+    history.acks.append(Ack("C", 2.5, 4))
+    assert check(history).moved_back == 0
+    history.acks.append(Ack("C", 3.0, 3))  # a fenced-out process stored an older one
+    verdicts = check(history)
+    assert verdicts.moved_back == 1, verdicts.describe()
+
+
+def test_a_push_connection_that_gets_events_after_it_was_taken_over() -> None:
+    """Connection 1 held the consumer until connection 2's readyToReceive answered at 1.5:
+    a group reaching 1 after that is an anomaly, except while 1's server was stopped (the
+    kernels' buffers deliver what the process wrote before it stopped)."""
+    history = clean()
+    history.claims = [Claim("C", 1, 0.5), Claim("C", 2, 1.5)]
+    assert check(history).after_takeover == 1  # the read at 2.0 (the one at 1.0 was before)
+    history.paused[("C", 1)] = [(1.2, 2.5)]
+    verdicts = check(history)
+    assert (verdicts.after_takeover, verdicts.in_flight_at_pause) == (0, 1), verdicts.describe()
+    history.reads.append(Read("C", 1, 2.6, ((5, "late"),)))  # after SIGCONT
+    assert check(history).after_takeover == 1
+
+
+def test_an_aggregate_holds_each_source_event_once_in_order() -> None:
+    history = clean()
+    copied = [(10, "a"), (11, "b"), (12, "u1"), (13, "c")]
+    history.copies["all"] = (["events/0"], copied)
+    assert check(history).valid
+    history.copies["all"] = (["events/0"], [*copied, (14, "b")])
+    assert check(history).copied_twice == 1
+    history.copies["all"] = (["events/0"], [(10, "a"), (11, "u1"), (12, "b"), (13, "c")])
+    assert check(history).reordered == 1
+    history.copies["all"] = (["events/0"], copied[:3])
+    assert check(history).not_copied == 1

@@ -655,3 +655,27 @@ async def test_serve_waits_for_a_database_that_starts_later(
         async with asyncio.timeout(30):
             await proc.communicate()
     assert proc.returncode == 0
+
+
+async def test_a_session_left_inside_a_transaction_is_ended_and_its_locks_go_to_others(
+    pg_url: str,
+) -> None:
+    """A server stopped (SIGSTOP, a frozen VM) inside a transaction would hold its locks
+    until it ran again: the server's end of each session ends it after the link timeout."""
+    from futoin_evt.storage.base import PoolLimits, StoreUnreachable
+    from futoin_evt.storage.postgres import PostgresStore
+
+    async def taken(other: psycopg.AsyncConnection[Any]) -> bool:
+        cursor = await other.execute("SELECT pg_try_advisory_lock(4242)")
+        row = await cursor.fetchone()
+        return bool(row and row[0])
+
+    async def hold_and_idle(store: PostgresStore) -> None:
+        async with store._transaction() as conn:  # the process stops right after this
+            await conn.execute("SELECT pg_advisory_xact_lock(4242)")
+            async with await psycopg.AsyncConnection.connect(pg_url, autocommit=True) as other:
+                await until(lambda: taken(other), "another session takes the lock")
+
+    async with await PostgresStore.open(pg_url, pool=PoolLimits(link_timeout=1)) as store:
+        with pytest.raises(StoreUnreachable):  # its connection was ended meanwhile
+            await hold_and_idle(store)

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.faults.powerloss import POLL, Result, Schedule, run
+from bench.faults.load import POLL
+from bench.faults.powerloss import Result, Schedule, run
 
 
 def kinds_aimed(outcome: Result) -> dict[str, int]:

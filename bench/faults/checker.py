@@ -15,7 +15,15 @@ a log:
 - **phantom**: read, but never added (or added and refused);
 - **skipped**: a reliable consumer read past an event of the final read it never got;
 - **delivered twice**: a reliable consumer got an event at or below a position the server had
-  confirmed to it.
+  confirmed to it;
+- **moved back**: a reliable consumer's confirmed position went below one confirmed before;
+- **after takeover**: a push consumer's connection got events after a newer connection had
+  taken the consumer over (its readyToReceive answered), except while the server of the old
+  connection was stopped (SIGSTOP): a stopped process sends nothing, so what arrives then
+  was in the kernels' buffers before it stopped (counted apart, as ``in_flight_at_pause``);
+- **copied twice**, **not copied**: an aggregated stream holds a source event twice, or
+  lacks one (the final read of the aggregate, once its copier caught up); an aggregate that
+  changes the order of one source's events is **reordered**.
 
 Payloads are told apart by a token each producer writes into its event (unique per add); an
 add's id is the server's. Lost events are charged to the first fault after they were sent
@@ -74,6 +82,15 @@ class Ack:
     partition: str = DEFAULT_PARTITION
 
 
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """Push connection ``session`` of ``consumer`` took it over at ``time``."""
+
+    consumer: str
+    session: int
+    time: float
+
+
 @dataclass
 class History:
     adds: list[Add] = field(default_factory=list)
@@ -87,6 +104,12 @@ class History:
     reliable: set[str] = field(default_factory=set)
     #: When each fault struck (the power cuts).
     cuts: list[float] = field(default_factory=list)
+    #: When each push connection's readyToReceive answered: it holds its consumer from then.
+    claims: list[Claim] = field(default_factory=list)
+    #: Per push connection, the (SIGSTOP, SIGCONT) times of its server.
+    paused: dict[tuple[str, int], list[tuple[float, float]]] = field(default_factory=dict)
+    #: Per aggregated stream: its source partitions, and its final read (id, token).
+    copies: dict[str, tuple[list[str], list[Seen]]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,12 +137,19 @@ class Verdicts:
     phantom: int = 0
     skipped: int = 0
     delivered_twice: int = 0
+    moved_back: int = 0
+    after_takeover: int = 0
+    copied_twice: int = 0
+    not_copied: int = 0
+    #: Groups a taken-over connection got while its server was stopped (not anomalies).
+    in_flight_at_pause: int = 0
     losses: list[CutLoss] = field(default_factory=list)
     #: A few examples of each verdict, by name.
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
 
     ANOMALIES: ClassVar[tuple[str, ...]] = (
         "lost", "wrong_id", "duplicated", "reordered", "phantom", "skipped", "delivered_twice",
+        "moved_back", "after_takeover", "copied_twice", "not_copied",
     )  # fmt: skip
 
     def note(self, verdict: str, example: str) -> None:
@@ -169,6 +199,9 @@ def check(history: History) -> Verdicts:
     stored = _acknowledged(history, final, readers, verdicts)
     _real_time_order(history, stored, verdicts)
     _consumers(history, readers, verdicts)
+    _positions(history, verdicts)
+    _takeovers(history, verdicts)
+    _copies(history, verdicts)
     return verdicts
 
 
@@ -317,3 +350,64 @@ def _consumers(
                     verdicts.note(
                         "skipped", f"{name} read past {partition} id {event_id} ({token})"
                     )
+
+
+def _positions(history: History, verdicts: Verdicts) -> None:
+    """A confirmed position never goes back."""
+    highest: dict[tuple[str, str], int] = defaultdict(int)
+    for ack in sorted(history.acks, key=lambda a: a.time):
+        consumer = (ack.partition, ack.consumer)
+        if ack.position < highest[consumer]:
+            verdicts.note(
+                "moved_back",
+                f"{ack.consumer} confirmed at {ack.position} after {highest[consumer]}",
+            )
+        highest[consumer] = max(highest[consumer], ack.position)
+
+
+def _takeovers(history: History, verdicts: Verdicts) -> None:
+    """Reads of a push connection after a newer one took its consumer over."""
+    taken: dict[tuple[str, int], float] = {}
+    newest: dict[str, Claim] = {}
+    for claim in sorted(history.claims, key=lambda c: c.time):
+        previous = newest.get(claim.consumer)
+        if previous is not None:
+            taken[(claim.consumer, previous.session)] = claim.time
+        newest[claim.consumer] = claim
+    for read in history.reads:
+        since = taken.get((read.consumer, read.session))
+        if since is None or read.time < since:
+            continue
+        pauses = history.paused.get((read.consumer, read.session), [])
+        if any(stop <= read.time <= cont for stop, cont in pauses):
+            verdicts.in_flight_at_pause += 1
+            continue
+        ids = f"ids {read.events[0][0]}-{read.events[-1][0]}" if read.events else "no events"
+        verdicts.note(
+            "after_takeover",
+            f"{read.consumer} connection {read.session} got {ids} "
+            f"{(read.time - since) * 1000:.0f} ms after it was taken over",
+        )
+
+
+def _copies(history: History, verdicts: Verdicts) -> None:
+    """Each event of the sources' final reads once in the aggregate, in its source's order."""
+    for name, (sources, rows) in history.copies.items():
+        where: dict[str, int] = {}
+        for place, (event_id, token) in enumerate(rows):
+            if token in where:
+                verdicts.note("copied_twice", f"{token} copied into {name} twice (id {event_id})")
+            else:
+                where[token] = place
+        for source in sources:
+            previous: tuple[int, int] | None = None  # (place in the aggregate, source id)
+            for event_id, token in history.final.get(source, ()):
+                if token not in where:
+                    verdicts.note("not_copied", f"{source} id {event_id} ({token}) not in {name}")
+                    continue
+                if previous is not None and where[token] < previous[0]:
+                    verdicts.note(
+                        "reordered",
+                        f"{name} holds {source} id {event_id} before id {previous[1]}",
+                    )
+                previous = (where[token], event_id)

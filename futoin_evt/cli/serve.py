@@ -84,6 +84,15 @@ def add_commands(commands: Commands) -> None:
         help="a call waits T seconds for a pooled connection, then fails (InternalError)",
     )
     pg.add_argument(
+        "--pg-link-timeout",
+        type=float,
+        default=DEFAULT_POOL.link_timeout,
+        metavar="T",
+        help="a database connection that gets no answer from the database's host for about T "
+        "seconds (a cut link, a firewall dropping packets) counts as broken, and a session "
+        "left inside a transaction that long is ended by the server, freeing its locks",
+    )
+    pg.add_argument(
         "--wait-for-db",
         type=float,
         default=0.0,
@@ -267,6 +276,8 @@ async def _serve(args: argparse.Namespace) -> int:
         raise BadSetting("--pg-pool-size must be at least 1.")
     if args.pg_pool_timeout <= 0:
         raise BadSetting("--pg-pool-timeout must be above 0.")
+    if not 1 <= args.pg_link_timeout < math.inf:
+        raise BadSetting("--pg-link-timeout must be at least 1 (seconds).")
     if args.wait_for_db < 0:
         raise BadSetting("--wait-for-db cannot be negative.")
     if args.start_check < 0:
@@ -308,7 +319,9 @@ async def _serve(args: argparse.Namespace) -> int:
         db=args.db,
         durability=Durability(args.durability.upper()),
         dedup_window=args.dedup_window,
-        pool=PoolLimits(size=args.pg_pool_size, timeout=args.pg_pool_timeout),
+        pool=PoolLimits(
+            size=args.pg_pool_size, timeout=args.pg_pool_timeout, link_timeout=args.pg_link_timeout
+        ),
         transport=TransportConfig(
             host=args.host,
             port=args.port,

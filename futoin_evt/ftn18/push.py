@@ -42,6 +42,7 @@ import asyncio
 import functools
 import itertools
 import logging
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -75,6 +76,14 @@ _GROUP_ENVELOPE_BYTES: Final = 256
 _RECEIVER_MAX_GROUP_BYTES: Final = 8 * 1024 * 1024 - _GROUP_ENVELOPE_BYTES
 #: Longest wait before a stream tries an unreachable database again.
 _STORE_RETRY_MAX: Final = 1.0
+#: Seconds a reliable stream sends on after the database last confirmed its claim (the
+#: claim itself, or an acknowledgement fenced by its epoch); past that it confirms again
+#: before it sends. A process cut off from the database, or paused, stops sending to its
+#: receiver within this once another process may have taken the consumer over; a link to
+#: the database whose round trips take longer slows delivery down to one turn per round trip.
+CLAIM_FRESH: Final = 0.25
+#: How often a group waiting to be sent again looks whether the claim was confirmed.
+_CONFIRM_POLL: Final = CLAIM_FRESH / 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +160,10 @@ class PushStream:
     _ahead: tuple[int, asyncio.Future[EventPage]] | None = None
     #: Stops watching the consumer's read right on the stream.
     unwatch: Callable[[], None] = field(default=lambda: None)
+    #: When (monotonic) the query that last confirmed the claim was sent; a confirmation is
+    #: under way.
+    confirmed_at: float = 0.0
+    _confirming: bool = False
 
     @property
     def config(self) -> PushConfig:
@@ -300,9 +313,21 @@ class PushStream:
                 self._queued.popleft()  # its seq is skipped: the receiver sees the gap
                 self.stats.groups_dropped += 1
 
+    def _claim_fresh(self) -> bool:
+        """LIVE, or the claim confirmed within :data:`CLAIM_FRESH` (else it is confirmed
+        again, and the stream woken when it is)."""
+        if not self.reliable or time.monotonic() - self.confirmed_at <= CLAIM_FRESH:
+            return True
+        if not self._confirming:
+            self._confirming = True
+            self.service.acknowledge(self, self._acked_to)
+        return False
+
     def _send_queued(self) -> None:
         while self._queued and self.link.writable and self.link.is_open:
             if self.reliable and len(self._in_flight) >= self.config.window:
+                return
+            if not self._claim_fresh():
                 return
             self._send(self._queued.popleft())
 
@@ -311,7 +336,9 @@ class PushStream:
         self.stats.groups_sent += 1
         self._in_flight[group.seq] = group
         params = f'{{"seq":{group.seq},"events":{group.events_json}}}'
-        reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout)
+        # a reliable group leaves at once, while the claim is known to be fresh: not at the
+        # end of the loop turn, which a pause of the process could put after a takeover
+        reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout, now=self.reliable)
         reply.add_done_callback(lambda done: self._on_reply(group, done))
 
     def _on_reply(self, group: _Group, done: Deferred[Response]) -> None:
@@ -361,6 +388,9 @@ class PushStream:
     def _retry(self, group: _Group) -> None:
         group.retry = None
         if self._task is None or self._task.done() or self.link.closed.done():
+            return
+        if not self._claim_fresh():
+            group.retry = asyncio.get_running_loop().call_later(_CONFIRM_POLL, self._retry, group)
             return
         del self._in_flight[group.seq]
         self._send(group)
@@ -493,13 +523,17 @@ class PushService:
         reliable = component != LIVE_COMPONENT
         key: tuple[Any, ...]
         epoch = 0
+        confirmed_at = 0.0
         if reliable:
             # The stream owns the consumer in the whole cluster until another one claims it.
+            claiming = time.monotonic()
             claimed = await events.consumers.claim(who, component)
             if claimed is None:
                 raise FTN3Error(NOT_REGISTERED, f"Consumer is not registered: {component}")
             epoch, position = claimed
             key = (partition_key, user_id, component)
+            # the claim's query was sent at or after this
+            confirmed_at = claiming
         else:
             position = events.head
             key = (partition_key, user_id, component, id(ctx.link))
@@ -530,6 +564,7 @@ class PushService:
             reliable=reliable,
             next_id=position,
             epoch=epoch,
+            confirmed_at=confirmed_at,
         )
         self._streams[key] = stream
         stream.unwatch = events.guard.watch(who, Right.READ, lambda: self._revoked(stream))
@@ -548,6 +583,9 @@ class PushService:
         stream.link.close_refused(str(AccessDenied(Right.READ, stream.partition.stream)))
 
     def acknowledge(self, stream: PushStream, last_id: int) -> None:
+        """Store the stream's position, fenced by its epoch: stored, it confirms the claim
+        as of when it was sent; refused, the stream stops."""
+        asked = time.monotonic()
         task = asyncio.ensure_future(
             stream.log.consumers.acknowledge(
                 stream.who, stream.component, last_id, epoch=stream.epoch
@@ -557,6 +595,7 @@ class PushService:
 
         def done(task: asyncio.Task[Any]) -> None:
             self._acks.discard(task)
+            stream._confirming = False
             if task.cancelled():
                 return
             failure = task.exception()
@@ -573,7 +612,9 @@ class PushService:
                 self.forget(stream)
                 stream.stop()
             else:
+                stream.confirmed_at = max(stream.confirmed_at, asked)
                 stream.durable.advance(last_id)
+                stream._wake.set()  # sends held for a confirmation go on
 
         task.add_done_callback(done)
 

@@ -61,8 +61,12 @@ class PeerLink(Protocol):
     def on_writable(self, callback: Callable[[], None]) -> Callable[[], None]:
         """Call ``callback`` when the peer has caught up again; returns how to stop."""
 
-    def request(self, f: str, params_json: str, timeout: float) -> Deferred[Response]:
-        """Send a request; the future gets the reply, or TimeoutError/ConnectionError."""
+    def request(
+        self, f: str, params_json: str, timeout: float, *, now: bool = False
+    ) -> Deferred[Response]:
+        """Send a request; the future gets the reply, or TimeoutError/ConnectionError.
+        ``now``: written to the socket before this returns, not with the rest of this loop
+        turn's output (what was decided on a condition leaves while it holds)."""
 
     def abort(self) -> None:
         """Drop the connection at once."""

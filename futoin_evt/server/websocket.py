@@ -243,7 +243,9 @@ class _Connection:
     def writable(self) -> bool:
         return self.io.writable
 
-    def request(self, f: str, params_json: str, timeout: float) -> asyncio.Future[Response]:
+    def request(
+        self, f: str, params_json: str, timeout: float, *, now: bool = False
+    ) -> asyncio.Future[Response]:
         loop = asyncio.get_running_loop()
         reply: asyncio.Future[Response] = loop.create_future()
         if not self.io.is_open:
@@ -252,6 +254,8 @@ class _Connection:
         rid = f"S{next(self._peer_rids)}"
         self._peer_calls[rid] = reply
         self.io.send(f'{{"f":"{f}","p":{params_json},"rid":"{rid}"}}'.encode())
+        if now:
+            self.io.flush()
         self._check_unread()
         timer = loop.call_later(timeout, _expire, reply)
 

@@ -145,10 +145,14 @@ class Durability(Enum):
 class PoolLimits:
     """PostgreSQL: the pooled connections for reads and the other writes (the writer and
     the listener have their own), and how long a call waits for one before it fails with
-    :class:`StoreUnreachable`. SQLite has no pool and ignores them."""
+    :class:`StoreUnreachable`; and how long a connection may go without an answer from the
+    database's host before it counts as broken (``link_timeout``: TCP keepalives and user
+    timeout on both ends, and the server's ``idle_in_transaction_session_timeout``). SQLite
+    has no pool and ignores them."""
 
     size: int = 8
     timeout: float = 10.0
+    link_timeout: float = 10.0
 
 
 DEFAULT_POOL: Final = PoolLimits()

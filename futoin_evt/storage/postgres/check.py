@@ -7,6 +7,7 @@ from typing import Final
 
 import psycopg
 
+from ..base import DEFAULT_POOL
 from ..check import PARTITIONS_SQL, CheckReport, check_chunk, chunk_sql, partitions_of
 from ..tables import Tables
 from .store import _connect, safe_url
@@ -21,7 +22,7 @@ async def scrub_postgres(url: str) -> CheckReport:
     """Scrub the database (reads only). Raises :class:`~..base.StoreUnavailable` when it
     cannot be reached."""
     report = CheckReport(safe_url(url))
-    conn = await _connect(url, autocommit=True)
+    conn = await _connect(url, autocommit=True, link_timeout=DEFAULT_POOL.link_timeout)
     try:
         cursor = await conn.execute("SHOW data_checksums")
         row = await cursor.fetchone()

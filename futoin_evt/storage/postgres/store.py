@@ -369,10 +369,40 @@ def _first_line(exc: BaseException) -> str:
     return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
-async def _connect(url: str, *, autocommit: bool, options: str = "") -> Connection:
+def link_settings(link_timeout: float, options: str = "") -> dict[str, Any]:
+    """The connection parameters that make a connection whose packets stop getting through
+    (a cut cable, a firewall dropping them, a host paused) fail within about
+    ``link_timeout`` seconds, at both ends, instead of the kernel's 15 minutes of
+    retransmissions: libpq's keepalives and ``tcp_user_timeout`` here, and the same settings
+    for the server's end of the session, with ``idle_in_transaction_session_timeout``, so a
+    session whose client stopped inside a transaction gives up its locks (``options``: more
+    server settings, as ``-c name=value``)."""
+    idle = max(1, round(link_timeout / 2))
+    interval = max(1, round(link_timeout / 6))
+    count = 3
+    ms = max(1, round(link_timeout * 1000))
+    server = (
+        f"-c tcp_keepalives_idle={idle} -c tcp_keepalives_interval={interval}"
+        f" -c tcp_keepalives_count={count} -c tcp_user_timeout={ms}"
+        f" -c idle_in_transaction_session_timeout={ms}"
+    )
+    return {
+        "connect_timeout": max(2, round(min(CONNECT_TIMEOUT, link_timeout))),
+        "keepalives": 1,
+        "keepalives_idle": idle,
+        "keepalives_interval": interval,
+        "keepalives_count": count,
+        "tcp_user_timeout": ms,
+        "options": f"{server} {options}".strip(),
+    }
+
+
+async def _connect(
+    url: str, *, autocommit: bool, link_timeout: float, options: str = ""
+) -> Connection:
     try:
         return await psycopg.AsyncConnection.connect(
-            url, autocommit=autocommit, connect_timeout=int(CONNECT_TIMEOUT), options=options
+            url, autocommit=autocommit, **link_settings(link_timeout, options)
         )
     except (psycopg.Error, ValueError) as exc:
         unavailable = (
@@ -381,6 +411,16 @@ async def _connect(url: str, *, autocommit: bool, options: str = "") -> Connecti
         raise unavailable(
             f"cannot connect to the PostgreSQL database {safe_url(url)}: {_first_line(exc)}"
         ) from None
+
+
+#: A connection that broke: the database went away or restarts, the link stopped carrying
+#: packets, or the server ended a session it found idle inside a transaction (its client
+#: was stopped or cut off longer than the link timeout).
+_LINK_LOST: Final = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.IdleInTransactionSessionTimeout,
+)
 
 
 def _lost(exc: psycopg.Error) -> StoreUnreachable:
@@ -454,7 +494,7 @@ class PostgresPartitionLog(PagedReads):
                 return await cursor.fetchall() if cursor.description is not None else []
         except PoolTimeout:
             raise self._store._no_connection() from None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except _LINK_LOST as exc:
             raise _lost(exc) from None
 
     @contextlib.asynccontextmanager
@@ -465,7 +505,7 @@ class PostgresPartitionLog(PagedReads):
                 yield conn
         except PoolTimeout:
             raise self._store._no_connection() from None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except _LINK_LOST as exc:
             raise _lost(exc) from None
 
     async def _fetch_one(self, sql: str, params: Sequence[Any] = ()) -> tuple[Any, ...]:
@@ -540,7 +580,7 @@ class PostgresPartitionLog(PagedReads):
                 ids, ts, known = await self._commit_batch(batch)
             except Exception as exc:
                 log.error("commit of %d events to %s failed: %s", len(batch), self.partition, exc)
-                if isinstance(exc, (psycopg.OperationalError, psycopg.InterfaceError)):
+                if isinstance(exc, _LINK_LOST):
                     exc = _lost(exc)
                 for item in batch:
                     if not item.future.done():
@@ -1152,7 +1192,8 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         (StoreUnreachable when the database does not answer)."""
         window_ms(dedup_window)  # ValueError before anything is opened
         limits = pool
-        writer = await _connect(url, autocommit=False)
+        link = limits.link_timeout
+        writer = await _connect(url, autocommit=False, link_timeout=link)
         listener: Connection | None = None
         pools: list[AsyncConnectionPool[Connection]] = []
         try:
@@ -1160,20 +1201,20 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
             await writer.set_autocommit(True)  # a group commit is one statement
             if durability is Durability.NORMAL:
                 await writer.execute("SET synchronous_commit = off")
-            listener = await _connect(url, autocommit=True)
+            listener = await _connect(url, autocommit=True, link_timeout=link)
             await listener.execute(f"LISTEN {CHANNEL}")
             connections = AsyncConnectionPool(
                 url,
                 min_size=1,
                 max_size=limits.size,
-                kwargs={"autocommit": True},
+                kwargs={"autocommit": True, **link_settings(link)},
                 timeout=limits.timeout,
                 open=False,
             )
             pools.append(connections)
             await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
             write_options = WRITE_OPTIONS[durability]
-            write_kwargs: dict[str, Any] = {"autocommit": True, "options": write_options}
+            write_kwargs = {"autocommit": True, **link_settings(link, write_options)}
             write_pool = AsyncConnectionPool(
                 url,
                 min_size=0,
@@ -1253,7 +1294,7 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
             cursor = await self._writer.execute(sql, params)
             row = await cursor.fetchone()
             assert row is not None
-        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+        except _LINK_LOST as exc:
             # The commit may or may not have happened: no second try, the callers are told.
             for _log, _batch, future in entries:
                 if not future.done():
@@ -1379,7 +1420,9 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
             await asyncio.sleep(RELISTEN_SECONDS)
             with contextlib.suppress(StoreUnavailable, psycopg.Error):
                 await self._listener.close()
-                self._listener = await _connect(self.url, autocommit=True)
+                self._listener = await _connect(
+                    self.url, autocommit=True, link_timeout=self._limits.link_timeout
+                )
                 await self._listener.execute(f"LISTEN {CHANNEL}")
                 for partition_log in list(self._logs.values()):
                     partition_log.head.advance(await partition_log.newest_event_id())
@@ -1420,7 +1463,12 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         if not self._writer.broken:
             return
         with contextlib.suppress(StoreUnavailable):
-            self._writer = await _connect(self.url, autocommit=True, options=self._write_options)
+            self._writer = await _connect(
+                self.url,
+                autocommit=True,
+                link_timeout=self._limits.link_timeout,
+                options=self._write_options,
+            )
 
     # -- producers' keys -------------------------------------------------------------------
 
