@@ -1,9 +1,11 @@
-"""``python -m bench.compare --before DIR [--rounds N] [--durability full normal] [--workers N]
-[--reads EVENTS]``
+"""``python -m bench.compare --before DIR [--installed] [--rounds N] [--durability full normal]
+[--workers N] [--reads EVENTS]``
 
 The write workloads (with ``--reads``: the read workloads instead) against two futoin-evt
 servers side by side: one run from the source tree
-``DIR`` (say, ``git archive main | tar -x -C DIR``) and one from this tree. Each round runs
+``DIR`` (say, ``git archive main | tar -x -C DIR``) and one from this tree (with
+``--installed``: from the installed package, so ``--before .`` against a compiled build gives
+what compiling pays). Each round runs
 every workload on one and then the other, so both meet the same load from the rest of the
 machine; the table gives the medians of calls/s and of the server's CPU time per call
 (``/proc/PID/stat``), and their ratios after/before; then the push latency at 1,000 events/s
@@ -48,7 +50,9 @@ async def measure(system: systems.System, workload: str, reads: int) -> tuple[fl
     return rate, (system.cpu_seconds() - before) / calls * 1e6
 
 
-async def compare(before: Path, durability: str, rounds: int, workers: int, reads: int) -> None:
+async def compare(
+    before: Path, installed: bool, durability: str, rounds: int, workers: int, reads: int
+) -> None:
     figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
     latencies: dict[str, list[dict[str, float]]] = {}
     limits: dict[str, list[float]] = {}
@@ -59,7 +63,7 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
         systems.prepare_futoin_evt_db(raw_db, reads)
         raw_reads = await others.start_raw_reads()
     with tempfile.TemporaryDirectory(prefix="bench-") as tmp:
-        trees = {"before": before, "after": THIS_TREE}
+        trees = {"before": before, "after": None if installed else THIS_TREE}
         servers = {}
         for name, tree in trees.items():
             (Path(tmp) / name).mkdir()
@@ -130,12 +134,24 @@ async def compare(before: Path, durability: str, rounds: int, workers: int, read
 
 async def main_async(args: argparse.Namespace) -> None:
     for durability in args.durability:
-        await compare(args.before.resolve(), durability, args.rounds, args.workers, args.reads)
+        await compare(
+            args.before.resolve(),
+            args.installed,
+            durability,
+            args.rounds,
+            args.workers,
+            args.reads,
+        )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__)
     parser.add_argument("--before", type=Path, required=True, help="the source tree to compare")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="after: the installed package (a compiled build, say) instead of this tree",
+    )
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--durability", nargs="+", default=["full", "normal"])
     parser.add_argument("--workers", type=int, default=1, help="server processes of each")

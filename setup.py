@@ -1,0 +1,96 @@
+"""The build: the modules on the hot paths compiled with mypyc from the same typed source.
+
+``pip install .`` compiles :data:`COMPILED` when mypyc (a build requirement), a C compiler
+and the Python headers are there, and installs the pure-Python package otherwise, with one
+line saying why. ``FUTOIN_EVT_PURE=1`` asks for the pure-Python package; an editable install
+(``pip install -e .``) is always pure Python. ``futoin-evt --version`` says which was built.
+The metadata is in setup.cfg.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Any
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+#: Compiled with mypyc, each measured with ``python -m bench.profile`` (see the commits).
+COMPILED = [
+    "futoin_evt/ftn3/messages.py",
+    "futoin_evt/ftn3/ifaces.py",
+    "futoin_evt/server/executor.py",
+]
+
+#: mypy as mypyc runs it: not the project's --strict configuration (mypy checks that), and the
+#: optional packages (extras) need not be installed; what the compiled modules import from
+#: other packages is a build requirement (pyproject.toml), so the build is the same anywhere.
+_MYPY = ["--config-file=", "--ignore-missing-imports", "--follow-imports=silent"]
+
+#: The commands that build a wheel or install; the metadata steps compile nothing.
+_BUILDS = {"bdist_wheel", "build", "build_ext", "install"}
+
+
+def _say(line: str) -> None:
+    print(f"futoin-evt: {line}", file=sys.stderr, flush=True)
+
+
+def _pure_because() -> str | None:
+    """Why this build is pure Python, or None when it compiles."""
+    if os.environ.get("FUTOIN_EVT_PURE", "") not in ("", "0"):
+        return "FUTOIN_EVT_PURE is set"
+    if not sysconfig.get_config_var("CC"):
+        return "no C compiler is configured for this Python"
+    include = sysconfig.get_paths()["include"]
+    if not Path(include, "Python.h").is_file():
+        return f"the Python headers are missing ({include}/Python.h)"
+    try:
+        import mypyc.build  # noqa: F401
+    except ImportError:
+        return "mypyc is not installed"
+    return None
+
+
+def _extensions() -> list[Extension]:
+    if not _BUILDS & set(sys.argv[1:]):
+        return []
+    because = _pure_because()
+    if because is None:
+        from mypyc.build import mypycify
+
+        try:
+            return mypycify([*_MYPY, *COMPILED], opt_level="3")
+        except (Exception, SystemExit) as error:  # mypyc exits on a type error
+            because = f"mypyc failed ({error})"
+    _say(f"installing the pure-Python package: {because}")
+    return []
+
+
+class BuildExt(build_ext):
+    """Compiles the extensions; when the C compiler fails, leaves them out and says so (the
+    pure-Python modules are installed in any case)."""
+
+    def run(self) -> None:
+        try:
+            super().run()
+        except Exception as error:
+            _say(f"installing the pure-Python package: compiling failed ({error})")
+            for extension in self.extensions:  # none without the others
+                Path(self.get_ext_fullpath(extension.name)).unlink(missing_ok=True)
+            self.extensions = []
+
+    def get_outputs(self) -> list[str]:
+        return super().get_outputs() if self.extensions else []
+
+
+def _options() -> dict[str, Any]:
+    extensions = _extensions()
+    if not extensions:
+        return {}
+    return {"ext_modules": extensions, "cmdclass": {"build_ext": BuildExt}}
+
+
+setup(**_options())
