@@ -23,6 +23,10 @@ COMPILED = [
     "futoin_evt/ftn3/messages.py",
     "futoin_evt/ftn3/ifaces.py",
     "futoin_evt/server/executor.py",
+    "futoin_evt/wsio.py",
+    "futoin_evt/server/websocket.py",
+    "futoin_evt/ftn18/services.py",
+    "futoin_evt/storage/checksums.py",
 ]
 
 #: mypy as mypyc runs it: not the project's --strict configuration (mypy checks that), and the

@@ -728,7 +728,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         self.dedup_window = dedup_window
         self._dedup_ms = window_ms(dedup_window)
         #: A lone write commits on the event loop (no fsync per commit at NORMAL).
-        self._inline = durability is Durability.NORMAL
+        self._inline_commits = durability is Durability.NORMAL
         #: The writer's busy timeout as last set (inline commits set 0, the thread's 10 s).
         self._busy_ms = _BUSY_TIMEOUT_MS
         #: The last batch was one write: a lone write now commits inline only after one.
@@ -1120,7 +1120,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
         started = time.perf_counter()
-        done = self._commit_inline(batch) if self._inline else None
+        done = self._commit_inline(batch) if self._inline_commits else None
         if done is None:
             await self._set_busy_timeout(_BUSY_TIMEOUT_MS)
             done = await self._write_thread.run(
@@ -1141,7 +1141,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
             for key, events in inserted.items():
                 if events:
                     self._peers.committed(key, events[-1][0])
-        if self._inline:
+        if self._inline_commits:
             await self._checkpoint_now_and_then(size)
         return results
 
