@@ -27,6 +27,7 @@ COMPILED = [
     "futoin_evt/server/websocket.py",
     "futoin_evt/ftn18/services.py",
     "futoin_evt/storage/checksums.py",
+    "futoin_evt/storage/page_rows.py",
 ]
 
 #: mypy as mypyc runs it: not the project's --strict configuration (mypy checks that), and the
