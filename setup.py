@@ -10,6 +10,7 @@ The metadata is in setup.cfg.
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import sysconfig
 from pathlib import Path
@@ -47,8 +48,9 @@ def _pure_because() -> str | None:
     """Why this build is pure Python, or None when it compiles."""
     if os.environ.get("FUTOIN_EVT_PURE", "") not in ("", "0"):
         return "FUTOIN_EVT_PURE is set"
-    if not sysconfig.get_config_var("CC"):
-        return "no C compiler is configured for this Python"
+    compiler = (os.environ.get("CC") or sysconfig.get_config_var("CC") or "").split()
+    if not compiler or shutil.which(compiler[0]) is None:
+        return f"no C compiler ({' '.join(compiler) or 'none configured'})"
     include = sysconfig.get_paths()["include"]
     if not Path(include, "Python.h").is_file():
         return f"the Python headers are missing ({include}/Python.h)"
