@@ -92,7 +92,8 @@ class BuildExt(build_ext):
         try:
             super().run()
         except Exception as error:
-            _say(f"installing the pure-Python package: compiling failed ({error})")
+            kind = type(error).__name__  # its message is the whole command line
+            _say(f"installing the pure-Python package: compiling failed ({kind}; see above)")
             for extension in self.extensions:  # none without the others
                 Path(self.get_ext_fullpath(extension.name)).unlink(missing_ok=True)
             self.extensions = []
