@@ -1,4 +1,5 @@
-"""``python -m bench.dcb [--quick] [--transport ftn3|http] [--runs N] [--source DIR]``: the
+"""``python -m bench.dcb [--quick] [--transport ftn3|http] [--runs N] [--source DIR]
+[--postgres ADMIN_URL]``: the
 DCB API of futoin-evt beside UmaDB, in one run, on the same workloads; with ``--source``,
 also the futoin-evt server of the source tree ``DIR`` (another version: before and after in
 the same run).
@@ -15,6 +16,9 @@ UmaDB gets its log through its client in batches of 1000. Then, on each server:
   one event tagged with a ``course:cK`` of its own, on the condition that no event with that
   tag came after the position of its last append (at first: the head its read returned). So
   every condition is checked against the index and holds. ``--runs`` times; the median.
+
+With ``--postgres``, futoin-evt runs on a new database of that PostgreSQL (dropped at the
+end), and only the appends are measured (from an empty log).
 
 futoin-evt runs with ``--durability full``; UmaDB with its defaults (it syncs every commit
 to disk). futoin-evt's clients call ``futoin.evt.dcb:1.0`` over FTN3/WebSocket, one
@@ -50,6 +54,7 @@ from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.ftn3.messages import encode_json
 
+from . import postgres as pg
 from .systems import PASSWORD, USER, System, free_port, prepare_futoin_evt_db, print_figures, serve
 
 DCB: Final = "futoin.evt.dcb:1.0"
@@ -118,9 +123,13 @@ class Measured:
     concurrent: list[float]
 
     def figures(self, log: int) -> dict[str, float]:
+        """The rows; without reads (``--postgres``), the appends' only."""
+        reads = {}
+        if self.read_us:
+            reads[READ_P50.format(log=log)] = statistics.median(self.read_us)
+            reads[READ_P99.format(log=log)] = p99(self.read_us)
         return {
-            READ_P50.format(log=log): statistics.median(self.read_us),
-            READ_P99.format(log=log): p99(self.read_us),
+            **reads,
             APPEND_1: statistics.median(self.serial),
             APPEND_32: statistics.median(self.concurrent),
         }
@@ -153,7 +162,7 @@ def prepare_futoin_evt_log(path: Path, log: int) -> None:
         conn.close()
 
 
-async def start_futoin_evt_server(db: Path, source: Path | None = None) -> System:
+async def start_futoin_evt_server(db: Path | str, source: Path | None = None) -> System:
     """The server of this tree, or of the source tree ``source``."""
     return await serve(db, "--durability", "full", source=source)
 
@@ -268,31 +277,38 @@ async def futoin_evt_appends(url: str, connect: Connect, first: int, clients: in
 
 
 async def measure_futoin_evt(
-    sizes: Sizes, connect: Connect, source: Path | None = None
+    sizes: Sizes, connect: Connect, source: Path | None = None, postgres: str | None = None
 ) -> Measured:
-    with tempfile.TemporaryDirectory(prefix="bench-dcb-") as tmp:
-        db = Path(tmp) / "futoin-evt.sqlite"
-        prepare_futoin_evt_log(db, sizes.log)
+    """``postgres``: an admin URL; the server runs on a new database there, the appends
+    only (its log starts empty)."""
+    async with contextlib.AsyncExitStack() as stack:
+        if postgres is None:
+            tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-dcb-"))
+            db: Path | str = Path(tmp) / "futoin-evt.sqlite"
+            prepare_futoin_evt_log(Path(db), sizes.log)
+        else:
+            db = await stack.enter_async_context(pg.database(postgres))
+            await pg.prepare(db, 0)
         system = await start_futoin_evt_server(db, source)
-        try:
+        stack.push_async_callback(system.stop)
+        read_us: list[float] = []
+        if postgres is None:
             reader = await connect(system.url)
             try:
                 read_us = await futoin_evt_reads(reader, read_tags(sizes))
             finally:
                 await reader.close()
-            measured = Measured(read_us, [], [])
-            for run in range(sizes.runs):
-                first = run * (CLIENTS + 1)
-                measured.serial.append(
-                    await futoin_evt_appends(system.url, connect, first, 1, sizes.serial_appends)
+        measured = Measured(read_us, [], [])
+        for run in range(sizes.runs):
+            first = run * (CLIENTS + 1)
+            measured.serial.append(
+                await futoin_evt_appends(system.url, connect, first, 1, sizes.serial_appends)
+            )
+            measured.concurrent.append(
+                await futoin_evt_appends(
+                    system.url, connect, first + 1, CLIENTS, sizes.appends_per_client
                 )
-                measured.concurrent.append(
-                    await futoin_evt_appends(
-                        system.url, connect, first + 1, CLIENTS, sizes.appends_per_client
-                    )
-                )
-        finally:
-            await system.stop()
+            )
     return measured
 
 
@@ -443,17 +459,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--source", type=Path, help="also measure the futoin-evt server of this source tree"
     )
+    parser.add_argument(
+        "--postgres",
+        metavar="ADMIN_URL",
+        help="futoin-evt on a new database of this PostgreSQL instead (the appends only)",
+    )
     args = parser.parse_args(argv)
     sizes = QUICK if args.quick else FULL
     if args.runs is not None:
         sizes = dataclasses.replace(sizes, runs=args.runs)
     transport, connect = TRANSPORTS[args.transport]
     started = time.perf_counter()
-    ours = asyncio.run(measure_futoin_evt(sizes, connect)).figures(sizes.log)
+    ours = asyncio.run(measure_futoin_evt(sizes, connect, None, args.postgres)).figures(sizes.log)
     before = None
     if args.source is not None:
-        before = asyncio.run(measure_futoin_evt(sizes, connect, args.source)).figures(sizes.log)
-    theirs = measure_umadb(sizes).figures(sizes.log)
+        before = asyncio.run(
+            measure_futoin_evt(sizes, connect, args.source, args.postgres)
+        ).figures(sizes.log)
+    theirs = {k: v for k, v in measure_umadb(sizes).figures(sizes.log).items() if k in ours}
     print_figures(
         f"DCB: futoin-evt ({transport}; --durability full) beside UmaDB"
         f" {importlib.metadata.version('umadb')} (its Python client over gRPC);"

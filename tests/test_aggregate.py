@@ -6,13 +6,13 @@ retention held back by what is not copied; bad input to the command."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import re
 import shutil
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -27,7 +27,7 @@ from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, NotWritable, Store
 
-from . import test_stream_cli
+from . import test_stream_cli, waiting
 from .conftest import ServerProcess, execute_sql, pg_schema_at
 from .test_cli import run
 from .test_stream_cli import on_server
@@ -39,14 +39,8 @@ DATA = Path(__file__).parent / "data"
 #: Seconds a condition is waited for (the copying itself takes far less).
 DEADLINE = 60.0
 
-
-async def until(check: Callable[[], Awaitable[bool]], what: str, seconds: float = DEADLINE) -> None:
-    """Poll a condition nothing signals to the test, within a deadline."""
-    deadline = time.monotonic() + seconds
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {seconds} s: {what}")
-        await asyncio.sleep(0.02)
+#: What the waits of this file allow.
+until = functools.partial(waiting.until, seconds=DEADLINE)
 
 
 async def fill(store: Store, info: StreamInfo, per_partition: int, tag: str) -> None:

@@ -258,6 +258,16 @@ async def test_a_read_without_limit_streams_every_page(http: httpx.AsyncClient) 
     assert [e["data"] for e in everything["events"]] == list(range(3000))
     limited = await read(http, query={"items": [{"tags": ["bulk"]}]}, after=10, limit=1500)
     assert [e["position"] for e in limited["events"]] == list(range(11, 1511))
+    # a small first step, then whole pages: the events over a step's edge come once
+    for limit in (49, 50, 51, 1050, 1051, None):
+        newest = await read(
+            http, query={"items": [{"tags": ["bulk"]}]}, backwards=True, limit=limit
+        )
+        assert [e["position"] for e in newest["events"]] == list(
+            range(3000, 3000 - (limit or 3000), -1)
+        )
+        oldest = await read(http, query={"items": [{"tags": ["bulk"]}]}, limit=limit)
+        assert [e["position"] for e in oldest["events"]] == list(range(1, (limit or 3000) + 1))
     async with http.stream(
         "POST", "/read", json={"limit": 3}, headers={"Accept": "application/x-ndjson"}
     ) as response:

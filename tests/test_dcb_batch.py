@@ -5,8 +5,8 @@ append that is refused is refused alone. On both backends."""
 from __future__ import annotations
 
 import asyncio
-import tempfile
-from collections.abc import AsyncIterator, Sequence
+import itertools
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 
 import pytest
@@ -24,6 +24,9 @@ from futoin_evt.domain.dcb import (
 )
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import DcbLog, Store
+
+from .conftest import execute_sql
+from .dcb_race import assert_no_lost_update
 
 pytestmark = pytest.mark.functional
 
@@ -163,17 +166,6 @@ async def appender(log: DcbLog, tag: str, number: int, wins: list[tuple[int, int
         assert refused_at > after
 
 
-def assert_one_winner_per_position(wins: list[tuple[int, int]], total: int) -> None:
-    """Each append went through on the condition that nothing with the tag came after the
-    one before it: the winners form one chain, with no lost update."""
-    assert len(wins) == total
-    wins.sort(key=lambda win: win[1])
-    previous = 0
-    for after, position in wins:
-        assert after == previous
-        previous = position
-
-
 async def test_concurrent_conditional_appends_on_one_tag_from_two_stores(
     store: Store, store_db: str
 ) -> None:
@@ -184,7 +176,7 @@ async def test_concurrent_conditional_appends_on_one_tag_from_two_stores(
             await asyncio.gather(
                 *(appender(store if n % 2 else other, "seat:s1", n, wins) for n in range(APPENDERS))
             )
-    assert_one_winner_per_position(wins, APPENDERS * WINS_EACH)
+    assert_no_lost_update(wins, APPENDERS * WINS_EACH)
     tagged_events = [p for p, tags, _ in await stored(store) if "seat:s1" in tags]
     assert tagged_events == sorted(position for _, position in wins)
 
@@ -228,10 +220,27 @@ def outcome(result: int | BaseException) -> object:
     return result
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def fresh_db(request: pytest.FixtureRequest, tmp_path: Path) -> Callable[[], str]:
+    """Makes an empty database of each backend, each call (on PostgreSQL: the test database,
+    emptied again)."""
+    if request.param == "sqlite":
+        made = itertools.count()
+        return lambda: str(tmp_path / f"{next(made)}.sqlite")
+    url = str(request.getfixturevalue("pg_database"))
+
+    def emptied() -> str:
+        execute_sql(url, "DROP SCHEMA public CASCADE")
+        execute_sql(url, "CREATE SCHEMA public")
+        return url
+
+    return emptied
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=list(HealthCheck))
 @given(appends=APPENDS)
 def test_a_batch_ends_as_the_same_appends_one_after_another(
-    tmp_path: Path,
+    fresh_db: Callable[[], str],
     appends: list[tuple[list[tuple[str, list[str], str | None]], AppendCondition | None]],
 ) -> None:
     """Whatever the appends (retries, conflicting ids, conditions on what the batch itself
@@ -243,18 +252,17 @@ def test_a_batch_ends_as_the_same_appends_one_after_another(
     ]
 
     async def run() -> tuple[list[object], list[object], list[object], list[object]]:
-        with tempfile.TemporaryDirectory(dir=tmp_path) as tmp:
-            async with await open_store(str(Path(tmp) / "together.sqlite")) as store:
-                joined = [outcome(r) for r in await together(store, batch)]
-                joined_log = await stored(store)
-            async with await open_store(str(Path(tmp) / "in-turn.sqlite")) as store:
-                alone: list[object] = []
-                for events, condition in batch:
-                    try:
-                        alone.append(await store.dcb_append(events, condition))
-                    except (AppendConditionFailed, EventIdConflict) as exc:
-                        alone.append(outcome(exc))
-                alone_log = await stored(store)
+        async with await open_store(fresh_db()) as store:
+            joined = [outcome(r) for r in await together(store, batch)]
+            joined_log = await stored(store)
+        async with await open_store(fresh_db()) as store:
+            alone: list[object] = []
+            for events, condition in batch:
+                try:
+                    alone.append(await store.dcb_append(events, condition))
+                except (AppendConditionFailed, EventIdConflict) as exc:
+                    alone.append(outcome(exc))
+            alone_log = await stored(store)
         return joined, alone, list(joined_log), list(alone_log)
 
     joined, alone, joined_log, alone_log = asyncio.run(run())

@@ -94,3 +94,22 @@ async def test_a_condition_on_a_big_log_is_exact(store: SqliteStore) -> None:
         [new_event("Rare", 1, ["rare"])], AppendCondition(rare, LOG_SIZE)
     )
     assert position == LOG_SIZE + 1
+
+
+async def test_a_read_on_the_event_loop_that_runs_long_is_left_to_the_read_thread(
+    store: SqliteStore,
+) -> None:
+    """Small reads (the head, a tag read's first step) run on the event loop; one that turns
+    out to scan is interrupted there (None: read it on the thread), so it never holds up the
+    loop's other connections."""
+    scan = (
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 1000000)"
+        " SELECT count(*) FROM n"
+    )
+    assert store._peek_rows(scan, ()) is None
+    tagged = store._peek_rows("SELECT event_id FROM event_tags WHERE tag = 'rare'", ())
+    assert tagged is not None  # a small read, on the loop
+    first, _head = await store.dcb_read(
+        parse_query({"items": [{"tags": ["rare"]}]}), after=None, before=None, limit=50
+    )
+    assert [event.position for event in first] == sorted(row[0] for row in tagged)

@@ -6,6 +6,7 @@ from their checkpoints; both restart and resume. On SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import os
 import signal
@@ -14,7 +15,6 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +27,7 @@ from futoin_evt.eventhubs import FutoinCheckpointStore
 from futoin_evt.eventhubs.aio import FutoinCheckpointStore as AsyncCheckpointStore
 from futoin_evt.server.app import EventServer
 
+from . import waiting
 from .test_amqp_eventhubs import key_of
 from .test_amqp_partitions import HUB, PARTITIONS, connection_string, hub  # noqa: F401
 
@@ -36,6 +37,10 @@ CONSUMER = Path(__file__).parent / "data" / "eventhubs_consumer.py"
 ROOT = Path(__file__).parent.parent
 #: A bound for what must happen (claims expire after 4 s in the consumer processes).
 WITHIN_SECONDS = 60.0
+
+#: What the waits of this file allow.
+until = functools.partial(waiting.until, seconds=WITHIN_SECONDS)
+
 NAMESPACE = "127.0.0.1"
 
 
@@ -201,14 +206,6 @@ class ConsumerProcess:
         self._reader.join(timeout=WITHIN_SECONDS)
         assert self.process.stdout is not None
         self.process.stdout.close()
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WITHIN_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WITHIN_SECONDS} s: {what}")
-        await asyncio.sleep(0.1)
 
 
 KEYS = [f"customer-{n}" for n in range(8)]

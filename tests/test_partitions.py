@@ -8,8 +8,7 @@ import asyncio
 import json
 import shutil
 import sys
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +25,7 @@ from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, PartitionLog, Store, StoreClosed
 
 from .conftest import execute_sql, pg_schema_at
+from .waiting import until
 
 pytestmark = pytest.mark.functional
 
@@ -37,15 +37,6 @@ DATA = Path(__file__).parent / "data"
 async def store(store_db: str) -> AsyncIterator[Store]:
     async with await open_store(store_db) as opened:
         yield opened
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Poll, within 30 s, a condition nothing signals (a lock wait inside PostgreSQL)."""
-    deadline = time.monotonic() + 30
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        await asyncio.sleep(0.01)
 
 
 def ids_of(page_json: str) -> list[int]:

@@ -25,6 +25,7 @@ from futoin_evt.storage.postgres import add_event, add_event_async
 from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK
 
 from .conftest import USERS, PgCluster, ServerProcess, add_user, execute_sql, free_port, run_js
+from .dcb_race import assert_no_lost_update, race_on_one_tag
 from .test_cli import CLI, run
 from .waiting import until
 
@@ -519,38 +520,8 @@ async def test_conditional_appends_on_one_tag_through_two_processes_lose_no_upda
     condition that nothing with it came after the newest they read: each one's appends go
     through one after another, exactly one per position read."""
     a, b = servers(2)
-    tag_query = {"items": [{"tags": ["seat:s1"]}]}
-    wins: list[tuple[int, int]] = []
-
-    async def appender(url: str, number: int) -> None:
-        async with await connect(url) as client:
-            won = 0
-            while won < 3:
-                read = await client.ftn3.call(
-                    DCB, "readBackwards", {"query": tag_query, "limit": 1}
-                )
-                after = read["events"][0]["position"] if read["events"] else 0
-                event = {"type": "Booked", "data": [number, won], "tags": ["seat:s1"]}
-                condition = {"failIfEventsMatch": tag_query, "after": after}
-                try:
-                    position = await client.ftn3.call(
-                        DCB, "append", {"events": [event], "condition": condition}
-                    )
-                except RemoteError as exc:
-                    refused = exc.name
-                else:
-                    wins.append((after, position))
-                    won += 1
-                    continue
-                assert refused == "AppendConditionFailed"
-
-    async with asyncio.timeout(120):
-        await asyncio.gather(*(appender((a, b)[n % 2].url, n) for n in range(32)))
-    assert len(wins) == 32 * 3
-    previous = 0
-    for after, position in sorted(wins, key=lambda win: win[1]):
-        assert after == previous  # nothing came between: no lost update
-        previous = position
+    wins = await race_on_one_tag([a.url, b.url], ALICE, "seat:s1")
+    assert_no_lost_update(wins, 32 * 3)
     rows = execute_sql(pg_url, "SELECT event_id FROM event_tags WHERE tag = 'seat:s1'")
     assert sorted(row[0] for row in rows) == sorted(position for _, position in wins)
 

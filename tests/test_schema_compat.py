@@ -279,7 +279,6 @@ TEN = schema(
 def test_a_compiled_schema_names_the_first_failing_place(draft: str | None) -> None:
     document = TEN if draft is None else {"$schema": draft, **TEN}
     compiled = compile_schema(parse_schema(json.dumps(document)))
-    assert compiled.fast is (draft is None)
     assert compiled.violation({"order": 1, "total": "1.00", "items": [{"sku": "a"}]}) is None
     bad = compiled.violation({"order": 1, "total": "1.00", "items": [{"sku": 5}]})
     assert bad is not None

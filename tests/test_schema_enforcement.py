@@ -61,7 +61,7 @@ GOOD = {"order": 1}
 BAD = {"order": "x"}
 #: What every door says of BAD (the FTN18 type; DCB and AMQP name their own).
 REFUSAL = "ORDER_PLACED event does not match version 1 of schema orders-ORDER_PLACED"
-AT_ORDER = "at /order: must be integer"
+AT_ORDER = 'at /order: "x" is not of type "integer"'
 
 
 async def register(schemas: SchemaRegistry, subject: str, schema: dict[str, Any]) -> int:
@@ -112,10 +112,10 @@ async def test_ftn18_add_event(typed: EventServer, orders: EventStreamClient) ->
     assert (refused.value.name, refused.value.desc) == ("InvalidRequest", f"{REFUSAL} {AT_ORDER}")
     with pytest.raises(RemoteError) as closed:
         await orders.add_event("ORDER_PLACED", {"order": 2, "extra": True})
-    assert closed.value.desc.startswith(f"{REFUSAL} at /: must not contain ")
+    assert closed.value.desc.startswith(f"{REFUSAL} at /: Additional properties are not allowed")
     with pytest.raises(RemoteError) as missing:
         await orders.add_event("ORDER_PLACED", [])
-    assert missing.value.desc == f"{REFUSAL} at /: must be object"
+    assert missing.value.desc == f'{REFUSAL} at /: [] is not of type "object"'
     assert await orders.add_event("ORDER_SHIPPED", BAD) == 2  # another type: unchecked
     async with await EventStreamClient.connect(typed.url, credentials=":".join(ALICE)) as events:
         assert await events.add_event("ORDER_PLACED", BAD) == 1  # another stream: unchecked
@@ -192,10 +192,11 @@ async def test_amqp_with_proton(typed: EventServer) -> None:
     ]
     found = await asyncio.to_thread(outcomes, typed, messages)
     refused = (Delivery.REJECTED, "amqp:invalid-field", f"{REFUSAL} {AT_ORDER}")
+    refused_y = (*refused[:2], f"{REFUSAL} {AT_ORDER.replace('x', 'y')}")
     assert found == [
         (Delivery.ACCEPTED, None, None),
         refused,
-        refused,
+        refused_y,
         (Delivery.ACCEPTED, None, None),
         (Delivery.ACCEPTED, None, None),
     ]
@@ -295,7 +296,9 @@ async def test_dcb_over_http(typed: EventServer) -> None:
         # opaque bytes are checked as what is stored: a JSON string of their base64
         as_bytes = {**dcb_event("eyJvcmRlciI6IDF9"), "bytes": True}
         opaque = await http.post("/append", json={"events": [as_bytes]})
-        assert opaque.json()["message"] == f"{REFUSAL} at /: must be object."
+        assert opaque.json()["message"] == (
+            f'{REFUSAL} at /: "eyJvcmRlciI6IDF9" is not of type "object".'
+        )
         other = await http.post("/append", json={"events": [dcb_event(BAD, "OrderShipped")]})
         assert other.json() == {"position": 2}
     assert await stored(typed.store) == [("ORDER_PLACED", GOOD), ("OrderShipped", BAD)]

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import re
 import sqlite3
 import subprocess
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +39,7 @@ from futoin_evt.storage.base import SCHEMA_VERSION
 from futoin_evt.storage.schema import MIGRATIONS as SQLITE_MIGRATIONS
 from futoin_evt.storage.schemas_sql import SCHEMAS_VERSION
 
+from . import waiting
 from .conftest import USERS, ServerFactory, add_user, execute_sql, pg_schema_at
 from .test_cli import run
 
@@ -58,6 +59,9 @@ V2: dict[str, Any] = {**V1, "properties": {**V1["properties"], "note": {"type": 
 V3: dict[str, Any] = {**V2, "required": ["order", "note"]}
 WITHIN_SECONDS = 30.0
 
+#: What the waits of this file allow.
+until = functools.partial(waiting.until, seconds=WITHIN_SECONDS)
+
 
 def json_schema(document: dict[str, Any]) -> Schema:
     return Schema(json.dumps(document), "JSON")
@@ -66,13 +70,6 @@ def json_schema(document: dict[str, Any]) -> Schema:
 def basic(user: str, password: str | None = None) -> dict[str, str]:
     secret = USERS[user] if password is None else password
     return {"Authorization": "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()}
-
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WITHIN_SECONDS
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {WITHIN_SECONDS} s: {what}"
-        await asyncio.sleep(0.02)
 
 
 async def setup(server: EventServer, password_hashes: dict[str, str]) -> None:

@@ -4,13 +4,13 @@ process (the command line here) within 5 seconds, without a restart."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import queue
 import re
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -21,6 +21,7 @@ from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 
+from . import waiting
 from .test_cli import run
 
 pytestmark = pytest.mark.functional
@@ -28,14 +29,8 @@ pytestmark = pytest.mark.functional
 #: What the issue asks: a change is served by every process within this.
 KNOWN_WITHIN_SECONDS = 5.0
 
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    """Wait for a condition the registry does not signal to tests, within the 5 s bound."""
-    deadline = time.monotonic() + KNOWN_WITHIN_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {KNOWN_WITHIN_SECONDS} s: {what}")
-        await asyncio.sleep(0.05)
+#: What the waits of this file allow.
+until = functools.partial(waiting.until, seconds=KNOWN_WITHIN_SECONDS)
 
 
 async def stream_command(db: str, *args: str) -> None:

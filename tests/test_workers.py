@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import functools
 import json
 import os
 import re
 import signal
 import socket
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,7 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.workers import channel_dir, remove_stale_channels
 from futoin_evt.storage import is_postgres_url, open_store
 
+from . import waiting
 from .amqp_wire import (
     DISPOSITION,
     FLOW,
@@ -39,6 +41,7 @@ from .amqp_wire import (
     transfer,
 )
 from .conftest import USERS, ServerProcess, add_user
+from .dcb_race import DCB, assert_no_lost_update, race_on_one_tag
 from .test_amqp_groups import on_worker
 from .test_cli import run
 from .test_push import Collector, running, stop
@@ -51,22 +54,8 @@ OPS = "futoinevt.ops:1.0"
 #: Bound of every wait for something the processes do not signal to the test.
 WITHIN_SECONDS = 60.0
 
-
-async def until(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + WITHIN_SECONDS
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WITHIN_SECONDS} s: {what}")
-        await asyncio.sleep(0.05)
-
-
-async def until_answered(check: Callable[[], Awaitable[bool]], what: str) -> None:
-    """:func:`until`, for a condition the server answers."""
-    deadline = time.monotonic() + WITHIN_SECONDS
-    while not await check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {WITHIN_SECONDS} s: {what}")
-        await asyncio.sleep(0.05)
+#: What the waits of this file allow.
+until = functools.partial(waiting.until, seconds=WITHIN_SECONDS)
 
 
 async def not_(answer: Awaitable[bool]) -> bool:
@@ -320,6 +309,20 @@ async def test_ids_in_commit_order_and_every_consumer_sees_each_once(group: Grou
         assert sorted(group.connections()) == [0, 1]
 
 
+async def test_conditional_appends_on_one_tag_over_the_workers_lose_no_update(
+    group: Group,
+) -> None:
+    """32 clients over the workers append to one tag on the condition that nothing with it
+    came after the newest they read: at each position read, exactly one of them wins."""
+    wins = await race_on_one_tag([group.url], ALICE, "seat:s1")
+    assert_no_lost_update(wins, 32 * 3)
+    async with await EventStreamClient.connect(group.url, credentials=ALICE) as client:
+        read = await client.ftn3.call(DCB, "read", {"query": {"items": [{"tags": ["seat:s1"]}]}})
+    assert [e["position"] for e in read["events"]] == sorted(p for _, p in wins)
+    if group.count == 2:
+        assert sorted(group.connections()) == [0, 1]
+
+
 async def test_push_takeover_across_workers(group: Group) -> None:
     async with await EventStreamClient.connect(group.url, credentials=ALICE) as producer:
         await producer.register_consumer("ONE")
@@ -552,14 +555,12 @@ async def test_the_push_stream_on_one_worker_is_listed_and_seeked_from_the_other
     added = await asking.call("futoin.evt.gen:1.1", "addEvent", {"type": "E", "data": {}})
     await until(lambda: int(added) in received, "the stream gets the event")
     # the news crosses the workers' channel
-    await until_answered(lambda: connected(asking, "THERE"), "connected on the other worker")
+    await until(lambda: connected(asking, "THERE"), "connected on the other worker")
     seek = {"component": "THERE", "ts": "2000-01-01T00:00:00Z"}
     assert await asking.call(OPS, "seekConsumer", seek) is False
     async with asyncio.timeout(WITHIN_SECONDS):
         await receiving.wait_closed()
-    await until_answered(
-        lambda: not_(connected(asking, "THERE")), "not connected on the other worker"
-    )
+    await until(lambda: not_(connected(asking, "THERE")), "not connected on the other worker")
     await asking.close()
 
 
@@ -584,7 +585,7 @@ async def test_stream_info_is_the_servers_on_every_worker(db: str, groups: list[
         info = await on0.call(OPS, "streamInfo", orders1)
         return bool(info["expired_consumers"]) and info["discarded_total"] == 2
 
-    await until_answered(done_on_worker_0, "worker 0 expired DEAD and discarded 2 events")
+    await until(done_on_worker_0, "worker 0 expired DEAD and discarded 2 events")
     for client in (on0, on1):
         info = await client.call(OPS, "streamInfo", orders1)
         assert info["expired_consumers"] == [{"user": "alice", "component": "DEAD"}]
@@ -610,13 +611,13 @@ async def test_after_a_worker_restarts_its_push_streams_are_listed_as_they_are(
         await client.call("futoin.evt.poll:1.1", "registerConsumer", {"component": component})
         client.on_request("futoin.evt.receiver", "onEvents", _accept)
         await client.call(PUSH, "readyToReceive", {"component": component})
-    await until_answered(lambda: connected(staying, "ON1"), "worker 1's stream listed on 0")
+    await until(lambda: connected(staying, "ON1"), "worker 1's stream listed on 0")
     before = group.workers()
     os.kill(before[1], signal.SIGKILL)
     await until(lambda: len(group.workers()) == 2 and group.workers() != before, "a restart")
-    await until_answered(lambda: not_(connected(staying, "ON1")), "the killed one's stream gone")
+    await until(lambda: not_(connected(staying, "ON1")), "the killed one's stream gone")
     asking = await connect_to(group, 1)  # the new worker 1
-    await until_answered(lambda: connected(asking, "ON0"), "worker 0's stream listed on the new 1")
+    await until(lambda: connected(asking, "ON0"), "worker 0's stream listed on the new 1")
     assert not await connected(asking, "ON1")
     for client in (staying, dying, asking):
         await client.close()

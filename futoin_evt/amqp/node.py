@@ -28,7 +28,7 @@ from ..domain.rights import Right
 from ..domain.stream import EventRejected, StoredEvent, UserId, check_event_key, is_registrable
 from ..domain.termini import KeptTermini
 from ..log.access import Refused
-from ..log.eventlog import EventLog
+from ..log.eventlog import EventLog, retrieve_quietly
 from ..quoting import quote_input
 from ..stats import Calls
 from .codec import (
@@ -1276,49 +1276,82 @@ class ConsumerLink(SourceLink):
         encode = _ENCODER.encode
         event_hubs = self._event_hubs
         bound = self._binding is not None
-        opened = self._open
         # Read a page at a time whatever the credit (clients that top their credit up by a
-        # few at a time would make as many reads), and send it as the credit comes.
+        # few at a time would make as many reads), and send it as the credit comes; while
+        # it is sent, the next page is read (one ahead at most, when the log has more).
         page: list[StoredEvent] = []
         index = 0
         read_up_to = self._after
-        while True:
-            self._wake.clear()
-            if link.credit > 0 and self._conn.writable:
-                if index == len(page) and self._events.head > read_up_to:
-                    page = await self._events.read_after(self._who, read_up_to, READ_BATCH)
-                    index = 0
-                    if page:
-                        read_up_to = page[-1].id
-                if index < len(page) and link.credit > 0:
-                    if matches is None:  # one event per unit of credit
-                        end = min(len(page), index + link.credit)
-                        sending = page[index:end]
-                    else:  # the events the filter lets through take credit
-                        end = index
-                        sending = []
-                        while end < len(page) and len(sending) < link.credit:
-                            if matches(page[end]):
-                                sending.append(page[end])
-                            end += 1
-                    messages = [(encode(event, event_hubs), b"%d" % event.id) for event in sending]
-                    if not link.send_many(messages):
-                        if bound:
-                            self._unsettled.extend(event.id for event in sending)
-                        if opened is not None:
-                            opened.update(event.id for event in sending)
-                    self._after = page[end - 1].id
-                    index = end
-                    self._acknowledge()
+        ahead: asyncio.Future[list[StoredEvent]] | None = None
+        try:
+            while True:
+                self._wake.clear()
+                if link.credit > 0 and self._conn.writable:
+                    if index == len(page) and self._events.head > read_up_to:
+                        if ahead is None:
+                            ahead = self._read_page(read_up_to)
+                        page, ahead = await ahead, None
+                        index = 0
+                        if page:
+                            read_up_to = page[-1].id
+                            if self._events.head > read_up_to:
+                                ahead = self._read_page(read_up_to)
+                    sent = self._send_page(page, index, matches, encode, event_hubs, bound)
+                    if sent != index:
+                        index = sent
+                        continue
+                caught_up = index == len(page) and self._events.head <= read_up_to
+                if link.credit > 0 and link.drain and caught_up:
+                    if await _newer_committed([self._events], [read_up_to]):
+                        continue
+                    link.drained()
                     self._conn.wake()
-                    continue
-            caught_up = index == len(page) and self._events.head <= read_up_to
-            if link.credit > 0 and link.drain and caught_up:
-                if await _newer_committed([self._events], [read_up_to]):
-                    continue
-                link.drained()
-                self._conn.wake()
-            await self._wake.wait()
+                await self._wake.wait()
+        finally:
+            if ahead is not None:
+                ahead.cancel()
+
+    def _read_page(self, after: int) -> asyncio.Future[list[StoredEvent]]:
+        """The page after ``after``, being read (a task of its own: it may be read ahead)."""
+        page = asyncio.ensure_future(self._events.read_after(self._who, after, READ_BATCH))
+        page.add_done_callback(retrieve_quietly)
+        return page
+
+    def _send_page(
+        self,
+        page: list[StoredEvent],
+        index: int,
+        matches: Callable[[StoredEvent], bool] | None,
+        encode: Callable[[StoredEvent, bool], bytes],
+        event_hubs: bool,
+        bound: bool,
+    ) -> int:
+        """Send what the credit allows of ``page`` from ``index`` on; the index to go on
+        from (``index``: nothing sent)."""
+        link = self._link
+        opened = self._open
+        if index == len(page) or link.credit <= 0:
+            return index
+        if matches is None:  # one event per unit of credit
+            end = min(len(page), index + link.credit)
+            sending = page[index:end]
+        else:  # the events the filter lets through take credit
+            end = index
+            sending = []
+            while end < len(page) and len(sending) < link.credit:
+                if matches(page[end]):
+                    sending.append(page[end])
+                end += 1
+        messages = [(encode(event, event_hubs), b"%d" % event.id) for event in sending]
+        if not link.send_many(messages):
+            if bound:
+                self._unsettled.extend(event.id for event in sending)
+            if opened is not None:
+                opened.update(event.id for event in sending)
+        self._after = page[end - 1].id
+        self._acknowledge()
+        self._conn.wake()
+        return end
 
     def on_outcomes(self, deliveries: list[Delivery]) -> None:
         opened = self._open

@@ -39,6 +39,13 @@ MAX_TAGS_PER_EVENT: Final = 100
 #: The largest JSON text of one event's data.
 MAX_DATA_BYTES: Final = 1024 * 1024
 DRAFT_VERSION: Final = "1.0"
+_EVENT_FIELDS: Final = frozenset({"type", "data", "tags", "id", "bytes"})
+_QUERY_FIELDS: Final = frozenset({"items"})
+_ITEM_FIELDS: Final = frozenset({"types", "tags"})
+#: Event types and tags (``str`` only) that passed their checks.
+_CHECKED_TYPES: Final[set[str]] = set()
+_CHECKED_TAGS: Final[set[str]] = set()
+_MAX_CHECKED: Final = 4096
 
 
 class DcbInputError(ValueError):
@@ -85,25 +92,31 @@ def parse_events(value: Any, field: str = "events") -> list[NewEvent]:
         raise DcbInputError(field, f"at most {MAX_EVENTS_PER_APPEND} events per append")
     events = []
     for index, raw in enumerate(value):
-        where = f"{field}[{index}]"
-        if not isinstance(raw, dict):
-            raise DcbInputError(where, "an event is an object")
-        unknown = raw.keys() - {"type", "data", "tags", "id", "bytes"}
-        if unknown:
-            raise DcbInputError(f"{where}.{sorted(unknown)[0]}", "unknown field")
-        if "type" not in raw:
-            raise DcbInputError(f"{where}.type", "missing")
-        data = raw.get("data")
-        if raw.get("bytes", False) is not False:
-            data = _base64_data(raw.get("bytes"), data, f"{where}.data")
         try:
+            if not isinstance(raw, dict):
+                raise DcbInputError("", "an event is an object")
+            if not raw.keys() <= _EVENT_FIELDS:
+                unknown = raw.keys() - _EVENT_FIELDS
+                raise DcbInputError(sorted(unknown)[0], "unknown field")
+            if "type" not in raw:
+                raise DcbInputError("type", "missing")
+            data = raw.get("data")
+            if raw.get("bytes", False) is not False:
+                data = _base64_data(raw.get("bytes"), data, "data")
             events.append(new_event(raw["type"], data, raw.get("tags", []), raw.get("id")))
         except DcbInputError as exc:
-            raise DcbInputError(f"{where}.{exc.field}", exc.message) from None
-    ids = [e.id for e in events if e.id is not None]
-    if len(ids) != len(set(ids)):
-        raise DcbInputError(field, "the same event id twice in one append")
+            raise _inside(f"{field}[{index}]", exc) from None
+    if len(events) > 1:
+        ids = [e.id for e in events if e.id is not None]
+        if len(ids) != len(set(ids)):
+            raise DcbInputError(field, "the same event id twice in one append")
     return events
+
+
+def _inside(where: str, exc: DcbInputError) -> DcbInputError:
+    """The error of a part (its field relative to the part, "" for the part itself), named
+    from ``where`` on: built only when there is an error."""
+    return DcbInputError(f"{where}.{exc.field}" if exc.field else where, exc.message)
 
 
 def _base64_data(flag: Any, data: Any, field: str) -> bytes:
@@ -124,20 +137,22 @@ def parse_query(value: Any, field: str = "query") -> Query:
         raise DcbInputError(field, "a query is an object")
     if "criteria" in value:
         return _parse_draft_query(value, field)
-    unknown = value.keys() - {"items"}
-    if unknown:
+    if not value.keys() <= _QUERY_FIELDS:
+        unknown = value.keys() - _QUERY_FIELDS
         raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
     items = _list(value.get("items", []), f"{field}.items", MAX_QUERY_ITEMS)
     parsed = []
     for index, raw in enumerate(items):
-        where = f"{field}.items[{index}]"
-        if not isinstance(raw, dict):
-            raise DcbInputError(where, "a query item is an object")
-        unknown = raw.keys() - {"types", "tags"}
-        if unknown:
-            raise DcbInputError(f"{where}.{sorted(unknown)[0]}", "unknown field")
-        types = _types(raw.get("types", []), f"{where}.types")
-        tags = check_tags(raw.get("tags", []), f"{where}.tags", allow_empty=True)
+        try:
+            if not isinstance(raw, dict):
+                raise DcbInputError("", "a query item is an object")
+            if not raw.keys() <= _ITEM_FIELDS:
+                unknown = raw.keys() - _ITEM_FIELDS
+                raise DcbInputError(sorted(unknown)[0], "unknown field")
+            types = _types(raw.get("types", []), "types")
+            tags = check_tags(raw.get("tags", []), "tags", allow_empty=True)
+        except DcbInputError as exc:
+            raise _inside(f"{field}.items[{index}]", exc) from None
         parsed.append(QueryItem(types=frozenset(types), tags=frozenset(tags)))
     return Query(tuple(parsed))
 
@@ -217,8 +232,11 @@ def limit_value(value: Any, field: str = "limit") -> int | None:
 
 
 def check_type(value: Any, field: str) -> str:
+    if type(value) is str and value in _CHECKED_TYPES:
+        return value
     if not isinstance(value, str) or TYPE_RE.fullmatch(value) is None:
         raise DcbInputError(field, f"{quote_input(value)} does not match ^{TYPE_RE.pattern}$")
+    _remember(_CHECKED_TYPES, value)
     return value
 
 
@@ -226,7 +244,10 @@ def check_tags(value: Any, field: str, *, allow_empty: bool = False) -> tuple[st
     tags = _list(value, field, MAX_TAGS_PER_EVENT)
     if not tags and not allow_empty:
         raise DcbInputError(field, "at least one tag")
+    checked = _CHECKED_TAGS
     for index, tag in enumerate(tags):
+        if type(tag) is str and tag in checked:
+            continue
         if not isinstance(tag, str) or not all(
             TAG_PART_RE.fullmatch(part) for part in tag.split(":", 1)
         ):
@@ -234,17 +255,33 @@ def check_tags(value: Any, field: str, *, allow_empty: bool = False) -> tuple[st
                 f"{field}[{index}]",
                 f"{quote_input(tag)} is not key or key:value ({TAG_PART_RE.pattern})",
             )
+        _remember(checked, tag)
+    if len(tags) == 1:
+        return (tags[0],)
     return tuple(dict.fromkeys(tags))  # a repeated tag counts once
 
 
 def _types(value: Any, field: str) -> list[str]:
     types = _list(value, field, MAX_ITEM_VALUES)
     for index, event_type in enumerate(types):
-        check_type(event_type, f"{field}[{index}]")
+        if type(event_type) is not str or event_type not in _CHECKED_TYPES:
+            check_type(event_type, f"{field}[{index}]")
     return types
 
 
+def _remember(checked: set[str], value: str) -> None:
+    """Keep a value that passed its check (types and tags repeat from call to call): the
+    next call skips the check. Bounded: a full memo starts over."""
+    if len(checked) >= _MAX_CHECKED:
+        checked.clear()
+    checked.add(value)
+
+
 def _list(value: Any, field: str, most: int) -> list[Any]:
+    if type(value) is list:
+        if len(value) > most:
+            raise DcbInputError(field, f"at most {most} entries")
+        return value
     if isinstance(value, tuple):
         value = list(value)  # from the Python API
     if not isinstance(value, list):

@@ -22,6 +22,10 @@ from ..log.eventlog import EventLog
 
 #: Events read from the store per step of a read.
 PAGE_SIZE: Final = 1000
+#: Events of a read's first step: a read of a consistency boundary (tens of events) is
+#: whole in it, and the SQLite store reads a step this small on the event loop (no hop to
+#: its read thread and back: see :data:`futoin_evt.storage.sqlite.INLINE_DCB_ROWS`).
+FIRST_PAGE_SIZE: Final = 50
 #: The longest a reader may ask to wait for a first matching event.
 MAX_WAIT_SECONDS: Final = 60.0
 _NO_POSITION: Final = 2**63 - 1
@@ -50,20 +54,23 @@ class DcbReadResult:
         request: ReadRequest,
         head: int,
         first: list[StoredEvent],
+        asked: int = PAGE_SIZE,
     ) -> None:
+        """``first``: the first page, of at most ``asked`` events (fewer: the last)."""
         self.head = head
         self._log = events
         self._who = who
         self._request = request
         self._first = first
+        self._asked = asked
 
     async def pages(self) -> AsyncIterator[list[StoredEvent]]:
-        request, page = self._request, self._first
+        request, page, size = self._request, self._first, self._asked
         remaining = request.limit if request.limit is not None else _NO_POSITION
         while page:
             yield page
             remaining -= len(page)
-            if remaining <= 0 or len(page) < min(PAGE_SIZE, remaining + len(page)):
+            if remaining <= 0 or len(page) < size:
                 return
             cursor = page[-1].position
             size = min(PAGE_SIZE, remaining)
@@ -137,7 +144,7 @@ class DcbService:
         return result
 
     async def _first_page(self, who: Principal, request: ReadRequest) -> DcbReadResult:
-        size = min(PAGE_SIZE, request.limit if request.limit is not None else PAGE_SIZE)
+        size = min(FIRST_PAGE_SIZE, request.limit if request.limit is not None else PAGE_SIZE)
         if size == 0:
             head = await self._log.last_given_id(who)
             return DcbReadResult(self._log, who, request, head, [])
@@ -150,4 +157,4 @@ class DcbService:
             first, head = await self._log.dcb_read(
                 who, request.query, after=request.after, before=None, limit=size
             )
-        return DcbReadResult(self._log, who, request, head, first)
+        return DcbReadResult(self._log, who, request, head, first, size)

@@ -33,10 +33,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Final, NamedTuple
 
-import fastjsonschema
 import jsonschema
 import jsonschema.exceptions
 import jsonschema.validators
+import jsonschema_rs
 
 from ..quoting import quote_input
 from .partition import STREAM_NAME_RE
@@ -48,15 +48,6 @@ JSON_SCHEMA_TYPE: Final = "JSON"
 SUBJECT_TYPE_RE: Final = re.compile(r"[\w.:]{1,200}", re.ASCII)
 #: The longest schema text kept (a schema is not data: 256 KiB is far more than one needs).
 MAX_SCHEMA_CHARS: Final = 256 * 1024
-#: Drafts compiled to Python by fastjsonschema (23x faster than jsonschema on a 10-property
-#: schema); the later drafts are checked by jsonschema, which implements every keyword.
-_FAST_DRAFTS: Final = frozenset(
-    {
-        "http://json-schema.org/draft-04/schema",
-        "http://json-schema.org/draft-06/schema",
-        "http://json-schema.org/draft-07/schema",
-    }
-)
 #: A schema without ``$schema`` is draft-07, as Confluent's registry takes it.
 DEFAULT_DRAFT: Final = "http://json-schema.org/draft-07/schema#"
 
@@ -459,74 +450,46 @@ def check_event(
 class CompiledSchema:
     """A schema compiled once: :meth:`violation` checks one event's data."""
 
-    __slots__ = ("fast", "violation")
+    __slots__ = ("violation",)
 
-    def __init__(self, check: Callable[[Any], SchemaViolation | None], fast: bool) -> None:
+    def __init__(self, check: Callable[[Any], SchemaViolation | None]) -> None:
         #: ``violation(data)``: None when ``data`` is valid, else the first failing place
         #: (the check itself, not a method around it: it runs for every typed event).
         self.violation = check
-        #: Compiled to Python by fastjsonschema (drafts 4, 6 and 7).
-        self.fast = fast
 
 
 def _no_fetching(uri: str) -> Any:
-    raise fastjsonschema.JsonSchemaDefinitionException(f"{uri} is outside the schema")
-
-
-#: Every scheme fastjsonschema would fetch a ``$ref`` from: none is (parse_schema refuses
-#: such refs before; this is the second lock).
-_SCHEMES: Final = ("http", "https", "file", "ftp", "data", "urn", "")
-_NO_HANDLERS: Final = dict.fromkeys(_SCHEMES, _no_fetching)
+    raise ValueError(f"{uri} is outside the schema")
 
 
 def compile_schema(schema: JsonSchema) -> CompiledSchema:
-    """The validator of ``schema``; :class:`InvalidSchema` when it cannot be compiled (an
-    unknown ``format``, say)."""
+    """The validator of ``schema`` (jsonschema-rs, every draft; a schema without ``$schema``
+    is draft-07); :class:`InvalidSchema` when it cannot be compiled. ``format`` is asserted
+    where known, an unknown one ignored; a ``$ref`` is never fetched (:func:`parse_schema`
+    refuses one outside the schema; the retriever is the second lock)."""
     document = schema.document
-    draft = document.get("$schema", DEFAULT_DRAFT) if isinstance(document, dict) else DEFAULT_DRAFT
-    if isinstance(draft, str) and draft.rstrip("#") in _FAST_DRAFTS:
-        if isinstance(document, dict) and "$schema" not in document:
-            document = {**document, "$schema": DEFAULT_DRAFT}
-        try:
-            # use_default=False: a check never fills in the data (fastjsonschema's default does)
-            validate = fastjsonschema.compile(document, handlers=_NO_HANDLERS, use_default=False)
-        except (fastjsonschema.JsonSchemaDefinitionException, ValueError, TypeError) as exc:
-            raise InvalidSchema(str(exc).rstrip(".")) from None
-        except RecursionError:
-            raise InvalidSchema("the schema refers to itself without end") from None
-        return CompiledSchema(_fast_check(validate), fast=True)
-    validator_class = _validator_class(document)
-    validator = validator_class(document, format_checker=validator_class.FORMAT_CHECKER)
-    return CompiledSchema(_full_check(validator), fast=False)
+    if isinstance(document, dict) and "$schema" not in document:
+        document = {**document, "$schema": DEFAULT_DRAFT}
+    try:
+        validator = jsonschema_rs.validator_for(
+            document, validate_formats=True, retriever=_no_fetching
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
+        raise InvalidSchema(str(exc).split("\n", 1)[0].rstrip(".")) from None
+    return CompiledSchema(_check(validator))
 
 
-def _fast_check(validate: Callable[[Any], Any]) -> Callable[[Any], SchemaViolation | None]:
+def _check(validator: jsonschema_rs.Validator) -> Callable[[Any], SchemaViolation | None]:
+    is_valid, iter_errors = validator.is_valid, validator.iter_errors
+
     def check(data: Any) -> SchemaViolation | None:
         try:
-            validate(data)
-        except fastjsonschema.JsonSchemaValueException as exc:
-            path = [str(part) for part in (exc.path or [])[1:]]
-            name = exc.name or ""
-            reason = (
-                exc.message[len(name) :].strip() if exc.message.startswith(name) else exc.message
-            )
-            return SchemaViolation("".join(f"/{escape_pointer(p)}" for p in path), reason)
-        except RecursionError:
-            return SchemaViolation("", "nests too deeply to be checked")
-        return None
-
-    return check
-
-
-def _full_check(validator: Any) -> Callable[[Any], SchemaViolation | None]:
-    def check(data: Any) -> SchemaViolation | None:
-        try:
-            error = jsonschema.exceptions.best_match(validator.iter_errors(data))
-        except RecursionError:
-            return SchemaViolation("", "nests too deeply to be checked")
-        if error is None:
-            return None
-        path = "".join(f"/{escape_pointer(str(part))}" for part in error.absolute_path)
+            if is_valid(data):
+                return None
+            error = next(iter(iter_errors(data)))
+        except ValueError as exc:  # what JSON cannot hold (decoded JSON never does)
+            return SchemaViolation("", str(exc))
+        path = "".join(f"/{escape_pointer(str(part))}" for part in error.instance_path)
         return SchemaViolation(path, error.message)
 
     return check

@@ -56,9 +56,15 @@ from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import Response
 from ..log.access import AccessDenied, Refused
-from ..log.eventlog import DamagedEvent, EventLog, EventPage, StoreUnreachable
+from ..log.eventlog import (
+    DamagedEvent,
+    EventLog,
+    EventPage,
+    StoreUnreachable,
+    retrieve_quietly,
+)
 from ..storage.head import HeadWatch
-from .services import NOT_REGISTERED, retrieve_quietly
+from .services import NOT_REGISTERED
 
 log = logging.getLogger(__name__)
 

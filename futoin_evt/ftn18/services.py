@@ -20,7 +20,7 @@ from ..domain.stream import (
 from ..ftn3.calls import CallContext, Pending
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
-from ..log.eventlog import EventLog, EventPage, NotWritable
+from ..log.eventlog import EventLog, EventPage, NotWritable, retrieve_quietly
 
 log = logging.getLogger(__name__)
 
@@ -184,13 +184,6 @@ class PollService:
         if ahead is not None:
             ahead.expiry.cancel()
             ahead.page.cancel()
-
-
-def retrieve_quietly(page: asyncio.Future[EventPage]) -> None:
-    """Done callback of a page read ahead: one nobody takes may fail unnoticed (its reader
-    reads again), and is not logged as an exception never retrieved."""
-    if not page.cancelled():
-        page.exception()
 
 
 def ping(ctx: CallContext[Principal], params: dict[str, Any]) -> dict[str, Any]:

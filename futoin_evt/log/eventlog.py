@@ -308,3 +308,10 @@ class EventLog:
         """Call ``callback(user, group, claim, epoch)`` when a group is taken, by another
         process (or, on PostgreSQL, this one); returns how to stop."""
         return self._store.claims.listen_groups(callback)
+
+
+def retrieve_quietly(page: asyncio.Future[Any]) -> None:
+    """Done callback of a page read ahead: one nobody takes may fail unnoticed (its reader
+    reads again), and is not logged as an exception never retrieved."""
+    if not page.cancelled():
+        page.exception()

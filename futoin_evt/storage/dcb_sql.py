@@ -16,7 +16,16 @@ import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ..domain.dcb import EventIdConflict, NewEvent, Query, QueryItem, StoredEvent
+from ..domain.dcb import (
+    AppendCondition,
+    AppendConditionFailed,
+    EventIdConflict,
+    NewEvent,
+    Query,
+    QueryItem,
+    StoredEvent,
+)
+from ..ftn3.messages import encode_json
 from .checksums import check_event
 from .tables import DEFAULT_TABLES, Tables
 
@@ -49,7 +58,7 @@ def _in(values: Sequence[Any], mark: str) -> str:
 
 
 def _item_sql(
-    item: QueryItem, bound: str, bound_value: int, mark: str, tables: Tables
+    item: QueryItem, bound: str, bound_value: object, mark: str, tables: Tables
 ) -> tuple[str, list[Any]]:
     params: list[Any] = []
     tags_table = tables.event_tags
@@ -105,10 +114,27 @@ def matching_ids(
 ) -> tuple[str, list[Any]] | None:
     """``SELECT id ...`` of the events matching ``query`` with ``id <bound> bound_value``
     (``bound`` is ``>`` or ``<``); None when the query matches every event."""
+    template = _matching_template(query, bound, mark, tables)
+    if template is None:
+        return None
+    sql, params = template
+    return sql, [bound_value if p is _BOUND else p for p in params]
+
+
+#: Where the bound's value goes in the parameters of a query's SQL made once.
+_BOUND: Final = object()
+
+
+@functools.lru_cache(maxsize=1024)
+def _matching_template(
+    query: Query, bound: str, mark: str, tables: Tables
+) -> tuple[str, tuple[Any, ...]] | None:
+    """:func:`matching_ids` with :data:`_BOUND` for the bound's value, made once per query
+    (a client asks the same queries again and again: a condition on its own tags)."""
     if query.matches_all:
         return None
-    parts = [_item_sql(item, bound, bound_value, mark, tables) for item in query.items]
-    return " UNION ".join(sql for sql, _ in parts), [p for _, params in parts for p in params]
+    parts = [_item_sql(item, bound, _BOUND, mark, tables) for item in query.items]
+    return " UNION ".join(sql for sql, _ in parts), tuple(p for _, ps in parts for p in ps)
 
 
 def read_sql(
@@ -185,3 +211,96 @@ def stored_retry(events: Sequence[NewEvent], rows: Sequence[Sequence[Any]]) -> i
             raise EventIdConflict(event.id or next(iter(stored)))
         last = max(last, found[0])
     return last
+
+
+#: A DCB append as the store gets it: its events and its condition.
+DcbAppend = tuple[Sequence[NewEvent], AppendCondition | None]
+
+
+def judge_batch(
+    appends: Sequence[DcbAppend],
+    next_id: int,
+    stored: Sequence[Sequence[Any]],
+    conflicts: Sequence[int | None],
+) -> tuple[list[tuple[int, NewEvent]], list[int | Exception]]:
+    """The appends of one commit judged in queue order, each as if appended after the ones
+    before it: a retry against what was stored before and what the batch added, a condition
+    against the store (``conflicts``) and then the batch's accepted events.
+
+    ``stored``: the rows (as :func:`stored_retry` takes them) of the events stored before the
+    batch that carry the batch's client ids; ``conflicts``: for each append, the first
+    position stored before the batch that its condition's query matches (None: none, or no
+    condition); the accepted events get the positions from ``next_id`` on. Returns those
+    events with their positions, and each append's result: its last position (a retry's:
+    the stored one), AppendConditionFailed or EventIdConflict.
+    """
+    by_client_id = {row[0]: row for row in stored}
+    run = _RunEvents()
+    accepted: list[tuple[int, NewEvent]] = []
+    results: list[int | Exception] = []
+    for (events, condition), conflict in zip(appends, conflicts, strict=True):
+        client_ids = [e.id for e in events if e.id is not None]
+        rows = [by_client_id[i] for i in client_ids if i in by_client_id]
+        if rows:
+            try:
+                results.append(stored_retry(events, rows))
+            except EventIdConflict as exc:
+                results.append(exc)
+            continue
+        if condition is not None:
+            if conflict is None:
+                conflict = run.first_match(condition)
+            if conflict is not None:
+                results.append(AppendConditionFailed(conflict))
+                continue
+        for event in events:
+            accepted.append((next_id, event))
+            run.add(next_id, event)
+            if event.id is not None:
+                tags = encode_json(list(event.tags))
+                by_client_id[event.id] = (
+                    event.id, next_id, event.type, event.data_json, tags, event.is_bytes
+                )  # fmt: skip
+            next_id += 1
+        results.append(next_id - 1)
+    return accepted, results
+
+
+class _RunEvents:
+    """The events a batch of DCB appends accepted so far, by tag and by type, in position
+    order: what a later append's condition is checked against besides the store."""
+
+    def __init__(self) -> None:
+        self._all: list[tuple[int, str, frozenset[str]]] = []
+        self._by_tag: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
+        self._by_type: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
+
+    def add(self, position: int, event: NewEvent) -> None:
+        entry = (position, event.type, frozenset(event.tags))
+        self._all.append(entry)
+        self._by_type.setdefault(event.type, []).append(entry)
+        for tag in entry[2]:
+            self._by_tag.setdefault(tag, []).append(entry)
+
+    def first_match(self, condition: AppendCondition) -> int | None:
+        """The first position after the condition's of an event matching its query."""
+        if not self._all:
+            return None
+        query, after = condition.fail_if_events_match, condition.after or 0
+        if query.matches_all:
+            return next((p for p, _t, _tags in self._all if p > after), None)
+        found: int | None = None
+        for item in query.items:
+            if item.tags:
+                lists = [self._by_tag.get(min(item.tags), [])]
+            elif item.types:
+                lists = [self._by_type.get(t, []) for t in item.types]
+            else:
+                lists = [self._all]
+            for entries in lists:
+                for position, event_type, tags in entries:
+                    if position > after and item.matches(event_type, tags):
+                        if found is None or position < found:
+                            found = position
+                        break
+        return found

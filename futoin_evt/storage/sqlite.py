@@ -38,7 +38,6 @@ from typing import Any, Final, TypeVar
 from ..domain.dcb import (
     AppendCondition,
     AppendConditionFailed,
-    EventIdConflict,
     NewEvent,
     Query,
     StoredEvent,
@@ -91,6 +90,7 @@ from .dcb_sql import (
     SQLITE_FTN18_TYPE,
     condition_sql,
     is_ftn18_type,
+    judge_batch,
     read_sql,
     stored_event,
     stored_retry,
@@ -160,6 +160,15 @@ def _last_given_id(tables: Tables) -> str:
         f" WHERE name = '{tables.events}'"  # a name made of an integer key: see Tables
     )
 
+
+#: DCB reads of at most this many events are read on the event loop (see
+#: :meth:`SqlitePartitionLog._peek_rows`): the first step of a read
+#: (:data:`futoin_evt.dcb.service.FIRST_PAGE_SIZE`).
+INLINE_DCB_ROWS: Final = 50
+#: SQLite's virtual machine steps a read on the event loop may take before it is interrupted
+#: and read on the read thread (about a millisecond). Measured: the head 15 steps, a tag read
+#: of 10 events 900, 50 events of a type and a tag 9,300.
+PEEK_MAX_STEPS: Final = 50_000
 
 #: The ring of recent events of a partition other than ``events``/0: a server may hold many.
 _PARTITION_RING_DIVISOR: Final = 32
@@ -394,16 +403,26 @@ class SqlitePartitionLog(PagedReads):
         rows = await self._reader.fetchall(self._newest)
         return int(next(iter(rows))[0])
 
+    def _peek_rows(self, sql: str, params: Sequence[Any]) -> list[Any] | None:
+        """The rows of a small read, read here on the event loop (a tag read's handful of
+        index entries and rows cost less than the hop to the read thread and back); None
+        when the file is busy (never waited for) or the store closes: read on the thread."""
+        if self._store._closing:
+            return None
+        try:
+            return self._store._peek.execute(sql, params).fetchall()
+        except sqlite3.Error as exc:
+            log.debug("a read of %s goes to its thread: %s", self.partition, exc)
+            return None
+
     async def _committed_head(self) -> int:
         """The newest id, read here on the event loop: the last key of the events' B-tree
         is a few microseconds away (measured: 15 µs of the server's CPU per read, against 42
         for the hop to the reader's thread and back), and never waited for (a busy file is
         read on the thread)."""
-        if not self._store._closing:
-            try:
-                return int(self._store._peek.execute(self._newest).fetchall()[0][0])
-            except sqlite3.OperationalError as exc:
-                log.debug("the newest id of %s read on the thread: %s", self.partition, exc)
+        rows = self._peek_rows(self._newest, ())
+        if rows is not None:
+            return int(rows[0][0])
         return await self.newest_event_id()
 
     # -- consumers ----------------------------------------------------------------------------
@@ -652,7 +671,9 @@ class SqlitePartitionLog(PagedReads):
         # one statement, one snapshot: the head rides on every row, and on a marker row
         sql = f"SELECT * FROM ({sql}) UNION ALL SELECT {', '.join(['NULL'] * READ_WIDTH)}"
         sql = f"SELECT r.*, ({self._last_given}) FROM ({sql}) AS r"
-        rows = await self._reader.fetchall(sql, params)
+        rows = self._peek_rows(sql, params) if limit <= INLINE_DCB_ROWS else None
+        if rows is None:
+            rows = await self._reader.fetchall(sql, params)
         with self._checking():
             events = [stored_event(r) for r in rows if r[0] is not None]
         if before is not None:
@@ -1403,15 +1424,24 @@ def _open_writer(path: Path, durability: Durability) -> sqlite3.Connection:
 
 
 def _open_peek(path: Path) -> sqlite3.Connection:
-    """A read-only connection for the event loop: it never waits for a lock (busy: 0)."""
+    """A read-only connection for the event loop: it never waits for a lock (busy: 0), and
+    a statement that runs past :data:`PEEK_MAX_STEPS` is interrupted (the read goes to the
+    read thread instead), so a query that scans more than it looked like never holds up
+    the loop."""
     conn = sqlite3.connect(path, isolation_level=None)
     try:
         _pragma(conn, "query_only=1")
         _pragma(conn, "busy_timeout=0")
+        conn.set_progress_handler(_interrupt, PEEK_MAX_STEPS)
     except BaseException:
         conn.close()
         raise
     return conn
+
+
+def _interrupt() -> int:
+    """A progress handler that ends the statement it is called in."""
+    return 1
 
 
 def _pragma(conn: sqlite3.Connection, pragma: str) -> None:
@@ -1716,96 +1746,43 @@ def _dcb_checked(
 ) -> list[tuple[int, NewEvent]]:
     """The events of the appends of a run that may go in, with the positions they get (the
     run's writes are the next ones of the partition); each append's result set: its last
-    position, a stored retry's, or why it is refused."""
+    position, a stored retry's, or why it is refused (see :func:`.dcb_sql.judge_batch`)."""
     (given,) = conn.execute(_last_given_id(tables)).fetchone()
-    next_id = int(given) + 1
-    accepted: list[tuple[int, NewEvent]] = []
-    run = _RunEvents()
-    by_client_id: dict[str, tuple[int, NewEvent]] = {}
-    for index, dcb in placed:
-        events, condition = dcb.events, dcb.condition
-        client_ids = [e.id for e in events if e.id is not None]
-        if client_ids:
-            rows = _stored_rows(conn, tables, client_ids)
-            rows += [
-                (e.id, position, e.type, e.data_json, encode_json(list(e.tags)), e.is_bytes)
-                for position, e in (by_client_id[i] for i in client_ids if i in by_client_id)
-            ]
-            if rows:
-                try:
-                    results[index] = stored_retry(events, rows)
-                except EventIdConflict as exc:
-                    results[index] = exc
-                continue
-        if condition is not None:
-            sql, params = condition_sql(
-                condition.fail_if_events_match, condition.after, tables=tables
-            )
-            row = conn.execute(sql, params).fetchone()
-            conflict = int(row[0]) if row is not None else run.first_match(condition)
-            if conflict is not None:
-                results[index] = AppendConditionFailed(conflict)
-                continue
-        for event in events:
-            accepted.append((next_id, event))
-            run.add(next_id, event)
-            if event.id is not None:
-                by_client_id[event.id] = (next_id, event)
-            next_id += 1
-        results[index] = next_id - 1
+    client_ids = [e.id for _, dcb in placed for e in dcb.events if e.id is not None]
+    stored = _stored_rows(conn, tables, client_ids) if client_ids else []
+    conflicts: list[int | None] = []
+    for _, dcb in placed:
+        conflict = None
+        if dcb.condition is not None:
+            query, after = dcb.condition.fail_if_events_match, dcb.condition.after
+            row = conn.execute(*condition_sql(query, after, tables=tables)).fetchone()
+            conflict = int(row[0]) if row is not None else None
+        conflicts.append(conflict)
+    appends = [(dcb.events, dcb.condition) for _, dcb in placed]
+    accepted, outcomes = judge_batch(appends, int(given) + 1, stored, conflicts)
+    for (index, _), outcome in zip(placed, outcomes, strict=True):
+        results[index] = outcome
     return accepted
-
-
-class _RunEvents:
-    """The events a run of DCB appends accepted so far, by tag and by type, in position
-    order: what a later append's condition is checked against besides the store."""
-
-    def __init__(self) -> None:
-        self._all: list[tuple[int, str, frozenset[str]]] = []
-        self._by_tag: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
-        self._by_type: dict[str, list[tuple[int, str, frozenset[str]]]] = {}
-
-    def add(self, position: int, event: NewEvent) -> None:
-        entry = (position, event.type, frozenset(event.tags))
-        self._all.append(entry)
-        self._by_type.setdefault(event.type, []).append(entry)
-        for tag in entry[2]:
-            self._by_tag.setdefault(tag, []).append(entry)
-
-    def first_match(self, condition: AppendCondition) -> int | None:
-        """The first position after the condition's of an event matching its query."""
-        if not self._all:
-            return None
-        query, after = condition.fail_if_events_match, condition.after or 0
-        if query.matches_all:
-            return next((p for p, _t, _tags in self._all if p > after), None)
-        found: int | None = None
-        for item in query.items:
-            if item.tags:
-                lists = [self._by_tag.get(min(item.tags), [])]
-            elif item.types:
-                lists = [self._by_type.get(t, []) for t in item.types]
-            else:
-                lists = [self._all]
-            for entries in lists:
-                for position, event_type, tags in entries:
-                    if position > after and item.matches(event_type, tags):
-                        if found is None or position < found:
-                            found = position
-                        break
-        return found
 
 
 def _stored_rows(
     conn: sqlite3.Connection, tables: Tables, client_ids: list[str]
 ) -> list[tuple[Any, ...]]:
     """What :func:`.dcb_sql.stored_retry` compares, of the stored events with these ids."""
-    return conn.execute(
-        "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
-        f" FROM {tables.dcb_events} d JOIN {tables.events} e ON e.id = d.event_id"
-        f" WHERE d.client_id IN ({','.join('?' * len(client_ids))})",
-        client_ids,
-    ).fetchall()
+    rows: list[tuple[Any, ...]] = []
+    for start in range(0, len(client_ids), _IDS_PER_LOOKUP):
+        chunk = client_ids[start : start + _IDS_PER_LOOKUP]
+        rows += conn.execute(
+            "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
+            f" FROM {tables.dcb_events} d JOIN {tables.events} e ON e.id = d.event_id"
+            f" WHERE d.client_id IN ({','.join('?' * len(chunk))})",
+            chunk,
+        ).fetchall()
+    return rows
+
+
+#: Client ids looked up per statement (SQLite takes at most 32,766 parameters).
+_IDS_PER_LOOKUP: Final = 1000
 
 
 def _insert_dcb_rows(

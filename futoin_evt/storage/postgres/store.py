@@ -89,8 +89,6 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
 from ...domain.dcb import (
     AppendCondition,
-    AppendConditionFailed,
-    EventIdConflict,
     NewEvent,
     Query,
     StoredEvent,
@@ -143,11 +141,12 @@ from ..checkpoints import CheckpointTables
 from ..checksums import event_checksum
 from ..dcb_sql import (
     PG_FTN18_TYPE,
+    DcbAppend,
     condition_sql,
     is_ftn18_type,
+    judge_batch,
     read_sql,
     stored_event,
-    stored_retry,
 )
 from ..dedup import PendingKeys, Queued, plan_appends, window_ms
 from ..head import ClaimWatch, HeadWatch, SharedLook
@@ -232,6 +231,73 @@ def _last_given_id(tables: Tables) -> str:
         " (SELECT COALESCE(MAX(value::bigint), 0) FROM meta"
         f" WHERE key = '{_last_deleted_key(tables.key)}'))"
     )
+
+
+#: Parameters per statement of DCB condition checks (PostgreSQL takes at most 65,535).
+_CHECK_PARAMS: Final = 30_000
+
+
+class _IdsMoved(Exception):
+    """The ids a DCB batch drew are not the ones it was judged with."""
+
+    def __init__(self, first: int, expected: int) -> None:
+        super().__init__(f"ids from {first}, not {expected}")
+
+
+def _dcb_checks(tables: Tables, appends: Sequence[DcbAppend]) -> list[tuple[str, list[Any]]]:
+    """Statements of one row each: the first has the id the partition's sequence gives
+    next, then, over them all, the first stored position each conditional append's query
+    matches (NULL: none), in order."""
+    sequence = f"pg_get_serial_sequence('{tables.events}', 'id')::regclass"
+    columns = [f"COALESCE(pg_sequence_last_value({sequence}), 0) + 1"]
+    params: list[Any] = []
+    statements: list[tuple[str, list[Any]]] = []
+    for _, condition in appends:
+        if condition is None:
+            continue
+        sql, more = condition_sql(condition.fail_if_events_match, condition.after, "%s", tables)
+        if params and len(params) + len(more) > _CHECK_PARAMS:
+            statements.append(("SELECT " + ", ".join(columns), params))
+            columns, params = [], []
+        columns.append(f"({sql})")
+        params += more
+    if columns:
+        statements.append(("SELECT " + ", ".join(columns), params))
+    return statements
+
+
+def _dcb_insert(
+    tables: Tables, ts: str, accepted: Sequence[tuple[int, NewEvent]]
+) -> tuple[str, list[Any]]:
+    """One statement: the events, in order, then their DCB rows and tags with the ids they
+    drew; its row is the array of those ids, ascending."""
+    events = [event for _, event in accepted]
+    tagged = [(tag, n) for n, event in enumerate(events, 1) for tag in event.tags]
+    sql = (
+        f"WITH e AS (INSERT INTO {tables.events} (type, data, ts, checksum)"
+        " SELECT t, d, %s, s FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
+        " AS u(t, d, s, ord) ORDER BY ord RETURNING id),"
+        " n AS (SELECT id, row_number() OVER (ORDER BY id) AS ord FROM e),"
+        f" r AS (INSERT INTO {tables.dcb_events} (event_id, client_id, tags, is_bytes)"
+        " SELECT n.id, u.c, u.g, u.b FROM n JOIN unnest(%s::text[], %s::text[], %s::boolean[])"
+        " WITH ORDINALITY AS u(c, g, b, ord) ON u.ord = n.ord),"
+        f" g AS (INSERT INTO {tables.event_tags} (tag, event_id)"
+        " SELECT u.tag, n.id FROM n JOIN unnest(%s::text[], %s::bigint[]) AS u(tag, ord)"
+        " ON u.ord = n.ord)"
+        " SELECT array_agg(id ORDER BY id) FROM n"
+    )
+    params = [
+        ts,
+        [e.type for e in events],
+        [e.data_json for e in events],
+        [event_checksum(e.type, e.data_json, ts) for e in events],
+        [e.id for e in events],
+        [encode_json(list(e.tags)) for e in events],
+        [e.is_bytes for e in events],
+        [tag for tag, _ in tagged],
+        [n for _, n in tagged],
+    ]
+    return sql, params
 
 
 def safe_url(url: str) -> str:
@@ -956,29 +1022,49 @@ class PostgresPartitionLog(PagedReads):
         it, so each condition is checked against everything committed before, in any
         process, and against the batch's appends before it; nothing can commit between a
         check and its insert. A refused append (a failed condition, an id stored with other
-        content) is refused alone. Returns each append's position or refusal, and the
-        newest position written (0: none). Should the database refuse a statement, each
-        append of a batch of several is committed alone."""
+        content) is refused alone. A fixed number of round trips whatever the batch: the
+        lock and every condition's check of the store in one pipeline, the judging here
+        (:func:`.dcb_sql.judge_batch`), the accepted events, their DCB rows and tags in one
+        statement. Returns each append's position or refusal, and the newest position
+        written (0: none). Should the database refuse a statement, or the ids drawn not be
+        the ones the batch was judged with, each append of a batch of several is committed
+        alone."""
         ts = utc_timestamp()
-        results: list[int | Exception] = []
-        newest = 0
+        t = self._tables
+        appends = [(item.events, item.condition) for item in batch]
+        client_ids = [e.id for events, _ in appends for e in events if e.id is not None]
         try:
             async with self._transaction() as conn:
-                await conn.execute(self._lock_sql)
-                for item in batch:
-                    try:
-                        position, written = await self._dcb_write(
-                            conn, ts, item.events, item.condition
+                async with conn.pipeline():
+                    await conn.execute(self._lock_sql)
+                    checks = [
+                        await conn.execute(sql, params) for sql, params in _dcb_checks(t, appends)
+                    ]
+                    retries = None
+                    if client_ids:
+                        retries = await conn.execute(
+                            "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
+                            f" FROM {t.dcb_events} d JOIN {t.events} e ON e.id = d.event_id"
+                            " WHERE d.client_id = ANY(%s)",
+                            (client_ids,),
                         )
-                    except (AppendConditionFailed, EventIdConflict) as refused:
-                        results.append(refused)
-                        continue
-                    results.append(position)
-                    if written:
-                        newest = position
-                if newest:
-                    await conn.execute(self._notify_sql)
-        except psycopg.Error as exc:
+                found = [value for cursor in checks for value in await cursor.fetchone() or ()]
+                stored = await retries.fetchall() if retries is not None else []
+                next_id, seen = int(found[0]), iter(found[1:])
+                conflicts = [None if c is None else next(seen) for _, c in appends]
+                accepted, results = judge_batch(appends, next_id, stored, conflicts)
+                if not accepted:
+                    return results, 0
+                cursor = await conn.execute(*_dcb_insert(t, ts, accepted))
+                row = await cursor.fetchone()
+                assert row is not None
+                drawn = [int(i) for i in row[0]]
+                if drawn != [position for position, _ in accepted]:
+                    if len(batch) > 1:
+                        raise _IdsMoved(drawn[0], accepted[0][0])
+                    results = [drawn[-1]]  # alone, its result is what it got
+                await conn.execute(self._notify_sql)
+        except (psycopg.Error, _IdsMoved) as exc:
             if len(batch) == 1:
                 raise
             log.debug("DCB appends of one batch committed one at a time: %s", _first_line(exc))
@@ -991,66 +1077,8 @@ class PostgresPartitionLog(PagedReads):
                     continue
                 results.extend(alone)
                 newest = max(newest, its_newest)
-        return results, newest
-
-    async def _dcb_write(
-        self,
-        conn: Connection,
-        ts: str,
-        events: Sequence[NewEvent],
-        condition: AppendCondition | None,
-    ) -> tuple[int, bool]:
-        """One append in the batch's transaction: (the last position, whether it wrote: an
-        idempotent retry returns the stored one); raises AppendConditionFailed,
-        EventIdConflict."""
-        t = self._tables
-        client_ids = [e.id for e in events if e.id is not None]
-        if client_ids:
-            cursor = await conn.execute(
-                "SELECT d.client_id, d.event_id, e.type, e.data, d.tags, d.is_bytes"
-                f" FROM {t.dcb_events} d JOIN {t.events} e ON e.id = d.event_id"
-                " WHERE d.client_id = ANY(%s)",
-                (client_ids,),
-            )
-            rows = await cursor.fetchall()
-            if rows:
-                return stored_retry(events, rows), False
-        if condition is not None:
-            sql, params = condition_sql(condition.fail_if_events_match, condition.after, "%s", t)
-            cursor = await conn.execute(sql, params)
-            row = await cursor.fetchone()
-            if row is not None:
-                raise AppendConditionFailed(int(row[0]))
-        cursor = await conn.execute(
-            f"INSERT INTO {t.events} (type, data, ts, checksum)"
-            " SELECT t, d, %s, s FROM unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY"
-            " AS u(t, d, s, ord) ORDER BY ord RETURNING id",
-            (
-                ts,
-                [e.type for e in events],
-                [e.data_json for e in events],
-                [event_checksum(e.type, e.data_json, ts) for e in events],
-            ),
-        )
-        ids = sorted(int(row[0]) for row in await cursor.fetchall())
-        await conn.execute(
-            f"INSERT INTO {t.dcb_events} (event_id, client_id, tags, is_bytes)"
-            " SELECT * FROM unnest(%s::bigint[], %s::text[], %s::text[], %s::boolean[])",
-            (
-                ids,
-                [e.id for e in events],
-                [encode_json(list(e.tags)) for e in events],
-                [e.is_bytes for e in events],
-            ),
-        )
-        tagged = [(tag, i) for i, e in zip(ids, events, strict=True) for tag in e.tags]
-        if tagged:
-            await conn.execute(
-                f"INSERT INTO {t.event_tags} (tag, event_id)"
-                " SELECT * FROM unnest(%s::text[], %s::bigint[])",
-                ([t for t, _ in tagged], [i for _, i in tagged]),
-            )
-        return ids[-1], True
+            return results, newest
+        return results, drawn[-1]
 
     async def dcb_read(
         self, query: Query, *, after: int | None, before: int | None, limit: int
