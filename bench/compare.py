@@ -1,9 +1,11 @@
-"""``python -m bench.compare --before DIR [--rounds N] [--durability full normal] [--workers N]
-[--reads EVENTS] [--pg URL]``
+"""``python -m bench.compare --before DIR [--installed] [--rounds N] [--durability full normal]
+[--workers N] [--reads EVENTS] [--pg URL]``
 
 The write workloads (with ``--reads``: the read workloads instead) against two futoin-evt
 servers side by side: one run from the source tree
-``DIR`` (say, ``git archive main | tar -x -C DIR``) and one from this tree. Each round runs
+``DIR`` (say, ``git archive main | tar -x -C DIR``) and one from this tree (with
+``--installed``: from the installed package, so ``--before .`` against a compiled build gives
+what compiling pays). Each round runs
 every workload on one and then the other, so both meet the same load from the rest of the
 machine; the table gives the medians of calls/s and of the server's CPU time per call
 (``/proc/PID/stat``), and their ratios after/before; then the push latency at 1,000 events/s
@@ -53,11 +55,12 @@ async def measure(system: systems.System, workload: str, reads: int) -> tuple[fl
 async def start(
     stack: contextlib.AsyncExitStack,
     place: Path,
-    tree: Path,
+    tree: Path | None,
     args: argparse.Namespace,
     durability: str,
 ) -> systems.System:
-    """One tree's server: on a SQLite file in ``place``, or a new database on ``--pg``."""
+    """One tree's server (None: the installed package): on a SQLite file in ``place``, or a
+    new database on ``--pg``."""
     if args.pg is None:
         return await systems.start_futoin_evt(
             place, "--workers", str(args.workers), durability=durability, source=tree,
@@ -85,7 +88,7 @@ async def compare(args: argparse.Namespace, durability: str) -> None:
         raw_reads = await others.start_raw_reads()
     async with contextlib.AsyncExitStack() as stack:
         tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-"))
-        trees = {"before": before, "after": THIS_TREE}
+        trees = {"before": before, "after": None if args.installed else THIS_TREE}
         servers = {}
         for name, tree in trees.items():
             (Path(tmp) / name).mkdir()
@@ -167,6 +170,11 @@ def main() -> None:
         "--reads", type=int, default=0, help="the read workloads, on this many stored events"
     )
     parser.add_argument("--pg", metavar="URL", help="run both servers on PostgreSQL there")
+    parser.add_argument(
+        "--installed",
+        action="store_true",
+        help="after: the installed package (a compiled build, say) instead of this tree",
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -169,7 +169,7 @@ async def start_futoin_evt(
     schemas: dict[str, str] | None = None,
 ) -> System:
     """``extra``: more ``serve`` options (``--amqp 127.0.0.1:0``, say); ``source``: run the
-    server from this source tree instead of the one importable here; ``launcher``: what
+    server from this source tree instead of the installed package; ``launcher``: what
     ``python`` runs, given the command line of ``futoin-evt`` after it; ``streams``: streams
     to add beside ``events``, by name, with their partition counts; ``schemas``: schema
     texts to register first, by subject (``events-TYPE``)."""
@@ -212,8 +212,12 @@ async def serve(
     the system's ``db_path`` is empty) on a free port, its user :data:`USER`, once it is
     listening; ``extra``, ``source`` and ``launcher`` as :func:`start_futoin_evt` takes
     them. Every server of the benchmarks is started here."""
+    # -P: the installed futoin_evt, never a source tree's where the benchmark runs (that would
+    # stand in for a compiled build); a launcher of the benchmarks' own needs their tree
+    installed = ("-P",) if source is None and launcher == ("-m", "futoin_evt") else ()
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
+        *installed,
         *launcher,
         "--log-level",
         "warning",

@@ -43,6 +43,7 @@ from websockets.protocol import SEND_EOF, Protocol, Side, State
 from websockets.server import ServerProtocol
 from websockets.uri import parse_uri
 
+from .closed import ConnectionClosedError
 from .slots import LINGER_BYTES, Slots, half_close
 
 try:
@@ -68,10 +69,6 @@ REQUEST_LINE_BYTES: Final = 8 * 1024
 REQUEST_HEAD_BYTES: Final = 16 * 1024
 _TOKEN: Final = re.compile(rb"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 CLOSE_INTERNAL_ERROR: Final = 1011
-
-
-class ConnectionClosedError(ConnectionError):
-    """The WebSocket connection is closed (or closing): nothing more can be sent."""
 
 
 class FrameIO(asyncio.Protocol):

@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from futoin_evt import __version__
+from futoin_evt.ftn3 import messages
+
 from .conftest import ServerProcess
 
 pytestmark = pytest.mark.functional
@@ -215,8 +218,11 @@ def test_add_with_a_key_stores_the_event_once(
     assert run("add", "ORDER", "{}", env=env).stdout == "2\n"
 
 
-def test_version() -> None:
-    assert run("--version").stdout.startswith("futoin-evt ")
+def test_version_says_which_build_is_installed() -> None:
+    """``--version`` names the build: compiled (setup.py, mypyc) or pure Python."""
+    compiled = Path(messages.__file__ or "").suffix not in (".py", ".pyc")
+    build = "compiled with mypyc: " if compiled else "pure Python)"
+    assert run("--version").stdout.startswith(f"futoin-evt {__version__} ({build}")
 
 
 def test_tail_prints_pushed_events_until_interrupted(

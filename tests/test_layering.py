@@ -101,8 +101,9 @@ def test_every_door_to_storage_is_still_there() -> None:
 LAYERS: dict[str, set[str]] = {
     # how input is quoted in error messages
     "quoting": {"quoting"},
-    # the FTN3 core (no I/O), connection slots, the counters the metrics read, the version
-    "floor": {"ftn3", "slots", "stats", "__init__"},
+    # the FTN3 core (no I/O), connection slots, the counters the metrics read, the version,
+    # the error of a closed connection
+    "floor": {"ftn3", "slots", "stats", "__init__", "closed"},
     # WebSocket I/O, shared by the server and the client
     "wire": {"wsio"},
     # the domain's values: the event stream's, the DCB store's

@@ -9,7 +9,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from .. import __version__
+from .. import __version__, build
 from ..storage.base import StoreError
 from . import calls, check, consumer, grants, sas, schema, serve, stream, user
 from .common import CliError, Parser, configure_logging, event_loop_factory
@@ -37,7 +37,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def _parser() -> argparse.ArgumentParser:
     parser = Parser(prog="futoin-evt", description="FutoIn FTN18 event stream server and tools.")
-    parser.add_argument("--version", action="version", version=f"futoin-evt {__version__}")
+    parser.add_argument(
+        "--version", action="version", version=f"futoin-evt {__version__} ({build()})"
+    )
     parser.add_argument(
         "--log-level", default="info", choices=["debug", "info", "warning", "error"]
     )

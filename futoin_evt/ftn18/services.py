@@ -138,10 +138,11 @@ class PollService:
         read = self._consumers.read(
             who, component, at_least=last_id, types=want, max_bytes=max_bytes, ftn18_only=True
         )
+        consumer_page: EventPage | None
         if last_id:
-            consumer_page, _position = await asyncio.gather(
-                read, self._consumers.acknowledge(who, component, last_id)
-            )
+            # Any: gather gives a list, not the stubs' tuple (a compiled build checks types)
+            both: Any = asyncio.gather(read, self._consumers.acknowledge(who, component, last_id))
+            consumer_page = (await both)[0]
         else:
             consumer_page = await read
         if consumer_page is None:

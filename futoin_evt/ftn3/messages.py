@@ -157,12 +157,13 @@ def decode_frame(frame: str | bytes) -> dict[str, Any]:
     """
     if isinstance(frame, bytes) and _LONG_DIGIT_RUN not in frame.translate(_DIGITS_ONLY):
         try:
-            fast: dict[str, Any] = orjson.loads(frame)
+            fast = orjson.loads(frame)  # Any: mypyc checks the type where it is narrowed
         except orjson.JSONDecodeError:
             pass  # decoded again below, for the same error or refusal as ever
         else:
             _rid_of(fast)  # no lone surrogate: orjson refuses them
-            return fast
+            checked: dict[str, Any] = fast
+            return checked
     try:
         text = frame if isinstance(frame, str) else frame.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -21,7 +21,7 @@ import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Protocol, cast
 
 from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..domain.principal import Principal
@@ -371,7 +371,8 @@ class WebSocketTransport:
     @property
     def port(self) -> int:
         assert self._server is not None, "not started"
-        return int(self._server.sockets[0].getsockname()[1])
+        # Any: uvloop's sockets are a list, not the stubs' tuple (a compiled build checks)
+        return int(cast(Any, self._server).sockets[0].getsockname()[1])
 
     @property
     def url(self) -> str:

@@ -97,13 +97,13 @@ from .dcb_sql import (
 )
 from .dedup import PendingKeys, Queued, plan_appends, window_ms
 from .head import ClaimWatch, HeadWatch
+from .page_rows import event_rows
 from .pages import (
     PagedReads,
     ReadDialect,
     consumer_counts_sql,
     consumer_lags_sql,
     consumer_rows,
-    event_rows,
     rows_sql,
 )
 from .recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
@@ -749,7 +749,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         self.dedup_window = dedup_window
         self._dedup_ms = window_ms(dedup_window)
         #: A lone write commits on the event loop (no fsync per commit at NORMAL).
-        self._inline = durability is Durability.NORMAL
+        self._inline_commits = durability is Durability.NORMAL
         #: The writer's busy timeout as last set (inline commits set 0, the thread's 10 s).
         self._busy_ms = _BUSY_TIMEOUT_MS
         #: The last batch was one write: a lone write now commits inline only after one.
@@ -1141,7 +1141,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
 
     async def _commit(self, batch: list[_Write]) -> list[Any]:
         started = time.perf_counter()
-        done = self._commit_inline(batch) if self._inline else None
+        done = self._commit_inline(batch) if self._inline_commits else None
         if done is None:
             await self._set_busy_timeout(_BUSY_TIMEOUT_MS)
             done = await self._write_thread.run(
@@ -1162,7 +1162,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
             for key, events in inserted.items():
                 if events:
                     self._peers.committed(key, events[-1][0])
-        if self._inline:
+        if self._inline_commits:
             await self._checkpoint_now_and_then(size)
         return results
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .base import EventPage, StoreClosed
-from .pages import page_from_rows
+from .page_rows import page_from_rows
 from .thread import WorkerThread
 
 T = TypeVar("T")

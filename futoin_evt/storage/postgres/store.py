@@ -150,13 +150,13 @@ from ..dcb_sql import (
 )
 from ..dedup import PendingKeys, Queued, plan_appends, window_ms
 from ..head import ClaimWatch, HeadWatch, SharedLook
+from ..page_rows import event_rows
 from ..pages import (
     PagedReads,
     ReadDialect,
     consumer_counts_sql,
     consumer_lags_sql,
     consumer_rows,
-    event_rows,
     rows_sql,
 )
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvent, RecentEvents
