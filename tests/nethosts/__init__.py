@@ -47,6 +47,8 @@ from typing import Final
 TIMEOUT: Final = 60.0
 #: The netfilter queue of the delayer (one per host: each host has its own kernel tables).
 QUEUE: Final = 0
+#: The packet delayer, run inside a host by its path.
+DELAYER: Final = Path(__file__).resolve().parent / "delayer.py"
 PG_USER: Final = "postgres"
 
 
@@ -186,9 +188,10 @@ class NetHosts(_Closing):
         it with probability ``loss`` (netem on the host's end of the link)."""
         self._stop_delayer(host)
         delayer = subprocess.Popen(
-            host.command(sys.executable, "-m", "tests.nethosts.delayer", "--queue", str(QUEUE),
+            # run by its path: the tests' package need not be importable (PYTHONSAFEPATH)
+            host.command(sys.executable, str(DELAYER), "--queue", str(QUEUE),
                          "--delay-ms", str(delay_ms), "--loss", str(loss), "--seed", str(seed)),
-            stdout=subprocess.PIPE, cwd=Path(__file__).resolve().parents[2],
+            stdout=subprocess.PIPE,
         )  # fmt: skip
         assert delayer.stdout is not None
         host.delayer = delayer

@@ -1,6 +1,6 @@
 """A packet delayer on a netfilter queue (NFQUEUE), for kernels without ``sch_netem``.
 
-``python -m tests.nethosts.delayer --queue N --delay-ms D --loss P --seed S``, run inside a
+``python tests/nethosts/delayer.py --queue N --delay-ms D --loss P --seed S``, run inside a
 network namespace whose iptables send packets to queue ``N`` (``-j NFQUEUE --queue-num N
 --queue-bypass``): each packet is dropped with probability ``P``, else let through ``D``
 milliseconds after it was queued, in order, as ``tc qdisc ... netem delay D loss P`` would.
@@ -168,7 +168,7 @@ def serve(queue: int, delay: float, loss: float, seed: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tests.nethosts.delayer", description=__doc__)
+    parser = argparse.ArgumentParser(prog="delayer.py", description=__doc__)
     parser.add_argument("--queue", type=int, default=0)
     parser.add_argument("--delay-ms", type=float, default=0.0)
     parser.add_argument("--loss", type=float, default=0.0)
