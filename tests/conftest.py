@@ -249,6 +249,16 @@ class ServerProcess:
         self.log.close()
 
 
+@pytest.fixture
+def processes() -> Iterator[list[ServerProcess]]:
+    """Server processes a test starts: those still running are killed after it."""
+    started: list[ServerProcess] = []
+    yield started
+    for process in started:
+        if process.proc.poll() is None:
+            process.kill()
+
+
 def run_without(module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
     """The command line, run with ``module`` missing (as if it were not installed)."""
     script = (

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -146,15 +146,6 @@ async def take_over(db: str, first: Connect, second: Connect) -> None:
 async def pg_db(pg_url: str, password_hashes: dict[str, str]) -> str:
     await prepare(pg_url, password_hashes)
     return pg_url
-
-
-@pytest.fixture
-def processes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        if process.proc.poll() is None:
-            process.kill()
 
 
 def amqp_port(process: ServerProcess) -> int:

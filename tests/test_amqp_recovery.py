@@ -7,7 +7,7 @@ does not send) and python-qpid-proton, to servers on a real SQLite file or Postg
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -610,15 +610,6 @@ class Elsewhere:
     db: str
     first: Callable[[], Awaitable[Peer]]
     second: Callable[[], Awaitable[Peer]]
-
-
-@pytest.fixture
-def processes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        if process.proc.poll() is None:
-            process.kill()
 
 
 @pytest.fixture(params=["workers", "postgres"])

@@ -11,7 +11,7 @@ import asyncio
 import json
 import re
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -303,15 +303,6 @@ async def test_a_bad_key_is_an_invalid_request_and_stores_nothing(
 
 
 # -- several workers, several processes -------------------------------------------------------
-
-
-@pytest.fixture
-def processes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        if process.proc.poll() is None:
-            process.kill()
 
 
 async def with_users(db: str | Path, hashes: dict[str, str]) -> None:

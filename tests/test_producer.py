@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -128,15 +128,6 @@ async def cutting_proxy() -> AsyncIterator[list[CuttingProxy]]:
     yield proxies
     for proxy in proxies:
         await proxy.close()
-
-
-@pytest.fixture
-def processes() -> Iterator[list[ServerProcess]]:
-    started: list[ServerProcess] = []
-    yield started
-    for process in started:
-        if process.proc.poll() is None:
-            process.kill()
 
 
 EVENTS = 1000
