@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import re
@@ -238,6 +239,12 @@ def test_check_finds_nothing_in_a_sound_file(db_path: Path) -> None:
     missing = run("check", "--db", str(db_path.with_name("missing.sqlite")))
     assert missing.returncode == 2
     one_line(missing.stderr, "no database file")
+    other = db_path.with_name("other.sqlite")
+    with contextlib.closing(sqlite3.connect(other)) as conn:
+        conn.execute("CREATE TABLE t (x)")
+    foreign = run("check", "--db", str(other))  # another program's database
+    assert foreign.returncode == 2
+    one_line(foreign.stderr, "holds no futoin-evt data")
 
 
 def test_a_file_cut_short_by_a_page_is_refused_at_start(db_path: Path) -> None:

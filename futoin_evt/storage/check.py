@@ -140,6 +140,8 @@ def scrub_sqlite(path: Path) -> CheckReport:
         except sqlite3.DatabaseError as exc:
             report.integrity = [str(exc)]
         tables = {str(row[0]) for row in conn.execute("SELECT name FROM sqlite_master")}
+        if "events" not in tables:  # an empty file, or another program's database
+            raise StoreUnavailable(f"{path} holds no futoin-evt data (it has no events table)")
         listed = conn.execute(PARTITIONS_SQL).fetchall() if "partitions" in tables else []
         for partition in partitions_of(listed):
             table = Tables.of(partition.key).events
