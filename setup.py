@@ -37,6 +37,16 @@ COMPILED = [
     "futoin_evt/storage/checksums.py",
     # the page code's work per event: poll drain 0.86x, push catch-up 0.93x (against pure)
     "futoin_evt/storage/page_rows.py",
+    # the rest of an append's way down and its accounting: the event log, the metrics,
+    # the recent events' cache, the credential cache, the connection slots; with the loop
+    # kept where each call made a future and event types matched once, against the groups
+    # above: server CPU per addEvent at normal 0.85x (1 at a time), 0.94x (32 in flight),
+    # 0.96x (8 connections x 4)
+    "futoin_evt/log/eventlog.py",
+    "futoin_evt/stats.py",
+    "futoin_evt/storage/recent.py",
+    "futoin_evt/auth/users.py",
+    "futoin_evt/slots.py",
 ]
 
 #: mypy as mypyc runs it: not the project's --strict configuration (mypy checks that), and the

@@ -1,4 +1,5 @@
-"""``python -m bench.profile [--durability D ...] [--workload NAME ...] [--out DIR] [--source DIR]``
+"""``python -m bench.profile [--durability D ...] [--workload NAME ...] [--out DIR] [--source DIR]
+[--native]``
 
 Profiles the futoin-evt server (from this tree, or the source tree ``--source``) with py-spy
 (in the ``bench`` extra) while one workload runs (the writes, a drain or catch-up of a
@@ -107,7 +108,9 @@ def _user_system_seconds(pid: int) -> tuple[float, float]:
     return int(fields[11]) / _TICKS, int(fields[12]) / _TICKS
 
 
-async def profile(workload: str, durability: str, out: Path, source: Path | None) -> None:
+async def profile(
+    workload: str, durability: str, out: Path, source: Path | None, native: bool = False
+) -> None:
     py_spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     name = f"{workload}-{durability}"
     folded = out / f"{name}.folded"
@@ -118,7 +121,9 @@ async def profile(workload: str, durability: str, out: Path, source: Path | None
             await client.close()
             spy = await asyncio.create_subprocess_exec(
                 py_spy, "record", "--pid", str(system.process.pid), "--rate", "1000",
-                "--gil", "--threads", "--format", "raw", "--output", str(folded), "--nonblocking",
+                "--gil", "--threads", "--format", "raw", "--output", str(folded),
+                # native frames need the server paused at each sample
+                *(["--native"] if native else ["--nonblocking"]),
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             )  # fmt: skip
             await asyncio.sleep(1.0)  # py-spy attaches (not synchronisation of the server)
@@ -182,7 +187,7 @@ async def main_async(args: argparse.Namespace) -> None:
         for workload in args.workload:
             if workload in DCB and durability != "full":
                 continue  # bench.dcb's server runs at full only
-            await profile(workload, durability, args.out, args.source)
+            await profile(workload, durability, args.out, args.source, args.native)
 
 
 def main() -> None:
@@ -191,6 +196,12 @@ def main() -> None:
     parser.add_argument("--workload", nargs="+", choices=list(WORKLOADS), default=list(WORKLOADS))
     parser.add_argument("--out", type=Path, default=OUT)
     parser.add_argument("--source", type=Path, help="the source tree of the server to profile")
+    parser.add_argument(
+        "--native",
+        action="store_true",
+        help="native frames too: the compiled build's functions (mypyc) are C functions, "
+        "which py-spy shows only so (it pauses the server at each sample: slower)",
+    )
     asyncio.run(main_async(parser.parse_args()))
 
 

@@ -41,8 +41,9 @@ REFUSAL_REASONS: Final = (
     INSECURE_CHANNEL,
 )
 
+# (a Final tuple's type is spelled out: compiled, an inferred one is read before it is set)
 #: Upper bounds (seconds) of the latency buckets of calls and commits.
-SECONDS_BUCKETS: Final = (
+SECONDS_BUCKETS: Final[tuple[float, ...]] = (
     0.0001,
     0.00025,
     0.0005,
@@ -61,7 +62,19 @@ SECONDS_BUCKETS: Final = (
     10.0,
 )
 #: Upper bounds of the group-commit batch sizes (writes per transaction).
-BATCH_BUCKETS: Final = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0)
+BATCH_BUCKETS: Final[tuple[float, ...]] = (
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    256.0,
+    512.0,
+    1024.0,
+)
 
 #: (door, peer, user) of the connection being served, for log lines (None: none).
 CONNECTION: contextvars.ContextVar[tuple[str, str, str | None] | None] = contextvars.ContextVar(

@@ -80,8 +80,10 @@ class FrameIO(asyncio.Protocol):
         self.on_message: MessageHandler = _drop
         #: Called with True when the write buffer goes over its high mark, False when it drains.
         self.on_write_pressure: Callable[[bool], None] = _ignore
-        self.opened: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        #: Asking for the running loop costs a system call (its process check).
+        self._loop = asyncio.get_running_loop()
+        self.opened: asyncio.Future[None] = self._loop.create_future()
+        self.closed: asyncio.Future[None] = self._loop.create_future()
         self._fragments: list[bytes] | None = None
         #: Server side: frames are read and written here (see the module's docstring).
         self._own_frames = ws.side is Side.SERVER
@@ -231,7 +233,7 @@ class FrameIO(asyncio.Protocol):
         else:
             self.ws.send_binary(message)
         if self._flush_handle is None:
-            self._flush_handle = asyncio.get_running_loop().call_soon(self._flush)
+            self._flush_handle = self._loop.call_soon(self._flush)
 
     def flush(self) -> None:
         """Write what is queued now, not at the end of this loop turn."""

@@ -12,8 +12,6 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed
 
 from futoin_evt.client.aio import EventStreamClient
-from futoin_evt.domain.principal import Principal
-from futoin_evt.ftn3.errors import SECURITY_ERROR, FTN3Error
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
 
@@ -282,11 +280,11 @@ async def test_calls_that_do_not_finish_hold_the_close_only_for_drain_seconds(
     server = await start_server(limits=Limits(drain_seconds=0.2))
     released = asyncio.Event()
 
-    async def held(name: str, password: str) -> Principal:
-        await released.wait()
-        raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+    class HeldUsers:
+        async def get_user(self, name: str) -> None:
+            await released.wait()
 
-    monkeypatch.setattr(server.authenticator, "_verify", held)
+    monkeypatch.setattr(server.authenticator, "_users", HeldUsers())
     try:
         async with connect(server.url) as ws:
             msg = {"f": "futoin.evt.gen:1.1:ping", "p": {"echo": 1}, "rid": "C1", "sec": SEC}

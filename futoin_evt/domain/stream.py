@@ -36,10 +36,18 @@ class EventRejected(ValueError):
     """An event that cannot be stored as given (bad type, data too large, not JSON)."""
 
 
+#: Event types seen valid, so that a stream's few types are matched once each (bounded).
+_valid_types: set[str] = set()
+_VALID_TYPES_KEPT: Final = 1024
+
+
 def encode_event_data(event_type: str, data: Any) -> str:
     """Check an event and return its data as the JSON text that is stored and sent as is."""
-    if not isinstance(event_type, str) or EVENT_TYPE_RE.match(event_type) is None:
-        raise EventRejected(f"invalid event type: {quote_input(event_type, 40)}")
+    if type(event_type) is not str or event_type not in _valid_types:
+        if not isinstance(event_type, str) or EVENT_TYPE_RE.match(event_type) is None:
+            raise EventRejected(f"invalid event type: {quote_input(event_type, 40)}")
+        if len(_valid_types) < _VALID_TYPES_KEPT:
+            _valid_types.add(event_type)
     try:
         text = encode_json(data)
     except (TypeError, ValueError, RecursionError) as exc:

@@ -332,7 +332,7 @@ class SqlitePartitionLog(PagedReads):
         """Queue one event; the future gets its id once it is durable (the first event's,
         for a key known within the window)."""
         self._check_writable()
-        future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[EventId] = self._store.loop.create_future()
         if key is None or not self._store._dedup_ms:
             self._store._enqueue(_Append(event_type, data_json, future, content_type, self._tables))
         elif not self._keys.follows(key, future):
@@ -776,7 +776,9 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         self._streams_listeners: set[Callable[[int], None]] = set()
         #: What group commit did (read by the metrics).
         self.write_stats = WriteStats()
-        self._task = asyncio.create_task(self._write_loop(), name="futoin-evt-writer")
+        #: The loop the store serves (asking for the running one costs a system call).
+        self.loop = asyncio.get_running_loop()
+        self._task = self.loop.create_task(self._write_loop(), name="futoin-evt-writer")
         self._watcher: asyncio.Task[None] | None = None
         #: The other workers of this server on this machine (see :meth:`join_peers`).
         self._peers: PeerNews | None = None
