@@ -3,9 +3,15 @@ provoked once, and a clean history has none."""
 
 from __future__ import annotations
 
+import logging
+import time
+import types
+
 import pytest
 
 from bench.faults.checker import Ack, Add, Claim, History, Read, check
+from bench.faults.netfaults import late_writes
+from futoin_evt.ftn18.push import PushStream, _Group
 
 
 def acked(
@@ -149,6 +155,34 @@ def test_a_push_connection_that_gets_events_after_it_was_taken_over() -> None:
     assert (verdicts.after_takeover, verdicts.in_flight_at_pause) == (0, 1), verdicts.describe()
     history.reads.append(Read("C", 1, 2.6, ((5, "late"),)))  # after SIGCONT
     assert check(history).after_takeover == 1
+
+
+def test_a_group_its_server_reported_written_late_is_counted_apart(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A pause between a push stream's check of its claim and its write lets that group out
+    after the takeover: the server logs it, and the checker counts those reads apart (and
+    only those: another late read of the same connection stays an anomaly)."""
+    history = clean()
+    history.adds += [acked("d", 5, 2.0, 2.05), acked("e", 6, 2.0, 2.05)]
+    history.final["events/0"] += [(5, "d"), (6, "e")]
+    history.claims = [Claim("C", 1, 0.5), Claim("C", 2, 2.06)]
+    history.reads.append(Read("C", 2, 2.1, ((5, "d"), (6, "e"))))  # the new owner's
+    history.acks.append(Ack("C", 2.2, 6))
+    history.reads.append(Read("C", 1, 2.6, ((5, "d"),)))  # the old connection, after SIGCONT
+    verdicts = check(history)
+    assert (verdicts.after_takeover, verdicts.delivered_twice) == (1, 1), verdicts.describe()
+    stream = types.SimpleNamespace(confirmed_at=time.monotonic() - 2.6, user_id=7, component="C")
+    with caplog.at_level(logging.WARNING, logger="futoin_evt.ftn18.push"):
+        PushStream._written_late(stream, _Group(seq=5, last_id=5, events_json="[]"))  # type: ignore[arg-type]
+    history.late_writes["C"] = set(late_writes(caplog.text, "C"))
+    assert history.late_writes == {"C": {5}}
+    verdicts = check(history)
+    assert verdicts.valid, verdicts.describe()
+    assert verdicts.late_write == 1
+    history.reads.append(Read("C", 1, 2.7, ((6, "e"),)))  # not reported: an anomaly
+    verdicts = check(history)
+    assert (verdicts.after_takeover, verdicts.delivered_twice) == (1, 1), verdicts.describe()
 
 
 def test_an_aggregate_holds_each_source_event_once_in_order() -> None:

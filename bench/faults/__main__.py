@@ -43,7 +43,7 @@ NET_COLUMNS = (
     "schedule", "runs", "faults", "adds", "acknowledged", "refused", "unknown",
     "events read at the end", "aggregate copies",
     *(name.replace("_", " ") for name in Verdicts.ANOMALIES),
-    "in flight at a pause", "serving again after a fault, s: mean / max",
+    "in flight at a pause", "written late", "serving again after a fault, s: mean / max",
 )  # fmt: skip
 
 
@@ -53,6 +53,7 @@ def totals(verdicts: list[Verdicts]) -> Verdicts:
         for name, count in each.counts().items():
             setattr(total, name, getattr(total, name) + count)
         total.in_flight_at_pause += each.in_flight_at_pause
+        total.late_write += each.late_write
     return total
 
 
@@ -66,6 +67,7 @@ def net_row(kind: str, results: list[netfaults.Result]) -> list[str]:
         f"{sum(result.copies for result in results):,}",
         *(str(getattr(counts, name)) for name in Verdicts.ANOMALIES),
         str(counts.in_flight_at_pause),
+        str(counts.late_write),
         f"{statistics.fmean(again or [0]):.2f} / {max(again or [0]):.2f}",
     ]  # fmt: skip
 

@@ -21,6 +21,9 @@ a log:
   taken the consumer over (its readyToReceive answered), except while the server of the old
   connection was stopped (SIGSTOP): a stopped process sends nothing, so what arrives then
   was in the kernels' buffers before it stopped (counted apart, as ``in_flight_at_pause``);
+  nor a group its server reported it wrote after its claim lapsed (``late_write``: a pause
+  struck between the claim's check and the write, which no check in the process can
+  close; the history's ``late_writes``, from the servers' logs);
 - **copied twice**, **not copied**: an aggregated stream holds a source event twice, or
   lacks one (the final read of the aggregate, once its copier caught up); an aggregate that
   changes the order of one source's events is **reordered**.
@@ -110,6 +113,13 @@ class History:
     paused: dict[tuple[str, int], list[tuple[float, float]]] = field(default_factory=dict)
     #: Per aggregated stream: its source partitions, and its final read (id, token).
     copies: dict[str, tuple[list[str], list[Seen]]] = field(default_factory=dict)
+    #: Per push consumer, the last ids of the groups a server reported it wrote after its
+    #: claim had lapsed (a pause between the claim's check and the write: its log's warning).
+    late_writes: dict[str, set[int]] = field(default_factory=dict)
+
+    def written_late(self, read: Read) -> bool:
+        """``read`` is a group its server reported as written after its claim lapsed."""
+        return bool(read.events) and read.events[-1][0] in self.late_writes.get(read.consumer, ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +153,9 @@ class Verdicts:
     not_copied: int = 0
     #: Groups a taken-over connection got while its server was stopped (not anomalies).
     in_flight_at_pause: int = 0
+    #: Groups a server reported it wrote after its claim lapsed (a pause struck between
+    #: the claim's check and the write); counted apart, not anomalies, by their reads.
+    late_write: int = 0
     losses: list[CutLoss] = field(default_factory=list)
     #: A few examples of each verdict, by name.
     examples: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
@@ -326,6 +339,7 @@ def _consumers(
             confirmed[consumer] = max(confirmed[consumer], pending[taken[consumer]].position)
             taken[consumer] += 1
         session = (read.partition, read.consumer, read.session)
+        late = history.written_late(read)
         for event_id, token in read.events:
             previous = last.get(session)
             if previous is not None and event_id <= previous:
@@ -334,7 +348,7 @@ def _consumers(
                 )
             last[session] = event_id
             highest[consumer] = max(highest[consumer], event_id)
-            if read.consumer in history.reliable and event_id <= confirmed[consumer]:
+            if read.consumer in history.reliable and event_id <= confirmed[consumer] and not late:
                 verdicts.note(
                     "delivered_twice",
                     f"{read.consumer} got id {event_id} ({token}) after the server confirmed "
@@ -381,6 +395,9 @@ def _takeovers(history: History, verdicts: Verdicts) -> None:
         pauses = history.paused.get((read.consumer, read.session), [])
         if any(stop <= read.time <= cont for stop, cont in pauses):
             verdicts.in_flight_at_pause += 1
+            continue
+        if history.written_late(read):
+            verdicts.late_write += 1
             continue
         ids = f"ids {read.events[0][0]}-{read.events[-1][0]}" if read.events else "no events"
         verdicts.note(

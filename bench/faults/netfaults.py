@@ -32,6 +32,7 @@ import itertools
 import json
 import os
 import random
+import re
 import signal
 import sys
 import tempfile
@@ -405,10 +406,25 @@ async def run(
             for server in servers:
                 await server.stop()
             for log in logs:
+                log.seek(0)
+                for last_id in late_writes(log.read(), PUSH):
+                    state.history.late_writes.setdefault(PUSH, set()).add(last_id)
                 log.close()
     outcome.verdicts = check(state.history)
     outcome.seconds = time.monotonic() - began
     return outcome
+
+
+#: A server's report of a push group written after its claim lapsed (ftn18/push.py).
+_LATE_WRITE: Final = re.compile(
+    r"onEvents seq [0-9]+ \(events to id ([0-9]+)\) to user [0-9]+ (\S+) was written"
+)
+
+
+def late_writes(log: str, component: str) -> list[int]:
+    """The last ids of the groups to ``component`` that a server's ``log`` says it wrote
+    after its claim had lapsed."""
+    return [int(m[1]) for m in _LATE_WRITE.finditer(log) if m[2] == component]
 
 
 def workdir() -> Path:

@@ -111,6 +111,10 @@ class _Group:
     attempts: int = 0
     retry: asyncio.TimerHandle | None = None
 
+    @property
+    def params_json(self) -> str:
+        return f'{{"seq":{self.seq},"events":{self.events_json}}}'
+
 
 @dataclass(slots=True)
 class StreamStats:
@@ -327,19 +331,34 @@ class PushStream:
         while self._queued and self.link.writable and self.link.is_open:
             if self.reliable and len(self._in_flight) >= self.config.window:
                 return
+            params = self._queued[0].params_json  # built before the claim's check, not after
             if not self._claim_fresh():
                 return
-            self._send(self._queued.popleft())
+            self._send(self._queued.popleft(), params)
 
-    def _send(self, group: _Group) -> None:
+    def _send(self, group: _Group, params: str) -> None:
+        """Send ``group`` (its :attr:`_Group.params_json`): a reliable one is written to the
+        socket at once, while the claim is known to be fresh (not at the end of the loop
+        turn, which a pause of the process could put after a takeover)."""
         group.attempts += 1
         self.stats.groups_sent += 1
         self._in_flight[group.seq] = group
-        params = f'{{"seq":{group.seq},"events":{group.events_json}}}'
-        # a reliable group leaves at once, while the claim is known to be fresh: not at the
-        # end of the loop turn, which a pause of the process could put after a takeover
         reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout, now=self.reliable)
         reply.add_done_callback(lambda done: self._on_reply(group, done))
+        if self.reliable and time.monotonic() - self.confirmed_at > CLAIM_FRESH:
+            self._written_late(group)
+
+    def _written_late(self, group: _Group) -> None:
+        """The process was paused (or stalled) between the claim's check and the write: the
+        group may have left after another process took the consumer over. Nothing can take
+        it back (FTN18's receivers take no fencing token); the log says which it was."""
+        log.warning(
+            "onEvents seq %d (events to id %d) to user %s %s was written %.2f s after its "
+            "claim was last confirmed (this process was paused or stalled): the consumer's "
+            "new owner may deliver these events again",
+            group.seq, group.last_id, self.user_id, self.component,
+            time.monotonic() - self.confirmed_at,
+        )  # fmt: skip
 
     def _on_reply(self, group: _Group, done: Deferred[Response]) -> None:
         failure = _failure(done)  # always look: an unread exception would be logged as lost
@@ -389,11 +408,12 @@ class PushStream:
         group.retry = None
         if self._task is None or self._task.done() or self.link.closed.done():
             return
+        params = group.params_json
         if not self._claim_fresh():
             group.retry = asyncio.get_running_loop().call_later(_CONFIRM_POLL, self._retry, group)
             return
         del self._in_flight[group.seq]
-        self._send(group)
+        self._send(group, params)
 
     def _advance_position(self, last_id: int) -> None:
         if last_id > self._acked_to:
