@@ -101,9 +101,10 @@ async def hot_path(source: Path | None, runs: int) -> None:
 
 
 EVENTS = 100_000
+#: Consumers of the default stream's partition (key 0).
 REGISTER_SQL = (
-    "INSERT INTO consumers (user_id, component, position, registered_at, last_seen_at)"
-    " VALUES ({0}, {0}, {0}, {0}, {0})"
+    "INSERT INTO consumers (partition_key, user_id, component, position, registered_at,"
+    " last_seen_at) VALUES (0, {0}, {0}, {0}, {0}, {0})"
 )
 
 

@@ -278,10 +278,13 @@ def consumer_lags_sql(mark: str, events: str) -> str:
         " UNION ALL SELECT DISTINCT position, 0 FROM listed),"
         " runs AS (SELECT v, ev, SUM(ev) OVER w AS behind,"
         " MIN(CASE WHEN ev = 1 THEN v END) OVER w AS next_id"
-        " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING))"
+        " FROM marks WINDOW w AS (ORDER BY v DESC, ev ASC ROWS UNBOUNDED PRECEDING)),"
+        # the positions' rows apart first: joined to ``runs`` itself, SQLite scanned all of
+        # it for each consumer (2 s for 1,000 consumers over 100,000 events, not 0.07)
+        " at_positions AS (SELECT v, behind, next_id FROM runs WHERE ev = 0)"
         " SELECT l.name, l.user_id, l.component, l.position, l.registered_at,"
-        " l.last_seen_at, r.behind, e.ts FROM listed l"
-        " JOIN runs r ON r.ev = 0 AND r.v = l.position"
+        " l.last_seen_at, r.behind, e.ts FROM at_positions r"
+        " JOIN listed l ON l.position = r.v"
         f" LEFT JOIN {events} e ON e.id = r.next_id ORDER BY l.name, l.component"
     )
 
