@@ -84,6 +84,9 @@ _STORE_RETRY_MAX: Final = 1.0
 CLAIM_FRESH: Final = 0.25
 #: How often a group waiting to be sent again looks whether the claim was confirmed.
 _CONFIRM_POLL: Final = CLAIM_FRESH / 5
+#: Seconds from a claim's check to the end of the write it allowed past which the process
+#: was stalled (paused) in between; with the claim lapsed by then, the write is reported.
+_STALLED: Final = CLAIM_FRESH / 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +171,8 @@ class PushStream:
     #: under way.
     confirmed_at: float = 0.0
     _confirming: bool = False
+    #: When the claim was last found fresh (:meth:`_claim_fresh`), before a send.
+    _checked_at: float = 0.0
 
     @property
     def config(self) -> PushConfig:
@@ -320,7 +325,11 @@ class PushStream:
     def _claim_fresh(self) -> bool:
         """LIVE, or the claim confirmed within :data:`CLAIM_FRESH` (else it is confirmed
         again, and the stream woken when it is)."""
-        if not self.reliable or time.monotonic() - self.confirmed_at <= CLAIM_FRESH:
+        if not self.reliable:
+            return True
+        now = time.monotonic()
+        if now - self.confirmed_at <= CLAIM_FRESH:
+            self._checked_at = now
             return True
         if not self._confirming:
             self._confirming = True
@@ -345,13 +354,16 @@ class PushStream:
         self._in_flight[group.seq] = group
         reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout, now=self.reliable)
         reply.add_done_callback(lambda done: self._on_reply(group, done))
-        if self.reliable and time.monotonic() - self.confirmed_at > CLAIM_FRESH:
-            self._written_late(group)
+        if self.reliable:
+            now = time.monotonic()
+            if now - self._checked_at > _STALLED and now - self.confirmed_at > CLAIM_FRESH:
+                self._written_late(group)
 
     def _written_late(self, group: _Group) -> None:
-        """The process was paused (or stalled) between the claim's check and the write: the
-        group may have left after another process took the consumer over. Nothing can take
-        it back (FTN18's receivers take no fencing token); the log says which it was."""
+        """The process was paused (or stalled) between the claim's check and the write, and
+        the claim lapsed meanwhile: the group may have left after another process took the
+        consumer over. Nothing can take it back (FTN18's receivers take no fencing token);
+        the log says which it was."""
         log.warning(
             "onEvents seq %d (events to id %d) to user %s %s was written %.2f s after its "
             "claim was last confirmed (this process was paused or stalled): the consumer's "
