@@ -196,3 +196,19 @@ def test_an_aggregate_holds_each_source_event_once_in_order() -> None:
     assert check(history).reordered == 1
     history.copies["all"] = (["events/0"], copied[:3])
     assert check(history).not_copied == 1
+
+
+def test_ids_given_out_again_after_a_cut_are_not_reordered_where_cuts_may_take_them() -> None:
+    """At ``normal`` a cut takes an acknowledged event that was read (it looks discarded:
+    below retention's floor, read by every consumer) and gives its id out again: the later
+    add's lower id is the loss's doing, not a reorder; where ids survive cuts it is one."""
+    history = clean()
+    history.adds += [acked("x", 10, 1.0, 1.1), acked("y", 5, 2.0, 2.1)]
+    history.reads.append(Read("C", 2, 1.2, ((10, "x"),)))
+    history.cuts = [1.5]
+    history.floors["events/0"] = 10
+    history.final["events/0"] = [*history.final["events/0"], (5, "y")]
+    assert check(history).reordered == 1
+    history.ids_survive_cuts = False
+    verdicts = check(history)
+    assert verdicts.reordered == 0, verdicts.describe()

@@ -152,7 +152,11 @@ class Run:
         self.fs = fs
         self.server = server
         self.rng = random.Random(schedule.seed)
-        self.history = History(reliable={POLL, PUSH})
+        # at normal a cut takes what came since the last checkpoint, and its ids are given
+        # out again
+        self.history = History(
+            reliable={POLL, PUSH}, ids_survive_cuts=schedule.durability == "full"
+        )
         self.load = Load(
             [server.url], self.history, producers=schedule.producers, in_flight=schedule.in_flight
         )
