@@ -174,7 +174,7 @@ def test_a_group_its_server_reported_written_late_is_counted_apart(
     assert (verdicts.after_takeover, verdicts.delivered_twice) == (1, 1), verdicts.describe()
     stream = types.SimpleNamespace(confirmed_at=time.monotonic() - 2.6, user_id=7, component="C")
     with caplog.at_level(logging.WARNING, logger="futoin_evt.ftn18.push"):
-        PushStream._written_late(stream, _Group(seq=5, last_id=5, events_json="[]"))  # type: ignore[arg-type]
+        PushStream._written_late(stream, _Group.of(5, 5, "[]"))  # type: ignore[arg-type]
     history.late_writes["C"] = set(late_writes(caplog.text, "C"))
     assert history.late_writes == {"C": {5}}
     verdicts = check(history)

@@ -110,13 +110,14 @@ class PushConfig:
 class _Group:
     seq: int
     last_id: int
-    events_json: str
+    #: The onEvents parameters, built once (not between a claim's check and the write).
+    params_json: str
     attempts: int = 0
     retry: asyncio.TimerHandle | None = None
 
-    @property
-    def params_json(self) -> str:
-        return f'{{"seq":{self.seq},"events":{self.events_json}}}'
+    @classmethod
+    def of(cls, seq: int, last_id: int, events_json: str) -> _Group:
+        return cls(seq, last_id, f'{{"seq":{seq},"events":{events_json}}}')
 
 
 @dataclass(slots=True)
@@ -314,7 +315,7 @@ class PushStream:
             self._skip_to = 0
 
     def _enqueue(self, page: EventPage) -> None:
-        group = _Group(next(self._seq), page.last_id, page.json)
+        group = _Group.of(next(self._seq), page.last_id, page.json)
         self.next_id = page.last_id
         self._queued.append(group)
         if not self.reliable:
@@ -340,19 +341,20 @@ class PushStream:
         while self._queued and self.link.writable and self.link.is_open:
             if self.reliable and len(self._in_flight) >= self.config.window:
                 return
-            params = self._queued[0].params_json  # built before the claim's check, not after
             if not self._claim_fresh():
                 return
-            self._send(self._queued.popleft(), params)
+            self._send(self._queued.popleft())
 
-    def _send(self, group: _Group, params: str) -> None:
-        """Send ``group`` (its :attr:`_Group.params_json`): a reliable one is written to the
-        socket at once, while the claim is known to be fresh (not at the end of the loop
-        turn, which a pause of the process could put after a takeover)."""
+    def _send(self, group: _Group) -> None:
+        """Send ``group``: a reliable one is written to the socket at once, while the claim
+        is known to be fresh (not at the end of the loop turn, which a pause of the process
+        could put after a takeover)."""
         group.attempts += 1
         self.stats.groups_sent += 1
         self._in_flight[group.seq] = group
-        reply = self.link.request(ON_EVENTS, params, self.config.reply_timeout, now=self.reliable)
+        reply = self.link.request(
+            ON_EVENTS, group.params_json, self.config.reply_timeout, now=self.reliable
+        )
         reply.add_done_callback(lambda done: self._on_reply(group, done))
         if self.reliable:
             now = time.monotonic()
@@ -420,12 +422,11 @@ class PushStream:
         group.retry = None
         if self._task is None or self._task.done() or self.link.closed.done():
             return
-        params = group.params_json
         if not self._claim_fresh():
             group.retry = asyncio.get_running_loop().call_later(_CONFIRM_POLL, self._retry, group)
             return
         del self._in_flight[group.seq]
-        self._send(group, params)
+        self._send(group)
 
     def _advance_position(self, last_id: int) -> None:
         if last_id > self._acked_to:
