@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import random
 import re
 import secrets
 from collections import deque
@@ -43,6 +42,7 @@ from typing import Any, Final
 
 from ..ftn3.errors import DEFENSE_REJECTED, INTERNAL_ERROR
 from .aio import CommError, FTN3Client, RemoteError, add_event_call
+from .reconnect import Reconnect
 
 log = logging.getLogger(__name__)
 
@@ -175,24 +175,28 @@ class ReliableProducer:
     async def run(self) -> None:
         """Send until :meth:`stop`, connecting again with a growing delay (with some
         randomness) after each loss. Cancelling it is safe: nothing added is lost."""
-        delay = self._reconnect_initial
+        tries = Reconnect(
+            log,
+            f"producer {self.producer_id}",
+            self.url,
+            initial=self._reconnect_initial,
+            maximum=self._reconnect_max,
+        )
         while not self._stopped:
-            acknowledged = 0
             try:
-                acknowledged = await self._session()
+                if await self._session():
+                    tries.worked()  # it had worked: start over quickly
+                delay = tries.waited()
             except (CommError, OSError, TimeoutError, RemoteError) as exc:
-                log.info("producer %s: %s; reconnecting in %.2fs", self.producer_id, exc, delay)
+                delay = tries.failed(exc)
             if self._stopped:
                 break
-            if acknowledged:
-                delay = self._reconnect_initial  # it had worked: start over quickly
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(delay * (0.5 + random.random())):
+                async with asyncio.timeout(delay):
                     while not self._stopped:
                         await self._wake.wait()  # a stop ends the wait
                         self._wake.clear()
-            delay = min(delay * 2, self._reconnect_max)
 
     async def _session(self) -> int:
         """One connection: send every unsettled event in order, then each new one, up to

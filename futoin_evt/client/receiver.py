@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import random
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
@@ -38,6 +37,7 @@ from ..domain.stream import LIVE_COMPONENT
 from ..ftn3.errors import FTN3Error
 from ..storage.head import HeadWatch
 from .aio import CommError, Event, FTN3Client, RemoteError
+from .reconnect import Reconnect
 
 log = logging.getLogger(__name__)
 
@@ -84,21 +84,27 @@ class Receiver:
 
     async def run(self) -> None:
         """Receive until :meth:`stop`; reconnects by itself. Cancelling it is safe."""
-        delay = self._reconnect_initial
+        tries = Reconnect(
+            log,
+            f"receiver {self.component}",
+            self.url,
+            initial=self._reconnect_initial,
+            maximum=self._reconnect_max,
+        )
         while not self._stopped.is_set():
             try:
                 await self._session()
-                delay = self._reconnect_initial  # it had worked: start over quickly
+                tries.worked()  # it had worked: start over quickly
+                delay = tries.waited()
             except (CommError, OSError, TimeoutError, RemoteError) as exc:
-                log.info("receiver %s: %s; reconnecting in %.2fs", self.component, exc, delay)
+                delay = tries.failed(exc)
             if self._stopped.is_set():
                 break
             try:
-                async with asyncio.timeout(delay * (0.5 + random.random())):
+                async with asyncio.timeout(delay):
                     await self._stopped.wait()
             except TimeoutError:
                 pass
-            delay = min(delay * 2, self._reconnect_max)
 
     def stop(self) -> None:
         self._stopped.set()
