@@ -34,7 +34,7 @@ pytestmark = pytest.mark.functional
 
 STREAM = {"stream": "events", "partition": "0"}
 
-#: Every family the README lists (counters without their _total, as the parser names them).
+#: Every family docs/operations.md lists (counters without their _total, as the parser names them).
 FAMILIES = {
     "futoin_evt_events_appended": "counter",
     "futoin_evt_events_appended_bytes": "counter",

@@ -1,4 +1,4 @@
-"""Settings of the AMQP listener (importable without the amqp extra installed)."""
+"""Settings of the AMQP listener (importable without the listener's modules)."""
 
 from __future__ import annotations
 
