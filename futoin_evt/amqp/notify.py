@@ -6,7 +6,10 @@ no such stream, and the link is detached so when its stream is dropped). It need
 right on the stream (``amqp:unauthorized-access`` without it, whether the stream exists or
 not), and is detached so once that right is revoked; on a
 connection that logged in with SAS tokens, one of them must cover ``$events/NAME`` or
-``NAME/$events`` (``sb://HOST/NAME`` does). Its source filter set may hold:
+``NAME/$events`` (``sb://HOST/NAME`` does). Management events go to it as to an FTN3
+subscription: an admin gets all; another user those about a stream they may read now (about
+their own consumers, or anyone's with manage there) and those about no stream that are their
+own. Its source filter set may hold:
 
 - ``apache.org:selector-filter:string`` (descriptor ``0x0000468C:0x00000004``): a selector;
 - ``org.futoin.evt:notification-transformation:map`` (a symbolic descriptor): the
@@ -104,7 +107,7 @@ class NotificationNode:
             raise LinkRefused(NOT_FOUND, str(exc)) from None
         heads = [live.events.head for live in lives]
         selector, transformation, starts = subscription_filters(link, heads)
-        visible = management_visible_to(conn.principal)
+        visible = management_visible_to(conn.principal, self._streams.access)
         growing = self._streams.growing(name)
 
         def subscribe(afters: Sequence[int]) -> Subscription:

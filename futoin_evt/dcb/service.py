@@ -15,9 +15,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
+from ..domain.dcb import AppendCondition, BlindAppend, NewEvent, Query, StoredEvent
 from ..domain.partition import Partition, StreamInfo, check_stream_name
 from ..domain.principal import Principal
+from ..log.access import Refused
 from ..log.eventlog import EventLog
 
 #: Events read from the store per step of a read.
@@ -123,6 +124,14 @@ def stream_dcb_log(
     return log_of(info.partitions[0])
 
 
+class ConditionNeedsRead(Refused):
+    """An append condition from a writer who may not read the stream: the condition would
+    tell whether stored events match it."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(f"the read right on stream {stream} is needed for an append condition")
+
+
 class DcbService:
     def __init__(self, events: EventLog) -> None:
         self._log = events
@@ -130,7 +139,21 @@ class DcbService:
     async def append(
         self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
     ) -> int:
-        """The position of the last event; AppendConditionFailed, EventIdConflict."""
+        """The position of the last event; AppendConditionFailed, EventIdConflict.
+
+        A writer without the read right is answered as if nothing stored were known to it:
+        a condition is :class:`ConditionNeedsRead`, and an id stored before is
+        :class:`~futoin_evt.domain.dcb.EventIdTaken` whatever its content (a retry of its
+        own append too: telling a retry from another's event would tell the content). The
+        position of its own new events is its to know."""
+        guard = self._log.guard
+        try:
+            guard.read(who)
+        except Refused:
+            guard.write(who)  # without write either: refused for that
+            if condition is not None:
+                raise ConditionNeedsRead(guard.stream) from None
+            return await self._log.dcb_append(who, BlindAppend(events), None)
         return await self._log.dcb_append(who, events, condition)
 
     async def read(self, who: Principal, request: ReadRequest) -> DcbReadResult:

@@ -28,6 +28,15 @@ class EventIdConflict(Exception):
         self.event_id = event_id
 
 
+class EventIdTaken(EventIdConflict):
+    """An id of a :class:`BlindAppend` is stored already: the same answer whatever the
+    stored event's content (a retry of the writer's own append included)."""
+
+    def __init__(self, event_id: str) -> None:
+        super().__init__(event_id)
+        self.args = (f"event id {event_id} is taken",)
+
+
 @dataclass(frozen=True, slots=True)
 class QueryItem:
     """Matches an event whose type is one of ``types`` (any, when empty) and which carries
@@ -100,6 +109,14 @@ class NewEvent:
         if self.is_bytes:
             return base64.b64decode(self.data_json[1:-1])
         return self.data_json.encode()
+
+
+class BlindAppend(tuple[NewEvent, ...]):
+    """The events of an append whose writer may not read the stream. The store judges it as
+    if it knew nothing stored: an id stored before is :class:`EventIdTaken` (the append's
+    first stored id), never a retry answered with the stored position."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True, slots=True)

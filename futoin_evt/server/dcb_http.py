@@ -5,9 +5,11 @@ the stream ``NAME`` when it has one partition (400 ``PartitionedStream`` when it
 404 ``UnknownStream``, 400 ``InvalidStream`` for what cannot be a stream's name).
 
 Authentication is HTTP Basic with the server's users, as on the feed. A read needs the read
-right on the stream, an append the write right: without it, 403 ``AccessDenied`` with the
-sentence naming the right and the stream, also for a name that names no stream unless the
-user holds some right on that name (then 404 ``UnknownStream``). Errors are
+right on the stream, an append the write right (and read as well for a condition: see
+:meth:`~futoin_evt.dcb.service.DcbService.append` for a writer without read): without it,
+403 ``AccessDenied`` with the sentence naming the right and the stream, also for a name
+that names no stream unless the user holds some right on that name (then 404
+``UnknownStream``). Errors are
 ``{"error": NAME, "message": ...}`` with 400 (the message names the field), 401, 403, 409
 (``AppendConditionFailed``, ``EventIdConflict``) or 413. A read streams its answer a page
 at a time: ``{"events": [...], "head": N}``, or NDJSON (one event a line, then

@@ -19,7 +19,9 @@ from typing import Any, Final
 from ..domain.dcb import (
     AppendCondition,
     AppendConditionFailed,
+    BlindAppend,
     EventIdConflict,
+    EventIdTaken,
     NewEvent,
     Query,
     QueryItem,
@@ -199,7 +201,12 @@ def stored_event(row: Sequence[Any]) -> StoredEvent:
 def stored_retry(events: Sequence[NewEvent], rows: Sequence[Sequence[Any]]) -> int:
     """The last stored position when ``events`` is a batch stored before with the same ids
     and content (rows: client id, position, type, data, tags JSON, is_bytes); raises
-    EventIdConflict otherwise."""
+    EventIdConflict otherwise. A :class:`~futoin_evt.domain.dcb.BlindAppend` is never a
+    retry: :class:`~futoin_evt.domain.dcb.EventIdTaken` names its first stored id, whatever
+    the content (its writer may not learn what is stored)."""
+    if isinstance(events, BlindAppend):
+        taken = {row[0] for row in rows}
+        raise EventIdTaken(next(e.id for e in events if e.id is not None and e.id in taken))
     stored = {
         client_id: (int(position), NewEvent(t, data, tuple(json.loads(tags)), client_id, bool(b)))
         for client_id, position, t, data, tags, b in rows
