@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from futoin_evt.client.receiver import ReliableReceiver
+
 from .conftest import ServerProcess, free_port
 
 pytestmark = pytest.mark.functional
@@ -181,3 +183,19 @@ def test_a_client_without_its_server_says_so(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("component", "want", "rule"),
+    [
+        ("BILL-ING", None, "a consumer component is"),
+        ("BILLING", ["order_placed"], "an event type is"),
+    ],
+)
+def test_a_receiver_refuses_what_no_server_would_take(
+    component: str, want: list[str] | None, rule: str
+) -> None:
+    """Before connecting (a reliable receiver would register its component first, and its
+    loop would meet the server's refusal again at every reconnect)."""
+    with pytest.raises(ValueError, match=rule):
+        ReliableReceiver("ws://127.0.0.1:1/", credentials="a:b", component=component, want=want)

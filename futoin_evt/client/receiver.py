@@ -33,7 +33,7 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any, Final
 
-from ..domain.stream import LIVE_COMPONENT
+from ..domain.stream import LIVE_COMPONENT, check_component, check_event_type
 from ..ftn3.errors import FTN3Error
 from ..storage.head import HeadWatch
 from .aio import CommError, Event, FTN3Client, RemoteError
@@ -48,7 +48,8 @@ OnEvents = Callable[[list[Event]], Awaitable[None]]
 
 
 class Receiver:
-    """Base of :class:`ReliableReceiver` and :class:`LiveReceiver`."""
+    """Base of :class:`ReliableReceiver` and :class:`LiveReceiver`. A component or a wanted
+    type that no server would take is a ValueError here, with the rule it breaks."""
 
     reliable: bool = True
 
@@ -63,9 +64,11 @@ class Receiver:
         reconnect_initial: float = 0.05,
         reconnect_max: float = 5.0,
     ) -> None:
+        # checked here, not by a refusal the reconnecting loop would meet again and again
+        # (and a reliable receiver registers its component before it says what it wants)
         self.url = url
-        self.component = component
-        self.want = list(want) if want is not None else None
+        self.component = check_component(component)
+        self.want = [check_event_type(t) for t in want] if want is not None else None
         self._credentials = credentials
         self._on_events = on_events
         self._reconnect_initial = reconnect_initial

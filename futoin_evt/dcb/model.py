@@ -46,6 +46,15 @@ _ITEM_FIELDS: Final = frozenset({"types", "tags"})
 _CHECKED_TYPES: Final[set[str]] = set()
 _CHECKED_TAGS: Final[set[str]] = set()
 _MAX_CHECKED: Final = 4096
+#: The rules above in words, for the refusals.
+DCB_TYPE_RULE: Final = (
+    "a DCB event type is 1 to 200 characters of letters, digits, _ . : and -, e.g. CourseDefined"
+)
+DCB_EVENT_ID_RULE: Final = "an event id is 1 to 100 characters of letters, digits, _ and -"
+DCB_TAG_RULE: Final = (
+    "a tag is key or key:value, each part 1 to 50 characters of letters, digits, _ and -,"
+    " e.g. course:c1"
+)
 
 
 class DcbInputError(ValueError):
@@ -68,7 +77,9 @@ def new_event(
     if event_id is not None and (
         not isinstance(event_id, str) or EVENT_ID_RE.fullmatch(event_id) is None
     ):
-        raise DcbInputError("id", f"{quote_input(event_id)} does not match {EVENT_ID_RE.pattern}")
+        raise DcbInputError(
+            "id", f"{quote_input(event_id)} is not an event id: {DCB_EVENT_ID_RULE}"
+        )
     checked_tags = check_tags(tags, "tags", allow_empty=True)
     if isinstance(data, (bytes, bytearray, memoryview)):
         text = '"' + base64.b64encode(bytes(data)).decode("ascii") + '"'
@@ -235,7 +246,7 @@ def check_type(value: Any, field: str) -> str:
     if type(value) is str and value in _CHECKED_TYPES:
         return value
     if not isinstance(value, str) or TYPE_RE.fullmatch(value) is None:
-        raise DcbInputError(field, f"{quote_input(value)} does not match ^{TYPE_RE.pattern}$")
+        raise DcbInputError(field, f"{quote_input(value)} is not an event type: {DCB_TYPE_RULE}")
     _remember(_CHECKED_TYPES, value)
     return value
 
@@ -253,7 +264,7 @@ def check_tags(value: Any, field: str, *, allow_empty: bool = False) -> tuple[st
         ):
             raise DcbInputError(
                 f"{field}[{index}]",
-                f"{quote_input(tag)} is not key or key:value ({TAG_PART_RE.pattern})",
+                f"{quote_input(tag)} is not a tag: {DCB_TAG_RULE}",
             )
         _remember(checked, tag)
     if len(tags) == 1:
