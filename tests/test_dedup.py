@@ -19,9 +19,11 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from futoin_evt.client.aio import EventStreamClient, RemoteError
+from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store
+from futoin_evt.storage.dedup import WriterKey
 
 from .conftest import USERS, ClientFactory, ServerFactory, ServerProcess, add_user, execute_sql
 
@@ -38,6 +40,11 @@ async def add(client: EventStreamClient, data: Any, key: str | None, **params: A
     if key is not None:
         params["key"] = key
     return int(await client.ftn3.call(GEN_12, "addEvent", params))
+
+
+def mine(key: str) -> WriterKey:
+    """``key`` as one user writes it (the store's tests: a key is its writer's)."""
+    return WriterKey(UserId(1), key)
 
 
 def stored(db: str, table: str = "events") -> list[tuple[int, Any]]:
@@ -84,22 +91,22 @@ async def test_an_append_in_flight_answers_its_copies_and_is_stored_once(
 ) -> None:
     """Copies queued while the first is not committed (one batch) get its id; an event
     without a key, or with another, in the same batch is stored."""
-    first = store.submit_append("T", "1", None, "k")
-    copy = store.submit_append("T", "2", None, "k")
-    other = store.submit_append("T", "3", None, "other")
+    first = store.submit_append("T", "1", None, mine("k"))
+    copy = store.submit_append("T", "2", None, mine("k"))
+    other = store.submit_append("T", "3", None, mine("other"))
     plain = store.submit_append("T", "4")
     assert list(await asyncio.gather(first, copy, other, plain)) == [1, 1, 2, 3]
-    assert await store.submit_append("T", "5", None, "k") == 1  # committed: the database
+    assert await store.submit_append("T", "5", None, mine("k")) == 1  # committed: the database
     assert stored(store_db) == [(1, 1), (2, 3), (3, 4)]
 
 
 async def test_a_batch_stores_all_but_the_known_keys(store: Store, store_db: str) -> None:
     """Events appended together: the one whose key is stored gets the first id, the others
     (a key repeated in the batch answered once) are stored together."""
-    assert await store.submit_append("T", "0", None, "known") == 1
+    assert await store.submit_append("T", "0", None, mine("known")) == 1
     ids = await store.submit_appends(
         [("T", "1", None), ("T", "2", None), ("T", "3", None), ("T", "4", "text/plain")],
-        ["new", "known", "new", None],
+        [mine("new"), mine("known"), mine("new"), None],
     )
     assert ids == [2, 1, 2, 3]
     assert stored(store_db) == [(1, 0), (2, 1), (3, 4)]
@@ -112,22 +119,35 @@ async def test_keys_are_per_partition(store: Store) -> None:
     info = await store.stream("orders")
     assert info is not None
     logs = [store.partition_log(p) for p in info.partitions]
-    assert await logs[0].submit_append("T", "1", None, "k") == 1
-    assert await logs[1].submit_append("T", "2", None, "k") == 1
-    assert await logs[1].submit_append("T", "3", None, "k") == 1
-    assert await store.submit_append("T", "4", None, "k") == 1
+    assert await logs[0].submit_append("T", "1", None, mine("k")) == 1
+    assert await logs[1].submit_append("T", "2", None, mine("k")) == 1
+    assert await logs[1].submit_append("T", "3", None, mine("k")) == 1
+    assert await store.submit_append("T", "4", None, mine("k")) == 1
     assert [await log.newest_event_id() for log in logs] == [1, 1]
+
+
+async def test_keys_are_per_writer(store: Store, store_db: str) -> None:
+    """The same key from two users names two events, in flight together, in one batch and
+    once committed; each writer's copy gets its own event's id."""
+    alice, bob = WriterKey(UserId(1), "k"), WriterKey(UserId(2), "k")
+    together = [store.submit_append("T", str(n), None, key) for n, key in enumerate([alice, bob])]
+    assert list(await asyncio.gather(*together)) == [1, 2]
+    assert await store.submit_appends([("T", "2", None)] * 2, [bob, alice]) == [2, 1]
+    carol = WriterKey(UserId(3), "k")
+    assert await store.submit_appends([("T", "3", None)] * 2, [carol, alice]) == [3, 1]
+    assert await store.submit_append("T", "4", None, carol) == 3
+    assert stored(store_db) == [(1, 0), (2, 1), (3, 3)]
 
 
 async def test_keys_survive_a_restart(store_db: str) -> None:
     async with await open_store(store_db) as store:
-        assert [await store.submit_append("T", str(n), None, f"k{n}") for n in range(3)] == [
+        assert [await store.submit_append("T", str(n), None, mine(f"k{n}")) for n in range(3)] == [
             1,
             2,
             3,
         ]
     async with await open_store(store_db) as store:
-        assert await store.submit_append("T", "9", None, "k1") == 2
+        assert await store.submit_append("T", "9", None, mine("k1")) == 2
         assert await store.newest_event_id() == 3
 
 
@@ -135,30 +155,35 @@ async def test_a_key_is_forgotten_after_the_window(store_db: str) -> None:
     """Past the window an event with the key is stored again (and takes the key over);
     the discarder's turns delete old keys only."""
     async with await open_store(store_db, dedup_window=1) as store:
-        await store.submit_append("T", "1", None, "old")
-        await store.submit_append("T", "2", None, "again")
+        await store.submit_append("T", "1", None, mine("old"))
+        await store.submit_append("T", "2", None, mine("again"))
         stored_by = time.time()
         assert await store.forget_keys(100) == 0
         await wait_past(stored_by + 1)
-        assert await store.submit_append("T", "3", None, "again") == 3
-        assert await store.submit_append("T", "4", None, "again") == 3
-        assert key_count(store_db) == 2
+        theirs = WriterKey(UserId(2), "again")  # with another writer's, in one batch
+        assert await store.submit_appends([("T", "3", None)] * 2, [mine("again"), theirs]) == [
+            3,
+            4,
+        ]
+        assert await store.submit_append("T", "4", None, mine("again")) == 3
+        assert key_count(store_db) == 3
         assert await store.forget_keys(100) == 1  # "old"; "again" is new again
-        assert [key for (key,) in execute_sql(store_db, "SELECT key FROM dedup_keys")] == ["again"]
+        kept = execute_sql(store_db, "SELECT user_id, key FROM dedup_keys ORDER BY 1")
+        assert [tuple(row) for row in kept] == [(1, "again"), (2, "again")]
 
 
 async def test_forgetting_goes_in_bounded_chunks(store_db: str) -> None:
     async with await open_store(store_db, dedup_window=0.001) as store:
-        await store.submit_appends([("T", "1", None)] * 25, [f"k{n}" for n in range(25)])
+        await store.submit_appends([("T", "1", None)] * 25, [mine(f"k{n}") for n in range(25)])
         await wait_past(time.time() + 0.01)
         assert [await store.forget_keys(10) for _ in range(4)] == [10, 10, 5, 0]
 
 
 async def test_with_no_window_keys_are_ignored(store_db: str) -> None:
     async with await open_store(store_db, dedup_window=0) as store:
-        ids = [await store.submit_append("T", "1", None, "k") for _ in range(2)]
+        ids = [await store.submit_append("T", "1", None, mine("k")) for _ in range(2)]
         assert ids == [1, 2]
-        assert await store.submit_appends([("T", "1", None)] * 2, ["k", "k"]) == [3, 4]
+        assert await store.submit_appends([("T", "1", None)] * 2, [mine("k"), mine("k")]) == [3, 4]
     assert key_count(store_db) == 0
     with pytest.raises(ValueError, match="0 or more seconds"):
         await open_store(store_db, dedup_window=-1)
@@ -391,11 +416,11 @@ async def test_a_key_committed_while_the_batch_waited_for_the_lock_is_found(pg_u
             row = await cursor.fetchone()
             assert row is not None
             await other.execute(
-                "INSERT INTO dedup_keys VALUES (0, 'raced', %s,"
+                "INSERT INTO dedup_keys VALUES (0, 1, 'raced', %s,"
                 " (extract(epoch FROM now()) * 1000)::bigint)",
                 (row[0],),
             )
-            appended = store.submit_append("T", "2", None, "raced")
+            appended = store.submit_append("T", "2", None, mine("raced"))
             waiting = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
             async with asyncio.timeout(10):  # until the batch's statement waits for the lock
                 while not execute_sql(pg_url, waiting):  # noqa: ASYNC110 - another process's

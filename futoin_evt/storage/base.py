@@ -49,10 +49,11 @@ from ..domain.sessions import ConsoleSessionStore
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..domain.termini import KeptTermini
 from ..stats import DamageStats, WriteStats
+from .dedup import WriterKey
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 14
+SCHEMA_VERSION: Final = 15
 
 
 class StoreError(Exception):
@@ -246,20 +247,21 @@ class EventLog(Protocol):
         event_type: str,
         data_json: str,
         content_type: str | None = None,
-        key: str | None = None,
+        key: WriterKey | None = None,
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable. ``content_type``: the
         event came as an AMQP ``data`` section with this content type (see :data:`EventRow`).
 
-        ``key`` (checked already): within :attr:`Keys.dedup_window` of this partition, when
-        an event with that key is stored (by any process) or being stored (by this one),
-        nothing is stored and the future gets the first event's id. The check is part of
-        the commit. With no window the key is ignored."""
+        ``key`` (checked already), with the user who writes it: within
+        :attr:`Keys.dedup_window` of this partition, when an event with that key from that
+        user is stored (by any process) or being stored (by this one), nothing is stored and
+        the future gets the first event's id. Another user's events with the same key are
+        never found. The check is part of the commit. With no window the key is ignored."""
 
     def submit_appends(
         self,
         events: Sequence[tuple[str, str, str | None]],
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[WriterKey | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events (type, data JSON, content type) that are stored together or not at
         all: one transaction holds them all (a group commit never splits them). ``keys``:
@@ -448,7 +450,8 @@ class Retention(Protocol):
 
 
 class Keys(Protocol):
-    """Producers' keys of events (see :meth:`EventLog.submit_append`), store-wide."""
+    """Producers' keys of events, each its writer's (see :meth:`EventLog.submit_append`),
+    store-wide."""
 
     @property
     def dedup_window(self) -> float:
@@ -495,6 +498,22 @@ class Grants(Protocol):
 
     async def list_grants(self) -> list[GrantRow]:
         """Every grant that holds a right, by user id and pattern."""
+
+    async def access_version(self) -> int:
+        """A number every change of users, grants and schema versions moves on, in any
+        process (:mod:`.changes_sql`): cheap to read."""
+
+    def peek_access_version(self) -> int | None:
+        """:meth:`access_version` read at once, without waiting (SQLite: on the event loop);
+        None when it cannot be now."""
+
+    def listen_access(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` when this store hears of such a change (PostgreSQL: any
+        process's; SQLite: none, the version is read); returns how to stop."""
+
+    @property
+    def hears_all_access_changes(self) -> bool:
+        """True when :meth:`listen_access` hears every process's changes."""
 
 
 class SchemaChanged(StoreError):

@@ -1,10 +1,13 @@
 """Producers' keys of events (idempotent appends), as both backends keep them. No I/O here.
 
-An append may carry a key (:data:`~futoin_evt.domain.stream.EVENT_KEY_RE`). Within the
-dedup window of its partition, an append whose key is already stored stores nothing and
-answers the first event's id. The check is part of the commit: one table, ``dedup_keys``,
-holds a row per (partition key, key) with the first event's id and when it was stored (ms
-since the epoch); its unique index decides between processes and workers. A batch's keys
+An append may carry a key (:data:`~futoin_evt.domain.stream.EVENT_KEY_RE`). A key belongs
+to the user who writes it (a :class:`WriterKey`): the same key from another user is another
+key, so no writer can take a key before another, nor learn which keys others used. Within
+the dedup window of its partition, an append whose writer's key is already stored stores
+nothing and answers the first event's id. The check is part of the commit: one table,
+``dedup_keys``, holds a row per (partition key, user id, key) with the first event's id and
+when it was stored (ms since the epoch); its unique index (the user id in it, so one lookup
+still decides) decides between processes and workers. A batch's keys
 are read and written in the batch's own transaction, after the partition's write lock is
 held (SQLite's one writer, :mod:`.sqlite_keys`; PostgreSQL's append lock,
 :func:`.postgres.schema.keyed_append_sql`), so nothing committed before can be missed. A
@@ -22,14 +25,25 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
-from ..domain.stream import EventId
+from ..domain.stream import EventId, UserId
 
 #: The table of every partition's keys.
 TABLE: Final = "dedup_keys"
 #: The schema version that adds the keys table.
 KEYS_VERSION: Final = 13
+#: The schema version that gives each key its writer (the keys stored before are dropped:
+#: events do not record who wrote them, and a key given to no one or to anyone would let
+#: one writer answer for another for a window more).
+WRITER_KEYS_VERSION: Final = 15
+
+
+class WriterKey(NamedTuple):
+    """A producer's key as the store keeps it: with the user who wrote it."""
+
+    writer: UserId
+    key: str
 
 
 def window_ms(seconds: float) -> int:
@@ -47,9 +61,9 @@ class PendingKeys:
     next append with it asks the database."""
 
     def __init__(self) -> None:
-        self._followers: dict[str, list[asyncio.Future[EventId]]] = {}
+        self._followers: dict[WriterKey, list[asyncio.Future[EventId]]] = {}
 
-    def follows(self, key: str, future: asyncio.Future[EventId]) -> bool:
+    def follows(self, key: WriterKey, future: asyncio.Future[EventId]) -> bool:
         """True when an append with ``key`` is in flight: ``future`` gets its outcome. Else
         ``key`` is in flight from now on, and the caller queues its append."""
         followers = self._followers.get(key)
@@ -60,7 +74,7 @@ class PendingKeys:
         return True
 
     def split(
-        self, keys: Sequence[str | None]
+        self, keys: Sequence[WriterKey | None]
     ) -> tuple[list[asyncio.Future[EventId] | None], list[asyncio.Future[EventId]]]:
         """For appends with these keys, in order: the future of each one to queue (None for
         one that follows an append with its key in flight, here or earlier in ``keys``), and
@@ -74,7 +88,7 @@ class PendingKeys:
             owned.append(None if key is not None and self.follows(key, future) else future)
         return owned, answers
 
-    def answered(self, key: str, outcome: int | BaseException) -> None:
+    def answered(self, key: WriterKey, outcome: int | BaseException) -> None:
         """The commit of the append queued with ``key`` ended: its id (stored now or
         before), or why it failed."""
         for future in self._followers.pop(key, ()):
@@ -91,13 +105,13 @@ class PendingKeys:
 
 #: One event to queue: (type, data JSON, content type), its store future, its key (None:
 #: none, or ignored), and whether the next one is committed with it.
-Queued = tuple[tuple[str, str, str | None], "asyncio.Future[EventId]", str | None, bool]
+Queued = tuple[tuple[str, str, str | None], "asyncio.Future[EventId]", WriterKey | None, bool]
 
 
 def plan_appends(
     pending: PendingKeys | None,
     events: Sequence[tuple[str, str, str | None]],
-    keys: Sequence[str | None] | None,
+    keys: Sequence[WriterKey | None] | None,
 ) -> tuple[list[Queued], list[asyncio.Future[EventId]]]:
     """What a store queues for ``events`` that are committed together, and the future of
     each for its caller; keys are ignored without ``pending`` (no window)."""

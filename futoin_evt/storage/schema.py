@@ -12,7 +12,7 @@ from typing import Final
 
 from .base import migrations_to_run
 from .checksums import CHECKSUMS_VERSION, add_column_sql
-from .dedup import KEYS_VERSION
+from .dedup import KEYS_VERSION, WRITER_KEYS_VERSION
 from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from .schemas_sql import SCHEMAS_VERSION, tables_sql
 from .sessions_sql import SESSIONS_VERSION
@@ -244,6 +244,21 @@ CREATE TABLE IF NOT EXISTS dedup_keys (
 CREATE UNIQUE INDEX IF NOT EXISTS dedup_keys_by_key ON dedup_keys (partition_key, key)
 """
 
+#: Each key is its writer's (:mod:`.dedup`): the user id joins the unique index, between the
+#: partition and the key, so one lookup still decides. The keys stored before are dropped
+#: (events do not say who wrote them; see :data:`.dedup.WRITER_KEYS_VERSION`).
+_WRITER_KEYS: Final = """
+DROP TABLE dedup_keys;
+CREATE TABLE dedup_keys (
+    partition_key INTEGER NOT NULL,
+    user_id INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    event_id INTEGER NOT NULL,
+    at INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX dedup_keys_by_key ON dedup_keys (partition_key, user_id, key)
+"""
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -262,6 +277,7 @@ MIGRATIONS: Final = {
     # each event's checksum (:mod:`.checksums`): events/0's table here, the other
     # partitions' by ensure_schema
     CHECKSUMS_VERSION: add_column_sql("events"),
+    WRITER_KEYS_VERSION: _WRITER_KEYS,
 }
 
 

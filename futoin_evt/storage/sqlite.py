@@ -55,7 +55,7 @@ from ..domain.schemas import SchemaRow
 from ..domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ..ftn3.messages import encode_json
 from ..stats import DamageStats, WriteStats
-from . import grants_sql, groups_sql, schemas_sql, sqlite_keys
+from . import changes_sql, grants_sql, groups_sql, schemas_sql, sqlite_keys
 from .aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -95,7 +95,7 @@ from .dcb_sql import (
     stored_event,
     stored_retry,
 )
-from .dedup import PendingKeys, Queued, plan_appends, window_ms
+from .dedup import PendingKeys, Queued, WriterKey, plan_appends, window_ms
 from .head import ClaimWatch, HeadWatch
 from .page_rows import event_rows
 from .pages import (
@@ -183,8 +183,9 @@ class _Append:
     tables: Tables = DEFAULT_TABLES
     #: The next queued append belongs with this one: they are committed together.
     joined: bool = False
-    #: The producer's key (see :mod:`.dedup`), and who answers the appends that follow it.
-    key: str | None = None
+    #: The producer's key with its writer (see :mod:`.dedup`), and who answers the appends
+    #: that follow it.
+    key: WriterKey | None = None
     pending: PendingKeys | None = None
 
 
@@ -327,10 +328,10 @@ class SqlitePartitionLog(PagedReads):
         event_type: str,
         data_json: str,
         content_type: str | None = None,
-        key: str | None = None,
+        key: WriterKey | None = None,
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable (the first event's,
-        for a key known within the window)."""
+        for its writer's key known within the window)."""
         self._check_writable()
         future: asyncio.Future[EventId] = self._store.loop.create_future()
         if key is None or not self._store._dedup_ms:
@@ -353,7 +354,7 @@ class SqlitePartitionLog(PagedReads):
     def submit_appends(
         self,
         events: Sequence[tuple[str, str, str | None]],
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[WriterKey | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events that are committed together or not at all."""
         self._check_writable()
@@ -1015,7 +1016,7 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
     # -- users --------------------------------------------------------------------------------
 
     async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
-        rows = await self._write(
+        rows = await self._access_write(
             "INSERT INTO users (name, password_hash, is_admin, created_at) VALUES (?, ?, ?, ?)"
             " ON CONFLICT (name) DO NOTHING RETURNING id",
             (name, password_hash, int(is_admin), utc_timestamp()),
@@ -1025,14 +1026,17 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
         return UserId(rows[0][0])
 
     async def set_password(self, name: str, password_hash: str) -> bool:
-        rows = await self._write(
-            "UPDATE users SET password_hash = ? WHERE name = ? RETURNING id", (password_hash, name)
+        """Also ends the user's console sessions (see :mod:`.changes_sql`)."""
+        rows = await self._access_write(
+            "UPDATE users SET password_hash = ? WHERE name = ? RETURNING id",
+            (password_hash, name),
+            (changes_sql.end_sessions_sql("?"), (name,)),
         )
         return bool(rows)
 
     async def remove_user(self, name: str) -> bool:
         """Remove a user and their consumers (of every partition)."""
-        rows = await self._write("DELETE FROM users WHERE name = ? RETURNING id", (name,))
+        rows = await self._access_write("DELETE FROM users WHERE name = ? RETURNING id", (name,))
         return bool(rows)
 
     async def get_user(self, name: str) -> User | None:
@@ -1052,13 +1056,46 @@ class SqliteStore(SqlitePartitionLog, CheckpointTables, TerminiTables, ConsoleSe
     # -- grants -------------------------------------------------------------------------------
 
     async def grant(self, user_id: UserId, pattern: str, rights: int) -> None:
-        await self._write(grants_sql.grant_sql("?"), (user_id, pattern, rights))
+        await self._access_write(grants_sql.grant_sql("?"), (user_id, pattern, rights))
 
     async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool:
-        rows = await self._write(grants_sql.revoke_sql("?"), (rights, user_id, pattern, rights))
-        if rows and not rows[0][0]:
-            await self._write(grants_sql.forget_empty_sql("?"), (user_id, pattern))
+        rows = await self._access_write(
+            grants_sql.revoke_sql("?"),
+            (rights, user_id, pattern, rights),
+            (grants_sql.forget_empty_sql("?"), (user_id, pattern)),
+        )
         return bool(rows)
+
+    # -- the access version (see :mod:`.changes_sql`) --------------------------------------
+
+    async def _access_write(
+        self, sql: str, params: Sequence[Any], *more: tuple[str, Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """``sql``'s rows; ``more`` statements, and the access version moved on, in the same
+        transaction."""
+        statements = [(sql, params), *more, (_BUMP_ACCESS, ())]
+        done: list[list[tuple[Any, ...]]] = await self._submit(_run_sync, statements)
+        return done[0]
+
+    #: Other processes' changes are seen only by reading the version.
+    hears_all_access_changes = False
+
+    def listen_access(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Nothing is heard on SQLite (the version is read): returns how to stop."""
+        return _nothing
+
+    async def access_version(self) -> int:
+        """Read on the event loop when the file is not busy (a few microseconds)."""
+        version = self.peek_access_version()
+        if version is None:
+            rows = await self._reader.fetchall(changes_sql.READ_ACCESS_VERSION, ())
+            version = changes_sql.version_of(list(rows))
+        return version
+
+    def peek_access_version(self) -> int | None:
+        """Read here on the event loop (3 µs); None when the file is busy or closing."""
+        rows = self._peek_rows(changes_sql.READ_ACCESS_VERSION, ())
+        return None if rows is None else changes_sql.version_of(rows)
 
     async def list_grants(self) -> list[GrantRow]:
         rows = await self._reader.fetchall(grants_sql.LIST_GRANTS, ())
@@ -1298,6 +1335,7 @@ def _registry_change_sync(
     the registry's version on."""
     done = _run_steps_sync(conn, steps)
     _bump_streams_version(conn)
+    conn.execute(_BUMP_ACCESS)
     return done, []
 
 
@@ -1310,6 +1348,14 @@ def _run_steps_sync(conn: sqlite3.Connection, steps: Generator[Step, Any, _R]) -
     except StopIteration as done:
         result: _R = done.value
         return result
+
+
+#: Moves the access version on (see :mod:`.changes_sql`).
+_BUMP_ACCESS: Final = changes_sql.bump_sql(postgres=False)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _bump_streams_version(conn: sqlite3.Connection) -> None:

@@ -11,8 +11,10 @@ lookup.
 
 A run's keys go to SQLite as one JSON array (``null`` for an event without a key, so an
 element's index is its event's offset in the run), read by ``json_each``: one parameter
-rather than four per key, so the writer thread spends less time holding the GIL, which the
-event loop needs meanwhile.
+rather than five per key, so the writer thread spends less time holding the GIL, which the
+event loop needs meanwhile. When one user writes every key of the run (the usual run: one
+producer's batch, or one at a time) the elements are the keys and the writer is one more
+parameter; else each element is ``[user id, key]``, read by ``json_extract``.
 """
 
 from __future__ import annotations
@@ -20,62 +22,90 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Sequence
-from typing import Final
+from typing import Final, NamedTuple
 
-from .dedup import TABLE
+from .dedup import TABLE, WriterKey
 
 #: The time the oldest key was stored (ms), for a reader to see whether any is past the window.
 OLDEST_SQL: Final = f"SELECT at FROM {TABLE} ORDER BY rowid LIMIT 1"
-#: The keys of a run as rows (params: partition key, first event id, ms, the keys as JSON).
-_ROWS: Final = "SELECT ?, value, ? + key, ? FROM json_each(?) WHERE value IS NOT NULL ORDER BY key"
-_INSERT_NEW: Final = (
-    f"INSERT INTO {TABLE} (partition_key, key, event_id, at) {_ROWS} ON CONFLICT DO NOTHING"
+#: Each key of a run with its writer (params :keys, :writer; see :class:`RunKeys`).
+_WRITER: Final = "COALESCE(:writer, json_extract(value, '$[0]'))"
+_KEY: Final = "CASE WHEN :writer IS NULL THEN json_extract(value, '$[1]') ELSE value END"
+_ELEMENTS: Final = "json_each(:keys) WHERE value IS NOT NULL"
+#: The keys of a run as rows (params also :partition, :first, the first event id, :at, ms).
+_ROWS: Final = (
+    f"SELECT :partition, {_WRITER}, {_KEY}, :first + key, :at FROM {_ELEMENTS} ORDER BY key"
 )
-_TAKE_OVER: Final = f"REPLACE INTO {TABLE} (partition_key, key, event_id, at) {_ROWS}"
-_IN_RUN: Final = "key IN (SELECT value FROM json_each(?) WHERE value IS NOT NULL)"
+_COLUMNS: Final = "(partition_key, user_id, key, event_id, at)"
+_INSERT_NEW: Final = f"INSERT INTO {TABLE} {_COLUMNS} {_ROWS} ON CONFLICT DO NOTHING"
+_TAKE_OVER: Final = f"REPLACE INTO {TABLE} {_COLUMNS} {_ROWS}"
+#: The stored rows of a run's keys: one probe of the unique index per key (CROSS JOIN keeps
+#: the run outside; ``(user_id, key) IN (...)`` would search by the user id alone).
+_STORED: Final = (
+    f"FROM json_each(:keys) CROSS JOIN {TABLE} d ON d.partition_key = :partition"
+    f" AND d.user_id = {_WRITER} AND d.key = {_KEY} WHERE value IS NOT NULL"
+)
 
 
-def run_keys(keys: Sequence[str | None]) -> str:
+class RunKeys(NamedTuple):
+    """A run's keys as the statements here take them."""
+
+    #: The one user who writes every key of the run; None when there are several (then each
+    #: element of ``keys`` is ``[user id, key]``).
+    writer: int | None
+    #: One element per event in order, ``null`` for one without a key.
+    keys: str
+
+
+def run_keys(keys: Sequence[WriterKey | None]) -> RunKeys:
     """A run's keys, one per event in order (None for none), as :mod:`json_each` reads them."""
-    return json.dumps(keys)
+    writers = {key.writer for key in keys if key is not None}
+    if len(writers) == 1:
+        return RunKeys(writers.pop(), json.dumps([None if k is None else k.key for k in keys]))
+    return RunKeys(None, json.dumps(keys))
 
 
 def insert_new(
-    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: str, count: int
+    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: RunKeys, count: int
 ) -> bool:
     """Store the ``count`` keys of a run whose events have ids from ``first_id`` on, as
     stored at ``at`` (ms); False when one of them was stored already (that one is left as it
     was: the caller undoes the others, :func:`undo_new`)."""
-    inserted = conn.execute(_INSERT_NEW, (partition_key, first_id, at, keys)).rowcount
-    return bool(inserted == count)
+    params = _params(partition_key, keys, first=first_id, at=at)
+    return bool(conn.execute(_INSERT_NEW, params).rowcount == count)
 
 
-def undo_new(conn: sqlite3.Connection, partition_key: int, keys: str, first_id: int) -> None:
+def undo_new(conn: sqlite3.Connection, partition_key: int, keys: RunKeys, first_id: int) -> None:
     """Delete what :func:`insert_new` stored of ``keys``: their rows for events from
     ``first_id`` on."""
     conn.execute(
-        f"DELETE FROM {TABLE} WHERE partition_key = ? AND event_id >= ? AND {_IN_RUN}",
-        (partition_key, first_id, keys),
+        f"DELETE FROM {TABLE} WHERE rowid IN (SELECT d.rowid {_STORED} AND d.event_id >= :first)",
+        _params(partition_key, keys, first=first_id),
     )
 
 
 def take_over(
-    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: str
+    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: RunKeys
 ) -> None:
     """:func:`insert_new`, where a key stored already is past the window (the lookup said
     so): it is replaced, at the end of the table."""
-    conn.execute(_TAKE_OVER, (partition_key, first_id, at, keys))
+    conn.execute(_TAKE_OVER, _params(partition_key, keys, first=first_id, at=at))
 
 
 def stored(
-    conn: sqlite3.Connection, partition_key: int, keys: str, cutoff_ms: int
-) -> dict[str, int]:
-    """The event id of each of ``keys`` stored in the partition since ``cutoff_ms``."""
+    conn: sqlite3.Connection, partition_key: int, keys: RunKeys, cutoff_ms: int
+) -> dict[tuple[int, str], int]:
+    """The event id of each of ``keys`` (by writer and key: a :class:`WriterKey` finds its
+    own) stored in the partition since ``cutoff_ms``."""
     rows = conn.execute(
-        f"SELECT key, event_id FROM {TABLE} WHERE partition_key = ? AND at >= ? AND {_IN_RUN}",
-        (partition_key, cutoff_ms, keys),
+        f"SELECT d.user_id, d.key, d.event_id {_STORED} AND d.at >= :cutoff",
+        _params(partition_key, keys, cutoff=cutoff_ms),
     )
-    return dict(rows.fetchall())
+    return {(writer, key): event_id for writer, key, event_id in rows.fetchall()}
+
+
+def _params(partition_key: int, keys: RunKeys, **more: int) -> dict[str, object]:
+    return {"partition": partition_key, "writer": keys.writer, "keys": keys.keys, **more}
 
 
 def forget(conn: sqlite3.Connection, cutoff_ms: int, limit: int) -> int:

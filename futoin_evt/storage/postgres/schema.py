@@ -13,7 +13,7 @@ import psycopg
 
 from ..base import migrations_to_run
 from ..checksums import CHECKSUMS_VERSION, add_column_sql
-from ..dedup import KEYS_VERSION
+from ..dedup import KEYS_VERSION, WRITER_KEYS_VERSION
 from ..dedup import TABLE as KEYS_TABLE
 from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..schemas_sql import SCHEMAS_VERSION, tables_sql
@@ -266,6 +266,23 @@ _KEYS: Final = (
         END $$""",
 )
 
+_WRITER_KEYS: Final = (
+    # Each key is its writer's (..dedup): the user id joins the primary key, between the
+    # partition and the key, so one lookup still decides. No reference to users: a key goes
+    # after the window, and user ids are never reused. The keys stored before are dropped
+    # (events do not say who wrote them; see ..dedup.WRITER_KEYS_VERSION).
+    "DROP TABLE dedup_keys",
+    """CREATE TABLE dedup_keys (
+        partition_key BIGINT NOT NULL,
+        user_id BIGINT NOT NULL,
+        key TEXT COLLATE "C" NOT NULL,
+        event_id BIGINT NOT NULL,
+        at BIGINT NOT NULL,
+        PRIMARY KEY (partition_key, user_id, key)
+    )""",
+    "CREATE INDEX dedup_keys_by_at ON dedup_keys (at)",
+)
+
 MIGRATIONS: Final = {
     1: _VERSION_1,
     2: _VERSION_2,
@@ -284,6 +301,7 @@ MIGRATIONS: Final = {
     # each event's checksum (:mod:`..checksums`): events/0's table here, the other
     # partitions' by ensure_schema
     CHECKSUMS_VERSION: (add_column_sql("events"),),
+    WRITER_KEYS_VERSION: _WRITER_KEYS,
 }
 
 
@@ -430,36 +448,42 @@ KEYS_RACED: Final = "futoin_evt_keys_checked"
 def keyed_append_sql(key: int) -> str:
     """A batch of appends with producers' keys to partition ``key`` (see :mod:`..dedup`)
     as ONE statement, its own transaction on an autocommit connection, as
-    :func:`append_sql`: the partition's append lock first; the events whose key is stored
-    since the window's start are answered with the stored ids; the others are inserted in
-    the order given, and their keys stored (a key older than the window taken over).
+    :func:`append_sql`: the partition's append lock first; the events whose writer's key is
+    stored since the window's start are answered with the stored ids; the others are
+    inserted in the order given, and their keys stored (a key older than the window taken
+    over).
 
     The statement's snapshot is taken when it starts, before the lock may have to be
     waited for: a key another process committed meanwhile is not among those it looks up.
     Storing the keys sees it (the unique index reads the latest rows): the key is not
     stored, and :data:`KEYS_RACED` then fails the statement (nothing of it stays; the
     caller tries again, and sees the key). Parameters: types, datas, content types, keys
-    (NULL for none), checksums, the window (ms), ts, the window (ms) again. Returns one row: the new
-    ids ascending, the ordinals (from 1) of the events answered by a stored key and those
-    events' ids, the notification (NULL when nothing was inserted), the check (true).
+    (NULL for none), their writers' user ids, checksums, the window (ms), ts, the window
+    (ms) again. Returns one row: the new ids ascending, the ordinals (from 1) of the events
+    answered by a stored key and those events' ids, the notification (NULL when nothing was
+    inserted), the check (true).
     """
     table, columns, _values, _arrays = _append_parts(key, content_type=True)
     return (
         f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
-        " input AS (SELECT t, d, c, k, s, ord FROM locked, unnest(%s::text[], %s::text[],"
-        " %s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY AS u(t, d, c, k, s, ord)),"
+        " input AS (SELECT t, d, c, k, w, s, ord FROM locked, unnest(%s::text[], %s::text[],"
+        " %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+        " WITH ORDINALITY AS u(t, d, c, k, w, s, ord)),"
         f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms FROM locked),"
-        " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i"
-        f" JOIN {KEYS_TABLE} s ON s.partition_key = {key} AND s.key = i.k, clock"
-        " WHERE s.at >= clock.now_ms - %s),"
-        " fresh AS MATERIALIZED (SELECT t, d, c, k, s, ord, row_number() OVER (ORDER BY ord) AS n"
-        " FROM input WHERE ord NOT IN (SELECT ord FROM known)),"
+        # one probe of the primary key per event, whatever the plan cached for the statement
+        # (LIMIT keeps the lookup a subquery: joined, it may become a hash of every key)
+        " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i, clock, LATERAL"
+        f" (SELECT event_id, at FROM {KEYS_TABLE} WHERE partition_key = {key}"
+        " AND user_id = i.w AND key = i.k LIMIT 1) s WHERE s.at >= clock.now_ms - %s),"
+        " fresh AS MATERIALIZED (SELECT t, d, c, k, w, s, ord,"
+        " row_number() OVER (ORDER BY ord) AS n FROM input"
+        " WHERE ord NOT IN (SELECT ord FROM known)),"
         f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, s, c FROM fresh"
         " ORDER BY ord RETURNING id),"
         " numbered AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM added),"
-        f" kept AS (INSERT INTO {KEYS_TABLE} AS s (partition_key, key, event_id, at)"
-        f" SELECT {key}, f.k, a.id, clock.now_ms FROM fresh f JOIN numbered a USING (n), clock"
-        " WHERE f.k IS NOT NULL ON CONFLICT (partition_key, key)"
+        f" kept AS (INSERT INTO {KEYS_TABLE} AS s (partition_key, user_id, key, event_id, at)"
+        f" SELECT {key}, f.w, f.k, a.id, clock.now_ms FROM fresh f JOIN numbered a USING (n),"
+        " clock WHERE f.k IS NOT NULL ON CONFLICT (partition_key, user_id, key)"
         " DO UPDATE SET event_id = excluded.event_id, at = excluded.at"
         " WHERE s.at < excluded.at - %s RETURNING 1)"
         " SELECT (SELECT array_agg(id ORDER BY id) FROM added),"
@@ -475,8 +499,8 @@ def keyed_append_sql(key: int) -> str:
 #: limit). The outer condition is checked again on a row another transaction took over
 #: meanwhile (the DELETE reads it anew), so a key stored again is not forgotten.
 FORGET_KEYS_SQL: Final = (
-    f"DELETE FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s AND (partition_key, key) IN"
-    f" (SELECT partition_key, key FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s"
+    f"DELETE FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s AND (partition_key, user_id, key) IN"
+    f" (SELECT partition_key, user_id, key FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s"
     " ORDER BY at LIMIT %s)"
 )
 

@@ -106,7 +106,7 @@ from ...domain.schemas import SchemaRow
 from ...domain.stream import DEFAULT_DEDUP_WINDOW, EventId, UserId, event_json, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import DamageStats, WriteStats
-from .. import grants_sql, groups_sql, schemas_sql
+from .. import changes_sql, grants_sql, groups_sql, schemas_sql
 from ..aggregate_sql import (
     add_sources_sql,
     aggregated_by_sql,
@@ -148,7 +148,7 @@ from ..dcb_sql import (
     read_sql,
     stored_event,
 )
-from ..dedup import PendingKeys, Queued, plan_appends, window_ms
+from ..dedup import PendingKeys, Queued, WriterKey, plan_appends, window_ms
 from ..head import ClaimWatch, HeadWatch, SharedLook
 from ..page_rows import event_rows
 from ..pages import (
@@ -318,8 +318,9 @@ class _Append:
     content_type: str | None = None
     #: The next queued append belongs with this one: they are committed together.
     joined: bool = False
-    #: The producer's key (see :mod:`..dedup`), and who answers the appends that follow it.
-    key: str | None = None
+    #: The producer's key with its writer (see :mod:`..dedup`), and who answers the appends
+    #: that follow it.
+    key: WriterKey | None = None
     pending: PendingKeys | None = None
 
 
@@ -522,7 +523,7 @@ class PostgresPartitionLog(PagedReads):
         event_type: str,
         data_json: str,
         content_type: str | None = None,
-        key: str | None = None,
+        key: WriterKey | None = None,
     ) -> asyncio.Future[EventId]:
         self._check_writable()
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
@@ -537,7 +538,7 @@ class PostgresPartitionLog(PagedReads):
     def submit_appends(
         self,
         events: Sequence[tuple[str, str, str | None]],
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[WriterKey | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events that are committed together or not at all."""
         self._check_writable()
@@ -667,7 +668,8 @@ class PostgresPartitionLog(PagedReads):
             [item.type for item in batch],
             [item.data for item in batch],
             [item.content_type for item in batch],
-            [item.key for item in batch],
+            [None if item.key is None else item.key.key for item in batch],
+            [None if item.key is None else item.key.writer for item in batch],
             [event_checksum(item.type, item.data, ts, item.content_type) for item in batch],
             window,
             ts,
@@ -1170,6 +1172,7 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         #: What group commit did (read by the metrics).
         self.write_stats = WriteStats()
         self._streams_listeners: set[Callable[[int], None]] = set()
+        self._access_listeners: set[Callable[[], None]] = set()
         self._listen_task = asyncio.create_task(self._listen(), name="futoin-evt-pg-listen")
         #: The partitions' batches waiting for the next combined commit.
         self._grouped: list[_Grouped] = []
@@ -1374,6 +1377,10 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         if payload.startswith(GROUP_CLAIM_PAYLOAD):
             self._heard_group_claim(payload)
             return
+        if payload.startswith(changes_sql.ACCESS_PAYLOAD_PREFIX):
+            for access_callback in list(self._access_listeners):
+                access_callback()
+            return
         key_text, _, id_text = payload.rpartition(":")
         with contextlib.suppress(ValueError):
             if key_text == STREAMS_PAYLOAD_PREFIX[:-1]:
@@ -1429,6 +1436,8 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
                 version = await self.streams_version()
                 for callback in list(self._streams_listeners):
                     callback(version)
+                for access_callback in list(self._access_listeners):
+                    access_callback()  # a change may have gone by meanwhile
 
     def pool_usage(self) -> tuple[int, int]:
         """(pooled connections in use, calls waiting for one)."""
@@ -1668,7 +1677,7 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
     # -- users ----------------------------------------------------------------------------
 
     async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
-        rows = await self._fetch(
+        rows = await self._access_write(
             "INSERT INTO users (name, password_hash, is_admin, created_at)"
             " VALUES (%s, %s, %s, %s) ON CONFLICT (name) DO NOTHING RETURNING id",
             (name, password_hash, is_admin, utc_timestamp()),
@@ -1678,15 +1687,17 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         return UserId(rows[0][0])
 
     async def set_password(self, name: str, password_hash: str) -> bool:
-        rows = await self._fetch(
+        """Also ends the user's console sessions (see :mod:`..changes_sql`)."""
+        rows = await self._access_write(
             "UPDATE users SET password_hash = %s WHERE name = %s RETURNING id",
             (password_hash, name),
+            (changes_sql.end_sessions_sql("%s"), (name,)),
         )
         return bool(rows)
 
     async def remove_user(self, name: str) -> bool:
         """Remove a user and their consumers (of every partition)."""
-        rows = await self._fetch("DELETE FROM users WHERE name = %s RETURNING id", (name,))
+        rows = await self._access_write("DELETE FROM users WHERE name = %s RETURNING id", (name,))
         return bool(rows)
 
     async def get_user(self, name: str) -> User | None:
@@ -1706,13 +1717,46 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
     # -- grants -------------------------------------------------------------------------------
 
     async def grant(self, user_id: UserId, pattern: str, rights: int) -> None:
-        await self._fetch(grants_sql.grant_sql("%s"), (user_id, pattern, rights))
+        await self._access_write(grants_sql.grant_sql("%s"), (user_id, pattern, rights))
 
     async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool:
-        rows = await self._fetch(grants_sql.revoke_sql("%s"), (rights, user_id, pattern, rights))
-        if rows and not rows[0][0]:
-            await self._fetch(grants_sql.forget_empty_sql("%s"), (user_id, pattern))
+        rows = await self._access_write(
+            grants_sql.revoke_sql("%s"),
+            (rights, user_id, pattern, rights),
+            (grants_sql.forget_empty_sql("%s"), (user_id, pattern)),
+        )
         return bool(rows)
+
+    # -- the access version (see :mod:`..changes_sql`) ---------------------------------
+
+    async def _access_write(
+        self, sql: str, params: Sequence[Any], *more: tuple[str, Sequence[Any]]
+    ) -> list[tuple[Any, ...]]:
+        """``sql``'s rows; ``more`` statements, and the access version moved on (every
+        process told, on commit), in the same transaction."""
+        async with self._transaction() as conn:
+            cursor = await conn.execute(sql, params)
+            rows = await cursor.fetchall() if cursor.description is not None else []
+            for more_sql, more_params in more:
+                await conn.execute(more_sql, more_params)
+            await _bump_access(conn)
+        return rows
+
+    #: Every change is notified on the channel (and the listeners are called again after a
+    #: lost connection is restored).
+    hears_all_access_changes = True
+
+    def listen_access(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` when any process changes users, grants or schemas."""
+        self._access_listeners.add(callback)
+        return lambda: self._access_listeners.discard(callback)
+
+    async def access_version(self) -> int:
+        return changes_sql.version_of(await self._fetch(changes_sql.READ_ACCESS_VERSION))
+
+    def peek_access_version(self) -> int | None:
+        """Never at once (a read goes over the network): every change is heard anyway."""
+        return None
 
     async def list_grants(self) -> list[GrantRow]:
         rows = await self._fetch(grants_sql.LIST_GRANTS)
@@ -1737,7 +1781,9 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
         steps = schemas_sql.register_steps(stream, subject, text, fingerprint, guid, after, "%s")
 
         async def register(conn: Connection) -> tuple[SchemaRow, bool]:
-            return await _run_steps(conn, steps), True
+            row = await _run_steps(conn, steps)
+            await _bump_access(conn)
+            return row, True
 
         try:
             return await self._change_registry(register)
@@ -1751,6 +1797,7 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
 
         async def delete(conn: Connection) -> tuple[None, bool]:
             await _run_steps(conn, steps)
+            await _bump_access(conn)
             return None, True
 
         await self._change_registry(delete)
@@ -1762,6 +1809,19 @@ class PostgresStore(PostgresPartitionLog, CheckpointTables, TerminiTables, Conso
     async def set_schema_level(self, subject: str, stream: str | None, level: str | None) -> None:
         for sql, params in schemas_sql.set_config_steps(subject, stream, level, "%s"):
             await self._fetch(sql, params)
+
+
+async def _bump_access(conn: Connection) -> None:
+    """Move the access version on and tell every process, on commit."""
+    cursor = await conn.execute(_BUMP_ACCESS)
+    row = await cursor.fetchone()
+    assert row is not None
+    payload = f"{changes_sql.ACCESS_PAYLOAD_PREFIX}{row[0]}"
+    await conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+
+
+#: Moves the access version on (see :mod:`..changes_sql`).
+_BUMP_ACCESS: Final = changes_sql.bump_sql(postgres=True)
 
 
 async def _run_steps(conn: Connection, steps: Generator[Step, Any, _T]) -> _T:
