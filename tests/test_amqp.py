@@ -623,7 +623,7 @@ async def test_added_over_amqp_reaches_the_official_js_client(
         (["--amqp", "nowhere"], "--amqp must be HOST:PORT"),
         (["--amqp", "127.0.0.1:99999"], "--amqp must be HOST:PORT"),
         (["--amqp", "127.0.0.1:0", "--amqp-idle-timeout", "0"], "must be above 0"),
-        (["--amqp", "127.0.0.1:{busy}"], "AMQP on 127.0.0.1:{busy}: "),
+        (["--amqp", "127.0.0.1:{busy}"], "cannot listen on 127.0.0.1:{busy} (--amqp): "),
     ],
 )
 def test_serve_amqp_option_errors(tmp_path: Path, args: list[str], message: str) -> None:

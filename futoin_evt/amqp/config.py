@@ -6,6 +6,7 @@ import ssl
 from dataclasses import dataclass, field
 from typing import Final
 
+from ..auth.sas import DEFAULT_MAX_LIFETIME
 from ..slots import GroupShare
 
 DEFAULT_PORT: Final = 5672
@@ -51,6 +52,8 @@ class AmqpConfig:
     #: The secret users' SAS keys derive from (:mod:`futoin_evt.auth.sas`), for the tokens Event
     #: Hubs clients put to ``$cbs``; None: every token is refused.
     sas_secret: bytes | None = field(default=None, repr=False)
+    #: Seconds from now a token's expiry may be at most (``serve --sas-max-lifetime``).
+    sas_max_lifetime: float = DEFAULT_MAX_LIFETIME
     #: Share the port with the other workers of a group (SO_REUSEPORT).
     reuse_port: bool = False
     #: This worker's place in the group whose limits these are (``serve --workers``).

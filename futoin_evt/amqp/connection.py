@@ -10,7 +10,8 @@ The connection acts as one user, logged in with SASL PLAIN or named by the SAS t
 A node asks :meth:`AmqpConnection.authorize` before it takes a link to a stream: the user's
 right on the stream (:mod:`futoin_evt.log.access`) and, with tokens, a scope that covers the
 address. The link is then detached with ``amqp:unauthorized-access`` once the right is
-revoked, or the last token that covered it expires.
+revoked, or the last token that covered it expires. The whole connection is closed so once
+its user's password changes, the user is removed, or (a SAS policy) is made again.
 """
 
 from __future__ import annotations
@@ -22,13 +23,15 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, Protocol, cast
 
 from .. import __version__
+from ..auth.login_log import log_failed_login
 from ..auth.sas import TokenClaims, host_name, path_covers, scope_path
-from ..auth.users import Authenticator
+from ..auth.users import CREDENTIALS_CHANGED, Authenticator
 from ..domain.partition import STREAM_NAME_RE
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..ftn3.errors import FTN3Error
 from ..log.access import Access, AccessDenied
+from ..log.connections import Connections
 from ..quoting import quote_input
 from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots, half_close
 from ..stats import CONNECTION
@@ -83,6 +86,10 @@ class Listener(Protocol):
     @property
     def slots(self) -> Slots[AmqpConnection]: ...
 
+    @property
+    def connections(self) -> Connections | None:
+        """Where a connection is listed once its user is known (the console's page)."""
+
     def opened(self, connection: AmqpConnection) -> None:
         """A new connection takes a handshake slot (an older handshake may be cut for it)."""
 
@@ -111,6 +118,8 @@ class AmqpConnection(asyncio.Protocol):
         #: None when no token was (a login with PLAIN is not scoped).
         self._scopes: dict[str, float] | None = None
         self._claims_timer: asyncio.TimerHandle | None = None
+        #: How to stop watching the user's credentials (set once a user is known).
+        self._unwatch_user: Callable[[], None] | None = None
         #: The links that depend on a right (and on the tokens' scopes): how to stop watching.
         self._guards: dict[Link, _Guard] = {}
         self._engine: Engine | None = None
@@ -180,6 +189,9 @@ class AmqpConnection(asyncio.Protocol):
         guards, self._guards = self._guards, {}
         for guard in guards.values():
             guard.stop_watching()
+        if self._unwatch_user is not None:
+            self._unwatch_user()
+            self._unwatch_user = None
         self._engine = None
         endings, self._endings = self._endings, {}
         for callbacks in endings.values():
@@ -231,7 +243,9 @@ class AmqpConnection(asyncio.Protocol):
         if credentials is not None:
             user, password = credentials
             try:
-                self.principal = await self._authenticator.authenticate(f"{user}:{password}")
+                self.principal = await self._authenticator.authenticate(
+                    f"{user}:{password}", _host(self._peer)
+                )
             except FTN3Error:
                 pass
             except Exception:  # the user store failed (the server is closing, say)
@@ -240,9 +254,10 @@ class AmqpConnection(asyncio.Protocol):
             else:
                 self._log_context = ("amqp", _peer(self._peer), self.principal.name)
                 CONNECTION.set(self._log_context)
+                self._watch_user(self.principal)
                 return Outcome.OK
-        user = credentials[0] if credentials else "?"
-        log.warning("AMQP login failed for %r from %s", user[:64], _peer(self._peer))
+        if credentials is None:  # a failed check is logged by the authenticator
+            log_failed_login("amqp", "", _host(self._peer), "not a SASL PLAIN response")
         return Outcome.AUTH
 
     @property
@@ -309,6 +324,8 @@ class AmqpConnection(asyncio.Protocol):
             )
         if not self._listener.slots.establish(self):
             return 503, TOO_MANY_CONNECTIONS
+        if current is None:
+            self._watch_user(principal)
         self.principal = principal
         scopes = self._scopes if self._scopes is not None else {}
         self._scopes = scopes
@@ -316,6 +333,29 @@ class AmqpConnection(asyncio.Protocol):
         scopes[path] = max(scopes.get(path, 0.0), float(claims.expiry))
         self._arm_claims_timer()
         return None
+
+    def _watch_user(self, principal: Principal) -> None:
+        """Close the connection once ``principal``'s credentials change (a new password, a
+        policy made again: its key, and so its tokens, changed too) or they are removed."""
+
+        def ended() -> None:
+            self._unwatch_user = None
+            log.info("AMQP connection from %s: %s", _peer(self._peer), CREDENTIALS_CHANGED)
+            guards, self._guards = self._guards, {}
+            for guard in guards.values():  # the close says why, not a detach per link
+                guard.stop_watching()
+            self.close(UNAUTHORIZED, CREDENTIALS_CHANGED)
+
+        self._unwatch_user = self._authenticator.watch_user(principal, ended)
+        listed = self._listener.connections  # once a user is known, as the watch
+        if listed is not None:
+            key = listed.add("AMQP 1.0", principal.name, _peer(self._peer), self._forced)
+            self.closed.add_done_callback(lambda _closed: listed.remove(key))
+
+    def _forced(self, reason: str) -> None:
+        """An operator closes the connection (``amqp:connection:forced``)."""
+        log.info("AMQP connection from %s: %s", _peer(self._peer), reason)
+        self.close("amqp:connection:forced", reason)
 
     def _holds_any(self, principal: Principal, stream: str) -> bool:
         allows = self._access.allows
@@ -611,6 +651,13 @@ class _Guard:
     def __init__(self, paths: tuple[str, ...], stop_watching: Callable[[], None]) -> None:
         self.paths = paths
         self.stop_watching = stop_watching
+
+
+def _host(address: Any) -> str:
+    """The peer's address without its port: checks and log lines count per address."""
+    if isinstance(address, tuple) and address:
+        return str(address[0])
+    return str(address)
 
 
 def _peer(address: Any) -> str:

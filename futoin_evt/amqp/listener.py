@@ -12,6 +12,7 @@ from ..auth.users import Authenticator
 from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..log.access import Access
+from ..log.connections import Connections
 from ..slots import AMQP_CELL, SharedCount, Slots
 from .cbs import CBS, CbsNode
 from .config import AmqpConfig
@@ -73,6 +74,8 @@ class AmqpListener:
         )
         #: Told of connections opening and closing (management events), when set.
         self.notices: ManagementBus | None = None
+        #: Where connections are listed once their user is known (the console's), when set.
+        self.connections: Connections | None = None
 
     async def start(self) -> None:
         self._server = await asyncio.get_running_loop().create_server(

@@ -28,6 +28,7 @@ from ..domain.rights import Right
 from ..domain.stream import EventRejected, StoredEvent, UserId, check_event_key, is_registrable
 from ..domain.termini import KeptTermini
 from ..log.access import Refused
+from ..log.consumers import PositionPastHead
 from ..log.eventlog import EventLog, retrieve_quietly
 from ..quoting import quote_input
 from ..stats import Calls
@@ -1391,6 +1392,11 @@ class ConsumerLink(SourceLink):
                 ):
                     self._fenced()
                     return
+            except PositionPastHead as exc:  # only ids sent move it: no client gets here
+                log.error("the position of %s was not stored: %s", component, exc)
+                if not self._closed:
+                    self._conn.detach(self._link, PRECONDITION_FAILED, str(exc))
+                return
             except Exception:
                 log.exception("storing the position of %s failed", component)
                 return

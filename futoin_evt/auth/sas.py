@@ -12,6 +12,10 @@ its password hash is a random marker (:func:`policy_hash`), so its key is derive
 and changes when the policy is made again, and its claims (Send, Listen, Manage) are its grants
 (write, read, manage) on the streams of its pattern.
 
+A token is refused when it expires more than a maximum lifetime (``serve --sas-max-lifetime``,
+default :data:`DEFAULT_MAX_LIFETIME` seconds) from now: a token that never expires would
+outlive every revocation of its key's signer but a new password.
+
 A token holds only under its resource (``sr``, :class:`TokenScope`): ``sb://HOST/`` for
 whatever its signer may use, ``sb://HOST/NAME`` for the stream NAME and the addresses under it,
 a longer path for the addresses under that path. Hosts and paths are compared without case and
@@ -36,6 +40,8 @@ from ..domain.rights import Right, names_text, parse_names
 from ..domain.stream import UserId
 from ..storage.base import User
 
+#: Seconds from now a token's expiry (``se``) may be at most, unless configured otherwise.
+DEFAULT_MAX_LIFETIME: Final = 7 * 24 * 3600
 #: Bytes of randomness in a new secret file.
 SECRET_BYTES: Final = 32
 #: A token is refused when it is longer than this (no key is that long to check).
@@ -207,13 +213,21 @@ class SasToken:
         expected = _signature(key, self.resource, self.expiry)
         return hmac.compare_digest(expected.encode(), self.signature.encode("utf-8", "replace"))
 
-    def check(self, key: str, audience: str, now: float) -> None:
-        """Raises :class:`InvalidToken` unless signed with ``key``, unexpired, and for a
-        resource that ``audience`` is (or is under)."""
+    def check(
+        self, key: str, audience: str, now: float, max_lifetime: float = DEFAULT_MAX_LIFETIME
+    ) -> None:
+        """Raises :class:`InvalidToken` unless signed with ``key``, unexpired, expiring
+        within ``max_lifetime`` seconds, and for a resource that ``audience`` is (or is
+        under)."""
         if not self.signed_with(key):
             raise InvalidToken(SIGNATURE_MISMATCH)
         if self.expiry <= now:
             raise InvalidToken("the token has expired")
+        if self.expiry > now + max_lifetime:
+            raise InvalidToken(
+                f"the token's expiry (se) is more than {max_lifetime:g} seconds away:"
+                " make one that expires sooner"
+            )
         if not _covers(self.resource, audience):
             raise InvalidToken("the token's resource (sr) does not cover the name it is put for")
 
@@ -225,9 +239,13 @@ class UserSource(Protocol):
 class SasVerifier:
     """Turns a token into the user it names."""
 
-    def __init__(self, users: UserSource, secret: bytes) -> None:
+    def __init__(
+        self, users: UserSource, secret: bytes, max_lifetime: float = DEFAULT_MAX_LIFETIME
+    ) -> None:
         self._users = users
         self._secret = secret
+        #: Seconds from now a token may expire at most.
+        self.max_lifetime = max_lifetime
 
     async def verify(self, text: object, audience: str) -> TokenClaims:
         """The user, the token's expiry (Unix seconds) and its scope; raises
@@ -236,7 +254,7 @@ class SasVerifier:
         for name in token.key_names():
             user = await self._users.get_user(name)
             if user is not None:
-                token.check(sas_key(self._secret, user), audience, time.time())
+                token.check(sas_key(self._secret, user), audience, time.time(), self.max_lifetime)
                 principal = Principal(user.id, user.name, user.is_admin)
                 return TokenClaims(principal, token.expiry, TokenScope.of(token.resource))
         # The work of a wrong signature (a key derived, the signature compared), so that the

@@ -4,7 +4,10 @@ Passwords are stored as salted scrypt hashes. Checking one costs tens of millise
 design, and every FTN3 request carries the password, so a successful check is remembered for a
 short time under a keyed digest of the credentials; the most recent ``sec`` is also kept as
 given, so a connection repeating it skips even the digest. Nothing of it is logged or stored.
-A removed user or a changed password is therefore refused at most ``cache_seconds`` later.
+When a user's password changes or the user is removed (:meth:`Authenticator.users_changed`,
+told by :class:`~futoin_evt.log.access.AccessControl` as soon as the database says so), what
+was remembered of them is forgotten, and what logged in as them ends: the connections that
+:meth:`Authenticator.watch_user` or :meth:`Authenticator.bind` registered.
 
 Checks are limited per peer address: one hash at a time, and at most
 :data:`MAX_WAITING_CHECKS` waiting behind it; more are refused at once. A peer that floods
@@ -18,9 +21,11 @@ import base64
 import functools
 import hashlib
 import hmac
+import logging
 import os
 import time
 from collections import OrderedDict
+from collections.abc import Callable, Collection
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from ..domain.management import AUTH_FAILED
@@ -28,9 +33,13 @@ from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..ftn3.errors import SECURITY_ERROR, FTN3Error
 from ..stats import BAD_CREDENTIALS, TOO_MANY_CHECKS, Refusals, current_door
+from .login_log import log_failed_login
 
 if TYPE_CHECKING:
     from ..domain.management import ManagementBus
+    from ..ftn3.calls import PeerLink
+
+log = logging.getLogger(__name__)
 
 _SCRYPT_N: Final = 2**14
 _SCRYPT_R: Final = 8
@@ -74,6 +83,8 @@ def _b64(raw: bytes) -> str:
 
 
 TOO_MANY_CHECKS_TEXT: Final = "Too many credential checks at once from this address"
+#: Why a connection of a user whose password changed (or who was removed) is closed.
+CREDENTIALS_CHANGED: Final = "the user's password changed or the user was removed: log in again"
 
 
 class _PeerChecks:
@@ -115,6 +126,54 @@ class Authenticator:
         # The most recent credentials, compared as given: most connections repeat one ``sec``.
         self._last_sec: str | dict[str, Any] | None = None
         self._last: tuple[Principal, float] = (Principal(UserId(0), "", False), 0.0)
+        #: What ends when a user's credentials change, by user id (see :meth:`watch_user`).
+        self._watches: dict[UserId, dict[object, Callable[[], None]]] = {}
+        #: Moves on with every change of users: a check that began before is not remembered.
+        self._generation = 0
+
+    # -- what ends when a user's credentials change ------------------------------------------
+
+    def watch_user(self, who: Principal, on_ended: Callable[[], None]) -> Callable[[], None]:
+        """Call ``on_ended`` once, when ``who``'s password changes or they are removed;
+        returns how to stop watching."""
+        key = object()
+        self._watches.setdefault(who.user_id, {})[key] = on_ended
+        return lambda: self._unwatch(who.user_id, key)
+
+    def bind(self, who: Principal, link: PeerLink) -> None:
+        """``link`` (an FTN3 connection) acted as ``who``: it is closed when their
+        credentials change. Cheap when already bound (it is called on every call)."""
+        watches = self._watches.get(who.user_id)
+        if watches is not None and link in watches:
+            return
+        self._watches.setdefault(who.user_id, {})[link] = lambda: link.close_refused(
+            CREDENTIALS_CHANGED
+        )
+        link.closed.add_done_callback(lambda _done: self._unwatch(who.user_id, link))
+
+    def _unwatch(self, user_id: UserId, key: object) -> None:
+        watches = self._watches.get(user_id)
+        if watches is not None:
+            watches.pop(key, None)
+            if not watches:
+                del self._watches[user_id]
+
+    def users_changed(self, user_ids: Collection[UserId]) -> None:
+        """These users' passwords changed, or they were removed: forget their verified
+        credentials and end what logged in as them."""
+        self._generation += 1
+        self._pending.clear()  # checks under way may have read the user before
+        for digest, (principal, _expires) in list(self._cache.items()):
+            if principal.user_id in user_ids:
+                del self._cache[digest]
+        if self._last[0].user_id in user_ids:
+            self._last_sec = None
+        for user_id in user_ids:
+            for on_ended in list(self._watches.pop(user_id, {}).values()):
+                try:
+                    on_ended()
+                except Exception:
+                    log.exception("ending a connection of a changed user failed")
 
     def cached(self, sec: str | dict[str, Any]) -> Principal | None:
         """The caller, when these credentials were verified less than ``cache_seconds`` ago."""
@@ -144,8 +203,9 @@ class Authenticator:
         """
         try:
             name, password = _split_credentials(sec)
-        except FTN3Error:
+        except FTN3Error as exc:
             self.refusals.note(current_door(), BAD_CREDENTIALS)
+            log_failed_login(current_door(), _given_name(sec), peer, exc.desc)
             raise
         digest = self._digest(name, password)
         cached = self._cache.get(digest)
@@ -153,6 +213,7 @@ class Authenticator:
         if cached is not None and cached[1] > now:
             self._cache.move_to_end(digest)
             return cached[0]
+        generation = self._generation
         pending = self._pending.get(digest)
         if pending is None:
             # Calls that arrive together with the same credentials share one slow check.
@@ -164,16 +225,20 @@ class Authenticator:
         except FTN3Error as exc:
             reason = TOO_MANY_CHECKS if exc.desc == TOO_MANY_CHECKS_TEXT else BAD_CREDENTIALS
             self.refusals.note(current_door(), reason)
+            log_failed_login(current_door(), name, peer, exc.desc)
             if self.notices is not None:
                 self.notices.publish(AUTH_FAILED, peer=peer, user=name[:64], reason=exc.desc)
             raise
+        if generation != self._generation:
+            return principal  # users changed meanwhile: checked again next time
         self._cache[digest] = (principal, time.monotonic() + self._cache_seconds)
         while len(self._cache) > self._cache_size:
             self._cache.popitem(last=False)
         return principal
 
     def _settled(self, digest: bytes, done: asyncio.Future[Principal]) -> None:
-        self._pending.pop(digest, None)
+        if self._pending.get(digest) is done:
+            del self._pending[digest]
         if not done.cancelled():
             # Looked at: every caller may have gone (a connection closed during the check), and
             # asyncio would log a failure nobody retrieved as an error.
@@ -219,6 +284,12 @@ def _split_credentials(sec: str | dict[str, Any]) -> tuple[str, str]:
     if not name or len(name) > USER_NAME_MAX or not _is_unicode(name + password):
         raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
     return name, password
+
+
+def _given_name(sec: str | dict[str, Any]) -> str:
+    """The user name credentials that cannot be checked name, for the log ("" for none)."""
+    name = sec.get("user") if isinstance(sec, dict) else sec.partition(":")[0]
+    return name if isinstance(name, str) and _is_unicode(name) else ""
 
 
 def _is_unicode(text: str) -> bool:

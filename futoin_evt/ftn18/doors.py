@@ -41,6 +41,7 @@ from ..dcb.service import DcbService
 from ..domain.partition import DEFAULT_PARTITION, DEFAULT_STREAM, STREAM_NAME_RE, Partition
 from ..domain.principal import Principal
 from ..domain.rights import Right
+from ..domain.stream import STREAM_NAME_RULE
 from ..ftn3.calls import CallContext, Handler, Routes
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..log.eventlog import EventLog
@@ -159,7 +160,7 @@ class PartitionDoors:
             return f"Not an event stream path: {shown} (use /NAME or /NAME/P)."
         name = parts[0]
         if STREAM_NAME_RE.fullmatch(name) is None:
-            return f"No stream is named {quote_input(name, _QUOTED)}."
+            return f"No stream is named {quote_input(name, 40)}: {STREAM_NAME_RULE}."
         if len(parts) == 1:
             return name, None
         number = parts[1]

@@ -6,9 +6,10 @@ Our own iface beside FTN18. Every call acts on the partition of the connection's
 with no right at all on the stream is refused the same whether it exists or not). A user
 sees, drops and seeks their own consumers; with ``manage`` on the stream (and as an admin),
 everyone's. Another user's consumer is answered as UnknownConsumer, the same as one that
-does not exist. ``streamInfo`` shows ``held_back_by`` and ``discard_up_to`` (which is the
-lowest consumer's position) only when that consumer is the caller's own or the caller may
-see everyone's.
+does not exist. ``acknowledge`` and ``seekConsumer`` never put a position past the
+partition's head (InvalidRequest naming it). ``streamInfo`` shows ``held_back_by`` and
+``discard_up_to`` (which is the lowest consumer's position) only when that consumer is the
+caller's own or the caller may see everyone's.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any, Final
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..ftn3.calls import CallContext
-from ..ftn3.errors import FTN3Error
+from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
+from ..log.consumers import PositionPastHead
 from ..log.eventlog import EventLog
 from ..log.retention import Discarder
 from .push import PushService
@@ -54,9 +56,12 @@ class ConsumerOps:
         self._consumers = events.consumers
 
     async def acknowledge(self, ctx: CallContext[Principal], params: dict[str, Any]) -> str | bool:
-        position = await self._consumers.acknowledge(
-            ctx.principal, params["component"], int(params["last_id"])
-        )
+        try:
+            position = await self._consumers.acknowledge(
+                ctx.principal, params["component"], int(params["last_id"])
+            )
+        except PositionPastHead as exc:
+            raise FTN3Error(INVALID_REQUEST, str(exc)) from None
         if position is None:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         return str(position) if position else False
@@ -181,6 +186,10 @@ class OpsService(ConsumerOps):
     ) -> str | bool:
         who = ctx.principal
         position = await self._log.id_before(who, params["ts"]) or 0
-        if not await self._consumers.seek(who, who.user_id, params["component"], position):
+        try:
+            sought = await self._consumers.seek(who, who.user_id, params["component"], position)
+        except PositionPastHead as exc:  # never from a time (an id given before it): the rule
+            raise FTN3Error(INVALID_REQUEST, str(exc)) from None
+        if not sought:
             raise FTN3Error(UNKNOWN_CONSUMER, "No such consumer")
         return str(position) if position else False

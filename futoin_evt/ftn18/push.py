@@ -57,6 +57,7 @@ from ..ftn3.calls import CallContext, Deferred, PeerLink
 from ..ftn3.errors import FTN3Error
 from ..ftn3.messages import Response
 from ..log.access import AccessDenied, Refused
+from ..log.consumers import PositionPastHead
 from ..log.eventlog import (
     DamagedEvent,
     EventLog,
@@ -634,6 +635,11 @@ class PushService:
             failure = task.exception()
             if isinstance(failure, StoreUnreachable):
                 self._store_again(stream, failure)
+            elif isinstance(failure, PositionPastHead):  # only ids sent move it: a fault
+                log.error("push stream %s of user %s stops: %s", stream.component,
+                          stream.user_id, failure)  # fmt: skip
+                self.forget(stream)
+                stream.stop()
             elif isinstance(failure, Refused):  # revoked meanwhile: the stream is ending
                 log.debug("push acknowledgement refused: %s", failure)
             elif failure is not None:

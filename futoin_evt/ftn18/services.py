@@ -20,6 +20,7 @@ from ..domain.stream import (
 from ..ftn3.calls import CallContext, Pending
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
+from ..log.consumers import PositionPastHead
 from ..log.eventlog import EventLog, EventPage, NotWritable, retrieve_quietly
 
 log = logging.getLogger(__name__)
@@ -75,9 +76,10 @@ class PollService:
     """``futoin.evt.poll``: consumer registration and polling.
 
     A reliable consumer's ``last_id`` acknowledges everything up to it; the stored position
-    only moves forward and is durable before the reply. With ``want``, when nothing wanted is
-    left the position skips over the unwanted events (FTN18 2.2.3), so they do not hold back
-    discarding. LIVE polls store nothing.
+    only moves forward and is durable before the reply. A ``last_id`` past the partition's
+    head is refused (InvalidRequest naming the head): nothing not yet given is acknowledged.
+    With ``want``, when nothing wanted is left the position skips over the unwanted events
+    (FTN18 2.2.3), so they do not hold back discarding. LIVE polls store nothing.
 
     A consumer working through a backlog gets a full page each time; while it processes one,
     the next is read ahead (events below the newest committed id never change), so a drain
@@ -107,7 +109,10 @@ class PollService:
                 who, last_id, types=want, max_bytes=max_bytes, ftn18_only=True
             )
             return EncodedJson(page.json)
-        page = await self._reliable_page(who, component, last_id, want, max_bytes)
+        try:
+            page = await self._reliable_page(who, component, last_id, want, max_bytes)
+        except PositionPastHead as exc:  # a last_id never given: it acknowledges nothing
+            raise FTN3Error(INVALID_REQUEST, str(exc)) from None
         if page.count == 0 and page.head_id > page.start_id:  # all filtered out: skip them
             await self._consumers.acknowledge(who, component, page.head_id)
         if page.count == MAX_EVENTS_PER_CALL or page.truncated:

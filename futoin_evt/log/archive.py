@@ -3,7 +3,10 @@
 FTN18 treats the archive as one more reliable consumer (2.3.1). The archive file has the same
 event shape (id, type, data, ts) and remembers the last archived id in the same transaction
 as the events, so after a crash it resumes exactly where it stopped: events the server sends
-again are left out, and each event is in the archive once.
+again are left out, and each event is in the archive once. An archive ahead of the newest id
+the database ever gave holds another database's events (or a restored database's lost ones):
+archiving stops (logged) and the archive's consumer keeps the events, rather than skip them
+as archived, also once the database's ids catch up.
 
 It runs inside the server (``serve --archive PATH``: a consumer ``ARCHIVE`` of the built-in
 user ``_archive``, reading the store directly) or as its own process against a remote server
@@ -27,6 +30,7 @@ from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
 from ..ftn3.messages import encode_json
 from ..storage.base import DamagedEvent, Store
 from ..storage.head import HeadWatch
+from .consumers import PositionPastHead, check_given
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +126,9 @@ class InProcessArchiver:
         archived_to = await asyncio.to_thread(self._file.last_id)
         while True:
             try:
-                # The archive is the truth: after a crash it may be ahead of the position.
+                # The archive is the truth: after a crash it may be ahead of the position,
+                # never of the ids given (else it is another database's: nothing is skipped).
+                await check_given(store, archived_to, "the archive's last id")
                 position = await store.acknowledge(user_id, ARCHIVE_COMPONENT, archived_to)
                 if position is None:  # dropped by an operator: come back
                     await store.register_consumer(user_id, ARCHIVE_COMPONENT)
@@ -140,6 +146,13 @@ class InProcessArchiver:
                 raise
             except DamagedEvent:  # logged once by the store: the archive waits at it
                 await asyncio.sleep(_DAMAGED_RETRY_SECONDS)
+            except PositionPastHead as exc:  # its ids mean other events: none is skipped
+                log.error(
+                    "archiving to %s stopped: %s, so the archive holds another database's"
+                    " events; the events stay until it is moved aside and the server restarted",
+                    self._file.path, exc,
+                )  # fmt: skip
+                return
             except Exception:
                 log.exception("archiving failed; trying again")
                 await asyncio.sleep(1.0)

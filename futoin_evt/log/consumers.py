@@ -6,6 +6,12 @@ each rule and management event is written once: a consumer registered anew is an
 the consumer's delivery (its push stream, on every worker), so its receiver starts again
 from the stored position. Each call takes the acting user (``who``) first; who may act on
 whose consumers is :mod:`.access`'s.
+
+A position moves only over what was given: an acknowledgement or a seek past the partition's
+head (the newest id ever given there) is refused with :class:`PositionPastHead`, so no
+reader can make events go away before they exist. The head only grows: a position at or
+below the newest id this process has seen (the store's :attr:`head`, or the last head read
+here) is taken without asking the database.
 """
 
 from __future__ import annotations
@@ -19,10 +25,49 @@ from ..domain.partition import Partition
 from ..domain.principal import Principal
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
 from ..storage.base import ConsumerRow, EventPage, PartitionLog, Users
-from ..storage.head import ClaimWatch
-from .access import OPEN_ACCESS, StreamGuard
+from ..storage.head import ClaimWatch, HeadWatch
+from .access import OPEN_ACCESS, Refused, StreamGuard
 
-__all__ = ["ConsumerLifecycle", "ConsumerRow", "Deliveries", "PartitionConsumers"]
+__all__ = [
+    "ConsumerLifecycle",
+    "ConsumerRow",
+    "Deliveries",
+    "PartitionConsumers",
+    "PositionPastHead",
+    "check_given",
+]
+
+
+class PositionPastHead(Refused):
+    """A position past the newest id ever given in the partition: nothing there was read."""
+
+    def __init__(self, name: str, position: int, partition: Partition, head: int) -> None:
+        self.position = position
+        self.head = head
+        super().__init__(f"{name} {position} is past the head of partition {partition} ({head})")
+
+
+class _Given(Protocol):
+    """What :func:`check_given` reads: the partition, its committed head, the head ever given."""
+
+    @property
+    def partition(self) -> Partition: ...
+
+    @property
+    def head(self) -> HeadWatch: ...
+
+    async def last_given_id(self) -> int: ...
+
+
+async def check_given(store: _Given, position: int, name: str = "last_id") -> int:
+    """:class:`PositionPastHead` unless ``position`` is at or below the newest id ever given
+    in ``store``'s partition; returns that id as read (the committed head when it was not)."""
+    head = store.head.head
+    if position > head:
+        head = await store.last_given_id()
+        if position > head:
+            raise PositionPastHead(name, position, store.partition, head)
+    return head
 
 
 class Deliveries(Protocol):
@@ -54,6 +99,9 @@ class PartitionConsumers:
         #: Registering, reading and acknowledging need read on the stream; seeing and acting
         #: on another user's consumers needs manage.
         self.guard = guard or StreamGuard(OPEN_ACCESS, store.partition.stream)
+        #: The newest id known to have been given (it only grows): a position at or below
+        #: it, or the store's head, needs no look at the database.
+        self._given = 0
 
     # -- the lifecycle ----------------------------------------------------------------------
 
@@ -85,11 +133,16 @@ class PartitionConsumers:
         return True
 
     async def seek(self, who: Principal, owner: UserId, component: str, position: int) -> bool:
-        """Put the position of ``owner``'s consumer anywhere (not an acknowledgement) and
-        stop its delivery; False when there is no such consumer that ``who`` may act on."""
-        if not self.guard.acts_for(who, owner) or not await self._store.set_position(
-            owner, component, position
+        """Put the position of ``owner``'s consumer anywhere up to the head (not an
+        acknowledgement) and stop its delivery; False when there is no such consumer that
+        ``who`` may act on, :class:`PositionPastHead` past the head."""
+        if not self.guard.acts_for(who, owner):
+            return False
+        if not self._given_already(position) and not await self._may_move(
+            owner, component, position, "position"
         ):
+            return False
+        if not await self._store.set_position(owner, component, position):
             return False
         self._stop_delivery(owner, component)
         return True
@@ -111,9 +164,39 @@ class PartitionConsumers:
     ) -> int | None:
         """Durably move ``who``'s position forward to ``up_to`` (never back); the position
         after, or None when the consumer is not registered (or, with ``epoch``, was claimed
-        by a newer delivery)."""
+        by a newer delivery). :class:`PositionPastHead` past the head."""
         self.guard.read(who)
+        if not self._given_already(up_to) and not await self._may_move(
+            who.user_id, component, up_to
+        ):
+            return None
         return await self._store.acknowledge(who.user_id, component, up_to, epoch=epoch)
+
+    async def within_head(self, position: int, name: str = "last_id") -> None:
+        """:class:`PositionPastHead` when ``position`` is past the head (for a door that
+        moves a position by another way, an AMQP consumer group's)."""
+        if not self._given_already(position):
+            await self._within_head(position, name)
+
+    def _given_already(self, position: int) -> bool:
+        """Whether ``position`` is known to be given, without asking the database."""
+        return position <= self._given or position <= self._store.head.head
+
+    async def _within_head(self, position: int, name: str = "last_id") -> None:
+        self._given = max(self._given, await check_given(self._store, position, name))
+
+    async def _may_move(
+        self, owner: UserId, component: str, position: int, name: str = "last_id"
+    ) -> bool:
+        """True when ``position`` is within the head; past it, False when the consumer is
+        not registered (that answer comes first), else :class:`PositionPastHead`."""
+        try:
+            await self._within_head(position, name)
+        except PositionPastHead:
+            if await self._store.position(owner, component) is None:
+                return False
+            raise
+        return True
 
     async def claim(self, who: Principal, component: str) -> tuple[int, int] | None:
         """Make the caller the consumer's one delivery in the whole cluster: (its new epoch,

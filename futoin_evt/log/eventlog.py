@@ -43,6 +43,7 @@ from ..storage.base import (
     StoreUnreachable,
     StreamBounds,
 )
+from ..storage.dedup import WriterKey
 from .access import OPEN_ACCESS, StreamGuard
 from .consumers import ConsumerLifecycle, PartitionConsumers
 from .schemas import TypeSchema
@@ -101,8 +102,10 @@ class EventLog:
         self, who: Principal, event_type: str, data: Any, key: str | None = None
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable. With the producer's
-        ``key``: the first event's id when one with that key is stored or being stored
-        within the dedup window (see :meth:`~futoin_evt.storage.base.EventLog.submit_append`).
+        ``key``: the first event's id when one with that key from ``who`` is stored or being
+        stored within the dedup window (see
+        :meth:`~futoin_evt.storage.base.EventLog.submit_append`). A key is its writer's:
+        another user's event with the same key is another event.
 
         Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an
         event (a bad key included; or its type's schema refuses it), :class:`NotWritable`
@@ -116,7 +119,9 @@ class EventLog:
             schema.check(event_type, data)
         if checked_key is None:
             return self._store.submit_append(event_type, data_json)
-        return self._store.submit_append(event_type, data_json, None, checked_key)
+        return self._store.submit_append(
+            event_type, data_json, None, WriterKey(who.user_id, checked_key)
+        )
 
     def append_encoded(
         self,
@@ -129,12 +134,16 @@ class EventLog:
         transaction, all or none (one its type's schema refuses stores none), but for those
         whose producer's key (``keys``, one per event) is known: see :meth:`append`."""
         self.guard.write(who)
+        writer_keys = None
         if keys is not None:
-            keys = [None if key is None else check_event_key(key) for key in keys]
+            writer = who.user_id
+            writer_keys = [
+                None if key is None else WriterKey(writer, check_event_key(key)) for key in keys
+            ]
         self._check_encoded([(event[0], event[1]) for event in events])
         if len(events) == 1:
-            return self._store.submit_append(*events[0], keys[0] if keys else None)
-        return self._store.submit_appends(events, keys)
+            return self._store.submit_append(*events[0], writer_keys[0] if writer_keys else None)
+        return self._store.submit_appends(events, writer_keys)
 
     async def dcb_append(
         self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
@@ -299,7 +308,9 @@ class EventLog:
         self, user_id: UserId, group: str, claim: int, component: str, up_to: int
     ) -> int | None:
         """:meth:`acknowledge`, fenced by the group's claim: None once another claim took it
-        (or the consumer is not registered)."""
+        (or the consumer is not registered);
+        :class:`~futoin_evt.log.consumers.PositionPastHead` past the head."""
+        await self.consumers.within_head(up_to)
         return await self._store.acknowledge_group(user_id, group, claim, component, up_to)
 
     def listen_group_claims(

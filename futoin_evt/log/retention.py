@@ -11,6 +11,14 @@ are deleted once they are outside the policy. A policy also always keeps the new
 ``keep_events`` events and those younger than ``keep_seconds``, whatever was read. Events
 an aggregated stream has not copied yet stay, whatever the rest allows.
 
+A consumer whose user may no longer read the stream (a revoke) holds nothing back: before
+each discard the discarding process drops the partition's lowest consumer while its user
+lacks read there (after reading the grants again, so a grant this process has not loaded yet
+is not taken for a revoke), announced as ``consumerDropped`` and listed with the expired
+ones. A consumer of such a user that is not the lowest holds back nothing yet; it is
+dropped when it would. Admins' consumers and the server's own (the built-in archiver's,
+whose user cannot log in) are not judged by grants. A removed user's consumers go with them.
+
 A consumer not seen for ``expire_consumers_after`` seconds (no poll, no acknowledgement, no
 connected push stream) is dropped, logged, and listed in the stream information, so a dead
 consumer cannot pin the store forever. The kept AMQP link termini that expired are deleted
@@ -47,10 +55,18 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from ..domain.management import CONSUMER_EXPIRED, EVENTS_DISCARDED, ManagementBus
+from ..domain.management import (
+    CONSUMER_DROPPED,
+    CONSUMER_EXPIRED,
+    EVENTS_DISCARDED,
+    ManagementBus,
+)
 from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
+from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..domain.stream import UserId, utc_timestamp
-from ..storage.base import Consumers, DiscardLimits, Keys, Retention
+from ..storage.base import Consumers, DiscardLimits, Keys, Retention, User
+from .archive import NO_LOGIN
 
 log = logging.getLogger(__name__)
 
@@ -68,6 +84,22 @@ class RetentionStore(Keys, Protocol):
     async def purge_termini(self) -> int:
         """Delete the expired termini; how many."""
         ...
+
+    async def get_user(self, name: str) -> User | None: ...
+
+
+class Grants(Protocol):
+    """Who may read which stream now (:class:`~.access.AccessControl`)."""
+
+    def allows(self, caller: Principal, right: Right | int, stream: str) -> bool: ...
+
+    async def catch_up(self) -> None:
+        """Returns once the grants in the database are in use."""
+        ...
+
+
+#: Why a consumer of a user who lost read on its stream is dropped.
+LOST_READ: Final = "its user may no longer read the stream"
 
 
 #: Expired consumers remembered for the stream information (of every partition together).
@@ -156,8 +188,12 @@ class Discarder:
         streams: Iterable[StreamInfo] | None = None,
         *,
         discarding: bool = True,
+        grants: Grants | None = None,
     ) -> None:
+        """``grants``: the rights of the users; when given, a consumer whose user lost read
+        on its stream no longer holds back discarding (see the module)."""
         self._store = store
+        self._grants = grants
         #: False: another process of the server discards and expires; this one only keeps
         #: the consumers of its connected push streams seen.
         self._discarding = discarding
@@ -187,6 +223,7 @@ class Discarder:
             self._notices,
             self._streams,
             discarding=self._discarding,
+            grants=self._grants,
         )
         other.peers = self.peers
         return other
@@ -294,11 +331,13 @@ class Discarder:
             self.discarded = {p: n for p, n in self.discarded.items() if p in served}
 
     async def bound(self, partition: Partition = DEFAULT_PARTITION) -> int:
+        return discard_bound(await self._limits(partition), self.config)
+
+    async def _limits(self, partition: Partition) -> DiscardLimits:
         keep_since = None
         if self.config.keep_seconds is not None:
             keep_since = utc_timestamp(time.time() - self.config.keep_seconds)
-        limits = await self._store.partition_log(partition).discard_limits(keep_since)
-        return discard_bound(limits, self.config)
+        return await self._store.partition_log(partition).discard_limits(keep_since)
 
     async def discard(self, partition: Partition = DEFAULT_PARTITION) -> int:
         """Delete everything of ``partition`` that may go now, chunk by chunk."""
@@ -307,7 +346,10 @@ class Discarder:
 
     async def _discard(self, partition: Partition, max_chunks: int | None) -> tuple[int, int]:
         """(events deleted, chunks tried) in at most ``max_chunks`` chunks."""
-        bound = await self.bound(partition)
+        limits = await self._limits(partition)
+        if limits.lowest_position is not None and await self._drop_unreadable(partition):
+            limits = await self._limits(partition)
+        bound = discard_bound(limits, self.config)
         if not bound:
             return 0, 0
         partition_log = self._store.partition_log(partition)
@@ -329,6 +371,53 @@ class Discarder:
                     reason="retention policy",
                 )
         return deleted, chunks
+
+    async def _drop_unreadable(self, partition: Partition) -> bool:
+        """Drop the lowest consumer of ``partition`` while its user may not read the stream,
+        as the grants are in the database (one look at the lowest when nothing is dropped);
+        whether one was dropped."""
+        grants = self._grants
+        if grants is None:
+            return False
+        partition_log = self._store.partition_log(partition)
+        fresh = dropped = False
+        while (lowest := await partition_log.lowest_consumer()) is not None:
+            name, user_id, component = lowest
+            if grants.allows(Principal(user_id, name, False), Right.READ, partition.stream):
+                break
+            user = await self._store.get_user(name)
+            if user is None or user.is_admin or user.password_hash == NO_LOGIN:
+                break  # removed meanwhile (its consumers with it), or judged by no grant
+            if not fresh:  # a grant given elsewhere may not be loaded here yet
+                await grants.catch_up()
+                fresh = True
+                continue
+            if await partition_log.drop_consumer(user_id, component):
+                dropped = True
+                self._lost_read(partition, name, component)
+        return dropped
+
+    def _lost_read(self, partition: Partition, user: str, component: str) -> None:
+        log.warning("consumer %s of user %s on %s dropped: %s", component, user, partition,
+                    LOST_READ)  # fmt: skip
+        # without ``by``: the server dropped it
+        self._gone(CONSUMER_DROPPED, partition, user, component, LOST_READ)
+
+    def _gone(
+        self, event_type: str, partition: Partition, user: str, component: str, reason: str
+    ) -> None:
+        """A consumer the server dropped or expired: remembered for the stream's
+        information, and announced."""
+        self._expired.append((partition, user, component))
+        if self._notices is not None:
+            self._notices.publish(
+                event_type,
+                stream=partition.stream,
+                partition=partition.number,
+                user=user,
+                component=component,
+                reason=reason,
+            )
 
     async def _in_chunks(
         self, delete: Callable[[int], Awaitable[int]], max_chunks: int | None
@@ -359,16 +448,8 @@ class Discarder:
         for user, component in await partition_log.expire_consumers(seen_before):
             log.warning("consumer %s of user %s on %s expired: not seen since %s", component,
                         user, partition, seen_before)  # fmt: skip
-            self._expired.append((partition, user, component))
-            if self._notices is not None:
-                self._notices.publish(
-                    CONSUMER_EXPIRED,
-                    stream=partition.stream,
-                    partition=partition.number,
-                    user=user,
-                    component=component,
-                    reason=f"not seen since {seen_before}",
-                )
+            reason = f"not seen since {seen_before}"
+            self._gone(CONSUMER_EXPIRED, partition, user, component, reason)
 
 
 def _key(partition: Partition) -> int:

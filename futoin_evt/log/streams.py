@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any, Final
 
 from ..domain.partition import (
@@ -40,6 +41,104 @@ DEFAULT_POLL_SECONDS: Final = 1.0
 FALLBACK_POLL_SECONDS: Final = 30.0
 
 
+#: The read right as a plain int (the checks of every read).
+_READ: Final = int(Right.READ)
+
+
+class SourceDenied(AccessDenied):
+    """A caller may read an aggregated stream but not every stream it copies. The sentence
+    does not name the source: the caller may hold no right on it."""
+
+    def __init__(self, aggregate: str) -> None:
+        super().__init__(Right.READ, aggregate)
+        self.args = (
+            f"the read right on stream {aggregate} and on the stream it aggregates is needed",
+        )
+
+
+class SourcedAccess:
+    """The rights as every door meets them (``server.streams.access``): those of ``grants``,
+    where reading an aggregated stream needs read on it and on its source, and on the
+    source's source when that is an aggregate too. Every door's reads, listings and
+    watches go through this one rule: a revoke on the source ends a reader's view of the
+    aggregate as a revoke on the aggregate does. Admins hold every right."""
+
+    __slots__ = ("grants", "sources")
+
+    def __init__(self, grants: Access) -> None:
+        self.grants = grants
+        #: The sources of each aggregated stream, nearest first (set by the registry).
+        self.sources: dict[str, tuple[str, ...]] = {}
+
+    def allows(self, caller: Principal, right: Right | int, stream: str) -> bool:
+        grants = self.grants
+        if not grants.allows(caller, right, stream):
+            return False
+        sources = self.sources.get(stream)
+        if sources is not None and right & _READ:
+            for source in sources:
+                if not grants.allows(caller, _READ, source):
+                    return False
+        return True
+
+    def check(self, caller: Principal, right: Right | int, stream: str) -> None:
+        """:class:`~futoin_evt.log.access.AccessDenied` without ``right`` on ``stream``;
+        :class:`SourceDenied` for a read of an aggregate whose sources are not all readable."""
+        grants = self.grants
+        grants.check(caller, right, stream)
+        sources = self.sources.get(stream)  # None for most: one lookup on every read
+        if sources is not None and right & _READ:
+            for source in sources:
+                if not grants.allows(caller, _READ, source):
+                    raise SourceDenied(stream)
+
+    async def catch_up(self) -> None:
+        await self.grants.catch_up()
+
+    def watch(
+        self, caller: Principal, right: Right, stream: str, on_revoked: Callable[[], None]
+    ) -> Callable[[], None]:
+        """As :meth:`~futoin_evt.log.access.AccessControl.watch`; for a read of an aggregate,
+        ``on_revoked`` is called once the right on it or on any of its sources goes."""
+        sources = self.sources.get(stream) if right & _READ else None
+        if not sources or caller.is_admin:
+            return self.grants.watch(caller, right, stream, on_revoked)
+        stops: list[Callable[[], None]] = []
+        ended = False
+
+        def stop() -> None:
+            nonlocal ended
+            ended = True
+            for each in stops:
+                each()
+
+        def revoked() -> None:
+            if not ended:  # once, whichever right goes first
+                stop()
+                on_revoked()
+
+        stops.append(self.grants.watch(caller, right, stream, revoked))
+        stops.extend(self.grants.watch(caller, Right.READ, name, revoked) for name in sources)
+        return stop
+
+
+def aggregate_sources(infos: dict[str, StreamInfo]) -> dict[str, tuple[str, ...]]:
+    """For each aggregated stream, the names of the streams whose events it holds: its
+    source, and that source's source while it is an aggregate (a source no longer there
+    still counts by its name)."""
+    found: dict[str, tuple[str, ...]] = {}
+    for name, info in infos.items():
+        chain: list[str] = []
+        source = info.aggregate_of
+        while source is not None and source != name and source not in chain:
+            chain.append(source)
+            known = infos.get(source)
+            source = known.aggregate_of if known is not None else None
+        if chain:
+            found[name] = tuple(chain)
+    return found
+
+
 class StreamRegistry:
     """``server.streams``: the streams and partitions this process knows, by name."""
 
@@ -51,8 +150,10 @@ class StreamRegistry:
     ) -> None:
         self._store = store
         #: Adding, growing and dropping a stream need manage on its name; describing it,
-        #: read; a listing shows the streams the caller holds some right on.
-        self.access = access
+        #: read; a listing shows the streams the caller holds some right on. Reading an
+        #: aggregate needs read on its sources too (:class:`SourcedAccess`).
+        self._sourced = SourcedAccess(access)
+        self.access: Access = self._sourced
         self._poll_seconds = (
             max(poll_seconds, FALLBACK_POLL_SECONDS)
             if store.hears_all_stream_changes
@@ -96,8 +197,16 @@ class StreamRegistry:
         return iter(list(self._streams.values()))
 
     def visible_to(self, who: Principal) -> list[StreamInfo]:
-        """The streams ``who`` holds some right on (every one, for an admin)."""
-        return [info for info in self._streams.values() if self.holds_any(who, info.name)]
+        """The streams ``who`` holds some right on (every one, for an admin). An aggregate's
+        source is named only to a caller who holds some right on that name (else its
+        ``aggregate_of`` is None: the name of a stream they hold no right on is not told)."""
+        return [
+            info
+            if info.aggregate_of is None or self.holds_any(who, info.aggregate_of)
+            else replace(info, aggregate_of=None)
+            for info in self._streams.values()
+            if self.holds_any(who, info.name)
+        ]
 
     def holds_any(self, who: Principal, name: str) -> bool:
         """Whether ``who`` holds some right on the name ``name`` (then they may be told
@@ -134,6 +243,7 @@ class StreamRegistry:
         for name in self._streams.keys() - infos.keys():
             log.info("stream %s dropped", name)
         self._streams = infos
+        self._sourced.sources = aggregate_sources(infos)
         self.version = version
         for callback in list(self._listeners):
             callback()
@@ -176,7 +286,8 @@ class StreamRegistry:
 
     async def describe(self, who: Principal, name: str) -> dict[str, Any] | None:
         """:func:`describe_stream` of the stream in the database (None: no such stream),
-        with the consumers ``who`` is shown (everyone's with manage on it). Needs read."""
+        with the consumers ``who`` is shown (everyone's with manage on it). Needs read (on an
+        aggregate's sources too)."""
         guard = StreamGuard(self.access, name)
         guard.read(who)
         info = await self._store.stream(name)

@@ -8,7 +8,9 @@ InternalError and are logged with their traceback; a database that does not answ
 event read that does not match its checksum (:class:`DamagedEvent`, naming its partition and
 id, logged once per event by the store). A call
 refused in ``log/`` for a right the caller lacks (:class:`~futoin_evt.log.access.Refused`) is
-SecurityError with its one sentence, naming the right and the stream.
+SecurityError with its one sentence, naming the right and the stream; before it answers, the
+rights are read again (:attr:`Executor.recheck`), and when they changed the call is made once
+more, so a right granted a moment ago is never refused.
 
 Dispatch is synchronous wherever it can be: with credentials already verified, the checks
 and the handler run inside the frame's ``data_received``; a handler that only waits for the
@@ -22,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,6 +102,9 @@ class Executor:
         self._resolved: dict[tuple[str, int, int, str], tuple[IfaceSpec, FuncSpec]] = {}
         #: Calls by iface, function and outcome, with their latency (metrics).
         self.calls = Calls("websocket")
+        #: Reads the rights again: True when they changed (a refused call is then made
+        #: once more).
+        self.recheck: Callable[[], Awaitable[bool]] | None = None
 
     def dispatch(self, request: Request, size: int, channel: Channel, respond: Respond) -> None:
         """Run one request; ``respond`` gets the encoded reply exactly once, now or later.
@@ -116,16 +121,26 @@ class Executor:
                 return
             func, outcome = self._start(request, size, channel, principal)
         except Exception as exc:
+            if isinstance(exc, Refused) and self.recheck is not None:
+                self._spawn(self._refused(request, size, channel, respond, started, None, exc))
+                return
             respond(self._error_reply(request, None, exc, channel, started))
             return
         if isinstance(outcome, Pending):
-            outcome.future.add_done_callback(
-                lambda done: respond(
-                    self._pending_reply(request, func, outcome, done, channel, started)
-                )
-            )
+
+            def pending_done(done: Deferred[Any]) -> None:
+                if self.recheck is not None and not done.cancelled():
+                    exc = done.exception()
+                    if isinstance(exc, Refused):
+                        self._spawn(
+                            self._refused(request, size, channel, respond, started, func, exc)
+                        )
+                        return
+                respond(self._pending_reply(request, func, outcome, done, channel, started))
+
+            outcome.future.add_done_callback(pending_done)
         elif asyncio.iscoroutine(outcome):
-            self._spawn(self._await_reply(request, func, outcome, channel, respond, started))
+            self._spawn(self._await_reply(request, size, func, outcome, channel, respond, started))
         else:
             respond(self._reply(request, func, outcome, channel, started))
 
@@ -168,6 +183,8 @@ class Executor:
         if handler is None:
             raise FTN3Error(NOT_IMPLEMENTED, f"Not implemented: {request.f}")
         assert principal is not None  # no served iface allows anonymous callers
+        if channel.link is not None:  # closed when the user's password changes
+            self._auth.bind(principal, channel.link)
         ctx = CallContext(principal, func.max_response_bytes, channel.link)
         return func, handler(ctx, params)
 
@@ -183,10 +200,41 @@ class Executor:
             raise
         return iface, func
 
-    async def _call_slowly(
-        self, request: Request, size: int, channel: Channel, respond: Respond, started: float
+    async def _refused(
+        self,
+        request: Request,
+        size: int,
+        channel: Channel,
+        respond: Respond,
+        started: float,
+        func: FuncSpec | None,
+        exc: Refused,
     ) -> None:
-        """First use of some credentials: verify them (slow by design), then run the call."""
+        """A call refused for a right: when the rights changed since they were read, the
+        call is made once more; else the refusal is the answer."""
+        assert self.recheck is not None
+        try:
+            moved = await self.recheck()
+        except Exception as failed:  # the database is away: the rights known answer
+            log.debug("the rights could not be read again: %s", failed)
+            moved = False
+        if moved:
+            await self._call_slowly(request, size, channel, respond, started, again=True)
+        else:
+            respond(self._error_reply(request, func, exc, channel, started))
+
+    async def _call_slowly(
+        self,
+        request: Request,
+        size: int,
+        channel: Channel,
+        respond: Respond,
+        started: float,
+        *,
+        again: bool = False,
+    ) -> None:
+        """First use of some credentials: verify them (slow by design), then run the call
+        (``again``: a call refused once, made again after the rights changed)."""
         func: FuncSpec | None = None
         try:
             assert request.sec is not None
@@ -199,6 +247,9 @@ class Executor:
             elif asyncio.iscoroutine(outcome):
                 outcome = await outcome
         except Exception as exc:
+            if isinstance(exc, Refused) and not again and self.recheck is not None:
+                await self._refused(request, size, channel, respond, started, func, exc)
+                return
             respond(self._error_reply(request, func, exc, channel, started))
             return
         respond(self._reply(request, func, outcome, channel, started))
@@ -206,6 +257,7 @@ class Executor:
     async def _await_reply(
         self,
         request: Request,
+        size: int,
         func: FuncSpec,
         outcome: Coroutine[Any, Any, Any],
         channel: Channel,
@@ -215,6 +267,9 @@ class Executor:
         try:
             result = await outcome
         except Exception as exc:
+            if isinstance(exc, Refused) and self.recheck is not None:
+                await self._refused(request, size, channel, respond, started, func, exc)
+                return
             respond(self._error_reply(request, func, exc, channel, started))
             return
         respond(self._reply(request, func, result, channel, started))

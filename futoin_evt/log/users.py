@@ -1,0 +1,97 @@
+"""Users and their rights changed by an admin at a door (the web console), as the command
+line changes them with ``--db``: the store's users and grants (:mod:`.access`'s
+:func:`~.access.grant` and :func:`~.access.revoke`), then the rights reloaded here and in the
+other workers before the answer (a removed user's sessions and connections end with it, as
+:class:`~.access.AccessControl` ends those of a user that is gone)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final, Protocol
+
+from ..domain.principal import Principal
+from ..domain.rights import Grant
+from ..domain.stream import UserId
+from ..storage.base import User
+from . import access
+from .access import AccessControl, GrantStore, Refused
+
+#: How long a user name may be (as ``futoin-evt user add`` says).
+MAX_USER_NAME: Final = 64
+
+
+class AdminsOnly(Refused):
+    def __init__(self) -> None:
+        super().__init__("only admin users manage users and their rights")
+
+
+class UserStore(GrantStore, Protocol):
+    async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
+        """KeyError when the name is taken."""
+        ...
+
+    async def remove_user(self, name: str) -> bool: ...
+
+    async def list_users(self) -> list[User]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class UserAdmin:
+    """Every call needs ``who`` to be an admin (:class:`AdminsOnly` otherwise)."""
+
+    store: UserStore
+    control: AccessControl
+
+    async def users(self, who: Principal) -> list[User]:
+        _admin(who)
+        return sorted(await self.store.list_users(), key=lambda user: user.name)
+
+    async def describe(self, who: Principal, name: str) -> dict[str, Any]:
+        """As ``futoin-evt user show``: name, admin, grants; :class:`~.access.UnknownUser`."""
+        _admin(who)
+        return await access.describe_user(self.store, name)
+
+    async def principal(self, who: Principal, name: str) -> Principal:
+        """The user ``name`` as the rights see them (to tell what they may do)."""
+        _admin(who)
+        user = await self.store.get_user(name)
+        if user is None:
+            raise access.UnknownUser(name)
+        return Principal(user.id, user.name, is_admin=user.is_admin)
+
+    async def add(self, who: Principal, name: str, password_hash: str, *, is_admin: bool) -> None:
+        """ValueError for a name the command line would refuse; KeyError when it is taken."""
+        _admin(who)
+        if not name or len(name) > MAX_USER_NAME or ":" in name or not name.isprintable():
+            raise ValueError(f"a user name is 1 to {MAX_USER_NAME} characters without ':'")
+        await self.store.add_user(name, password_hash, is_admin=is_admin)
+        await self.control.changed_here()
+
+    async def remove(self, who: Principal, name: str) -> bool:
+        """False when there is no such user. An admin cannot remove themselves (the last
+        admin would be gone, and with them the way back in)."""
+        _admin(who)
+        if name == who.name:
+            raise ValueError("you cannot remove yourself: another admin can")
+        removed = await self.store.remove_user(name)
+        if removed:
+            await self.control.changed_here()
+        return removed
+
+    async def grant(self, who: Principal, name: str, rights: str, pattern: str) -> Grant:
+        """:class:`~futoin_evt.domain.rights.BadGrant`, :class:`~.access.UnknownUser`."""
+        _admin(who)
+        granted = await access.grant(self.store, name, rights, pattern)
+        await self.control.changed_here()
+        return granted
+
+    async def revoke(self, who: Principal, name: str, rights: str, pattern: str) -> bool:
+        _admin(who)
+        taken = await access.revoke(self.store, name, rights, pattern)
+        await self.control.changed_here()
+        return taken
+
+
+def _admin(who: Principal) -> None:
+    if not who.is_admin:
+        raise AdminsOnly()
