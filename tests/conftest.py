@@ -214,14 +214,18 @@ class ServerProcess:
         )  # fmt: skip
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        match = re.search(r"ws://[^ ]+", line)
+        match = re.search(r"ws://\S+", line)
         if match is None:
             self.proc.communicate(timeout=30)
             raise AssertionError(f"no URL in {line!r}; stderr: {self.logged()}")
         self.line = line
         self.url = match.group(0)
-        self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
-        amqp = re.search(r"amqps?://[^ ]+", line)
+        try:
+            self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
+        except ValueError:
+            self.kill()  # not left running when the start-up line is not understood
+            raise
+        amqp = re.search(r"amqps?://\S+", line)
         self.amqp_url = amqp.group(0) if amqp else None
 
     def logged(self) -> str:

@@ -17,7 +17,7 @@ import pytest
 from futoin_evt.client.aio import CommError, EventStreamClient, RemoteError
 from futoin_evt.client.receiver import LiveReceiver, ReliableReceiver
 from futoin_evt.domain.partition import DEFAULT_PARTITION, Partition
-from futoin_evt.domain.stream import UserId
+from futoin_evt.domain.stream import STREAM_NAME_RULE, UserId
 from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
@@ -290,8 +290,8 @@ BAD_PATHS = [
     ("/orders/%31", "Not a partition number: '%31' (use /NAME/P, P from 0)."),
     ("/nope/x", "Not a partition number: 'x' (use /NAME/P, P from 0)."),
     ("/orders/0/1", "Not an event stream path: '/orders/0/1' (use /NAME or /NAME/P)."),
-    ("/Orders", "No stream is named 'Orders'."),
-    ("//", "No stream is named ''."),
+    ("/Orders", f"No stream is named 'Orders': {STREAM_NAME_RULE}."),
+    ("//", f"No stream is named '': {STREAM_NAME_RULE}."),
     ("/" + "o" * 3000, None),
     ("/orders/" + "9" * 3000, None),
 ]

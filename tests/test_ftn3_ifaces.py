@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from futoin_evt.domain.stream import COMPONENT_RULE, EVENT_TYPE_RULE
 from futoin_evt.ftn3.errors import FTN3Error
 from futoin_evt.ftn3.ifaces import IfaceRegistry, IfaceSpecError
 from futoin_evt.server.app import build_registry
@@ -87,7 +88,7 @@ def _check(registry: IfaceRegistry, func: str, params: dict[str, Any]) -> dict[s
         (
             "futoin.evt.gen:1.1:addEvent",
             {"type": "lower", "data": 1},
-            "Type mismatch for parameter: futoin.evt.gen:1.1:addEvent(type)",
+            "Type mismatch for parameter: futoin.evt.gen:1.1:addEvent(type): " + EVENT_TYPE_RULE,
         ),
         (
             "futoin.evt.gen:1.1:addEvent",
@@ -102,12 +103,12 @@ def _check(registry: IfaceRegistry, func: str, params: dict[str, Any]) -> dict[s
         (
             "futoin.evt.gen:1.1:addEvent",
             {"type": "A" * 17, "data": 1},
-            "Type mismatch for parameter: futoin.evt.gen:1.1:addEvent(type)",
+            "Type mismatch for parameter: futoin.evt.gen:1.1:addEvent(type): " + EVENT_TYPE_RULE,
         ),
         (
             "futoin.evt.gen:1.1:addEvent",
             {"type": "A\n", "data": 1},
-            "Type mismatch for parameter: futoin.evt.gen:1.1:addEvent(type)",
+            "Type mismatch for parameter: futoin.evt.gen:1.1:addEvent(type): " + EVENT_TYPE_RULE,
         ),
         (
             "futoin.evt.poll:1.1:pollEvents",
@@ -122,17 +123,18 @@ def _check(registry: IfaceRegistry, func: str, params: dict[str, Any]) -> dict[s
         (
             "futoin.evt.poll:1.1:pollEvents",
             {"component": "C", "want": ["A", "b"]},
-            "Type mismatch for parameter: futoin.evt.poll:1.1:pollEvents(want)",
+            "Type mismatch for parameter: futoin.evt.poll:1.1:pollEvents(want): " + EVENT_TYPE_RULE,
         ),
         (
             "futoin.evt.poll:1.1:pollEvents",
             {"component": "C", "want": "A"},
-            "Type mismatch for parameter: futoin.evt.poll:1.1:pollEvents(want)",
+            "Type mismatch for parameter: futoin.evt.poll:1.1:pollEvents(want): " + EVENT_TYPE_RULE,
         ),
         (
             "futoin.evt.poll:1.1:pollEvents",
             {"component": "bad-name"},
-            "Type mismatch for parameter: futoin.evt.poll:1.1:pollEvents(component)",
+            "Type mismatch for parameter: futoin.evt.poll:1.1:pollEvents(component): "
+            + COMPONENT_RULE,
         ),
         (
             "futoin.evt.gen:1.1:ping",

@@ -133,5 +133,18 @@ def test_grants_through_a_running_server(tmp_path: Path) -> None:
         unknown = on_server("grant", "nobody", "read", "*", env=root)
         assert unknown.returncode == 2
         assert unknown.stderr == "futoin-evt: no user nobody.\n"
+        # the user who acts is --as; --user (before --as) still works, and says it is old
+        password = {"FUTOIN_EVT_PASSWORD": "root-pw"}
+        acting = on_server("grant", "alice", "manage", "orders", "--as", "root", env=password)
+        assert acting.stdout == "granted alice manage on orders\n", acting.stderr
+        assert acting.stderr == ""
+        old = on_server("revoke", "alice", "manage", "orders", "--user", "root", env=password)
+        assert old.stdout == "revoked manage on orders from alice\n", old.stderr
+        assert "--user is deprecated here, use --as" in old.stderr
+        shown = on_server("user", "show", "alice", "--as", "root", env=password)
+        assert shown.stdout == "alice\n  read on *\n", shown.stderr
+        nobody = on_server("user", "show", "alice", env=password)
+        assert nobody.returncode == 1
+        assert nobody.stderr == "futoin-evt: no user given: use --as or $FUTOIN_EVT_USER.\n"
     finally:
         server.stop()

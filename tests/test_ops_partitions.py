@@ -237,6 +237,7 @@ def test_the_commands_act_on_the_partition_they_name(
     async def prepare() -> None:
         async with await open_store(store_db) as store:
             await add_user(store, "alice", password_hashes["alice"])
+            await add_user(store, "bob", password_hashes["bob"], is_admin=True)
             await store.add_stream("orders", 2)
 
     asyncio.run(prepare())
@@ -277,9 +278,11 @@ def test_the_commands_act_on_the_partition_they_name(
             (partition,) = described["partitions"]
             assert (partition["number"], partition["events"]) == (1, 4), where
             assert partition["consumers"][0]["position"] == 0, where
-        assert ok("consumer", "drop", "alice", "SLOW", *orders1) == (
-            "dropped consumer SLOW of user alice\n"
-        )
+        # bob (an admin, logged in as $FUTOIN_EVT_USER) drops alice's consumer: the USER
+        # argument names the consumer's user, not who logs in
+        as_bob = {"FUTOIN_EVT_USER": "bob", "FUTOIN_EVT_PASSWORD": USERS["bob"]}
+        dropped = run("consumer", "drop", "alice", "SLOW", *orders1, env=as_bob)
+        assert (dropped.returncode, dropped.stdout) == (0, "dropped consumer SLOW of user alice\n")
         assert json.loads(ok("consumer", "list", "--json", *orders1)) == []
 
         for args, status, says in (

@@ -204,3 +204,27 @@ def test_bad_input_on_a_server_exits_2_with_one_line_and_changes_nothing(
         assert len(result.stderr.strip().splitlines()) == 1, args
         assert result.stdout == "", args
     assert on_server(server, root, "list", "--json") == before
+
+
+def test_add_and_poll_name_their_stream_and_partition(
+    admin_server: tuple[ServerProcess, dict[str, str]],
+) -> None:
+    """``add``, ``poll`` and ``tail`` take ``--stream NAME`` and ``--partition P`` as
+    ``info`` does, instead of a URL path: the event goes to that partition and is read there."""
+    server, root = admin_server
+    on_server(server, root, "add", "orders", "--partitions", "2")
+    where = ("--url", server.url, "--stream", "orders", "--partition", "1")
+    added = run("add", "ORDER_PLACED", '{"total": 5}', *where, env=root)
+    assert added.stdout == "1\n", added.stderr
+    info = json.loads(on_server(server, root, "info", "orders", "--json"))
+    assert [p["head"] for p in info["partitions"]] == [0, 1]
+    polled = run("poll", "BILLING", *where, env=root)
+    assert polled.returncode == 0, polled.stderr
+    assert [json.loads(line)["data"] for line in polled.stdout.splitlines()] == [{"total": 5}]
+    # --partition alone: the URL's own stream; a bad name is refused before anything is sent
+    other = run("poll", "BILLING", "--url", f"{server.url}orders/0", "--partition", "1", env=root)
+    assert other.returncode == 0, other.stderr
+    assert other.stdout == ""  # the same consumer, which read event 1 above
+    bad = run("add", "ORDER_PLACED", "{}", "--url", server.url, "--stream", "Orders!", env=root)
+    assert bad.returncode == 2
+    assert len(bad.stderr.strip().splitlines()) == 1

@@ -752,7 +752,7 @@ def test_a_port_in_use_is_refused_once(tmp_path: Path) -> None:
         port = str(taken.getsockname()[1])
         result = run("serve", "--port", port, "--db", str(tmp_path / "x.sqlite"), "--workers", "2")
     assert result.returncode == 2
-    assert result.stderr.startswith(f"futoin-evt: cannot listen on 127.0.0.1:{port}: ")
+    assert result.stderr.startswith(f"futoin-evt: cannot listen on 127.0.0.1:{port} (--port): ")
 
 
 def test_a_channel_directory_is_removed_once_its_supervisor_is_gone(tmp_path: Path) -> None:

@@ -41,7 +41,10 @@ def _parser() -> argparse.ArgumentParser:
         "--version", action="version", version=f"futoin-evt {__version__} ({build()})"
     )
     parser.add_argument(
-        "--log-level", default="info", choices=["debug", "info", "warning", "error"]
+        "--log-level",
+        default="info",
+        choices=["debug", "info", "warning", "error"],
+        help="log lines on stderr from this level on",
     )
     parser.add_argument(
         "--log-format",

@@ -7,13 +7,19 @@ import asyncio
 import signal
 import sqlite3
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ..client.aio import Event
 from ..client.notify import Notifications
 from ..client.receiver import LiveReceiver, Receiver, ReliableReceiver
-from ..domain.stream import LIVE_COMPONENT
+from ..domain.stream import (
+    LIVE_COMPONENT,
+    check_component,
+    check_event_key,
+    check_event_type,
+)
 from ..ftn3.messages import decode_json
 from ..log.archive import RemoteArchiver
 from ..notify.message import NotifyError, Transformation
@@ -25,57 +31,79 @@ from .common import (
     add_endpoint,
     connected_client,
     print_json,
+    stream_url,
     user_credentials,
 )
 
 
 def add_commands(commands: Commands) -> None:
     add_event = commands.add_parser("add", help="add an event through a running server")
-    add_event.add_argument("type", help="event type, e.g. USER_CREATED")
-    add_event.add_argument("data", help="event data as JSON")
+    add_event.add_argument("type", metavar="TYPE", help="event type, e.g. ORDER_PLACED")
+    add_event.add_argument("data", metavar="DATA", help="event data as JSON, e.g. '{\"id\": 1}'")
     add_event.add_argument(
         "--key",
+        metavar="KEY",
         help="the producer's key of the event (1-64 of A-Z a-z 0-9 . _ : -): run again with "
         "the same key within the server's dedup window, it stores nothing and prints the first "
-        "event's id",
+        "event's id (default: none)",
     )
-    add_endpoint(add_event)
+    add_endpoint(add_event, partitioned=True)
     add_event.set_defaults(run=_add_event)
 
     poll = commands.add_parser(
         "poll", help="print events of a consumer as JSON lines, acknowledging what was printed"
     )
-    poll.add_argument("component", help="consumer component (registered if new), or LIVE")
-    poll.add_argument("--want", help="comma-separated event types")
-    poll.add_argument("--last-id", type=int, help="LIVE only: start after this id")
+    poll.add_argument(
+        "component", metavar="COMPONENT", help="consumer component (registered if new), or LIVE"
+    )
+    poll.add_argument(
+        "--want", metavar="T1,T2", help="comma-separated event types (default: every type)"
+    )
+    poll.add_argument(
+        "--last-id",
+        type=int,
+        metavar="ID",
+        help="LIVE only: start after this id (default: the newest event)",
+    )
     poll.add_argument("--follow", action="store_true", help="keep polling for new events")
-    add_endpoint(poll)
+    add_endpoint(poll, partitioned=True)
     poll.set_defaults(run=_poll)
 
     tail = commands.add_parser(
         "tail", help="print events as they are pushed, as JSON lines, until interrupted"
     )
-    tail.add_argument("component", nargs="?", help="consumer component (registered if new)")
-    tail.add_argument("--live", action="store_true", help="new events only, no registration")
-    tail.add_argument("--want", help="comma-separated event types")
     tail.add_argument(
-        "--selector",
-        help="with --live: only the events (and server management events) a selector matches,"
-        " e.g. \"eventType = 'ORDER_PLACED' AND total > 100\"",
+        "component",
+        nargs="?",
+        metavar="COMPONENT",
+        help="consumer component (registered if new); or --live",
+    )
+    tail.add_argument("--live", action="store_true", help="new events only, no registration")
+    tail.add_argument(
+        "--want", metavar="T1,T2", help="comma-separated event types (default: every type)"
     )
     tail.add_argument(
-        "--fields", help="with --live: print only these attributes (comma-separated), in order"
+        "--selector",
+        metavar="SELECTOR",
+        help="with --live: only the events (and server management events) a selector matches,"
+        " e.g. \"eventType = 'ORDER_PLACED' AND total > 100\" (default: every event)",
+    )
+    tail.add_argument(
+        "--fields",
+        metavar="A,B",
+        help="with --live: print only these attributes (comma-separated), in order "
+        "(default: every attribute and the data)",
     )
     tail.add_argument(
         "--compact", action="store_true", help="with --fields: print each as a list of values"
     )
-    add_endpoint(tail)
+    add_endpoint(tail, partitioned=True)
     tail.set_defaults(run=_tail)
 
     events = commands.add_parser(
         "events", help="event types and their attributes, for selectors (GET-EVENTS)"
     )
-    events.add_argument("--type", help="only this event type")
+    events.add_argument("--type", metavar="TYPE", help="only this event type (default: every type)")
     events.add_argument("--json", action="store_true", help="print JSON instead of lines")
     add_endpoint(events)
     events.set_defaults(run=_events)
@@ -83,13 +111,43 @@ def add_commands(commands: Commands) -> None:
     archive = commands.add_parser(
         "archive", help="copy every event from a running server to an archive SQLite file"
     )
-    archive.add_argument("--out", type=Path, required=True, metavar="PATH")
-    archive.add_argument("--component", default="ARCHIVE")
+    archive.add_argument(
+        "--out", type=Path, required=True, metavar="PATH", help="the archive SQLite file"
+    )
+    archive.add_argument(
+        "--component",
+        default="ARCHIVE",
+        metavar="COMPONENT",
+        help="the archiver's consumer component on the server",
+    )
     add_endpoint(archive)
     archive.set_defaults(run=_archive)
 
 
+def _checked(check: Callable[[Any], Any], value: Any) -> None:
+    """A name checked before anything is sent: its rule in one sentence, exit status 1 (as
+    when the server refuses it)."""
+    try:
+        check(value)
+    except ValueError as exc:  # EventRejected is one
+        raise CliError(f"{exc}.") from None
+
+
+def _wanted(args: argparse.Namespace) -> list[str] | None:
+    """``--want``'s event types, each checked."""
+    if not args.want:
+        return None
+    want = [t for t in args.want.split(",") if t]
+    for event_type in want:
+        _checked(check_event_type, event_type)
+    return want
+
+
 async def _add_event(args: argparse.Namespace) -> int:
+    args.url = stream_url(args)
+    _checked(check_event_type, args.type)
+    if args.key is not None:
+        _checked(check_event_key, args.key)
     try:
         data = decode_json(args.data)
     except ValueError as exc:
@@ -100,7 +158,9 @@ async def _add_event(args: argparse.Namespace) -> int:
 
 
 async def _poll(args: argparse.Namespace) -> int:
-    want = [t for t in args.want.split(",") if t] if args.want else None
+    args.url = stream_url(args)
+    _checked(check_component, args.component)
+    want = _wanted(args)  # before the consumer is registered: a refused poll leaves none
     live = args.component == LIVE_COMPONENT
     if args.last_id is not None and not live:
         raise CliError("--last-id is for LIVE; a registered consumer resumes where it stopped.")
@@ -112,9 +172,7 @@ async def _poll(args: argparse.Namespace) -> int:
         while True:
             events = await client.poll_events(args.component, last_id, want)
             for event in events:
-                print_json(
-                    {"id": str(event.id), "type": event.type, "data": event.data, "ts": event.ts}
-                )
+                print_json({"id": event.id, "type": event.type, "data": event.data, "ts": event.ts})
             sys.stdout.flush()
             if events:
                 last_id = events[-1].id
@@ -128,16 +186,27 @@ async def _poll(args: argparse.Namespace) -> int:
 
 
 async def _tail(args: argparse.Namespace) -> int:
-    if args.live == bool(args.component):
-        raise CliError("give a COMPONENT, or --live, but not both.")
-    if args.selector is not None or args.fields is not None or args.compact:
+    args.url = stream_url(args)
+    selecting = args.selector is not None or args.fields is not None or args.compact
+    if selecting and not args.live:
+        raise BadSetting(
+            "--selector needs --live (--selector, --fields and --compact go with --live,"
+            " without a COMPONENT)."
+        )
+    if args.live and args.component:
+        raise CliError("give a COMPONENT or --live, not both.")
+    if not args.live and not args.component:
+        raise CliError("give a COMPONENT (a registered consumer) or --live (new events only).")
+    if selecting:
         return await _tail_selected(args)
-    want = [t for t in args.want.split(",") if t] if args.want else None
+    if args.component:
+        _checked(check_component, args.component)
+    want = _wanted(args)
     credentials = user_credentials(args)
 
     async def show(events: list[Event]) -> None:
         for event in events:
-            print_json({"id": str(event.id), "type": event.type, "data": event.data,
+            print_json({"id": event.id, "type": event.type, "data": event.data,
                          "ts": event.ts})  # fmt: skip
         sys.stdout.flush()
 
@@ -157,8 +226,6 @@ async def _tail(args: argparse.Namespace) -> int:
 
 async def _tail_selected(args: argparse.Namespace) -> int:
     """``tail --live --selector/--fields``: the notifications of a selector subscription."""
-    if not args.live:
-        raise BadSetting("--selector, --fields and --compact go with --live.")
     if args.want:
         raise BadSetting(
             "--want and --selector do not go together: name the types in the selector."

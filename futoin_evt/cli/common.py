@@ -11,12 +11,14 @@ import json
 import logging
 import os
 import sys
+import urllib.parse
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, ClassVar, Final, NoReturn, TypeAlias, TypeVar
 
 from ..auth.sas import SecretFileError, load_secret
 from ..client.aio import OPS, CommError, EventStreamClient, RemoteError
+from ..domain.partition import DEFAULT_STREAM, MAX_PARTITIONS, check_stream_name
 from ..server.app import DEFAULT_DB
 from ..stats import CONNECTION
 from ..storage import is_postgres_url, open_store
@@ -37,8 +39,42 @@ ENV_WORKERS: Final = "FUTOIN_EVT_WORKERS"
 log = logging.getLogger("futoin_evt")
 
 
+class ManualFormatter(argparse.HelpFormatter):
+    """``--help`` as the manual: an option whose help does not say its default gets
+    ``(default: VALUE)`` added, when it has one (flags are off unless given)."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (
+            action.option_strings
+            and action.nargs != 0
+            and "default" not in text
+            and default not in (None, argparse.SUPPRESS)
+        ):
+            text += " (default: %(default)s)"
+        return text
+
+
+class _CommandsAction(argparse._SubParsersAction):  # type: ignore[type-arg]
+    """Subcommands whose one-line ``help`` (in the list of commands) is also the description
+    their own ``--help`` opens with."""
+
+    def add_parser(self, name: str, **kwargs: Any) -> Any:
+        summary = kwargs.get("help")
+        if summary and "description" not in kwargs:
+            kwargs["description"] = summary[0].upper() + summary[1:] + "."
+        return super().add_parser(name, **kwargs)
+
+
 class Parser(argparse.ArgumentParser):
-    """Bad arguments: one sentence and exit status 2 (argparse prints its usage too)."""
+    """Bad arguments: one sentence and exit status 2 (argparse prints its usage too); help
+    formatted by :class:`ManualFormatter`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", ManualFormatter)
+        super().__init__(*args, **kwargs)
+        self.register("action", "parsers", _CommandsAction)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message}; see --help.\n")
@@ -79,7 +115,9 @@ def add_db(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--db",
         default=os.environ.get(ENV_DB, DEFAULT_DB),
-        help=f"SQLite file, or postgresql://user[:password]@host[:port]/dbname (${ENV_DB})",
+        metavar="PATH|URL",
+        help="SQLite file, or postgresql://user[:password]@host[:port]/dbname "
+        f"(default: ${ENV_DB}, else {DEFAULT_DB})",
     )
 
 
@@ -96,14 +134,70 @@ def add_sas_secret(parser: argparse.ArgumentParser | argparse._ArgumentGroup) ->
     )
 
 
-def add_endpoint(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default=os.environ.get(ENV_URL, DEFAULT_URL))
-    parser.add_argument("--user", default=os.environ.get(ENV_USER))
+def add_endpoint(parser: argparse.ArgumentParser, *, partitioned: bool = False) -> None:
+    """``--url`` of the server and the user's credentials; ``partitioned``: ``--stream`` and
+    ``--partition`` too, which pick the URL's path (see :func:`stream_url`)."""
+    parser.add_argument(
+        "--url",
+        default=os.environ.get(ENV_URL, DEFAULT_URL),
+        help="the server's ws:// or wss:// URL; its path names a stream and partition "
+        f"(/NAME/P) unless --stream says (default: ${ENV_URL}, else {DEFAULT_URL})",
+    )
+    parser.add_argument(
+        "--user", help=f"the user to log in as (default: ${ENV_USER})", default=_env_user()
+    )
     parser.add_argument(
         "--password-stdin",
         action="store_true",
         help=f"read the password from stdin (default: ${ENV_PASSWORD})",
     )
+    if partitioned:
+        add_stream_target(
+            parser,
+            stream_help="the stream (default: that of --url's path, else events)",
+            partition_help="the partition (default: that of --url's path, else 0; on a stream "
+            "of several partitions without it, add spreads connections over them round robin "
+            "and poll and tail are refused naming the partitions)",
+        )
+
+
+def _env_user() -> str | None:
+    return os.environ.get(ENV_USER)
+
+
+def add_stream_target(
+    parser: argparse.ArgumentParser, *, stream_help: str, partition_help: str
+) -> None:
+    """``--stream NAME`` and ``--partition P``."""
+    parser.add_argument("--stream", metavar="NAME", help=stream_help)
+    parser.add_argument("--partition", type=int, metavar="P", help=partition_help)
+
+
+def stream_url(args: argparse.Namespace) -> str:
+    """``--url`` with its path set by ``--stream`` and ``--partition`` (``/NAME`` or
+    ``/NAME/P``; the URL's own stream when only ``--partition`` is given); bad ones exit 2
+    before anything is sent."""
+    url: str = args.url
+    if args.stream is None and args.partition is None:
+        return url
+    parts = urllib.parse.urlsplit(url)
+    path = [part for part in parts.path.split("/") if part]
+    name = args.stream if args.stream is not None else (path[0] if path else DEFAULT_STREAM)
+    try:
+        check_stream_name(name)
+    except ValueError as exc:
+        raise BadSetting(f"{exc}.") from None
+    target = f"/{name}"
+    if args.partition is not None:
+        target += f"/{checked_partition(args.partition)}"
+    return urllib.parse.urlunsplit(parts._replace(path=target))
+
+
+def checked_partition(number: int) -> int:
+    """``--partition``'s number, or exit 2 before anything is sent."""
+    if not 0 <= number < MAX_PARTITIONS:
+        raise BadSetting(f"--partition must be 0 to {MAX_PARTITIONS - 1}, not {number}.")
+    return number
 
 
 def sas_secret(path: Path | None, db: str) -> bytes:
@@ -122,16 +216,45 @@ def read_password() -> str:
     return password
 
 
-def add_where(parser: argparse.ArgumentParser) -> None:
-    """``--db`` (the default), or ``--url`` of a running server with its credentials."""
+class _DeprecatedUser(argparse.Action):
+    """``--user`` where the acting user is ``--as`` (the command names a user of its own):
+    it still works, and says it is deprecated."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        print(
+            f"{parser.prog}: --user is deprecated here, use --as (the user who acts).",
+            file=sys.stderr,
+        )
+        setattr(namespace, self.dest, values)
+
+
+def add_where(parser: argparse.ArgumentParser, *, acting: str = "--user") -> None:
+    """``--db`` (the default), or ``--url`` of a running server with its credentials.
+    ``acting="--as"``: the user who logs in is ``--as`` (for commands that name another
+    user), with ``--user`` a hidden, deprecated alias."""
     add_db(parser)
     parser.add_argument(
         "--url",
-        help="a running server's ws:// URL: act through its ops iface (instead of --db)",
+        help="a running server's ws:// URL: act through its ops iface (default: none, act on --db)",
     )
     parser.add_argument(
-        "--user", default=os.environ.get(ENV_USER), help=f"with --url (${ENV_USER})"
+        acting,
+        dest="user",
+        metavar="USER",
+        default=_env_user(),
+        help=f"with --url: the user who acts, logged in as (default: ${ENV_USER})",
     )
+    if acting != "--user":
+        parser.add_argument(
+            "--user", dest="user", action=_DeprecatedUser, default=argparse.SUPPRESS,
+            help=argparse.SUPPRESS,
+        )  # fmt: skip
     parser.add_argument(
         "--password-stdin",
         action="store_true",
@@ -210,7 +333,8 @@ def read_credentials(args: argparse.Namespace) -> tuple[str, str]:
     """(user, password) from ``--user``/``$FUTOIN_EVT_USER`` and ``--password-stdin``/
     ``$FUTOIN_EVT_PASSWORD``; CliError when either is missing."""
     if not args.user:
-        raise CliError(f"no user given: use --user or ${ENV_USER}.")
+        option = getattr(args, "acting_option", "--user")
+        raise CliError(f"no user given: use {option} or ${ENV_USER}.")
     password = read_password() if args.password_stdin else os.environ.get(ENV_PASSWORD)
     if password is None:
         raise CliError(f"no password given: use --password-stdin or ${ENV_PASSWORD}.")

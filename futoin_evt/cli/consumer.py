@@ -11,11 +11,13 @@ import time
 from typing import Any
 
 from ..client.aio import OPS
-from ..domain.partition import MAX_PARTITIONS, check_stream_name
+from ..domain.partition import check_stream_name
 from .common import (
     BadSetting,
     Commands,
     add_endpoint,
+    add_stream_target,
+    checked_partition,
     connected_client,
     print_json,
 )
@@ -31,18 +33,19 @@ def add_commands(commands: Commands) -> None:
         dest="consumer_command", required=True, metavar="ACTION"
     )
     listing = consumer.add_parser("list", help="your consumers (an admin sees all)")
-    listing.add_argument("--json", action="store_true")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     _add_target(listing)
     listing.set_defaults(run=_consumer_list)
     drop = consumer.add_parser("drop", help="unregister a consumer")
-    drop.add_argument("user")
-    drop.add_argument("component")
+    # dest "owner": "user" is --user's, who logs in
+    drop.add_argument("owner", metavar="USER", help="the consumer's user")
+    drop.add_argument("component", metavar="COMPONENT", help="the consumer's component")
     _add_target(drop)
     drop.set_defaults(run=_consumer_drop)
     seek = consumer.add_parser(
         "seek", help="move your consumer to the first event at or after a time (back or on)"
     )
-    seek.add_argument("component")
+    seek.add_argument("component", metavar="COMPONENT", help="your consumer's component")
     seek.add_argument("ts", metavar="TS", help="UTC, as YYYY-MM-DDTHH:MM:SSZ")
     _add_target(seek)
     seek.set_defaults(run=_consumer_seek)
@@ -50,14 +53,10 @@ def add_commands(commands: Commands) -> None:
 
 def _add_target(parser: argparse.ArgumentParser) -> None:
     add_endpoint(parser)
-    parser.add_argument(
-        "--stream", metavar="NAME", help="the stream (default: that of --url's path, events)"
-    )
-    parser.add_argument(
-        "--partition",
-        type=int,
-        metavar="P",
-        help="the partition (default: 0 with --stream, else that of --url's path)",
+    add_stream_target(
+        parser,
+        stream_help="the stream (default: that of --url's path, else events)",
+        partition_help="the partition (default: 0 with --stream, else that of --url's path)",
     )
 
 
@@ -71,11 +70,7 @@ def _target(args: argparse.Namespace) -> dict[str, Any]:
         except ValueError as exc:
             raise BadSetting(f"{exc}.") from None
     if args.partition is not None:
-        if not 0 <= args.partition < MAX_PARTITIONS:
-            raise BadSetting(
-                f"--partition must be 0 to {MAX_PARTITIONS - 1}, not {args.partition}."
-            )
-        params["partition"] = args.partition
+        params["partition"] = checked_partition(args.partition)
     return params
 
 
@@ -145,9 +140,9 @@ async def _consumer_drop(args: argparse.Namespace) -> int:
     target = _target(args)
     async with connected_client(args) as client:
         await client.ftn3.call(
-            OPS, "dropConsumer", {"user": args.user, "component": args.component, **target}
+            OPS, "dropConsumer", {"user": args.owner, "component": args.component, **target}
         )
-    print(f"dropped consumer {args.component} of user {args.user}")
+    print(f"dropped consumer {args.component} of user {args.owner}")
     return 0
 
 

@@ -23,21 +23,24 @@ _RIGHTS_HELP = "a comma list of read, write and manage"
 def add_commands(commands: Commands) -> None:
     grant = commands.add_parser("grant", help="give a user rights on streams")
     revoke = commands.add_parser("revoke", help="take rights on streams from a user")
-    for parser, run in ((grant, _grant), (revoke, _revoke)):
-        parser.add_argument("grantee", metavar="USER")
+    for parser, run, whose in (
+        (grant, _grant, "the user who gets the rights"),
+        (revoke, _revoke, "the user who loses the rights"),
+    ):
+        parser.add_argument("grantee", metavar="USER", help=whose)
         parser.add_argument("rights", metavar="RIGHTS", help=_RIGHTS_HELP)
         parser.add_argument("pattern", metavar="PATTERN", help=_PATTERN_HELP)
-        add_where(parser)
-        parser.set_defaults(run=run)
+        add_where(parser, acting="--as")
+        parser.set_defaults(run=run, acting_option="--as")
 
 
 def add_show(user_commands: Any) -> None:
     """``user show USER``: its grants."""
     show = user_commands.add_parser("show", help="a user's rights on streams")
-    show.add_argument("name")
+    show.add_argument("name", metavar="NAME", help="the user")
     show.add_argument("--json", action="store_true", help="print JSON instead of lines")
-    add_where(show)
-    show.set_defaults(run=_show)
+    add_where(show, acting="--as")
+    show.set_defaults(run=_show, acting_option="--as")
 
 
 class GrantAdmin(Protocol):

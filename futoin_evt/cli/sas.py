@@ -20,12 +20,15 @@ def add_commands(commands: Commands) -> None:
         dest="policy_command", required=True, metavar="ACTION"
     )
     add = policy.add_parser("add", help="add a policy and print its key")
-    add.add_argument("name", help="the connection string's SharedAccessKeyName")
+    add.add_argument("name", metavar="NAME", help="the connection string's SharedAccessKeyName")
     add.add_argument(
         "--stream", required=True, metavar="PATTERN", help="a stream, a prefix ending in *, or *"
     )
     add.add_argument(
-        "--claims", required=True, help="a comma list of Send (write), Listen (read), Manage"
+        "--claims",
+        required=True,
+        metavar="CLAIMS",
+        help="a comma list of Send (write), Listen (read), Manage",
     )
     add_db(add)
     add_sas_secret(add)
@@ -34,7 +37,7 @@ def add_commands(commands: Commands) -> None:
     add_db(listing)
     listing.set_defaults(run=_list)
     remove = policy.add_parser("remove", help="remove a policy: its key stops working")
-    remove.add_argument("name")
+    remove.add_argument("name", metavar="NAME", help="the policy's name")
     add_db(remove)
     remove.set_defaults(run=_remove)
 

@@ -48,32 +48,38 @@ def add_commands(commands: Commands) -> None:
         "schema", help="event types' JSON schemas (the schema registry)"
     ).add_subparsers(dest="schema_command", required=True, metavar="ACTION")
     add = schema.add_parser("add", help="register FILE as the next version of a type's schema")
-    add.add_argument("stream")
-    add.add_argument("type")
-    add.add_argument("file", type=Path, help="a JSON Schema document; - for stdin")
+    _add_subject(add)
+    add.add_argument("file", type=Path, metavar="FILE", help="a JSON Schema document; - for stdin")
     add.add_argument("--normalize", action="store_true", help="sort the keys before keeping it")
     add_where(add)
     add.set_defaults(run=_add)
     listing = schema.add_parser("list", help="the types with a schema, and their newest version")
-    listing.add_argument("stream", nargs="?", help="only this stream's")
+    listing.add_argument(
+        "stream", nargs="?", metavar="STREAM", help="only this stream's (default: every stream)"
+    )
     listing.add_argument("--json", action="store_true", help="print JSON instead of lines")
     add_where(listing)
     listing.set_defaults(run=_list)
     show = schema.add_parser("show", help="a type's schema")
-    show.add_argument("stream")
-    show.add_argument("type")
-    show.add_argument("--version", type=int, help="this version (default: the newest)")
+    _add_subject(show)
+    show.add_argument("--version", type=int, metavar="V", help="this version (default: the newest)")
     show.add_argument("--json", action="store_true", help="the version as JSON, schema included")
     add_where(show)
     show.set_defaults(run=_show)
     check = schema.add_parser(
         "check", help="whether FILE may be the next version (exit 1 with the reasons if not)"
     )
-    check.add_argument("stream")
-    check.add_argument("type")
-    check.add_argument("file", type=Path, help="a JSON Schema document; - for stdin")
+    _add_subject(check)
+    check.add_argument(
+        "file", type=Path, metavar="FILE", help="a JSON Schema document; - for stdin"
+    )
     add_where(check)
     check.set_defaults(run=_check)
+
+
+def _add_subject(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("stream", metavar="STREAM", help="the stream the type's events are in")
+    parser.add_argument("type", metavar="TYPE", help="the event type, e.g. ORDER_PLACED")
 
 
 def _version(row: SchemaRow | dict[str, Any]) -> dict[str, Any]:

@@ -9,8 +9,11 @@ import gc
 import math
 import os
 import re
+import shlex
 import shutil
 import signal
+import socket
+import sqlite3
 import ssl
 import sys
 import time
@@ -20,12 +23,19 @@ from typing import Final, TypeVar
 
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
+from ..auth.sas import DEFAULT_MAX_LIFETIME
 from ..console.config import DEFAULT_MAX_SESSIONS, ConsoleConfig
 from ..domain.rights import ANY_STREAM, Right
 from ..domain.stream import DEFAULT_DEDUP_WINDOW
 from ..log.aggregate import DEFAULT_LEASE_SECONDS, AggregateConfig
 from ..log.retention import RetentionConfig
-from ..server.app import DEFAULT_CONSUMER_LIMIT, EventServer, ServerConfig
+from ..server.app import (
+    DEFAULT_CONSUMER_LIMIT,
+    DEFAULT_DB,
+    EventServer,
+    ServerConfig,
+    door_addresses,
+)
 from ..server.dcb_http import DCB_PATH
 from ..server.http import DEFAULT_FEED_PATH, STREAM_FEEDS_PATH, FeedConfig
 from ..server.peers import WorkerPlace
@@ -36,6 +46,7 @@ from ..storage import is_postgres_url, open_store, start_check
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, StoreUnreachable
 from .common import (
     DEFAULT_PORT,
+    ENV_DB,
     ENV_WORKERS,
     BadSetting,
     Commands,
@@ -50,7 +61,11 @@ from .common import (
 def add_commands(commands: Commands) -> None:
     serve = commands.add_parser("serve", help="run the server")
     add_db(serve)
-    serve.add_argument("--host", default="127.0.0.1", help="address to listen on")
+    serve.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address of the WebSocket/HTTP port (0.0.0.0: every one)",
+    )
     serve.add_argument(
         "--workers",
         type=int,
@@ -61,7 +76,13 @@ def add_commands(commands: Commands) -> None:
         "process",
     )
     serve.add_argument("--worker", help=argparse.SUPPRESS)  # set by the supervisor
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    serve.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help="the WebSocket/HTTP port: FTN18, the feed, DCB, the schema registry, AsyncAPI and "
+        "the console (0 picks a free port)",
+    )
     serve.add_argument(
         "--durability",
         choices=["full", "normal"],
@@ -108,8 +129,15 @@ def add_commands(commands: Commands) -> None:
         help="SQLite: run PRAGMA quick_check on the file for at most T seconds before serving, "
         "and refuse a damaged file (0: skip it)",
     )
-    serve.add_argument("--tls-cert", type=Path, help="PEM certificate: serve wss://")
-    serve.add_argument("--tls-key", type=Path, help="PEM private key for --tls-cert")
+    serve.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="PEM",
+        help="PEM certificate: serve wss:// and https:// (default: none, plain ws://)",
+    )
+    serve.add_argument(
+        "--tls-key", type=Path, metavar="PEM", help="PEM private key for --tls-cert (default: none)"
+    )
     serve.add_argument(
         "--trust-channel",
         action="store_true",
@@ -148,14 +176,19 @@ def add_commands(commands: Commands) -> None:
         "smaller limit: 64 KiB unless its iface says more)",
     )
     serve.add_argument(
-        "--archive", type=Path, metavar="PATH", help="copy every event to this SQLite file"
+        "--archive",
+        type=Path,
+        metavar="PATH",
+        help="copy every event to this SQLite file (default: none)",
     )
     amqp = serve.add_argument_group(
         "AMQP 1.0",
         "The event log node 'events' for AMQP clients (SASL PLAIN with the same users; "
-        "amqps with --tls-cert/--tls-key; needs the 'amqp' extra).",
+        "amqps with --tls-cert/--tls-key).",
     )
-    amqp.add_argument("--amqp", metavar="HOST:PORT", help="listen for AMQP here (port 0: any)")
+    amqp.add_argument(
+        "--amqp", metavar="HOST:PORT", help="listen for AMQP here (port 0: any; default: off)"
+    )
     amqp.add_argument(
         "--amqp-idle-timeout",
         type=float,
@@ -164,6 +197,14 @@ def add_commands(commands: Commands) -> None:
         help="disconnect AMQP peers silent for T seconds",
     )
     add_sas_secret(amqp)
+    amqp.add_argument(
+        "--sas-max-lifetime",
+        type=float,
+        default=DEFAULT_MAX_LIFETIME,
+        metavar="SECONDS",
+        help="refuse SAS tokens that expire more than SECONDS from now"
+        f" (default: {DEFAULT_MAX_LIFETIME}, 7 days)",
+    )
     feed = serve.add_argument_group(
         "HTTP feed",
         "FeedAPI v2 and ZeroEventHub v1 over plain HTTP GET on the same port (HTTP Basic "
@@ -177,24 +218,35 @@ def add_commands(commands: Commands) -> None:
         "--feed-users",
         metavar="U1,U2",
         help="deprecated (rights per stream decide who reads a feed): at start, each of these "
-        "users who lacks it is granted read on '*'; others keep their own grants",
+        "users who lacks it is granted read on '*'; others keep their own grants (default: none)",
     )
     keep = serve.add_argument_group(
         "retention",
         "Events every registered consumer has read are discarded. Without registered consumers "
         "nothing is discarded, unless a --keep-* policy is set.",
     )
-    keep.add_argument("--keep-events", type=int, metavar="N", help="always keep the newest N")
     keep.add_argument(
-        "--keep-seconds", type=float, metavar="T", help="always keep events younger than T"
+        "--keep-events", type=int, metavar="N", help="always keep the newest N (default: none)"
+    )
+    keep.add_argument(
+        "--keep-seconds",
+        type=float,
+        metavar="T",
+        help="always keep events younger than T seconds (default: none)",
     )
     keep.add_argument(
         "--expire-consumers-after",
         type=float,
         metavar="T",
-        help="drop consumers not seen for T seconds",
+        help="drop consumers not seen for T seconds (default: never)",
     )
-    keep.add_argument("--discard-interval", type=float, default=1.0, metavar="T")
+    keep.add_argument(
+        "--discard-interval",
+        type=float,
+        default=1.0,
+        metavar="T",
+        help="seconds between two rounds of discarding (and of expiring consumers)",
+    )
     keep.add_argument(
         "--dedup-window",
         type=float,
@@ -224,8 +276,9 @@ def add_commands(commands: Commands) -> None:
     serve.add_argument(
         "--metrics",
         metavar="HOST:PORT",
-        help="serve GET /metrics (Prometheus), /healthz and /readyz over plain HTTP here "
-        "(port 0: any; needs the 'metrics' extra)",
+        help="serve GET /metrics (Prometheus), /healthz and /readyz over plain HTTP here; "
+        "PORT alone (or :PORT) listens on 127.0.0.1 (port 0: any; needs the 'metrics' extra; "
+        "default: off)",
     )
     serve.add_argument(
         "--metrics-consumers",
@@ -237,12 +290,13 @@ def add_commands(commands: Commands) -> None:
     serve.add_argument(
         "--metrics-user",
         metavar="USER",
-        help="GET /metrics asks for this user's password (HTTP Basic); the probes stay open",
+        help="GET /metrics asks for this user's password (HTTP Basic); the probes stay open "
+        "(default: none, /metrics is open to whoever reaches its port: a warning at start)",
     )
     serve.add_argument(
         "--console",
         action="store_true",
-        help="serve the web console at /console on the WebSocket port (needs the 'console' extra)",
+        help="serve the web console at /console/ on the WebSocket port (needs the 'console' extra)",
     )
     serve.add_argument(
         "--console-sessions",
@@ -355,6 +409,12 @@ async def _serve(args: argparse.Namespace) -> int:
         ),
         worker=place,
     )
+    if place is None:  # once, before any worker starts and anything is made
+        _check_db_file(args.db)
+        _check_ports(_listeners(args, amqp, metrics))
+    if amqp is not None:
+        amqp = dataclasses.replace(amqp, sas_secret=sas_secret(args.sas_secret, args.db))
+        config = dataclasses.replace(config, amqp=amqp)
     if place is None and args.start_check:  # once, before any worker starts
         await _start_check(args.db, args.start_check)
     if args.feed_users is not None and place is None:  # once, before any worker starts
@@ -367,10 +427,11 @@ async def _serve(args: argparse.Namespace) -> int:
         return await _supervise(args, config, workers)
     try:
         server = await _waiting_for_db(lambda: EventServer.start(config), args.wait_for_db)
-    except OSError as exc:
-        raise BadSetting(
-            f"cannot listen on {args.host}:{args.port}: {exc.strerror or exc}"
-        ) from None
+    except OSError as exc:  # taken since _check_ports: the door's own words, or the port's
+        said = str(exc.strerror or exc)
+        if not said.startswith(("AMQP on ", "metrics on ")):
+            said = f"{_address(args.host, args.port)} (--port): {said}"
+        raise BadSetting(f"cannot listen on {said.rstrip('.')}.") from None
     urls = " and ".join(
         url
         for url in (server.url, server.amqp_url, server.metrics_url, server.console_url)
@@ -388,12 +449,49 @@ async def _serve(args: argparse.Namespace) -> int:
     for sig in (signal.SIGTERM,) if place is not None else (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     print(f"futoin-evt {__version__} listening on {urls} (database {where})", flush=True)
+    if place is None:  # a group's supervisor says it for the group
+        users = bool(await server.store.list_users())
+        _say_started(args, server.addresses(), users, server.store.description)
     await stop.wait()
     log.info("shutting down")
     await server.close()
     if place is not None and os.getppid() != place.supervisor:
         shutil.rmtree(place.channel_dir, ignore_errors=True)  # the supervisor died: tidy up
     return 0
+
+
+def _say_started(
+    args: argparse.Namespace, doors: list[tuple[str, str]], users: bool, where: str
+) -> None:
+    """What follows the start-up line: the banner's other lines on stdout (:func:`_banner`),
+    then, in the log, that the SQLite file may be shared and when /metrics is open."""
+    print(_banner(args.db, doors, users, where), flush=True)
+    _say_sharing(args.db)
+    metrics = dict(doors).get("metrics")
+    if metrics is not None and args.metrics_user is None:
+        log.warning(
+            "%s is open to whoever reaches its port: it names every stream, partition and"
+            " consumer; --metrics-user USER asks for a password",
+            metrics,
+        )
+
+
+def _banner(db: str, doors: list[tuple[str, str]], users: bool, where: str) -> str:
+    """The lines under the start-up line: every door that is on with its address, and on a
+    database without users, the two commands that add one with rights (``where``: the
+    database as it may be shown, without a password)."""
+    width = max(len(name) for name, _ in doors)
+    lines = [f"  {name.ljust(width)}  {address}" for name, address in doors]
+    if not users:
+        option = ""
+        if db != os.environ.get(ENV_DB, DEFAULT_DB):
+            option = f" --db {shlex.quote(where if is_postgres_url(db) else db)}"
+        lines += [
+            "  no users yet: add one, with rights on every stream, by",
+            f"    futoin-evt user add NAME{option}",
+            f"    futoin-evt grant NAME read,write '*'{option}",
+        ]
+    return "\n".join(lines)
 
 
 async def _feed_users_as_grants(config: ServerConfig, names: list[str]) -> None:
@@ -495,6 +593,8 @@ def _console_config(args: argparse.Namespace) -> ConsoleConfig | None:
 def _metrics_address(value: str | None) -> tuple[str, int] | None:
     if value is None:
         return None
+    if re.fullmatch(r":?[0-9]{1,5}", value) is not None:  # PORT alone: this machine only
+        value = f"{METRICS_HOST}:{value.lstrip(':')}"
     address = _host_port("--metrics", value)
     try:
         import prometheus_client  # noqa: F401
@@ -520,8 +620,16 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
         max_handshakes=args.max_handshakes,
         idle_timeout=args.amqp_idle_timeout,
     )
-    secret = sas_secret(args.sas_secret, args.db)
-    return AmqpConfig(host=host, port=port, tls=tls, limits=limits, sas_secret=secret)
+    if not args.sas_max_lifetime > 0:
+        raise BadSetting("--sas-max-lifetime must be above 0.")
+    return AmqpConfig(
+        host=host,
+        port=port,
+        tls=tls,
+        limits=limits,
+        sas_secret=None,  # read (or made) once the ports are known to be free: _serve
+        sas_max_lifetime=args.sas_max_lifetime,
+    )
 
 
 def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
@@ -586,40 +694,168 @@ async def _start_check(db: str, seconds: float) -> None:
         )
 
 
-async def _migrated(config: ServerConfig) -> None:
-    """Open the database once (migrating it), so the workers do not race to."""
+async def _migrated(config: ServerConfig) -> tuple[bool, str]:
+    """Open the database once (migrating it), so the workers do not race to; whether it
+    has users, and its description (without a password)."""
     store = await open_store(config.db, durability=config.durability, pool=config.pool)
-    await store.close()
+    try:
+        return bool(await store.list_users()), store.description
+    finally:
+        await store.close()
 
 
 def _address(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
+#: Where ``--metrics PORT`` listens: this machine only (/metrics names every stream and
+#: consumer; ``--metrics 0.0.0.0:PORT`` opens it wider, ``--metrics-user`` asks a password).
+METRICS_HOST: Final = "127.0.0.1"
+#: The first 16 bytes of every SQLite database file.
+SQLITE_HEADER: Final = b"SQLite format 3\x00"
+#: Tables every futoin-evt SQLite database has had since its first schema.
+OWN_TABLES: Final = frozenset({"events", "meta"})
+
+
+def _check_db_file(db: str) -> None:
+    """``--db`` as a SQLite file ``serve`` can use, checked before anything is made: a
+    directory, a file that cannot be read or written, a file that is not a SQLite database
+    and another program's database are each refused in a sentence of their own (exit 2),
+    and left as they are. A futoin-evt file whose pages fail their checks is the start
+    check's to call damaged (:func:`_start_check`)."""
+    if is_postgres_url(db):
+        return
+    path = Path(db)
+    if path.is_dir():
+        raise BadSetting(
+            f"--db {db} is a directory, not a database file: give a file's path (a new"
+            " database is made there when there is no file)."
+        )
+    if not path.exists():
+        if not path.parent.is_dir():
+            raise BadSetting(f"--db {db} cannot be made: there is no directory {path.parent}.")
+        return
+    if not path.is_file():
+        raise BadSetting(f"--db {db} is not a regular file, so it cannot be a database.")
+    try:
+        with path.open("rb") as file:
+            header = file.read(len(SQLITE_HEADER))
+    except OSError as exc:
+        raise BadSetting(f"cannot read --db {db}: {exc.strerror or exc}.") from None
+    if header and header != SQLITE_HEADER:
+        raise BadSetting(
+            f"--db {db} is not a SQLite database (it does not begin as one): give another"
+            " file; this one was left as it is."
+        )
+    tables = _sqlite_tables(path) if header else None
+    if tables and OWN_TABLES.isdisjoint(tables):
+        raise BadSetting(
+            f"--db {db} is another program's SQLite database (it has none of futoin-evt's"
+            " tables): give another file; this one was left as it is."
+        )
+    try:
+        with path.open("r+b"):
+            pass
+    except OSError as exc:
+        raise BadSetting(f"cannot write --db {db}: {exc.strerror or exc}.") from None
+
+
+def _sqlite_tables(path: Path) -> frozenset[str] | None:
+    """The tables of a SQLite file, read only; None when they cannot be read (a damaged
+    file, said by the start check, or one locked for long)."""
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    except sqlite3.Error:
+        return None
+    try:
+        conn.execute("PRAGMA busy_timeout=5000")
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+    except sqlite3.Error:
+        return None
+    finally:
+        conn.close()
+    return frozenset(str(row[0]) for row in rows)
+
+
+def _listeners(
+    args: argparse.Namespace, amqp: AmqpConfig | None, metrics: tuple[str, int] | None
+) -> list[tuple[str, str, int]]:
+    """(option, host, port) of every port ``serve`` listens on."""
+    found = [("--port", args.host, args.port)]
+    if amqp is not None:
+        found.append(("--amqp", amqp.host, amqp.port))
+    if metrics is not None:
+        found.append(("--metrics", *metrics))
+    return found
+
+
+def _group_doors(config: ServerConfig, line: str) -> list[tuple[str, str]]:
+    """The doors of a group of workers, with the addresses worker 0's start-up line gives."""
+
+    def found(pattern: str) -> str | None:
+        match = re.search(pattern, line)
+        return match.group(0) if match else None
+
+    url = found(r"wss?://\S+") or ""
+    return door_addresses(config, url, found(r"amqps?://\S+"), found(r"http://\S+/metrics\b"))
+
+
+def _port_taken(option: str, host: str, port: int, exc: OSError) -> BadSetting:
+    said = str(exc.strerror or exc).rstrip(".")
+    return BadSetting(f"cannot listen on {_address(host, port)} ({option}): {said}.")
+
+
+def _check_ports(listeners: list[tuple[str, str, int]]) -> None:
+    """Each port is bound (and let go) before anything is made, so a port in use is
+    refused naming that port and its option, and leaves no database file behind. Port 0
+    (any free one) cannot be taken."""
+    seen: dict[tuple[str, int], str] = {}
+    for option, host, port in listeners:
+        if port and (host, port) in seen:
+            raise BadSetting(f"{seen[host, port]} and {option} name the same port, {port}.")
+        seen[host, port] = option
+        if not port:
+            continue
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+            for family, _, _, _, address in infos:
+                with socket.socket(family, socket.SOCK_STREAM) as probe:
+                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio
+                    if family == socket.AF_INET6:
+                        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+                    probe.bind(address[:2])
+        except OSError as exc:
+            raise _port_taken(option, host, port, exc) from None
+
+
+def _say_sharing(db: str) -> None:
+    """What start-up says once of a SQLite file: other processes may use it too."""
+    if not is_postgres_url(db):
+        log.info(
+            "database %s: other futoin-evt processes may use this file at the same time"
+            " (another serve on its own ports, the commands with --db); their writes take"
+            " turns at SQLite's lock, and their events reach this server's readers within"
+            " 0.2 s (--workers N shares one server's ports and wakes them at once)",
+            db,
+        )
+
+
 async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: int) -> int:
     """``serve --workers N``: reserve the ports, start the workers, keep them running; the
     start-up line is worker 0's (every worker serves the same URLs)."""
-    await _waiting_for_db(lambda: _migrated(config), args.wait_for_db)
     held = []
     held_fds: list[int] = []
     try:
         port_args = []
-        listeners: list[tuple[str, str, tuple[str, int]]] = [("--port", "", (args.host, args.port))]
-        if config.amqp is not None:
-            listeners.append(("--amqp", "AMQP on ", (config.amqp.host, config.amqp.port)))
-        if config.metrics is not None:
-            listeners.append(("--metrics", "metrics on ", config.metrics))
-        for option, which, (host, port) in listeners:
+        for option, host, port in _listeners(args, config.amqp, config.metrics):
             try:
                 port, sockets = reserve_port(host, port)
             except OSError as exc:
-                # worded as a single process words it
-                where = f"{which}{host}:{port}: " if which else ""
-                raise BadSetting(
-                    f"cannot listen on {args.host}:{args.port}: {where}{exc.strerror or exc}"
-                ) from None
+                raise _port_taken(option, host, port, exc) from None
             held += sockets
             port_args += [option, str(port) if option == "--port" else _address(host, port)]
+        # the ports are the group's: only now is the database made (or migrated)
+        users, where = await _waiting_for_db(lambda: _migrated(config), args.wait_for_db)
         workdir, owner = channel_dir()
         held_fds.append(owner)
         counts = workdir / COUNTS_FILE
@@ -637,12 +873,13 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
         except WorkerFailed as exc:
             log.error("%s", exc)
             return exc.returncode if exc.returncode > 0 else 1
-        print(line, flush=True)
-        log.info("%d workers: pids %s", workers, " ".join(map(str, supervisor.pids)))
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in (signal.SIGTERM, signal.SIGINT):  # before the start-up line, as one process
             loop.add_signal_handler(sig, stop.set)
+        print(line, flush=True)
+        _say_started(args, _group_doors(config, line), users, where)
+        log.info("%d workers: pids %s", workers, " ".join(map(str, supervisor.pids)))
         await stop.wait()
         log.info("shutting down %d workers", workers)
         await supervisor.close()

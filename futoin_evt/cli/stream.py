@@ -25,14 +25,14 @@ def add_commands(commands: Commands) -> None:
         dest="stream_command", required=True, metavar="ACTION"
     )
     add = stream.add_parser("add", help="add a stream of partitions")
-    add.add_argument("name")
+    add.add_argument("name", metavar="NAME", help="the stream's name")
     _add_partitions(add, required=False)
     add.add_argument(
         "--aggregate",
         metavar="SOURCE",
         help="a stream of one partition that every serving process fills with every event "
         "of every partition of SOURCE (new ids, each partition's order kept; with --url it "
-        "needs manage on NAME and read on SOURCE)",
+        "needs manage on NAME and read on SOURCE; default: none, a stream of its own)",
     )
     add_where(add)
     add.set_defaults(run=_stream_add)
@@ -43,18 +43,23 @@ def add_commands(commands: Commands) -> None:
     info = stream.add_parser(
         "info", help="a stream's partitions: head, oldest id, consumers and their lag"
     )
-    info.add_argument("name")
-    info.add_argument("--partition", type=int, metavar="P", help="show this partition only")
+    info.add_argument("name", metavar="NAME", help="the stream's name")
+    info.add_argument(
+        "--partition",
+        type=int,
+        metavar="P",
+        help="show this partition only (default: every partition)",
+    )
     info.add_argument("--json", action="store_true", help="print JSON instead of a table")
     add_where(info)
     info.set_defaults(run=_stream_info)
     grow = stream.add_parser("grow", help="add partitions to a stream (never fewer)")
-    grow.add_argument("name")
+    grow.add_argument("name", metavar="NAME", help="the stream's name")
     _add_partitions(grow)
     add_where(grow)
     grow.set_defaults(run=_stream_grow)
     drop = stream.add_parser("drop", help="remove a stream with its events and consumers")
-    drop.add_argument("name")
+    drop.add_argument("name", metavar="NAME", help="the stream's name")
     drop.add_argument("--yes", action="store_true", help="yes, delete its events")
     add_where(drop)
     drop.set_defaults(run=_stream_drop)
@@ -62,7 +67,12 @@ def add_commands(commands: Commands) -> None:
 
 def _add_partitions(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
     parser.add_argument(
-        "--partitions", type=int, required=required, metavar="P", help=f"1 to {MAX_PARTITIONS}"
+        "--partitions",
+        type=int,
+        required=required,
+        metavar="P",
+        help=f"1 to {MAX_PARTITIONS}"
+        + ("" if required else " (default: none: needed unless --aggregate)"),
     )
 
 

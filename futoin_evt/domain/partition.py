@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from ..quoting import quote_input
+from .stream import STREAM_NAME_RULE
 
 DEFAULT_STREAM: Final = "events"
 MAX_PARTITIONS: Final = 1024
@@ -73,10 +74,7 @@ class StreamInfo:
 def check_stream_name(name: str) -> str:
     """``name`` when it may name a stream; ValueError (one sentence) otherwise."""
     if not isinstance(name, str) or STREAM_NAME_RE.fullmatch(name) is None:
-        raise ValueError(
-            f"invalid stream name {quote_input(name, 60)}: 1 to 48 of a-z, 0-9, _ and -,"
-            " starting with a letter or digit"
-        )
+        raise ValueError(f"invalid stream name {quote_input(name, 60)}: {STREAM_NAME_RULE}")
     if name in RESERVED_STREAM_NAMES:
         raise ValueError(f"the stream name {name} is reserved for the server's own paths")
     return name

@@ -19,6 +19,22 @@ UserId = NewType("UserId", int)
 LIVE_COMPONENT: Final = Component("LIVE")
 MAX_EVENTS_PER_CALL: Final = 1000
 EVENT_TYPE_RE: Final = re.compile(r"^[A-Z_]{1,16}\Z")
+#: The rules of the names a user types, one sentence each: every door's refusal and the
+#: command line's check say them (FTN18's EventType, futoin.evt.gen 1.2's EventKey,
+#: ConsumerComponent, and a stream's name).
+EVENT_TYPE_RULE: Final = (
+    "an event type is 1 to 16 characters of A-Z and _ (no digits, no lower case), e.g. ORDER_PLACED"
+)
+EVENT_KEY_RULE: Final = (
+    "an event key is 1 to 64 characters of A-Z, a-z, 0-9, '.', '_', ':' and '-', e.g. order-1042"
+)
+COMPONENT_RULE: Final = (
+    "a consumer component is 1 to 16 characters of A-Z, a-z, 0-9 and _, e.g. BILLING"
+)
+STREAM_NAME_RULE: Final = (
+    "a stream name is 1 to 48 characters of a-z, 0-9, _ and -, starting with a letter or digit,"
+    " e.g. orders"
+)
 #: A producer's key of an event (``futoin.evt.gen`` 1.2 ``addEvent``): within the dedup
 #: window of the partition, an append with a key already stored stores nothing and answers
 #: the first event's id.
@@ -44,8 +60,7 @@ _VALID_TYPES_KEPT: Final = 1024
 def encode_event_data(event_type: str, data: Any) -> str:
     """Check an event and return its data as the JSON text that is stored and sent as is."""
     if type(event_type) is not str or event_type not in _valid_types:
-        if not isinstance(event_type, str) or EVENT_TYPE_RE.match(event_type) is None:
-            raise EventRejected(f"invalid event type: {quote_input(event_type, 40)}")
+        check_event_type(event_type)
         if len(_valid_types) < _VALID_TYPES_KEPT:
             _valid_types.add(event_type)
     try:
@@ -57,12 +72,17 @@ def encode_event_data(event_type: str, data: Any) -> str:
     return text
 
 
+def check_event_type(event_type: Any) -> str:
+    """``event_type`` when it is one (see :data:`EVENT_TYPE_RE`); EventRejected else."""
+    if not isinstance(event_type, str) or EVENT_TYPE_RE.match(event_type) is None:
+        raise EventRejected(f"invalid event type {quote_input(event_type, 40)}: {EVENT_TYPE_RULE}")
+    return event_type
+
+
 def check_event_key(key: Any) -> str:
     """``key`` when it is one (see :data:`EVENT_KEY_RE`); EventRejected else."""
     if not isinstance(key, str) or EVENT_KEY_RE.match(key) is None:
-        raise EventRejected(
-            f"invalid event key: {quote_input(key, 70)} (1-64 of A-Z a-z 0-9 . _ : -)"
-        )
+        raise EventRejected(f"invalid event key {quote_input(key, 70)}: {EVENT_KEY_RULE}")
     return key
 
 
@@ -91,9 +111,28 @@ def event_json(event_id: int, event_type: str, data_json: str, ts: str) -> str:
 COMPONENT_RE: Final = re.compile(r"^[A-Za-z0-9_]{1,16}\Z")
 
 
+#: What an FTN3 parameter of each of these types must be, as said when a call's value is not one
+#: (see :class:`futoin_evt.ftn3.ifaces.IfaceRegistry`); a list of them is explained by its items.
+PARAM_TYPE_RULES: Final = {
+    "EventType": EVENT_TYPE_RULE,
+    "EventKey": EVENT_KEY_RULE,
+    "ConsumerComponent": COMPONENT_RULE,
+    "StreamName": STREAM_NAME_RULE,
+}
+
+
 def is_registrable(component: str) -> bool:
     """A name a reliable consumer can be registered under (LIVE is not one)."""
     return COMPONENT_RE.match(component) is not None and component != LIVE_COMPONENT
+
+
+def check_component(component: Any) -> str:
+    """``component`` when a consumer may be called so (LIVE included); ValueError else."""
+    if not isinstance(component, str) or COMPONENT_RE.match(component) is None:
+        raise ValueError(
+            f"invalid consumer component {quote_input(component, 40)}: {COMPONENT_RULE}"
+        )
+    return component
 
 
 class StoredEvent(NamedTuple):

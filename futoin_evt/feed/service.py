@@ -15,8 +15,10 @@ back discarding.
 
 A stream's token names the database, the stream (its partitions' keys are never reused, so
 a stream dropped and added again has another) and its partition count: growing the stream
-changes it, and a fetch with the old one gets 409 (FeedAPI's method 1). Partitions are never
-closed (every one keeps taking events), so none is listed ``startsAfterPartition``.
+changes it, and a fetch with the old one gets 409 (FeedAPI's method 1). The key and count are
+in it as a digest: a key counts the partitions of every stream, which a reader of one stream
+is not told. Partitions are never closed (every one keeps taking events), so none is listed
+``startsAfterPartition``.
 
 ``selector=`` (a selector of the event notification, URL-encoded) keeps the events it
 matches; the event types it pins are read alone, as ``event-types`` would be. Cursors still
@@ -26,6 +28,7 @@ move over the events it leaves out.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -36,6 +39,8 @@ from ..domain.notification import Notification
 from ..domain.partition import DEFAULT_STREAM, Partition, StreamInfo, check_stream_name
 from ..domain.principal import Principal
 from ..domain.rights import Right
+from ..domain.stream import EVENT_TYPE_RULE, STREAM_NAME_RULE
+from ..log.access import Refused
 from ..log.eventlog import EventLog
 from ..log.streams import StreamLogs, StreamRegistry
 from ..notify.message import NotifyError
@@ -151,7 +156,9 @@ def _feedapi(args: Mapping[str, str], token: str, count: int) -> EventsRequest:
         bad = [t for t in types if not _EVENT_TYPE.fullmatch(t)]
         if bad or not types:
             raise FeedError(
-                400, f"Bad event-types {quote_input(args['event-types'])}: use TYPE_A;TYPE_B."
+                400,
+                f"Bad event-types {quote_input(args['event-types'])}: use TYPE_A;TYPE_B, where"
+                f" {EVENT_TYPE_RULE}.",
             )
     selector, types = _selector(args, types)
     cursors = ((int(raw), _cursor(args["cursor"])),)
@@ -248,18 +255,26 @@ class FeedService:
         try:
             check_stream_name(name)
         except ValueError:  # no stream can have it: nothing to hide
-            raise FeedError(404, f"No stream {quote_input(name)}.") from None
+            raise FeedError(
+                404, f"No stream {quote_input(name)}. Check the name: {STREAM_NAME_RULE}."
+            ) from None
         stream = self._streams.reachable(who, name, Right.READ)
         if stream is None:
             raise FeedError(404, f"No stream {quote_input(name)}.")
         return Feed(stream, self.token(stream))
 
     def token(self, stream: StreamInfo) -> str:
-        """The database's name alone for ``events`` with one partition (as before streams)."""
+        """The database's name alone for ``events`` with one partition (as before streams);
+        else the name and a digest of the stream's first partition key and its partition
+        count. The key is the store's count of partitions ever made, of every stream: the
+        token does not show it."""
         first, count = stream.partitions[0].key, len(stream.partitions)
         if first == 0 and count == 1:
             return self._database
-        return f"{self._database}-{first}-{count}"
+        digest = hashlib.blake2b(
+            f"{first}/{count}".encode(), key=self._database.encode()[:64], digest_size=8
+        )
+        return f"{self._database}-{digest.hexdigest()}"
 
     def discovery(self, feed: Feed) -> bytes:
         partitions = [{"id": str(p.number)} for p in feed.stream.partitions]
@@ -312,9 +327,17 @@ class FeedService:
                 await write(reading.cursor_prefix + str(reading.after_id).encode() + b'"}\n')
 
     async def _wait_beyond(self, readings: list[PartitionRead], seconds: float) -> None:
-        """Until an event comes to any of the partitions, the server closes, or time is up."""
+        """Until an event comes to any of the partitions, the server closes, time is up, or
+        the caller loses the read right (the next read then refuses it: the response ends
+        without data)."""
         woken = asyncio.Event()
         stops = [r.log.listen(woken.set) for r in readings]
+        guard, who = readings[0].log.guard, readings[0].who  # the stream's, for every partition
+        stops.append(guard.watch(who, Right.READ, woken.set))
+        try:
+            guard.read(who)
+        except Refused:  # revoked before the watch began
+            woken.set()
         closing = asyncio.ensure_future(self.closing.wait())
         moved = asyncio.ensure_future(woken.wait())
         try:

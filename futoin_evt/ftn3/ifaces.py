@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from importlib import resources
 from importlib.resources.abc import Traversable
@@ -51,6 +51,9 @@ class ParamSpec:
     #: For a type that is a string matching a regex and nothing else: the regex, which
     #: checks a string without the validator (values that never repeat, such as keys).
     pattern: re.Pattern[str] | None = None
+    #: What a value of the param's type must be, said after "Type mismatch" (see
+    #: :class:`IfaceRegistry`'s ``rules``); empty when nothing is said.
+    rule: str = ""
 
     @property
     def optional(self) -> bool:
@@ -102,7 +105,10 @@ class FuncSpec:
                 checked[name] = spec.default
                 continue
             if not spec.is_valid(value):
-                raise FTN3Error(INVALID_REQUEST, f"Type mismatch for parameter: {self.f}({name})")
+                rule = f": {spec.rule}" if spec.rule else ""
+                raise FTN3Error(
+                    INVALID_REQUEST, f"Type mismatch for parameter: {self.f}({name}){rule}"
+                )
             checked[name] = value
         return checked
 
@@ -143,8 +149,13 @@ def default_iface_dir() -> Traversable:
 class IfaceRegistry:
     """Loads iface definitions and answers which served version handles a request."""
 
-    def __init__(self, directory: Traversable | Path | None = None) -> None:
+    def __init__(
+        self, directory: Traversable | Path | None = None, rules: Mapping[str, str] | None = None
+    ) -> None:
+        """``rules``: type name -> what a value of it must be, in one sentence, added to the
+        InvalidRequest of a param of that type (or of a list of it)."""
         self._dir = directory if directory is not None else default_iface_dir()
+        self._rules: Mapping[str, str] = rules or {}
         self._raw: dict[tuple[str, str], dict[str, Any]] = {}
         self._resolved: dict[tuple[str, str], IfaceSpec] = {}
         self._served: dict[str, dict[int, list[IfaceSpec]]] = {}
@@ -215,7 +226,7 @@ class IfaceRegistry:
             raw_funcs[func_name] = (name, version, func)
         compiler = TypeCompiler(types)
         funcs = {
-            func_name: self._build_func(compiler, name, version, func_name, func)
+            func_name: self._build_func(compiler, types, name, version, func_name, func)
             for func_name, (_origin, _ver, func) in raw_funcs.items()
         }
         major, minor = (int(part) for part in version.split("."))
@@ -240,9 +251,26 @@ class IfaceRegistry:
             raise IfaceSpecError(f"iface reference without version: {ref}")
         return name, version
 
-    @staticmethod
+    def _rule(self, types: dict[str, Any], ref: Any) -> str:
+        """The rule said for a type: its own, or that of the type it names or lists."""
+        seen: set[str] = set()
+        while isinstance(ref, str) and ref not in seen:
+            rule = self._rules.get(ref)
+            if rule is not None:
+                return rule
+            seen.add(ref)
+            tdef = types.get(ref)
+            ref = tdef.get("elemtype", tdef.get("type")) if isinstance(tdef, dict) else tdef
+        return ""
+
     def _build_func(
-        compiler: TypeCompiler, iface: str, version: str, name: str, func: dict[str, Any]
+        self,
+        compiler: TypeCompiler,
+        types: dict[str, Any],
+        iface: str,
+        version: str,
+        name: str,
+        func: dict[str, Any],
     ) -> FuncSpec:
         params: dict[str, ParamSpec] = {}
         for param_name, pdef in func.get("params", {}).items():
@@ -251,7 +279,10 @@ class IfaceRegistry:
             validator = compiler.validator(pdef["type"])
             default = pdef.get("default", _MISSING)
             pattern = compiler.string_pattern(pdef["type"])
-            params[param_name] = ParamSpec(param_name, validator, default, pattern=pattern)
+            rule = self._rule(types, pdef["type"])
+            params[param_name] = ParamSpec(
+                param_name, validator, default, pattern=pattern, rule=rule
+            )
         result = func.get("result")
         result_validator: Validator | None = None
         if isinstance(result, dict):

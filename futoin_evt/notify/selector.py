@@ -26,7 +26,7 @@ from typing import Any, Final
 from lark import Lark, Token, Transformer, Tree, UnexpectedCharacters, UnexpectedInput, v_args
 from lark.exceptions import UnexpectedEOF, VisitError
 
-from ..domain.notification import BASE_ATTRIBUTES, EVENT_TYPE, Notification, Value
+from ..domain.notification import BASE_ATTRIBUTES, EVENT_TYPE, STREAM, Notification, Value
 from .message import NotifyError, getter
 
 #: Longest selector accepted (characters).
@@ -284,12 +284,60 @@ class Selector:
 def compile_selector(text: str) -> Selector:
     """Parse and compile once; equal selectors share the result."""
     expr = parse_selector(text)
+    _check_name_comparisons(expr)
     pinned = pinned_types(expr)
     matches = _predicate(expr)
     if pinned is None:
         return Selector(text, matches, None, matches)
     rest = _without_type_tests(expr)
     return Selector(text, matches, pinned, _predicate(rest) if rest is not None else _always)
+
+
+def _children(expr: Expr) -> tuple[Expr, ...]:
+    if isinstance(expr, (Compare, Arithmetic)):
+        return (expr.left, expr.right)
+    if isinstance(expr, Logical):
+        return expr.operands
+    if isinstance(expr, Between):
+        return (expr.operand, expr.low, expr.high)
+    if isinstance(expr, (Negate, Not, In, Like, IsNull)):
+        return (expr.operand,)
+    return ()
+
+
+def _nodes(expr: Expr) -> list[Expr]:
+    """Every node of the tree."""
+    found: list[Expr] = []
+    todo = [expr]
+    while todo:
+        node = todo.pop()
+        found.append(node)
+        todo.extend(_children(node))
+    return found
+
+
+#: The attributes whose values are names (an event type, a stream), never a data field's.
+_NAMED: Final = {EVENT_TYPE: "an event type", STREAM: "a stream name"}
+
+
+def _check_name_comparisons(expr: Expr) -> None:
+    """``eventType = ORDER_PLACED`` (or ``stream = orders``) compares a name with an attribute
+    no event has, which is NULL for every event: refused, saying to quote the name."""
+    for node in _nodes(expr):
+        if not isinstance(node, Compare):
+            continue
+        for side, other in ((node.left, node.right), (node.right, node.left)):
+            if (
+                isinstance(side, Identifier)
+                and side.name in _NAMED
+                and isinstance(other, Identifier)
+                and other.name not in BASE_ATTRIBUTES
+            ):
+                name = other.name[:60]
+                raise SelectorError(
+                    f"{name} is not an attribute of every event ({', '.join(BASE_ATTRIBUTES)}):"
+                    f" quote {_NAMED[side.name]}, {side.name} {node.op} '{name}'"
+                )
 
 
 def _predicate(expr: Expr) -> Predicate:
