@@ -19,6 +19,7 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import statistics
 import sys
 import tempfile
@@ -91,6 +92,9 @@ async def _server(name: str, db: str, source: Path | None, workers: int) -> Asyn
         async with httpx.AsyncClient(base_url=console, timeout=30) as http:
             server.http = http
             form = {"user": USER, "password": PASSWORD}
+            # the login form's token (bound to the page's pre-session cookie), when it has one
+            token = re.search(r'name="csrf" value="([^"]+)"', (await http.get("login")).text)
+            form.update({"csrf": token.group(1)} if token is not None else {})
             if (await http.post("login", data=form)).status_code != 303:
                 raise RuntimeError(f"{name}: the login failed")
             for n in range(8):  # a consumer per partition, through the FTN3 door

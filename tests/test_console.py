@@ -35,6 +35,7 @@ from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
 from .conftest import USERS, ServerFactory, ServerProcess, add_user, execute_sql, run_without
+from .console_login import console_login
 
 CHROMIUM = Path("/usr/bin/chromium")
 
@@ -255,7 +256,8 @@ async def test_a_wrong_password_is_refused(
     await expect(page.get_by_role("alert")).to_have_text("Wrong user name or password.")
     await expect(page).to_have_url(re.compile(r"/console/login$"))
     await shoot(page, shots, "login")
-    assert await page.context.cookies() == []
+    # the login form's pre-session cookie only: no session
+    assert [c["name"] for c in await page.context.cookies()] == ["futoin_evt_console_login"]
     await page.goto(f"{console.console_url}consumers")
     await expect(page).to_have_url(re.compile(r"/console/login\?next=%2Fconsole%2Fconsumers$"))
 
@@ -298,12 +300,13 @@ async def test_a_form_without_its_csrf_token_is_refused(
     await alice.register_consumer("TARGET")
     assert console.console_url is not None
     async with httpx.AsyncClient(base_url=console.console_url, timeout=30) as http:
-        reply = await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+        reply = await console_login(http, "alice", USERS["alice"])
         assert reply.status_code == 303
-        cookie = reply.headers["set-cookie"]
+        cookie, pre_session = reply.headers.get_list("set-cookie")
         assert re.fullmatch(
             r"futoin_evt_console=[\w-]{43}; Path=/console; HttpOnly; SameSite=Strict", cookie
         )
+        assert pre_session.startswith("futoin_evt_console_login=; ")  # its work is done
         form = {"stream": "events", "partition": "0", "user": "alice", "component": "TARGET"}
         for csrf in ({}, {"csrf": "guessed"}):
             reply = await http.post("consumers/drop", data={**form, **csrf})
@@ -431,8 +434,7 @@ async def test_sessions_are_bounded_and_end_at_logout(
     clients = [httpx.AsyncClient(base_url=server.console_url, timeout=30) for _ in range(3)]
     try:
         for http in clients:
-            form = {"user": "alice", "password": USERS["alice"]}
-            assert (await http.post("login", data=form)).status_code == 303
+            assert (await console_login(http, "alice", USERS["alice"])).status_code == 303
         first, second, third = clients
         # the least recently used session went to make room
         assert (await first.get("streams")).headers["location"].startswith("/console/login")
@@ -457,7 +459,7 @@ async def test_sessions_are_bounded_and_end_at_logout(
 
 async def log_in_by_http(http: httpx.AsyncClient) -> str:
     """Log ``http`` in as alice; the session's token (the cookie's value)."""
-    reply = await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+    reply = await console_login(http, "alice", USERS["alice"])
     assert reply.status_code == 303
     return str(http.cookies[COOKIE])
 
@@ -620,10 +622,8 @@ async def test_the_console_counts_as_a_door_of_its_own(start_server: ServerFacto
     assert server.console_url is not None
     assert server.metrics_url is not None
     async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
-        wrong = {"user": "alice", "password": "wrong"}
-        assert (await http.post("login", data=wrong)).status_code == 401
-        right = {"user": "alice", "password": USERS["alice"]}
-        assert (await http.post("login", data=right)).status_code == 303
+        assert (await console_login(http, "alice", "wrong")).status_code == 401
+        assert (await console_login(http, "alice", USERS["alice"])).status_code == 303
         assert (await http.get("streams")).status_code == 200
         assert server.metrics is not None
         server.metrics.snapshot.cache_seconds = 0.0
@@ -658,8 +658,7 @@ async def test_the_console_on_postgresql(pg_url: str) -> None:
             await orders.append("Placed", "{}")
         assert server.console_url is not None
         async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
-            form = {"user": "alice", "password": USERS["alice"]}
-            assert (await http.post("login", data=form)).status_code == 303
+            assert (await console_login(http, "alice", USERS["alice"])).status_code == 303
             streams = await http.get("streams")
             assert re.search(r'data-stream="orders" data-partition="1">.*?class="num head">3<',
                              streams.text, re.S)  # fmt: skip
@@ -678,7 +677,29 @@ async def test_under_tls_the_session_cookie_is_secure(start_server: ServerFactor
     trusted = ssl.create_default_context()
     authority.configure_trust(trusted)
     async with httpx.AsyncClient(base_url=server.console_url, verify=trusted, timeout=30) as http:
-        reply = await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+        reply = await console_login(http, "alice", USERS["alice"])
         assert reply.status_code == 303
-        assert reply.headers["set-cookie"].endswith("; HttpOnly; SameSite=Strict; Secure")
+        for cookie in reply.headers.get_list("set-cookie"):
+            assert "; HttpOnly; SameSite=Strict" in cookie
+            assert cookie.endswith("; Secure")
         assert (await http.get("consumers")).status_code == 200
+
+
+async def test_a_consumer_that_never_acknowledged_holds_back_discarding_on_every_page(
+    console: EventServer, alice: EventStreamClient
+) -> None:
+    """Position 0 is a position: discarding waits for it (as ``futoin-evt info`` says)."""
+    async with await client_of(console, "bob") as bob:
+        await bob.register_consumer("AUDIT")
+    await alice.add_event("ORDER_PLACED", {"n": 1})
+    assert console.console_url is not None
+    async with httpx.AsyncClient(base_url=console.console_url, timeout=30) as http:
+        assert (await console_login(http, *ADMIN)).status_code == 303
+        streams = (await http.get("streams")).text
+        row = re.search(r'<tr data-stream="events" data-partition="0">(.*?)</tr>', streams, re.S)
+        assert row is not None
+        assert "bob/AUDIT" in row.group(1)
+        partition = (await http.get("partition?stream=events&partition=0")).text
+        assert re.search(r"<dt>Holds back discarding</dt><dd>\s*bob/AUDIT\s*</dd>", partition)
+        consumers = (await http.get("consumers")).text
+        assert re.search(r'data-component="AUDIT">.*?holds back discarding', consumers, re.S)

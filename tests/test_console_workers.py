@@ -81,9 +81,17 @@ class Worker:
         self.conn = conn
 
     def request(
-        self, method: str, path: str, token: str | None = None, form: dict[str, str] | None = None
+        self,
+        method: str,
+        path: str,
+        token: str | None = None,
+        form: dict[str, str] | None = None,
+        cookie: str | None = None,
     ) -> http.client.HTTPResponse:
+        """``token``: the session's; ``cookie``: another cookie to send (``NAME=VALUE``)."""
         headers = {"Cookie": f"{COOKIE}={token}"} if token else {}
+        if cookie is not None:
+            headers["Cookie"] = cookie
         body = None
         if form is not None:
             body = urlencode(form)
@@ -98,7 +106,12 @@ class Worker:
         return Reply(self.request("POST", path, token, form))
 
     def log_in(self) -> str:
-        reply = self.post("login", **ALICE)
+        """As a browser: the login page (its pre-session cookie and token), then its form."""
+        page = self.get("login")
+        pre_session = page.cookie.split(";", 1)[0]
+        reply = Reply(
+            self.request("POST", "login", None, {**ALICE, "csrf": page.csrf}, pre_session)
+        )
         assert reply.status == 303, reply.text
         return reply.token
 

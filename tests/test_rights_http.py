@@ -33,6 +33,7 @@ from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory, ServerProcess
+from .console_login import console_login
 from .test_console import CHROMIUM, in_browser, log_in, needs_chromium
 
 pytestmark = pytest.mark.functional
@@ -339,7 +340,7 @@ async def test_console_forms_need_the_right_and_consumers_show_as_rights_allow(
 
     async def logged_in(user: tuple[str, str]) -> tuple[httpx.AsyncClient, str]:
         http = httpx.AsyncClient(base_url=url, timeout=30)
-        await http.post("login", data={"user": user[0], "password": user[1]})
+        await console_login(http, user[0], user[1])
         token = re.search(r'name="csrf" value="([^"]+)"', (await http.get("streams")).text)
         assert token is not None
         return http, token.group(1)

@@ -41,6 +41,7 @@ from futoin_evt.storage.schemas_sql import SCHEMAS_VERSION
 
 from . import waiting
 from .conftest import USERS, ServerFactory, add_user, execute_sql, pg_schema_at
+from .console_login import console_login
 from .test_cli import run
 
 SUBJECT = "orders-ORDER_PLACED"
@@ -499,8 +500,7 @@ async def test_the_console_shows_each_streams_types_with_their_schemas(
         ("dave", USERS["bob"], []),
     ):
         async with httpx.AsyncClient(base_url=server.console_url, timeout=30) as http:
-            form = {"user": user, "password": password}
-            assert (await http.post("login", data=form)).status_code == 303
+            assert (await console_login(http, user, password)).status_code == 303
             page = (await http.get("streams")).text
         rows = re.findall(r'<tr data-stream="([^"]+)" data-type="([^"]+)">', page)
         assert [f"{stream}-{kind}" for stream, kind in rows] == shown

@@ -26,6 +26,7 @@ from futoin_evt.notify.selector import compile_selector
 from futoin_evt.server.app import EventServer
 
 from .conftest import USERS, ServerFactory
+from .console_login import console_login
 from .notify_cases import WRITER
 from .test_amqp import connected, in_thread, management_requests
 from .test_notify_amqp import SELECTOR, TRANSFORMATION, props
@@ -410,7 +411,7 @@ async def test_a_console_live_tail_of_a_dropped_stream_ends_saying_so(
     url = server.console_url
     assert url is not None
     async with httpx.AsyncClient(base_url=url, timeout=30) as http:
-        await http.post("login", data={"user": "alice", "password": USERS["alice"]})
+        await console_login(http, "alice", USERS["alice"])
         tail = {"stream": "orders", "partition": "1"}
         async with http.stream("GET", "tail/stream", params=tail) as response:
             assert response.status_code == 200  # the tail is following the partition

@@ -2,19 +2,23 @@
 
 :class:`Console` answers one :class:`ConsoleRequest` with one :class:`ConsoleResponse` (the
 server's HTTP endpoint carries them). Every page but the login page needs a session; every
-POST needs the session's CSRF token and, when the browser sends an ``Origin``, the console's
-own. Per-partition data is read through the event logs (``log/``) of the partitions the
-registry knows, as the user of the session, so a stream added by any process shows as soon as
-the registry has it.
+POST needs its CSRF token (the session's; the login form's, bound to a pre-session cookie:
+:mod:`.guard`) and must not come from another site. Per-partition data is read through the
+event logs (``log/``) of the partitions the registry knows, as the user of the session, so a
+stream added by any process shows as soon as the registry has it.
 
 A user sees what their rights on streams allow, as at every door: the streams they hold a
 right on (heads, rates and charts of those they may read), the events, DCB queries and live
 tails of streams they may read, their own consumers there and, on streams they manage,
-everyone's. Dropping or seeking a consumer needs read (their own) or manage (another's). A
-refusal is the error page with status 403 and the sentence naming the right and the stream,
-the same for a name that names no stream (unless the user holds some right on that name,
-who gets 404). A live tail ends when the right it needs is revoked, when its stream is
-dropped, and with its session.
+everyone's. Dropping or seeking a consumer needs read (their own) or manage (another's).
+What the console changes goes through the same calls as the command line and the ops iface,
+as the session's user: streams through the registry (manage on the name), an event through
+its partition's log (write), users and grants through :class:`~futoin_evt.log.users.UserAdmin`
+(admins), a connection closed through :class:`~futoin_evt.log.connections.Connections`
+(admins; anyone else sees their own connections only). A refusal is the error page with
+status 403 and the sentence naming the right and the stream, the same for a name that names
+no stream (unless the user holds some right on that name, who gets 404). A live tail ends when
+the right it needs is revoked, when its stream is dropped, and with its session.
 
 Sessions are in the database (:mod:`.sessions`): a login on one worker, or on another
 process on the same database, holds on every other. A live tail reads through the server's
@@ -41,30 +45,44 @@ from urllib.parse import parse_qs, quote, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from ..auth.users import Authenticator
+from ..auth.sas import is_policy
+from ..auth.users import Authenticator, hash_password
 from ..dcb.model import DcbInputError, parse_query
 from ..dcb.service import DcbService, ReadRequest
 from ..domain.management import ManagementBus
 from ..domain.notification import Notification
-from ..domain.partition import DEFAULT_PARTITION, Partition, check_stream_name
+from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo, check_stream_name
 from ..domain.principal import Principal
-from ..domain.rights import Right
+from ..domain.rights import BadGrant, Right
 from ..domain.schemas import top_properties
 from ..domain.sessions import ConsoleSessionStore, SessionLimits
+from ..domain.stream import EventRejected, StoredEvent
 from ..ftn3.errors import FTN3Error
 from ..ftn18.push import PushService
-from ..log.access import AccessDenied
+from ..log.access import AccessDenied, UnknownUser
 from ..log.access import Refused as AccessRefused
+from ..log.connections import Connections
 from ..log.consumers import ConsumerRow
-from ..log.eventlog import DamagedEvent, EventLog
+from ..log.eventlog import DamagedEvent, EventLog, NotWritable
 from ..log.schemas import SchemaRegistry
 from ..log.streams import StreamLogs, StreamRegistry
+from ..log.users import UserAdmin
 from ..notify.live import LiveStreams, Subscription, UnknownStream, management_visible_to
 from ..notify.message import NotifyError, Transformation, real_message
 from ..notify.selector import compile_selector
 from ..stats import INSECURE_CHANNEL
 from .config import ConsoleConfig
-from .samples import Chart, HeadSamples, chart
+from .guard import (
+    LOGIN_COOKIE,
+    foreign,
+    login_csrf,
+    login_csrf_matches,
+    login_token,
+    new_login_token,
+    next_page,
+)
+from .overview import ServerFacts, about, size, uptime
+from .samples import LAG_WINDOW_SECONDS, Chart, HeadSamples, chart
 from .sessions import Session, Sessions, Tails
 
 DEFAULT_CONFIG: Final = ConsoleConfig()
@@ -84,8 +102,8 @@ TAIL_HEARTBEAT_SECONDS: Final = 15.0
 SESSION_ENDED: Final = "The session has ended: log in again."
 #: Notifications per message pushed to a tail page.
 TAIL_BATCH: Final = 100
-#: A form's body larger than this is refused.
-MAX_FORM_BYTES: Final = 16384
+#: A form's body larger than this is refused (an event's data is published through one).
+MAX_FORM_BYTES: Final = 1024 * 1024
 STATIC_TYPES: Final = {".css": "text/css; charset=utf-8", ".js": "text/javascript; charset=utf-8"}
 SECURITY_HEADERS: Final = (
     (
@@ -99,13 +117,34 @@ SECURITY_HEADERS: Final = (
 )
 #: The menu entry each page is under.
 _NAV: Final = {
+    "users.html": "users",
+    "user.html": "users",
+    "overview.html": "overview",
+    "stream.html": "streams",
+    "publish.html": "publish",
+    "event.html": "events",
     "streams.html": "streams",
     "partition.html": "streams",
     "consumers.html": "consumers",
+    "consumer.html": "consumers",
     "confirm.html": "consumers",
     "tail.html": "tail",
     "events.html": "events",
     "dcb.html": "dcb",
+    "connections.html": "connections",
+}
+#: The rights as the users pages name them.
+_RIGHT_LABELS: Final = ((Right.READ, "read"), (Right.WRITE, "write"), (Right.MANAGE, "manage"))
+#: The error page's heading by status (others: by their class).
+_HEADINGS: Final = {
+    401: "Log in first",
+    403: "Not allowed",
+    404: "Not found",
+    405: "Not served this way",
+    409: "In conflict",
+    413: "Too large",
+    429: "Too many at once",
+    503: "Too many at once",
 }
 _ISO_TIME: Final = re.compile(r"(\d{4}-\d{2}-\d{2})[T ](\d{2}:\d{2})(:\d{2})?Z?")
 
@@ -195,6 +234,13 @@ class Console:
             SessionLimits(config.max_sessions, config.idle_seconds, config.lifetime_seconds),
         )
         self._checking: asyncio.Task[None] | None = None
+        #: The server's doors and workers (set by the server; None: the overview omits them).
+        self.facts: ServerFacts | None = None
+        #: Users and their rights, for admins (set by the server; None: no users pages).
+        self.users: UserAdmin | None = None
+        #: This process's open connections (set by the server; None: the page lists none).
+        self.connections: Connections | None = None
+        self.about = about(time.time())
         self.samples = HeadSamples(logs, streams, config.sample_seconds)
         #: Live tails open now.
         self.tails = 0
@@ -206,20 +252,38 @@ class Console:
             enable_async=False,
         )
         self._env.filters["number"] = _number
+        self._env.filters["size"] = size
         self._pages: dict[tuple[str, str], Handler] = {
             ("GET", "/login"): self._login_page,
             ("POST", "/login"): self._login,
             ("POST", "/logout"): self._logout,
+            ("GET", "/overview"): self._overview_page,
             ("GET", "/streams"): self._streams_page,
+            ("GET", "/stream"): self._stream_page,
+            ("POST", "/streams/add"): self._add_stream,
+            ("POST", "/streams/grow"): self._grow_stream,
+            ("POST", "/streams/drop"): self._drop_stream,
+            ("GET", "/publish"): self._publish_page,
+            ("POST", "/publish"): self._publish,
+            ("GET", "/event"): self._event_page,
+            ("GET", "/users"): self._users_page,
+            ("GET", "/user"): self._user_page,
+            ("POST", "/users/add"): self._add_user,
+            ("POST", "/users/remove"): self._remove_user,
+            ("POST", "/users/grant"): self._change_grant,
+            ("POST", "/users/revoke"): self._change_grant,
             ("GET", "/partition"): self._partition_page,
             ("GET", "/consumers"): self._consumers_page,
             ("GET", "/consumers/confirm"): self._confirm_page,
+            ("GET", "/consumer"): self._consumer_page,
             ("POST", "/consumers/drop"): self._drop,
             ("POST", "/consumers/seek"): self._seek,
             ("GET", "/tail"): self._tail_page,
             ("GET", "/tail/stream"): self._tail_stream,
             ("GET", "/events"): self._events_page,
             ("GET", "/dcb"): self._dcb_page,
+            ("GET", "/connections"): self._connections_page,
+            ("POST", "/connections/close"): self._close_connection,
         }
 
     def start(self) -> None:
@@ -275,11 +339,11 @@ class Console:
         return self._page(None, "error.html", status=status, message=message)
 
     def _form(self, request: ConsoleRequest, session: Session | None, path: str) -> dict[str, str]:
-        """A POST's fields, once its origin and (past the login) its CSRF token are right."""
-        origin = request.headers.get("origin")
-        host = request.headers.get("host")
-        if origin is not None and origin != "null" and urlsplit(origin).netloc != host:
-            raise Refused(403, "The form was sent from another site.")
+        """A POST's fields, once its origin and its CSRF token (the session's; the login
+        form's, bound to its pre-session cookie) are right."""
+        why = foreign(request.headers, request.tls)
+        if why is not None:
+            raise Refused(403, why)
         if len(request.body) > MAX_FORM_BYTES:
             raise Refused(413, "The form is too large.")
         try:
@@ -287,7 +351,13 @@ class Console:
         except UnicodeDecodeError:
             raise Refused(400, "The form is not UTF-8.") from None
         form = {k: v[0] for k, v in parse_qs(text, keep_blank_values=True).items()}
-        if path != "/login" and (session is None or not session.csrf_matches(form.get("csrf"))):
+        if path == "/login":
+            pre_session = login_token(_cookie(request.headers.get("cookie", ""), LOGIN_COOKIE))
+            if not login_csrf_matches(pre_session, form.get("csrf")):
+                raise Refused(
+                    403, "The login form's token is missing or wrong: load the login page again."
+                )
+        elif session is None or not session.csrf_matches(form.get("csrf")):
             raise Refused(403, "The form's CSRF token is missing or wrong: load the page again.")
         return form
 
@@ -299,6 +369,8 @@ class Console:
         headers: list[tuple[str, str]] | None = None,
         **values: Any,
     ) -> ConsoleResponse:
+        if template == "error.html":
+            values.setdefault("heading", _heading(status))
         body = (
             self._env.get_template(template)
             .render(
@@ -318,7 +390,33 @@ class Console:
     async def _login_page(self, call: _Call) -> ConsoleResponse:
         if call.session is not None:
             return _redirect(self._next(call.query.get("next")))
-        return self._page(None, "login.html", next=call.query.get("next", ""))
+        return self._login_form(call, 200, call.query.get("next"))
+
+    def _login_form(
+        self, call: _Call, status: int, nxt: str | None, **values: Any
+    ) -> ConsoleResponse:
+        """The login page, its form's CSRF token bound to the pre-session cookie (set here
+        when the browser has none)."""
+        cookie = _cookie(call.request.headers.get("cookie", ""), LOGIN_COOKIE)
+        token = login_token(cookie)
+        headers = []
+        if token is None:
+            token = new_login_token()
+            headers.append(("Set-Cookie", self._cookie(call, LOGIN_COOKIE, token)))
+        return self._page(
+            None,
+            "login.html",
+            status=status,
+            headers=headers,
+            next=next_page(self.base, nxt) or "",
+            csrf=login_csrf(token),
+            **values,
+        )
+
+    def _cookie(self, call: _Call, name: str, value: str, *, ended: bool = False) -> str:
+        secure = "; Secure" if call.request.tls else ""
+        gone = "; Max-Age=0" if ended else ""
+        return f"{name}={value}; Path={self.base}; HttpOnly; SameSite=Strict{gone}{secure}"
 
     async def _login(self, call: _Call) -> ConsoleResponse:
         request, form = call.request, call.form
@@ -330,38 +428,34 @@ class Console:
         try:
             principal = await self._auth.authenticate(f"{name}:{password}", request.peer)
         except FTN3Error:
-            return self._page(
-                None,
-                "login.html",
-                status=401,
-                next=nxt,
-                user=name,
-                message="Wrong user name or password.",
+            return self._login_form(
+                call, 401, nxt, user=name, message="Wrong user name or password."
             )
         await self.sessions.end(call.token)
         token = await self.sessions.create(principal)
-        secure = "; Secure" if request.tls else ""
-        cookie = f"{COOKIE}={token}; Path={self.base}; HttpOnly; SameSite=Strict{secure}"
-        return _redirect(self._next(nxt), [("Set-Cookie", cookie)])
+        cookies = [
+            ("Set-Cookie", self._cookie(call, COOKIE, token)),
+            ("Set-Cookie", self._cookie(call, LOGIN_COOKIE, "", ended=True)),
+        ]
+        return _redirect(self._next(nxt), cookies)
 
     async def _logout(self, call: _Call) -> ConsoleResponse:
         await self.sessions.end(call.token)
-        secure = "; Secure" if call.request.tls else ""
-        cookie = f"{COOKIE}=; Path={self.base}; HttpOnly; SameSite=Strict; Max-Age=0{secure}"
+        cookie = self._cookie(call, COOKIE, "", ended=True)
         return _redirect(f"{self.base}/login", [("Set-Cookie", cookie)])
 
     def _next(self, target: str | None) -> str:
-        """Where to go after the login: a page of the console, nowhere else."""
-        if target and target.startswith(self.base + "/") and "//" not in target:
-            return target
-        return f"{self.base}/streams"
+        """Where to go after the login: a page of the console, else its home."""
+        return next_page(self.base, target) or f"{self.base}/streams"
 
     # -- streams --------------------------------------------------------------------------
 
-    def _partition(self, call: _Call, fields: Mapping[str, str]) -> Partition:
+    def _partition(
+        self, call: _Call, fields: Mapping[str, str], right: Right = Right.READ
+    ) -> Partition:
         """The partition ``fields`` name (a stream the caller may read when they name none),
-        once the caller may read it: :class:`AccessDenied` when they may not, and for a name
-        they hold no right on (whether a stream has it or not)."""
+        once the caller holds ``right`` on it: :class:`AccessDenied` when they may not, and
+        for a name they hold no right on (whether a stream has it or not)."""
         who = call.principal
         name = fields.get("stream") or self._default_stream(who)
         number = fields.get("partition") or "0"
@@ -371,7 +465,7 @@ class Console:
         except ValueError:  # no stream can have it: nothing to hide
             info = None
         else:
-            info = self._streams.reachable(who, name, Right.READ)
+            info = self._streams.reachable(who, name, right)
         partition = None
         if info is not None and index is not None:
             partition = self._streams.partition(name, index)
@@ -395,13 +489,19 @@ class Console:
         who manage the stream; to others only when it is theirs)."""
         events, who = self._log(partition), call.principal
         limits = await events.retention_limits(who)
-        lowest = await events.consumers.lowest(who) if limits.lowest_position else None
+        held = limits.lowest_position is not None  # position 0 (never acknowledged) holds too
+        lowest = await events.consumers.lowest(who) if held else None
         return {
             "partition": partition,
             "readable": True,
             "head": max(limits.newest_id, events.head),
             "oldest": limits.oldest_id,
             "rate": self.samples.rate(partition),
+            "bytes": _kept_bytes(
+                limits.oldest_id,
+                max(limits.newest_id, events.head),
+                self.samples.event_size(partition),
+            ),
             "held_back_by": lowest,
             "manages": events.guard.shown_to(who) is None,
             "chart": self._chart(partition, 160, 28),
@@ -441,6 +541,7 @@ class Console:
             total=len(partitions),
             streams=len(visible),
             q=prefix,
+            notice=await self._notice(call),
             principal=call.principal,
         )
 
@@ -477,6 +578,354 @@ class Console:
             newest_ts=newest[0].ts if newest else None,
             big=big,
             interval=self.samples.interval,
+            principal=call.principal,
+        )
+
+    # -- overview -------------------------------------------------------------------------
+
+    async def _overview_page(self, call: _Call) -> ConsoleResponse:
+        """Version, build, uptime, workers and doors; events and bytes per second of the
+        streams the caller may read (connections per door are shown to admins only: they
+        tell of others' activity)."""
+        who, access = call.principal, self._streams.access
+        partitions = [
+            p
+            for info in self._streams
+            if access.allows(who, Right.READ, info.name)
+            for p in info.partitions
+        ]
+        rates = [self.samples.rate(p) for p in partitions]
+        byte_rates = [self.samples.bytes_rate(p) for p in partitions]
+        facts = self.facts
+        return self._page(
+            call.session,
+            "overview.html",
+            about=self.about,
+            workers=facts.workers() if facts is not None else None,
+            doors=facts.doors() if facts is not None else [],
+            events_rate=_total(rates),
+            bytes_rate=_total(byte_rates),
+            partitions=len(partitions),
+            streams=len({p.stream for p in partitions}),
+            interval=self.samples.interval,
+            principal=who,
+        )
+
+    # -- managing streams -----------------------------------------------------------------
+
+    def _stream_info(self, call: _Call, name: str) -> StreamInfo:
+        """The stream ``name`` when the caller holds some right on it (404 otherwise, the
+        same whether it exists or not)."""
+        info = self._streams.get(name) if self._streams.holds_any(call.principal, name) else None
+        if info is None:
+            raise Refused(404, f"No such stream: {name[:60]}.")
+        return info
+
+    async def _stream_page(self, call: _Call) -> ConsoleResponse:
+        info = self._stream_info(call, call.query.get("name", ""))
+        who, access = call.principal, self._streams.access
+        readable = access.allows(who, Right.READ, info.name)
+        rows = [await self._extent(call, p) for p in info.partitions] if readable else []
+        return self._page(
+            call.session,
+            "stream.html",
+            info=info,
+            rows=rows,
+            readable=readable,
+            total_bytes=_total([r["bytes"] for r in rows]),
+            manages=access.allows(who, Right.MANAGE, info.name),
+            notice=await self._notice(call),
+            principal=who,
+        )
+
+    async def _add_stream(self, call: _Call) -> ConsoleResponse:
+        name = call.form.get("name", "").strip()
+        count = _partitions_in(call.form)
+        try:
+            info = await self._streams.add(call.principal, name, count)
+        except KeyError:
+            raise Refused(409, f"The stream {name} exists already.") from None
+        except ValueError as exc:
+            raise Refused(400, _said(exc)) from None
+        return await self._done(call, info.name, f"Added {info.name}: {count} partitions.")
+
+    async def _grow_stream(self, call: _Call) -> ConsoleResponse:
+        info = self._stream_info(call, call.form.get("name", ""))
+        count = _partitions_in(call.form)
+        try:
+            grown = await self._streams.grow(call.principal, info.name, count)
+        except KeyError:
+            raise Refused(404, f"No such stream: {info.name}.") from None
+        except ValueError as exc:
+            raise Refused(400, _said(exc)) from None
+        notice = f"{grown.name} has {len(grown.partitions)} partitions now."
+        return await self._done(call, grown.name, notice)
+
+    async def _drop_stream(self, call: _Call) -> ConsoleResponse:
+        info = self._stream_info(call, call.form.get("name", ""))
+        if call.form.get("confirm", "") != info.name:
+            raise Refused(400, f"Type the stream's name, {info.name}, to drop it.")
+        try:
+            dropped = await self._streams.drop(call.principal, info.name)
+        except ValueError as exc:
+            raise Refused(400, _said(exc)) from None
+        if not dropped:
+            raise Refused(404, f"No such stream: {info.name}.")
+        assert call.session is not None
+        await self.sessions.set_notice(call.session, f"Dropped {info.name} and its events.")
+        return _redirect(f"{self.base}/streams")
+
+    async def _done(self, call: _Call, name: str, notice: str) -> ConsoleResponse:
+        """After a change: the stream's page, saying what was done."""
+        assert call.session is not None
+        await self.sessions.set_notice(call.session, notice)
+        return _redirect(f"{self.base}/stream?name={quote(name, safe='')}")
+
+    async def _notice(self, call: _Call) -> str | None:
+        return await self.sessions.take_notice(call.session) if call.session else None
+
+    # -- publishing -----------------------------------------------------------------------
+
+    async def _publish_page(self, call: _Call) -> ConsoleResponse:
+        query = call.query
+        return self._publish_form(
+            call, 200, query.get("stream"), query.get("partition", "0"), {}, None
+        )
+
+    def _publish_form(
+        self,
+        call: _Call,
+        status: int,
+        stream: str | None,
+        partition: str,
+        values: Mapping[str, str],
+        message: str | None,
+    ) -> ConsoleResponse:
+        """The publish form (``values``: as it was filled in), over the streams the caller
+        may write to."""
+        who, access = call.principal, self._streams.access
+        writable = [
+            info.name for info in self._streams if access.allows(who, Right.WRITE, info.name)
+        ]
+        return self._page(
+            call.session,
+            "publish.html",
+            status=status,
+            writable=writable,
+            stream=stream or (writable[0] if writable else ""),
+            partition=partition,
+            typed=self._typed(writable),
+            values=values,
+            message=message,
+            principal=who,
+        )
+
+    async def _publish(self, call: _Call) -> ConsoleResponse:
+        """One event, as FTN18's addEvent adds it (its type's schema, the key's dedup)."""
+        form = call.form
+        event_type = form.get("type", "").strip()
+        key = form.get("key", "").strip() or None
+        try:
+            data = json.loads(form.get("data", "") or "null")
+        except ValueError as exc:
+            return await self._publish_refused(call, f"The data is not JSON: {exc}.")
+        partition = self._partition(call, form, Right.WRITE)
+        try:
+            event_id = await self._log(partition).append(call.principal, event_type, data, key)
+        except (EventRejected, NotWritable) as exc:
+            return await self._publish_refused(call, _said(exc))
+        assert call.session is not None
+        await self.sessions.set_notice(call.session, f"Published event {event_id} to {partition}.")
+        where = f"stream={quote(partition.stream, safe='')}&partition={partition.number}"
+        return _redirect(f"{self.base}/event?{where}&id={event_id}")
+
+    async def _publish_refused(self, call: _Call, message: str) -> ConsoleResponse:
+        """The publish form again, as it was filled in, with why it was refused."""
+        form = call.form
+        return self._publish_form(
+            call, 400, form.get("stream"), form.get("partition", "0"), form, message
+        )
+
+    # -- users (admins only) ----------------------------------------------------------------
+
+    def _user_admin(self) -> UserAdmin:
+        if self.users is None:
+            raise Refused(404, "Users are not managed in this console.")
+        return self.users
+
+    async def _users_page(self, call: _Call) -> ConsoleResponse:
+        admin = self._user_admin()
+        users = await admin.users(call.principal)
+        grants = await self._grants_by_user(call, [u.name for u in users])
+        rows = [
+            {"user": u, "policy": is_policy(u), "grants": grants.get(u.name, [])} for u in users
+        ]
+        return self._page(
+            call.session,
+            "users.html",
+            rows=rows,
+            notice=await self._notice(call),
+            principal=call.principal,
+        )
+
+    async def _grants_by_user(self, call: _Call, names: list[str]) -> dict[str, list[str]]:
+        admin = self._user_admin()
+        shown: dict[str, list[str]] = {}
+        for name in names[: PAGE_SIZE * 4]:
+            with contextlib.suppress(UnknownUser):  # removed meanwhile
+                described = await admin.describe(call.principal, name)
+                shown[name] = [
+                    f"{','.join(g['rights'])} on {g['pattern']}" for g in described["grants"]
+                ]
+        return shown
+
+    async def _user_page(self, call: _Call) -> ConsoleResponse:
+        admin, who = self._user_admin(), call.principal
+        name = call.query.get("name", "")
+        try:
+            described = await admin.describe(who, name)
+            user = await admin.principal(who, name)
+        except UnknownUser:
+            raise Refused(404, f"No such user: {name[:64]}.") from None
+        access = self._streams.access
+        may = [
+            {
+                "stream": info.name,
+                "rights": [
+                    label for right, label in _RIGHT_LABELS if access.allows(user, right, info.name)
+                ],
+            }
+            for info in sorted(self._streams, key=lambda info: info.name)
+        ]
+        return self._page(
+            call.session,
+            "user.html",
+            user=described,
+            may=[m for m in may if m["rights"]],
+            notice=await self._notice(call),
+            principal=who,
+        )
+
+    async def _add_user(self, call: _Call) -> ConsoleResponse:
+        admin, form = self._user_admin(), call.form
+        name, password = form.get("name", "").strip(), form.get("password", "")
+        if not password:
+            raise Refused(400, "Give the new user a password.")
+        try:
+            await admin.add(
+                call.principal,
+                name,
+                await asyncio.to_thread(hash_password, password),
+                is_admin=form.get("admin") == "1",
+            )
+        except ValueError as exc:
+            raise Refused(400, _said(exc)) from None
+        except KeyError:
+            raise Refused(409, f"The user {name} exists already.") from None
+        return await self._user_done(call, name, f"Added user {name}.")
+
+    async def _remove_user(self, call: _Call) -> ConsoleResponse:
+        admin, form = self._user_admin(), call.form
+        name = form.get("name", "")
+        if form.get("confirm", "") != name:
+            raise Refused(400, f"Type the user's name, {name[:64]}, to remove them.")
+        try:
+            removed = await admin.remove(call.principal, name)
+        except ValueError as exc:
+            raise Refused(400, _said(exc)) from None
+        if not removed:
+            raise Refused(404, f"No such user: {name[:64]}.")
+        assert call.session is not None
+        await self.sessions.set_notice(call.session, f"Removed user {name} and their consumers.")
+        return _redirect(f"{self.base}/users")
+
+    async def _change_grant(self, call: _Call) -> ConsoleResponse:
+        """A grant (``/users/grant``) or a revoke (``/users/revoke``) of the rights ticked
+        (``read``, ``write``, ``manage``) on a pattern."""
+        admin, form = self._user_admin(), call.form
+        name, pattern = form.get("name", ""), form.get("pattern", "").strip()
+        rights = ",".join(r for r in ("read", "write", "manage") if form.get(r) == "1")
+        if not rights:
+            raise Refused(400, "Tick at least one right.")
+        granting = call.path == "/users/grant"
+        try:
+            if granting:
+                await admin.grant(call.principal, name, rights, pattern)
+                notice = f"Granted {rights} on {pattern} to {name}."
+            elif await admin.revoke(call.principal, name, rights, pattern):
+                notice = f"Revoked {rights} on {pattern} from {name}."
+            else:
+                notice = f"{name} held none of {rights} on {pattern}: nothing revoked."
+        except UnknownUser:
+            raise Refused(404, f"No such user: {name[:64]}.") from None
+        except BadGrant as exc:
+            raise Refused(400, _said(exc)) from None
+        return await self._user_done(call, name, notice)
+
+    async def _user_done(self, call: _Call, name: str, notice: str) -> ConsoleResponse:
+        assert call.session is not None
+        await self.sessions.set_notice(call.session, notice)
+        return _redirect(f"{self.base}/user?name={quote(name, safe='')}")
+
+    # -- connections ----------------------------------------------------------------------
+
+    async def _connections_page(self, call: _Call) -> ConsoleResponse:
+        """The open connections of this process: every one for an admin (who may close
+        one), the caller's own for anyone else."""
+        who, facts = call.principal, self.facts
+        listed = self.connections.visible_to(who) if self.connections is not None else []
+        now = time.time()
+        return self._page(
+            call.session,
+            "connections.html",
+            rows=[
+                {
+                    "connection": c,
+                    "calls": c.calls,
+                    "at": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(c.since)),
+                    "age": uptime(now - c.since),
+                }
+                for c in listed
+            ],
+            workers=facts.workers() if facts is not None else None,
+            notice=await self._notice(call),
+            principal=who,
+        )
+
+    async def _close_connection(self, call: _Call) -> ConsoleResponse:
+        key = call.form.get("id", "")
+        connections = self.connections
+        closed = connections.close(call.principal, key) if connections is not None else None
+        if closed is None:
+            raise Refused(404, "No such connection here: it has closed, or another worker has it.")
+        assert call.session is not None
+        notice = f"Closed the {closed.door} connection of {closed.user} from {closed.peer}."
+        await self.sessions.set_notice(call.session, notice)
+        return _redirect(f"{self.base}/connections")
+
+    # -- an event -------------------------------------------------------------------------
+
+    async def _event_page(self, call: _Call) -> ConsoleResponse:
+        partition = self._partition(call, call.query)
+        wanted = _number_in(call.query.get("id", ""), 18)
+        if wanted is None or wanted == 0:
+            raise Refused(400, "An event id is a positive number.")
+        rows = await self._log(partition).read_after(call.principal, wanted - 1, 1)
+        if not rows or rows[0].id != wanted:
+            raise Refused(404, f"No event {wanted} in {partition} (never added, or discarded).")
+        event = rows[0]
+        try:
+            pretty = json.dumps(json.loads(event.data_json), indent=2, ensure_ascii=False)
+        except ValueError:
+            pretty = event.data_json
+        return self._page(
+            call.session,
+            "event.html",
+            partition=partition,
+            event=event,
+            pretty=pretty,
+            size=len(event.data_json.encode()),
+            notice=await self._notice(call),
             principal=call.principal,
         )
 
@@ -540,6 +989,22 @@ class Console:
             for row in listed[:limit]
         ]
 
+    async def _consumer_page(self, call: _Call) -> ConsoleResponse:
+        """A consumer's figures and its lag over the last hour (own, or managed)."""
+        partition, row = await self._consumer(call, call.query)
+        lags = self.samples.lags((partition, row.user_id, row.component))
+        shortest = 30 * self.samples.interval
+        return self._page(
+            call.session,
+            "consumer.html",
+            partition=partition,
+            row=row,
+            age=_age(row.oldest_unread_ts, time.time()),
+            lag=chart(lags, 720, 180, time.time(), shortest, LAG_WINDOW_SECONDS, "events behind"),
+            interval=self.samples.interval,
+            principal=call.principal,
+        )
+
     async def _confirm_page(self, call: _Call) -> ConsoleResponse:
         action = call.query.get("action", "")
         if action not in ("drop", "seek"):
@@ -600,7 +1065,11 @@ class Console:
             position = wanted
         else:
             raise Refused(400, "Give a position (an event id) or a time (UTC).")
-        if not await events.consumers.seek(who, row.user_id, row.component, position):
+        try:
+            sought = await events.consumers.seek(who, row.user_id, row.component, position)
+        except AccessRefused as exc:  # the one seek refuses: a position past the head
+            raise Refused(400, _sentence(exc)) from None
+        if not sought:
             raise Refused(404, "No such consumer.")
         assert call.session is not None
         notice = f"{row.user}/{row.component} of {partition} is at {position} now."
@@ -626,7 +1095,13 @@ class Console:
                 message = "An event id is a positive number."
             else:
                 after = max(first - 1, 0)
-        rows = [] if message else await events.read_after(who, after, EVENTS_PER_PAGE)
+        types = _words(query.get("type", ""))
+        rows: list[StoredEvent] = []
+        if types and not message:  # the store reads those types only
+            events.guard.read(who)
+            rows, _ = await events.read_of_types(after, EVENTS_PER_PAGE, types)
+        elif not message:
+            rows = await events.read_after(who, after, EVENTS_PER_PAGE)
         shown = [
             {"id": r.id, "type": r.type, "data": _shorten(r.data_json), "ts": r.ts} for r in rows
         ]
@@ -637,6 +1112,7 @@ class Console:
             events=shown,
             id=from_id,
             time=at,
+            type=query.get("type", ""),
             message=message,
             next_id=rows[-1].id + 1 if len(rows) == EVENTS_PER_PAGE else None,
             principal=call.principal,
@@ -846,8 +1322,39 @@ async def _pushed(
 def _sentence(exc: AccessRefused | UnknownStream | DamagedEvent) -> str:
     """A refusal of ``log/`` as the console says it (``The read right on stream payroll is
     needed.``)."""
+    return _said(exc)
+
+
+def _total(values: list[float | None]) -> float | None:
+    """The sum of the values known; None when none is."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+def _kept_bytes(oldest: int, head: int, event_size: float | None) -> float | None:
+    """The bytes of a partition's events kept, estimated from its mean event size."""
+    if event_size is None:
+        return None if head else 0.0
+    return (head - oldest + 1) * event_size if oldest else 0.0
+
+
+def _partitions_in(form: Mapping[str, str]) -> int:
+    count = _number_in(form.get("partitions", "").strip(), 6)
+    if count is None:
+        raise Refused(400, "The number of partitions is a whole number, 1 or more.")
+    return count
+
+
+def _said(exc: Exception) -> str:
+    """A refusal's text as one sentence: capitalised, with its full stop."""
     text = str(exc)
-    return text[:1].upper() + text[1:] + "."
+    return text[:1].upper() + text[1:] + ("" if text.endswith((".", "!", "?")) else ".")
+
+
+def _heading(status: int) -> str:
+    """The error page's heading: what went wrong in a few words."""
+    fallback = "Cannot do that" if status < 500 else "The server failed"
+    return _HEADINGS.get(status, fallback)
 
 
 def _redirect(location: str, headers: list[tuple[str, str]] | None = None) -> ConsoleResponse:

@@ -2,7 +2,8 @@
 
 The database keeps only the SHA-256 digest of each token (a copy of the database holds no
 usable cookie), so every worker and every process on the database knows every session, and
-a session outlives a restart. A session ends at logout, after
+a session outlives a restart. A session ends at logout, when its user's password changes or
+the user is removed (the store deletes the user's sessions in the same transaction), after
 :attr:`~futoin_evt.domain.sessions.SessionLimits.idle_seconds` unused, after
 :attr:`~futoin_evt.domain.sessions.SessionLimits.lifetime_seconds` in any case, or when more
 than :attr:`~futoin_evt.domain.sessions.SessionLimits.limit` are open (the least recently
@@ -17,7 +18,8 @@ constant-time.
 The live tails of this process are kept per session here. A logout or an eviction in this
 process ends them at once; one elsewhere ends them at the next :meth:`Sessions.check` (the
 console runs it every ``session_check_seconds``): one read of the database for all the
-sessions with tails here, whatever their number. An open tail counts as use.
+sessions with tails here, whatever their number. A password change ends them at once (their
+rights' watches are called back). An open tail counts as use.
 """
 
 from __future__ import annotations

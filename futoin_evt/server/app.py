@@ -18,16 +18,17 @@ from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
 from ..domain.management import ManagementBus
 from ..domain.sessions import ConsoleSessionStore
-from ..domain.stream import DEFAULT_DEDUP_WINDOW
+from ..domain.stream import DEFAULT_DEDUP_WINDOW, PARAM_TYPE_RULES
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
 from ..ftn18.doors import PartitionDoors
 from ..ftn18.grant_ops import GrantAdmin
 from ..ftn18.notify import NotifyService
 from ..ftn18.push import PushConfig, PushService
-from ..log.access import AccessControl
+from ..log.access import Access, AccessControl
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
+from ..log.connections import Connections
 from ..log.consumers import ConsumerLifecycle
 from ..log.retention import Discarder, RetentionConfig
 from ..log.schemas import SchemaRegistry
@@ -134,10 +135,50 @@ def live_streams(logs: StreamLogs, streams: StreamRegistry, schemas: SchemaRegis
 
 
 def build_registry() -> IfaceRegistry:
-    registry = IfaceRegistry()
+    registry = IfaceRegistry(rules=PARAM_TYPE_RULES)
     for name, versions in SERVED_IFACES.items():
         registry.serve(name, versions)
     return registry
+
+
+def _home_links(config: ServerConfig) -> list[tuple[str, str, str]]:
+    """What ``GET /`` on the port links to: the doors a browser can open that are on."""
+    links = []
+    if config.console is not None:
+        links.append(("Console", config.console.path + "/", "streams, consumers and events"))
+    if config.asyncapi_path is not None:
+        links.append(("AsyncAPI document", config.asyncapi_path, "the API of every door"))
+    if config.feed.path is not None:
+        links.append(("HTTP feed", config.feed.path, "the events as a feed (FeedAPI v2)"))
+    if config.schemas_path is not None:
+        links.append(("Schema registry", config.schemas_path, "the events' JSON schemas"))
+    if config.dcb_path is not None:
+        links.append(("DCB event store", config.dcb_path, "the DCB HTTP API"))
+    return links
+
+
+def door_addresses(
+    config: ServerConfig, url: str, amqp_url: str | None, metrics_url: str | None
+) -> list[tuple[str, str]]:
+    """(door, address) of every door ``config`` turns on, in the order the start-up banner
+    lists them: FTN18 on the WebSocket port ``url``, the HTTP doors on the same port, AMQP,
+    metrics."""
+    http = url.replace("ws", "http", 1).rstrip("/")
+    found = [("FTN18 (WebSocket, /NAME/P)", url)]
+    for name, path in (
+        ("HTTP feed", config.feed.path),
+        ("DCB", config.dcb_path),
+        ("schema registry", config.schemas_path),
+        ("AsyncAPI", config.asyncapi_path),
+        ("console", config.console.path + "/" if config.console is not None else None),
+    ):
+        if path is not None:
+            found.append((name, http + path))
+    if amqp_url is not None:
+        found.append(("AMQP", amqp_url))
+    if metrics_url is not None:
+        found.append(("metrics", metrics_url))
+    return found
 
 
 def _route(endpoints: list[HttpEndpoint]) -> HttpHandler:
@@ -156,14 +197,18 @@ async def _start_amqp(
     bus: ManagementBus,
     authenticator: Authenticator,
     config: AmqpConfig,
-    access: AccessControl,
+    access: Access,
 ) -> AmqpListener:
     """The AMQP listener (imported here: its filter parser, lark, is an optional dependency)."""
     from ..amqp.listener import AmqpListener
     from ..amqp.node import EventLogNode
     from ..amqp.notify import NotificationNode
 
-    sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
+    sas = (
+        SasVerifier(store, config.sas_secret, config.sas_max_lifetime)
+        if config.sas_secret is not None
+        else None
+    )
     notifications = NotificationNode(live, bus)
     node = EventLogNode(logs.default, config.limits.node, logs, termini=store)
     listener = AmqpListener(
@@ -262,6 +307,8 @@ class EventServer:
         self.schemas = schemas
         #: The database as configured: a SQLite path or a PostgreSQL URL.
         self.db: str | Path = DEFAULT_DB
+        #: What the server was started with.
+        self.config = ServerConfig()
         self.push = push
         self.discarder = discarder
         self.archiver: InProcessArchiver | None = None
@@ -307,7 +354,8 @@ class EventServer:
             turns = channel.place.channel_dir / "turns.lock"
             channel.listen(store.join_peers(channel, turns), notices)
             notices.relay = channel.management
-        access = AccessControl(store)
+        # follows the store's access version: a change by any process is in use at once
+        access = AccessControl(store, changes=store)
         # What another worker says changed (grants or schemas) is in use here before it
         # hears back; schemas join once their registry is made, before their first load.
         catch_ups: list[Callable[[], Awaitable[None]]] = [access.catch_up]
@@ -322,6 +370,7 @@ class EventServer:
             if channel is not None:
                 schemas.tell_others = channel.grants_changed
             await schemas.start()
+            access.followers.append(schemas.catch_up)
         except BaseException:
             await access.close()
             await store.close()
@@ -337,14 +386,22 @@ class EventServer:
                 channel.serve_push(push)
             discarding = config.worker is None or config.worker.slot == DISCARDING_SLOT
             discarder = Discarder(
-                store, push, config.retention, notices, streams, discarding=discarding
+                store,
+                push,
+                config.retention,
+                notices,
+                streams,
+                discarding=discarding,
+                grants=streams.access,  # a reader of an aggregate who lost read on its source too
             )
             if channel is not None:
                 channel.serve_retention(discarder)
             authenticator = Authenticator(
                 store, cache_seconds=config.auth_cache_seconds, notices=notices
             )
+            access.users_changed.append(authenticator.users_changed)
             executor = Executor(build_registry(), authenticator, check_results=config.check_results)
+            executor.recheck = access.fresh  # a refusal reads the rights again first
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
             doors = PartitionDoors(
@@ -405,20 +462,23 @@ class EventServer:
                 )
                 endpoints.append(endpoint)
                 console = endpoint.console
+                transport.connections = Connections()  # the console's connections page
             if endpoints:
                 transport.http_handler = _route(endpoints)
+            transport.home_links = _home_links(config)
             await transport.start()
             amqp = None
             if config.amqp is not None:
                 try:
                     amqp = await _start_amqp(
-                        store, logs, lives, notices, authenticator, config.amqp, access
+                        store, logs, lives, notices, authenticator, config.amqp, streams.access
                     )
                 except BaseException:
                     await transport.close()
                     raise
                 if asyncapi is not None:
                     asyncapi.amqp_url = amqp.url
+                amqp.connections = transport.connections
         except BaseException:
             await schemas.close()
             await streams.close()
@@ -453,11 +513,15 @@ class EventServer:
         server.aggregator = aggregator
         server.doors = doors
         server.db = config.db
+        server.config = config
         server.feed = feed
         server.http_endpoints = endpoints
         server.amqp = amqp
         server.console = console
         if console is not None:
+            from .console_http import attach  # (Jinja2 is there: the console is)
+
+            attach(console, server)
             console.start()
         server.channel = channel
         if config.metrics is not None:
@@ -523,6 +587,10 @@ class EventServer:
     def metrics_url(self) -> str | None:
         """``http://host:port/metrics``, or None when the metrics listener is off."""
         return self.metrics.url if self.metrics is not None else None
+
+    def addresses(self) -> list[tuple[str, str]]:
+        """(door, address) of every door that is on: :func:`door_addresses`."""
+        return door_addresses(self.config, self.url, self.amqp_url, self.metrics_url)
 
     @property
     def port(self) -> int:

@@ -17,11 +17,13 @@ import asyncio
 import base64
 import binascii
 import logging
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http import HTTPStatus
-from urllib.parse import parse_qs, urlsplit
+from typing import Final
+from urllib.parse import parse_qs, quote, urlsplit
 
 from websockets.http11 import Request
 
@@ -39,6 +41,13 @@ from .executor import peer_host
 
 log = logging.getLogger(__name__)
 
+#: What a ``Location`` keeps as it is; anything else is percent-encoded (``%`` is kept: the
+#: value may be encoded already).
+LOCATION_SAFE: Final = "/:?#[]@!$&'()*+,;=%-._~"
+#: What a header value cannot hold: control characters but tab (CR and LF among them), and
+#: anything beyond Latin-1.
+_NOT_IN_HEADER: Final = re.compile("[\x00-\x08\x0a-\x1f\x7f\u0100-\U0010ffff]")
+
 DEFAULT_FEED_PATH = "/feed"
 #: Each stream's feed is under this path: ``/feeds/NAME``.
 STREAM_FEEDS_PATH = "/feeds"
@@ -50,8 +59,32 @@ class FeedConfig:
     path: str | None = DEFAULT_FEED_PATH
 
 
+class HeaderRefused(ValueError):
+    """A response header whose value a header cannot carry (CR, LF, another control
+    character, or a character beyond Latin-1): nothing is sent, the request is answered 500."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"the response's {name} header holds a character a header cannot carry")
+        self.name = name
+
+
+def header_line(name: str, value: str) -> str:
+    """``name: value``, once the value is one a header can carry (:class:`HeaderRefused`
+    otherwise); a ``Location`` is percent-encoded first."""
+    if name.lower() == "location":
+        try:
+            value = quote(value, safe=LOCATION_SAFE)
+        except UnicodeEncodeError:  # a lone surrogate
+            raise HeaderRefused(name) from None
+    if _NOT_IN_HEADER.search(value) is not None:
+        raise HeaderRefused(name)
+    return f"{name}: {value}"
+
+
 class Exchange:
-    """One HTTP response on a connection taken over from the WebSocket handshake."""
+    """One HTTP response on a connection taken over from the WebSocket handshake. A header
+    is data: a value with a line break or beyond Latin-1 is refused (:func:`header_line`)
+    before anything is sent."""
 
     def __init__(self, io: ServerIO, keep_alive: bool, chunked: bool = True) -> None:
         self._io = io
@@ -65,11 +98,11 @@ class Exchange:
         return self._started
 
     def _head(self, status: int, headers: Iterable[tuple[str, str]]) -> bytes:
-        self._started = True
         lines = [f"HTTP/1.1 {status} {HTTPStatus(status).phrase}"]
-        lines += [f"{name}: {value}" for name, value in headers]
+        lines += [header_line(name, value) for name, value in headers]
         if not self._keep_alive:
             lines.append("Connection: close")
+        self._started = True
         return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
 
     def respond(
@@ -223,6 +256,13 @@ class HttpEndpoint:
         except (ConnectionError, asyncio.CancelledError):
             exchange.abort()
             return 0
+        except HeaderRefused as exc:  # a bug of ours: said with its request, no traceback
+            log.error("HTTP %s %s (%s): %s", request.method, _shown(request.path), self.door, exc)
+            if exchange.started:
+                exchange.abort()
+                return 0
+            exchange.respond(500, (str(exc)[:1].upper() + str(exc)[1:] + ".\n").encode())
+            return 500
         except DamagedEvent as exc:  # logged once per event by the store
             if exchange.started:
                 exchange.abort()
@@ -273,6 +313,11 @@ def refused_text(exc: Refused | DamagedEvent) -> str:
     capitalised, with its full stop (``The read right on stream payroll is needed.``)."""
     text = str(exc)
     return text[:1].upper() + text[1:] + "."
+
+
+def _shown(path: str) -> str:
+    """A request's path as a log line shows it: 200 characters at most, escapes for the rest."""
+    return path[:200].encode("unicode_escape").decode("ascii")
 
 
 def _under(path: str, prefix: str) -> bool:

@@ -10,25 +10,35 @@ A frame that is not an FTN3 message with a usable ``rid`` cannot be answered: no
 it is read, the calls read before it are answered (within ``drain_seconds``), then the
 connection is closed with code 1008 and the reason, and a log line is written. Messages over
 ``max_frame_bytes`` close the connection with code 1009. Other connections never notice.
+
+A plain ``GET /`` (no upgrade) is answered with a small HTML page linking what else the port
+serves (:attr:`WebSocketTransport.home_links`), instead of the WebSocket library's "You
+cannot access a WebSocket server directly with a browser"; it is handled with the other plain
+HTTP requests, before any connection is open, never on the frame path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import html
 import ipaddress
 import itertools
 import logging
 import ssl
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Protocol, cast
+
+from websockets.http11 import Request
 
 from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..domain.principal import Principal
 from ..ftn3.calls import Routes
 from ..ftn3.errors import FTN3Error, ProtocolViolation, RefusedMessage
 from ..ftn3.messages import Response, decode_frame, encode_error, parse_request, parse_response
+from ..log.connections import Connections
 from ..slots import TOO_MANY_CONNECTIONS, WEBSOCKET_CELL, GroupShare, SharedCount, Slots
+from ..stats import CONNECTION
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
 
@@ -37,6 +47,8 @@ log = logging.getLogger(__name__)
 CLOSE_POLICY_VIOLATION: Final = 1008
 CLOSE_GOING_AWAY: Final = 1001
 CLOSE_TRY_AGAIN_LATER: Final = 1013
+#: The door's name in the list of open connections.
+FTN3_DOOR: Final = "FTN3 over WebSocket"
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +85,35 @@ class TransportConfig:
     group: GroupShare | None = None
 
 
+def home_page(links: Sequence[tuple[str, str, str]]) -> bytes:
+    """``GET /``: what this port serves, as (title, path, what it is) links."""
+    items = "".join(
+        f'<li><a href="{html.escape(path)}">{html.escape(title)}</a>: {html.escape(what)}</li>\n'
+        for title, path, what in links
+    )
+    return (
+        '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
+        "<title>futoin-evt</title></head>\n<body><h1>futoin-evt</h1>\n"
+        "<p>An event stream server. FTN18 clients connect to this address with WebSocket"
+        " (<code>ws://</code> or <code>wss://</code>); a browser finds here:</p>\n"
+        f"<ul>\n{items}</ul>\n</body></html>\n"
+    ).encode()
+
+
+def _answer_home(io: ServerIO, request: Request, page: bytes) -> bool:
+    """Answer ``GET /`` (or ``HEAD /``) with ``page`` and close; False for other requests."""
+    method = request.method
+    if request.path.partition("?")[0] != "/" or method not in ("GET", "HEAD"):
+        return False
+    head = (
+        "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n"
+        f"Content-Length: {len(page)}\r\nCache-Control: no-store\r\nConnection: close\r\n\r\n"
+    ).encode()
+    io.write_raw(head if method == "HEAD" else head + page)
+    io.http_done(False)
+    return True
+
+
 class PathRoutes(Protocol):
     """Which routes serve a WebSocket path (see :class:`~futoin_evt.ftn18.doors.PartitionDoors`)."""
 
@@ -102,7 +143,9 @@ def is_loopback(address: Any) -> bool:
 class _Connection:
     """The FTN3 side of one server connection."""
 
-    def __init__(self, io: ServerIO, executor: Executor, limits: Limits):
+    def __init__(
+        self, io: ServerIO, executor: Executor, limits: Limits, listed: Connections | None = None
+    ):
         self.io = io
         self._executor = executor
         self.channel = Channel(peer=io.peer, secure=False)
@@ -117,6 +160,8 @@ class _Connection:
         self._violation_timer: asyncio.TimerHandle | None = None
         #: A call was refused for want of an established slot: the connection is closing.
         self._refused = False
+        #: Where the connection is listed once a user logged in (None: not listed).
+        self._listed = listed
         self._idle = asyncio.Event()
         self._idle.set()
         self._peer_rids = itertools.count(1)
@@ -161,6 +206,29 @@ class _Connection:
             return True
         self._refused = True  # closed once the refusal is sent
         return False
+
+    def first_log_in(self) -> bool:
+        """:meth:`log_in`, listing the connection in ``_listed`` the first time it admits a
+        user; the channel's ``log_in`` is then :meth:`log_in` itself (nothing more per call)."""
+        if not self.log_in():
+            return False
+        listed, self._listed = self._listed, None
+        if listed is not None:
+            served = CONNECTION.get()  # the executor's, set for this call: (door, peer, user)
+            user = served[2] if served is not None else None
+            key = listed.add(
+                FTN3_DOOR,
+                user or "",
+                self.channel.peer,
+                self.close_refused,
+                self.calls_in_flight,
+            )
+            self.io.closed.add_done_callback(lambda _closed: listed.remove(key))
+            self.channel = replace(self.channel, log_in=self.log_in)
+        return True
+
+    def calls_in_flight(self) -> int:
+        return self._in_flight
 
     def _close_for(self, violation: ProtocolViolation) -> None:
         log.warning("closing connection from %s: %s", self.channel.peer, violation)
@@ -316,6 +384,8 @@ class WebSocketTransport:
         self._watchers: set[asyncio.Task[None]] = set()
         #: Plain HTTP requests go here (the feed, DCB); False for those it does not serve.
         self.http_handler: HttpHandler | None = None
+        #: What ``GET /`` links to: (title, path, what it is); set before :meth:`start`.
+        self.home_links: list[tuple[str, str, str]] = []
         limits = config.limits
         group = config.group
         #: Every open socket, in a handshake slot or an established one.
@@ -330,16 +400,19 @@ class WebSocketTransport:
         #: Which routes a path reaches (the FTN18 door per partition); None: no path serves
         #: any call.
         self.doors: PathRoutes | None = None
+        #: Where connections are listed once their user logs in (the console's page), if set.
+        self.connections: Connections | None = None
 
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         limits = self._config.limits
+        http_handler = self._with_home(self.http_handler)
         self._server = await loop.create_server(
             lambda: ServerIO(
                 limits.max_frame_bytes,
                 self._on_open,
                 self.slots,
-                self.http_handler,
+                http_handler,
                 self.doors.refusal if self.doors is not None else None,
             ),
             self._config.host,
@@ -347,6 +420,17 @@ class WebSocketTransport:
             ssl=self._config.tls,
             reuse_port=self._config.reuse_port or None,
         )
+
+    def _with_home(self, handler: HttpHandler | None) -> HttpHandler:
+        """``handler``, with ``GET /`` answered by :func:`home_page` first."""
+        page = home_page(self.home_links)
+
+        def serve(io: ServerIO, request: Request, body: bytes) -> bool:
+            if _answer_home(io, request, page):
+                return True
+            return handler is not None and handler(io, request, body)
+
+        return serve
 
     @property
     def limits(self) -> Limits:
@@ -383,12 +467,12 @@ class WebSocketTransport:
         return f"{scheme}://{host}:{self.port}/"
 
     def _on_open(self, io: ServerIO) -> None:
-        connection = _Connection(io, self._executor, self._config.limits)
+        connection = _Connection(io, self._executor, self._config.limits, self.connections)
         channel = Channel(
             peer=io.peer,
             secure=self.is_secure(io),
             link=connection,
-            log_in=connection.log_in,
+            log_in=connection.log_in if self.connections is None else connection.first_log_in,
             routes=self.doors.open(io.path) if self.doors is not None else None,
         )
         connection.channel = channel

@@ -85,3 +85,29 @@ document.addEventListener("DOMContentLoaded", () => {
     follow(tail);
   }
 });
+
+// <circle class="dot" data-label="..."> in a chart: its value shows by the pointer (text
+// only). Listened to on the document: a refreshed page's charts need nothing more.
+document.addEventListener("DOMContentLoaded", () => {
+  const tip = document.createElement("div");
+  tip.id = "tip";
+  tip.className = "tip";
+  tip.hidden = true;
+  document.body.append(tip);
+  document.addEventListener("mouseover", (event) => {
+    const dot = event.target instanceof Element ? event.target.closest("circle.dot") : null;
+    if (!dot) {
+      return;
+    }
+    const box = dot.getBoundingClientRect();
+    tip.textContent = dot.dataset.label;
+    tip.style.left = `${box.left + window.scrollX + 10}px`;
+    tip.style.top = `${box.top + window.scrollY - 30}px`;
+    tip.hidden = false;
+  });
+  document.addEventListener("mouseout", (event) => {
+    if (event.target instanceof Element && event.target.closest("circle.dot")) {
+      tip.hidden = true;
+    }
+  });
+});
