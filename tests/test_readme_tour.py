@@ -119,8 +119,8 @@ def test_using_it_as_written(tour: Tour) -> None:
 
     # the user is added and granted while the server runs, and used at once
     out = ok(tour.shell(shell)).splitlines()
-    added_id = int(out[0])
-    polled = [line for line in out[1:] if line.startswith("{")]
+    (added_id,) = [int(line) for line in out if line.isdigit()]  # what `add` prints
+    polled = [line for line in out if line.startswith("{")]
     assert any('"ORDER_PLACED"' in line and str(added_id) in line for line in polled), out
 
     calls = ok(tour.python(programs[0]))
@@ -133,8 +133,8 @@ def test_using_it_as_written(tour: Tour) -> None:
     received = ok(tour.python(programs[2]))
     got = re.findall(r"^SHIPPING got (\d+) (\w+)", received, flags=re.MULTILINE)
     assert {kind for _, kind in got} == {"ORDER_PLACED"}, received
+    # (the shell's event is gone: read by BILLING, the only consumer then, it was discarded)
     assert str(stored) in {event_id for event_id, _ in got}, received
-    assert str(added_id) in {event_id for event_id, _ in got}, received
 
 
 def test_getting_started_programs(tour: Tour, js_peer: Path) -> None:
