@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 from pathlib import Path
 
 import httpx
@@ -13,6 +14,8 @@ import pytest
 from playwright.async_api import Page, expect
 
 import futoin_evt
+from futoin_evt.amqp.config import AmqpConfig
+from futoin_evt.auth.sas import InvalidToken, SasVerifier, sign
 from futoin_evt.console.config import ConsoleConfig
 from futoin_evt.domain.principal import Principal
 from futoin_evt.domain.rights import Right
@@ -76,6 +79,15 @@ async def test_the_overview_shows_the_server_its_doors_and_its_rates(
         await expect(ftn18.locator(".connections")).to_have_text("1")  # past its login
         await expect(page.locator(".events-rate")).not_to_have_text(re.compile(r"^(—|0\.0)$"))
         await expect(page.locator(".bytes-rate")).to_have_text(re.compile(r"\d (B|KiB)/s$"))
+        # and the hour's charts, with their values on hover
+        moved = r" UTC: (?!0 |0\.0 )[\d,]+(\.\d)? "
+        for chart, unit in (("events-hour", "events/s"), ("bytes-hour", "KiB/s")):
+            dot = page.locator(f"#{chart} circle.dot[data-label$=' {unit}']").filter(
+                has_text=re.compile(moved + unit)
+            )
+            await expect(dot.first).to_be_attached()
+            await dot.last.hover()
+            await expect(page.locator("#tip")).to_have_text(re.compile(moved + unit + "$"))
         await shoot(page, shots, "overview")
 
 
@@ -367,3 +379,107 @@ async def test_another_users_consumer_page_needs_manage(console: EventServer) ->
         assert reply.status_code == 403
         assert "The manage right on stream events is needed." in reply.text
         assert "AUDIT" not in reply.text
+
+
+async def test_events_are_found_by_time_range_and_the_page_says_keys_are_not_searchable(
+    console: EventServer,
+) -> None:
+    assert console.console_url is not None
+    async with await client_of(console, "alice") as alice:
+        for n in range(3):
+            await alice.add_event("ORDER_PLACED", {"n": n})
+    async with httpx.AsyncClient(base_url=console.console_url, timeout=30) as http:
+        assert (await console_login(http, "alice", USERS["alice"])).status_code == 303
+
+        async def shown(**query: str) -> tuple[list[str], str]:
+            reply = await http.get("events", params={"stream": "events", **query})
+            assert reply.status_code == 200
+            return re.findall(r'<td class="ts">([^<]+)</td>', reply.text), reply.text
+
+        times, text = await shown()
+        assert len(times) == 3
+        assert "There is no search by key" in text
+        assert (await shown(time=times[0], to=times[-1]))[0] == times
+        assert (await shown(to="2000-01-01T00:00:00Z"))[0] == []  # before every event
+        assert (await shown(time="2000-01-01T00:00Z", to=times[-1]))[0] == times
+        none, text = await shown(time=times[-1], to="2000-01-01T00:00Z")
+        assert none == []
+        assert "The time range ends before it starts." in text
+        none, text = await shown(to="yesterday")
+        assert none == []
+        assert "A time is YYYY-MM-DDTHH:MM:SS in UTC." in text
+
+
+@in_browser
+@needs_chromium
+async def test_an_admin_adds_a_sas_policy_sees_its_key_once_and_removes_it(
+    start_server: ServerFactory, page: Page, shots: list[Path]
+) -> None:
+    from futoin_evt.auth.users import hash_password
+
+    secret = b"s" * 32
+    server = await start_server(console=ConsoleConfig(), amqp=AmqpConfig(port=0, sas_secret=secret))
+    await server.store.add_user(ADMIN[0], hash_password(ADMIN[1]), is_admin=True)
+    await server.access.changed_here()
+    await log_in(page, server, *ADMIN)
+    await menu(page, "Users")
+    await expect(page.locator("#policies tbody")).to_have_text("No SAS policies.")
+    await page.get_by_label("New policy").fill("shop-sender")
+    await page.get_by_label("Streams").fill("orders-*")
+    await page.get_by_label("Send").check()
+    await page.get_by_label("Listen").check()
+    await page.get_by_role("button", name="Add policy").click()
+    await expect(page.locator("#policy-key")).to_contain_text("Added SAS policy shop-sender.")
+    key = await page.locator("#policy-key code").inner_text()
+    row = page.locator('#policies tr[data-policy="shop-sender"]')
+    await expect(row.locator(".claims")).to_have_text("Send,Listen on orders-*")
+    await shoot(page, shots, "policies")
+    # the key signs tokens the server takes, with the claims as rights
+    resource = "sb://127.0.0.1/orders-eu"
+    verifier = SasVerifier(server.store, secret)
+    token = sign(resource, "shop-sender", key, int(time.time()) + 600)
+    claims = await verifier.verify(token, resource)
+    assert claims.principal.name == "shop-sender"
+    assert server.streams.access.allows(claims.principal, Right.WRITE, "orders-eu")
+    assert not server.streams.access.allows(claims.principal, Right.MANAGE, "orders-eu")
+    # shown once: the page again does not show it
+    await menu(page, "Users")
+    await expect(page.locator("#policy-key")).to_have_count(0)
+    await row.get_by_role("button", name="Remove").click()
+    await expect(page.locator(".notice")).to_have_text(
+        "Removed SAS policy shop-sender: its key no longer works."
+    )
+    await expect(row).to_have_count(0)
+    with pytest.raises(InvalidToken):
+        await verifier.verify(token, resource)
+
+
+async def test_sas_policy_forms_are_for_admins_and_a_user_is_no_policy(
+    console: EventServer,
+) -> None:
+    assert console.console_url is not None
+    async with httpx.AsyncClient(base_url=console.console_url, timeout=30) as http:
+        assert (await console_login(http, "alice", USERS["alice"])).status_code == 303
+        csrf = csrf_in((await http.get("streams")).text)
+        reply = await http.post(
+            "users/policies/add",
+            data={"name": "p", "pattern": "*", "manage": "1", "csrf": csrf},
+        )
+        assert reply.status_code == 403
+        reply = await http.post("users/policies/remove", data={"name": "bob", "csrf": csrf})
+        assert reply.status_code == 403
+    async with httpx.AsyncClient(base_url=console.console_url, timeout=30) as http:
+        assert (await console_login(http, *ADMIN)).status_code == 303
+        page = await http.get("users")
+        assert "This server has no SAS secret" in page.text  # no AMQP door here
+        csrf = csrf_in(page.text)
+        reply = await http.post("users/policies/remove", data={"name": "bob", "csrf": csrf})
+        assert reply.status_code == 404
+        assert "No such SAS policy: bob." in reply.text
+        reply = await http.post(
+            "users/policies/add", data={"name": "p", "pattern": "*", "send": "1", "csrf": csrf}
+        )
+        assert reply.status_code == 400
+        assert "This server has no SAS secret" in reply.text
+    assert await console.store.get_user("p") is None
+    assert await console.store.get_user("bob") is not None

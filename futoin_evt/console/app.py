@@ -82,7 +82,7 @@ from .guard import (
     next_page,
 )
 from .overview import ServerFacts, about, size, uptime
-from .samples import LAG_WINDOW_SECONDS, Chart, HeadSamples, chart
+from .samples import HISTORY_SECONDS, LAG_WINDOW_SECONDS, Chart, HeadSamples, chart
 from .sessions import Session, Sessions, Tails
 
 DEFAULT_CONFIG: Final = ConsoleConfig()
@@ -272,6 +272,8 @@ class Console:
             ("POST", "/users/remove"): self._remove_user,
             ("POST", "/users/grant"): self._change_grant,
             ("POST", "/users/revoke"): self._change_grant,
+            ("POST", "/users/policies/add"): self._add_policy,
+            ("POST", "/users/policies/remove"): self._remove_policy,
             ("GET", "/partition"): self._partition_page,
             ("GET", "/consumers"): self._consumers_page,
             ("GET", "/consumers/confirm"): self._confirm_page,
@@ -596,6 +598,9 @@ class Console:
         ]
         rates = [self.samples.rate(p) for p in partitions]
         byte_rates = [self.samples.bytes_rate(p) for p in partitions]
+        events_hour, bytes_hour = self.samples.total_rates(partitions)
+        kib_hour = [(at, rate / 1024) for at, rate in bytes_hour]  # its axis fits KiB/s
+        now, shortest = time.time(), 30 * self.samples.interval
         facts = self.facts
         return self._page(
             call.session,
@@ -605,6 +610,8 @@ class Console:
             doors=facts.doors() if facts is not None else [],
             events_rate=_total(rates),
             bytes_rate=_total(byte_rates),
+            events_chart=chart(events_hour, 720, 120, now, shortest, HISTORY_SECONDS),
+            bytes_chart=chart(kib_hour, 720, 120, now, shortest, HISTORY_SECONDS, "KiB/s"),
             partitions=len(partitions),
             streams=len({p.stream for p in partitions}),
             interval=self.samples.interval,
@@ -753,7 +760,11 @@ class Console:
             raise Refused(404, "Users are not managed in this console.")
         return self.users
 
-    async def _users_page(self, call: _Call) -> ConsoleResponse:
+    async def _users_page(
+        self, call: _Call, added: tuple[str, str] | None = None
+    ) -> ConsoleResponse:
+        """The users, then the SAS policies; ``added``: a policy just added and its key,
+        shown in this answer only (never kept)."""
         admin = self._user_admin()
         users = await admin.users(call.principal)
         grants = await self._grants_by_user(call, [u.name for u in users])
@@ -764,9 +775,38 @@ class Console:
             call.session,
             "users.html",
             rows=rows,
+            policies=await admin.policies(call.principal),
+            sas=admin.sas_secret is not None,
+            added=added,
             notice=await self._notice(call),
             principal=call.principal,
         )
+
+    async def _add_policy(self, call: _Call) -> ConsoleResponse:
+        admin, form = self._user_admin(), call.form
+        name = form.get("name", "").strip()
+        claims = ",".join(c for c in ("Send", "Listen", "Manage") if form.get(c.lower()) == "1")
+        if not claims:
+            raise Refused(400, "Tick at least one claim.")
+        try:
+            key = await admin.add_policy(
+                call.principal, name, form.get("pattern", "").strip(), claims
+            )
+        except (ValueError, BadGrant) as exc:
+            raise Refused(400, _said(exc)) from None
+        except KeyError:
+            raise Refused(409, f"A user or policy named {name} exists already.") from None
+        return await self._users_page(call, (name, key))
+
+    async def _remove_policy(self, call: _Call) -> ConsoleResponse:
+        admin, form = self._user_admin(), call.form
+        name = form.get("name", "")
+        if not await admin.remove_policy(call.principal, name):
+            raise Refused(404, f"No such SAS policy: {name[:64]}.")
+        assert call.session is not None
+        notice = f"Removed SAS policy {name}: its key no longer works."
+        await self.sessions.set_notice(call.session, notice)
+        return _redirect(f"{self.base}/users")
 
     async def _grants_by_user(self, call: _Call, names: list[str]) -> dict[str, list[str]]:
         admin = self._user_admin()
@@ -1095,6 +1135,14 @@ class Console:
                 message = "An event id is a positive number."
             else:
                 after = max(first - 1, 0)
+        until, last_ts = query.get("to", "").strip(), None
+        if until and not message:
+            try:
+                last_ts = _iso_time(until)
+            except Refused as exc:
+                message = exc.message
+            if last_ts is not None and at and _iso_time(at) > last_ts:
+                message = "The time range ends before it starts."
         types = _words(query.get("type", ""))
         rows: list[StoredEvent] = []
         if types and not message:  # the store reads those types only
@@ -1102,6 +1150,11 @@ class Console:
             rows, _ = await events.read_of_types(after, EVENTS_PER_PAGE, types)
         elif not message:
             rows = await events.read_after(who, after, EVENTS_PER_PAGE)
+        full = len(rows) == EVENTS_PER_PAGE
+        if last_ts is not None:  # stored times are in id order, to the second
+            within = [r for r in rows if r.ts <= last_ts]
+            full = full and len(within) == len(rows)
+            rows = within
         shown = [
             {"id": r.id, "type": r.type, "data": _shorten(r.data_json), "ts": r.ts} for r in rows
         ]
@@ -1112,9 +1165,10 @@ class Console:
             events=shown,
             id=from_id,
             time=at,
+            to=until,
             type=query.get("type", ""),
             message=message,
-            next_id=rows[-1].id + 1 if len(rows) == EVENTS_PER_PAGE else None,
+            next_id=rows[-1].id + 1 if full and rows else None,
             principal=call.principal,
         )
 

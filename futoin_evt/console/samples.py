@@ -1,9 +1,11 @@
-"""Each partition's head, sampled in memory, for events per second and the 15-minute chart.
+"""Each partition's head, sampled in memory, for events per second, the partitions'
+15-minute charts and the overview's hour.
 
 A task reads every partition's newest id each :attr:`HeadSamples.interval` seconds (one
 indexed query per partition, :data:`MAX_SAMPLED` partitions at most) and keeps the samples
-of the last :data:`WINDOW_SECONDS`. Ids grow by one per event, so the difference of two
-heads is the events appended between them (by any process).
+of the last :data:`HISTORY_SECONDS`, all of one round at one time. Ids grow by one per
+event, so the difference of two heads is the events appended between them (by any
+process).
 
 Byte figures are estimates: when a head moved, the newest :data:`SIZE_SAMPLE` events of its
 partition are read and their data's mean size (UTF-8 JSON) stands for every event there, so
@@ -24,6 +26,7 @@ import itertools
 import logging
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -35,6 +38,8 @@ from ..log.streams import StreamLogs, StreamRegistry
 log = logging.getLogger(__name__)
 
 WINDOW_SECONDS: Final = 15 * 60.0
+#: How long each partition's heads are kept (the overview charts the last hour).
+HISTORY_SECONDS: Final = 3600.0
 DEFAULT_INTERVAL: Final = 10.0
 #: Partitions sampled at most (in registry order).
 MAX_SAMPLED: Final = 1000
@@ -58,7 +63,7 @@ class HeadSamples:
         self._logs = logs
         self._streams = streams
         self.interval = interval
-        self._maxlen = int(WINDOW_SECONDS / interval) + 2
+        self._maxlen = int(HISTORY_SECONDS / interval) + 2
         self._samples: dict[Partition, deque[tuple[float, int]]] = {}
         #: (head when measured, mean data bytes of an event) per partition.
         self._sizes: dict[Partition, tuple[int, float]] = {}
@@ -88,13 +93,14 @@ class HeadSamples:
         for gone in self._samples.keys() - set(partitions):
             del self._samples[gone]
             self._sizes.pop(gone, None)
+        now = time.time()  # one time a round: the overview sums the partitions' rates by it
         for partition in partitions:
             events = self._logs.partition(partition)
             head = max(await events.newest_id(), events.head)
             samples = self._samples.get(partition)
             if samples is None:
                 samples = self._samples[partition] = deque(maxlen=self._maxlen)
-            samples.append((time.time(), head))
+            samples.append((now, head))
             measured = self._sizes.get(partition)
             if head > 0 and (measured is None or measured[0] != head):
                 newest, _ = await events.read_of_types(
@@ -165,6 +171,20 @@ class HeadSamples:
             for (then, before), (at, head) in itertools.pairwise(samples)
             if at > then
         ]
+
+    def total_rates(
+        self, partitions: Iterable[Partition]
+    ) -> tuple[list[tuple[float, float]], list[tuple[float, float]]]:
+        """(time, events per second) and (time, bytes per second, estimated) of
+        ``partitions`` together, over the last hour."""
+        events: dict[float, float] = {}
+        sizes: dict[float, float] = {}
+        for partition in partitions:
+            mean = self.event_size(partition) or 0.0
+            for at, rate in self.rates(partition):
+                events[at] = events.get(at, 0.0) + rate
+                sizes[at] = sizes.get(at, 0.0) + rate * mean
+        return sorted(events.items()), sorted(sizes.items())
 
 
 @dataclass(frozen=True, slots=True)

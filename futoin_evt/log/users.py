@@ -9,8 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
+from ..auth.sas import claims_text, is_policy, parse_claims, policy_hash, sas_key
 from ..domain.principal import Principal
-from ..domain.rights import Grant
+from ..domain.rights import Grant, Right, check_pattern
 from ..domain.stream import UserId
 from ..storage.base import User
 from . import access
@@ -41,6 +42,8 @@ class UserAdmin:
 
     store: UserStore
     control: AccessControl
+    #: The server's SAS secret, which a policy's key derives from (None: it takes no SAS).
+    sas_secret: bytes | None = None
 
     async def users(self, who: Principal) -> list[User]:
         _admin(who)
@@ -62,8 +65,7 @@ class UserAdmin:
     async def add(self, who: Principal, name: str, password_hash: str, *, is_admin: bool) -> None:
         """ValueError for a name the command line would refuse; KeyError when it is taken."""
         _admin(who)
-        if not name or len(name) > MAX_USER_NAME or ":" in name or not name.isprintable():
-            raise ValueError(f"a user name is 1 to {MAX_USER_NAME} characters without ':'")
+        _check_name(name, "user")
         await self.store.add_user(name, password_hash, is_admin=is_admin)
         await self.control.changed_here()
 
@@ -90,6 +92,54 @@ class UserAdmin:
         taken = await access.revoke(self.store, name, rights, pattern)
         await self.control.changed_here()
         return taken
+
+    async def policies(self, who: Principal) -> list[tuple[str, str]]:
+        """SAS policies as ``futoin-evt sas policy list`` shows them: (name, claims on
+        patterns), by name."""
+        _admin(who)
+        grants = await self.store.list_grants()
+        return [
+            (
+                user.name,
+                "; ".join(
+                    f"{claims_text(Right(g.rights))} on {g.pattern}"
+                    for g in grants
+                    if g.user_id == user.id
+                )
+                or "no claims",
+            )
+            for user in await self.users(who)
+            if is_policy(user)
+        ]
+
+    async def add_policy(self, who: Principal, name: str, pattern: str, claims: str) -> str:
+        """A new SAS policy with ``claims`` (``Send,Listen,Manage``) on ``pattern``, as
+        ``futoin-evt sas policy add``; its key. :class:`~futoin_evt.domain.rights.BadGrant`,
+        ValueError for a bad name or a server without a SAS secret, KeyError when taken."""
+        _admin(who)
+        if self.sas_secret is None:
+            raise ValueError("this server has no SAS secret: it takes no SAS tokens")
+        checked, rights = check_pattern(pattern), parse_claims(claims)
+        _check_name(name, "policy")
+        user_id = await self.store.add_user(name, policy_hash())
+        await self.store.grant(user_id, checked, int(rights))
+        await self.control.changed_here()
+        user = await self.store.get_user(name)
+        assert user is not None
+        return sas_key(self.sas_secret, user)
+
+    async def remove_policy(self, who: Principal, name: str) -> bool:
+        """False when there is no such policy (a user is not one); its key stops working."""
+        _admin(who)
+        user = await self.store.get_user(name)
+        if user is None or not is_policy(user):
+            return False
+        return await self.remove(who, name)
+
+
+def _check_name(name: str, kind: str) -> None:
+    if not name or len(name) > MAX_USER_NAME or ":" in name or not name.isprintable():
+        raise ValueError(f"a {kind} name is 1 to {MAX_USER_NAME} characters without ':'")
 
 
 def _admin(who: Principal) -> None:

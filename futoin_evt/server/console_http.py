@@ -71,7 +71,8 @@ def attach(console: Console, server: Server) -> None:
     """Hand ``console`` the server's doors and workers (its overview), its users (the
     users pages) and its open connections (the connections page)."""
     console.facts = ServerFacts(server)
-    console.users = UserAdmin(server.store, server.access)
+    secret = server.amqp.config.sas_secret if server.amqp is not None else None
+    console.users = UserAdmin(server.store, server.access, secret)
     console.connections = server.transport.connections
 
 
