@@ -654,7 +654,7 @@ class Console:
             raise Refused(409, f"The stream {name} exists already.") from None
         except ValueError as exc:
             raise Refused(400, _said(exc)) from None
-        return await self._done(call, info.name, f"Added {info.name}: {count} partitions.")
+        return await self._stream_done(call, info.name, f"Added {info.name}: {count} partitions.")
 
     async def _grow_stream(self, call: _Call) -> ConsoleResponse:
         info = self._stream_info(call, call.form.get("name", ""))
@@ -666,7 +666,7 @@ class Console:
         except ValueError as exc:
             raise Refused(400, _said(exc)) from None
         notice = f"{grown.name} has {len(grown.partitions)} partitions now."
-        return await self._done(call, grown.name, notice)
+        return await self._stream_done(call, grown.name, notice)
 
     async def _drop_stream(self, call: _Call) -> ConsoleResponse:
         info = self._stream_info(call, call.form.get("name", ""))
@@ -678,15 +678,17 @@ class Console:
             raise Refused(400, _said(exc)) from None
         if not dropped:
             raise Refused(404, f"No such stream: {info.name}.")
-        assert call.session is not None
-        await self.sessions.set_notice(call.session, f"Dropped {info.name} and its events.")
-        return _redirect(f"{self.base}/streams")
+        return await self._noticed(call, f"Dropped {info.name} and its events.", "/streams")
 
-    async def _done(self, call: _Call, name: str, notice: str) -> ConsoleResponse:
+    async def _stream_done(self, call: _Call, name: str, notice: str) -> ConsoleResponse:
         """After a change: the stream's page, saying what was done."""
+        return await self._noticed(call, notice, f"/stream?name={quote(name, safe='')}")
+
+    async def _noticed(self, call: _Call, notice: str, page: str) -> ConsoleResponse:
+        """After an action: to ``page`` (under the console's base), saying what was done."""
         assert call.session is not None
         await self.sessions.set_notice(call.session, notice)
-        return _redirect(f"{self.base}/stream?name={quote(name, safe='')}")
+        return _redirect(f"{self.base}{page}")
 
     async def _notice(self, call: _Call) -> str | None:
         return await self.sessions.take_notice(call.session) if call.session else None
@@ -803,10 +805,8 @@ class Console:
         name = form.get("name", "")
         if not await admin.remove_policy(call.principal, name):
             raise Refused(404, f"No such SAS policy: {name[:64]}.")
-        assert call.session is not None
         notice = f"Removed SAS policy {name}: its key no longer works."
-        await self.sessions.set_notice(call.session, notice)
-        return _redirect(f"{self.base}/users")
+        return await self._noticed(call, notice, "/users")
 
     async def _grants_by_user(self, call: _Call, names: list[str]) -> dict[str, list[str]]:
         admin = self._user_admin()
@@ -875,9 +875,7 @@ class Console:
             raise Refused(400, _said(exc)) from None
         if not removed:
             raise Refused(404, f"No such user: {name[:64]}.")
-        assert call.session is not None
-        await self.sessions.set_notice(call.session, f"Removed user {name} and their consumers.")
-        return _redirect(f"{self.base}/users")
+        return await self._noticed(call, f"Removed user {name} and their consumers.", "/users")
 
     async def _change_grant(self, call: _Call) -> ConsoleResponse:
         """A grant (``/users/grant``) or a revoke (``/users/revoke``) of the rights ticked
@@ -903,9 +901,7 @@ class Console:
         return await self._user_done(call, name, notice)
 
     async def _user_done(self, call: _Call, name: str, notice: str) -> ConsoleResponse:
-        assert call.session is not None
-        await self.sessions.set_notice(call.session, notice)
-        return _redirect(f"{self.base}/user?name={quote(name, safe='')}")
+        return await self._noticed(call, notice, f"/user?name={quote(name, safe='')}")
 
     # -- connections ----------------------------------------------------------------------
 
@@ -938,10 +934,8 @@ class Console:
         closed = connections.close(call.principal, key) if connections is not None else None
         if closed is None:
             raise Refused(404, "No such connection here: it has closed, or another worker has it.")
-        assert call.session is not None
         notice = f"Closed the {closed.door} connection of {closed.user} from {closed.peer}."
-        await self.sessions.set_notice(call.session, notice)
-        return _redirect(f"{self.base}/connections")
+        return await self._noticed(call, notice, "/connections")
 
     # -- an event -------------------------------------------------------------------------
 
@@ -1089,9 +1083,9 @@ class Console:
             call.principal, user, component, reason="dropped in the console"
         ):
             raise Refused(404, "No such consumer.")
-        assert call.session is not None
-        await self.sessions.set_notice(call.session, f"Dropped {user}/{component} of {partition}.")
-        return _redirect(f"{self.base}/consumers")
+        return await self._noticed(
+            call, f"Dropped {user}/{component} of {partition}.", "/consumers"
+        )
 
     async def _seek(self, call: _Call) -> ConsoleResponse:
         partition, row = await self._consumer(call, call.form)
@@ -1111,10 +1105,8 @@ class Console:
             raise Refused(400, _sentence(exc)) from None
         if not sought:
             raise Refused(404, "No such consumer.")
-        assert call.session is not None
         notice = f"{row.user}/{row.component} of {partition} is at {position} now."
-        await self.sessions.set_notice(call.session, notice)
-        return _redirect(f"{self.base}/consumers")
+        return await self._noticed(call, notice, "/consumers")
 
     # -- events ---------------------------------------------------------------------------
 
