@@ -21,7 +21,7 @@ from setuptools.command.build_ext import build_ext
 
 #: Compiled with mypyc; what each group paid in server CPU per call, both servers in one run
 #: (``python -m bench.compare --installed``, see the commits). Left pure: the AMQP engine
-#: (bytearrays where its types say bytes; decorated performatives), storage/sqlite.py and
+#: (bytearrays where its types say bytes; decorated performatives), storage/sqlite/ and
 #: pages.py (classes that interpreted backends and mixins inherit).
 COMPILED = [
     # FTN3 envelope and iface checks, the executor; with the next group, addEvent against

@@ -22,9 +22,9 @@ from futoin_evt.domain.schemas import parse_schema
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage import open_store
 from futoin_evt.storage.checksums import event_checksum
-from futoin_evt.storage.grants_sql import grant_sql
-from futoin_evt.storage.schema import ensure_schema
-from futoin_evt.storage.sqlite import create_private
+from futoin_evt.storage.sql.grants import grant_sql
+from futoin_evt.storage.sqlite.schema import ensure_schema
+from futoin_evt.storage.sqlite.writer import create_private
 
 BENCH_DIR: Final = Path(__file__).resolve().parent
 JS_DIR: Final = BENCH_DIR / "js"

@@ -8,7 +8,8 @@ from typing import Final
 
 from ..domain.stream import DEFAULT_DEDUP_WINDOW
 from .base import DEFAULT_POOL, Durability, PoolLimits, Store, StoreUnavailable
-from .check import CheckReport, quick_check_sqlite, scrub_sqlite
+from .sql.scrub import CheckReport
+from .sqlite.check import quick_check_sqlite, scrub_sqlite
 
 POSTGRES_SCHEMES: Final = ("postgresql://", "postgres://")
 
@@ -47,7 +48,7 @@ async def open_store(
 
 
 async def check_database(db: str | Path) -> CheckReport:
-    """Scrub the database ``db`` names (reads only; see :mod:`.check`). Raises
+    """Scrub the database ``db`` names (reads only; see :mod:`.sql.scrub`). Raises
     :class:`~.base.StoreUnavailable` when it is not there or cannot be reached, and
     :class:`~.base.StoreDamaged` for a SQLite file too damaged to read its schema."""
     if is_postgres_url(db):

@@ -40,14 +40,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Final, NamedTuple, Protocol
 
-from ..domain.checkpoints import EventHubCheckpoints
-from ..domain.dcb import AppendCondition, NewEvent, Query, StoredEvent
+from ..domain.checkpoints import Checkpoint, Ownership
+from ..domain.dcb import AppendCondition, NewEvent, Query, SequencedEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition, StreamInfo
 from ..domain.schemas import SchemaRow
-from ..domain.sessions import ConsoleSessionStore
+from ..domain.sessions import SessionLimits, SessionRow
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
-from ..domain.termini import KeptTermini
+from ..domain.termini import KeptTerminus, TerminusKey
 from ..stats import DamageStats, WriteStats
 from .dedup import WriterKey
 from .head import ClaimWatch, HeadWatch
@@ -462,7 +462,13 @@ class Keys(Protocol):
         partition, dropped ones included); how many went."""
 
 
-class Users(Protocol):
+class UserSource(Protocol):
+    """Who a name is: what checks a password or a SAS token reads."""
+
+    async def get_user(self, name: str) -> User | None: ...
+
+
+class Users(UserSource, Protocol):
     """Users and their password hashes (hashed by the caller)."""
 
     async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
@@ -472,8 +478,6 @@ class Users(Protocol):
 
     async def remove_user(self, name: str) -> bool:
         """Remove a user and their consumers."""
-
-    async def get_user(self, name: str) -> User | None: ...
 
     async def list_users(self) -> list[User]: ...
 
@@ -486,8 +490,15 @@ class GrantRow(NamedTuple):
     rights: int
 
 
-class Grants(Protocol):
-    """Rights per user and stream pattern (checked by the caller)."""
+class GrantSource(Protocol):
+    """What the rights in use are built from."""
+
+    async def list_grants(self) -> list[GrantRow]:
+        """Every grant that holds a right, by user id and pattern."""
+
+
+class GrantStore(GrantSource, UserSource, Protocol):
+    """Rights per user and stream pattern (checked by the caller), changed by user name."""
 
     async def grant(self, user_id: UserId, pattern: str, rights: int) -> None:
         """Add ``rights`` to what the user holds on ``pattern``."""
@@ -496,8 +507,14 @@ class Grants(Protocol):
         """Take ``rights`` away from what the user holds on ``pattern``; False when they
         held none of them there."""
 
-    async def list_grants(self) -> list[GrantRow]:
-        """Every grant that holds a right, by user id and pattern."""
+
+class UserStore(GrantStore, Users, Protocol):
+    """Users, SAS policies and their rights, as an admin manages them."""
+
+
+class AccessChanges(Protocol):
+    """What tells that users, grants, SAS policies or schemas changed, in any process on
+    the database."""
 
     async def access_version(self) -> int:
         """A number every change of users, grants and schema versions moves on, in any
@@ -514,6 +531,106 @@ class Grants(Protocol):
     @property
     def hears_all_access_changes(self) -> bool:
         """True when :meth:`listen_access` hears every process's changes."""
+
+
+class Grants(GrantStore, AccessChanges, Protocol):
+    """Rights per user and stream pattern, and the version their changes move on."""
+
+
+class ChangeSource(AccessChanges, Protocol):
+    """What the rights in use follow: the changes, and the users as they are now (a user
+    whose credentials changed loses what they did)."""
+
+    async def list_users(self) -> list[User]: ...
+
+
+class EventHubCheckpoints(Protocol):
+    """The Event Hubs checkpoint store's calls, per user, hub (a stream), consumer group and
+    partition: who owns each partition of a consumer group (a claim names the etag it read;
+    the etag changes with each claim) and the checkpoint each partition resumes from."""
+
+    async def list_ownership(self, user_id: int, hub: str, group: str) -> list[Ownership]: ...
+
+    async def claim_ownership(
+        self, user_id: int, hub: str, group: str, partition_id: str, owner_id: str, etag: str | None
+    ) -> Ownership | None:
+        """Claim (or release, with owner ''): granted when nobody held the partition yet, or
+        when ``etag`` is still its etag; None when another claim came first."""
+
+    async def list_checkpoints(self, user_id: int, hub: str, group: str) -> list[Checkpoint]: ...
+
+    async def update_checkpoint(
+        self, user_id: int, hub: str, group: str, checkpoint: Checkpoint
+    ) -> None: ...
+
+
+class KeptTermini(Protocol):
+    """The kept AMQP link termini (:mod:`futoin_evt.domain.termini`) of every process on the
+    database. A row expires at a time of the database's clock: its timeout after its session
+    or connection ended, or, while that lives, its timeout after a lease its process renews
+    (so the termini of a process that died expire too). Each call is one transaction."""
+
+    async def keep_termini(
+        self, termini: Sequence[tuple[KeptTerminus, float]], per_user: int
+    ) -> list[int | None]:
+        """Keep each terminus (replacing the one kept under its key) until ``grace`` (the
+        float) plus its timeout from now; beyond ``per_user`` of a user's, the oldest go;
+        expired ones go too. The row of each (to :meth:`expire_termini`), None for one not
+        kept (its user or partition is gone)."""
+
+    async def take_terminus(self, key: TerminusKey) -> KeptTerminus | None:
+        """The terminus kept under ``key``, no longer kept (another process cannot take it
+        too); None when there is none, or it expired."""
+
+    async def discard_termini(self, keys: Sequence[TerminusKey]) -> None:
+        """Forget the termini kept under these keys."""
+
+    async def expire_termini(self, rows: Sequence[int], grace: float) -> list[int]:
+        """These rows expire ``grace`` plus their timeout from now; the rows still kept."""
+
+    async def purge_termini(self) -> int:
+        """Delete the expired termini; how many."""
+
+    async def count_termini(self, user_id: UserId | None = None) -> int:
+        """The termini kept (of one user, or of all) that have not expired."""
+
+
+class RetentionLog(Retention, Consumers, Protocol):
+    """One partition's discarding and consumers."""
+
+
+class RetentionStore(Keys, UserSource, Protocol):
+    """What discarding needs of a store: the partitions' logs, the producers' keys of every
+    partition, and the kept AMQP link termini."""
+
+    def partition_log(self, partition: Partition) -> RetentionLog: ...
+
+    async def purge_termini(self) -> int:
+        """:meth:`KeptTermini.purge_termini`."""
+
+
+class ConsoleSessionStore(Protocol):
+    """The web console's sessions (:mod:`futoin_evt.domain.sessions`) of every process on
+    the database, by the digest of their token; the rules are the console's."""
+
+    async def add_console_session(
+        self, digest: bytes, user_id: int, now: float, limits: SessionLimits
+    ) -> list[bytes]:
+        """Store a new session, then end those past ``limits`` at ``now`` (the least recently
+        used beyond the bound first); returns the digests of the sessions ended."""
+
+    async def console_sessions(self, digests: Sequence[bytes]) -> dict[bytes, SessionRow]:
+        """The stored sessions among ``digests``, with their users."""
+
+    async def touch_console_sessions(self, digests: Sequence[bytes], used: float) -> None:
+        """The sessions were used at ``used`` (a session used later keeps its time)."""
+
+    async def end_console_session(self, digest: bytes) -> None: ...
+
+    async def set_console_notice(self, digest: bytes, notice: str) -> None: ...
+
+    async def clear_console_notice(self, digest: bytes, notice: str) -> None:
+        """Forget the notice, if it is still ``notice`` (shown once, not a newer one)."""
 
 
 class SchemaChanged(StoreError):
@@ -574,7 +691,7 @@ class DcbLog(EventLog, Protocol):
 
     async def dcb_read(
         self, query: Query, *, after: int | None, before: int | None, limit: int
-    ) -> tuple[list[StoredEvent], int]:
+    ) -> tuple[list[SequencedEvent], int]:
         """Events of the whole log matching ``query``, after ``after`` in id order, or before
         ``before`` newest first; at most ``limit``. Also the newest position given, read in
         the same snapshot."""

@@ -28,7 +28,7 @@ from ..domain.stream import encode_event_data, utc_timestamp
 from ..stats import DamageStats
 from .base import DamagedEvent
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: The schema version that adds the ``checksum`` column to every partition's events table.
 CHECKSUMS_VERSION: Final = 14
@@ -83,5 +83,5 @@ def damaged(stats: DamageStats, partition: Partition, event_id: int) -> DamagedE
     and counted (``futoin_evt_damaged_events_total``)."""
     error = DamagedEvent(partition, event_id)
     if stats.note(partition.key, event_id, (partition.stream, str(partition.number))):
-        log.error("%s; it is not served (futoin-evt check lists every such event)", error)
+        logger.error("%s; it is not served (futoin-evt check lists every such event)", error)
     return error

@@ -9,7 +9,7 @@ nothing and answers the first event's id. The check is part of the commit: one t
 when it was stored (ms since the epoch); its unique index (the user id in it, so one lookup
 still decides) decides between processes and workers. A batch's keys
 are read and written in the batch's own transaction, after the partition's write lock is
-held (SQLite's one writer, :mod:`.sqlite_keys`; PostgreSQL's append lock,
+held (SQLite's one writer, :mod:`.sqlite.keys`; PostgreSQL's append lock,
 :func:`.postgres.schema.keyed_append_sql`), so nothing committed before can be missed. A
 key older than the window counts as unknown (the append stores a new event and takes the
 key over), and the discarder's turns delete such rows in bounded chunks

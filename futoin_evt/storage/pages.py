@@ -17,14 +17,16 @@ from .checksums import ChecksumMismatch, damaged
 from .head import HeadWatch
 from .page_rows import page_from_recent, page_from_rows
 from .recent import RecentEvents
+from .sql.dialect import Dialect
+from .tables import Tables
 
 
 @dataclass(frozen=True, slots=True)
 class ReadDialect:
-    """How one backend spells the parts of :func:`page_sql`."""
+    """How one backend spells the parts of :func:`page_sql` (one per partition: its tables),
+    beside what its :class:`~.sql.dialect.Dialect` spells."""
 
-    #: The parameter placeholder.
-    mark: str
+    sql: Dialect
     #: The start marker row; ``{start}`` is the start position's SQL.
     start_row: str
     #: The event rows: id, type, data, ts, content type, checksum; conditions follow with
@@ -36,12 +38,31 @@ class ReadDialect:
     head_row: str
     #: The condition that keeps FTN18 event types only.
     ftn18_type: str
-    #: True: a type list is one array parameter (``= ANY(...)``); False: ``IN (...)``.
-    types_as_array: bool
     #: A consumer's position, or the first parameter when higher (then user id, component).
     consumer_start: str
     #: A consumer's position (parameters: user id, component).
     consumer_position: str
+
+
+def read_dialect(
+    sql: Dialect, tables: Tables, *, start_row: str, page: str, head_row: str, ftn18_type: str
+) -> ReadDialect:
+    """The :class:`ReadDialect` of ``tables``: what :class:`ReadDialect` says of the other
+    arguments; the events and the consumer's position as every backend reads them."""
+    m = sql.mark
+    consumer = (
+        f"FROM consumers WHERE partition_key = {tables.key} AND user_id = {m} AND component = {m}"
+    )
+    return ReadDialect(
+        sql=sql,
+        start_row=start_row,
+        events=f"SELECT id, type, data, ts, content_type, checksum FROM {tables.events} WHERE true",
+        page=page,
+        head_row=head_row,
+        ftn18_type=ftn18_type,
+        consumer_start=f"(SELECT {sql.greatest}(position, CAST({m} AS BIGINT)) {consumer})",
+        consumer_position=f"(SELECT position {consumer})",
+    )
 
 
 def page_sql(
@@ -67,12 +88,8 @@ def page_sql(
         inner += f" AND id > {start_sql}"
         params.extend(start_params)
     if types is not None:
-        if dialect.types_as_array:
-            inner += f" AND type = ANY({dialect.mark})"
-            params.append(list(types))
-        else:
-            inner += f" AND type IN ({','.join([dialect.mark] * len(types))})"
-            params.extend(types)
+        inner += f" AND {dialect.sql.one_of('type', len(types))}"
+        params.extend(dialect.sql.one_of_params(list(types)))
     if ftn18_only:
         inner += f" AND {dialect.ftn18_type}"
     sql += " UNION ALL " + dialect.page.format(inner=inner)
@@ -177,7 +194,7 @@ class PagedReads:
             full = page.count == limit or page.truncated
             if full or await self._newest_is(recent.last_id, up_to_head):
                 return page
-        mark = self.read_dialect.mark
+        mark = self.read_dialect.sql.mark
         read = await self._read(mark, [after_id], "", [], types, limit, max_bytes, ftn18_only)
         assert read is not None
         return read
@@ -226,7 +243,7 @@ class PagedReads:
         is left alone. ``start_id`` of the page is the consumer's position, read in the same
         snapshot (the caller refuses a range below it); None when it is not registered.
         With ``data_as_text``, each event's data is a string holding its JSON text."""
-        mark = self.read_dialect.mark
+        mark = self.read_dialect.sql.mark
         upper = f" AND id <= {mark}" if upto_id is not None else ""
         return await self._read(
             self.read_dialect.consumer_position,

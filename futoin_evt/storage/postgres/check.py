@@ -1,5 +1,5 @@
 """``futoin-evt check`` on PostgreSQL: every event against its checksum
-(:mod:`..check`), with the cluster's own page checksums as a note."""
+(:mod:`..sql.scrub`), with the cluster's own page checksums as a note."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Final
 import psycopg
 
 from ..base import DEFAULT_POOL
-from ..check import PARTITIONS_SQL, CheckReport, check_chunk, chunk_sql, partitions_of
+from ..sql.scrub import PARTITIONS_SQL, CheckReport, check_chunk, chunk_sql, partitions_of
 from ..tables import Tables
-from .store import _connect, safe_url
+from .connect import connect, safe_url
 
 _HAS_CHECKSUMS: Final = (
     "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
@@ -22,7 +22,7 @@ async def scrub_postgres(url: str) -> CheckReport:
     """Scrub the database (reads only). Raises :class:`~..base.StoreUnavailable` when it
     cannot be reached."""
     report = CheckReport(safe_url(url))
-    conn = await _connect(url, autocommit=True, link_timeout=DEFAULT_POOL.link_timeout)
+    conn = await connect(url, autocommit=True, link_timeout=DEFAULT_POOL.link_timeout)
     try:
         cursor = await conn.execute("SHOW data_checksums")
         row = await cursor.fetchone()

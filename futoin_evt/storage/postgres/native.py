@@ -26,7 +26,7 @@ import psycopg
 from ...domain.partition import DEFAULT_PARTITION, Partition
 from ...domain.stream import EventId
 from ..checksums import native_row
-from ..schemas_sql import check_data, check_data_async
+from ..sql.schemas import check_data, check_data_async
 from ..tables import Tables
 from .schema import append_lock_sql, notify_head_sql
 

@@ -13,13 +13,11 @@ import psycopg
 
 from ..base import migrations_to_run
 from ..checksums import CHECKSUMS_VERSION, add_column_sql
-from ..dedup import KEYS_VERSION, WRITER_KEYS_VERSION
 from ..dedup import TABLE as KEYS_TABLE
-from ..grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
-from ..schemas_sql import SCHEMAS_VERSION, tables_sql
-from ..sessions_sql import SESSIONS_VERSION
+from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..sql.migrations import events_table_sql, migrations
+from ..sql.schemas import tables_sql
 from ..tables import Tables
-from ..termini_sql import TERMINI_VERSION
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
 LOCK_NAMESPACE: Final = 0x46544E  # "FTN"
@@ -202,7 +200,7 @@ _VERSION_9: Final = (
 )
 
 _TERMINI: Final = (
-    # Kept AMQP link termini (termini_sql), per user, peer container and link name: the
+    # Kept AMQP link termini (sql/termini.py), per user, peer container and link name: the
     # partition and consumer group of the link, what it had sent and not settled (packed
     # ids), and until when it is kept (the database's clock, seconds since the epoch). ``id``
     # orders them by keeping.
@@ -283,26 +281,17 @@ _WRITER_KEYS: Final = (
     "CREATE INDEX dedup_keys_by_at ON dedup_keys (at)",
 )
 
-MIGRATIONS: Final = {
-    1: _VERSION_1,
-    2: _VERSION_2,
-    3: _VERSION_3,
-    4: _VERSION_4,
-    5: _VERSION_5,
-    6: _VERSION_6,
-    7: _VERSION_7,
-    8: _VERSION_8,
-    9: _VERSION_9,
-    TERMINI_VERSION: _TERMINI,
-    # the schema registry (:mod:`..schemas_sql`)
-    SCHEMAS_VERSION: tables_sql(postgres=True),
-    SESSIONS_VERSION: _CONSOLE_SESSIONS,
-    KEYS_VERSION: _KEYS,
-    # each event's checksum (:mod:`..checksums`): events/0's table here, the other
-    # partitions' by ensure_schema
-    CHECKSUMS_VERSION: (add_column_sql("events"),),
-    WRITER_KEYS_VERSION: _WRITER_KEYS,
-}
+MIGRATIONS: Final = migrations(
+    [_VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4, _VERSION_5]  # noqa: RUF005 (one line is too long)
+    + [_VERSION_6, _VERSION_7, _VERSION_8, _VERSION_9],
+    termini=_TERMINI,
+    schemas=tables_sql(postgres=True),
+    sessions=_CONSOLE_SESSIONS,
+    keys=_KEYS,
+    # events/0's column here, the other partitions' by ensure_schema
+    checksums=(add_column_sql("events"),),
+    writer_keys=_WRITER_KEYS,
+)
 
 
 def partition_tables_sql(key: int) -> list[str]:
@@ -310,14 +299,7 @@ def partition_tables_sql(key: int) -> list[str]:
     as the migrations left them, every column and index included, with a sequence of its
     own."""
     return [
-        f"""CREATE TABLE events_{key} (
-            id BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-            type TEXT NOT NULL,
-            data TEXT NOT NULL,
-            ts TEXT NOT NULL,
-            content_type TEXT,
-            checksum BIGINT
-        )""",
+        events_table_sql(key, "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
         f"CREATE INDEX events_{key}_ts ON events_{key} (ts)",
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
         f"""CREATE TABLE dcb_events_{key} (

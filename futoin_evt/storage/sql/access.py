@@ -10,7 +10,10 @@ process refuses their cookie at its next page.
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Sequence
+from typing import Any, Final
+
+from .calls import Rows, SqlCalls, Statement
 
 #: The key of the row in ``meta``.
 ACCESS_VERSION_KEY: Final = "access_version"
@@ -20,13 +23,11 @@ ACCESS_PAYLOAD_PREFIX: Final = "access:"
 READ_ACCESS_VERSION: Final = f"SELECT value FROM meta WHERE key = '{ACCESS_VERSION_KEY}'"
 
 
-def bump_sql(*, postgres: bool) -> str:
-    """Moves the version on and returns it (one row)."""
-    value = "(meta.value::bigint + 1)::text" if postgres else "CAST(meta.value AS INTEGER) + 1"
-    return (
-        f"INSERT INTO meta (key, value) VALUES ('{ACCESS_VERSION_KEY}', '1')"
-        f" ON CONFLICT (key) DO UPDATE SET value = {value} RETURNING value"
-    )
+#: Moves the version on and returns it (one row).
+BUMP_ACCESS: Final = (
+    f"INSERT INTO meta (key, value) VALUES ('{ACCESS_VERSION_KEY}', '1') ON CONFLICT (key)"
+    " DO UPDATE SET value = CAST(CAST(meta.value AS BIGINT) + 1 AS TEXT) RETURNING value"
+)
 
 
 def end_sessions_sql(mark: str) -> str:
@@ -41,3 +42,12 @@ def version_of(rows: list[tuple[object, ...]]) -> int:
     for row in rows:
         return int(str(row[0]))
     return 0
+
+
+class AccessCalls(SqlCalls):
+    """A backend's write that moves the access version on."""
+
+    async def _access_write(self, sql: str, params: Sequence[Any], *more: Statement) -> Rows:
+        """``sql``'s rows; ``more`` statements, and the access version moved on (every
+        process told, where the backend tells), in the same transaction."""
+        raise NotImplementedError

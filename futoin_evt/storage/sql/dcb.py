@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import functools
 import json
-import re
 from collections.abc import Sequence
 from typing import Any, Final
 
-from ..domain.dcb import (
+from ...domain.dcb import (
     AppendCondition,
     AppendConditionFailed,
     BlindAppend,
@@ -25,11 +24,11 @@ from ..domain.dcb import (
     NewEvent,
     Query,
     QueryItem,
-    StoredEvent,
+    SequencedEvent,
 )
-from ..ftn3.messages import encode_json
-from .checksums import check_event
-from .tables import DEFAULT_TABLES, Tables
+from ...ftn3.messages import encode_json
+from ..checksums import check_event
+from ..tables import DEFAULT_TABLES, Tables
 
 #: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes,
 #: and what checks the event: its content type and checksum.
@@ -41,13 +40,6 @@ READ_WIDTH: Final = READ_COLUMNS.count(",") + 1
 #: FTN18 EventType (``^[A-Z_]{1,16}$``) in SQLite: its consumers see only such events.
 SQLITE_FTN18_TYPE: Final = "(length(type) BETWEEN 1 AND 16 AND type NOT GLOB '*[^A-Z_]*')"
 PG_FTN18_TYPE: Final = """(type COLLATE "C" ~ '^[A-Z_]{1,16}$')"""
-FTN18_TYPE_RE: Final = re.compile(r"[A-Z_]{1,16}")
-
-
-@functools.lru_cache(maxsize=1024)
-def is_ftn18_type(event_type: str) -> bool:
-    """Asked for every event committed; types repeat."""
-    return FTN18_TYPE_RE.fullmatch(event_type) is not None
 
 
 def _key_range(key: str) -> list[Any]:
@@ -180,14 +172,14 @@ def condition_sql(
     return f"SELECT MIN(id) FROM ({ids[0]}) AS m HAVING MIN(id) IS NOT NULL", ids[1]
 
 
-def stored_event(row: Sequence[Any]) -> StoredEvent:
+def stored_event(row: Sequence[Any]) -> SequencedEvent:
     """A row of :func:`read_sql` (the columns of :data:`READ_COLUMNS`), checked against its
     checksum (:class:`~.checksums.ChecksumMismatch`)."""
     position, event_type, data, ts, client_id, tags, is_bytes, content_type, checksum = row[
         :READ_WIDTH
     ]
     check_event(position, event_type, data, ts, content_type, checksum)
-    return StoredEvent(
+    return SequencedEvent(
         position=int(position),
         type=str(event_type),
         data_json=str(data),

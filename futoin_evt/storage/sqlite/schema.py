@@ -10,14 +10,12 @@ from __future__ import annotations
 import sqlite3
 from typing import Final
 
-from .base import migrations_to_run
-from .checksums import CHECKSUMS_VERSION, add_column_sql
-from .dedup import KEYS_VERSION, WRITER_KEYS_VERSION
-from .grants_sql import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
-from .schemas_sql import SCHEMAS_VERSION, tables_sql
-from .sessions_sql import SESSIONS_VERSION
-from .tables import Tables
-from .termini_sql import TERMINI_VERSION
+from ..base import migrations_to_run
+from ..checksums import CHECKSUMS_VERSION, add_column_sql
+from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..sql.migrations import events_table_sql, migrations
+from ..sql.schemas import tables_sql
+from ..tables import Tables
 
 _VERSION_1: Final = """
 CREATE TABLE IF NOT EXISTS events (
@@ -190,7 +188,7 @@ CREATE TABLE IF NOT EXISTS grants (
 {UPGRADE_GRANTS}
 """
 
-#: Kept AMQP link termini (:mod:`.termini_sql`), per user, peer container and link name: the
+#: Kept AMQP link termini (:mod:`..sql.termini`), per user, peer container and link name: the
 #: partition and consumer group of the link, what it had sent and not settled (packed ids),
 #: and until when it is kept (seconds since the epoch). ``id`` orders them by keeping.
 _TERMINI: Final = """
@@ -230,9 +228,9 @@ CREATE INDEX IF NOT EXISTS console_sessions_by_used ON console_sessions (used);
 CREATE INDEX IF NOT EXISTS console_sessions_by_user ON console_sessions (user_id)
 """
 
-#: Producers' keys of events (:mod:`.dedup`), per partition: the first event's
+#: Producers' keys of events (:mod:`..dedup`), per partition: the first event's
 #: id and when it was stored (ms since the epoch), forgotten after the dedup window, oldest
-#: first (by rowid: see :mod:`.sqlite_keys`). Keys of a dropped stream's partitions go the
+#: first (by rowid: see :mod:`.keys`). Keys of a dropped stream's partitions go the
 #: same way (partition keys are never reused).
 _KEYS: Final = """
 CREATE TABLE IF NOT EXISTS dedup_keys (
@@ -244,9 +242,9 @@ CREATE TABLE IF NOT EXISTS dedup_keys (
 CREATE UNIQUE INDEX IF NOT EXISTS dedup_keys_by_key ON dedup_keys (partition_key, key)
 """
 
-#: Each key is its writer's (:mod:`.dedup`): the user id joins the unique index, between the
+#: Each key is its writer's (:mod:`..dedup`): the user id joins the unique index, between the
 #: partition and the key, so one lookup still decides. The keys stored before are dropped
-#: (events do not say who wrote them; see :data:`.dedup.WRITER_KEYS_VERSION`).
+#: (events do not say who wrote them; see :data:`..dedup.WRITER_KEYS_VERSION`).
 _WRITER_KEYS: Final = """
 DROP TABLE dedup_keys;
 CREATE TABLE dedup_keys (
@@ -259,40 +257,24 @@ CREATE TABLE dedup_keys (
 CREATE UNIQUE INDEX dedup_keys_by_key ON dedup_keys (partition_key, user_id, key)
 """
 
-MIGRATIONS: Final = {
-    1: _VERSION_1,
-    2: _VERSION_2,
-    3: _VERSION_3,
-    4: _VERSION_4,
-    5: _VERSION_5,
-    6: _VERSION_6,
-    7: _VERSION_7,
-    8: _VERSION_8,
-    9: _VERSION_9,
-    TERMINI_VERSION: _TERMINI,
-    # the schema registry (:mod:`.schemas_sql`)
-    SCHEMAS_VERSION: ";\n".join(tables_sql(postgres=False)),
-    SESSIONS_VERSION: _CONSOLE_SESSIONS,
-    KEYS_VERSION: _KEYS,
-    # each event's checksum (:mod:`.checksums`): events/0's table here, the other
-    # partitions' by ensure_schema
-    CHECKSUMS_VERSION: add_column_sql("events"),
-    WRITER_KEYS_VERSION: _WRITER_KEYS,
-}
+MIGRATIONS: Final = migrations(
+    [_VERSION_1, _VERSION_2, _VERSION_3, _VERSION_4, _VERSION_5]  # noqa: RUF005 (one line is too long)
+    + [_VERSION_6, _VERSION_7, _VERSION_8, _VERSION_9],
+    termini=_TERMINI,
+    schemas=";\n".join(tables_sql(postgres=False)),
+    sessions=_CONSOLE_SESSIONS,
+    keys=_KEYS,
+    # events/0's column here, the other partitions' by ensure_schema
+    checksums=add_column_sql("events"),
+    writer_keys=_WRITER_KEYS,
+)
 
 
 def partition_tables_sql(key: int) -> list[str]:
     """The statements that create the tables of partition ``key`` (> 0): those of ``events``/0
     as the migrations left them, every column included."""
     return [
-        f"""CREATE TABLE events_{key} (
-            id INTEGER PRIMARY KEY AUTOINCREMENT,
-            type TEXT NOT NULL,
-            data TEXT NOT NULL,
-            ts TEXT NOT NULL,
-            content_type TEXT,
-            checksum BIGINT
-        )""",
+        events_table_sql(key, "INTEGER PRIMARY KEY AUTOINCREMENT"),
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
         f"""CREATE TABLE dcb_events_{key} (
             event_id INTEGER PRIMARY KEY,

@@ -21,9 +21,10 @@ from __future__ import annotations
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any, Final, NamedTuple, Protocol, TypeVar
 
-from ..domain.partition import StreamInfo
-from .base import AggregateCopy
-from .tables import Step, Tables
+from ...domain.partition import Partition, StreamInfo
+from ..base import AggregateCopy
+from ..tables import Step, Tables
+from .calls import SqlCalls
 
 #: Sources per statement: SQLite allows at most 500 terms in a compound SELECT.
 SOURCES_PER_STATEMENT: Final = 200
@@ -226,3 +227,15 @@ def _groups(items: Sequence[_Item]) -> list[Sequence[_Item]]:
     return [
         items[i : i + SOURCES_PER_STATEMENT] for i in range(0, len(items), SOURCES_PER_STATEMENT)
     ]
+
+
+class AggregateCalls(SqlCalls):
+    """The calls of aggregated streams that are the same in every backend (copying is the
+    backend's: whose clock runs the lease, and how the aggregate's ids stay in order)."""
+
+    async def release_aggregate(self, aggregate: Partition, holder: str) -> None:
+        await self._write(release_sql(self.dialect.mark), (aggregate.key, holder))
+
+    async def aggregate_sources(self, aggregate: Partition) -> list[tuple[int, int]]:
+        rows = await self._fetch(positions_sql(self.dialect.mark), (aggregate.key,))
+        return [(int(key), int(position)) for key, position in rows]

@@ -19,11 +19,11 @@ from typing import Any
 
 import aiosqlite
 
-from ..domain.partition import DEFAULT_PARTITION
-from ..domain.stream import EventId
-from .checksums import native_row
+from ...domain.partition import DEFAULT_PARTITION
+from ...domain.stream import EventId
+from ..checksums import native_row
+from ..sql.schemas import check_data, check_data_async
 from .schema import INSERT_EVENT
-from .schemas_sql import check_data, check_data_async
 
 #: The stream the native API adds to (its one partition's table is ``events``).
 _STREAM = DEFAULT_PARTITION.stream

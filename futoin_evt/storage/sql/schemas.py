@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from collections.abc import Awaitable, Callable, Generator, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
-from ..domain.schemas import CompiledSchema, JsonSchema, SchemaRow, check_event, compile_schema
-from .base import SchemaChanged
-from .tables import Step
+from ...domain.schemas import CompiledSchema, JsonSchema, SchemaRow, check_event, compile_schema
+from ..base import SchemaChanged
+from ..tables import Step
+from .calls import SqlCalls
+
+_R = TypeVar("_R")
 
 #: The schema version that adds the registry's tables.
 SCHEMAS_VERSION: Final = 11
@@ -249,3 +253,46 @@ async def check_data_async(
             step = steps.send(await fetch(*step))
     except StopIteration:
         return
+
+
+class SchemaCalls(SqlCalls):
+    """The schema registry's calls; a backend runs a change's steps
+    (:meth:`_change_schemas`)."""
+
+    async def _change_schemas(self, steps: Generator[Step, Any, _R], subject: str) -> _R:
+        """Run ``steps`` in one transaction that moves the registry's and the access
+        versions on, and tell the streams' listeners; :class:`SchemaChanged` for
+        ``subject`` when another registration of the same moment wins."""
+        raise NotImplementedError
+
+    async def schema_rows(
+        self, *, subject: str | None = None, schema_id: int | None = None, guid: str | None = None
+    ) -> list[SchemaRow]:
+        by, value = rows_key(subject, schema_id, guid)
+        rows = await self._fetch(rows_sql(self.dialect.mark, by), value)
+        return [schema_row(row) for row in rows]
+
+    async def latest_schemas(self) -> list[SchemaRow]:
+        return [schema_row(row) for row in await self._fetch(LATEST_SQL)]
+
+    async def add_schema_version(
+        self, stream: str, subject: str, text: str, fingerprint: str, *, after: int
+    ) -> SchemaRow:
+        guid = str(uuid.uuid4())
+        mark = self.dialect.mark
+        steps = register_steps(stream, subject, text, fingerprint, guid, after, mark)
+        return await self._change_schemas(steps, subject)
+
+    async def delete_schema_versions(
+        self, subject: str, versions: Sequence[int], *, permanent: bool
+    ) -> None:
+        steps = delete_steps(subject, versions, permanent, self.dialect.mark)
+        await self._change_schemas(steps, subject)
+
+    async def schema_levels(self) -> dict[str, str]:
+        rows = await self._fetch(CONFIGS_SQL)
+        return {str(subject): str(level) for subject, level in rows}
+
+    async def set_schema_level(self, subject: str, stream: str | None, level: str | None) -> None:
+        for sql, params in set_config_steps(subject, stream, level, self.dialect.mark):
+            await self._write(sql, params)

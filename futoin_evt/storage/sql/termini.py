@@ -1,6 +1,6 @@
 """The kept AMQP link termini (table ``amqp_termini``, :data:`TERMINI_VERSION`), written once
-for both backends (:class:`~futoin_evt.domain.termini.KeptTermini`): a backend gives its
-parameter mark, its clock and a way to run statements in one transaction.
+for both backends (:class:`~futoin_evt.domain.termini.KeptTermini`) over the primitives of
+:class:`~.calls.SqlCalls`.
 
 A row is one terminus of one user, peer container and link name. ``id`` grows with each row
 kept (the oldest of a user go first beyond the bound, and a process's renewals and expiries
@@ -17,8 +17,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any, Final
 
-from ..domain.stream import UserId
-from ..domain.termini import KeptTerminus, TerminusKey
+from ...domain.stream import UserId
+from ...domain.termini import KeptTerminus, TerminusKey
+from .calls import SqlCalls, Statements
+from .dialect import Dialect
 
 #: The schema version that adds the table (both backends).
 TERMINI_VERSION: Final = 10
@@ -29,9 +31,6 @@ _KEY: Final = "user_id = {m} AND container = {m} AND link_name = {m}"
 _COLUMNS: Final = (
     "partition_key, consumer_group, durable, unsettled, incomplete, after_id, held, acked, timeout"
 )
-
-#: A run of statements for one transaction: (SQL, parameters).
-Statements = list[tuple[str, Sequence[Any]]]
 
 
 def pack_ids(ids: Iterable[int]) -> str:
@@ -64,12 +63,12 @@ def _key_params(key: TerminusKey) -> tuple[Any, ...]:
 
 
 def keep_statements(
-    mark: str, now: str, termini: Sequence[tuple[KeptTerminus, float]], per_user: int
+    dialect: Dialect, termini: Sequence[tuple[KeptTerminus, float]], per_user: int
 ) -> Statements:
     """The expired rows go, then per terminus the row under its key and the new one (which
     returns its id; none when its user or partition is gone), then each user's oldest
     beyond ``per_user``."""
-    m = mark
+    m, now = dialect.mark, dialect.now
     statements: Statements = [(f"DELETE FROM amqp_termini WHERE expires_at <= {now}", ())]
     insert = (
         f"INSERT INTO amqp_termini (user_id, container, link_name, {_COLUMNS}, expires_at)"
@@ -105,12 +104,12 @@ def keep_statements(
     return statements
 
 
-def take_sql(mark: str, now: str) -> str:
+def take_sql(dialect: Dialect) -> str:
     """Delete the row under a key, returning it and whether it is still live. Parameters:
     user id, container, link name."""
     return (
-        f"DELETE FROM amqp_termini WHERE {_KEY.format(m=mark)}"
-        f" RETURNING {_COLUMNS}, expires_at > {now}"
+        f"DELETE FROM amqp_termini WHERE {_KEY.format(m=dialect.mark)}"
+        f" RETURNING {_COLUMNS}, expires_at > {dialect.now}"
     )
 
 
@@ -132,76 +131,60 @@ def taken(key: TerminusKey, row: Sequence[Any]) -> KeptTerminus | None:
     )
 
 
-def expire_statements(mark: str, now: str, rows: Sequence[int], grace: float) -> Statements:
+def expire_statements(dialect: Dialect, rows: Sequence[int], grace: float) -> Statements:
     """Each row expires ``grace`` plus its timeout from now; each statement returns the ids
     still there."""
     statements: Statements = []
     for start in range(0, len(rows), _CHUNK):
         chunk = rows[start : start + _CHUNK]
-        marks = ", ".join([mark] * len(chunk))
         statements.append(
             (
-                f"UPDATE amqp_termini SET expires_at = {now} + timeout + {mark}"
-                f" WHERE id IN ({marks}) RETURNING id",
+                f"UPDATE amqp_termini SET expires_at = {dialect.now} + timeout + {dialect.mark}"
+                f" WHERE id IN ({dialect.marks(len(chunk))}) RETURNING id",
                 (grace, *chunk),
             )
         )
     return statements
 
 
-class TerminiTables:
-    """The calls of :class:`~futoin_evt.domain.termini.KeptTermini`; a backend gives the
-    parameter mark, its clock (:attr:`_termini_now`) and :meth:`_termini_run`."""
-
-    _mark = "?"
-    _termini_now = ""
-
-    async def _termini_run(self, statements: Statements) -> list[list[tuple[Any, ...]]]:
-        """Run ``statements`` in one transaction; the rows each returned."""
-        raise NotImplementedError
-
-    async def _termini_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        raise NotImplementedError
+class TerminiTables(SqlCalls):
+    """The calls of :class:`~futoin_evt.domain.termini.KeptTermini`."""
 
     async def keep_termini(
         self, termini: Sequence[tuple[KeptTerminus, float]], per_user: int
     ) -> list[int | None]:
         if not termini:
             return []
-        results = await self._termini_run(
-            keep_statements(self._mark, self._termini_now, termini, per_user)
-        )
+        results = await self._run(keep_statements(self.dialect, termini, per_user))
         inserted = results[2 : 2 + 2 * len(termini) : 2]
         return [int(rows[0][0]) if rows else None for rows in inserted]
 
     async def take_terminus(self, key: TerminusKey) -> KeptTerminus | None:
-        sql = take_sql(self._mark, self._termini_now)
-        (rows,) = await self._termini_run([(sql, _key_params(key))])
+        sql = take_sql(self.dialect)
+        (rows,) = await self._run([(sql, _key_params(key))])
         return taken(key, rows[0]) if rows else None
 
     async def discard_termini(self, keys: Sequence[TerminusKey]) -> None:
         if keys:
-            sql = f"DELETE FROM amqp_termini WHERE {_KEY.format(m=self._mark)}"
-            await self._termini_run([(sql, _key_params(key)) for key in keys])
+            sql = f"DELETE FROM amqp_termini WHERE {_KEY.format(m=self.dialect.mark)}"
+            await self._run([(sql, _key_params(key)) for key in keys])
 
     async def expire_termini(self, rows: Sequence[int], grace: float) -> list[int]:
         if not rows:
             return []
-        results = await self._termini_run(
-            expire_statements(self._mark, self._termini_now, rows, grace)
-        )
+        results = await self._run(expire_statements(self.dialect, rows, grace))
         return [int(row[0]) for found in results for row in found]
 
     async def purge_termini(self) -> int:
-        sql = f"DELETE FROM amqp_termini WHERE expires_at <= {self._termini_now} RETURNING id"
-        (rows,) = await self._termini_run([(sql, ())])
+        sql = f"DELETE FROM amqp_termini WHERE expires_at <= {self.dialect.now} RETURNING id"
+        (rows,) = await self._run([(sql, ())])
         return len(rows)
 
     async def count_termini(self, user_id: UserId | None = None) -> int:
-        sql = f"SELECT count(*) FROM amqp_termini WHERE expires_at > {self._termini_now}"
+        sql = f"SELECT count(*) FROM amqp_termini WHERE expires_at > {self.dialect.now}"
         params: tuple[Any, ...] = ()
         if user_id is not None:
-            sql += f" AND user_id = {self._mark}"
+            sql += f" AND user_id = {self.dialect.mark}"
             params = (user_id,)
-        rows = await self._termini_read(sql, params)
+        rows = await self._fetch(sql, params)
         return int(rows[0][0])

@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from .base import EventPage, StoreClosed
-from .page_rows import page_from_rows
-from .thread import WorkerThread
+from ..base import EventPage, StoreClosed
+from ..page_rows import page_from_rows
+from ..thread import WorkerThread
 
 T = TypeVar("T")
 

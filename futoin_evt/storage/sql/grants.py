@@ -7,7 +7,11 @@ from __future__ import annotations
 import logging
 from typing import Final
 
-log = logging.getLogger("futoin_evt.storage")
+from ...domain.stream import UserId
+from ..base import GrantRow
+from .access import AccessCalls
+
+logger = logging.getLogger("futoin_evt.storage")
 
 #: The schema version that adds grants; databases from before it get, once, read and write
 #: on every stream for each user who is not an admin (they could do that before).
@@ -51,9 +55,29 @@ LIST_GRANTS: Final = (
 def log_upgrade_grants(users: int) -> None:
     """Say, once (in the upgrade's transaction), what the upgrade to grants gave."""
     if users:
-        log.warning(
+        logger.warning(
             "upgrade: %d users who are not admins were given read,write on every stream (*),"
             " as they had before rights per stream; narrow them with futoin-evt revoke and"
             " futoin-evt grant",
             users,
         )
+
+
+class GrantCalls(AccessCalls):
+    """Grants; a change moves the access version on."""
+
+    async def grant(self, user_id: UserId, pattern: str, rights: int) -> None:
+        await self._access_write(grant_sql(self.dialect.mark), (user_id, pattern, rights))
+
+    async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool:
+        m = self.dialect.mark
+        rows = await self._access_write(
+            revoke_sql(m),
+            (rights, user_id, pattern, rights),
+            (forget_empty_sql(m), (user_id, pattern)),
+        )
+        return bool(rows)
+
+    async def list_grants(self) -> list[GrantRow]:
+        rows = await self._fetch(LIST_GRANTS)
+        return [GrantRow(UserId(r[0]), r[1], r[2]) for r in rows]

@@ -8,7 +8,8 @@ import uuid
 from collections.abc import Sequence
 from typing import Any
 
-from ..domain.checkpoints import Checkpoint, Ownership
+from ...domain.checkpoints import Checkpoint, Ownership
+from .calls import SqlCalls
 
 _KEY = "user_id = {m} AND hub = {m} AND consumer_group = {m}"
 
@@ -17,21 +18,13 @@ def _ownership(row: Sequence[Any]) -> Ownership:
     return Ownership(str(row[0]), str(row[1]), str(row[2]), float(row[3]))
 
 
-class CheckpointTables:
-    """The checkpoint store's calls; a backend gives the parameter mark, a read and a write."""
-
-    _mark = "?"
-
-    async def _checkpoint_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        raise NotImplementedError
-
-    async def _checkpoint_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        raise NotImplementedError
+class CheckpointTables(SqlCalls):
+    """The checkpoint store's calls."""
 
     async def list_ownership(self, user_id: int, hub: str, group: str) -> list[Ownership]:
-        rows = await self._checkpoint_read(
+        rows = await self._fetch(
             "SELECT partition_id, owner_id, etag, modified_at FROM eventhub_ownership"
-            f" WHERE {_KEY.format(m=self._mark)} ORDER BY partition_id",
+            f" WHERE {_KEY.format(m=self.dialect.mark)} ORDER BY partition_id",
             (user_id, hub, group),
         )
         return [_ownership(row) for row in rows]
@@ -39,8 +32,8 @@ class CheckpointTables:
     async def claim_ownership(
         self, user_id: int, hub: str, group: str, partition_id: str, owner_id: str, etag: str | None
     ) -> Ownership | None:
-        m = self._mark
-        rows = await self._checkpoint_write(
+        m = self.dialect.mark
+        rows = await self._write(
             "INSERT INTO eventhub_ownership"
             " (user_id, hub, consumer_group, partition_id, owner_id, etag, modified_at)"
             f" VALUES ({m}, {m}, {m}, {m}, {m}, {m}, {m})"
@@ -57,9 +50,9 @@ class CheckpointTables:
         )
 
     async def list_checkpoints(self, user_id: int, hub: str, group: str) -> list[Checkpoint]:
-        rows = await self._checkpoint_read(
+        rows = await self._fetch(
             'SELECT partition_id, "offset", sequence_number FROM eventhub_checkpoints'
-            f" WHERE {_KEY.format(m=self._mark)} ORDER BY partition_id",
+            f" WHERE {_KEY.format(m=self.dialect.mark)} ORDER BY partition_id",
             (user_id, hub, group),
         )
         return [Checkpoint(str(r[0]), r[1], None if r[2] is None else int(r[2])) for r in rows]
@@ -67,8 +60,8 @@ class CheckpointTables:
     async def update_checkpoint(
         self, user_id: int, hub: str, group: str, checkpoint: Checkpoint
     ) -> None:
-        m = self._mark
-        await self._checkpoint_write(
+        m = self.dialect.mark
+        await self._write(
             "INSERT INTO eventhub_checkpoints (user_id, hub, consumer_group, partition_id,"
             f' "offset", sequence_number, modified_at) VALUES ({m}, {m}, {m}, {m}, {m}, {m}, {m})'
             " ON CONFLICT (user_id, hub, consumer_group, partition_id) DO UPDATE"

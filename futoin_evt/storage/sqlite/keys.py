@@ -1,4 +1,4 @@
-"""Producers' keys of events in the SQLite file (see :mod:`.dedup`), on the writer's
+"""Producers' keys of events in the SQLite file (see :mod:`..dedup`), on the writer's
 connection inside its transaction.
 
 The rows of ``dedup_keys`` are kept in the order they were stored (their rowid; a key taken
@@ -24,7 +24,7 @@ import sqlite3
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from .dedup import TABLE, WriterKey
+from ..dedup import TABLE, WriterKey
 
 #: The time the oldest key was stored (ms), for a reader to see whether any is past the window.
 OLDEST_SQL: Final = f"SELECT at FROM {TABLE} ORDER BY rowid LIMIT 1"

@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Final
 
-from ..domain.principal import Principal
-from ..domain.sessions import SessionLimits, SessionRow
-from ..domain.stream import UserId
+from ...domain.principal import Principal
+from ...domain.sessions import SessionLimits, SessionRow
+from ...domain.stream import UserId
+from .calls import SqlCalls
 
 #: The schema version that adds ``console_sessions`` (its number is kept here only).
 SESSIONS_VERSION: Final = 12
@@ -24,43 +25,29 @@ _END_EXPIRED: Final = (
 )
 
 
-def _marks(mark: str, count: int) -> str:
-    return ", ".join([mark] * count)
-
-
-class ConsoleSessionTables:
-    """The session store's calls; a backend gives the parameter mark, a read and a write."""
-
-    _mark: str
-
-    async def _session_read(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        raise NotImplementedError
-
-    async def _session_write(self, sql: str, params: Sequence[Any]) -> Sequence[Sequence[Any]]:
-        raise NotImplementedError
+class ConsoleSessionTables(SqlCalls):
+    """The session store's calls."""
 
     async def add_console_session(
         self, digest: bytes, user_id: int, now: float, limits: SessionLimits
     ) -> list[bytes]:
-        m = self._mark
-        await self._session_write(
+        m = self.dialect.mark
+        await self._write(
             f"INSERT INTO console_sessions (digest, user_id, created, used) VALUES ({m}, {m},"
             f" {m}, {m})",
             (digest, user_id, now, now),
         )
         idle, life = now - limits.idle_seconds, now - limits.lifetime_seconds
-        ended = await self._session_write(
-            _END_EXPIRED.format(m=m), (idle, life, idle, life, limits.limit)
-        )
+        ended = await self._write(_END_EXPIRED.format(m=m), (idle, life, idle, life, limits.limit))
         return [bytes(row[0]) for row in ended]
 
     async def console_sessions(self, digests: Sequence[bytes]) -> dict[bytes, SessionRow]:
         if not digests:
             return {}
-        rows = await self._session_read(
+        rows = await self._fetch(
             "SELECT s.digest, s.user_id, u.name, u.is_admin, s.created, s.used, s.notice"
             " FROM console_sessions s JOIN users u ON u.id = s.user_id"
-            f" WHERE s.digest IN ({_marks(self._mark, len(digests))})",
+            f" WHERE s.digest IN ({self.dialect.marks(len(digests))})",
             digests,
         )
         return {
@@ -75,27 +62,27 @@ class ConsoleSessionTables:
 
     async def touch_console_sessions(self, digests: Sequence[bytes], used: float) -> None:
         if digests:
-            m = self._mark
-            await self._session_write(
+            m = self.dialect.mark
+            await self._write(
                 f"UPDATE console_sessions SET used = {m}"
-                f" WHERE digest IN ({_marks(m, len(digests))}) AND used < {m}",
+                f" WHERE digest IN ({self.dialect.marks(len(digests))}) AND used < {m}",
                 (used, *digests, used),
             )
 
     async def end_console_session(self, digest: bytes) -> None:
-        await self._session_write(
-            f"DELETE FROM console_sessions WHERE digest = {self._mark}", (digest,)
+        await self._write(
+            f"DELETE FROM console_sessions WHERE digest = {self.dialect.mark}", (digest,)
         )
 
     async def set_console_notice(self, digest: bytes, notice: str) -> None:
-        m = self._mark
-        await self._session_write(
+        m = self.dialect.mark
+        await self._write(
             f"UPDATE console_sessions SET notice = {m} WHERE digest = {m}", (notice, digest)
         )
 
     async def clear_console_notice(self, digest: bytes, notice: str) -> None:
-        m = self._mark
-        await self._session_write(
+        m = self.dialect.mark
+        await self._write(
             f"UPDATE console_sessions SET notice = NULL WHERE digest = {m} AND notice = {m}",
             (digest, notice),
         )

@@ -1,0 +1,47 @@
+"""What both backends' schemas share: the versions of the steps added since the first nine
+(each named by the module of what it adds), and the columns of a partition's events table."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TypeVar
+
+from ..checksums import CHECKSUMS_VERSION
+from ..dedup import KEYS_VERSION, WRITER_KEYS_VERSION
+from .schemas import SCHEMAS_VERSION
+from .sessions import SESSIONS_VERSION
+from .termini import TERMINI_VERSION
+
+_Step = TypeVar("_Step")
+
+
+def migrations(
+    first: Sequence[_Step],
+    *,
+    termini: _Step,
+    schemas: _Step,
+    sessions: _Step,
+    keys: _Step,
+    checksums: _Step,
+    writer_keys: _Step,
+) -> dict[int, _Step]:
+    """The steps by the version each makes: ``first`` from version 1, then the others at
+    their versions."""
+    return {
+        **dict(enumerate(first, 1)),
+        TERMINI_VERSION: termini,
+        SCHEMAS_VERSION: schemas,
+        SESSIONS_VERSION: sessions,
+        KEYS_VERSION: keys,
+        CHECKSUMS_VERSION: checksums,
+        WRITER_KEYS_VERSION: writer_keys,
+    }
+
+
+def events_table_sql(key: int, id_column: str) -> str:
+    """Creates the events table of partition ``key`` (> 0) as the migrations left that of
+    ``events``/0, every column included; ``id_column``: the backend's identity column."""
+    return (
+        f"CREATE TABLE events_{key} (id {id_column}, type TEXT NOT NULL, data TEXT NOT NULL,"
+        " ts TEXT NOT NULL, content_type TEXT, checksum BIGINT)"
+    )

@@ -1,0 +1,1 @@
+"""What the tests share: waiting, servers and their doors seen from outside, SQL."""
