@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Final
 
 import futoin_evt
 import futoin_evt.ftn3
@@ -29,7 +30,13 @@ def test_ftn3_core_imports_no_io() -> None:
 
 
 BACKENDS = {"aiosqlite", "psycopg", "psycopg_pool"}
-BACKEND_MODULES = ("storage.sqlite", "storage.native", "storage.schema", "storage.postgres")
+BACKEND_MODULES = (
+    "storage.sqlite",
+    "storage.sqlite.store",
+    "storage.sqlite.native",
+    "storage.sqlite.schema",
+    "storage.postgres",
+)
 
 
 def test_nothing_above_storage_imports_a_backend() -> None:
@@ -68,7 +75,8 @@ DOORS: tuple[str, ...] = ("ftn18", "feed", "dcb", "console", "notify", "amqp", "
 #: down through log/, where a right on a stream is checked.
 DOORS_TO_STORAGE: dict[tuple[str, str], str] = {
     ("futoin_evt.server.app", "futoin_evt.storage"): "the composition root opens the store",
-    ("futoin_evt.server.app", "futoin_evt.storage.base"): "and hands it to log/ (its config)",
+    ("futoin_evt.server.app", "futoin_evt.storage.base"): "with its settings, and hands it to"
+    " log/ and auth/ (never to a door: see test_the_composition_root_hands_no_door_a_store)",
     ("futoin_evt.server.peers", "futoin_evt.storage.base"): "the channel between the workers"
     " carries the store's own news (PeerNews), not a user's call",
     ("futoin_evt.server.metrics", "futoin_evt.storage.base"): "/metrics reads the store's own"
@@ -94,6 +102,189 @@ def test_every_door_to_storage_is_still_there() -> None:
     """The list of reasons names only imports that exist (it shrinks as they go)."""
     found = set(_imports())
     assert not DOORS_TO_STORAGE.keys() - found, DOORS_TO_STORAGE.keys() - found
+
+
+#: Where the server is put together: the one module that holds the store beside the doors.
+COMPOSITION_ROOT: Final = "futoin_evt.server.app"
+
+
+def test_the_composition_root_hands_no_door_a_store() -> None:
+    """What the composition root gives a door (a class or function of a door's package) is
+    an object of ``log/`` or ``auth/``, never the store: no argument of such a call is a
+    name the root holds a store as (typed with a role of ``storage/base.py``, or opened with
+    ``open_store``), nor a ``.store`` attribute."""
+    tree = ast.parse(_source(COMPOSITION_ROOT))
+    from_doors = {
+        name: module
+        for name, module in _imported_names(COMPOSITION_ROOT, tree).items()
+        if _package(module) in DOORS
+    }
+    stores = _store_names(COMPOSITION_ROOT, tree)
+    wrong = []
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)):
+            continue
+        door = from_doors.get(node.func.id)
+        if door is None:
+            continue
+        for argument in [*node.args, *(keyword.value for keyword in node.keywords)]:
+            if isinstance(argument, ast.Starred):
+                argument = argument.value
+            if (isinstance(argument, ast.Name) and argument.id in stores) or (
+                isinstance(argument, ast.Attribute) and argument.attr == "store"
+            ):
+                wrong.append(f"line {node.lineno}: {door}.{node.func.id}({ast.unparse(argument)})")
+    assert not wrong, "a door handed the store:\n" + "\n".join(wrong)
+
+
+def test_no_door_constructor_takes_a_store_role() -> None:
+    """No class of a door's package takes a parameter typed with a role of
+    ``storage/base.py``: a door holds what ``log/`` (or ``auth/``) gives it."""
+    roles = _store_roles()
+    wrong = []
+    for module in _modules():
+        if _package(module) not in DOORS or module == COMPOSITION_ROOT:
+            continue
+        tree = ast.parse(_source(module))
+        local = {n for n, m in _imported_names(module, tree).items() if m in _STORAGE_BASE}
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                    for arg in [*item.args.args, *item.args.kwonlyargs]:
+                        named = _annotation_names(arg.annotation)
+                        if named & local or named & {f"base.{role}" for role in roles}:
+                            wrong.append(f"{module}.{node.name}({arg.arg})")
+    assert not wrong, "doors that take a store role:\n" + "\n".join(wrong)
+
+
+_STORAGE_BASE: Final = ("futoin_evt.storage.base", "futoin_evt.storage")
+
+
+def _store_roles() -> set[str]:
+    """The Protocols of ``storage/base.py``: the roles a store plays."""
+    tree = ast.parse(_source("futoin_evt.storage.base"))
+    return {
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.ClassDef)
+        and any(_annotation_names(base) & {"Protocol"} for base in node.bases)
+    }
+
+
+def _store_names(module: str, tree: ast.Module) -> set[str]:
+    """The names ``module`` holds a store as: parameters and variables typed with a role of
+    ``storage/base.py``, and what ``open_store`` returned."""
+    roles = _store_roles()
+    typed = {
+        name
+        for name, imported in _imported_names(module, tree).items()
+        if imported in _STORAGE_BASE and name in roles
+    }
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.arg | ast.AnnAssign):
+            target = node.arg if isinstance(node, ast.arg) else ast.unparse(node.target)
+            if _annotation_names(node.annotation) & typed:
+                names.add(target)
+        elif isinstance(node, ast.Assign):
+            value = node.value.value if isinstance(node.value, ast.Await) else node.value
+            if (
+                isinstance(value, ast.Call)
+                and isinstance(value.func, ast.Name)
+                and value.func.id == "open_store"
+            ):
+                names.update(ast.unparse(target) for target in node.targets)
+    return names
+
+
+def _annotation_names(annotation: ast.expr | None) -> set[str]:
+    """The names an annotation mentions (``Store | None`` -> Store, None; a string too)."""
+    if annotation is None:
+        return set()
+    if isinstance(annotation, ast.Constant) and isinstance(annotation.value, str):
+        annotation = ast.parse(annotation.value, mode="eval").body
+    return {
+        ast.unparse(node)
+        for node in ast.walk(annotation)
+        if isinstance(node, ast.Name | ast.Attribute)
+    }
+
+
+def _imported_names(module: str, tree: ast.Module) -> dict[str, str]:
+    """Name bound -> the module of ours it comes from, for every ``from ... import`` of
+    ``module`` (those inside functions and for typing only included)."""
+    package = module.split(".") if _is_module_package(module) else module.split(".")[:-1]
+    found = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                above = package[: len(package) - node.level + 1]
+                base = ".".join([*above, *([base] if base else [])])
+            for alias in node.names:
+                found[alias.asname or alias.name] = base
+    return found
+
+
+#: The doors for :func:`test_no_door_imports_another`: the packages that each serve one wire
+#: (the web console's pages with the endpoint that serves them), and the server's modules that
+#: carry one door's wire. ``dcb/`` and ``feed/`` are services below the doors, ``notify/`` is
+#: shared; the composition root, the metrics listener and the workers' channel are no door:
+#: they start or read every door.
+DOOR_OF: dict[str, str] = {
+    "futoin_evt.ftn18": "FTN18",
+    "futoin_evt.amqp": "AMQP",
+    "futoin_evt.console": "console",
+    "futoin_evt.server.console_http": "console",
+    "futoin_evt.server.websocket": "WebSocket",
+    "futoin_evt.server.executor": "WebSocket",
+    "futoin_evt.server.http": "HTTP",
+    "futoin_evt.server.dcb_http": "HTTP",
+    "futoin_evt.server.schemas_http": "HTTP",
+    "futoin_evt.server.asyncapi": "HTTP",
+}
+#: Imports of one door by another, each for a reason.
+DOOR_TO_DOOR: dict[tuple[str, str], str] = {
+    ("futoin_evt.server.console_http", "futoin_evt.amqp.listener"): "the console's overview"
+    " counts each door's connections off the running server (a type only)",
+    ("futoin_evt.server.console_http", "futoin_evt.ftn18.notify"): "and those of event"
+    " notification (a type only)",
+    ("futoin_evt.server.console_http", "futoin_evt.server.websocket"): "the console's tails"
+    " and connections page are on the WebSocket port (types only)",
+    ("futoin_evt.server.console_http", "futoin_evt.server.http"): "the console is served as one"
+    " of the HTTP endpoints on the WebSocket port (HttpEndpoint, Exchange)",
+    ("futoin_evt.server.console_http", "futoin_evt.server.executor"): "a console request's"
+    " peer address is the WebSocket port's (peer_host)",
+    ("futoin_evt.server.http", "futoin_evt.server.executor"): "the HTTP doors share the"
+    " WebSocket port's executor helpers (peer addresses, limits)",
+}
+
+
+def _door(module: str) -> str | None:
+    for prefix, door in DOOR_OF.items():
+        if module == prefix or module.startswith(prefix + "."):
+            return door
+    return None
+
+
+def test_no_door_imports_another() -> None:
+    """A door reaches the others' work through ``log/``, ``auth/`` and ``notify/``, never
+    through their modules (but where DOOR_TO_DOOR says why)."""
+    wrong = []
+    for module, imported in sorted(set(_imports())):
+        mine, theirs = _door(module), _door(imported)
+        if mine is None or theirs is None or mine == theirs:
+            continue
+        if (module, imported) not in DOOR_TO_DOOR:
+            wrong.append(f"{module} ({mine}) imports {imported} ({theirs})")
+    assert not wrong, "doors that import another door:\n" + "\n".join(wrong)
+
+
+def test_every_door_to_door_is_still_there() -> None:
+    found = set(_imports())
+    assert not DOOR_TO_DOOR.keys() - found, DOOR_TO_DOOR.keys() - found
 
 
 #: futoin_evt's packages from the bottom up. A package imports its own modules and those of the
@@ -161,6 +352,27 @@ def _imports() -> Iterator[tuple[str, str]]:
             for name in names:
                 if name == "futoin_evt" or name.startswith("futoin_evt."):
                     yield module, name
+
+
+def _modules() -> Iterator[str]:
+    """Every module of futoin_evt, by name."""
+    root = Path(futoin_evt.__file__).parent
+    for path in sorted(root.rglob("*.py")):
+        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        yield ".".join(parts)
+
+
+def _source(module: str) -> str:
+    path = Path(futoin_evt.__file__).parent.parent.joinpath(*module.split("."))
+    package = path / "__init__.py"
+    return (package if package.exists() else path.with_suffix(".py")).read_text()
+
+
+def _is_module_package(module: str) -> bool:
+    path = Path(futoin_evt.__file__).parent.parent.joinpath(*module.split("."))
+    return (path / "__init__.py").exists()
 
 
 def _is_module(name: str) -> bool:
@@ -235,10 +447,21 @@ AMQP_LAYERS: dict[str, set[str]] = {
     "engine": {"engine"},
     # the door's values, no link in them: settings, SASL frames, messages and offsets, the
     # filters, the quick decoder, the checkpoint store's codec, the kept termini
-    "values": {"config", "sasl", "codec", "filters", "quickdecode", "checkpoints", "resume"},
+    "values": {
+        "config",
+        "sasl",
+        "codec",
+        "filters",
+        "quickdecode",
+        "checkpoints",
+        "resume",
+        "faults",  # the condition of each kind of failure of the log
+    },
     "table": {"table"},
     # what the links the nodes send on share
     "links": {"links"},
+    # the event log node's parts: addressing, consumer groups, durable recovery, its links
+    "streams": {"streams"},
     "nodes": {"node", "cbs", "management", "notify", "connection"},
     "top": {"listener", "__init__"},
 }

@@ -19,9 +19,9 @@ from ..auth.sas import InvalidToken, SasVerifier
 from ..quoting import quote_input
 from .engine.message import Message
 from .management import RequestReplyNode
-from .table import Connection
+from .table import ConnectionView as Connection
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CBS: Final = "$cbs"
 PUT_TOKEN: Final = "put-token"
@@ -49,7 +49,7 @@ class CbsNode(RequestReplyNode):
         try:
             claims = await self._verifier.verify(request.body, audience)
         except InvalidToken as exc:
-            log.warning("AMQP token refused from %s: %s", conn.peer_name, exc.detail)
+            logger.warning("AMQP token refused from %s: %s", conn.peer_name, exc.detail)
             return 401, str(exc), None
         refusal = conn.grant_claims(claims)
         if refusal is not None:

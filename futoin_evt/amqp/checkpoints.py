@@ -19,8 +19,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from ..domain.checkpoints import Checkpoint, EventHubCheckpoints, Ownership
-from ..domain.stream import UserId
+from ..domain.checkpoints import Checkpoint, Ownership
+from ..domain.principal import Principal
+from ..log.checkpoints import HubCheckpoints
 from ..quoting import quote_input
 
 PREFIX: Final = "futoin-evt:"
@@ -57,14 +58,14 @@ def _ownership(row: Ownership) -> dict[str, Any]:
 
 
 async def answer(
-    store: EventHubCheckpoints,
-    user_id: UserId,
+    store: HubCheckpoints,
+    who: Principal,
     partitions: int,
     kind: str,
     properties: Mapping[str, Any],
     body: Any,
 ) -> Answer:
-    """The answer to one checkpoint store request of ``user_id`` on a hub of ``partitions``."""
+    """The answer to one checkpoint store request of ``who`` on a hub of ``partitions``."""
     group = properties.get("consumer-group")
     if not isinstance(group, str) or not 0 < len(group) <= MAX_GROUP_CHARS:
         return 400, f"consumer-group must be a string of 1-{MAX_GROUP_CHARS} characters", None
@@ -79,10 +80,10 @@ async def answer(
 
     try:
         if kind == LIST_OWNERSHIP:
-            rows = await store.list_ownership(user_id, hub, group)
+            rows = await store.list_ownership(who, hub, group)
             return 200, "OK", [_ownership(row) for row in rows]
         if kind == LIST_CHECKPOINTS:
-            checkpoints = await store.list_checkpoints(user_id, hub, group)
+            checkpoints = await store.list_checkpoints(who, hub, group)
             return 200, "OK", [c._asdict() for c in checkpoints]
         if kind == CLAIM_OWNERSHIP:
             if not isinstance(body, Sequence) or len(body) > partitions:
@@ -100,7 +101,7 @@ async def answer(
                 )
             granted = []
             for partition, owner, etag in claims:
-                row = await store.claim_ownership(user_id, hub, group, partition, owner, etag)
+                row = await store.claim_ownership(who, hub, group, partition, owner, etag)
                 if row is not None:
                     granted.append(_ownership(row))
             return 200, "OK", granted
@@ -117,7 +118,7 @@ async def answer(
                 None if offset is None else _text(offset, "offset"),
                 None if sequence is None else int(sequence),
             )
-            await store.update_checkpoint(user_id, hub, group, checkpoint)
+            await store.update_checkpoint(who, hub, group, checkpoint)
             return 200, "OK", None
     except BadRequest as exc:
         return 400, str(exc), None

@@ -5,26 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Final
 
 from ..auth.sas import SasVerifier
 from ..auth.users import Authenticator
-from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
 from ..log.access import Access
+from ..log.checkpoints import HubCheckpoints
 from ..log.connections import Connections
 from ..slots import AMQP_CELL, SharedCount, Slots
 from .cbs import CBS, CbsNode
 from .config import AmqpConfig
 from .connection import AmqpConnection
+from .engine.conditions import FORCED as SHUTDOWN
 from .management import MANAGEMENT, ManagementNode
 from .node import EventLogNode
 from .notify import EVENTS_SOURCE, NotificationNode
 from .table import NodeTable
 
-log = logging.getLogger(__name__)
-
-SHUTDOWN: Final = "amqp:connection:forced"
+logger = logging.getLogger(__name__)
 
 
 class AmqpListener:
@@ -39,7 +37,7 @@ class AmqpListener:
         access: Access,
         sas: SasVerifier | None = None,
         notifications: NotificationNode | None = None,
-        checkpoints: EventHubCheckpoints | None = None,
+        checkpoints: HubCheckpoints | None = None,
     ) -> None:
         """``access`` says who may read and write which stream (a link is refused without
         its right, and detached once it is revoked); ``sas`` checks the tokens put to

@@ -22,21 +22,22 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from ..domain.checkpoints import EventHubCheckpoints
 from ..domain.partition import DEFAULT_STREAM
 from ..domain.rights import Right
 from ..domain.stream import ts_to_ms
 from ..log.access import Refused
+from ..log.checkpoints import HubCheckpoints
 from ..notify.live import UnknownStream
 from ..quoting import quote_input
 from . import checkpoints
 from .codec import format_offset
-from .engine.connection import Delivery, Link
 from .engine.message import Message, decode_message
+from .engine.session import Delivery, Link
 from .engine.types import DecodeError, Timestamp
-from .table import Connection, Hubs
+from .table import ConnectionView as Connection
+from .table import Hubs
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 MANAGEMENT: Final = "$management"
 HUB_TYPE: Final = "com.microsoft:eventhub"
@@ -97,7 +98,7 @@ class ManagementNode(RequestReplyNode):
         self,
         hubs: Hubs,
         event_types: EventTypes | None = None,
-        checkpoints: EventHubCheckpoints | None = None,
+        checkpoints: HubCheckpoints | None = None,
     ) -> None:
         """``event_types(stream, event_type)``: GET-EVENTS (None: not served)."""
         super().__init__()
@@ -127,9 +128,8 @@ class ManagementNode(RequestReplyNode):
         if isinstance(kind, str) and kind.startswith(checkpoints.PREFIX):
             if self._checkpoints is None or conn.principal is None:
                 return 501, "the checkpoint store is not served here", None
-            user_id = conn.principal.user_id
             return await checkpoints.answer(
-                self._checkpoints, user_id, len(logs), kind, properties, request.body
+                self._checkpoints, conn.principal, len(logs), kind, properties, request.body
             )
         who = conn.principal
         assert who is not None, "the node table takes no $management link without a user"
@@ -220,7 +220,7 @@ class RequestLink:
         except Refused as exc:  # a right checked in log/
             status, description, body = 401, str(exc), None
         except Exception:
-            log.exception("a request to %s failed", self._link.name)
+            logger.exception("a request to %s failed", self._link.name)
             delivery.reject("amqp:internal-error", "the request could not be answered")
             self._conn.wake()
             return
@@ -238,7 +238,7 @@ class RequestLink:
         delivery.accept()
         target = self._node.reply_link(self._conn, request.reply_to)
         if target is None:
-            log.info("no link to reply to %r", request.reply_to)
+            logger.info("no link to reply to %r", request.reply_to)
         else:
             target.send(reply.encode())
         self._conn.wake()  # the reply's transfer first, then the accept (the batch's last)

@@ -1,6 +1,6 @@
 """The kept termini of suspended consumer links (AMQP 1.0 2.6.13 "Resuming Deliveries", 3.5.5
 terminus durability), in the database every process shares
-(:class:`~futoin_evt.domain.termini.KeptTermini`), so a link resumes on any worker, on any
+(:class:`~futoin_evt.log.termini.LinkTermini`), so a link resumes on any worker, on any
 process on a PostgreSQL database, and after a restart.
 
 A terminus is written once, when its link is suspended (never per delivery), and kept until
@@ -25,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ..domain.stream import UserId
-from ..domain.termini import KeptTermini, KeptTerminus, TerminusKey
+from ..domain.termini import KeptTerminus, TerminusKey
+from ..log.termini import LinkTermini
 
 __all__ = [
     "LEASE_SECONDS",
@@ -38,7 +39,7 @@ __all__ = [
     "TerminusKey",
 ]
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Termini kept per user at once; a newer one evicts the oldest.
 MAX_TERMINI_PER_USER: Final = 64
@@ -76,7 +77,7 @@ class Termini:
 
     def __init__(
         self,
-        store: KeptTermini,
+        store: LinkTermini,
         *,
         per_user: int = MAX_TERMINI_PER_USER,
         lease: float = LEASE_SECONDS,
@@ -189,7 +190,7 @@ class Termini:
             try:
                 await self._write(forgetting, keeping, ending)
             except Exception as exc:  # kept no longer: the successor starts afresh
-                log.warning("writing kept link termini failed: %s", exc)
+                logger.warning("writing kept link termini failed: %s", exc)
             finally:
                 for key, writing in list(self._writes.items()):
                     if writing is this:
@@ -238,7 +239,7 @@ class Termini:
                 try:
                     still = set(await self._store.expire_termini(list(live), self._lease))
                 except Exception as exc:  # the next round tries again
-                    log.warning("renewing kept link termini failed: %s", exc)
+                    logger.warning("renewing kept link termini failed: %s", exc)
                     continue
                 for row, kept in live.items():
                     if row not in still:

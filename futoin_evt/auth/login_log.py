@@ -15,7 +15,7 @@ from typing import Final
 
 from ..quoting import quote_input
 
-log = logging.getLogger("futoin_evt.auth")
+logger = logging.getLogger("futoin_evt.auth")
 
 #: How the doors are named in the line (others as the door calls itself).
 _DOOR_NAMES: Final = {
@@ -55,7 +55,7 @@ class FailedLogins:
             self._forget(now)
         self._last[key] = (now, 0)
         more = f"; {left_out} more since the last line" if left_out else ""
-        log.warning(
+        logger.warning(
             "%s login failed for %s from %s (%s%s)",
             _DOOR_NAMES.get(door, door),
             quote_input(user, 64),

@@ -32,13 +32,13 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 from urllib.parse import parse_qsl, quote_plus, unquote_plus
 
 from ..domain.principal import Principal
 from ..domain.rights import Right, names_text, parse_names
 from ..domain.stream import UserId
-from ..storage.base import User
+from ..storage.base import User, UserSource
 
 #: Seconds from now a token's expiry (``se``) may be at most, unless configured otherwise.
 DEFAULT_MAX_LIFETIME: Final = 7 * 24 * 3600
@@ -230,10 +230,6 @@ class SasToken:
             )
         if not _covers(self.resource, audience):
             raise InvalidToken("the token's resource (sr) does not cover the name it is put for")
-
-
-class UserSource(Protocol):
-    async def get_user(self, name: str) -> User | None: ...
 
 
 class SasVerifier:

@@ -26,20 +26,20 @@ import os
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final
 
 from ..domain.management import AUTH_FAILED
-from ..domain.principal import Principal
+from ..domain.principal import NotAuthenticated, Principal
 from ..domain.stream import UserId
-from ..ftn3.errors import SECURITY_ERROR, FTN3Error
 from ..stats import BAD_CREDENTIALS, TOO_MANY_CHECKS, Refusals, current_door
+from ..storage.base import UserSource
 from .login_log import log_failed_login
 
 if TYPE_CHECKING:
     from ..domain.management import ManagementBus
     from ..ftn3.calls import PeerLink
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 _SCRYPT_N: Final = 2**14
 _SCRYPT_R: Final = 8
@@ -95,10 +95,6 @@ class _PeerChecks:
     def __init__(self) -> None:
         self.lock = asyncio.Lock()
         self.queued = 0
-
-
-class UserSource(Protocol):
-    async def get_user(self, name: str) -> Any: ...
 
 
 class Authenticator:
@@ -173,7 +169,7 @@ class Authenticator:
                 try:
                     on_ended()
                 except Exception:
-                    log.exception("ending a connection of a changed user failed")
+                    logger.exception("ending a connection of a changed user failed")
 
     def cached(self, sec: str | dict[str, Any]) -> Principal | None:
         """The caller, when these credentials were verified less than ``cache_seconds`` ago."""
@@ -198,14 +194,14 @@ class Authenticator:
     async def authenticate(self, sec: str | dict[str, Any], peer: str = "") -> Principal:
         """The caller with these credentials; ``peer`` is the address the check counts against.
 
-        Raises FTN3Error(SecurityError) for wrong credentials and for a peer with too many
-        checks at once.
+        Raises :class:`~futoin_evt.domain.principal.NotAuthenticated` for wrong credentials
+        and for a peer with too many checks at once.
         """
         try:
             name, password = _split_credentials(sec)
-        except FTN3Error as exc:
+        except NotAuthenticated as exc:
             self.refusals.note(current_door(), BAD_CREDENTIALS)
-            log_failed_login(current_door(), _given_name(sec), peer, exc.desc)
+            log_failed_login(current_door(), _given_name(sec), peer, str(exc))
             raise
         digest = self._digest(name, password)
         cached = self._cache.get(digest)
@@ -222,12 +218,12 @@ class Authenticator:
             pending.add_done_callback(lambda done: self._settled(digest, done))
         try:
             principal = await asyncio.shield(pending)
-        except FTN3Error as exc:
-            reason = TOO_MANY_CHECKS if exc.desc == TOO_MANY_CHECKS_TEXT else BAD_CREDENTIALS
+        except NotAuthenticated as exc:
+            reason = TOO_MANY_CHECKS if str(exc) == TOO_MANY_CHECKS_TEXT else BAD_CREDENTIALS
             self.refusals.note(current_door(), reason)
-            log_failed_login(current_door(), name, peer, exc.desc)
+            log_failed_login(current_door(), name, peer, str(exc))
             if self.notices is not None:
-                self.notices.publish(AUTH_FAILED, peer=peer, user=name[:64], reason=exc.desc)
+                self.notices.publish(AUTH_FAILED, peer=peer, user=name[:64], reason=str(exc))
             raise
         if generation != self._generation:
             return principal  # users changed meanwhile: checked again next time
@@ -249,7 +245,7 @@ class Authenticator:
         if checks is None:
             checks = self._checks_by_peer[peer] = _PeerChecks()
         elif checks.queued > MAX_WAITING_CHECKS:
-            raise FTN3Error(SECURITY_ERROR, TOO_MANY_CHECKS_TEXT)
+            raise NotAuthenticated(TOO_MANY_CHECKS_TEXT)
         checks.queued += 1
         try:
             async with checks.lock:
@@ -264,9 +260,9 @@ class Authenticator:
         if user is None:
             # Spend the same time as for a known user: no probing for user names.
             await asyncio.to_thread(verify_password, password, _dummy_hash())
-            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+            raise NotAuthenticated("Invalid credentials")
         if not await asyncio.to_thread(verify_password, password, user.password_hash):
-            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+            raise NotAuthenticated("Invalid credentials")
         return Principal(user.id, user.name, user.is_admin)
 
 
@@ -274,15 +270,15 @@ def _split_credentials(sec: str | dict[str, Any]) -> tuple[str, str]:
     if isinstance(sec, dict):
         name, password = sec.get("user"), sec.get("secret")
         if not isinstance(name, str) or not isinstance(password, str):
-            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+            raise NotAuthenticated("Invalid credentials")
     else:
         if sec.startswith("-"):
-            raise FTN3Error(SECURITY_ERROR, "Only basic user:password authentication is supported")
+            raise NotAuthenticated("Only basic user:password authentication is supported")
         name, sep, password = sec.partition(":")
         if not sep:
-            raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+            raise NotAuthenticated("Invalid credentials")
     if not name or len(name) > USER_NAME_MAX or not _is_unicode(name + password):
-        raise FTN3Error(SECURITY_ERROR, "Invalid credentials")
+        raise NotAuthenticated("Invalid credentials")
     return name, password
 
 

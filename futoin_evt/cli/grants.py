@@ -10,6 +10,7 @@ from typing import Any, Protocol
 
 from ..domain.rights import BadGrant, check_pattern, parse_rights
 from ..log import access
+from ..storage.base import GrantStore
 from .common import BadSetting, Commands, OnServer, acting_where, add_where, print_json
 
 #: The ops iface's errors for a bad grant and an unknown user (exit 2, as here).
@@ -43,7 +44,7 @@ def add_show(user_commands: Any) -> None:
     show.set_defaults(run=_show, acting_option="--as")
 
 
-class GrantAdmin(Protocol):
+class GrantTarget(Protocol):
     async def grant(self, user: str, rights: str, pattern: str) -> None: ...
 
     async def revoke(self, user: str, rights: str, pattern: str) -> bool: ...
@@ -52,7 +53,7 @@ class GrantAdmin(Protocol):
 
 
 class _InDatabase:
-    def __init__(self, store: access.GrantStore) -> None:
+    def __init__(self, store: GrantStore) -> None:
         self._store = store
 
     async def grant(self, user: str, rights: str, pattern: str) -> None:
@@ -81,8 +82,8 @@ class _OnServer(OnServer):
 
 
 @contextlib.asynccontextmanager
-async def _admin(args: argparse.Namespace) -> AsyncIterator[GrantAdmin]:
-    acting: contextlib.AbstractAsyncContextManager[GrantAdmin]
+async def _admin(args: argparse.Namespace) -> AsyncIterator[GrantTarget]:
+    acting: contextlib.AbstractAsyncContextManager[GrantTarget]
     acting = acting_where(args, _OnServer, _InDatabase)
     try:
         async with acting as admin:

@@ -35,9 +35,10 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from ..domain.principal import Principal
-from ..domain.sessions import ConsoleSessionStore, SessionLimits, SessionRow
+from ..domain.sessions import SessionLimits, SessionRow
+from ..log.sessions import ConsoleSessions
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Seconds a session's last use may lag: it is written only when it moved by more.
 USED_STEP: Final = 60.0
@@ -66,7 +67,7 @@ class Tails:
 
 
 class Sessions:
-    def __init__(self, store: ConsoleSessionStore, limits: SessionLimits) -> None:
+    def __init__(self, store: ConsoleSessions, limits: SessionLimits) -> None:
         self.store = store
         self.limits = limits
         self._tails: dict[bytes, Tails] = {}
@@ -75,7 +76,7 @@ class Sessions:
         """A new session; returns its token (for the cookie)."""
         token = secrets.token_urlsafe(32)
         ended = await self.store.add_console_session(
-            _digest(token), principal.user_id, time.time(), self.limits
+            principal, _digest(token), time.time(), self.limits
         )
         for digest in ended:
             self._ended(digest)
@@ -157,7 +158,7 @@ class Sessions:
             try:
                 await self.check()
             except Exception as exc:  # the database is away: the tails go on meanwhile
-                log.warning("the console's sessions could not be checked: %s", exc)
+                logger.warning("the console's sessions could not be checked: %s", exc)
 
     def _expired(self, row: SessionRow, now: float) -> bool:
         limits = self.limits

@@ -1,11 +1,11 @@
-"""The Event Hubs checkpoint store's values, and the calls a store serves it with: who owns
-each partition of a consumer group (a claim names the etag it read; the etag changes with each
-claim) and the checkpoint each partition resumes from, per user, hub, consumer group and
-partition id."""
+"""The Event Hubs checkpoint store's values: who owns each partition of a consumer group (a
+claim names the etag it read; the etag changes with each claim) and the checkpoint each
+partition resumes from, per user, hub, consumer group and partition id. A store keeps them
+as :class:`~futoin_evt.storage.base.EventHubCheckpoints`."""
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from typing import NamedTuple
 
 
 class Ownership(NamedTuple):
@@ -22,21 +22,3 @@ class Checkpoint(NamedTuple):
     partition_id: str
     offset: str | None
     sequence_number: int | None
-
-
-class EventHubCheckpoints(Protocol):
-    """The checkpoint store's calls, per user, hub (a stream), consumer group and partition."""
-
-    async def list_ownership(self, user_id: int, hub: str, group: str) -> list[Ownership]: ...
-
-    async def claim_ownership(
-        self, user_id: int, hub: str, group: str, partition_id: str, owner_id: str, etag: str | None
-    ) -> Ownership | None:
-        """Claim (or release, with owner ''): granted when nobody held the partition yet, or
-        when ``etag`` is still its etag; None when another claim came first."""
-
-    async def list_checkpoints(self, user_id: int, hub: str, group: str) -> list[Checkpoint]: ...
-
-    async def update_checkpoint(
-        self, user_id: int, hub: str, group: str, checkpoint: Checkpoint
-    ) -> None: ...

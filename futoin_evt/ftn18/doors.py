@@ -56,7 +56,7 @@ from .push import PushService
 from .services import GenService, PollService, ping
 from .stream_ops import UNKNOWN_STREAM, StreamAdmin
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 GEN: Final = "futoin.evt.gen"
 POLL: Final = "futoin.evt.poll"
@@ -389,7 +389,7 @@ class PartitionDoors:
     def _close_door(self, door: _PartitionDoor) -> None:
         """Every call on the partition's routes is refused from now on, its pushes stop."""
         partition = door.partition
-        log.info("stream %s dropped: its connections are refused", partition)
+        logger.info("stream %s dropped: its connections are refused", partition)
         name = partition.stream
         for routes in (door.routes, door.pinned or {}):
             for iface in (GEN, POLL, PUSH):

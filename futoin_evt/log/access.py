@@ -45,9 +45,9 @@ from ..domain.rights import (
     rights_text,
 )
 from ..domain.stream import UserId
-from ..storage.base import GrantRow, User
+from ..storage.base import ChangeSource, GrantRow, GrantSource, GrantStore, User
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: How often grants are reloaded when nothing said they changed: without a change source,
 #: or as the fallback of one that notifies every change (PostgreSQL).
@@ -67,30 +67,6 @@ class AccessDenied(Refused):
         self.right = right
         self.stream = stream
         super().__init__(f"the {rights_text(right)} right on stream {stream} is needed")
-
-
-class GrantSource(Protocol):
-    async def list_grants(self) -> list[GrantRow]: ...
-
-
-class ChangeSource(Protocol):
-    """What tells that users, grants, SAS policies or schemas changed, in any process on
-    the database (a store)."""
-
-    async def access_version(self) -> int:
-        """A number every such change moves on."""
-
-    def peek_access_version(self) -> int | None:
-        """The number read at once, without waiting; None when it cannot be now."""
-
-    def listen_access(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Call ``callback`` when a change is heard of; returns how to stop."""
-
-    @property
-    def hears_all_access_changes(self) -> bool:
-        """Whether every process's change is heard (else the version is read often)."""
-
-    async def list_users(self) -> list[User]: ...
 
 
 @dataclass(eq=False)
@@ -234,7 +210,7 @@ class AccessControl:
                 await self.reload()
                 self._failed = False
             except Exception:
-                log.exception("the grants could not be reloaded")
+                logger.exception("the grants could not be reloaded")
                 self._failed = True
             if not self._again:
                 return
@@ -272,16 +248,16 @@ class AccessControl:
             try:
                 callback(gone)
             except Exception:
-                log.exception("ending what a changed user did failed")
+                logger.exception("ending what a changed user did failed")
         for user_id in gone:
-            log.info("user %s changed or was removed: ending their work", user_id)
+            logger.info("user %s changed or was removed: ending their work", user_id)
             for watch in list(self._watches.pop(user_id, ())):
                 if not watch.cancelled:
                     watch.cancelled = True
                     try:
                         watch.on_revoked()
                     except Exception:
-                        log.exception("ending what a changed user did failed")
+                        logger.exception("ending what a changed user did failed")
 
     async def fresh(self) -> bool:
         """Read the access version now; when it moved, returns once the change is in use
@@ -309,7 +285,7 @@ class AccessControl:
                     try:
                         watch.on_revoked()
                     except Exception:
-                        log.exception("ending what a revoked right allowed failed")
+                        logger.exception("ending what a revoked right allowed failed")
             if not watches:
                 self._watches.pop(user_id, None)
 
@@ -319,7 +295,7 @@ class AccessControl:
             try:
                 await self.reload()
             except Exception as exc:  # the database is away: keep the rights known
-                log.warning("the grants could not be reloaded: %s", exc)
+                logger.warning("the grants could not be reloaded: %s", exc)
 
     async def _follow(self, changes: ChangeSource) -> None:
         """Reload whenever the access version moves: woken by the store where it hears
@@ -353,7 +329,7 @@ class AccessControl:
                     failed = False
                 except Exception as exc:  # the database is away: keep the rights known
                     if not failed:
-                        log.warning("the access version could not be read: %s", exc)
+                        logger.warning("the access version could not be read: %s", exc)
                     failed = True
         finally:
             stop()
@@ -478,14 +454,6 @@ class UnknownUser(KeyError):
 
     def __str__(self) -> str:
         return f"no user {self.args[0]}"
-
-
-class GrantStore(GrantSource, Protocol):
-    async def get_user(self, name: str) -> User | None: ...
-
-    async def grant(self, user_id: UserId, pattern: str, rights: int) -> None: ...
-
-    async def revoke(self, user_id: UserId, pattern: str, rights: int) -> bool: ...
 
 
 async def _user(store: GrantStore, name: str) -> User:

@@ -65,27 +65,10 @@ from ..domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..domain.stream import UserId, utc_timestamp
-from ..storage.base import Consumers, DiscardLimits, Keys, Retention, User
+from ..storage.base import DiscardLimits, RetentionStore
 from .archive import NO_LOGIN
 
-log = logging.getLogger(__name__)
-
-
-class RetentionLog(Retention, Consumers, Protocol):
-    """One partition's discarding and consumers."""
-
-
-class RetentionStore(Keys, Protocol):
-    """Where the partitions' logs are, the producers' keys of every partition, and the kept
-    AMQP link termini."""
-
-    def partition_log(self, partition: Partition) -> RetentionLog: ...
-
-    async def purge_termini(self) -> int:
-        """Delete the expired termini; how many."""
-        ...
-
-    async def get_user(self, name: str) -> User | None: ...
+logger = logging.getLogger(__name__)
 
 
 class Grants(Protocol):
@@ -275,7 +258,7 @@ class Discarder:
             except asyncio.CancelledError:
                 raise
             except Exception:
-                log.exception("discard turn failed")
+                logger.exception("discard turn failed")
             await asyncio.sleep(self.config.interval)
 
     async def turn(self) -> int:
@@ -318,7 +301,7 @@ class Discarder:
         self._purged_at = now
         purged = await self._store.purge_termini()
         if purged:
-            log.debug("purged %d expired AMQP link termini", purged)
+            logger.debug("purged %d expired AMQP link termini", purged)
 
     async def forget_keys(self, max_chunks: int | None = None) -> int:
         """Delete keys older than the dedup window, in at most ``max_chunks`` chunks."""
@@ -360,7 +343,7 @@ class Discarder:
         )
         if deleted:
             self.discarded[partition] = self.discarded.get(partition, 0) + deleted
-            log.debug("%s: discarded %d events up to id %d", partition, deleted, bound)
+            logger.debug("%s: discarded %d events up to id %d", partition, deleted, bound)
             if self._notices is not None:
                 self._notices.publish(
                     EVENTS_DISCARDED,
@@ -398,7 +381,7 @@ class Discarder:
         return dropped
 
     def _lost_read(self, partition: Partition, user: str, component: str) -> None:
-        log.warning("consumer %s of user %s on %s dropped: %s", component, user, partition,
+        logger.warning("consumer %s of user %s on %s dropped: %s", component, user, partition,
                     LOST_READ)  # fmt: skip
         # without ``by``: the server dropped it
         self._gone(CONSUMER_DROPPED, partition, user, component, LOST_READ)
@@ -446,7 +429,7 @@ class Discarder:
             return
         seen_before = utc_timestamp(time.time() - self.config.expire_consumers_after)
         for user, component in await partition_log.expire_consumers(seen_before):
-            log.warning("consumer %s of user %s on %s expired: not seen since %s", component,
+            logger.warning("consumer %s of user %s on %s expired: not seen since %s", component,
                         user, partition, seen_before)  # fmt: skip
             reason = f"not seen since {seen_before}"
             self._gone(CONSUMER_EXPIRED, partition, user, component, reason)

@@ -1,39 +1,33 @@
-"""Users and their rights changed by an admin at a door (the web console), as the command
-line changes them with ``--db``: the store's users and grants (:mod:`.access`'s
-:func:`~.access.grant` and :func:`~.access.revoke`), then the rights reloaded here and in the
-other workers before the answer (a removed user's sessions and connections end with it, as
-:class:`~.access.AccessControl` ends those of a user that is gone)."""
+"""Users, SAS policies and rights changed by an admin at a door (the web console, the ops
+iface's grant calls), as the command line changes them with ``--db``: the store's users and
+grants (:mod:`.access`'s :func:`~.access.grant` and :func:`~.access.revoke`), then the rights
+reloaded here and in the other workers before the answer (a removed user's sessions and
+connections end with it, as :class:`~.access.AccessControl` ends those of a user that is
+gone)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 from ..auth.sas import claims_text, is_policy, parse_claims, policy_hash, sas_key
 from ..domain.principal import Principal
 from ..domain.rights import Grant, Right, check_pattern
-from ..domain.stream import UserId
-from ..storage.base import User
+from ..storage.base import User, UserStore
 from . import access
-from .access import AccessControl, GrantStore, Refused
+from .access import AccessControl, Refused
 
 #: How long a user name may be (as ``futoin-evt user add`` says).
 MAX_USER_NAME: Final = 64
+#: What the console tells a user who is no admin.
+MANAGE_USERS: Final = "only admin users manage users and their rights"
+#: What the ops iface's grant calls tell a user who is no admin.
+GRANT_RIGHTS: Final = "only admin users grant, revoke and show rights"
 
 
 class AdminsOnly(Refused):
-    def __init__(self) -> None:
-        super().__init__("only admin users manage users and their rights")
-
-
-class UserStore(GrantStore, Protocol):
-    async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
-        """KeyError when the name is taken."""
-        ...
-
-    async def remove_user(self, name: str) -> bool: ...
-
-    async def list_users(self) -> list[User]: ...
+    def __init__(self, text: str = MANAGE_USERS) -> None:
+        super().__init__(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +38,21 @@ class UserAdmin:
     control: AccessControl
     #: The server's SAS secret, which a policy's key derives from (None: it takes no SAS).
     sas_secret: bytes | None = None
+    #: What a user who is no admin is told (each door says it its own way).
+    refusal: str = MANAGE_USERS
 
     async def users(self, who: Principal) -> list[User]:
-        _admin(who)
+        self._admin(who)
         return sorted(await self.store.list_users(), key=lambda user: user.name)
 
     async def describe(self, who: Principal, name: str) -> dict[str, Any]:
         """As ``futoin-evt user show``: name, admin, grants; :class:`~.access.UnknownUser`."""
-        _admin(who)
+        self._admin(who)
         return await access.describe_user(self.store, name)
 
     async def principal(self, who: Principal, name: str) -> Principal:
         """The user ``name`` as the rights see them (to tell what they may do)."""
-        _admin(who)
+        self._admin(who)
         user = await self.store.get_user(name)
         if user is None:
             raise access.UnknownUser(name)
@@ -64,7 +60,7 @@ class UserAdmin:
 
     async def add(self, who: Principal, name: str, password_hash: str, *, is_admin: bool) -> None:
         """ValueError for a name the command line would refuse; KeyError when it is taken."""
-        _admin(who)
+        self._admin(who)
         _check_name(name, "user")
         await self.store.add_user(name, password_hash, is_admin=is_admin)
         await self.control.changed_here()
@@ -72,7 +68,7 @@ class UserAdmin:
     async def remove(self, who: Principal, name: str) -> bool:
         """False when there is no such user. An admin cannot remove themselves (the last
         admin would be gone, and with them the way back in)."""
-        _admin(who)
+        self._admin(who)
         if name == who.name:
             raise ValueError("you cannot remove yourself: another admin can")
         removed = await self.store.remove_user(name)
@@ -82,13 +78,13 @@ class UserAdmin:
 
     async def grant(self, who: Principal, name: str, rights: str, pattern: str) -> Grant:
         """:class:`~futoin_evt.domain.rights.BadGrant`, :class:`~.access.UnknownUser`."""
-        _admin(who)
+        self._admin(who)
         granted = await access.grant(self.store, name, rights, pattern)
         await self.control.changed_here()
         return granted
 
     async def revoke(self, who: Principal, name: str, rights: str, pattern: str) -> bool:
-        _admin(who)
+        self._admin(who)
         taken = await access.revoke(self.store, name, rights, pattern)
         await self.control.changed_here()
         return taken
@@ -96,7 +92,7 @@ class UserAdmin:
     async def policies(self, who: Principal) -> list[tuple[str, str]]:
         """SAS policies as ``futoin-evt sas policy list`` shows them: (name, claims on
         patterns), by name."""
-        _admin(who)
+        self._admin(who)
         grants = await self.store.list_grants()
         return [
             (
@@ -116,7 +112,7 @@ class UserAdmin:
         """A new SAS policy with ``claims`` (``Send,Listen,Manage``) on ``pattern``, as
         ``futoin-evt sas policy add``; its key. :class:`~futoin_evt.domain.rights.BadGrant`,
         ValueError for a bad name or a server without a SAS secret, KeyError when taken."""
-        _admin(who)
+        self._admin(who)
         if self.sas_secret is None:
             raise ValueError("this server has no SAS secret: it takes no SAS tokens")
         checked, rights = check_pattern(pattern), parse_claims(claims)
@@ -130,18 +126,17 @@ class UserAdmin:
 
     async def remove_policy(self, who: Principal, name: str) -> bool:
         """False when there is no such policy (a user is not one); its key stops working."""
-        _admin(who)
+        self._admin(who)
         user = await self.store.get_user(name)
         if user is None or not is_policy(user):
             return False
         return await self.remove(who, name)
 
+    def _admin(self, who: Principal) -> None:
+        if not who.is_admin:
+            raise AdminsOnly(self.refusal)
+
 
 def _check_name(name: str, kind: str) -> None:
     if not name or len(name) > MAX_USER_NAME or ":" in name or not name.isprintable():
         raise ValueError(f"a {kind} name is 1 to {MAX_USER_NAME} characters without ':'")
-
-
-def _admin(who: Principal) -> None:
-    if not who.is_admin:
-        raise AdminsOnly()

@@ -17,7 +17,6 @@ from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
 from ..domain.management import ManagementBus
-from ..domain.sessions import ConsoleSessionStore
 from ..domain.stream import DEFAULT_DEDUP_WINDOW, PARAM_TYPE_RULES
 from ..feed.service import FeedService
 from ..ftn3.ifaces import IfaceRegistry
@@ -28,11 +27,16 @@ from ..ftn18.push import PushConfig, PushService
 from ..log.access import Access, AccessControl
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
+from ..log.checkpoints import HubCheckpoints
 from ..log.connections import Connections
 from ..log.consumers import ConsumerLifecycle
+from ..log.deliveries import ConnectedDeliveries
 from ..log.retention import Discarder, RetentionConfig
 from ..log.schemas import SchemaRegistry
+from ..log.sessions import ConsoleSessions
 from ..log.streams import DEFAULT_POLL_SECONDS, StreamLogs, StreamRegistry
+from ..log.termini import LinkTermini
+from ..log.users import GRANT_RIGHTS, UserAdmin
 from ..notify.live import LiveEvents, LiveStreams
 from ..storage import open_store
 from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, Store
@@ -51,7 +55,7 @@ if TYPE_CHECKING:
     from .console_http import ConsoleEndpoint
     from .metrics import MetricsListener
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Iface versions served, each with its own limits (poll 1.0 replies within 64 KiB, 1.1 8 MiB).
 SERVED_IFACES: Final = {
@@ -199,7 +203,8 @@ async def _start_amqp(
     config: AmqpConfig,
     access: Access,
 ) -> AmqpListener:
-    """The AMQP listener (imported here: its filter parser, lark, is an optional dependency)."""
+    """The AMQP listener (imported here: its filter parser, lark, is an optional dependency),
+    with the store's termini and checkpoints behind their calls in ``log/``."""
     from ..amqp.listener import AmqpListener
     from ..amqp.node import EventLogNode
     from ..amqp.notify import NotificationNode
@@ -210,14 +215,14 @@ async def _start_amqp(
         else None
     )
     notifications = NotificationNode(live, bus)
-    node = EventLogNode(logs.default, config.limits.node, logs, termini=store)
+    node = EventLogNode(logs.default, config.limits.node, logs, termini=LinkTermini(store))
     listener = AmqpListener(
         node,
         authenticator,
         config,
         sas=sas,
         notifications=notifications,
-        checkpoints=store,
+        checkpoints=HubCheckpoints(store, access),
         access=access,
     )
     listener.notices = bus
@@ -233,11 +238,11 @@ def _console_endpoint(
     config: ConsoleConfig,
     logs: StreamLogs,
     streams: StreamRegistry,
-    push: PushService,
+    push: ConnectedDeliveries,
     authenticator: Authenticator,
     notices: ManagementBus,
     live: LiveStreams,
-    sessions: ConsoleSessionStore,
+    sessions: ConsoleSessions,
     transport: WebSocketTransport,
     tls: bool,
     schemas: SchemaRegistry,
@@ -265,7 +270,7 @@ async def _start_metrics(server: EventServer, config: ServerConfig) -> MetricsLi
         user=config.metrics_user,
     )
     if config.metrics_user is not None and await server.store.get_user(config.metrics_user) is None:
-        log.warning(
+        logger.warning(
             "the metrics user %s does not exist: /metrics refuses every scrape until it is"
             " added (futoin-evt user add %s)",
             config.metrics_user,
@@ -305,6 +310,8 @@ class EventServer:
         self.access = access
         #: The event types' schemas (:mod:`futoin_evt.log.schemas`).
         self.schemas = schemas
+        #: Users, SAS policies and rights as an admin changes them (the console's pages).
+        self.users = UserAdmin(store, access)
         #: The database as configured: a SQLite path or a PostgreSQL URL.
         self.db: str | Path = DEFAULT_DB
         #: What the server was started with.
@@ -404,9 +411,8 @@ class EventServer:
             executor.recheck = access.fresh  # a refusal reads the rights again first
             transport = WebSocketTransport(executor, config.transport)
             transport.notices = notices
-            doors = PartitionDoors(
-                streams, logs, push, discarder, notify, GrantAdmin(store, access)
-            )
+            grants = GrantAdmin(UserAdmin(store, access, refusal=GRANT_RIGHTS))
+            doors = PartitionDoors(streams, logs, push, discarder, notify, grants)
             transport.doors = doors
             feed = None
             endpoints: list[HttpEndpoint] = []
@@ -455,7 +461,7 @@ class EventServer:
                     authenticator,
                     notices,
                     lives,
-                    store,
+                    ConsoleSessions(store),
                     transport,
                     config.transport.tls is not None,
                     schemas,
@@ -494,7 +500,7 @@ class EventServer:
         discarder.start()
         aggregator = Aggregator(store, streams, config.aggregate)
         aggregator.start()
-        log.info("serving %s on %s", store.description, transport.url)
+        logger.info("serving %s on %s", store.description, transport.url)
         server = cls(
             store,
             logs,
@@ -518,6 +524,8 @@ class EventServer:
         server.http_endpoints = endpoints
         server.amqp = amqp
         server.console = console
+        if config.amqp is not None:  # a SAS policy's key derives from its secret
+            server.users = UserAdmin(store, access, config.amqp.sas_secret)
         if console is not None:
             from .console_http import attach  # (Jinja2 is there: the console is)
 
@@ -531,13 +539,13 @@ class EventServer:
                 await server.close()
                 raise
         if server.feed_url is not None:
-            log.info("HTTP feed on %s", server.feed_url)
+            logger.info("HTTP feed on %s", server.feed_url)
         if server.console_url is not None:
-            log.info("console on %s", server.console_url)
+            logger.info("console on %s", server.console_url)
         if amqp is not None:
-            log.info("AMQP on %s", amqp.url)
+            logger.info("AMQP on %s", amqp.url)
         if server.metrics is not None:
-            log.info("metrics on %s", server.metrics.url)
+            logger.info("metrics on %s", server.metrics.url)
         return server
 
     @property

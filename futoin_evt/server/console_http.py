@@ -13,10 +13,9 @@ from typing import TYPE_CHECKING, Final, Protocol
 from websockets.http11 import Request
 
 from ..auth.users import Authenticator
-from ..console.app import CONSOLE_DOOR, Console, ConsoleRequest, Refused
+from ..console.app import CONSOLE_DOOR, Console, ConsoleRequest, PageError
 from ..console.overview import Door, Workers
-from ..log.access import AccessControl
-from ..log.users import UserAdmin, UserStore
+from ..log.users import UserAdmin
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION
 from ..wsio import ServerIO
@@ -51,11 +50,7 @@ class Server(Protocol):
     """What the console reads and changes of the server beyond the streams
     (:class:`futoin_evt.server.app.EventServer`)."""
 
-    @property
-    def store(self) -> UserStore: ...
-
-    @property
-    def access(self) -> AccessControl: ...
+    users: UserAdmin
 
     http_endpoints: list[HttpEndpoint]
     notify: NotifyService
@@ -71,8 +66,7 @@ def attach(console: Console, server: Server) -> None:
     """Hand ``console`` the server's doors and workers (its overview), its users (the
     users pages) and its open connections (the connections page)."""
     console.facts = ServerFacts(server)
-    secret = server.amqp.config.sas_secret if server.amqp is not None else None
-    console.users = UserAdmin(server.store, server.access, secret)
+    console.users = server.users
     console.connections = server.transport.connections
 
 
@@ -144,7 +138,7 @@ class ConsoleEndpoint(HttpEndpoint):
         )
         try:
             response = await self.console.handle(console_request)
-        except Refused as exc:
+        except PageError as exc:
             response = self.console.error(exc.status, exc.message)
         if response.user is not None:
             # a session's connection is past its login, as a feed request with credentials
