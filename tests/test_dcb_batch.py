@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from futoin_evt.dcb.model import new_event
 from futoin_evt.domain.dcb import (
     AppendCondition,
     AppendConditionFailed,
@@ -21,12 +20,13 @@ from futoin_evt.domain.dcb import (
     NewEvent,
     Query,
     QueryItem,
+    new_event,
 )
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import DcbLog, Store
 
-from .conftest import execute_sql
-from .dcb_race import assert_no_lost_update
+from .support.dcb import assert_no_lost_update
+from .support.sql import execute_sql
 
 pytestmark = pytest.mark.functional
 
@@ -35,12 +35,6 @@ APPENDERS = 32
 WINS_EACH = 3
 #: A read backwards from here starts at the newest event.
 NEWEST = 2**63 - 1
-
-
-@pytest.fixture
-async def store(store_db: str) -> AsyncIterator[Store]:
-    async with await open_store(store_db) as opened:
-        yield opened
 
 
 def tagged(tag: str, *more: str, data: object = None, event_id: str | None = None) -> NewEvent:

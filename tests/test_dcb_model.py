@@ -7,13 +7,11 @@ from typing import Any
 import pytest
 
 from futoin_evt.dcb.model import (
-    DcbInputError,
-    new_event,
     parse_condition,
     parse_events,
     parse_query,
 )
-from futoin_evt.domain.dcb import AppendCondition, Query, QueryItem
+from futoin_evt.domain.dcb import AppendCondition, DcbInputError, Query, QueryItem, new_event
 
 EVENTS = [
     ("CourseDefined", ["course:c1"]),

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from futoin_evt.dcb.model import new_event, parse_query
-from futoin_evt.domain.dcb import AppendCondition
-from futoin_evt.storage.dcb_sql import condition_sql, read_sql
-from futoin_evt.storage.schema import ensure_schema
+from futoin_evt.dcb.model import parse_query
+from futoin_evt.domain.dcb import AppendCondition, new_event
+from futoin_evt.storage.sql.dcb import condition_sql, read_sql
 from futoin_evt.storage.sqlite import SqliteStore
+from futoin_evt.storage.sqlite.schema import ensure_schema
 
 LOG_SIZE = 1_000_000
 RARE_EVERY = 100_000

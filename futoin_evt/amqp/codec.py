@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Final, NamedTuple, Protocol
 
-from ..domain.stream import MAX_EVENT_DATA_BYTES, StoredEvent, encode_event_data
+from ..domain.stream import EventDraft, StoredEvent
 from ..ftn3.messages import decode_json
 from ..quoting import quote_input
 from .engine.message import Message, decode_message
@@ -113,6 +113,10 @@ class IncomingEvent(NamedTuple):
     #: The producer's key (:data:`KEY_PROPERTY`), not checked yet.
     key: Any = None
 
+    def draft(self) -> EventDraft:
+        """The event for :meth:`~futoin_evt.log.eventlog.EventLog.append`, which checks it."""
+        return EventDraft(self.type, self.data, self.content_type, self.text)
+
 
 def is_json_content_type(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower() == JSON_CONTENT_TYPE
@@ -144,20 +148,6 @@ def _parse_json(text: str | bytes) -> Any:
         return json.loads(text)
     except RecursionError:
         raise ValueError("it nests too deep") from None
-
-
-def stored_form(event: IncomingEvent) -> tuple[str, str, str | None]:
-    """(type, data JSON, content type) to store; raises
-    :class:`~futoin_evt.domain.stream.EventRejected`. JSON text sent in a ``data`` section is stored
-    as it came when it fits, so the same bytes go back out; the data itself is checked as any
-    event's is."""
-    data_json = encode_event_data(event.type, event.data)
-    text = event.text
-    if text is not None and (
-        len(text) <= MAX_EVENT_DATA_BYTES // 4 or len(text.encode()) <= MAX_EVENT_DATA_BYTES
-    ):
-        data_json = text
-    return event.type, data_json, event.content_type
 
 
 class MessageLike(Protocol):

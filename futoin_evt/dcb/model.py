@@ -14,85 +14,31 @@ from __future__ import annotations
 
 import base64
 import binascii
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any, Final
 
 from ..domain.dcb import (
     MATCH_ALL,
+    MAX_EVENTS_PER_APPEND,
+    MAX_ITEM_VALUES,
+    MAX_QUERY_ITEMS,
     AppendCondition,
+    DcbInputError,
     NewEvent,
     Query,
     QueryItem,
+    check_tags,
+    check_type,
+    list_of,
+    new_event,
 )
-from ..ftn3.messages import encode_json
 from ..quoting import quote_input
 
-TYPE_RE: Final = re.compile(r"[\w.:\-]{1,200}", re.ASCII)
-EVENT_ID_RE: Final = re.compile(r"[\w\-]{1,100}", re.ASCII)
-TAG_PART_RE: Final = re.compile(r"[a-zA-Z0-9\-_]{1,50}")
-#: Bounds on one request, so a query or a batch cannot cost without limit.
-MAX_EVENTS_PER_APPEND: Final = 1000
-MAX_QUERY_ITEMS: Final = 100
-MAX_ITEM_VALUES: Final = 100
-MAX_TAGS_PER_EVENT: Final = 100
-#: The largest JSON text of one event's data.
-MAX_DATA_BYTES: Final = 1024 * 1024
 DRAFT_VERSION: Final = "1.0"
 _EVENT_FIELDS: Final = frozenset({"type", "data", "tags", "id", "bytes"})
 _QUERY_FIELDS: Final = frozenset({"items"})
 _ITEM_FIELDS: Final = frozenset({"types", "tags"})
-#: Event types and tags (``str`` only) that passed their checks.
-_CHECKED_TYPES: Final[set[str]] = set()
-_CHECKED_TAGS: Final[set[str]] = set()
-_MAX_CHECKED: Final = 4096
-#: The rules above in words, for the refusals.
-DCB_TYPE_RULE: Final = (
-    "a DCB event type is 1 to 200 characters of letters, digits, _ . : and -, e.g. CourseDefined"
-)
-DCB_EVENT_ID_RULE: Final = "an event id is 1 to 100 characters of letters, digits, _ and -"
-DCB_TAG_RULE: Final = (
-    "a tag is key or key:value, each part 1 to 50 characters of letters, digits, _ and -,"
-    " e.g. course:c1"
-)
-
-
-class DcbInputError(ValueError):
-    """A request the DCB API refuses; ``field`` is where in the request the fault is."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"{field}: {message}")
-        self.field = field
-        self.message = message
-
-
 # -- parsing requests ---------------------------------------------------------------------------
-
-
-def new_event(
-    event_type: str, data: Any, tags: Sequence[str] = (), event_id: str | None = None
-) -> NewEvent:
-    """Check one event; ``data`` is any JSON value, or ``bytes`` kept exactly."""
-    check_type(event_type, "type")
-    if event_id is not None and (
-        not isinstance(event_id, str) or EVENT_ID_RE.fullmatch(event_id) is None
-    ):
-        raise DcbInputError(
-            "id", f"{quote_input(event_id)} is not an event id: {DCB_EVENT_ID_RULE}"
-        )
-    checked_tags = check_tags(tags, "tags", allow_empty=True)
-    if isinstance(data, (bytes, bytearray, memoryview)):
-        text = '"' + base64.b64encode(bytes(data)).decode("ascii") + '"'
-        is_bytes = True
-    else:
-        try:
-            text = encode_json(data)
-        except (TypeError, ValueError, RecursionError) as exc:
-            raise DcbInputError("data", f"not JSON: {exc}") from None
-        is_bytes = False
-    if len(text) > MAX_DATA_BYTES // 4 and len(text.encode()) > MAX_DATA_BYTES:
-        raise DcbInputError("data", f"larger than {MAX_DATA_BYTES} bytes")
-    return NewEvent(event_type, text, checked_tags, event_id, is_bytes)
 
 
 def parse_events(value: Any, field: str = "events") -> list[NewEvent]:
@@ -151,7 +97,7 @@ def parse_query(value: Any, field: str = "query") -> Query:
     if not value.keys() <= _QUERY_FIELDS:
         unknown = value.keys() - _QUERY_FIELDS
         raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
-    items = _list(value.get("items", []), f"{field}.items", MAX_QUERY_ITEMS)
+    items = list_of(value.get("items", []), f"{field}.items", MAX_QUERY_ITEMS)
     parsed = []
     for index, raw in enumerate(items):
         try:
@@ -174,7 +120,7 @@ def _parse_draft_query(value: Mapping[str, Any], field: str) -> Query:
     unknown = value.keys() - {"version", "criteria"}
     if unknown:
         raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
-    criteria = _list(value["criteria"], f"{field}.criteria", MAX_QUERY_ITEMS)
+    criteria = list_of(value["criteria"], f"{field}.criteria", MAX_QUERY_ITEMS)
     items = []
     for index, raw in enumerate(criteria):
         where = f"{field}.criteria[{index}]"
@@ -242,61 +188,8 @@ def limit_value(value: Any, field: str = "limit") -> int | None:
     return position(value, field)
 
 
-def check_type(value: Any, field: str) -> str:
-    if type(value) is str and value in _CHECKED_TYPES:
-        return value
-    if not isinstance(value, str) or TYPE_RE.fullmatch(value) is None:
-        raise DcbInputError(field, f"{quote_input(value)} is not an event type: {DCB_TYPE_RULE}")
-    _remember(_CHECKED_TYPES, value)
-    return value
-
-
-def check_tags(value: Any, field: str, *, allow_empty: bool = False) -> tuple[str, ...]:
-    tags = _list(value, field, MAX_TAGS_PER_EVENT)
-    if not tags and not allow_empty:
-        raise DcbInputError(field, "at least one tag")
-    checked = _CHECKED_TAGS
-    for index, tag in enumerate(tags):
-        if type(tag) is str and tag in checked:
-            continue
-        if not isinstance(tag, str) or not all(
-            TAG_PART_RE.fullmatch(part) for part in tag.split(":", 1)
-        ):
-            raise DcbInputError(
-                f"{field}[{index}]",
-                f"{quote_input(tag)} is not a tag: {DCB_TAG_RULE}",
-            )
-        _remember(checked, tag)
-    if len(tags) == 1:
-        return (tags[0],)
-    return tuple(dict.fromkeys(tags))  # a repeated tag counts once
-
-
 def _types(value: Any, field: str) -> list[str]:
-    types = _list(value, field, MAX_ITEM_VALUES)
+    types = list_of(value, field, MAX_ITEM_VALUES)
     for index, event_type in enumerate(types):
-        if type(event_type) is not str or event_type not in _CHECKED_TYPES:
-            check_type(event_type, f"{field}[{index}]")
+        check_type(event_type, f"{field}[{index}]")
     return types
-
-
-def _remember(checked: set[str], value: str) -> None:
-    """Keep a value that passed its check (types and tags repeat from call to call): the
-    next call skips the check. Bounded: a full memo starts over."""
-    if len(checked) >= _MAX_CHECKED:
-        checked.clear()
-    checked.add(value)
-
-
-def _list(value: Any, field: str, most: int) -> list[Any]:
-    if type(value) is list:
-        if len(value) > most:
-            raise DcbInputError(field, f"at most {most} entries")
-        return value
-    if isinstance(value, tuple):
-        value = list(value)  # from the Python API
-    if not isinstance(value, list):
-        raise DcbInputError(field, "a list is needed")
-    if len(value) > most:
-        raise DcbInputError(field, f"at most {most} entries")
-    return value

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
-from ..domain.dcb import AppendCondition, BlindAppend, NewEvent, Query, StoredEvent
+from ..domain.dcb import AppendCondition, BlindAppend, NewEvent, Query, SequencedEvent
 from ..domain.partition import Partition, StreamInfo, check_stream_name
 from ..domain.principal import Principal
 from ..log.access import Refused
@@ -25,7 +25,7 @@ from ..log.eventlog import EventLog
 PAGE_SIZE: Final = 1000
 #: Events of a read's first step: a read of a consistency boundary (tens of events) is
 #: whole in it, and the SQLite store reads a step this small on the event loop (no hop to
-#: its read thread and back: see :data:`futoin_evt.storage.sqlite.INLINE_DCB_ROWS`).
+#: its read thread and back: see :data:`futoin_evt.storage.sqlite.store.INLINE_DCB_ROWS`).
 FIRST_PAGE_SIZE: Final = 50
 #: The longest a reader may ask to wait for a first matching event.
 MAX_WAIT_SECONDS: Final = 60.0
@@ -54,7 +54,7 @@ class DcbReadResult:
         who: Principal,
         request: ReadRequest,
         head: int,
-        first: list[StoredEvent],
+        first: list[SequencedEvent],
         asked: int = PAGE_SIZE,
     ) -> None:
         """``first``: the first page, of at most ``asked`` events (fewer: the last)."""
@@ -65,7 +65,7 @@ class DcbReadResult:
         self._first = first
         self._asked = asked
 
-    async def pages(self) -> AsyncIterator[list[StoredEvent]]:
+    async def pages(self) -> AsyncIterator[list[SequencedEvent]]:
         request, page, size = self._request, self._first, self._asked
         remaining = request.limit if request.limit is not None else _NO_POSITION
         while page:
@@ -85,7 +85,7 @@ class DcbReadResult:
                 )
                 page = [e for e in page if e.position <= self.head]
 
-    async def all(self) -> list[StoredEvent]:
+    async def all(self) -> list[SequencedEvent]:
         return [event async for page in self.pages() for event in page]
 
 
@@ -153,8 +153,8 @@ class DcbService:
             guard.write(who)  # without write either: refused for that
             if condition is not None:
                 raise ConditionNeedsRead(guard.stream) from None
-            return await self._log.dcb_append(who, BlindAppend(events), None)
-        return await self._log.dcb_append(who, events, condition)
+            return await self._log.append(who, BlindAppend(events))
+        return await self._log.append(who, events, condition=condition)
 
     async def read(self, who: Principal, request: ReadRequest) -> DcbReadResult:
         result = await self._first_page(who, request)

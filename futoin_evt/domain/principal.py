@@ -14,3 +14,8 @@ class Principal:
     user_id: UserId
     name: str
     is_admin: bool
+
+
+class NotAuthenticated(Exception):
+    """Credentials that are not accepted, or a peer that tried too many; the message is one
+    sentence that tells nothing of which part was wrong."""

@@ -48,8 +48,14 @@ _EVENT_ENVELOPE_BYTES: Final = 256
 MAX_EVENT_DATA_BYTES: Final = DEFAULT_MESSAGE_LIMIT - _EVENT_ENVELOPE_BYTES
 
 
-class EventRejected(ValueError):
-    """An event that cannot be stored as given (bad type, data too large, not JSON)."""
+class BadInput(ValueError):
+    """A value that no rule allows, said in one sentence for the caller: every door answers it
+    as its wire's bad request (:mod:`futoin_evt.log.errors`)."""
+
+
+class EventRejected(BadInput):
+    """An event that cannot be stored as given (bad type, data too large, not JSON, a bad
+    key, or its type's schema refuses it)."""
 
 
 #: Event types seen valid, so that a stream's few types are matched once each (bounded).
@@ -72,11 +78,45 @@ def encode_event_data(event_type: str, data: Any) -> str:
     return text
 
 
+class EventDraft(NamedTuple):
+    """An event as a door parsed it from its wire: :meth:`~futoin_evt.log.eventlog.EventLog.append`
+    checks and encodes it (:func:`stored_form`)."""
+
+    type: str
+    #: The data, a JSON value (opaque bytes as ``{"$binary": ...}``).
+    data: Any
+    #: An AMQP ``data`` section's content type (``""`` for none); None for any other event.
+    content_type: str | None = None
+    #: The data's JSON text as the producer sent it (one line), stored as it is so the same
+    #: bytes go back out; None: the data is encoded here.
+    text: str | None = None
+
+
+def stored_form(draft: EventDraft) -> tuple[str, str, str | None]:
+    """(type, data JSON, content type) to store, the rules checked; raises
+    :class:`EventRejected`. The producer's own JSON text is kept when it fits, the data itself
+    checked as any event's is."""
+    data_json = encode_event_data(draft.type, draft.data)
+    text = draft.text
+    if text is not None and (
+        len(text) <= MAX_EVENT_DATA_BYTES // 4 or len(text.encode()) <= MAX_EVENT_DATA_BYTES
+    ):
+        data_json = text
+    return draft.type, data_json, draft.content_type
+
+
 def check_event_type(event_type: Any) -> str:
     """``event_type`` when it is one (see :data:`EVENT_TYPE_RE`); EventRejected else."""
     if not isinstance(event_type, str) or EVENT_TYPE_RE.match(event_type) is None:
         raise EventRejected(f"invalid event type {quote_input(event_type, 40)}: {EVENT_TYPE_RULE}")
     return event_type
+
+
+@functools.lru_cache(maxsize=1024)
+def is_ftn18_type(event_type: str) -> bool:
+    """An event type FTN18 consumers see (other doors store other types, e.g. DCB's); asked
+    for every event committed: types repeat."""
+    return EVENT_TYPE_RE.match(event_type) is not None
 
 
 def check_event_key(key: Any) -> str:

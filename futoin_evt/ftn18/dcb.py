@@ -1,46 +1,28 @@
 """The DCB API as FTN3 calls (iface ``futoin.evt.dcb:1.0``): params in, results out.
 
-Input the iface types cannot express (the query and event rules) is checked by the model,
-and its errors become ``InvalidRequest`` naming the field.
+Input the iface types cannot express (the query and event rules) is checked by the model;
+its errors, and the refusals of an append, are answered by the executor's table
+(:data:`~futoin_evt.server.executor.FAULTS`): ``InvalidRequest`` naming the field,
+``AppendConditionFailed``, ``EventIdConflict``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Final, TypeVar
+from collections.abc import Callable
+from typing import Any, Final
 
-from ..dcb.model import DcbInputError, parse_condition, parse_events, parse_query
+from ..dcb.model import parse_condition, parse_events, parse_query
 from ..dcb.service import DcbService, DcbStreamRefused, ReadRequest, stream_dcb_log
-from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.partition import Partition, StreamInfo
 from ..domain.principal import Principal
-from ..domain.stream import EventRejected
 from ..ftn3.calls import CallContext
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..log.eventlog import EventLog
 from .services import REPLY_ENVELOPE_BYTES
 
-APPEND_CONDITION_FAILED: Final = "AppendConditionFailed"
-EVENT_ID_CONFLICT: Final = "EventIdConflict"
 #: Room for the reply's ``head`` and ``next`` around the events.
 _RESULT_ENVELOPE_BYTES: Final = 128
-
-T = TypeVar("T")
-
-
-async def _checked(call: Callable[[], Awaitable[T]]) -> T:
-    """Domain errors to FTN3 error names, in one place."""
-    try:
-        return await call()
-    except DcbInputError as exc:
-        raise FTN3Error(INVALID_REQUEST, f"{exc.field}: {exc.message}") from None
-    except EventRejected as exc:  # its type's schema refuses an event
-        raise FTN3Error(INVALID_REQUEST, str(exc)) from None
-    except AppendConditionFailed as exc:
-        raise FTN3Error(APPEND_CONDITION_FAILED, str(exc)) from None
-    except EventIdConflict as exc:
-        raise FTN3Error(EVENT_ID_CONFLICT, str(exc)) from None
 
 
 class DcbCalls:
@@ -62,20 +44,17 @@ class DcbCalls:
             raise FTN3Error(INVALID_REQUEST, exc.message) from None
 
     async def append(self, ctx: CallContext[Principal], params: dict[str, Any]) -> int:
-        async def run() -> int:
-            events = parse_events(params["events"])
-            condition = parse_condition(params["condition"])
-            return await self._service.append(ctx.principal, events, condition)
-
-        return await _checked(run)
+        events = parse_events(params["events"])
+        condition = parse_condition(params["condition"])
+        return await self._service.append(ctx.principal, events, condition)
 
     async def read(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
-        return await _checked(lambda: self._read(ctx, params, params["after"], False))
+        return await self._read(ctx, params, params["after"], False)
 
     async def read_backwards(
         self, ctx: CallContext[Principal], params: dict[str, Any]
     ) -> EncodedJson:
-        return await _checked(lambda: self._read(ctx, params, params["before"], True))
+        return await self._read(ctx, params, params["before"], True)
 
     async def _read(
         self,

@@ -14,16 +14,16 @@ from ..domain.principal import Principal
 from ..domain.stream import (
     LIVE_COMPONENT,
     MAX_EVENTS_PER_CALL,
-    EventRejected,
+    EventDraft,
     UserId,
 )
 from ..ftn3.calls import CallContext, Pending
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..log.consumers import PositionPastHead
-from ..log.eventlog import EventLog, EventPage, NotWritable, retrieve_quietly
+from ..log.eventlog import EventLog, EventPage, retrieve_quietly
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 NOT_REGISTERED: Final = "NotRegistered"
 LIVE_NOT_ALLOWED: Final = "LiveNotAllowed"
@@ -40,14 +40,15 @@ class GenService:
 
     def add_event(self, ctx: CallContext[Principal], params: dict[str, Any]) -> Pending:
         """The reply (the id as a string) goes out once the event is durable; with a key
-        (1.2), the first event's id when that key is known (see :meth:`EventLog.append`)."""
-        try:
-            appended = self._log.append(
-                ctx.principal, params["type"], params["data"], params.get("key")
-            )
-            return Pending(appended, _id_json)
-        except (EventRejected, NotWritable) as exc:  # aggregated: only its copying adds events
-            raise FTN3Error(INVALID_REQUEST, str(exc)) from None
+        (1.2), the first event's id when that key is known (see :meth:`EventLog.append`).
+        A refusal is answered by the executor (:data:`~futoin_evt.server.executor.FAULTS`)."""
+        key = params.get("key")
+        appended = self._log.append(
+            ctx.principal,
+            (EventDraft(params["type"], params["data"]),),
+            keys=None if key is None else (key,),
+        )
+        return Pending(appended, _id_json)
 
 
 def _id_json(event_id: int) -> EncodedJson:
@@ -132,7 +133,7 @@ class PollService:
                 try:
                     page = await ahead
                 except Exception:  # read again below, and fail there if it still fails
-                    log.debug("read-ahead for %s failed", component, exc_info=True)
+                    logger.debug("read-ahead for %s failed", component, exc_info=True)
                 else:  # a short page ended at the newest event as it was before this poll
                     if page.count == MAX_EVENTS_PER_CALL or page.truncated:
                         return page

@@ -7,31 +7,35 @@ a user's behalf takes that user (``who``) first: rights on the stream are checke
 ``log/`` (:mod:`.access`), and each door maps a refusal to its wire. What the server reads
 for itself (the notification's shared reader, a sampler of heads) takes no user.
 
-Every append is checked here against the schema of its event type on the stream, when the
-type has one (:mod:`.schemas`: one dictionary lookup per event, the data's check only for a
-typed event): :class:`~futoin_evt.domain.schemas.EventDataInvalid`, an
-:class:`~futoin_evt.domain.stream.EventRejected`, before anything of the call is queued.
+Every door appends through :meth:`EventLog.append`, which checks the rules of an event, the
+producers' keys and the schema of each event type on the stream, when the type has one
+(:mod:`.schemas`: one dictionary lookup per event, the data's check only for a typed event),
+before anything of the call is queued. What a call fails with is one of the kinds of
+:mod:`.errors`, which each door maps to its wire with one table.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Collection, Sequence
-from typing import Any, Final
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from typing import Any, Final, cast, overload
 
-from ..domain.dcb import AppendCondition, NewEvent, Query
-from ..domain.dcb import StoredEvent as DcbEvent
+from ..domain.dcb import AppendCondition, NewEvent, Query, SequencedEvent
 from ..domain.groups import GroupClaim, GroupHold
 from ..domain.partition import Partition
 from ..domain.principal import Principal
+from ..domain.rights import Right
 from ..domain.stream import (
     MAX_EVENTS_PER_CALL,
+    EventDraft,
     EventId,
+    EventRejected,
     StoredEvent,
     UserId,
     check_event_key,
     encode_event_data,
+    stored_form,
     utc_timestamp,
 )
 from ..storage.base import (
@@ -63,6 +67,24 @@ _make_event: Final = StoredEvent._make
 
 #: The schema events of a type are checked against on a stream (``server.schemas.schema_of``).
 SchemaOf = Callable[[str, str], TypeSchema | None]
+
+
+def _last_id(ids: asyncio.Future[list[EventId]]) -> asyncio.Future[EventId]:
+    """The future of the last of ``ids`` (one callback for the whole append)."""
+    last: asyncio.Future[EventId] = ids.get_loop().create_future()
+
+    def settle(done: asyncio.Future[list[EventId]]) -> None:
+        if last.done():
+            return
+        if done.cancelled():
+            last.cancel()
+        elif (exc := done.exception()) is not None:
+            last.set_exception(exc)
+        else:
+            last.set_result(done.result()[-1])
+
+    ids.add_done_callback(settle)
+    return last
 
 
 def _unchecked(_stream: str, _event_type: str) -> None:
@@ -98,61 +120,81 @@ class EventLog:
 
     # -- appends ----------------------------------------------------------------------------
 
+    @overload
     def append(
-        self, who: Principal, event_type: str, data: Any, key: str | None = None
-    ) -> asyncio.Future[EventId]:
-        """Queue one event; the future gets its id once it is durable. With the producer's
-        ``key``: the first event's id when one with that key from ``who`` is stored or being
-        stored within the dedup window (see
-        :meth:`~futoin_evt.storage.base.EventLog.submit_append`). A key is its writer's:
-        another user's event with the same key is another event.
-
-        Raises :class:`~futoin_evt.domain.stream.EventRejected` at once when it cannot be an
-        event (a bad key included; or its type's schema refuses it), :class:`NotWritable`
-        for an aggregated stream.
-        """
-        self.guard.write(who)
-        checked_key = None if key is None else check_event_key(key)
-        data_json = encode_event_data(event_type, data)
-        schema = self._schema_of(self._stream, event_type)
-        if schema is not None:
-            schema.check(event_type, data)
-        if checked_key is None:
-            return self._store.submit_append(event_type, data_json)
-        return self._store.submit_append(
-            event_type, data_json, None, WriterKey(who.user_id, checked_key)
-        )
-
-    def append_encoded(
         self,
         who: Principal,
-        events: list[tuple[str, str, str | None]],
-        keys: list[str | None] | None = None,
-    ) -> asyncio.Future[Any]:
-        """Queue checked events (type, data JSON, content type as in :class:`StoredEvent`) in
-        order; the future is done once all of them are durable. They are stored in one
-        transaction, all or none (one its type's schema refuses stores none), but for those
-        whose producer's key (``keys``, one per event) is known: see :meth:`append`."""
+        events: Sequence[EventDraft],
+        *,
+        keys: Sequence[str | None] | None = None,
+    ) -> asyncio.Future[EventId]: ...
+    @overload
+    def append(
+        self,
+        who: Principal,
+        events: Sequence[NewEvent],
+        *,
+        condition: AppendCondition | None = None,
+    ) -> Awaitable[int]: ...
+    def append(
+        self,
+        who: Principal,
+        events: Sequence[EventDraft] | Sequence[NewEvent],
+        *,
+        keys: Sequence[str | None] | None = None,
+        condition: AppendCondition | None = None,
+    ) -> Awaitable[int]:
+        """The one way every door appends: the write right, each event's rules (its type,
+        size and JSON: :func:`~futoin_evt.domain.stream.stored_form`; a DCB event's are
+        checked where it is made, :func:`~futoin_evt.domain.dcb.new_event`), the producers'
+        ``keys`` (one per event, None for none), each typed event's schema, and a DCB
+        ``condition``. Nothing of the call is queued unless all of them pass; then the events
+        are stored in one transaction, all or none. The awaitable gives the id of the last
+        event once every one is durable.
+
+        A producer's key is its writer's: within the partition's dedup window, an event
+        whose key from ``who`` is stored (or being stored) stores nothing and answers with
+        the first event's id (see :meth:`~futoin_evt.storage.base.EventLog.submit_append`).
+
+        DCB events (:class:`~futoin_evt.domain.dcb.NewEvent`) go with their tags, ids and
+        ``condition`` to :meth:`~futoin_evt.storage.base.DcbLog.dcb_append`, which checks the
+        condition in the write transaction.
+
+        Raises, before anything is queued: :class:`~futoin_evt.log.access.Refused`,
+        :class:`~futoin_evt.domain.stream.EventRejected` (the schema's
+        :class:`~futoin_evt.domain.schemas.EventDataInvalid` too), :class:`NotWritable` for an
+        aggregated stream; see :mod:`.errors` for what a door answers."""
         self.guard.write(who)
+        if not events:
+            raise EventRejected("an append needs at least one event")
+        if type(events[0]) is NewEvent:
+            dcb_events = cast("Sequence[NewEvent]", events)
+            self._check_encoded([(event.type, event.data_json) for event in dcb_events])
+            return self._store.dcb_append(dcb_events, condition)
+        if condition is not None:
+            raise TypeError("an append condition needs DCB events")
+        drafts = cast("Sequence[EventDraft]", events)
         writer_keys = None
         if keys is not None:
             writer = who.user_id
             writer_keys = [
                 None if key is None else WriterKey(writer, check_event_key(key)) for key in keys
             ]
-        self._check_encoded([(event[0], event[1]) for event in events])
-        if len(events) == 1:
-            return self._store.submit_append(*events[0], writer_keys[0] if writer_keys else None)
-        return self._store.submit_appends(events, writer_keys)
-
-    async def dcb_append(
-        self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
-    ) -> int:
-        """Append atomically if ``condition`` holds; the position of the last event. One
-        event its type's schema refuses stores none."""
-        self.guard.write(who)
-        self._check_encoded([(event.type, event.data_json) for event in events])
-        return await self._store.dcb_append(events, condition)
+        if len(drafts) == 1:
+            draft = drafts[0]
+            if draft.text is None and draft.content_type is None:  # FTN18's addEvent
+                data_json = encode_event_data(draft.type, draft.data)
+                schema = self._schema_of(self._stream, draft.type)
+                if schema is not None:
+                    schema.check(draft.type, draft.data)
+                return self._store.submit_append(
+                    draft.type, data_json, None, writer_keys[0] if writer_keys else None
+                )
+        stored = [stored_form(draft) for draft in drafts]
+        self._check_encoded([(event[0], event[1]) for event in stored])
+        if len(stored) == 1:
+            return self._store.submit_append(*stored[0], writer_keys[0] if writer_keys else None)
+        return _last_id(self._store.submit_appends(stored, writer_keys))
 
     def _check_encoded(self, events: Sequence[tuple[str, str]]) -> None:
         """Each (type, data JSON) of one call against its type's schema, if it has one."""
@@ -213,7 +255,7 @@ class EventLog:
 
     async def dcb_read(
         self, who: Principal, query: Query, *, after: int | None, before: int | None, limit: int
-    ) -> tuple[list[DcbEvent], int]:
+    ) -> tuple[list[SequencedEvent], int]:
         """Events matching ``query`` after ``after``, or before ``before`` newest first, and
         the newest position given (see :meth:`~futoin_evt.storage.base.DcbLog.dcb_read`)."""
         self.guard.read(who)
@@ -275,10 +317,12 @@ class EventLog:
         return before if before is not None else 0
 
     # -- AMQP consumer groups (one link per user, group and partition in the whole cluster) -
+    # A group is its user's: claiming it, holding it and acknowledging through it need read on
+    # the stream; releasing it does not (a link whose right went lets its group go).
 
     async def claim_group(
         self,
-        user_id: UserId,
+        who: Principal,
         group: str,
         epoch: int | None,
         *,
@@ -286,10 +330,11 @@ class EventLog:
         equal_takes_over: bool = False,
         free_only: bool = False,
     ) -> GroupClaim:
-        """Take the group for a new link (see
+        """Take ``who``'s group for a new link (see
         :meth:`~futoin_evt.storage.base.ConsumerGroups.claim_group`)."""
+        self.guard.read(who)
         return await self._store.claim_group(
-            user_id,
+            who.user_id,
             group,
             epoch,
             hold_seconds=hold_seconds,
@@ -297,21 +342,31 @@ class EventLog:
             free_only=free_only,
         )
 
-    async def hold_groups(self, holds: Sequence[GroupHold], hold_seconds: float) -> list[GroupHold]:
-        """Renew the holds; returns those another claim took."""
-        return await self._store.hold_groups(holds, hold_seconds)
+    async def hold_groups(
+        self, holds: Sequence[tuple[Principal, str, int]], hold_seconds: float
+    ) -> list[GroupHold]:
+        """Renew the holds (user, group, claim number); returns those another claim took.
+        The hold of a user who may no longer read the stream is not renewed (its link ends
+        as its right goes, and the hold runs out)."""
+        kept = [(who.user_id, group, claim) for who, group, claim in holds if self._reads(who)]
+        return await self._store.hold_groups(kept, hold_seconds) if kept else []
 
-    async def release_group(self, user_id: UserId, group: str, claim: int) -> None:
-        await self._store.release_group(user_id, group, claim)
+    def _reads(self, who: Principal) -> bool:
+        guard = self.guard
+        return guard.access.allows(who, Right.READ, guard.stream)
+
+    async def release_group(self, who: Principal, group: str, claim: int) -> None:
+        await self._store.release_group(who.user_id, group, claim)
 
     async def acknowledge_group(
-        self, user_id: UserId, group: str, claim: int, component: str, up_to: int
+        self, who: Principal, group: str, claim: int, component: str, up_to: int
     ) -> int | None:
-        """:meth:`acknowledge`, fenced by the group's claim: None once another claim took it
-        (or the consumer is not registered);
+        """:meth:`acknowledge` of ``who``'s consumer, fenced by the group's claim: None once
+        another claim took it (or the consumer is not registered);
         :class:`~futoin_evt.log.consumers.PositionPastHead` past the head."""
+        self.guard.read(who)
         await self.consumers.within_head(up_to)
-        return await self._store.acknowledge_group(user_id, group, claim, component, up_to)
+        return await self._store.acknowledge_group(who.user_id, group, claim, component, up_to)
 
     def listen_group_claims(
         self, callback: Callable[[UserId, str, int, int], None]

@@ -25,7 +25,6 @@ from websockets.http11 import Request
 
 from ..auth.users import Authenticator
 from ..dcb.model import (
-    DcbInputError,
     limit_value,
     parse_condition,
     parse_events,
@@ -33,12 +32,10 @@ from ..dcb.model import (
     position,
 )
 from ..dcb.service import MAX_WAIT_SECONDS, DcbService, DcbStreamRefused, ReadRequest
-from ..domain.dcb import AppendConditionFailed, EventIdConflict
+from ..domain.dcb import DcbInputError
 from ..domain.principal import Principal
 from ..domain.rights import Right
-from ..domain.stream import EventRejected
 from ..ftn3.messages import decode_json, encode_json, holds_lone_surrogate
-from ..log.access import Refused
 from ..stats import UNKNOWN
 from ..wsio import ServerIO
 from .http import Exchange, HttpEndpoint, HttpError, refused_text
@@ -88,15 +85,14 @@ class DcbEndpoint(HttpEndpoint):
         _name, action = self._route(request)
         return action[1:] if action in ACTIONS else UNKNOWN
 
-    async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
-        try:
-            await self._handle(io, request, body, exchange)
-        except Refused as exc:  # a right the user lacks (cut short once the answer started)
-            raise refusal(403, "AccessDenied", refused_text(exc)) from None
+    def fault_error(self, status: int, name: str, exc: Exception) -> HttpError:
+        """A refusal of the request's content starts with the field it names, as it is
+        spelled (``events[0].type: ...``); any other is a capitalised sentence."""
+        if status in (400, 409):
+            return refusal(status, name, f"{exc}.")
+        return refusal(status, name, refused_text(exc))
 
-    async def _handle(
-        self, io: ServerIO, request: Request, body: bytes, exchange: Exchange
-    ) -> None:
+    async def handle(self, io: ServerIO, request: Request, body: bytes, exchange: Exchange) -> None:
         who = await self.authorize(io, request)
         name, action = self._route(request)
         if action not in ACTIONS:
@@ -122,19 +118,10 @@ class DcbEndpoint(HttpEndpoint):
             raise refusal(400, "InvalidRequest", "The body is a JSON object.")
         if holds_lone_surrogate(body, document):
             raise refusal(400, "InvalidRequest", "Text with a lone surrogate is not Unicode.")
-        try:
-            if action == "/append":
-                await self._append(who, service, document, exchange)
-            else:
-                await self._read(who, service, document, request, exchange)
-        except DcbInputError as exc:
-            raise refusal(400, "InvalidRequest", f"{exc.field}: {exc.message}.") from None
-        except EventRejected as exc:  # its type's schema refuses an event
-            raise refusal(400, "InvalidRequest", f"{exc}.") from None
-        except AppendConditionFailed as exc:
-            raise refusal(409, "AppendConditionFailed", f"{exc}.") from None
-        except EventIdConflict as exc:
-            raise refusal(409, "EventIdConflict", f"{exc}.") from None
+        if action == "/append":
+            await self._append(who, service, document, exchange)
+        else:
+            await self._read(who, service, document, request, exchange)
 
     async def _append(
         self, who: Principal, service: DcbService, document: dict[str, Any], exchange: Exchange

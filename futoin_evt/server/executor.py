@@ -4,11 +4,10 @@ Order of checks: credentials, iface/version/function (masked as UnknownInterface
 anonymous caller, so nobody probes without credentials), iface constraints (anonymous,
 secure channel), request size, params. Errors a function does not declare go out as
 InternalError and are logged with their traceback; a database that does not answer
-(:class:`StoreUnreachable`) is InternalError too, saying so, logged in one line; so is an
-event read that does not match its checksum (:class:`DamagedEvent`, naming its partition and
-id, logged once per event by the store). A call
-refused in ``log/`` for a right the caller lacks (:class:`~futoin_evt.log.access.Refused`) is
-SecurityError with its one sentence, naming the right and the stream; before it answers, the
+is InternalError too, saying so, logged in one line. Every other failure of the log is
+answered by its kind (:data:`FAULTS`, :mod:`futoin_evt.log.errors`) with its one sentence: a
+call refused in ``log/`` for a right the caller lacks (:class:`~futoin_evt.log.access.Refused`)
+is SecurityError, naming the right and the stream; before it answers, the
 rights are read again (:attr:`Executor.recheck`), and when they changed the call is made once
 more, so a right granted a moment ago is never refused.
 
@@ -26,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..auth.users import Authenticator
 from ..domain.principal import Principal
@@ -50,11 +49,23 @@ from ..ftn3.ifaces import (
 )
 from ..ftn3.messages import EncodedJson, Request, decode_json, encode_error, encode_result
 from ..log.access import Refused
-from ..log.eventlog import DamagedEvent, StoreUnreachable
+from ..log.errors import Fault, fault_of
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, UNKNOWN, Calls
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
+
+#: The FTN3 error each kind of failure of the log is answered with (:mod:`futoin_evt.log.errors`).
+FAULTS: Final[dict[Fault, str]] = {
+    Fault.UNAUTHENTICATED: SECURITY_ERROR,
+    Fault.REFUSED: SECURITY_ERROR,
+    Fault.BAD_INPUT: INVALID_REQUEST,
+    Fault.NOT_WRITABLE: INVALID_REQUEST,
+    Fault.CONDITION_FAILED: "AppendConditionFailed",
+    Fault.ID_CONFLICT: "EventIdConflict",
+    Fault.UNAVAILABLE: INTERNAL_ERROR,
+    Fault.DAMAGED: INTERNAL_ERROR,
+}
 
 #: Where the encoded reply of a call goes.
 Respond = Callable[[bytes], None]
@@ -216,7 +227,7 @@ class Executor:
         try:
             moved = await self.recheck()
         except Exception as failed:  # the database is away: the rights known answer
-            log.debug("the rights could not be read again: %s", failed)
+            logger.debug("the rights could not be read again: %s", failed)
             moved = False
         if moved:
             await self._call_slowly(request, size, channel, respond, started, again=True)
@@ -300,7 +311,7 @@ class Executor:
                 return self._error_reply(request, func, AssertionError(problem), channel, started)
         reply = encode_result(request.rid, result)
         if len(reply) > func.max_response_bytes:
-            log.error(
+            logger.error(
                 "%s: reply of %d bytes exceeds %d", request.f, len(reply), func.max_response_bytes
             )
             self._count(request, func, INTERNAL_ERROR, started)
@@ -333,19 +344,18 @@ class Executor:
                 # an error name the executor or the iface declares: a bounded set
                 self._count(request, func, exc.name, started)
                 return encode_error(request.rid, exc.name, exc.desc)
-            log.error("%s raised undeclared %s: %s", request.f, exc.name, exc.desc)
-        elif isinstance(exc, Refused):  # a right the caller lacks: SecurityError, one sentence
-            self._count(request, func, SECURITY_ERROR, started)
-            return encode_error(request.rid, SECURITY_ERROR, str(exc))
-        elif isinstance(exc, StoreUnreachable):
-            log.warning("%s from %s: database unavailable: %s", request.f, channel.peer, exc)
-            self._count(request, func, INTERNAL_ERROR, started)
-            return encode_error(request.rid, INTERNAL_ERROR, f"Database unavailable: {exc}")
-        elif isinstance(exc, DamagedEvent):
-            self._count(request, func, INTERNAL_ERROR, started)
-            return encode_error(request.rid, INTERNAL_ERROR, str(exc))
+            logger.error("%s raised undeclared %s: %s", request.f, exc.name, exc.desc)
+        elif (fault := fault_of(exc)) is not None:
+            name = FAULTS[fault]
+            if fault is Fault.UNAVAILABLE:
+                logger.warning("%s from %s: database unavailable: %s", request.f, channel.peer, exc)
+                desc = f"Database unavailable: {exc}"
+            else:
+                desc = str(exc)
+            self._count(request, func, name, started)
+            return encode_error(request.rid, name, desc)
         else:
-            log.error("%s from %s failed", request.f, channel.peer, exc_info=exc)
+            logger.error("%s from %s failed", request.f, channel.peer, exc_info=exc)
         self._count(request, func, INTERNAL_ERROR, started)
         return encode_error(request.rid, INTERNAL_ERROR, "Internal error")
 

@@ -29,17 +29,15 @@ from websockets.http11 import Request
 
 from ..auth.users import Authenticator
 from ..domain.partition import DEFAULT_STREAM
-from ..domain.principal import Principal
+from ..domain.principal import NotAuthenticated, Principal
 from ..feed.service import Discovery, FeedError, FeedService, parse_feed_request
-from ..ftn3.errors import FTN3Error
-from ..log.access import Refused
-from ..log.eventlog import DamagedEvent
+from ..log.errors import Fault, fault_of
 from ..slots import TOO_MANY_CONNECTIONS
 from ..stats import CONNECTION, INSECURE_CHANNEL, Calls
 from ..wsio import ServerIO
 from .executor import peer_host
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: What a ``Location`` keeps as it is; anything else is percent-encoded (``%`` is kept: the
 #: value may be encoded already).
@@ -155,12 +153,26 @@ class HttpError(Exception):
         self.content_type = content_type or "text/plain; charset=utf-8"
 
 
+#: What the HTTP doors answer for each kind of failure of the log (:mod:`futoin_evt.log.errors`):
+#: the status and the error's name (:meth:`HttpEndpoint.fault_error` says it in the door's form).
+HTTP_FAULTS: Final[dict[Fault, tuple[int, str]]] = {
+    Fault.UNAUTHENTICATED: (401, "Unauthorized"),
+    Fault.REFUSED: (403, "AccessDenied"),
+    Fault.BAD_INPUT: (400, "InvalidRequest"),
+    Fault.NOT_WRITABLE: (400, "NotWritable"),
+    Fault.CONDITION_FAILED: (409, "AppendConditionFailed"),
+    Fault.ID_CONFLICT: (409, "EventIdConflict"),
+    Fault.UNAVAILABLE: (503, "Unavailable"),
+    Fault.DAMAGED: (500, "DamagedEvent"),
+}
+
+
 class HttpEndpoint:
     """Plain HTTP requests under one path, each served by a task of its own.
 
-    Subclasses implement :meth:`handle`. Refusals are :class:`HttpError`; a damaged event
-    read (:class:`DamagedEvent`) is answered 500 with its sentence; anything else is logged
-    and answered 500 (or cuts the response short once it has started).
+    Subclasses implement :meth:`handle`. Refusals are :class:`HttpError`; a failure of the log
+    is answered by its kind (:data:`HTTP_FAULTS`) with its sentence (a refusal that comes once
+    the answer started cuts it short); anything else is logged and answered 500.
     """
 
     #: Methods served; others get 405.
@@ -221,7 +233,7 @@ class HttpEndpoint:
 
     async def _serve(self, io: ServerIO, request: Request, body: bytes) -> None:
         started = time.perf_counter()
-        log.debug("HTTP request from %s (%s)", io.peer, self.door)
+        logger.debug("HTTP request from %s (%s)", io.peer, self.door)
         CONNECTION.set((self.door, io.peer, None))
         io.door = self.door
         status = await self._serve_counted(io, request, body)
@@ -257,25 +269,34 @@ class HttpEndpoint:
             exchange.abort()
             return 0
         except HeaderRefused as exc:  # a bug of ours: said with its request, no traceback
-            log.error("HTTP %s %s (%s): %s", request.method, _shown(request.path), self.door, exc)
+            logger.error(
+                "HTTP %s %s (%s): %s", request.method, _shown(request.path), self.door, exc
+            )
             if exchange.started:
                 exchange.abort()
                 return 0
             exchange.respond(500, (str(exc)[:1].upper() + str(exc)[1:] + ".\n").encode())
             return 500
-        except DamagedEvent as exc:  # logged once per event by the store
-            if exchange.started:
+        except Exception as exc:
+            fault = fault_of(exc)
+            if fault is None:
+                logger.exception("HTTP request %s failed", request.path[:200])
+            if exchange.started:  # the status line is out: cut the response short
                 exchange.abort()
                 return 0
-            exchange.respond(500, (refused_text(exc) + "\n").encode())
-            return 500
-        except Exception:
-            log.exception("HTTP request %s failed", request.path[:200])
-            if exchange.started:
-                exchange.abort()
-                return 0
-            exchange.respond(500, b"Internal error.\n")
-            return 500
+            if fault is None:
+                exchange.respond(500, b"Internal error.\n")
+                return 500
+            if fault is Fault.UNAVAILABLE:
+                logger.warning(
+                    "HTTP %s (%s): database unavailable: %s", _shown(request.path), self.door, exc
+                )
+            status, name = HTTP_FAULTS[fault]
+            error = self.fault_error(status, name, exc)
+            exchange.respond(
+                error.status, error.body, error.content_type, headers=self._error_headers(error)
+            )
+            return error.status
         return status or 200
 
     async def authorize(self, io: ServerIO, request: Request) -> Principal:
@@ -293,12 +314,18 @@ class HttpEndpoint:
             raise HttpError(403, "Credentials are accepted only over TLS or loopback.")
         try:
             principal = await self._auth.authenticate(credentials, peer_host(io.peer))
-        except FTN3Error as exc:
-            raise HttpError(401, exc.desc + ".") from None
+        except NotAuthenticated as exc:
+            raise HttpError(401, f"{exc}.") from None
         CONNECTION.set((self.door, io.peer, principal.name))
         if not io.log_in():
             raise HttpError(503, TOO_MANY_CONNECTIONS.capitalize() + ".")
         return principal
+
+    def fault_error(self, status: int, name: str, exc: Exception) -> HttpError:
+        """How this door says a failure of the log (:data:`HTTP_FAULTS` gives ``status`` and
+        the error's ``name``): its sentence in plain text; a door with error documents
+        answers its own form."""
+        return HttpError(status, refused_text(exc))
 
     def _error_headers(self, exc: HttpError) -> list[tuple[str, str]]:
         if exc.status == 401:
@@ -308,9 +335,9 @@ class HttpEndpoint:
         return []
 
 
-def refused_text(exc: Refused | DamagedEvent) -> str:
-    """A refusal of ``log/`` (or a damaged event) as an HTTP door says it: one sentence,
-    capitalised, with its full stop (``The read right on stream payroll is needed.``)."""
+def refused_text(exc: Exception) -> str:
+    """A failure of ``log/`` (a refusal, a damaged event, ...) as an HTTP door says it: one
+    sentence, capitalised, with its full stop (``The read right on stream payroll is needed.``)."""
     text = str(exc)
     return text[:1].upper() + text[1:] + "."
 
@@ -349,8 +376,6 @@ class FeedEndpoint(HttpEndpoint):
             await self._handle(io, request, exchange)
         except FeedError as exc:
             raise HttpError(exc.status, exc.message) from None
-        except Refused as exc:  # a right the user lacks (cut short once the answer started)
-            raise HttpError(403, refused_text(exc)) from None
 
     async def _handle(self, io: ServerIO, request: Request, exchange: Exchange) -> None:
         principal = await self.authorize(io, request)

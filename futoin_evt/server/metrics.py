@@ -45,7 +45,7 @@ from prometheus_client.process_collector import ProcessCollector
 from prometheus_client.registry import Collector
 
 from ..domain.partition import Partition
-from ..ftn3.errors import FTN3Error
+from ..domain.principal import NotAuthenticated
 from ..slots import Slots
 from ..stats import (
     BAD_CREDENTIALS,
@@ -74,7 +74,7 @@ if TYPE_CHECKING:
     from .http import HttpEndpoint
     from .websocket import WebSocketTransport
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: /readyz: the store answers within this many seconds, or the server is not ready.
 READY_TIMEOUT: Final = 2.0
@@ -97,7 +97,7 @@ CONSUMER_LABELS: Final = ("user", "component", "stream", "partition")
 CALL_LABELS: Final = ("door", "iface", "function", "outcome")
 
 
-class EventServer(Protocol):
+class ServerFigures(Protocol):
     """What the metrics read of the server (:class:`futoin_evt.server.app.EventServer`)."""
 
     store: Store
@@ -121,7 +121,7 @@ class StoreSnapshot:
     ``limit`` consumers with their partitions, the count of the rest. One read at a time;
     reused for ``cache_seconds``."""
 
-    def __init__(self, server: EventServer, limit: int, cache_seconds: float) -> None:
+    def __init__(self, server: ServerFigures, limit: int, cache_seconds: float) -> None:
         self._server = server
         self.limit = limit
         self.cache_seconds = cache_seconds
@@ -149,7 +149,7 @@ class StoreSnapshot:
         try:
             await self._read_store()
         except Exception as exc:
-            log.warning("metrics: the store could not be read: %s", exc or type(exc).__name__)
+            logger.warning("metrics: the store could not be read: %s", exc or type(exc).__name__)
 
     async def _read_store(self) -> None:
         store = self._server.store
@@ -174,7 +174,7 @@ class StoreSnapshot:
 class ServerCollector(Collector):
     """The server's families, from its counters and the last :class:`StoreSnapshot`."""
 
-    def __init__(self, server: EventServer, snapshot: StoreSnapshot) -> None:
+    def __init__(self, server: ServerFigures, snapshot: StoreSnapshot) -> None:
         self._server = server
         self._snapshot = snapshot
 
@@ -373,7 +373,7 @@ class ServerCollector(Collector):
         yield from (discarded, archived, published, damaged)
 
 
-def _connections_by_door(server: EventServer) -> dict[str, int]:
+def _connections_by_door(server: ServerFigures) -> dict[str, int]:
     """Established connections by door (one pass over the WebSocket port's connections)."""
     counts = dict.fromkeys(DOORS, 0)
     for io in server.transport.slots.established_sockets():
@@ -423,7 +423,7 @@ class MetricsListener:
 
     def __init__(
         self,
-        server: EventServer,
+        server: ServerFigures,
         host: str,
         port: int,
         *,
@@ -510,7 +510,7 @@ class MetricsListener:
         except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError, OSError):
             pass
         except Exception:
-            log.exception("metrics request failed")
+            logger.exception("metrics request failed")
             writer.write(_response(500, b"Internal error.\n"))
         finally:
             self._connections -= 1
@@ -557,8 +557,8 @@ class MetricsListener:
             principal = await self._eventserver.authenticator.authenticate(credentials, peer)
         except (binascii.Error, UnicodeDecodeError):
             return "Malformed Basic credentials."
-        except FTN3Error as exc:
-            return exc.desc + "."
+        except NotAuthenticated as exc:
+            return f"{exc}."
         if principal.name != self.user:  # told as a wrong password is: no names are probed
             self._eventserver.authenticator.refusals.note(METRICS_DOOR, BAD_CREDENTIALS)
             return "Invalid credentials."
