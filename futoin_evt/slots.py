@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Generic, Protocol, TypeVar
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 TOO_MANY_CONNECTIONS: Final = "too many connections"
 #: A connection closed by the server while its peer is still sending reads and drops up to
@@ -118,7 +118,7 @@ class RateLimitedWarning:
         self._count += 1
         now = time.monotonic()
         if now >= self._next:
-            log.warning(self._template, self._count, peer)
+            logger.warning(self._template, self._count, peer)
             self._count = 0
             self._next = now + self._interval
 

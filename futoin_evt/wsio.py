@@ -51,7 +51,7 @@ try:
 except ImportError:  # websockets built without its C extension
     from websockets.utils import apply_mask
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: How long a peer may take to finish the opening or the closing handshake.
 HANDSHAKE_SECONDS: Final = 10.0
@@ -195,7 +195,7 @@ class FrameIO(asyncio.Protocol):
 
     def _fail_unexpectedly(self) -> None:
         """The boundary guard: a bug met this connection's input. Log it, close with 1011."""
-        log.exception("closing the connection from %s after an unexpected error", self.peer)
+        logger.exception("closing the connection from %s after an unexpected error", self.peer)
         if self.ws.state is State.OPEN:
             self.ws.send_close(CLOSE_INTERNAL_ERROR, "internal error")
             self._flush()
@@ -466,7 +466,7 @@ class ServerIO(FrameIO):
 
     def _refuse(self, status: int, reason: str) -> None:
         """Answer an HTTP request this connection does not serve, then close it."""
-        log.debug("refused an HTTP request from %s: %d", self.peer, status)
+        logger.debug("refused an HTTP request from %s: %d", self.peer, status)
         body = (reason + "\n").encode()
         allow = "Allow: GET\r\n" if status == 405 else ""
         self.write_raw(
@@ -544,7 +544,7 @@ class ServerIO(FrameIO):
             self._handshake_done()
             self._on_open(self)
         else:
-            log.debug("refused a handshake from %s: %s", self.peer, self.ws.handshake_exc)
+            logger.debug("refused a handshake from %s: %s", self.peer, self.ws.handshake_exc)
 
 
 def _parse_headers(raw: bytes) -> Headers:

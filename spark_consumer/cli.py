@@ -33,7 +33,7 @@ DEFAULT_ENDPOINT: Final = "ws://127.0.0.1:8480/"
 PACKAGE_ZIP: Final = "futoin-evt-spark.zip"
 MAIN_SCRIPT: Final = "futoin_evt_spark_main.py"
 
-log = logging.getLogger("spark_consumer")
+logger = logging.getLogger("spark_consumer")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -151,7 +151,7 @@ def _archive(args: argparse.Namespace) -> int:
     try:
         query.awaitTermination()
     except KeyboardInterrupt:
-        log.info("stopping; the batch in progress is done again on the next run")
+        logger.info("stopping; the batch in progress is done again on the next run")
         query.stop()
         raise
     except Exception as exc:  # Spark's StreamingQueryException and Py4J errors
@@ -159,7 +159,7 @@ def _archive(args: argparse.Namespace) -> int:
     finally:
         flush_listeners(spark)
         spark.streams.removeListener(progress)
-    log.info("archived into %s", args.out)
+    logger.info("archived into %s", args.out)
     spark.stop()
     return 0
 
@@ -226,7 +226,7 @@ def _check_consumer(options: dict[str, str]) -> None:
     except RemoteError as exc:
         raise CliError(f"the server refused: {exc}.") from None
     for partition, (position, head_id) in states.items():
-        log.info(
+        logger.info(
             "consumer %s%s: acknowledged up to %d, newest event %d",
             options["component"],
             "" if partition is None else f" on {options['stream']}/{partition}",

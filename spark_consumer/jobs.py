@@ -28,7 +28,7 @@ from pyspark.sql.streaming.query import StreamingQuery
 
 from .source import FORMAT, FutoinEvtDataSource, Positions, load_offset
 
-log = logging.getLogger("spark_consumer")
+logger = logging.getLogger("spark_consumer")
 
 #: The archive's directories. With a stream, each row also has its stream and partition.
 ARCHIVE_PARTITIONS: Final = ("date", "type")
@@ -80,12 +80,12 @@ class ProgressLog(StreamingQueryListener):
     """Logs each micro-batch: events, the id range, and the rate."""
 
     def onQueryStarted(self, event: QueryStartedEvent) -> None:
-        log.info("query %r started (id %s)", event.name, event.id)
+        logger.info("query %r started (id %s)", event.name, event.id)
 
     def onQueryProgress(self, event: QueryProgressEvent) -> None:
         progress = event.progress
         for source in progress.sources:
-            log.log(
+            logger.log(
                 logging.INFO if source.numInputRows else logging.DEBUG,
                 "%s: batch %d, %d events, %s, %.0f events/s",
                 progress.name,
@@ -100,9 +100,9 @@ class ProgressLog(StreamingQueryListener):
 
     def onQueryTerminated(self, event: QueryTerminatedEvent) -> None:
         if event.exception:
-            log.error("query %s failed: %s", event.id, event.exception)
+            logger.error("query %s failed: %s", event.id, event.exception)
         else:
-            log.info("query %s stopped", event.id)
+            logger.info("query %s stopped", event.id)
 
 
 def flush_listeners(spark: SparkSession) -> None:

@@ -1,7 +1,7 @@
 """One AMQP connection: our SASL layer, then our sans-I/O engine, driven by asyncio.
 
 Bytes from the socket go to :class:`~.sasl.SaslServer` until the login is settled, then to an
-:class:`~.engine.connection.Engine` whose events are dispatched here: links go to the node
+:class:`~.engine.protocol.AmqpProtocol` whose events are dispatched here: links go to the node
 table, which hands each a handler; messages, credit and outcomes go to the link's handler.
 What the engine has to send leaves in one write per turn of the loop.
 
@@ -27,31 +27,31 @@ from ..auth.login_log import log_failed_login
 from ..auth.sas import TokenClaims, host_name, path_covers, scope_path
 from ..auth.users import CREDENTIALS_CHANGED, Authenticator
 from ..domain.partition import STREAM_NAME_RE
-from ..domain.principal import Principal
+from ..domain.principal import NotAuthenticated, Principal
 from ..domain.rights import Right
-from ..ftn3.errors import FTN3Error
 from ..log.access import Access, AccessDenied
 from ..log.connections import Connections
 from ..quoting import quote_input
 from ..slots import LINGER_BYTES, LINGER_SECONDS, TOO_MANY_CONNECTIONS, Slots, half_close
 from ..stats import CONNECTION
 from .config import AmqpConfig
-from .engine.connection import (
+from .engine.conditions import RESOURCE_LIMIT, UNAUTHORIZED
+from .engine.events import (
     ConnectionClosed,
     DeliveriesUpdated,
-    Engine,
-    Link,
     LinkAttached,
     LinkDetached,
     LinkFlow,
     MessageReceived,
     SessionEnded,
 )
+from .engine.protocol import AmqpProtocol
+from .engine.session import Link
 from .engine.types import Symbol
 from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
-from .table import NO_USER, UNAUTHORIZED, LinkHandler, LinkRefused, NodeTable
+from .table import NO_USER, LinkHandler, LinkRefused, NodeTable
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CAPABILITY: Final = "AMQP_EVENT_STREAMS_V1_0"
 CONTAINER_ID: Final = "futoin-evt"
@@ -60,8 +60,6 @@ PROPERTIES: Final[dict[Any, Any]] = {
     Symbol("product"): "futoin-evt",
     Symbol("version"): __version__,
 }
-DECODE_ERROR: Final = "amqp:decode-error"
-RESOURCE_LIMIT: Final = "amqp:resource-limit-exceeded"
 #: Why a link that only an expired token covered is detached.
 EXPIRED_FOR_LINK: Final = "the token put to $cbs for this link has expired and was not renewed"
 #: Each right, for "some right on a stream".
@@ -122,7 +120,7 @@ class AmqpConnection(asyncio.Protocol):
         self._unwatch_user: Callable[[], None] | None = None
         #: The links that depend on a right (and on the tokens' scopes): how to stop watching.
         self._guards: dict[Link, _Guard] = {}
-        self._engine: Engine | None = None
+        self._engine: AmqpProtocol | None = None
         self._handlers: dict[Link, LinkHandler] = {}
         #: Called when a session ends (by the session), or the connection (by None).
         self._endings: dict[object, list[Callable[[], None]]] = {}
@@ -140,7 +138,7 @@ class AmqpConnection(asyncio.Protocol):
         self._socket = socket = cast(asyncio.Transport, transport)
         self._peer = socket.get_extra_info("peername")
         self._log_context = ("amqp", _peer(self._peer), None)
-        log.debug("AMQP connection from %s", _peer(self._peer))
+        logger.debug("AMQP connection from %s", _peer(self._peer))
         socket.set_write_buffer_limits(high=self._limits.max_unread_bytes)
         self._listener.opened(self)
         self._arm_login_timer()
@@ -158,7 +156,7 @@ class AmqpConnection(asyncio.Protocol):
         try:
             init = self._sasl.receive(data)
         except SaslError as exc:
-            log.info("AMQP connection from %s: %s", _peer(self._peer), exc)
+            logger.info("AMQP connection from %s: %s", _peer(self._peer), exc)
             self._write(self._sasl.data_to_send())
             self._close_socket()
             return
@@ -227,7 +225,7 @@ class AmqpConnection(asyncio.Protocol):
         try:
             self._sasl.outcome(outcome)
         except SaslError as exc:  # what the peer sent on after its init is not AMQP
-            log.info("AMQP connection from %s: %s", _peer(self._peer), exc)
+            logger.info("AMQP connection from %s: %s", _peer(self._peer), exc)
             outcome = Outcome.AUTH
         self._write(self._sasl.data_to_send())
         if outcome is not Outcome.OK:
@@ -246,10 +244,10 @@ class AmqpConnection(asyncio.Protocol):
                 self.principal = await self._authenticator.authenticate(
                     f"{user}:{password}", _host(self._peer)
                 )
-            except FTN3Error:
+            except NotAuthenticated:
                 pass
             except Exception:  # the user store failed (the server is closing, say)
-                log.exception("AMQP login of %r could not be checked", user[:64])
+                logger.exception("AMQP login of %r could not be checked", user[:64])
                 return Outcome.SYS_TEMP
             else:
                 self._log_context = ("amqp", _peer(self._peer), self.principal.name)
@@ -340,7 +338,7 @@ class AmqpConnection(asyncio.Protocol):
 
         def ended() -> None:
             self._unwatch_user = None
-            log.info("AMQP connection from %s: %s", _peer(self._peer), CREDENTIALS_CHANGED)
+            logger.info("AMQP connection from %s: %s", _peer(self._peer), CREDENTIALS_CHANGED)
             guards, self._guards = self._guards, {}
             for guard in guards.values():  # the close says why, not a detach per link
                 guard.stop_watching()
@@ -354,7 +352,7 @@ class AmqpConnection(asyncio.Protocol):
 
     def _forced(self, reason: str) -> None:
         """An operator closes the connection (``amqp:connection:forced``)."""
-        log.info("AMQP connection from %s: %s", _peer(self._peer), reason)
+        logger.info("AMQP connection from %s: %s", _peer(self._peer), reason)
         self.close("amqp:connection:forced", reason)
 
     def _holds_any(self, principal: Principal, stream: str) -> bool:
@@ -379,7 +377,7 @@ class AmqpConnection(asyncio.Protocol):
         for path in [path for path, expiry in scopes.items() if expiry <= now]:
             del scopes[path]
         if not scopes:
-            log.info("AMQP connection from %s: its token expired", _peer(self._peer))
+            logger.info("AMQP connection from %s: its token expired", _peer(self._peer))
             self.close(UNAUTHORIZED, "the token put to $cbs has expired and was not renewed")
             return
         for link, guard in list(self._guards.items()):
@@ -436,7 +434,7 @@ class AmqpConnection(asyncio.Protocol):
             self._timer.cancel()
             self._timer = None
         limits = self._limits
-        self._engine = Engine(
+        self._engine = AmqpProtocol(
             CONTAINER_ID,
             max_frame_size=limits.max_frame_bytes,
             idle_timeout=limits.idle_timeout,
@@ -551,7 +549,7 @@ class AmqpConnection(asyncio.Protocol):
                 callback()
         elif isinstance(event, ConnectionClosed) and event.error is not None:
             error = event.error
-            log.info(
+            logger.info(
                 "AMQP connection from %s: %s: %s",
                 _peer(self._peer),
                 error.condition,

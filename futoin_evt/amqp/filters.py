@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from lark import Lark, LarkError, Token, Transformer, v_args
 
+from ..domain.comparisons import COMPARISONS, FLIPPED
 from ..domain.stream import StoredEvent
-from ..notify.selector import COMPARISONS, FLIPPED
 from ..quoting import quote_input
 from .codec import EARLIEST, LATEST, BadFilter, Position, parse_offset
 

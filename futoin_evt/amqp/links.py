@@ -13,14 +13,14 @@ from typing import Any, Final
 from ..log.access import Refused
 from ..log.eventlog import DamagedEvent, EventLog
 from .codec import Position
-from .engine.connection import Delivery, Link
+from .engine.conditions import INTERNAL_ERROR, UNAUTHORIZED
+from .engine.session import Delivery, Link
 from .engine.types import Symbol
-from .table import UNAUTHORIZED, Connection
+from .table import ConnectionView
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 PARTITION_PROPERTY: Final = Symbol("event-streams-partition")
-INTERNAL_ERROR: Final = "amqp:internal-error"
 
 
 def link_answer(
@@ -37,7 +37,7 @@ class SourceLink:
 
     def __init__(
         self,
-        conn: Connection,
+        conn: ConnectionView,
         link: Link,
         events: EventLog,
         properties: Mapping[Any, Any] | None = None,
@@ -82,7 +82,7 @@ class SourceLink:
         elif isinstance(exc, DamagedEvent):  # logged once per event by the store
             self._conn.detach(self._link, INTERNAL_ERROR, str(exc))
         elif exc is not None:
-            log.error("AMQP link failed", exc_info=exc)
+            logger.error("AMQP link failed", exc_info=exc)
             self._conn.detach(self._link, INTERNAL_ERROR, "the server could not read events")
 
     def _send(self, encoded: bytes | list[bytes], tag: str) -> bool:

@@ -69,19 +69,18 @@ from .codec import (
     described_filter,
     filter_kind,
 )
-from .engine.connection import Link
+from .engine.conditions import INVALID_FIELD, NOT_FOUND
 from .engine.message import Message
+from .engine.session import Link
 from .engine.types import EncodeError
 from .filters import compile_filter
 from .links import SourceLink
-from .table import Connection, LinkRefused, address_path
+from .table import ConnectionView, LinkRefused, address_path
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 EVENTS_SOURCE: Final = "$events"
 TRANSFORMATION_FILTER: Final = "org.futoin.evt:notification-transformation:map"
-INVALID_FIELD: Final = "amqp:invalid-field"
-NOT_FOUND: Final = "amqp:not-found"
 _INT64: Final = range(-(1 << 63), 1 << 63)
 
 
@@ -92,7 +91,7 @@ class NotificationNode:
         self._streams = streams
         self.bus = bus
 
-    def attach(self, conn: Connection, link: Link) -> NotificationLink:
+    def attach(self, conn: ConnectionView, link: Link) -> NotificationLink:
         if not link.is_sender:
             raise LinkRefused(NOT_FOUND, "$events is a source: attach a receiving link")
         source = link.remote_source
@@ -217,7 +216,7 @@ class NotificationLink(SourceLink):
 
     def __init__(
         self,
-        conn: Connection,
+        conn: ConnectionView,
         link: Link,
         lives: Sequence[LiveEvents],
         starts: Sequence[Position],

@@ -2,7 +2,7 @@
 
 The few SASL frames: the peer's protocol header, ``sasl-mechanisms``, ``sasl-init`` and
 ``sasl-outcome``. Everything after a successful outcome is the AMQP protocol proper and goes
-to the engine (:mod:`.engine.connection`).
+to the engine (:mod:`.engine.protocol`).
 
 The owner feeds bytes to :meth:`SaslServer.receive`, sends :meth:`SaslServer.data_to_send`,
 checks the :class:`SaslInit` it is handed (asynchronously, as it likes) and answers with

@@ -3,9 +3,10 @@ links see of the connection a link came on.
 
 The AMQP modules depend one way: the engine (no server in it) at the bottom, then the door's
 values (``config``, ``sasl``, ``codec``, ``filters``, ...), this table, the links' shared base
-(``links``), the nodes (``node``, ``cbs``, ``management``, ``notify``) and the connection beside
-them, and the listener on top, which builds the table. A node knows a connection only as
-:class:`Connection`; the connection knows the nodes only through the table.
+(``links``), the event log node's parts (``streams``), the nodes (``node``, ``cbs``,
+``management``, ``notify``) and the connection beside them, and the listener on top, which
+builds the table. A node knows a connection only as
+:class:`ConnectionView`; the connection knows the nodes only through the table.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from ..auth.sas import TokenClaims
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..log.eventlog import EventLog
-from .engine.connection import Delivery, Link
+from .engine.conditions import UNAUTHORIZED
+from .engine.session import Delivery, Link
 
-UNAUTHORIZED: Final = "amqp:unauthorized-access"
 #: Why a connection that acts as no user yet is refused a link.
 NO_USER: Final = "log in with SASL PLAIN as a user of this server, or put a SAS token to $cbs"
 
@@ -50,7 +51,7 @@ class LinkHandler(Protocol):
         """The link is gone; a future returned delays answering the peer's detach."""
 
 
-class Connection(Protocol):
+class ConnectionView(Protocol):
     """The connection a link came on, as its node and handler see it."""
 
     @property
@@ -99,7 +100,7 @@ class Connection(Protocol):
 class Node(Protocol):
     """Takes the links to its address."""
 
-    def attach(self, conn: Connection, link: Link) -> LinkHandler:
+    def attach(self, conn: ConnectionView, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
 
 
@@ -137,7 +138,7 @@ class NodeTable:
         self._trees = dict(trees or {})
         self._public = frozenset(public)
 
-    def attach(self, conn: Connection, link: Link) -> LinkHandler:
+    def attach(self, conn: ConnectionView, link: Link) -> LinkHandler:
         """The handler for a new link, or :class:`LinkRefused`."""
         address = link.address
         path = address_path(address) if address is not None else None

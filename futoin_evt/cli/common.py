@@ -36,7 +36,7 @@ SAS_SECRET_SUFFIX: Final = ".sas-secret"
 ENV_LOOP: Final = "FUTOIN_EVT_LOOP"
 ENV_WORKERS: Final = "FUTOIN_EVT_WORKERS"
 
-log = logging.getLogger("futoin_evt")
+logger = logging.getLogger("futoin_evt")
 
 
 class ManualFormatter(argparse.HelpFormatter):

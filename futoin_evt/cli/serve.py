@@ -52,7 +52,7 @@ from .common import (
     Commands,
     add_db,
     add_sas_secret,
-    log,
+    logger,
     sas_secret,
     tag_logs,
 )
@@ -420,7 +420,7 @@ async def _serve(args: argparse.Namespace) -> int:
     if args.feed_users is not None and place is None:  # once, before any worker starts
         names = [name.strip() for name in args.feed_users.split(",") if name.strip()]
         if args.no_feed:
-            log.warning("--feed-users is deprecated, and has no effect with --no-feed")
+            logger.warning("--feed-users is deprecated, and has no effect with --no-feed")
         else:
             await _waiting_for_db(lambda: _feed_users_as_grants(config, names), args.wait_for_db)
     if workers > 1:
@@ -453,7 +453,7 @@ async def _serve(args: argparse.Namespace) -> int:
         users = bool(await server.store.list_users())
         _say_started(args, server.addresses(), users, server.store.description)
     await stop.wait()
-    log.info("shutting down")
+    logger.info("shutting down")
     await server.close()
     if place is not None and os.getppid() != place.supervisor:
         shutil.rmtree(place.channel_dir, ignore_errors=True)  # the supervisor died: tidy up
@@ -469,7 +469,7 @@ def _say_started(
     _say_sharing(args.db)
     metrics = dict(doors).get("metrics")
     if metrics is not None and args.metrics_user is None:
-        log.warning(
+        logger.warning(
             "%s is open to whoever reaches its port: it names every stream, partition and"
             " consumer; --metrics-user USER asks for a password",
             metrics,
@@ -536,7 +536,7 @@ async def _feed_users_as_grants(config: ServerConfig, names: list[str]) -> None:
             "users not listed keep their own grants, and these may read streams through them: "
             + ", ".join(sorted(readers))
         )
-    log.warning(
+    logger.warning(
         "%s. Instead, run futoin-evt grant USER read PATTERN for each reader (futoin-evt revoke"
         " USER read PATTERN for the others) and drop --feed-users.",
         "; ".join(said),
@@ -566,7 +566,7 @@ async def _waiting_for_db(start: Callable[[], Awaitable[_T]], wait: float) -> _T
             if left <= 0:
                 raise
             delay = min(DB_RETRY_SECONDS, left)
-            log.warning("%s; trying again in %.1f s (%.1f s left)", exc, delay, left)
+            logger.warning("%s; trying again in %.1f s (%.1f s left)", exc, delay, left)
             await asyncio.sleep(delay)
 
 
@@ -684,9 +684,9 @@ async def _start_check(db: str, seconds: float) -> None:
     (:class:`~futoin_evt.storage.base.StoreDamaged`: one line, exit 2)."""
     started = time.monotonic()
     if await start_check(db, seconds):
-        log.debug("quick check of %s: ok in %.2f s", db, time.monotonic() - started)
+        logger.debug("quick check of %s: ok in %.2f s", db, time.monotonic() - started)
     else:
-        log.info(
+        logger.info(
             "quick check of %s stopped after %.1f s, before the end of the file (a large"
             " file: --start-check sets the time; futoin-evt check --db checks it all)",
             db,
@@ -831,7 +831,7 @@ def _check_ports(listeners: list[tuple[str, str, int]]) -> None:
 def _say_sharing(db: str) -> None:
     """What start-up says once of a SQLite file: other processes may use it too."""
     if not is_postgres_url(db):
-        log.info(
+        logger.info(
             "database %s: other futoin-evt processes may use this file at the same time"
             " (another serve on its own ports, the commands with --db); their writes take"
             " turns at SQLite's lock, and their events reach this server's readers within"
@@ -871,7 +871,7 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
         try:
             line = await supervisor.start()
         except WorkerFailed as exc:
-            log.error("%s", exc)
+            logger.error("%s", exc)
             return exc.returncode if exc.returncode > 0 else 1
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -879,9 +879,9 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
             loop.add_signal_handler(sig, stop.set)
         print(line, flush=True)
         _say_started(args, _group_doors(config, line), users, where)
-        log.info("%d workers: pids %s", workers, " ".join(map(str, supervisor.pids)))
+        logger.info("%d workers: pids %s", workers, " ".join(map(str, supervisor.pids)))
         await stop.wait()
-        log.info("shutting down %d workers", workers)
+        logger.info("shutting down %d workers", workers)
         await supervisor.close()
         return 0
     finally:

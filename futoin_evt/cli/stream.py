@@ -76,7 +76,7 @@ def _add_partitions(parser: argparse.ArgumentParser, *, required: bool = True) -
     )
 
 
-class StreamAdmin(Protocol):
+class StreamTarget(Protocol):
     """Where the commands act: the database, or a server. Errors are :class:`BadSetting`."""
 
     async def add(
@@ -165,7 +165,7 @@ class _OnServer(OnServer):
         return result
 
 
-def _admin(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[StreamAdmin]:
+def _admin(args: argparse.Namespace) -> contextlib.AbstractAsyncContextManager[StreamTarget]:
     return acting_where(args, _OnServer, _InDatabase)
 
 

@@ -26,7 +26,7 @@ from ..ftn3.messages import (
 )
 from ..wsio import ClientIO, ConnectionClosedError, InvalidHandshake, open_client
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Replies up to pollEvents through poll 1.1 (8 MiB) and some room.
 CLIENT_MAX_FRAME_BYTES: Final = 9 * 1024 * 1024
@@ -135,7 +135,7 @@ class FTN3Client:
         try:
             msg = decode_frame(frame)
         except ProtocolViolation as exc:
-            log.warning("ignoring a frame from the server: %s", exc)
+            logger.warning("ignoring a frame from the server: %s", exc)
             return
         if msg["rid"][0] == "S":
             task = asyncio.create_task(self._serve(msg))
@@ -167,7 +167,7 @@ class FTN3Client:
         except FTN3Error as exc:
             reply = encode_error(rid, exc.name, exc.desc)
         except Exception:
-            log.exception("handler for %s failed", msg.get("f"))
+            logger.exception("handler for %s failed", msg.get("f"))
             reply = encode_error(rid, "InternalError", "Internal error")
         with contextlib.suppress(ConnectionClosedError):
             await self._io.drain()

@@ -44,7 +44,7 @@ from ..ftn3.errors import DEFENSE_REJECTED, INTERNAL_ERROR
 from .aio import CommError, FTN3Client, RemoteError, add_event_call
 from .reconnect import Reconnect
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: A producer id: the key is ``<id>:<counter>``, at most 64 characters in all.
 PRODUCER_ID_RE: Final = re.compile(r"^[A-Za-z0-9._-]{1,43}\Z")
@@ -176,7 +176,7 @@ class ReliableProducer:
         """Send until :meth:`stop`, connecting again with a growing delay (with some
         randomness) after each loss. Cancelling it is safe: nothing added is lost."""
         tries = Reconnect(
-            log,
+            logger,
             f"producer {self.producer_id}",
             self.url,
             initial=self._reconnect_initial,

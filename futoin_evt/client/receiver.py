@@ -39,7 +39,7 @@ from ..storage.head import HeadWatch
 from .aio import CommError, Event, FTN3Client, RemoteError
 from .reconnect import Reconnect
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 PUSH: Final = "futoin.evt.push:1.1"
 RECEIVER: Final = "futoin.evt.receiver"
@@ -88,7 +88,7 @@ class Receiver:
     async def run(self) -> None:
         """Receive until :meth:`stop`; reconnects by itself. Cancelling it is safe."""
         tries = Reconnect(
-            log,
+            logger,
             f"receiver {self.component}",
             self.url,
             initial=self._reconnect_initial,

@@ -35,7 +35,7 @@ from ..domain.principal import Principal
 from ..domain.stream import UserId
 from ..log.streams import StreamLogs, StreamRegistry
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 WINDOW_SECONDS: Final = 15 * 60.0
 #: How long each partition's heads are kept (the overview charts the last hour).
@@ -85,7 +85,7 @@ class HeadSamples:
             try:
                 await self.sample()
             except Exception as exc:  # the database is away for a moment: the next turn
-                log.debug("sampling the heads failed: %s", exc)
+                logger.debug("sampling the heads failed: %s", exc)
             await asyncio.sleep(self.interval)
 
     async def sample(self) -> None:

@@ -15,7 +15,7 @@ from typing import Final
 from .notification import EVENT_TYPE, PARTITION, STREAM, TS, Notification, Value
 from .stream import utc_timestamp
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 PREFIX: Final = "org.futoin.evt."
 
@@ -141,4 +141,4 @@ class ManagementBus:
             try:
                 listener(notification)
             except Exception:  # one subscriber's fault is not the publisher's
-                log.exception("a management event listener failed")
+                logger.exception("a management event listener failed")

@@ -53,7 +53,7 @@ from ..notify.live import (
 from ..notify.message import NotifyError, Transformation, encoded, real_message
 from ..notify.selector import Selector, compile_selector
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 ON_NOTIFY: Final = "futoin.evt.notify.receiver:1.0:onNotify"
 INVALID_SELECTOR: Final = "InvalidSelector"
@@ -244,7 +244,7 @@ class NotifyService:
         if isinstance(failure, DamagedEvent):  # logged once per event by the store
             link.close_refused(str(failure))
         elif failure is not None:
-            log.error("notification subscription %s failed", sid, exc_info=failure)
+            logger.error("notification subscription %s failed", sid, exc_info=failure)
 
     async def close(self) -> None:
         tasks = [p.task for mine in self._subscriptions.values() for p in mine.values() if p.task]

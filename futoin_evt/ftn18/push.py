@@ -68,7 +68,7 @@ from ..log.eventlog import (
 from ..storage.head import HeadWatch
 from .services import NOT_REGISTERED
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 ON_EVENTS: Final = "futoin.evt.receiver:1.1:onEvents"
 #: ``{"seq":...,"events":`` ... ``}`` and the request envelope around a group.
@@ -218,7 +218,7 @@ class PushStream:
         except DamagedEvent as exc:  # logged once per event by the store
             self.link.close_refused(str(exc))
         except Exception:
-            log.exception("push stream %s of user %s failed", self.component, self.user_id)
+            logger.exception("push stream %s of user %s failed", self.component, self.user_id)
         finally:
             self.unwatch()
             self.service.forget(self)
@@ -264,7 +264,7 @@ class PushStream:
 
     async def _wait_for_store(self, exc: StoreUnreachable, failures: int) -> None:
         delay = min(self.config.retry_initial * 2 ** (failures - 1), _STORE_RETRY_MAX)
-        log.warning(
+        logger.warning(
             "push stream %s of user %s cannot read (%s); again in %.2fs",
             self.component, self.user_id, exc, delay,
         )  # fmt: skip
@@ -367,7 +367,7 @@ class PushStream:
         the claim lapsed meanwhile: the group may have left after another process took the
         consumer over. Nothing can take it back (FTN18's receivers take no fencing token);
         the log says which it was."""
-        log.warning(
+        logger.warning(
             "onEvents seq %d (events to id %d) to user %s %s was written %.2f s after its "
             "claim was last confirmed (this process was paused or stalled): the consumer's "
             "new owner may deliver these events again",
@@ -400,7 +400,7 @@ class PushStream:
         self.stats.groups_failed += 1
         self.stats.retrying = group.attempts
         delay = min(self.config.retry_initial * 2 ** (group.attempts - 1), self.config.retry_max)
-        log.warning(
+        logger.warning(
             "onEvents seq %d to user %s %s failed (%s); retry %d in %.2fs",
             group.seq, self.user_id, self.component, failure, group.attempts, delay,
         )  # fmt: skip
@@ -574,7 +574,7 @@ class PushService:
         events.guard.read(who)  # again: a revoke while claiming is not watched for
         previous = self._streams.pop(key, None)
         if previous is not None:
-            log.info("push stream %s of user %s taken over", component, user_id)
+            logger.info("push stream %s of user %s taken over", component, user_id)
             previous.stop()
             if self.notices is not None and reliable:
                 self.notices.publish(
@@ -610,7 +610,7 @@ class PushService:
     def _revoked(self, stream: PushStream) -> None:
         """The consumer's read right went: the stream stops, its connection is closed with
         the refusal."""
-        log.info("push stream %s of user %s: read right revoked", stream.component,
+        logger.info("push stream %s of user %s: read right revoked", stream.component,
                  stream.user_id)  # fmt: skip
         self.forget(stream)
         stream.stop()
@@ -636,17 +636,17 @@ class PushService:
             if isinstance(failure, StoreUnreachable):
                 self._store_again(stream, failure)
             elif isinstance(failure, PositionPastHead):  # only ids sent move it: a fault
-                log.error("push stream %s of user %s stops: %s", stream.component,
+                logger.error("push stream %s of user %s stops: %s", stream.component,
                           stream.user_id, failure)  # fmt: skip
                 self.forget(stream)
                 stream.stop()
             elif isinstance(failure, Refused):  # revoked meanwhile: the stream is ending
-                log.debug("push acknowledgement refused: %s", failure)
+                logger.debug("push acknowledgement refused: %s", failure)
             elif failure is not None:
-                log.error("storing a push acknowledgement failed: %s", failure)
+                logger.error("storing a push acknowledgement failed: %s", failure)
             elif task.result() is None:
                 # Claimed by a newer stream (perhaps on another process), or dropped.
-                log.info("push stream %s of user %s taken over", stream.component,
+                logger.info("push stream %s of user %s taken over", stream.component,
                          stream.user_id)  # fmt: skip
                 self.forget(stream)
                 stream.stop()
@@ -661,7 +661,7 @@ class PushService:
         """Store the stream's position again later (once at a time, newest position)."""
         if self._streams.get(stream.key) is not stream or stream._ack_retry is not None:
             return
-        log.warning("storing the position of %s failed (%s); again in %.2fs",
+        logger.warning("storing the position of %s failed (%s); again in %.2fs",
                     stream.component, failure, _STORE_RETRY_MAX)  # fmt: skip
 
         def again() -> None:
@@ -676,7 +676,7 @@ class PushService:
         stream = self._streams.get((partition_key, user_id, component))
         if stream is None or stream.epoch >= epoch:
             return
-        log.info("push stream %s of user %s taken over elsewhere", component, user_id)
+        logger.info("push stream %s of user %s taken over elsewhere", component, user_id)
         del self._streams[stream.key]
         stream.stop()
         self._changed()

@@ -33,7 +33,7 @@ from ..domain.partition import Partition, StreamInfo
 from ..storage.base import Store
 from .streams import StreamRegistry
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Seconds a lease lasts unless renewed (``serve --aggregate-lease``).
 DEFAULT_LEASE_SECONDS: Final = 10.0
@@ -141,7 +141,7 @@ class _Copier:
             try:
                 await self._owner._store.release_aggregate(self.aggregate, self._owner.holder)
             except Exception as exc:  # it expires by itself
-                log.warning("giving up the lease of %s failed: %s", self.aggregate.stream, exc)
+                logger.warning("giving up the lease of %s failed: %s", self.aggregate.stream, exc)
 
     def _listen(self, on: bool) -> None:
         """Be woken by the sources' heads (only while copying: on SQLite a head that is
@@ -160,9 +160,9 @@ class _Copier:
             self.holding = holding
             self._listen(holding)
             if holding:
-                log.info("copying into the aggregate %s", self.aggregate.stream)
+                logger.info("copying into the aggregate %s", self.aggregate.stream)
             elif not failed:
-                log.info("another process copies into the aggregate %s", self.aggregate.stream)
+                logger.info("another process copies into the aggregate %s", self.aggregate.stream)
 
     async def _run(self) -> None:
         config = self._owner.config
@@ -175,7 +175,9 @@ class _Copier:
                     self.aggregate, self._owner.holder, config.lease_seconds, config.batch, turn
                 )
             except Exception as exc:  # the database is away for a moment: the next turn
-                log.warning("copying into the aggregate %s failed: %s", self.aggregate.stream, exc)
+                logger.warning(
+                    "copying into the aggregate %s failed: %s", self.aggregate.stream, exc
+                )
                 self._held(False, failed=True)
                 done = None
             else:

@@ -32,7 +32,7 @@ from ..storage.base import DamagedEvent, Store
 from ..storage.head import HeadWatch
 from .consumers import PositionPastHead, check_given
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 ARCHIVE_COMPONENT: Final = "ARCHIVE"
 #: How often the archiver tries again to read past a damaged event (an operator's repair).
@@ -147,14 +147,14 @@ class InProcessArchiver:
             except DamagedEvent:  # logged once by the store: the archive waits at it
                 await asyncio.sleep(_DAMAGED_RETRY_SECONDS)
             except PositionPastHead as exc:  # its ids mean other events: none is skipped
-                log.error(
+                logger.error(
                     "archiving to %s stopped: %s, so the archive holds another database's"
                     " events; the events stay until it is moved aside and the server restarted",
                     self._file.path, exc,
                 )  # fmt: skip
                 return
             except Exception:
-                log.exception("archiving failed; trying again")
+                logger.exception("archiving failed; trying again")
                 await asyncio.sleep(1.0)
 
 

@@ -24,7 +24,7 @@ from typing import Final
 from ..domain.principal import Principal
 from .access import Refused
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: What the peer is told when an admin closes its connection.
 CLOSED_BY_ADMIN: Final = "an administrator closed this connection"
@@ -95,7 +95,7 @@ class Connections:
         connection = self._open.get(key)
         if connection is None:
             return None
-        log.info(
+        logger.info(
             "%s closed the %s connection of %s from %s",
             who.name,
             connection.door,

@@ -59,7 +59,7 @@ from ..domain.stream import UserId
 from ..storage.base import SchemaChanged, Schemas
 from .access import Access
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: The global level's key among the subjects' levels.
 GLOBAL: Final = ""
@@ -239,7 +239,7 @@ class SchemaRegistry:
             try:
                 await self.reload()
             except Exception as exc:  # the database is away: the next change or poll
-                log.warning("the schemas could not be reloaded: %s", exc)
+                logger.warning("the schemas could not be reloaded: %s", exc)
             if not self._again:
                 return
 

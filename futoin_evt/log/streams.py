@@ -33,7 +33,7 @@ from .access import OPEN_ACCESS, Access, AccessDenied, StreamGuard
 from .consumers import ConsumerLifecycle
 from .eventlog import EventLog, SchemaOf
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Seconds between two reads of the registry's version (a stream is served within this).
 DEFAULT_POLL_SECONDS: Final = 1.0
@@ -239,9 +239,9 @@ class StreamRegistry:
         for name, info in infos.items():
             known = self._streams.get(name)
             if known is None or len(known.partitions) != len(info.partitions):
-                log.log(level, "stream %s: %d partitions", name, len(info.partitions))
+                logger.log(level, "stream %s: %d partitions", name, len(info.partitions))
         for name in self._streams.keys() - infos.keys():
-            log.info("stream %s dropped", name)
+            logger.info("stream %s dropped", name)
         self._streams = infos
         self._sourced.sources = aggregate_sources(infos)
         self.version = version
@@ -305,7 +305,7 @@ class StreamRegistry:
                 if await self._store.streams_version() != self.version:
                     await self.refresh()
             except Exception as exc:  # the database is away for a moment: the next turn
-                log.warning("reading the streams failed: %s", exc)
+                logger.warning("reading the streams failed: %s", exc)
 
     async def close(self) -> None:
         # The flag ends the loop even when the cancel is lost (a read it interrupts may end

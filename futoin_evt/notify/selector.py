@@ -16,7 +16,6 @@ Division of two integers truncates toward zero, as in Java; division by zero is 
 from __future__ import annotations
 
 import functools
-import operator
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,6 +25,7 @@ from typing import Any, Final
 from lark import Lark, Token, Transformer, Tree, UnexpectedCharacters, UnexpectedInput, v_args
 from lark.exceptions import UnexpectedEOF, VisitError
 
+from ..domain.comparisons import COMPARISONS, FLIPPED
 from ..domain.notification import BASE_ATTRIBUTES, EVENT_TYPE, STREAM, Notification, Value
 from .message import NotifyError, getter
 
@@ -407,18 +407,6 @@ def pinned_types(expr: Expr) -> frozenset[str] | None:
 
 def _is_number(value: Value) -> bool:
     return type(value) in (int, float)
-
-
-#: The comparison operators, and each as it reads with its operands swapped.
-COMPARISONS: Final[dict[str, Callable[[Any, Any], bool]]] = {
-    "=": operator.eq,
-    "<>": operator.ne,
-    "<": operator.lt,
-    "<=": operator.le,
-    ">": operator.gt,
-    ">=": operator.ge,
-}
-FLIPPED: Final = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
 
 def compare_values(op: str, left: Value, right: Value) -> bool | None:

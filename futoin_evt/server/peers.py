@@ -54,7 +54,7 @@ from ..ftn18.push import PushService, StreamKey
 from ..log.retention import Discarder, DiscardRecord
 from ..storage.base import PeerNews
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Bytes of lines per datagram (far below the socket buffer).
 DATAGRAM_BYTES: Final = 32 * 1024
@@ -414,13 +414,13 @@ class PeerChannel:
             except (BlockingIOError, InterruptedError):
                 return
             except OSError as exc:
-                log.debug("reading the workers' channel failed: %s", exc)
+                logger.debug("reading the workers' channel failed: %s", exc)
                 return
             for line in data.decode().split("\n"):
                 try:
                     self._apply(line)
                 except (ValueError, TypeError, KeyError, IndexError) as exc:
-                    log.warning("a bad line on the workers' channel: %r (%s)", line[:200], exc)
+                    logger.warning("a bad line on the workers' channel: %r (%s)", line[:200], exc)
 
     def _apply(self, line: str) -> None:
         kind = line[:1]

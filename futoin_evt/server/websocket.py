@@ -42,7 +42,7 @@ from ..stats import CONNECTION
 from ..wsio import ConnectionClosedError, HttpHandler, ServerIO
 from .executor import Channel, Executor
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 CLOSE_POLICY_VIOLATION: Final = 1008
 CLOSE_GOING_AWAY: Final = 1001
@@ -231,14 +231,14 @@ class _Connection:
         return self._in_flight
 
     def _close_for(self, violation: ProtocolViolation) -> None:
-        log.warning("closing connection from %s: %s", self.channel.peer, violation)
+        logger.warning("closing connection from %s: %s", self.channel.peer, violation)
         self._close_after_calls(str(violation))
 
     def close_refused(self, reason: str) -> None:
         """PeerLink: what the peer lost (a right revoked, a stream dropped) ends its
         connection, saying why."""
         if self._violation is None and self.io.is_open:
-            log.info("closing connection from %s: %s", self.channel.peer, reason)
+            logger.info("closing connection from %s: %s", self.channel.peer, reason)
             self._close_after_calls(reason)
 
     def _close_after_calls(self, reason: str) -> None:
@@ -263,7 +263,7 @@ class _Connection:
         if reason is None:
             return
         if self._in_flight:
-            log.warning("%d calls unanswered from %s", self._in_flight, self.channel.peer)
+            logger.warning("%d calls unanswered from %s", self._in_flight, self.channel.peer)
         self.io.close(CLOSE_POLICY_VIOLATION, reason)
 
     def _respond(self, reply: bytes) -> None:
@@ -285,7 +285,7 @@ class _Connection:
         is dropped instead. Pushes wait for room, so this catches replies piling up."""
         unread = self.io.write_buffer_size()
         if unread > self._max_unread:
-            log.warning("dropping %s: %d bytes unread", self.channel.peer, unread)
+            logger.warning("dropping %s: %d bytes unread", self.channel.peer, unread)
             self.io.abort()
 
     def _on_write_pressure(self, pressed: bool) -> None:
@@ -340,7 +340,7 @@ class _Connection:
     def _on_peer_reply(self, msg: dict[str, Any]) -> None:
         reply = self._peer_calls.get(msg["rid"])
         if reply is None or reply.done():
-            log.debug("unexpected reply %s from %s", msg["rid"], self.channel.peer)
+            logger.debug("unexpected reply %s from %s", msg["rid"], self.channel.peer)
             return
         reply.set_result(parse_response(msg))
 
@@ -364,7 +364,7 @@ class _Connection:
             async with asyncio.timeout_at(deadline):
                 await self._idle.wait()
         except TimeoutError:
-            log.warning("%d calls still running at shutdown", self._in_flight)
+            logger.warning("%d calls still running at shutdown", self._in_flight)
         self.io.close(CLOSE_GOING_AWAY, "server shutting down")
         try:
             async with asyncio.timeout_at(deadline):
@@ -477,7 +477,7 @@ class WebSocketTransport:
         )
         connection.channel = channel
         self._connections.add(connection)
-        log.debug("connection from %s", channel.peer)
+        logger.debug("connection from %s", channel.peer)
         notices = self.notices
         if notices is not None:
             notices.publish(CONNECTION_OPENED, transport="ws", peer=channel.peer, user=None)
@@ -512,7 +512,7 @@ class WebSocketTransport:
             async with asyncio.timeout_at(deadline):
                 await asyncio.gather(*self._watchers)  # calls of peers that left earlier, too
         except TimeoutError:
-            log.warning("%d connections had calls running at shutdown", len(self._watchers))
+            logger.warning("%d connections had calls running at shutdown", len(self._watchers))
         self._abort_idle()
         await self._server.wait_closed()
         self._server = None

@@ -34,7 +34,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Final
 
-log = logging.getLogger(__name__)
+logger = logging.getLogger(__name__)
 
 #: Seconds before the first restart of a worker that died; doubled while it keeps dying.
 FIRST_RESTART_DELAY: Final = 0.2
@@ -145,7 +145,7 @@ def remove_stale_channels(parent: Path | None = None) -> list[Path]:
             else:
                 shutil.rmtree(entry.path, ignore_errors=True)
                 removed.append(Path(entry.path))
-                log.info("removed %s, left by a group that was killed", entry.path)
+                logger.info("removed %s, left by a group that was killed", entry.path)
             finally:
                 os.close(fd)
     return removed
@@ -204,7 +204,7 @@ class Supervisor:
         line = (await proc.stdout.readline()).decode()
         if not line:
             raise WorkerFailed(slot, await proc.wait())
-        log.info("worker %d ready (pid %d)", slot, proc.pid)
+        logger.info("worker %d ready (pid %d)", slot, proc.pid)
         copy = asyncio.create_task(_copy_rest(proc.stdout))
         self._copies.add(copy)
         copy.add_done_callback(self._copies.discard)
@@ -224,10 +224,10 @@ class Supervisor:
                 try:
                     self._on_exit(slot)
                 except OSError as exc:
-                    log.warning("after worker %d exited: %s", slot, exc)
+                    logger.warning("after worker %d exited: %s", slot, exc)
             if time.monotonic() - started >= HEALTHY_SECONDS:
                 delay = FIRST_RESTART_DELAY
-            log.warning("worker %d (pid %d) exited with status %d; starting it again in %.1fs",
+            logger.warning("worker %d (pid %d) exited with status %d; starting it again in %.1fs",
                         slot, proc.pid, status, delay)  # fmt: skip
             await asyncio.sleep(delay)
             delay = min(delay * 2, MAX_RESTART_DELAY)
@@ -238,7 +238,7 @@ class Supervisor:
             try:
                 await self._start(slot)
             except WorkerFailed as exc:
-                log.error("%s", exc)
+                logger.error("%s", exc)
 
     async def close(self) -> None:
         """SIGTERM to every worker; wait for them (SIGKILL after :data:`STOP_SECONDS`)."""
@@ -255,7 +255,7 @@ class Supervisor:
                 async with asyncio.timeout(STOP_SECONDS):
                     await proc.wait()
             except TimeoutError:
-                log.error("worker (pid %d) did not stop in time; killing it", proc.pid)
+                logger.error("worker (pid %d) did not stop in time; killing it", proc.pid)
                 with contextlib.suppress(ProcessLookupError):
                     proc.kill()
                 await proc.wait()

@@ -22,7 +22,6 @@ SASL_HEADER: Final = b"AMQP\x03\x01\x00\x00"
 #: The spec's floor for max-frame-size: every peer takes frames this large.
 MIN_MAX_FRAME_SIZE: Final = 512
 EMPTY_FRAME: Final = HEADER.pack(HEADER_BYTES, 2, AMQP_FRAME, 0)
-FRAMING_ERROR: Final = "amqp:connection:framing-error"
 
 
 class FramingError(DecodeError):

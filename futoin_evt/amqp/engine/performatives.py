@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar, Final
 
+from .conditions import DECODE_ERROR, INVALID_FIELD
 from .types import (
     Array,
     DecodeError,
@@ -25,9 +26,6 @@ from .types import (
     encode_into,
     symbols,
 )
-
-DECODE_ERROR: Final = "amqp:decode-error"
-INVALID_FIELD: Final = "amqp:invalid-field"
 
 
 class BadComposite(DecodeError):
