@@ -23,7 +23,7 @@ from futoin_evt.auth.users import hash_password
 from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
-from tests.amqp_wire import ATTACH, DETACH, SOURCE, TARGET, frame, logged_in
+from tests.support.amqp_wire import ATTACH, DETACH, SOURCE, TARGET, frame, logged_in
 
 PASSWORD = "alice-pw"
 

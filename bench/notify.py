@@ -33,7 +33,7 @@ from typing import Any, Final
 
 from futoin_evt.domain.notification import Notification
 from futoin_evt.domain.principal import Principal
-from futoin_evt.domain.stream import UserId
+from futoin_evt.domain.stream import EventDraft, UserId
 from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.live import LiveEvents, Subscription
 from futoin_evt.notify.selector import compile_selector
@@ -139,7 +139,7 @@ async def _fan_out(events: EventLog, seconds: float, rate: int) -> dict[str, flo
         for i in range(per_tick):
             n = tick * per_tick + i
             data = {"t": time.perf_counter(), "amount": n % 97, "region": "EU", "n": n}
-            append = events.append(WRITER, TYPES[n % len(TYPES)], data)
+            append = events.append(WRITER, [EventDraft(TYPES[n % len(TYPES)], data)])
             in_flight.add(append)
             append.add_done_callback(appended)
         delay = started + (tick + 1) * TICK - time.perf_counter()

@@ -2,43 +2,45 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import json
 import os
-import re
 import secrets
 import shutil
-import signal
-import socket
-import sqlite3
 import subprocess
-import sys
-import tempfile
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
+import httpx
 import pytest
 from hypothesis import settings
 
+from futoin_evt.amqp import AmqpConfig
 from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient
-from futoin_evt.domain.rights import Right
-from futoin_evt.domain.stream import UserId
 from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
+from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store
 from tests import nethosts
 from tests.faultfs import FaultFS, unavailable
 
-ROOT = Path(__file__).resolve().parent.parent
+from .support.cli import admin_server  # noqa: F401 (a fixture)
+from .support.console import browser, page, servers, shots, worker  # noqa: F401 (fixtures)
+from .support.notify import streams_server  # noqa: F401 (a fixture)
+from .support.servers import (
+    ROOT,
+    USERS,
+    ClientFactory,
+    ServerFactory,
+    ServerProcess,
+    add_user,
+)
+from .support.sql import PgCluster
+
 JS_DIR = ROOT / "tests" / "js"
 NPM_CACHE = ROOT / ".cache" / "npm"
-USERS = {"alice": "alice-pw", "bob": "bob-pw"}
 TRANSPORT_OPTIONS = {"host", "tls", "trust_channel", "limits"}
 #: ``futoin-evt serve`` started by the tests runs one process unless a test asks for more
 #: (tests/test_workers.py) or the whole suite runs with FUTOIN_EVT_WORKERS=2.
@@ -57,23 +59,6 @@ def password_hashes() -> dict[str, str]:
 @pytest.fixture
 def db_path(tmp_path: Path) -> Path:
     return tmp_path / "events.sqlite"
-
-
-#: What the tests' users may do unless a test says otherwise: what every user could do before
-#: rights per stream (tests of rights grant their own).
-TEST_RIGHTS: Final = Right.READ | Right.WRITE
-
-
-async def add_user(
-    store: Store, name: str, password_hash: str, *, is_admin: bool = False
-) -> UserId:
-    """A user with :data:`TEST_RIGHTS` on every stream."""
-    user_id = await store.add_user(name, password_hash, is_admin=is_admin)
-    await store.grant(user_id, "*", int(TEST_RIGHTS))
-    return user_id
-
-
-ServerFactory = Callable[..., Awaitable[EventServer]]
 
 
 @pytest.fixture
@@ -114,7 +99,10 @@ async def server(start_server: ServerFactory) -> EventServer:
     return await start_server()
 
 
-ClientFactory = Callable[..., Awaitable[EventStreamClient]]
+@pytest.fixture
+async def amqp_server(start_server: ServerFactory) -> EventServer:
+    """A server with the AMQP door on a free port."""
+    return await start_server(amqp=AmqpConfig(port=0))
 
 
 @pytest.fixture
@@ -141,6 +129,13 @@ async def alice(connect: ClientFactory) -> EventStreamClient:
 @pytest.fixture
 async def bob(connect: ClientFactory) -> EventStreamClient:
     return await connect("bob")
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    """An HTTP client that authenticates as alice (Basic)."""
+    async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as client:
+        yield client
 
 
 # -- the official JavaScript client -------------------------------------------------------------
@@ -174,83 +169,10 @@ def js_peer() -> Path:
     return JS_DIR
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture(params=WORKER_COUNTS, ids=lambda count: f"workers{count}")
 def serve_workers(request: pytest.FixtureRequest) -> int:
     """``--workers`` of the ``futoin-evt serve`` processes a test starts: 1, then 2."""
     return int(request.param)
-
-
-class ServerProcess:
-    """``futoin-evt serve`` as its own process, as an operator runs it, in a session of its
-    own: :meth:`kill` kills the supervisor and its workers at once. ``workers``: the
-    ``--workers`` option (default: ``$FUTOIN_EVT_WORKERS``)."""
-
-    def __init__(
-        self,
-        db: str | Path,
-        port: int = 0,
-        *extra: str,
-        log_level: str = "warning",
-        workers: int | None = None,
-    ) -> None:
-        self.db = db
-        if workers is not None:
-            extra = ("--workers", str(workers), *extra)
-        # The log goes to a file: a pipe nobody reads would stop the server once it is full.
-        self.log = tempfile.TemporaryFile("w+")  # noqa: SIM115 (closed with the process)
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "futoin_evt", "--log-level", log_level, "serve",
-             "--db", str(db), "--port", str(port), *extra],
-            stdout=subprocess.PIPE,
-            stderr=self.log,
-            text=True,
-            start_new_session=True,
-        )  # fmt: skip
-        assert self.proc.stdout is not None
-        line = self.proc.stdout.readline()
-        match = re.search(r"ws://\S+", line)
-        if match is None:
-            self.proc.communicate(timeout=30)
-            raise AssertionError(f"no URL in {line!r}; stderr: {self.logged()}")
-        self.line = line
-        self.url = match.group(0)
-        try:
-            self.port = int(self.url.rsplit(":", 1)[1].strip("/"))
-        except ValueError:
-            self.kill()  # not left running when the start-up line is not understood
-            raise
-        amqp = re.search(r"amqps?://\S+", line)
-        self.amqp_url = amqp.group(0) if amqp else None
-
-    def logged(self) -> str:
-        """What the server logged so far."""
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self) -> int:
-        """SIGTERM, as an operator stops it; returns the exit code."""
-        return self.stop_and_read_log(timeout=30)[0]
-
-    def stop_and_read_log(self, timeout: float) -> tuple[int, str]:
-        """SIGTERM; the exit code and everything the server logged."""
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.communicate(timeout=timeout)  # also closes the pipes
-        logged = self.logged()
-        self.log.close()
-        return self.proc.returncode, logged
-
-    def kill(self) -> None:
-        """SIGKILL to the process and its workers at once: a crash of the whole server."""
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        self.proc.communicate(timeout=30)
-        self.log.close()
 
 
 @pytest.fixture
@@ -261,35 +183,6 @@ def processes() -> Iterator[list[ServerProcess]]:
     for process in started:
         if process.proc.poll() is None:
             process.kill()
-
-
-def run_without(module: str, argv: list[str]) -> subprocess.CompletedProcess[str]:
-    """The command line, run with ``module`` missing (as if it were not installed)."""
-    script = (
-        f"import sys; sys.modules[{module!r}] = None\n"
-        "from futoin_evt.cli import main\n"
-        f"sys.exit(main({argv!r}))"
-    )
-    return subprocess.run(
-        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
-    )
-
-
-async def run_js(js_dir: Path, script: str, scenario: dict[str, Any]) -> list[Any]:
-    """Run a script of tests/js with a JSON scenario; return its JSON output lines."""
-    proc = await asyncio.create_subprocess_exec(
-        "node",
-        script,
-        json.dumps(scenario),
-        cwd=js_dir,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "NODE_NO_WARNINGS": "1"},
-    )
-    async with asyncio.timeout(120):
-        out, err = await proc.communicate()
-    assert proc.returncode == 0, err.decode()
-    return [json.loads(line) for line in out.decode().splitlines() if line.strip()]
 
 
 # -- PostgreSQL ----------------------------------------------------------------------------------
@@ -347,53 +240,11 @@ def store_db(request: pytest.FixtureRequest, db_path: Path) -> str:
     return str(request.getfixturevalue("pg_url"))
 
 
-def pg_schema_at(url: str, version: int) -> None:
-    """Make the empty database ``url`` as a release at schema ``version`` left it (the
-    migration steps stay in the code)."""
-    import psycopg
-
-    from futoin_evt.storage.postgres.schema import MIGRATIONS
-
-    with psycopg.connect(url, autocommit=True) as conn:
-        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
-        for step in range(1, version + 1):
-            for statement in MIGRATIONS[step]:
-                conn.execute(statement)
-        conn.execute("INSERT INTO schema_version VALUES (%s)", (version,))
-
-
-class PgCluster:
-    """The PostgreSQL cluster (Debian's pg_ctlcluster) that serves the test database."""
-
-    def __init__(self, version: str, name: str, host: str, port: int) -> None:
-        self.version, self.name, self.host, self.port = version, name, host, port
-
-    def control(self, action: str, *, check: bool = True) -> None:
-        """``restart``, ``stop`` or ``start`` (fast mode: connections are cut); returns once
-        the cluster answers again (or, for ``stop``, has stopped)."""
-        subprocess.run(
-            ["pg_ctlcluster", "--skip-systemctl-redirect", self.version, self.name, action],
-            check=check,
-            capture_output=True,
-            timeout=120,
-        )
-        if action != "stop":
-            self.wait_ready()
-
-    def is_ready(self) -> bool:
-        ready = subprocess.run(
-            ["pg_isready", "-q", "-h", self.host, "-p", str(self.port), "-t", "1"],
-            check=False,
-            timeout=30,
-        )
-        return ready.returncode == 0
-
-    def wait_ready(self, seconds: float = 60.0) -> None:
-        deadline = time.monotonic() + seconds
-        while not self.is_ready():
-            if time.monotonic() > deadline:
-                raise AssertionError(f"PostgreSQL on port {self.port} not ready in {seconds} s")
-            time.sleep(0.1)  # between probes; each probe itself waits up to 1 s
+@pytest.fixture
+async def store(store_db: str) -> AsyncIterator[Store]:
+    """The store of ``store_db`` (each backend), opened by the test itself."""
+    async with await open_store(store_db) as opened:
+        yield opened
 
 
 @pytest.fixture
@@ -422,18 +273,6 @@ def pg_cluster(pg_database: str) -> Iterator[PgCluster]:
     finally:
         if not found.is_ready():
             found.control("start", check=False)  # (it may be starting already)
-
-
-def execute_sql(db: str, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
-    """Run one statement on the database outside any store (``?`` placeholders)."""
-    if db.startswith(("postgresql://", "postgres://")):
-        import psycopg
-
-        with psycopg.connect(db, autocommit=True) as conn:
-            cursor = conn.execute(sql.replace("?", "%s"), params)
-            return cursor.fetchall() if cursor.description is not None else []
-    with sqlite3.connect(db, isolation_level=None) as conn:
-        return conn.execute(sql, params).fetchall()
 
 
 # -- property-based tests -----------------------------------------------------------------------

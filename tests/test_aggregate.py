@@ -12,7 +12,6 @@ import os
 import re
 import shutil
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -27,11 +26,10 @@ from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, NotWritable, Store
 
-from . import test_stream_cli, waiting
-from .conftest import ServerProcess, execute_sql, pg_schema_at
-from .test_cli import run
-from .test_stream_cli import on_server
-from .test_streams_serving import _Serving
+from .support import waiting
+from .support.cli import on_server, run
+from .support.servers import ServerProcess, Serving
+from .support.sql import execute_sql, pg_schema_at
 
 pytestmark = pytest.mark.functional
 
@@ -197,7 +195,7 @@ def lease_holder(db: str) -> str | None:
     return str(rows[0][0]) if rows else None
 
 
-def copied_here(server: _Serving) -> bool:
+def copied_here(server: Serving) -> bool:
     """The process has logged that it copies (read up to now)."""
     lines = []
     while not server.lines.empty():
@@ -205,7 +203,7 @@ def copied_here(server: _Serving) -> bool:
     return any("copying into the aggregate" in line for line in lines)
 
 
-def kill(server: _Serving) -> None:
+def kill(server: Serving) -> None:
     """SIGKILL to the server and its workers at once."""
     os.killpg(server.proc.pid, signal.SIGKILL)
     server.proc.wait(timeout=30)
@@ -232,12 +230,18 @@ async def test_serving_processes_copy_once_and_take_over_after_a_sigkill_mid_cop
             await fill(store, source, 5000, str(start))
     total = 4 * MANY
     lease = ("--aggregate-lease", "2")
-    servers = [_Serving(store_db, *lease), _Serving(store_db, *lease)]
+    servers = [Serving(store_db, *lease), Serving(store_db, *lease)]
     try:
         assert stream(store_db, "add", "all", "--aggregate", "orders")
-        deadline = time.monotonic() + DEADLINE
-        while (copied := aggregate_count(store_db, "all")) == 0:  # as often as it can be read
-            assert time.monotonic() < deadline, "nothing copied"
+        counts: list[int] = []
+
+        def copying_began() -> bool:
+            counts.append(aggregate_count(store_db, "all"))
+            return counts[-1] > 0
+
+        # as often as it can be read: the kill must come while the copy goes on
+        waiting.until_blocking(copying_began, "something copied", DEADLINE, interval=0)
+        copied = counts[-1]
         holder = lease_holder(store_db)
         copying = next(s for s in servers if s.holds(holder))
         kill(copying)
@@ -278,7 +282,7 @@ async def test_a_graceful_stop_hands_the_copying_over(store_db: str) -> None:
         source = await store.add_stream("orders", 2)
         await store.add_stream("all", 1, aggregate_of="orders")
     lease = ("--aggregate-lease", "2")
-    servers = [_Serving(store_db, *lease), _Serving(store_db, *lease)]
+    servers = [Serving(store_db, *lease), Serving(store_db, *lease)]
     try:
         holder = None
 
@@ -341,9 +345,6 @@ def test_bad_input_to_the_command_exits_2_with_one_line(store_db: str) -> None:
     stream(store_db, "drop", "kept", "--yes")
     stream(store_db, "drop", "orders", "--yes")
     assert execute_sql(store_db, "SELECT COUNT(*) FROM aggregate_sources") == [(0,)]
-
-
-admin_server = test_stream_cli.admin_server
 
 
 async def test_an_admin_adds_an_aggregate_to_a_running_server(

@@ -10,10 +10,8 @@ import sqlite3
 import ssl
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any
 
 import pytest
 import trustme
@@ -29,7 +27,7 @@ from proton import (
     uint,
     ulong,
 )
-from proton.reactor import Filter, LinkOption
+from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached, SendException
 
 from futoin_evt.amqp import AmqpConfig, AmqpLimits, NodeLimits
@@ -39,33 +37,23 @@ from futoin_evt.client.aio import Event, EventStreamClient
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.app import EventServer
 
-from .amqp_wire import ATTACH, FLOW, TRANSFER, attach, frame, logged_in
-from .conftest import USERS, ServerFactory, run_js
+from .support.amqp import (
+    LinkProperties,
+    annotations_filter,
+    connected,
+    in_thread,
+    management_requests,
+    produce,
+    send_outcome,
+)
+from .support.amqp_wire import ATTACH, FLOW, TRANSFER, attach, frame, logged_in
+from .support.js import run_js
+from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 
-T = TypeVar("T")
 OFFSET = symbol("event-streams-offset")
 TIMESTAMP = symbol("event-streams-timestamp")
-ANNOTATIONS_FILTER = ulong(0x200)
-
-
-class LinkProperties(LinkOption):
-    def __init__(self, **properties: Any) -> None:
-        self.properties = {symbol(k.replace("_", "-")): v for k, v in properties.items()}
-
-    def apply(self, link: Any) -> None:
-        link.properties = self.properties
-
-
-def annotations_filter(**values: Any) -> Filter:
-    described = {symbol(f"event-streams-{k}"): v for k, v in values.items()}
-    return Filter({symbol("offset"): Described(ANNOTATIONS_FILTER, cast(Any, described))})
-
-
-@pytest.fixture
-async def amqp_server(start_server: ServerFactory) -> EventServer:
-    return await start_server(amqp=AmqpConfig(port=0))
 
 
 def delivery_annotations(message: Message) -> dict[Any, Any]:
@@ -76,36 +64,6 @@ def delivery_annotations(message: Message) -> dict[Any, Any]:
 def message_annotations(message: Message) -> dict[Any, Any]:
     assert message.annotations is not None
     return dict(message.annotations)
-
-
-async def in_thread(fn: Callable[..., T], *args: Any) -> T:
-    """Blocking clients run beside the server's loop."""
-    return await asyncio.to_thread(fn, *args)
-
-
-@contextmanager
-def connected(
-    url: str, user: str = "alice", password: str | None = None, **kw: Any
-) -> Iterator[BlockingConnection]:
-    conn = BlockingConnection(
-        url,
-        user=user,
-        password=USERS[user] if password is None else password,
-        allowed_mechs="PLAIN",
-        timeout=30,
-        **kw,
-    )
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def produce(url: str, bodies: list[Any], event_type: str = "T") -> None:
-    with connected(url) as conn:
-        sender = conn.create_sender("events")
-        for body in bodies:
-            sender.send(Message(subject=event_type, body=body))
 
 
 def consume(url: str, count: int, options: Any = None, credit: int = 500) -> list[Message]:
@@ -308,14 +266,6 @@ async def test_data_sections(amqp_server: EventServer) -> None:
     assert messages[0].body == b'{"a": [1, 2]}'
     assert messages[1].inferred
     assert messages[1].body == b"\x00\xffraw"
-
-
-def send_outcome(sender: Any, message: Message) -> tuple[int, str | None]:
-    """Send and wait for the server's outcome: (state, error condition)."""
-    delivery = sender.link.send(message)
-    sender.connection.wait(lambda: delivery.remote_state != 0)
-    condition = delivery.remote.condition
-    return delivery.remote_state, condition.name if condition is not None else None
 
 
 @pytest.mark.parametrize(
@@ -702,29 +652,6 @@ async def test_event_hubs_addresses(amqp_server: EventServer) -> None:
         assert "amqp:not-found" in outcome[address]
     # a long value is quoted cut, with its length: never as a shorter value
     assert f"no such partition: '{'1' * 40}…' (60 characters)" in outcome[LONG_PARTITION]
-
-
-class ReplyTarget(LinkOption):
-    def __init__(self, address: str) -> None:
-        self.address = address
-
-    def apply(self, link: Any) -> None:
-        link.target.address = self.address
-
-
-def management_requests(url: str, requests: list[dict[str, Any]]) -> list[tuple[Any, Any]]:
-    """(application properties, body) of each reply, asked as Event Hubs clients ask."""
-    with connected(url) as conn:
-        sender = conn.create_sender("$management")
-        receiver = conn.create_receiver("$management", credit=10, options=ReplyTarget("me-1"))
-        replies = []
-        for n, properties in enumerate(requests):
-            request = Message(id=f"req-{n}", reply_to="me-1", properties=properties, body={})
-            sender.send(request)
-            reply = receiver.receive()  # settled by the server as it is sent
-            assert reply.correlation_id == f"req-{n}"
-            replies.append((reply.properties, reply.body))
-        return replies
 
 
 async def test_management_reads_the_hub_and_its_partition(amqp_server: EventServer) -> None:

@@ -21,7 +21,7 @@ from futoin_evt.amqp import AmqpConfig, AmqpLimits
 from futoin_evt.amqp.sasl import AMQP_HEADER, SASL_HEADER, encode_sasl_frame
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerProcess, add_user, free_port
+from .support.servers import USERS, ServerProcess, add_user, free_port
 
 pytestmark = pytest.mark.functional
 

@@ -18,9 +18,11 @@ from futoin_evt.amqp import AmqpConfig
 from futoin_evt.amqp.codec import KEY_PROPERTY
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory, execute_sql, run_js
-from .test_amqp import connected, send_outcome
-from .test_amqp_eventhubs import SECRET, connection_string, key_of
+from .support.amqp import connected, send_outcome
+from .support.eventhubs import SECRET, connection_string, key_of
+from .support.js import run_js
+from .support.servers import USERS, ServerFactory
+from .support.sql import stored
 
 pytestmark = pytest.mark.functional
 
@@ -28,11 +30,6 @@ pytestmark = pytest.mark.functional
 @pytest.fixture
 async def keyed_amqp(start_server: ServerFactory, store_db: str) -> EventServer:
     return await start_server(db=store_db, amqp=AmqpConfig(port=0, sas_secret=SECRET))
-
-
-def stored(db: str) -> list[tuple[int, Any]]:
-    rows = execute_sql(db, "SELECT id, data FROM events ORDER BY id")
-    return [(int(event_id), json.loads(data)) for event_id, data in rows]
 
 
 def keyed(n: int, key: Any, **fields: Any) -> Message:

@@ -11,10 +11,9 @@ from typing import Any
 import pytest
 from proton import Collector, Connection, Delivery, Endpoint, Link, Message, Transport
 
-from futoin_evt.amqp.engine.connection import (
+from futoin_evt.amqp.engine.events import (
     ConnectionClosed,
     DeliveriesUpdated,
-    Engine,
     LinkAttached,
     LinkDetached,
     LinkFlow,
@@ -35,6 +34,7 @@ from futoin_evt.amqp.engine.performatives import (
     Rejected,
     Transfer,
 )
+from futoin_evt.amqp.engine.protocol import AmqpProtocol
 
 
 class Clock:
@@ -50,7 +50,7 @@ class Pair:
 
     def __init__(self, client_frame_size: int | None = None, **options: Any) -> None:
         self.clock = Clock()
-        self.engine = Engine("server", clock=self.clock, **options)
+        self.engine = AmqpProtocol("server", clock=self.clock, **options)
         self.transport = Transport()
         if client_frame_size is not None:
             self.transport.max_frame_size = client_frame_size
@@ -564,7 +564,7 @@ def test_messages_round_trip_through_proton_message() -> None:
 
 
 def test_a_wrong_header_gets_ours_and_the_end() -> None:
-    engine = Engine("server")
+    engine = AmqpProtocol("server")
     engine.receive_data(b"HTTP/1.1 200 OK\r\n")
     assert engine.data_to_send() == AMQP_HEADER
     assert engine.finished
@@ -616,7 +616,7 @@ def _client_stream() -> bytes:
     return bytes(pair.client_bytes)
 
 
-def _serve(engine: Engine) -> None:
+def _serve(engine: AmqpProtocol) -> None:
     for event in engine.events():
         if isinstance(event, LinkAttached):
             event.link.accept()
@@ -645,7 +645,7 @@ def test_cut_and_corrupted_streams_never_raise() -> None:
                 del data[at : at + rng.randint(1, 40)]
             else:
                 data[at:at] = rng.randbytes(rng.randint(1, 40))
-        engine = Engine("server", max_frame_size=4096)
+        engine = AmqpProtocol("server", max_frame_size=4096)
         position = 0
         while position < len(data) and not engine.finished:
             step = rng.randint(1, 700)
@@ -686,7 +686,7 @@ def _encode_frame(channel: int, performative: Composite) -> bytes:
 
 
 def test_transfers_read_quickly_match_the_general_decoder() -> None:
-    from futoin_evt.amqp.engine.connection import _quick_transfer
+    from futoin_evt.amqp.engine.transfers import quick_transfer
     from futoin_evt.amqp.engine.types import encode
 
     cases = [
@@ -697,7 +697,7 @@ def test_transfers_read_quickly_match_the_general_decoder() -> None:
     ]
     for transfer in cases:
         body = memoryview(encode(transfer.described()) + b"payload")
-        quick = _quick_transfer(body)
+        quick = quick_transfer(body)
         assert quick is not None
         t = decode_body(body)[0]
         assert isinstance(t, Transfer)
@@ -705,7 +705,7 @@ def test_transfers_read_quickly_match_the_general_decoder() -> None:
         assert quick[:7] == (*fields, bool(t.settled), t.more, t.aborted)
         assert bytes(body[quick[7] :]) == b"payload"
     bool_handle = memoryview(b"\x00\x53\x14\xc0\x02\x01\x41")
-    assert _quick_transfer(bool_handle) is None
+    assert quick_transfer(bool_handle) is None
 
 
 @pytest.mark.parametrize("size", range(9, 17))

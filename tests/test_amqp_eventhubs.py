@@ -6,30 +6,34 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from azure.eventhub import EventData, EventHubConsumerClient, EventHubProducerClient
+from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.exceptions import EventHubError
 from proton import Described, Message, symbol, ulong
 from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached
 
 from futoin_evt.amqp import AmqpConfig, AmqpLimits
-from futoin_evt.auth.sas import sas_key, sign
+from futoin_evt.auth.sas import sign
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory
+from .support.eventhubs import (
+    SECRET,
+    anonymous,
+    connection_string,
+    key_of,
+    put_token,
+    receive_from,
+)
+from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 
-SECRET = b"a test secret of more than thirty-two characters"
 EARLIEST = Filter(
     {symbol("f"): Described(ulong(0x200), {symbol("event-streams-offset"): symbol("@earliest")})}
 )
@@ -40,64 +44,11 @@ async def hub(start_server: ServerFactory) -> EventServer:
     return await start_server(amqp=AmqpConfig(port=0, sas_secret=SECRET))
 
 
-async def key_of(server: EventServer, name: str) -> str:
-    user = await server.store.get_user(name)
-    assert user is not None
-    return sas_key(SECRET, user)
-
-
-def connection_string(server: EventServer, user: str, key: str) -> str:
-    assert server.amqp is not None
-    return (
-        f"Endpoint=sb://127.0.0.1:{server.amqp.port}/;SharedAccessKeyName={user};"
-        f"SharedAccessKey={key};EntityPath=events;UseDevelopmentEmulator=true"
-    )
-
-
 def receive(conn_str: str, count: int, **options: Any) -> list[Any]:
     """``count`` events from partition 0 with EventHubConsumerClient (closed once they came)."""
     return [
         event for _partition, event in receive_from(conn_str, count, partition_id="0", **options)
     ]
-
-
-#: EventHubConsumerClient options :func:`receive_from` gives the client.
-CLIENT_OPTIONS = ("socket_timeout", "partition_ownership_expiration_interval")
-
-
-def receive_from(conn_str: str, count: int, **options: Any) -> list[tuple[str, Any]]:
-    """(partition id, event) until ``count`` came, with EventHubConsumerClient.receive;
-    ``options``: those of receive, and the client's ``load_balancing_*`` and those of
-    :data:`CLIENT_OPTIONS`."""
-    client = EventHubConsumerClient.from_connection_string(
-        conn_str,
-        consumer_group="$Default",
-        **{
-            k: options.pop(k)
-            for k in list(options)
-            if k.startswith("load_balancing_") or k in CLIENT_OPTIONS
-        },
-    )
-    received: list[tuple[str, Any]] = []
-    errors: list[Exception] = []
-    lock = threading.Lock()
-
-    def on_event(context: Any, event: Any) -> None:
-        if event is None:
-            return
-        with lock:
-            received.append((context.partition_id, event))
-            if len(received) == count:
-                threading.Thread(target=client.close).start()
-
-    def on_error(_context: Any, error: Exception) -> None:
-        errors.append(error)
-        threading.Thread(target=client.close).start()
-
-    with client:
-        client.receive(on_event=on_event, on_error=on_error, **options)
-    assert not errors, errors
-    return received
 
 
 async def test_producer_and_consumer_clients(hub: EventServer) -> None:
@@ -262,41 +213,6 @@ async def test_a_wrong_key_is_refused_and_not_logged(
     assert refusals
     assert "signature does not match" in refusals[0]
     assert not any(wrong in r.getMessage() for r in caplog.records)
-
-
-@contextmanager
-def anonymous(server: EventServer) -> Iterator[BlockingConnection]:
-    assert server.amqp is not None
-    conn = BlockingConnection(
-        f"amqp://127.0.0.1:{server.amqp.port}", allowed_mechs="ANONYMOUS", timeout=30
-    )
-    try:
-        yield conn
-    finally:
-        conn.close()
-
-
-def put_token(conn: BlockingConnection, token: str, audience: str) -> tuple[int, str]:
-    """One put-token request on ``$cbs``; (status code, description)."""
-    replies = conn.create_receiver("$cbs", credit=1)
-    requests = conn.create_sender("$cbs")
-    request = Message(
-        id=1,
-        reply_to="$cbs",
-        body=token,
-        properties={
-            "operation": "put-token",
-            "type": "servicebus.windows.net:sastoken",
-            "name": audience,
-        },
-    )
-    requests.send(request)
-    reply = replies.receive()
-    requests.close()  # type: ignore[no-untyped-call]
-    replies.close()  # type: ignore[no-untyped-call]
-    assert reply.correlation_id == 1
-    properties: dict[str, Any] = dict(reply.properties or {})
-    return properties["status-code"], properties["status-description"]
 
 
 AUDIENCE = "sb://127.0.0.1/events"

@@ -5,8 +5,6 @@ two links made to land on different workers."""
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from proton import Described, symbol, uint, ulong
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.storage import open_store
 
-from .amqp_wire import (
+from .support.amqp_wire import (
     ATTACH,
     DETACH,
     DISPOSITION,
@@ -29,9 +27,10 @@ from .amqp_wire import (
     flow,
     logged_in,
 )
-from .amqp_wire import detach as detach_frame
-from .amqp_wire import frame as amqp_frame
-from .conftest import ServerFactory, ServerProcess, add_user
+from .support.amqp_wire import detach as detach_frame
+from .support.amqp_wire import frame as amqp_frame
+from .support.servers import ServerFactory, ServerProcess
+from .support.workers import amqp_port, on_worker, prepare
 
 pytestmark = pytest.mark.functional
 
@@ -95,16 +94,6 @@ async def refused(peer: Peer, name: str) -> str | None:
 Connect = Callable[[], Awaitable[Peer]]
 
 
-async def prepare(db: str | Path, users: dict[str, str] | None = None) -> None:
-    """Three events in ``events``, and the users, before any server starts (so none waits
-    to hear of them)."""
-    async with await open_store(db) as store:
-        for name, password_hash in (users or {}).items():
-            await add_user(store, name, password_hash)
-        for n in range(3):
-            await store.append("T", json.dumps(n))
-
-
 async def take_over(db: str, first: Connect, second: Connect) -> None:
     """A link of the group with epoch 1 on ``first``; on ``second``, the same epoch is
     refused, a higher one takes over; the first link is detached as stolen, and what it
@@ -148,11 +137,6 @@ async def pg_db(pg_url: str, password_hashes: dict[str, str]) -> str:
     return pg_url
 
 
-def amqp_port(process: ServerProcess) -> int:
-    assert process.amqp_url is not None
-    return int(process.amqp_url.rsplit(":", 1)[1].strip("/"))
-
-
 async def test_a_group_is_taken_over_across_processes_on_postgresql(
     pg_db: str, processes: list[ServerProcess]
 ) -> None:
@@ -166,23 +150,6 @@ async def test_a_group_is_taken_over_across_processes_on_postgresql(
     peer = await logged_in(one)
     await peer.send(attach("owner level", 0, 2, owner_level=True))
     assert await refused(peer, "owner level") is None
-
-
-async def on_worker(process: ServerProcess, slot: int) -> Peer:
-    """A logged-in connection the kernel gave worker ``slot`` of ``process`` (those it gave
-    the other worker are closed until one lands there). The worker logs the connection as
-    it takes it, before it answers anything: once logged in, the line is there."""
-    port = amqp_port(process)
-    for _ in range(200):
-        peer = await logged_in(port)
-        local = peer.writer.get_extra_info("sockname")[1]
-        line = rf" worker (\d+) \S+: AMQP connection from 127\.0\.0\.1:{local}\n"
-        found = re.search(line, process.logged())
-        assert found is not None, f"the connection from port {local} is not logged"
-        if int(found.group(1)) == slot:
-            return peer
-        await peer.close()
-    raise AssertionError(f"no connection reached worker {slot}")
 
 
 async def test_a_group_is_taken_over_across_workers_on_sqlite(

@@ -16,7 +16,7 @@ from proton.utils import BlockingConnection
 from futoin_evt.auth.users import hash_password
 from futoin_evt.storage.sqlite import SqliteStore
 
-from .amqp_wire import (
+from .support.amqp_wire import (
     AMQP_HEADER,
     ATTACH,
     CLOSE,
@@ -43,7 +43,7 @@ from .amqp_wire import (
     sasl_init,
     transfer,
 )
-from .conftest import USERS, add_user
+from .support.servers import USERS, add_user
 
 pytestmark = pytest.mark.functional
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,37 +17,24 @@ from azure.eventhub import EventData, EventHubProducerClient
 from proton import Delivery, Message, symbol
 from proton.utils import LinkDetached, SendException
 
-from futoin_evt.amqp import AmqpConfig
-from futoin_evt.amqp.node import key_partition
+from futoin_evt.amqp.streams.addressing import key_partition
+from futoin_evt.domain.partition import Partition
 from futoin_evt.server.app import EventServer
 
-from .conftest import ServerFactory, run_js
-from .test_amqp import LinkProperties, annotations_filter, connected
-from .test_amqp_eventhubs import SECRET, key_of, receive_from
+from .support import eventhubs
+from .support.amqp import LinkProperties, annotations_filter, connected
+from .support.eventhubs import HUB, PARTITIONS, connection_string, key_of, receive_from
+from .support.js import run_js
+from .support.waiting import until
 
 pytestmark = pytest.mark.functional
 
-HUB = "orders"
-PARTITIONS = 4
 SOURCE = symbol("event-streams-source-partition")
 TARGET = symbol("event-streams-target-partition")
 PARTITION = symbol("event-streams-partition")
 
 
-@pytest.fixture
-async def hub(start_server: ServerFactory, store_db: str) -> EventServer:
-    server = await start_server(db=store_db, amqp=AmqpConfig(port=0, sas_secret=SECRET))
-    await server.store.add_stream(HUB, PARTITIONS)
-    await server.streams.refresh()
-    return server
-
-
-def connection_string(server: EventServer, user: str, key: str, hub: str = HUB) -> str:
-    assert server.amqp is not None
-    return (
-        f"Endpoint=sb://127.0.0.1:{server.amqp.port}/;SharedAccessKeyName={user};"
-        f"SharedAccessKey={key};EntityPath={hub};UseDevelopmentEmulator=true"
-    )
+hub = eventhubs.hub
 
 
 def receive(conn_str: str, count: int, **options: Any) -> list[tuple[str, Any]]:
@@ -88,7 +76,7 @@ def check_every_event_once_in_key_order(
 
 
 async def test_the_sdk_sees_partitions_and_keys_pick_them(hub: EventServer) -> None:
-    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"), HUB)
 
     def properties() -> tuple[list[str], dict[str, Any], list[dict[str, Any]]]:
         with EventHubProducerClient.from_connection_string(conn_str) as producer:
@@ -130,7 +118,7 @@ async def test_the_sdk_sees_partitions_and_keys_pick_them(hub: EventServer) -> N
 async def test_partition_batches_and_reading_one_partition_from_a_sequence_number(
     hub: EventServer,
 ) -> None:
-    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"), HUB)
 
     def produce() -> None:
         with EventHubProducerClient.from_connection_string(conn_str) as producer:
@@ -273,21 +261,21 @@ async def test_group_links_get_free_partitions_and_ftn18_groups_bind_per_partiti
     assert alice is not None
     info = hub.streams.get(HUB)
     assert info is not None
+    user_id = alice.id
+
+    async def accepted(partition: Partition) -> bool:
+        """The position is written once the accept arrives."""
+        return await hub.store.partition_log(partition).position(user_id, "billing") == 1
+
     for partition in info.partitions:
-        position = None
-        for _ in range(100):  # the position is written once the accept arrives
-            position = await hub.store.partition_log(partition).position(alice.id, "billing")
-            if position == 1:
-                break
-            await asyncio.sleep(0.05)
-        assert position == 1, partition
+        await until(partial(accepted, partition), f"the position on {partition}", interval=0.05)
 
 
 async def test_the_javascript_sdk(hub: EventServer, js_peer: Path) -> None:
     """@azure/event-hubs, unchanged: partition ids, keyed and partition batches, receiving
     over every partition and one partition from a sequence number."""
     keys = [f"js-{n}" for n in range(6)]
-    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"))
+    conn_str = connection_string(hub, "alice", await key_of(hub, "alice"), HUB)
     lines = await run_js(
         js_peer, "eventhubs.js", {"connectionString": conn_str, "keys": keys, "perKey": 4}
     )

@@ -21,11 +21,12 @@ from futoin_evt.amqp import AmqpConfig
 from futoin_evt.amqp.resume import KeptTerminus, Termini, TerminusKey
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.domain.stream import UserId
+from futoin_evt.log.termini import LinkTermini
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store
 
-from .amqp_wire import (
+from .support.amqp_wire import (
     ATTACH,
     BEGIN,
     CLOSE,
@@ -45,9 +46,10 @@ from .amqp_wire import (
     logged_in,
     login,
 )
-from .conftest import USERS, ServerFactory, ServerProcess, execute_sql
-from .test_amqp_groups import amqp_port, on_worker, prepare
-from .waiting import until
+from .support.servers import USERS, ServerFactory, ServerProcess
+from .support.sql import execute_sql
+from .support.waiting import until
+from .support.workers import amqp_port, on_worker, prepare
 
 pytestmark = pytest.mark.functional
 
@@ -470,7 +472,7 @@ async def test_durable_configuration_keeps_the_position_alone(
 async def test_beyond_the_bound_the_oldest_ids_are_kept_and_the_rest_sent_again(
     server: EventServer, alice: EventStreamClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("futoin_evt.amqp.node.MAX_UNSETTLED", 3)
+    monkeypatch.setattr("futoin_evt.amqp.streams.consumer.MAX_UNSETTLED", 3)
     peer = await connect(server)
     await peer.send(attach("many") + flow(0, 10))
     await answer(peer, "many")
@@ -704,7 +706,7 @@ async def test_what_is_kept_on_one_turn_is_written_in_order_and_taken_after_it(
     alice_store: tuple[Store, UserId],
 ) -> None:
     store, alice = alice_store
-    termini = Termini(store)
+    termini = Termini(LinkTermini(store))
     ended, forgotten, taken = (kept_terminus(alice, name, 60) for name in "eft")
     handle, _written = termini.keep(ended)
     termini.expire_later(handle)  # its connection ended on the same turn: one write
@@ -723,7 +725,7 @@ async def test_a_terminus_of_a_live_session_is_kept_by_its_lease_then_expires(
     """Kept with a lease its process renews (a timeout of 0 would end it with its session);
     once its session ends, it expires."""
     store, alice = alice_store
-    termini = Termini(store, lease=0.3)
+    termini = Termini(LinkTermini(store), lease=0.3)
     handle, written = termini.keep(kept_terminus(alice, "live"))
     await written
 

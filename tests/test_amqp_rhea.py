@@ -9,7 +9,8 @@ import pytest
 from futoin_evt.amqp import AmqpConfig, AmqpLimits
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory, run_js
+from .support.js import run_js
+from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 

@@ -19,8 +19,8 @@ from futoin_evt.log.schemas import OPERATOR, Candidate
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.http import FeedConfig
 
-from .conftest import USERS, ServerFactory
-from .test_schemas import V1, basic
+from .support.schemas import V1, basic
+from .support.servers import USERS, ServerFactory
 
 SALARY: dict[str, Any] = {"type": "object", "properties": {"amount": {"type": "number"}}}
 #: A schema of a later draft than AsyncAPI's own: named as such.

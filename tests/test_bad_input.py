@@ -15,7 +15,7 @@ from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
 
-from .conftest import ServerFactory
+from .support.servers import ServerFactory
 
 pytestmark = pytest.mark.functional
 

@@ -18,24 +18,11 @@ import pytest
 from futoin_evt import __version__
 from futoin_evt.ftn3 import messages
 
-from .conftest import ServerProcess
+from .support.cli import CLI, run
+from .support.servers import ServerProcess
+from .support.waiting import Deadline
 
 pytestmark = pytest.mark.functional
-
-CLI = [sys.executable, "-m", "futoin_evt"]
-
-
-def run(
-    *args: str, stdin: str = "", env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*CLI, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env={**os.environ, **(env or {})},
-    )
 
 
 @pytest.fixture
@@ -86,10 +73,10 @@ def _on_a_terminal(args: list[str], answers: list[str]) -> tuple[int, str]:
     if pid == 0:  # the child: the pty is its controlling terminal and stdin
         os.execv(sys.executable, [*CLI, *args])
     shown, pending = b"", list(answers)
-    deadline = time.monotonic() + 60
+    deadline = Deadline(60)
     try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], max(0.0, deadline - time.monotonic()))
+        while deadline.left():
+            ready, _, _ = select.select([fd], [], [], deadline.left())
             if not ready:
                 break
             try:
@@ -104,8 +91,8 @@ def _on_a_terminal(args: list[str], answers: list[str]) -> tuple[int, str]:
                 os.write(fd, pending.pop(0).encode() + b"\n")
     finally:
         done, status = os.waitpid(pid, os.WNOHANG)
-        ends = time.monotonic() + 30
-        while done == 0 and time.monotonic() < ends:  # its exit, once the terminal closed
+        exit_within = Deadline(30)
+        while done == 0 and exit_within.left():  # its exit, once the terminal closed
             time.sleep(0.01)
             done, status = os.waitpid(pid, os.WNOHANG)
         if done == 0:  # still waiting for an answer: the test fails below

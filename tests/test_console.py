@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import os
 import re
 import ssl
 import subprocess
@@ -22,7 +21,7 @@ from pathlib import Path
 import httpx
 import pytest
 import trustme
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Browser, Page, expect
 from prometheus_client.parser import text_string_to_metric_families
 
 from futoin_evt.auth.users import hash_password
@@ -34,19 +33,21 @@ from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
-from .conftest import USERS, ServerFactory, ServerProcess, add_user, execute_sql, run_without
-from .console_login import console_login
-
-CHROMIUM = Path("/usr/bin/chromium")
+from .support.console import (
+    ADMIN,
+    client_of,
+    console_login,
+    in_browser,
+    log_in,
+    menu,
+    needs_chromium,
+    shoot,
+)
+from .support.servers import USERS, ServerFactory, ServerProcess, add_user, run_without
+from .support.sql import execute_sql
 
 pytestmark = pytest.mark.functional
-#: The tests that drive the browser.
-in_browser = pytest.mark.browser
-needs_chromium = pytest.mark.skipif(
-    not CHROMIUM.exists(), reason="needs Chromium (apt-get install chromium)"
-)
 
-ADMIN = ("root", "root-pw")
 ALICE = f"alice:{USERS['alice']}"
 COOKIE = "futoin_evt_console"
 #: Markup in event data: shown as text, never run.
@@ -61,57 +62,9 @@ async def console(start_server: ServerFactory) -> EventServer:
 
 
 @pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM))
-        yield launched
-        await launched.close()
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    context = await browser.new_context(viewport={"width": 1280, "height": 720})
-    opened = await context.new_page()
-    yield opened
-    await context.close()
-
-
-@pytest.fixture
 async def alice(console: EventServer) -> AsyncIterator[EventStreamClient]:
     async with await client_of(console, "alice") as client:
         yield client
-
-
-async def client_of(server: EventServer, user: str) -> EventStreamClient:
-    return await EventStreamClient.connect(server.url, credentials=f"{user}:{USERS[user]}")
-
-
-async def log_in(page: Page, server: EventServer | str, user: str, password: str) -> None:
-    """Log in to ``server``'s console (or the console at that URL)."""
-    url = server if isinstance(server, str) else server.console_url
-    assert url is not None
-    await page.goto(url)
-    await page.get_by_label("User").fill(user)
-    await page.get_by_label("Password").fill(password)
-    await page.get_by_role("button", name="Log in").click()
-
-
-async def menu(page: Page, entry: str) -> None:
-    await page.locator("header nav").get_by_role("link", name=entry).click()
-
-
-@pytest.fixture
-def shots(tmp_path: Path) -> list[Path]:
-    """Where screenshots go: the test's output, and $FUTOIN_EVT_SCREENSHOTS when set."""
-    shared = os.environ.get("FUTOIN_EVT_SCREENSHOTS")
-    if shared:
-        Path(shared).mkdir(parents=True, exist_ok=True)
-    return [tmp_path, *([Path(shared)] if shared else [])]
-
-
-async def shoot(page: Page, shots: list[Path], name: str) -> None:
-    for directory in shots:
-        await page.screenshot(path=directory / f"{name}.png", full_page=True)
 
 
 def row_of(page: Page, table: str, **data: str) -> str:

@@ -24,19 +24,23 @@ from futoin_evt.console.config import ConsoleConfig
 from futoin_evt.log.connections import CLOSED_BY_ADMIN
 from futoin_evt.server.app import EventServer
 
-from . import test_console, test_console_workers
-from .conftest import USERS, ServerFactory, ServerProcess
-from .console_login import console_login, csrf_in
-from .test_console import ADMIN, client_of, in_browser, log_in, menu, needs_chromium, shoot
-from .test_rights_ftn3 import closed_with
-
-# the browser tests' fixtures; those of a group of workers
-browser, page, shots = test_console.browser, test_console.page, test_console.shots
-db, servers, worker = (
-    test_console_workers.db,
-    test_console_workers.servers,
-    test_console_workers.worker,
+from .support import console
+from .support.console import (
+    ADMIN,
+    client_of,
+    console_login,
+    csrf_in,
+    in_browser,
+    log_in,
+    menu,
+    needs_chromium,
+    shoot,
 )
+from .support.ftn3 import closed_with
+from .support.servers import USERS, ServerFactory, ServerProcess
+
+#: The database of the console behind a group of workers.
+db = console.db
 
 pytestmark = pytest.mark.functional
 
@@ -190,9 +194,9 @@ async def test_an_admin_closes_an_amqp_connection_and_a_form_needs_its_token(
 
 
 async def test_each_worker_lists_its_own_connections_and_says_so(
-    db: str, servers: list[ServerProcess], worker: test_console_workers.Connect
+    db: str, servers: list[ServerProcess], worker: console.Connect
 ) -> None:
-    group = test_console_workers.consoled(db)
+    group = console.consoled(db)
     servers.append(group)
     pages = [worker(group, 0), worker(group, 1)]
     token = pages[0].log_in()  # alice, who is no admin: her own connections

@@ -19,15 +19,23 @@ from futoin_evt.auth.sas import InvalidToken, SasVerifier, sign
 from futoin_evt.console.config import ConsoleConfig
 from futoin_evt.domain.principal import Principal
 from futoin_evt.domain.rights import Right
+from futoin_evt.domain.stream import EventDraft
 from futoin_evt.server.app import EventServer
 
-from . import test_console
-from .conftest import USERS, ServerFactory
-from .console_login import console_login, csrf_in
-from .test_console import ADMIN, client_of, in_browser, log_in, menu, needs_chromium, shoot
+from .support.console import (
+    ADMIN,
+    client_of,
+    console_login,
+    csrf_in,
+    in_browser,
+    log_in,
+    menu,
+    needs_chromium,
+    shoot,
+)
+from .support.servers import USERS, ServerFactory
 
 # the browser tests' fixtures
-browser, page, shots = test_console.browser, test_console.page, test_console.shots
 
 pytestmark = pytest.mark.functional
 
@@ -110,7 +118,7 @@ async def test_a_stream_is_added_grown_and_dropped_by_one_who_manages_it(
     events = console.logs.partition(info.partitions[1])
     root = await principal(console, "root")
     for n in range(10):
-        await events.append(root, "ORDER_PLACED", {"n": n, "pad": "y" * 1000})
+        await events.append(root, [EventDraft("ORDER_PLACED", {"n": n, "pad": "y" * 1000})])
     size = page.locator('#partitions tr[data-partition="1"] .size')
     await expect(size).to_have_text(re.compile(r"^(9\.\d|10\.\d) KiB$"))
     await expect(page.locator('#partitions tr[data-partition="0"] .size')).to_have_text("0 B")

@@ -17,8 +17,8 @@ from futoin_evt.server.http import Exchange, HttpEndpoint
 from futoin_evt.server.websocket import TransportConfig, WebSocketTransport
 from futoin_evt.wsio import ServerIO
 
-from .conftest import USERS, ServerFactory
-from .console_login import console_login, csrf_in
+from .support.console import console_login, csrf_in
+from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 

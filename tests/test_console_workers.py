@@ -11,177 +11,36 @@ from __future__ import annotations
 import asyncio
 import http.client
 import re
-import time
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
-from urllib.parse import urlencode, urlsplit
 
 import pytest
 
 from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.storage import open_store
 
-from .conftest import USERS, ServerProcess, add_user, execute_sql
-from .test_push import Collector, running, stop
-from .test_workers import WITHIN_SECONDS, Group, until
+from .support import console
+from .support.console import Connect, consoled
+from .support.push import Collector, running, stop
+from .support.servers import USERS, ServerProcess, add_user
+from .support.sql import execute_sql
+from .support.waiting import Deadline
+from .support.workers import WITHIN_SECONDS, until
+
+#: The database of the console behind a group of workers.
+db = console.db
 
 pytestmark = pytest.mark.functional
-
-COOKIE = "futoin_evt_console"
-ALICE = {"user": "alice", "password": USERS["alice"]}
-
-
-@pytest.fixture
-async def db(store_db: str, password_hashes: dict[str, str]) -> str:
-    async with await open_store(store_db) as store:
-        alice = await add_user(store, "alice", password_hashes["alice"])
-        await store.register_consumer(alice, "TARGET")
-    return store_db
-
-
-@pytest.fixture
-def servers() -> Iterator[list[ServerProcess]]:
-    """Servers killed at the end (whole groups), unless the test stopped them."""
-    started: list[ServerProcess] = []
-    yield started
-    for server in started:
-        if server.proc.poll() is None:
-            server.kill()
-
-
-class Reply:
-    def __init__(self, response: http.client.HTTPResponse) -> None:
-        self.status = response.status
-        self.location = response.getheader("Location") or ""
-        self.cookie = response.getheader("Set-Cookie") or ""
-        self.text = response.read().decode()
-
-    @property
-    def token(self) -> str:
-        """The session's token a login set."""
-        match = re.match(rf"{COOKIE}=([\w-]+);", self.cookie)
-        assert match is not None, self.cookie
-        return match.group(1)
-
-    @property
-    def csrf(self) -> str:
-        match = re.search(r'name="csrf" value="([^"]+)"', self.text)
-        assert match is not None
-        return match.group(1)
-
-    @property
-    def to_login(self) -> bool:
-        return self.status == 303 and self.location.startswith("/console/login")
-
-
-class Worker:
-    """An HTTP connection to the console that one worker (or process) took, kept alive."""
-
-    def __init__(self, conn: http.client.HTTPConnection) -> None:
-        self.conn = conn
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        token: str | None = None,
-        form: dict[str, str] | None = None,
-        cookie: str | None = None,
-    ) -> http.client.HTTPResponse:
-        """``token``: the session's; ``cookie``: another cookie to send (``NAME=VALUE``)."""
-        headers = {"Cookie": f"{COOKIE}={token}"} if token else {}
-        if cookie is not None:
-            headers["Cookie"] = cookie
-        body = None
-        if form is not None:
-            body = urlencode(form)
-            headers["Content-Type"] = "application/x-www-form-urlencoded"
-        self.conn.request(method, "/console/" + path, body, headers)
-        return self.conn.getresponse()
-
-    def get(self, path: str, token: str | None = None) -> Reply:
-        return Reply(self.request("GET", path, token))
-
-    def post(self, path: str, token: str | None = None, **form: str) -> Reply:
-        return Reply(self.request("POST", path, token, form))
-
-    def log_in(self) -> str:
-        """As a browser: the login page (its pre-session cookie and token), then its form."""
-        page = self.get("login")
-        pre_session = page.cookie.split(";", 1)[0]
-        reply = Reply(
-            self.request("POST", "login", None, {**ALICE, "csrf": page.csrf}, pre_session)
-        )
-        assert reply.status == 303, reply.text
-        return reply.token
-
-    @asynccontextmanager
-    async def tail(self, token: str) -> AsyncIterator[http.client.HTTPResponse]:
-        """A live tail of ``events``/0 (this connection carries it until it ends)."""
-        response = self.request("GET", "tail/stream?stream=events&partition=0", token)
-        assert response.status == 200
-        assert await asyncio.to_thread(response.readline) == b"retry: 3000\n"
-        yield response
-        response.close()
-
-
-def port_of(url: str) -> int:
-    port = urlsplit(url).port
-    assert port is not None
-    return port
-
-
-def connected(process: ServerProcess, slot: int | None = None) -> Worker:
-    """A connection worker ``slot`` of ``process`` took (any, when None); those the kernel
-    gave the other worker are closed until one lands there."""
-    for _ in range(200):
-        conn = http.client.HTTPConnection("127.0.0.1", port_of(process.url), timeout=60)
-        conn.request("GET", "/console/login")
-        conn.getresponse().read()
-        if slot is None:
-            return Worker(conn)
-        local = conn.sock.getsockname()[1]
-        found = re.search(
-            rf" worker (\d+) \S+: HTTP request from 127\.0\.0\.1:{local} ", process.logged()
-        )
-        assert found is not None, f"the request from port {local} is not logged"
-        if int(found.group(1)) == slot:
-            return Worker(conn)
-        conn.close()
-    raise AssertionError(f"no connection reached worker {slot}")
-
-
-Connect = Callable[..., Worker]
-
-
-@pytest.fixture
-def worker() -> Iterator[Connect]:
-    """``worker(process, slot=None)``: :func:`connected`, closed at the end."""
-    opened: list[Worker] = []
-
-    def connect(process: ServerProcess, slot: int | None = None) -> Worker:
-        opened.append(connected(process, slot))
-        return opened[-1]
-
-    yield connect
-    for page in opened:
-        page.conn.close()
 
 
 async def ended(tail: http.client.HTTPResponse) -> str:
     """What the ``ended`` event of a live tail says (heartbeats and data before it skipped)."""
-    deadline = time.monotonic() + WITHIN_SECONDS
-    while time.monotonic() < deadline:
+    deadline = Deadline(WITHIN_SECONDS)
+    while True:
+        deadline.check("the tail ends")
         line = await asyncio.to_thread(tail.readline)
         assert line, "the tail was closed without an ended event"
         if line == b"event: ended\n":
             data = await asyncio.to_thread(tail.readline)
             return data.decode().removeprefix("data: ").strip()
-    raise AssertionError("the tail did not end")
-
-
-def consoled(db: str, *extra: str) -> Group:
-    return Group(db, "--console", *extra)
 
 
 async def test_a_login_on_one_worker_holds_on_the_other(

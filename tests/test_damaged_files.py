@@ -34,11 +34,11 @@ from futoin_evt.client.aio import OPS, EventStreamClient, FTN3Client, RemoteErro
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import PUSH, RECEIVER
 from futoin_evt.storage.checksums import CHECKSUMS_VERSION, event_checksum
-from futoin_evt.storage.schema import MIGRATIONS, partition_tables_sql
+from futoin_evt.storage.sqlite.schema import MIGRATIONS, partition_tables_sql
 
-from .conftest import ServerProcess
-from .test_amqp import annotations_filter
-from .test_cli import run
+from .support.amqp import annotations_filter
+from .support.cli import run
+from .support.servers import ServerProcess
 
 pytestmark = pytest.mark.functional
 

@@ -22,7 +22,7 @@ from futoin_evt.dcb.client import (
 )
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS
+from .support.servers import USERS
 
 pytestmark = pytest.mark.functional
 

@@ -12,7 +12,7 @@ from eventsourcing.dcb.tests import DCBRecorderTestCase
 
 from futoin_evt.dcb.eventsourcing import FutoinDCBRecorder
 
-from .conftest import USERS, ServerProcess
+from .support.servers import USERS, ServerProcess
 
 pytestmark = pytest.mark.functional
 

@@ -18,8 +18,9 @@ from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import CommError, EventStreamClient, RemoteError
 from futoin_evt.storage.sqlite import SqliteStore
 
-from .amqp_wire import ServerProcess
-from .conftest import USERS, add_user
+from .support.amqp_wire import ServerProcess
+from .support.servers import USERS, add_user
+from .support.waiting import until
 
 pytestmark = pytest.mark.functional
 
@@ -73,17 +74,19 @@ async def assert_slots_free(server: ServerProcess) -> None:
     all taken, a DCB request is refused with 503."""
     url = f"ws://127.0.0.1:{server.port}/"
     clients: list[EventStreamClient] = []
+
+    async def one_more_served() -> bool:
+        client = await EventStreamClient.connect(url, credentials=CREDENTIALS)
+        try:
+            await client.ping(1)
+        except (RemoteError, CommError):  # a slot not yet seen free: it soon is
+            await client.close()
+            return False
+        clients.append(client)
+        return len(clients) == MAX_CONNECTIONS
+
     try:
-        async with asyncio.timeout(30):
-            while len(clients) < MAX_CONNECTIONS:
-                client = await EventStreamClient.connect(url, credentials=CREDENTIALS)
-                try:
-                    await client.ping(1)
-                except (RemoteError, CommError):  # a slot not yet seen free: it soon is
-                    await client.close()
-                    await asyncio.sleep(0.05)
-                else:
-                    clients.append(client)
+        await until(one_more_served, "every slot served", interval=0.05)
         async with httpx.AsyncClient(base_url=server.http_url + "/dcb/v1", auth=AUTH) as late:
             refused = await late.post("/read", json={"limit": 1}, timeout=30)
         assert refused.status_code == 503, refused.text

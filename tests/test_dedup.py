@@ -25,7 +25,9 @@ from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store
 from futoin_evt.storage.dedup import WriterKey
 
-from .conftest import USERS, ClientFactory, ServerFactory, ServerProcess, add_user, execute_sql
+from .support.servers import USERS, ClientFactory, ServerFactory, ServerProcess, add_user
+from .support.sql import execute_sql, stored
+from .support.waiting import until
 
 pytestmark = pytest.mark.functional
 
@@ -45,12 +47,6 @@ async def add(client: EventStreamClient, data: Any, key: str | None, **params: A
 def mine(key: str) -> WriterKey:
     """``key`` as one user writes it (the store's tests: a key is its writer's)."""
     return WriterKey(UserId(1), key)
-
-
-def stored(db: str, table: str = "events") -> list[tuple[int, Any]]:
-    """(id, data) of every stored event, by id."""
-    rows = execute_sql(db, f"SELECT id, data FROM {table} ORDER BY id")
-    return [(int(event_id), json.loads(data)) for event_id, data in rows]
 
 
 def key_count(db: str) -> int:
@@ -422,9 +418,12 @@ async def test_a_key_committed_while_the_batch_waited_for_the_lock_is_found(pg_u
             )
             appended = store.submit_append("T", "2", None, mine("raced"))
             waiting = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
-            async with asyncio.timeout(10):  # until the batch's statement waits for the lock
-                while not execute_sql(pg_url, waiting):  # noqa: ASYNC110 - another process's
-                    await asyncio.sleep(0.01)
+            await until(
+                lambda: bool(execute_sql(pg_url, waiting)),
+                "the batch's statement waits for the lock",
+                10,
+                interval=0.01,
+            )
             await other.commit()
             assert await appended == row[0]
         finally:

@@ -22,16 +22,17 @@ import pytest
 from azure.eventhub import EventData, EventHubProducerClient
 from azure.eventhub.exceptions import EventHubError
 
-from futoin_evt.amqp.node import key_partition
+from futoin_evt.amqp.streams.addressing import key_partition
 from futoin_evt.eventhubs import FutoinCheckpointStore
 from futoin_evt.eventhubs.aio import FutoinCheckpointStore as AsyncCheckpointStore
 from futoin_evt.server.app import EventServer
 
-from . import waiting
-from .test_amqp_eventhubs import key_of
-from .test_amqp_partitions import HUB, PARTITIONS, connection_string, hub  # noqa: F401
+from .support import eventhubs, waiting
+from .support.eventhubs import HUB, PARTITIONS, connection_string, key_of
 
 pytestmark = pytest.mark.functional
+
+hub = eventhubs.hub
 
 CONSUMER = Path(__file__).parent / "data" / "eventhubs_consumer.py"
 ROOT = Path(__file__).parent.parent
@@ -55,9 +56,9 @@ def ownership(partition: str, owner: str, etag: str | None = None) -> dict[str, 
     }
 
 
-async def test_ownership_claims_with_etags_and_checkpoints(hub: EventServer) -> None:  # noqa: F811
-    alice = connection_string(hub, "alice", await key_of(hub, "alice"))
-    bob = connection_string(hub, "bob", await key_of(hub, "bob"))
+async def test_ownership_claims_with_etags_and_checkpoints(hub: EventServer) -> None:
+    alice = connection_string(hub, "alice", await key_of(hub, "alice"), HUB)
+    bob = connection_string(hub, "bob", await key_of(hub, "bob"), HUB)
 
     def scenario() -> dict[str, Any]:
         outcome: dict[str, Any] = {}
@@ -129,13 +130,13 @@ async def test_ownership_claims_with_etags_and_checkpoints(hub: EventServer) -> 
 
 
 async def test_the_store_keeps_one_connection_and_opens_another_when_it_is_lost(
-    hub: EventServer,  # noqa: F811
+    hub: EventServer,
 ) -> None:
     """Its requests share one AMQP connection (the SDK's own open one each); one aborted
     by the server is opened again by the next request, which is answered."""
     assert hub.amqp is not None
     listener = hub.amqp
-    alice = connection_string(hub, "alice", await key_of(hub, "alice"))
+    alice = connection_string(hub, "alice", await key_of(hub, "alice"), HUB)
     checkpoint = {**ownership("1", ""), "offset": "00000000000000000003", "sequence_number": 3}
     with FutoinCheckpointStore.from_connection_string(alice) as store:
         for _ in range(5):
@@ -238,7 +239,7 @@ def check_order(consumer: ConsumerProcess) -> None:
 
 
 async def consumers_share_the_partitions(server: EventServer, mode: str) -> None:
-    conn_str = connection_string(server, "alice", await key_of(server, "alice"))
+    conn_str = connection_string(server, "alice", await key_of(server, "alice"), HUB)
     everything = set[tuple[str, int]]()
     first = ConsumerProcess(conn_str, mode, "first")
     second = ConsumerProcess(conn_str, mode, "second")
@@ -287,11 +288,11 @@ async def consumers_share_the_partitions(server: EventServer, mode: str) -> None
 
 
 async def test_two_consumer_processes_share_partitions_through_the_store(
-    hub: EventServer,  # noqa: F811
+    hub: EventServer,
 ) -> None:
     await consumers_share_the_partitions(hub, "sync")
 
 
 @pytest.mark.parametrize("store_db", ["sqlite"], indirect=True)
-async def test_the_async_client_with_the_aio_store(hub: EventServer) -> None:  # noqa: F811
+async def test_the_async_client_with_the_aio_store(hub: EventServer) -> None:
     await consumers_share_the_partitions(hub, "aio")

@@ -28,7 +28,7 @@ from futoin_evt.client.aio import OPS, EventStreamClient, RemoteError
 from futoin_evt.client.notify import NOTIFY
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory, ServerProcess
+from .support.servers import USERS, ServerFactory, ServerProcess
 
 pytestmark = pytest.mark.functional
 

@@ -17,8 +17,8 @@ from futoin_evt.domain.partition import StreamInfo
 from futoin_evt.ftn3.messages import encode_json
 from futoin_evt.server.app import EventServer
 
-from .conftest import ServerFactory
-from .test_feed import ALICE, FeedApiClient
+from .support.feed import ALICE, FeedApiClient
+from .support.servers import ServerFactory
 
 pytestmark = pytest.mark.functional
 
@@ -28,12 +28,6 @@ STREAM = "orders"
 @pytest.fixture
 async def server(start_server: ServerFactory, store_db: str) -> EventServer:
     return await start_server(db=store_db)
-
-
-@pytest.fixture
-async def http() -> Any:
-    async with httpx.AsyncClient(auth=ALICE, timeout=30) as client:
-        yield client
 
 
 async def add_stream(server: EventServer, name: str, partitions: int) -> StreamInfo:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -22,9 +21,11 @@ from futoin_evt.log.retention import RetentionConfig
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 
-from .conftest import USERS, add_user, run_js
-from .test_push import Collector, JsReceiver, running, stop
-from .test_streams_serving import stream_command
+from .support.cli import stream_command
+from .support.js import run_js
+from .support.push import Collector, JsReceiver, running, stop
+from .support.servers import USERS, add_user
+from .support.waiting import until
 
 pytestmark = pytest.mark.functional
 
@@ -361,10 +362,7 @@ async def test_a_stream_added_while_serving_is_served(
     with pytest.raises(RemoteError, match="There is no stream fresh"):
         await early.add_event("E", 0)
     await stream_command(store_db, "add", "fresh", "--partitions", "3")
-    deadline = time.monotonic() + 5
-    while server.streams.get("fresh") is None:
-        assert time.monotonic() < deadline, "the new stream is not served within 5 s"
-        await asyncio.sleep(0.05)
+    await until(lambda: server.streams.get("fresh") is not None, "the new stream served", 5)
     assert await early.add_event("E", 1) == 1
     async with await EventStreamClient.connect(server.url + "fresh/2", credentials=ALICE) as c:
         assert await c.add_event("E", 2) == 2
@@ -483,10 +481,8 @@ async def test_a_takeover_through_another_server_stops_only_that_partition(
             newer = ReliableReceiver(second.url + "orders/1", credentials=ALICE, component="SAME")
             newer_task = await running(newer)
             assert second.push.connected_consumers(on_1) == [(alice, "SAME")]
-            deadline = time.monotonic() + 30
-            while first.push.connected_consumers(on_1):  # the claim travels by NOTIFY
-                assert time.monotonic() < deadline, "the older stream did not stop"
-                await asyncio.sleep(0.02)
+            # the claim travels by NOTIFY
+            await until(lambda: not first.push.connected_consumers(on_1), "the older stream stops")
             assert first.push.connected_consumers(on_0) == [(alice, "SAME")]
             await stop(newer, newer_task)
             for receiver, task in receivers:
@@ -508,8 +504,11 @@ async def test_an_aggregate_refuses_add_event_and_serves_its_copies(
     assert "the stream all is an aggregate of orders" in str(refused.value)
     assert await client.register_consumer("C")
     events: list[object] = []
-    async with asyncio.timeout(60):
-        while not events:  # the copying is woken by the source's head: soon
-            events = list(await client.poll_events("C"))
-            await asyncio.sleep(0.02)
+
+    async def copied() -> bool:
+        """The copying is woken by the source's head: soon."""
+        events.extend(await client.poll_events("C"))
+        return bool(events)
+
+    await until(copied, "the event copied", 60)
     assert [(e.id, e.type, e.data) for e in events] == [(1, "ORDER", {"n": 1})]  # type: ignore[attr-defined]

@@ -36,7 +36,7 @@ from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig, WebSocketTransport
 from futoin_evt.wsio import ServerIO
 
-from .conftest import USERS, add_user
+from .support.servers import USERS, add_user
 
 pytestmark = pytest.mark.functional
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ServerProcess
-from .test_cli import run
+from .support.cli import run
+from .support.servers import ServerProcess
 
 pytestmark = pytest.mark.functional
 

@@ -31,8 +31,8 @@ from futoin_evt.server.websocket import Limits
 from futoin_evt.slots import Slots
 from futoin_evt.storage.sqlite import SqliteStore
 
-from .conftest import USERS, ServerFactory, ServerProcess
-from .test_amqp import in_thread, produce
+from .support.amqp import in_thread, produce
+from .support.servers import USERS, ServerFactory, ServerProcess
 
 pytestmark = pytest.mark.functional
 

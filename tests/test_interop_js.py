@@ -10,7 +10,8 @@ import pytest
 
 from futoin_evt.server.app import EventServer
 
-from .conftest import ROOT, run_js
+from .support.js import run_js
+from .support.servers import ROOT
 
 pytestmark = [pytest.mark.functional, pytest.mark.interop]
 

@@ -27,8 +27,8 @@ from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
-from .amqp_wire import Peer, login
-from .conftest import USERS, ServerFactory, add_user, run_without
+from .support.amqp_wire import Peer, login
+from .support.servers import USERS, ServerFactory, add_user, run_without
 
 pytestmark = pytest.mark.functional
 
@@ -102,6 +102,7 @@ async def alice(metered: EventServer) -> AsyncIterator[EventStreamClient]:
 
 @pytest.fixture
 async def http() -> AsyncIterator[httpx.AsyncClient]:
+    """Without credentials: /metrics is open, and a test sets its own."""
     async with httpx.AsyncClient(timeout=30) as client:
         yield client
 

@@ -20,7 +20,7 @@ from bench.faults.load import CREDENTIALS
 from bench.faults.netfaults import Result, Schedule, Server, prepare, run
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from tests.nethosts import NetHosts, Postgres
-from tests.waiting import until
+from tests.support.waiting import until
 
 pytestmark = pytest.mark.usefixtures("needs_nethosts")
 

@@ -8,23 +8,21 @@ import itertools
 from typing import Any, cast
 
 import pytest
-from proton import ConnectionException, Described, LinkException, Message, symbol, ulong
+from proton import ConnectionException, Described, LinkException, Message, symbol
 from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached
 
-from futoin_evt.amqp import AmqpConfig
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.domain.management import AUTH_FAILED, CONSUMER_REGISTERED
+from futoin_evt.domain.stream import EventDraft
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory
-from .notify_cases import CASES, EVENTS, WRITER
-from .test_amqp import LinkProperties, connected, in_thread, management_requests
+from .support.amqp import LinkProperties, connected, in_thread, management_requests
+from .support.notify import CASES, EVENTS, SELECTOR, TRANSFORMATION, WRITER, props
+from .support.servers import USERS
 
 pytestmark = pytest.mark.functional
 
-SELECTOR = ulong(0x0000_468C_0000_0004)
-TRANSFORMATION = symbol("org.futoin.evt:notification-transformation:map")
 END = "END"
 _LINK_NAMES = itertools.count()
 
@@ -61,16 +59,6 @@ def until_end(receiver: Any) -> list[Message]:
         if message.subject == END or (isinstance(message.body, list) and END in message.body):
             return messages
         messages.append(message)
-
-
-def props(message: Message) -> dict[str, Any]:
-    assert message.properties is not None
-    return dict(message.properties)
-
-
-@pytest.fixture
-async def amqp_server(start_server: ServerFactory) -> EventServer:
-    return await start_server(amqp=AmqpConfig(port=0))
 
 
 async def test_every_selector_case_over_amqp(amqp_server: EventServer) -> None:
@@ -254,7 +242,7 @@ async def test_management_events_reach_an_amqp_subscriber(amqp_server: EventServ
             amqp_server.url, credentials="alice:wrong"
         ) as client:
             await client.ping()
-    await amqp_server.logs.default.append(WRITER, END, {})
+    await amqp_server.logs.default.append(WRITER, [EventDraft(END, {})])
     messages = await receiving
     assert [props(m) for m in messages] == [
         {"eventType": CONSUMER_REGISTERED, "user": "alice", "component": "ALICE_C"},

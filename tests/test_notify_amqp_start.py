@@ -12,16 +12,12 @@ from proton import Described, LinkException, Message, symbol, ulong
 from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached
 
-from futoin_evt.amqp import AmqpConfig
 from futoin_evt.amqp.codec import format_offset
-from futoin_evt.domain.stream import ts_to_ms
+from futoin_evt.domain.stream import EventDraft, ts_to_ms
 from futoin_evt.server.app import EventServer
 
-from .conftest import ServerFactory
-from .notify_cases import WRITER
-from .test_amqp import connected, in_thread
-from .test_notify_amqp import SELECTOR, props
-from .test_streams_notify import PARTITIONS, add, streams_server
+from .support.amqp import connected, in_thread
+from .support.notify import PARTITIONS, SELECTOR, WRITER, add, props, streams_server
 
 pytestmark = pytest.mark.functional
 
@@ -55,11 +51,6 @@ def at(offset: str | None = None, timestamp: int | None = None) -> dict[Any, Any
 
 def sql(text: str) -> dict[Any, Any]:
     return {symbol("sql"): Described(SQL, text)}
-
-
-@pytest.fixture
-async def amqp_server(start_server: ServerFactory) -> EventServer:
-    return await start_server(amqp=AmqpConfig(port=0))
 
 
 async def subscribed_while_adding(
@@ -112,13 +103,15 @@ async def test_from_an_offset_replays_then_goes_on_live(amqp_server: EventServer
     """Stored events after the offset, then the ones added meanwhile: every matching id once,
     in order, through the hand-over from the store to the live reader."""
     log = amqp_server.logs.default
-    stored = [await log.append(WRITER, kind(n), {"n": n}) for n in range(60)]
+    stored = [await log.append(WRITER, [EventDraft(kind(n), {"n": n})]) for n in range(60)]
     start = stored[19]
     added: list[int] = []
 
     async def add_live() -> None:
-        added.extend([await log.append(WRITER, kind(n), {"n": n}) for n in range(60, 120)])
-        await log.append(WRITER, END, {})
+        added.extend(
+            [await log.append(WRITER, [EventDraft(kind(n), {"n": n})]) for n in range(60, 120)]
+        )
+        await log.append(WRITER, [EventDraft(END, {})])
 
     selector = "eventType = 'A'"
     messages = await subscribed_while_adding(
@@ -145,11 +138,11 @@ async def test_every_offset_form_of_the_event_log_node(
 ) -> None:
     log = amqp_server.logs.default
     for n in range(20):
-        await log.append(WRITER, "A", {"n": n})
+        await log.append(WRITER, [EventDraft("A", {"n": n})])
 
     async def add_live() -> None:
-        await log.append(WRITER, "A", {"n": 20})
-        await log.append(WRITER, END, {})
+        await log.append(WRITER, [EventDraft("A", {"n": 20})])
+        await log.append(WRITER, [EventDraft(END, {})])
 
     messages = await subscribed_while_adding(
         amqp_server.amqp_url or "", "$events", "TRUE", position, add_live
@@ -160,8 +153,8 @@ async def test_every_offset_form_of_the_event_log_node(
 async def test_an_sql_filter_bounds_what_is_sent(amqp_server: EventServer) -> None:
     """The whole SQL filter holds, not only its start: here an upper bound too."""
     log = amqp_server.logs.default
-    ids = [await log.append(WRITER, "A", {"n": n}) for n in range(10)]
-    end = await log.append(WRITER, END, {})
+    ids = [await log.append(WRITER, [EventDraft("A", {"n": n})]) for n in range(10)]
+    end = await log.append(WRITER, [EventDraft(END, {})])
     low, high = format_offset(ids[2]), format_offset(ids[5])
     text = (
         f"(d.event-streams-offset > '{low}' AND d.event-streams-offset <= '{high}')"
@@ -169,7 +162,7 @@ async def test_an_sql_filter_bounds_what_is_sent(amqp_server: EventServer) -> No
     )
 
     async def add_live() -> None:
-        await log.append(WRITER, "A", {"n": 10})  # past the bound: not sent
+        await log.append(WRITER, [EventDraft("A", {"n": 10})])  # past the bound: not sent
 
     messages = await subscribed_while_adding(
         amqp_server.amqp_url or "", "$events", "TRUE", sql(text), add_live
@@ -181,12 +174,12 @@ async def test_from_a_timestamp(amqp_server: EventServer) -> None:
     """A time before the stored events replays them all, then the live ones come."""
     log = amqp_server.logs.default
     for n in range(5):
-        await log.append(WRITER, "A", {"n": n})
+        await log.append(WRITER, [EventDraft("A", {"n": n})])
     first_ms = ts_to_ms((await log.read_after(WRITER, 0, 1))[0].ts)
 
     async def add_live() -> None:
-        await log.append(WRITER, "A", {"n": 5})
-        await log.append(WRITER, END, {})
+        await log.append(WRITER, [EventDraft("A", {"n": 5})])
+        await log.append(WRITER, [EventDraft(END, {})])
 
     messages = await subscribed_while_adding(
         amqp_server.amqp_url or "", "$events", "TRUE", at(timestamp=first_ms - 1000), add_live
@@ -286,7 +279,7 @@ async def test_a_bad_position_refuses_the_attach(
     assert says in str(refused.value)
 
     async def add_live() -> None:
-        await amqp_server.logs.default.append(WRITER, END, {})
+        await amqp_server.logs.default.append(WRITER, [EventDraft(END, {})])
 
     fine = await subscribed_while_adding(url, "$events", "TRUE", at("@latest"), add_live)
     assert fine == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import httpx
 import pytest
@@ -11,16 +10,9 @@ import pytest
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS
-from .notify_cases import CASES, EVENTS
+from .support.notify import CASES, EVENTS
 
 pytestmark = pytest.mark.functional
-
-
-@pytest.fixture
-async def http() -> Any:
-    async with httpx.AsyncClient(auth=("alice", USERS["alice"]), timeout=30) as client:
-        yield client
 
 
 async def read(

@@ -17,8 +17,8 @@ from futoin_evt.domain.management import (
 )
 from futoin_evt.server.app import EventServer
 
-from .conftest import ClientFactory
-from .notify_cases import CASES, EVENTS
+from .support.notify import CASES, EVENTS
+from .support.servers import ClientFactory
 
 pytestmark = pytest.mark.functional
 

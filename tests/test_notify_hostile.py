@@ -21,8 +21,8 @@ from futoin_evt.ftn18.notify import MAX_PER_CONNECTION
 from futoin_evt.notify.selector import MAX_SELECTOR_CHARS
 from futoin_evt.storage.sqlite import SqliteStore
 
-from .amqp_wire import ATTACH, DETACH, ServerProcess, frame, logged_in
-from .conftest import USERS, add_user
+from .support.amqp_wire import ATTACH, DETACH, ServerProcess, frame, logged_in
+from .support.servers import USERS, add_user
 
 pytestmark = pytest.mark.functional
 

@@ -13,6 +13,7 @@ import pytest
 
 from futoin_evt.domain.management import CONSUMER_DROPPED, CONSUMER_REGISTERED, ManagementBus
 from futoin_evt.domain.notification import Notification
+from futoin_evt.domain.stream import EventDraft
 from futoin_evt.log.eventlog import EventLog
 from futoin_evt.notify.catalog import EventCatalog
 from futoin_evt.notify.live import LiveEvents, Subscription
@@ -20,9 +21,9 @@ from futoin_evt.notify.selector import compile_selector
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store
 from futoin_evt.storage.pages import rows_sql
-from futoin_evt.storage.schema import ensure_schema
+from futoin_evt.storage.sqlite.schema import ensure_schema
 
-from .notify_cases import CASES, EVENTS, WRITER
+from .support.notify import CASES, EVENTS, WRITER
 
 RARE_EVERY = 100_000
 LOG_SIZE = 1_000_000
@@ -77,7 +78,7 @@ async def test_every_case_through_the_shared_ring_and_alone(store: Store) -> Non
         Subscription(live, None, compile_selector(selector), 0).start() for selector, _ in CASES
     ]
     for event_type, data in EVENTS:
-        await events.append(WRITER, event_type, data)
+        await events.append(WRITER, [EventDraft(event_type, data)])
     for subscription, (selector, expected) in zip(at_head, CASES, strict=True):
         assert set(await drain(subscription)) == expected, selector
     # a new subscriber behind the ring reads the store with its own push-down
@@ -94,7 +95,7 @@ async def test_the_ring_reads_each_event_once_for_all_subscribers(store: Store) 
         Subscription(live, None, compile_selector(f"n > {i}"), 0).start() for i in range(20)
     ]
     for i in range(50):
-        await events.append(WRITER, "COUNT", {"n": i})
+        await events.append(WRITER, [EventDraft("COUNT", {"n": i})])
     results = [await drain(s) for s in subscribers]
     assert [len(r) for r in results] == [49 - i for i in range(20)]
     assert live.rows_read == 50
@@ -106,7 +107,7 @@ async def test_ring_of_pinned_types_skips_the_others(store: Store) -> None:
     a = Subscription(live, None, compile_selector("eventType = 'A'"), 0).start()
     b = Subscription(live, None, compile_selector("eventType IN ('B', 'A')"), 0).start()
     for i in range(30):
-        await events.append(WRITER, "ABC"[i % 3], i)
+        await events.append(WRITER, [EventDraft("ABC"[i % 3], i)])
     assert await drain(a) == list(range(1, 31, 3))
     assert await drain(b) == sorted([*range(1, 31, 3), *range(2, 31, 3)])
     assert live.rows_read == 20
@@ -144,10 +145,10 @@ async def test_catalog_lists_declared_and_seen_types(store: Store) -> None:
     events = EventLog(store)
     catalog = EventCatalog(events)
     await events.append(
-        WRITER, "ORDER", {"total": 1, "region": "EU", "items": [1], "meta": {"a": 1}}
+        WRITER, [EventDraft("ORDER", {"total": 1, "region": "EU", "items": [1], "meta": {"a": 1}})]
     )
-    await events.append(WRITER, "ORDER", {"total": 2, "express": True})
-    await events.append(WRITER, "USER", ["not", "a", "map"])
+    await events.append(WRITER, [EventDraft("ORDER", {"total": 2, "express": True})])
+    await events.append(WRITER, [EventDraft("USER", ["not", "a", "map"])])
     first = await catalog.event_types()
     base = ["eventType", "id", "ts", "stream", "partition"]
     assert first["ORDER"] == [*base, "total", "region", "express"]
@@ -155,7 +156,7 @@ async def test_catalog_lists_declared_and_seen_types(store: Store) -> None:
     assert first[CONSUMER_REGISTERED] == [
         "eventType", "ts", "stream", "partition", "user", "component", "transport",
     ]  # fmt: skip
-    await events.append(WRITER, "USER", {"name": "x"})
+    await events.append(WRITER, [EventDraft("USER", {"name": "x"})])
     assert await catalog.event_types("USER") == {"USER": [*base, "name"]}
     assert await catalog.event_types("NOPE") == {}
     assert catalog.seen_up_to == 4
@@ -180,7 +181,13 @@ async def test_shared_selectors_each_get_every_event_and_others_none_of_theirs(
     added: list[tuple[int, str, int]] = []
     for i in range(60):
         event_type = "ABC"[i % 3]
-        added.append((await events.append(WRITER, event_type, {"n": i}), event_type, i))
+        added.append(
+            (
+                await events.append(WRITER, [EventDraft(event_type, {"n": i})]),
+                event_type,
+                i,
+            )
+        )
     expected = {
         "all": [id_ for id_, _, _ in added],
         "a_big": [id_ for id_, t, n in added if t == "A" and n > 10],
@@ -204,14 +211,14 @@ async def test_a_shared_selector_serves_subscribers_at_different_positions(store
     selector = compile_selector("eventType = 'A' AND n > 2")
     first = Subscription(live, None, selector, 0).start()
     for i in range(10):
-        await events.append(WRITER, "AB"[i % 2], {"n": i})
+        await events.append(WRITER, [EventDraft("AB"[i % 2], {"n": i})])
     at_ten = events.head
     assert [n.data["n"] for n in await first.read_log(2)] == [4, 6]
     # one that starts later, and one that starts before the shared result began
     later = Subscription(live, None, selector, at_ten).start()
     behind = Subscription(live, None, selector, 0).start()
     for i in range(10, 3010):
-        await events.append(WRITER, "AB"[i % 2], {"n": i})
+        await events.append(WRITER, [EventDraft("AB"[i % 2], {"n": i})])
     wanted = [i for i in range(3010) if i % 2 == 0 and i > 2]
     assert [n.data["n"] for n in await _all(first)] == wanted[2:]
     assert [n.data["n"] for n in await _all(later)] == [i for i in wanted if i >= 10]
@@ -226,17 +233,17 @@ async def test_sharing_ends_with_the_last_subscriber_of_a_selector(store: Store)
     one = Subscription(live, None, compile_selector("n > 0"), 0).start()
     two = Subscription(live, None, compile_selector("n > 0"), 0).start()
     other = Subscription(live, None, compile_selector("n > 1"), 0).start()
-    await events.append(WRITER, "X", {"n": 1})
-    await events.append(WRITER, "X", {"n": 2})
+    await events.append(WRITER, [EventDraft("X", {"n": 1})])
+    await events.append(WRITER, [EventDraft("X", {"n": 2})])
     assert await drain(one) == [1, 2]
     one.close()
     assert await drain(two) == [1, 2]
     two.close()
-    await events.append(WRITER, "X", {"n": 3})
+    await events.append(WRITER, [EventDraft("X", {"n": 3})])
     assert await drain(other) == [2, 3]
     assert live.evaluations == 2 + 3  # both selectors over the first two, then one
     again = Subscription(live, None, compile_selector("n > 0"), events.head).start()
-    await events.append(WRITER, "X", {"n": 4})
+    await events.append(WRITER, [EventDraft("X", {"n": 4})])
     assert await drain(again) == [4]
     other.close()
     again.close()

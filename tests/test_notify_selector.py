@@ -8,7 +8,7 @@ from futoin_evt.domain.notification import Notification
 from futoin_evt.notify.message import NotifyError, Transformation
 from futoin_evt.notify.selector import SelectorError, compile_selector
 
-from .notify_cases import BAD_SELECTORS, CASES, EVENTS
+from .support.notify import BAD_SELECTORS, CASES, EVENTS
 
 NOTIFICATIONS = [
     Notification(event_type, index + 1, "2026-11-23T10:00:00Z", data)

@@ -22,7 +22,7 @@ from futoin_evt.log.archive import RemoteArchiver
 from futoin_evt.server.app import EventServer
 from futoin_evt.server.websocket import Limits
 
-from .conftest import ServerFactory, ServerProcess, add_user, free_port
+from .support.servers import ServerFactory, ServerProcess, add_user, free_port
 
 pytestmark = pytest.mark.functional
 

@@ -20,8 +20,8 @@ from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
 
-from .conftest import USERS, ServerProcess, add_user
-from .test_cli import run
+from .support.cli import run
+from .support.servers import USERS, ServerProcess, add_user
 
 pytestmark = pytest.mark.functional
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ROOT
+from .support.servers import ROOT
 
 pytestmark = pytest.mark.functional
 

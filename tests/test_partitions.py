@@ -5,10 +5,8 @@ database written by the release before them."""
 from __future__ import annotations
 
 import asyncio
-import json
 import shutil
 import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -24,23 +22,14 @@ from futoin_evt.domain.partition import (
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, PartitionLog, Store, StoreClosed
 
-from .conftest import execute_sql, pg_schema_at
-from .waiting import until
+from .support.sql import execute_sql, pg_schema_at
+from .support.stores import ids_of
+from .support.waiting import until
 
 pytestmark = pytest.mark.functional
 
 BIG = 1 << 20
 DATA = Path(__file__).parent / "data"
-
-
-@pytest.fixture
-async def store(store_db: str) -> AsyncIterator[Store]:
-    async with await open_store(store_db) as opened:
-        yield opened
-
-
-def ids_of(page_json: str) -> list[int]:
-    return [int(event["id"]) for event in json.loads(page_json)]
 
 
 def columns(db: str, table: str) -> list[tuple[str, str]]:

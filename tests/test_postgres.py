@@ -24,10 +24,12 @@ from futoin_evt.storage.head import HeadWatch
 from futoin_evt.storage.postgres import add_event, add_event_async
 from futoin_evt.storage.postgres.schema import LOCK_NAMESPACE, RETENTION_LOCK
 
-from .conftest import USERS, PgCluster, ServerProcess, add_user, execute_sql, free_port, run_js
-from .dcb_race import assert_no_lost_update, race_on_one_tag
-from .test_cli import CLI, run
-from .waiting import until
+from .support.cli import CLI, run
+from .support.dcb import assert_no_lost_update, race_on_one_tag
+from .support.js import run_js
+from .support.servers import USERS, ServerProcess, add_user, free_port
+from .support.sql import PgCluster, execute_sql
+from .support.waiting import until
 
 pytestmark = [pytest.mark.functional, pytest.mark.postgres]
 
@@ -220,7 +222,7 @@ async def test_added_through_one_process_pushed_through_another(servers: Servers
 async def test_official_js_client_adds_on_one_process_and_receives_on_another(
     js_peer: Path, servers: ServersFactory
 ) -> None:
-    from .test_push import JsReceiver
+    from .support.push import JsReceiver
 
     a, b = servers(2)
     async with await connect(b.url) as consumer:
@@ -532,9 +534,7 @@ async def lock_waiters(url: str, count: int) -> None:
         "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
         " WHERE l.locktype = 'advisory' AND NOT l.granted AND d.datname = current_database()"
     )
-    async with asyncio.timeout(30):
-        while execute_sql(url, sql)[0][0] < count:  # noqa: ASYNC110 - another process's state
-            await asyncio.sleep(0.01)
+    await until(lambda: execute_sql(url, sql)[0][0] >= count, f"{count} waiting", interval=0.01)
 
 
 async def test_more_calls_than_pooled_connections_wait_then_fail_clearly(
@@ -599,25 +599,22 @@ async def test_a_push_stream_that_cannot_read_tries_again(
                 " WHERE wait_event_type = 'Lock' AND position('consumers' in query) > 0"
                 " AND datname = current_database()"  # not another run's database
             )
-            await eventually(lambda: bool(execute_sql(pg_url, waiting_sql)[0][0]))
+            await until(
+                lambda: bool(execute_sql(pg_url, waiting_sql)[0][0]),
+                "the registration waits for the lock",
+            )
             # added elsewhere, so the server reads them from the database
             ids = [await producer.add_event("T", i) for i in range(5)]
             stream_failed = re.compile(r"push stream PUSHED .*(cannot read|failed)")
-            await eventually(lambda: stream_failed.search(server.logged()) is not None)
+            await until(
+                lambda: stream_failed.search(server.logged()) is not None,
+                "the push stream's failure logged",
+            )
             await app.rollback()
         await blocked
         await pushed.wait_for(ids[-1])
         await pushed.stop()
     assert pushed.ids == ids
-
-
-async def eventually(check: Callable[[], bool], seconds: float = 30.0) -> None:
-    """Until ``check()`` holds (a condition that nothing signals), at most ``seconds``."""
-    for _ in range(int(seconds / 0.05)):
-        if check():
-            return
-        await asyncio.sleep(0.05)  # between checks
-    raise AssertionError(f"not within {seconds} s")
 
 
 async def test_serve_waits_for_a_database_that_starts_later(

@@ -17,7 +17,8 @@ from futoin_evt.client.sync import BlockingClient
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
 
-from .conftest import USERS, ServerFactory, ServerProcess, add_user, execute_sql
+from .support.servers import USERS, ServerFactory, ServerProcess, add_user
+from .support.sql import execute_sql
 
 pytestmark = pytest.mark.functional
 

@@ -33,8 +33,8 @@ from futoin_evt.domain.stream import (
 )
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory, ServerProcess, free_port
-from .console_login import console_login
+from .support.console import console_login
+from .support.servers import USERS, ServerFactory, ServerProcess, free_port
 
 pytestmark = pytest.mark.functional
 

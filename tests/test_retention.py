@@ -19,7 +19,8 @@ from futoin_evt.domain.stream import UserId
 from futoin_evt.log.retention import Discarder, RetentionConfig
 from futoin_evt.server.app import EventServer
 
-from .conftest import ClientFactory, ServerFactory, ServerProcess, execute_sql
+from .support.servers import ClientFactory, ServerFactory, ServerProcess
+from .support.sql import execute_sql
 
 pytestmark = pytest.mark.functional
 
@@ -213,7 +214,7 @@ async def test_start_from_a_point_in_time(
 
 
 def test_info_command_shows_lag_on_a_running_server(tmp_path: Path) -> None:
-    from .test_cli import run
+    from .support.cli import run
 
     db = tmp_path / "info.sqlite"
     assert (

@@ -27,7 +27,7 @@ from futoin_evt.log.access import AccessControl, AccessDenied
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import GrantRow
 
-from .conftest import execute_sql, pg_schema_at
+from .support.sql import execute_sql, pg_schema_at
 
 DATA = Path(__file__).parent / "data"
 READ, WRITE, MANAGE = Right.READ, Right.WRITE, Right.MANAGE

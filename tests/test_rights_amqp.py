@@ -25,13 +25,15 @@ from proton.utils import BlockingConnection, BlockingReceiver, LinkDetached, Sen
 from futoin_evt.amqp import AmqpConfig
 from futoin_evt.auth.sas import sign
 from futoin_evt.domain.principal import Principal
+from futoin_evt.domain.stream import EventDraft
 from futoin_evt.log.access import grant, revoke
 from futoin_evt.log.eventlog import EventLog
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory, run_js
-from .test_amqp import ReplyTarget, connected
-from .test_amqp_eventhubs import SECRET, anonymous, key_of, put_token, receive_from
+from .support.amqp import ReplyTarget, connected
+from .support.eventhubs import SECRET, anonymous, key_of, put_token, receive_from
+from .support.js import run_js
+from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 
@@ -487,7 +489,9 @@ async def test_a_right_lost_before_its_link_is_detached_is_refused_not_failed(
         receiver, sender = await asyncio.to_thread(open_links)
         await set_grants(tenants, "bob")
         # alice appends: bob's receiver reads it, and log/ refuses it
-        await partitions(tenants, ORDERS)[0].append(await principal(tenants, "alice"), "NEW", 1)
+        await partitions(tenants, ORDERS)[0].append(
+            await principal(tenants, "alice"), [EventDraft("NEW", 1)]
+        )
 
         def outcome() -> tuple[Outcome, Any]:
             detached = remote_condition(conn, receiver.link)

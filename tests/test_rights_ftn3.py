@@ -26,8 +26,9 @@ from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import Store
 
-from .conftest import USERS, ServerFactory, add_user
-from .test_workers import Group
+from .support.ftn3 import WITHIN, closed_with
+from .support.servers import USERS, ServerFactory, add_user
+from .support.workers import Group
 
 pytestmark = pytest.mark.functional
 
@@ -40,8 +41,6 @@ DCB: Final = "futoin.evt.dcb:1.0"
 RECEIVER: Final = "futoin.evt.receiver"
 ROOT: Final = ("root", "root-pw")
 BOB: Final = f"bob:{USERS['bob']}"
-#: Bound of every wait for what the server does on its own (never reached when it works).
-WITHIN: Final = 30.0
 #: What alice adds to each stream before a test, and a DCB event for ``orders-ledger``.
 SECRET: Final = "SALARY"
 LEDGER_EVENT: Final = {"type": "Booked", "data": {"amount": 1}, "tags": ["account:a"]}
@@ -372,15 +371,6 @@ async def test_streams_are_listed_to_those_with_a_right_on_them(tenants: Tenants
 
 
 # -- a revoke ends what depended on the right ----------------------------------------------------
-
-
-async def closed_with(client: FTN3Client) -> tuple[int, str]:
-    """The code and reason of the server's close of ``client``'s connection."""
-    async with asyncio.timeout(WITHIN):
-        await client.wait_closed()
-    close = client._io.ws.close_rcvd
-    assert close is not None
-    return int(close.code), close.reason
 
 
 async def test_a_revoke_ends_push_streams_and_subscriptions_with_the_refusal(

@@ -32,9 +32,8 @@ from futoin_evt.domain.rights import ALL_RIGHTS, Grant, Right, Rights, rights_te
 from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory, ServerProcess
-from .console_login import console_login
-from .test_console import CHROMIUM, in_browser, log_in, needs_chromium
+from .support.console import CHROMIUM, console_login, in_browser, log_in, needs_chromium
+from .support.servers import USERS, ServerFactory, ServerProcess
 
 pytestmark = pytest.mark.functional
 

@@ -27,8 +27,8 @@ from proton.utils import BlockingConnection, LinkDetached
 from futoin_evt.client.aio import OPS, EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications
 
-from .conftest import ServerProcess
-from .test_cli import run
+from .support.cli import run
+from .support.servers import ServerProcess
 
 pytestmark = pytest.mark.functional
 

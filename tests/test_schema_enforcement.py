@@ -30,13 +30,14 @@ from futoin_evt.domain.stream import EventRejected
 from futoin_evt.log.schemas import OPERATOR, Candidate, SchemaRegistry
 from futoin_evt.log.streams import StreamRegistry
 from futoin_evt.server.app import EventServer
-from futoin_evt.storage import native as sqlite_native
 from futoin_evt.storage import open_store
 from futoin_evt.storage import postgres as pg_native
 from futoin_evt.storage.base import Store
+from futoin_evt.storage.sqlite import native as sqlite_native
 
-from .conftest import USERS, ServerFactory, add_user, run_js
-from .waiting import until
+from .support.js import run_js
+from .support.servers import USERS, ServerFactory, add_user
+from .support.waiting import until
 
 pytestmark = pytest.mark.functional
 
@@ -494,7 +495,7 @@ async def add(client: FTN3Client, data: Any) -> str:
 async def test_every_worker_enforces_a_registration_once_it_returns(
     store_db: str, password_hashes: dict[str, str]
 ) -> None:
-    from .test_workers import Group, connect_to
+    from .support.workers import Group, connect_to
 
     async with await open_store(store_db) as store:
         await add_user(store, "alice", password_hashes["alice"], is_admin=True)

@@ -5,7 +5,6 @@ servers on one database; ``serve --workers 2``."""
 from __future__ import annotations
 
 import asyncio
-import base64
 import functools
 import json
 import re
@@ -36,24 +35,19 @@ from futoin_evt.log.streams import StreamRegistry
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION
-from futoin_evt.storage.schema import MIGRATIONS as SQLITE_MIGRATIONS
-from futoin_evt.storage.schemas_sql import SCHEMAS_VERSION
+from futoin_evt.storage.sql.schemas import SCHEMAS_VERSION
+from futoin_evt.storage.sqlite.schema import MIGRATIONS as SQLITE_MIGRATIONS
 
-from . import waiting
-from .conftest import USERS, ServerFactory, add_user, execute_sql, pg_schema_at
-from .console_login import console_login
-from .test_cli import run
+from .support import waiting
+from .support.cli import run
+from .support.console import console_login
+from .support.schemas import V1, basic
+from .support.servers import USERS, ServerFactory, add_user
+from .support.sql import execute_sql, pg_schema_at
 
 SUBJECT = "orders-ORDER_PLACED"
 ALICE = f"alice:{USERS['alice']}"
 CONTENT_TYPE = "application/vnd.schemaregistry.v1+json"
-V1: dict[str, Any] = {
-    "title": "ORDER_PLACED",
-    "type": "object",
-    "properties": {"order": {"type": "integer"}, "total": {"type": "string"}},
-    "required": ["order"],
-    "additionalProperties": False,
-}
 #: V1 with an optional property: BACKWARD-compatible (the model is closed).
 V2: dict[str, Any] = {**V1, "properties": {**V1["properties"], "note": {"type": "string"}}}
 #: V2 with a new required property: breaks BACKWARD.
@@ -66,11 +60,6 @@ until = functools.partial(waiting.until, seconds=WITHIN_SECONDS)
 
 def json_schema(document: dict[str, Any]) -> Schema:
     return Schema(json.dumps(document), "JSON")
-
-
-def basic(user: str, password: str | None = None) -> dict[str, str]:
-    secret = USERS[user] if password is None else password
-    return {"Authorization": "Basic " + base64.b64encode(f"{user}:{secret}".encode()).decode()}
 
 
 async def setup(server: EventServer, password_hashes: dict[str, str]) -> None:
@@ -392,7 +381,7 @@ async def answered(group: Any, method: str, target: str, body: Any = None) -> tu
 async def test_registered_on_one_worker_read_on_the_other(
     store_db: str, password_hashes: dict[str, str]
 ) -> None:
-    from .test_workers import Group
+    from .support.workers import Group
 
     async with await open_store(store_db) as store:
         await add_user(store, "alice", password_hashes["alice"], is_admin=True)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import ServerProcess
+from .support.servers import ServerProcess
 
 pytestmark = pytest.mark.functional
 

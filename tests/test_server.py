@@ -15,7 +15,7 @@ from futoin_evt.ftn3.messages import parse_request
 from futoin_evt.server.app import EventServer, build_registry
 from futoin_evt.server.executor import Channel, Executor
 
-from .conftest import ClientFactory
+from .support.servers import ClientFactory
 
 pytestmark = pytest.mark.functional
 

@@ -10,11 +10,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 import httpx
 import pytest
@@ -22,10 +21,11 @@ import pytest
 from futoin_evt.client.aio import OPS
 from futoin_evt.client.sync import BlockingClient
 from futoin_evt.domain.stream import encode_event_data, utc_timestamp
-from futoin_evt.storage.native import add_event
+from futoin_evt.storage.sqlite.native import add_event
 from futoin_evt.storage.tables import Tables
 
-from .conftest import ServerProcess, free_port
+from .support.servers import ServerProcess, free_port
+from .support.waiting import Deadline, until_blocking
 
 pytestmark = [pytest.mark.functional, pytest.mark.spark]
 
@@ -45,6 +45,8 @@ from spark_consumer.jobs import (  # noqa: E402
 from spark_consumer.source import dump_offset, load_offset, share_rows  # noqa: E402
 
 USER, PASSWORD = "archivist", "archivist-pw"
+#: What a wait on the server or on Spark allows.
+WITHIN = 60.0
 SPARK_ENV = {"PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
 
 
@@ -113,14 +115,6 @@ def position(server: ServerProcess, component: str) -> int:
         return client.consumer_state(component)[0]
 
 
-def wait_until(condition: Any, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting until {what}")
-        time.sleep(0.1)
-
-
 def test_archive_writes_every_event_once_and_lets_the_server_discard(
     spark: SparkSession, evt: ServerProcess, tmp_path: Path
 ) -> None:
@@ -141,7 +135,9 @@ def test_archive_writes_every_event_once_and_lets_the_server_discard(
     # acknowledged up to the last id, so the server discards what is archived
     assert position(evt, "ARCHIVE") == ids[-1]
     with BlockingClient(evt.url, credentials=f"{USER}:{PASSWORD}") as client:
-        wait_until(lambda: client.stream_info()["events"] == 0, "the archived events are discarded")
+        until_blocking(
+            lambda: client.stream_info()["events"] == 0, "the archived events are discarded", WITHIN
+        )
 
     # A crash between the checkpoint's commit and the acknowledgement (here: the position
     # moved back by an operator's seek): the next run, with nothing new to read,
@@ -270,13 +266,13 @@ def test_options_are_checked_and_the_password_stays_out_of_plans(
 
 def wait_for_line(stream: IO[str], pattern: str, timeout: float = 240.0) -> str:
     """Read a process's output until a line matches (no sleeping)."""
-    deadline = time.monotonic() + timeout
+    deadline = Deadline(timeout)
     seen: list[str] = []
     for line in stream:
         seen.append(line)
         if re.search(pattern, line):
             return line
-        if time.monotonic() > deadline:
+        if not deadline.left():
             break
     raise AssertionError(f"no line matching {pattern!r} in:\n{''.join(seen[-30:])}")
 
@@ -450,7 +446,7 @@ def test_a_stream_of_four_partitions_is_archived_once_per_partition_across_a_kil
     spark: SparkSession, evt: ServerProcess, tmp_path: Path
 ) -> None:
     stream_command(evt.db, "add", STREAM, "--partitions", "4")
-    wait_until(lambda: _serves(evt, 3), "the server serves the stream")
+    until_blocking(lambda: _serves(evt, 3), "the server serves the stream", WITHIN)
     ids = add_to_partitions(evt.db, [12_000, 8_000, 3_000, 1])
     out, checkpoint = tmp_path / "archive", tmp_path / "checkpoint"
     offsets = archive_killed_after_batch_1(evt, out, checkpoint, "2000", "--stream", STREAM)
@@ -482,7 +478,7 @@ def test_streaming_a_stream_follows_its_growth(
     spark: SparkSession, evt: ServerProcess, tmp_path: Path
 ) -> None:
     stream_command(evt.db, "add", STREAM, "--partitions", "2")
-    wait_until(lambda: _serves(evt, 1), "the server serves the stream")
+    until_blocking(lambda: _serves(evt, 1), "the server serves the stream", WITHIN)
     out = tmp_path / "archive"
     job = ArchiveJob({**options(evt, "STREAM"), "stream": STREAM}, str(out), str(tmp_path / "cp"),
                      interval="200 milliseconds")  # fmt: skip
@@ -499,7 +495,7 @@ def test_streaming_a_stream_follows_its_growth(
             query.processAllAvailable()
             assert archived_by_partition(spark, out) == added
         stream_command(evt.db, "grow", STREAM, "--partitions", "3")
-        wait_until(lambda: _serves(evt, 2), "the server serves the new partition")
+        until_blocking(lambda: _serves(evt, 2), "the server serves the new partition", WITHIN)
         with BlockingClient(partition_url(evt, 2), credentials=f"{USER}:{PASSWORD}") as client:
             added[2] = [client.add_event("ORDER", {"new": i}) for i in range(30)]
         query.processAllAvailable()  # the partition joins, then its events are read
@@ -512,7 +508,7 @@ def test_streaming_a_stream_follows_its_growth(
 
 def test_a_batch_read_of_a_stream_and_its_errors(spark: SparkSession, evt: ServerProcess) -> None:
     stream_command(evt.db, "add", STREAM, "--partitions", "3")
-    wait_until(lambda: _serves(evt, 2), "the server serves the stream")
+    until_blocking(lambda: _serves(evt, 2), "the server serves the stream", WITHIN)
     ids = add_to_partitions(evt.db, [5, 0, 7])
     frame = spark.read.format("futoin-evt").options(**options(evt, "BATCH"), stream=STREAM).load()
     assert frame.columns == ["id", "type", "data", "ts", "date", "stream", "partition"]

@@ -17,11 +17,11 @@ from futoin_evt.domain.stream import UserId
 from futoin_evt.ftn18.push import PushConfig
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage.base import StoreClosed
-from futoin_evt.storage.native import add_event
 from futoin_evt.storage.sqlite import SqliteStore
+from futoin_evt.storage.sqlite.native import add_event
 
-from .conftest import ClientFactory, ServerFactory
-from .test_push import ALICE, Collector, add_many, running, stop
+from .support.push import Collector, add_many, running, stop
+from .support.servers import ALICE, ClientFactory, ServerFactory
 
 pytestmark = pytest.mark.functional
 

@@ -6,15 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from futoin_evt.storage import open_store
 
-from .conftest import ServerProcess, execute_sql
-from .test_cli import run
+from .support.cli import on_server, run
+from .support.servers import ServerProcess
+from .support.sql import execute_sql
 
 pytestmark = pytest.mark.functional
 
@@ -101,27 +100,6 @@ def test_bad_input_exits_2_with_one_line_and_changes_nothing(store_db: str) -> N
         assert result.stdout == "", args
     assert stream(store_db, "list", "--json") == before
     assert execute_sql(store_db, "SELECT value FROM meta WHERE key = 'streams_version'") == version
-
-
-@pytest.fixture
-def admin_server(tmp_path: Path) -> Iterator[tuple[ServerProcess, dict[str, str]]]:
-    """A served SQLite file with the admin ``root`` and the user ``carol`` (no rights);
-    root's settings."""
-    db = str(tmp_path / "streams.sqlite")
-    for name, flags in (("root", ["--admin"]), ("carol", [])):
-        added = run("user", "add", name, *flags, "--password-stdin", "--db", db, stdin="pw\n")
-        assert added.returncode == 0, added.stderr
-    server = ServerProcess(db)
-    try:
-        yield server, {"FUTOIN_EVT_USER": "root", "FUTOIN_EVT_PASSWORD": "pw"}
-    finally:
-        server.stop()
-
-
-def on_server(server: ServerProcess, env: dict[str, str], *args: str) -> str:
-    result = run("stream", *args, "--url", server.url, env=env)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def test_an_admin_manages_streams_of_a_running_server(

@@ -21,7 +21,7 @@ from futoin_evt.ftn3.errors import FTN3Error
 from futoin_evt.ftn18.dcb import DcbCalls
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory
+from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 

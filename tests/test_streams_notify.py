@@ -15,7 +15,6 @@ from proton import ConnectionException, LinkException, Message
 from proton.reactor import Filter
 from proton.utils import BlockingConnection, LinkDetached
 
-from futoin_evt.amqp import AmqpConfig
 from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.console.config import ConsoleConfig
@@ -25,18 +24,16 @@ from futoin_evt.notify.live import Subscription
 from futoin_evt.notify.selector import compile_selector
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS, ServerFactory
-from .console_login import console_login
-from .notify_cases import WRITER
-from .test_amqp import connected, in_thread, management_requests
-from .test_notify_amqp import SELECTOR, TRANSFORMATION, props
-from .test_rights_ftn3 import closed_with
+from .support.amqp import connected, in_thread, management_requests
+from .support.console import console_login
+from .support.ftn3 import closed_with
+from .support.notify import PARTITIONS, SELECTOR, TRANSFORMATION, add, props
+from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
 
 ALICE = "alice:" + USERS["alice"]
 ROOT = Principal(UserId(0), "root", is_admin=True)
-PARTITIONS = 4
 END = "END"
 #: (partition, type, data): the events added to ``orders``, in this order.
 ORDERS: list[tuple[int, str, dict[str, Any]]] = [
@@ -49,22 +46,6 @@ ORDERS: list[tuple[int, str, dict[str, Any]]] = [
     (3, "ORDER", {"total": 700}),
     (0, "NOTE", {"text": "x"}),
 ]
-
-
-@pytest.fixture
-async def streams_server(start_server: ServerFactory, store_db: str) -> EventServer:
-    """A server on each backend, with AMQP, and the stream ``orders`` of 4 partitions."""
-    server = await start_server(db=store_db, amqp=AmqpConfig(port=0))
-    await server.store.add_stream("orders", PARTITIONS)
-    await server.streams.refresh()
-    return server
-
-
-async def add(server: EventServer, stream: str, partition: int, event_type: str, data: Any) -> int:
-    """Add an event to a partition through the store; its id there."""
-    found = server.streams.partition(stream, partition)
-    assert found is not None
-    return int(await server.logs.partition(found).append(WRITER, event_type, data))
 
 
 async def add_orders(server: EventServer) -> dict[tuple[int, int], dict[str, Any]]:

@@ -29,10 +29,10 @@ from proton.utils import BlockingConnection, LinkDetached
 from futoin_evt.client.aio import EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.notify import Notifications
 
-from . import waiting
-from .conftest import ServerProcess
-from .console_login import console_login
-from .test_cli import run
+from .support import waiting
+from .support.cli import run
+from .support.console import console_login
+from .support.servers import ServerProcess
 
 pytestmark = pytest.mark.functional
 

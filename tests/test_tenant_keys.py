@@ -23,11 +23,12 @@ from futoin_evt.domain.stream import UserId
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION
 from futoin_evt.storage.dedup import WRITER_KEYS_VERSION, WriterKey
-from futoin_evt.storage.schema import MIGRATIONS
+from futoin_evt.storage.sqlite.schema import MIGRATIONS
 
-from .conftest import ServerProcess, execute_sql, pg_schema_at
-from .test_amqp import connected, send_outcome
-from .test_cli import run
+from .support.amqp import connected, send_outcome
+from .support.cli import run
+from .support.servers import ServerProcess
+from .support.sql import execute_sql, pg_schema_at
 
 pytestmark = pytest.mark.functional
 

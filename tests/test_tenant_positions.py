@@ -7,8 +7,8 @@ FTN3 calls and in the console, and root's events stay; a consumer of a user who 
 no longer holds back discarding (it is dropped, and said so).
 
 An AMQP receiver's settlements cannot be put past the head: the position moves over the ids
-of deliveries the server sent (see ``amqp/node.py``), so there is no client's number to try;
-nor can ``seekConsumer``'s, which takes a time and finds an id given before it.
+of deliveries the server sent (see ``amqp/streams/consumer.py``), so there is no client's
+number to try; nor can ``seekConsumer``'s, which takes a time and finds an id given before it.
 """
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from futoin_evt.client.aio import OPS, EventStreamClient, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.log.archive import ArchiveFile
 
-from .conftest import ServerProcess
-from .console_login import console_login, csrf_in
-from .test_cli import run
-from .waiting import DEADLINE, until
+from .support.cli import run
+from .support.console import console_login, csrf_in
+from .support.servers import ServerProcess
+from .support.waiting import DEADLINE, until
 
 pytestmark = pytest.mark.functional
 

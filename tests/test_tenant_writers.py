@@ -25,8 +25,8 @@ from proton.utils import BlockingConnection
 from futoin_evt.client.aio import OPS, EventStreamClient, RemoteError
 from futoin_evt.domain.management import CONSUMER_DROPPED
 
-from .conftest import ServerProcess
-from .test_cli import run
+from .support.cli import run
+from .support.servers import ServerProcess
 
 pytestmark = pytest.mark.functional
 

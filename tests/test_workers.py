@@ -7,13 +7,10 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import functools
 import json
 import os
-import re
 import signal
 import socket
-import time
 from collections.abc import Awaitable, Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +25,7 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.server.workers import channel_dir, remove_stale_channels
 from futoin_evt.storage import is_postgres_url, open_store
 
-from . import waiting
-from .amqp_wire import (
+from .support.amqp_wire import (
     DISPOSITION,
     FLOW,
     SASL_HEADER,
@@ -40,82 +36,16 @@ from .amqp_wire import (
     sasl_init,
     transfer,
 )
-from .conftest import USERS, ServerProcess, add_user
-from .dcb_race import DCB, assert_no_lost_update, race_on_one_tag
-from .test_amqp_groups import on_worker
-from .test_cli import run
-from .test_push import Collector, running, stop
+from .support.cli import run
+from .support.dcb import DCB, assert_no_lost_update, race_on_one_tag
+from .support.push import Collector, running, stop
+from .support.servers import ALICE, USERS, ServerProcess, add_user
+from .support.workers import WITHIN_SECONDS, Group, children, connect_to, on_worker, until
 
 pytestmark = pytest.mark.functional
 
-ALICE = "alice:alice-pw"
 PUSH = "futoin.evt.push:1.1"
 OPS = "futoinevt.ops:1.0"
-#: Bound of every wait for something the processes do not signal to the test.
-WITHIN_SECONDS = 60.0
-
-#: What the waits of this file allow.
-until = functools.partial(waiting.until, seconds=WITHIN_SECONDS)
-
-
-async def not_(answer: Awaitable[bool]) -> bool:
-    return not await answer
-
-
-def children(pid: int) -> list[int]:
-    """The pids of the process's children (a supervisor's workers)."""
-    path = Path(f"/proc/{pid}/task/{pid}/children")
-    try:
-        return [int(child) for child in path.read_text().split()]
-    except FileNotFoundError:
-        return []
-
-
-class Group(ServerProcess):
-    """``futoin-evt serve --workers N`` with debug logs (each connection is logged by the
-    worker that took it)."""
-
-    def __init__(self, db: str, *extra: str, workers: int = 2) -> None:
-        super().__init__(db, 0, *extra, log_level="debug", workers=workers)
-        self.count = workers
-
-    def workers(self) -> list[int]:
-        """The pids of the running workers (the supervisor's children)."""
-        return children(self.proc.pid)
-
-    def connections(self) -> dict[int, int]:
-        """Worker slot -> connections it logged."""
-        found: dict[int, int] = {}
-        for slot in re.findall(r" worker (\d+) \S+: connection from ", self.logged()):
-            found[int(slot)] = found.get(int(slot), 0) + 1
-        return found
-
-    async def worker_of(self, client: FTN3Client) -> int:
-        """The slot of the worker that took ``client``'s connection."""
-        transport = client._io.transport
-        assert transport is not None
-        return await self.worker_at(transport.get_extra_info("sockname")[1])
-
-    async def worker_at(self, port: int) -> int:
-        """The slot of the worker that took the WebSocket from local port ``port``."""
-        if self.count == 1:
-            return 0
-        pattern = re.compile(rf" worker (\d+) \S+: connection from 127\.0\.0\.1:{port}\n")
-        await until(lambda: pattern.search(self.logged()) is not None, "the connection logged")
-        match = pattern.search(self.logged())
-        assert match is not None
-        return int(match.group(1))
-
-    def channel(self) -> Path | None:
-        """The group's channel directory (from a worker's command line), if it has one."""
-        for pid in self.workers():
-            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            return Path(argv[argv.index(b"--worker") + 1].decode().split("/", 3)[3])
-        return None
-
-    def kill_all(self) -> None:
-        """SIGKILL to the supervisor and every worker at once."""
-        self.kill()
 
 
 @pytest.fixture
@@ -140,16 +70,8 @@ def group(db: str, groups: list[Group], serve_workers: int) -> Group:
     return groups[-1]
 
 
-async def connect_to(group: Group, slot: int) -> FTN3Client:
-    """A connection the kernel gave worker ``slot`` (others are closed until one is); with
-    one worker, slot 1 is that worker too."""
-    slot %= group.count
-    for _ in range(200):
-        client = await FTN3Client.connect(group.url, credentials=ALICE)
-        if await group.worker_of(client) == slot:
-            return client
-        await client.close()
-    raise AssertionError(f"no connection reached worker {slot}")
+async def not_(answer: Awaitable[bool]) -> bool:
+    return not await answer
 
 
 def _alive(pid: int) -> bool:
@@ -241,15 +163,17 @@ async def test_max_connections_holds_for_the_server(db: str, groups: list[Group]
     for client in kept:
         await client.close()
     renewed: list[FTN3Client] = []
-    deadline = time.monotonic() + WITHIN_SECONDS
-    while len(renewed) < LIMIT:  # a closed socket's slot comes back once its worker saw it
+
+    async def one_more_served() -> bool:
+        """A closed socket's slot comes back once its worker saw it."""
         client = await FTN3Client.connect(group.url, credentials=ALICE)
         if await served(client):
             renewed.append(client)
-            continue
+            return len(renewed) == LIMIT
         await client.close()
-        assert time.monotonic() < deadline, f"only {len(renewed)} slots came back"
-        await asyncio.sleep(0.05)  # a poll of the server's slots, with a bound above
+        return False
+
+    await until(one_more_served, f"{LIMIT} slots back", interval=0.05)
     one_more = await FTN3Client.connect(group.url, credentials=ALICE)
     assert not await served(one_more)
     for client in [*renewed, one_more]:

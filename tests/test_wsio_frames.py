@@ -16,7 +16,7 @@ from websockets.uri import parse_uri
 
 from futoin_evt.server.app import EventServer
 
-from .conftest import USERS
+from .support.servers import USERS
 
 pytestmark = pytest.mark.functional
 

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from proton import Data, Described, symbol, uint, ulong
 
-from .conftest import USERS
+from .servers import USERS
 
 SASL_HEADER = b"AMQP\x03\x01\x00\x00"
 AMQP_HEADER = b"AMQP\x00\x01\x00\x00"

@@ -1,5 +1,6 @@
-"""Selector cases over a fixed set of events, shared by the selector unit test and the tests
-of every door (AMQP ``$events``, FTN3 ``futoin.evt.notify``, the HTTP feed's ``?selector=``).
+"""Event notification from the tests' side. Selector cases over a fixed set of events, shared
+by the selector unit test and the tests of every door (AMQP ``$events``, FTN3
+``futoin.evt.notify``, the HTTP feed's ``?selector=``); a server with several streams.
 
 ``EVENTS[i]`` gets id ``i + 1`` in an empty log. Each case is (selector, ids it matches).
 """
@@ -8,8 +9,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from proton import Message, symbol, ulong
+
+from futoin_evt.amqp import AmqpConfig
 from futoin_evt.domain.principal import Principal
-from futoin_evt.domain.stream import UserId
+from futoin_evt.domain.stream import EventDraft, UserId
+from futoin_evt.server.app import EventServer
+
+from .servers import ServerFactory
 
 #: Who appends the events the notification tests add through an event log.
 WRITER = Principal(UserId(1), "alice", is_admin=False)
@@ -137,3 +145,33 @@ BAD_SELECTORS: list[tuple[str, str]] = [
     ("a LIKE 'x' ESCAPE 'ab'", "one character"),
     ("", "empty"),
 ]
+
+
+SELECTOR = ulong(0x0000_468C_0000_0004)
+
+
+TRANSFORMATION = symbol("org.futoin.evt:notification-transformation:map")
+
+
+def props(message: Message) -> dict[str, Any]:
+    assert message.properties is not None
+    return dict(message.properties)
+
+
+PARTITIONS = 4
+
+
+@pytest.fixture
+async def streams_server(start_server: ServerFactory, store_db: str) -> EventServer:
+    """A server on each backend, with AMQP, and the stream ``orders`` of 4 partitions."""
+    server = await start_server(db=store_db, amqp=AmqpConfig(port=0))
+    await server.store.add_stream("orders", PARTITIONS)
+    await server.streams.refresh()
+    return server
+
+
+async def add(server: EventServer, stream: str, partition: int, event_type: str, data: Any) -> int:
+    """Add an event to a partition through the store; its id there."""
+    found = server.streams.partition(stream, partition)
+    assert found is not None
+    return int(await server.logs.partition(found).append(WRITER, [EventDraft(event_type, data)]))
