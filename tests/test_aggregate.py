@@ -24,7 +24,8 @@ from futoin_evt.log.retention import RetentionConfig, discard_bound
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import SCHEMA_VERSION, NotWritable, Store
+from futoin_evt.storage.base import SCHEMA_VERSION, Store
+from futoin_evt.storage.errors import NotWritable
 
 from .support import waiting
 from .support.cli import on_server, run

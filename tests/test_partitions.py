@@ -20,7 +20,8 @@ from futoin_evt.domain.partition import (
     check_stream_name,
 )
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import SCHEMA_VERSION, PartitionLog, Store, StoreClosed
+from futoin_evt.storage.base import SCHEMA_VERSION, PartitionLog, Store
+from futoin_evt.storage.errors import StoreClosed
 
 from .support.sql import execute_sql, pg_schema_at
 from .support.stores import ids_of

@@ -659,7 +659,8 @@ async def test_a_session_left_inside_a_transaction_is_ended_and_its_locks_go_to_
 ) -> None:
     """A server stopped (SIGSTOP, a frozen VM) inside a transaction would hold its locks
     until it ran again: the server's end of each session ends it after the link timeout."""
-    from futoin_evt.storage.base import PoolLimits, StoreUnreachable
+    from futoin_evt.storage.base import PoolLimits
+    from futoin_evt.storage.errors import StoreUnreachable
     from futoin_evt.storage.postgres import PostgresStore
 
     async def taken(other: psycopg.AsyncConnection[Any]) -> bool:

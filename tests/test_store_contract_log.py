@@ -14,13 +14,8 @@ import pytest
 
 from futoin_evt.domain.stream import utc_timestamp
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import (
-    SCHEMA_VERSION,
-    SchemaTooNew,
-    Store,
-    StoreClosed,
-    joined_count,
-)
+from futoin_evt.storage.base import SCHEMA_VERSION, Store, joined_count
+from futoin_evt.storage.errors import SchemaTooNew, StoreClosed
 from futoin_evt.storage.head import SharedLook
 from futoin_evt.storage.pages import rows_sql
 from futoin_evt.storage.sqlite.writer import MAX_WRITES_PER_COMMIT

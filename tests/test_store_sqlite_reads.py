@@ -16,7 +16,7 @@ from futoin_evt.client.receiver import ReliableReceiver
 from futoin_evt.domain.stream import UserId
 from futoin_evt.ftn18.push import PushConfig
 from futoin_evt.server.app import EventServer
-from futoin_evt.storage.base import StoreClosed
+from futoin_evt.storage.errors import StoreClosed
 from futoin_evt.storage.sqlite import SqliteStore
 from futoin_evt.storage.sqlite.native import add_event
 

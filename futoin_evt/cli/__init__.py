@@ -10,7 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from .. import __version__, build
-from ..storage.base import StoreError
+from ..storage.errors import StoreError
 from . import calls, check, consumer, grants, sas, schema, serve, stream, user
 from .common import CliError, Parser, configure_logging, event_loop_factory
 

@@ -6,7 +6,7 @@ import argparse
 from typing import Final
 
 from ..storage import check_database
-from ..storage.base import StoreDamaged
+from ..storage.errors import StoreDamaged
 from .common import CliError, Commands, add_db
 
 #: Damaged events listed one by one; the rest are counted.

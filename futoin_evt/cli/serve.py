@@ -12,14 +12,9 @@ import re
 import shlex
 import shutil
 import signal
-import socket
-import sqlite3
 import ssl
 import sys
-import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Final, TypeVar
 
 from .. import __version__
 from ..amqp import AmqpConfig, AmqpLimits
@@ -42,8 +37,8 @@ from ..server.peers import WorkerPlace
 from ..server.websocket import DEFAULT_LIMITS, Limits, TransportConfig
 from ..server.workers import Supervisor, WorkerFailed, channel_dir, die_with_parent, reserve_port
 from ..slots import COUNTS_FILE, GroupShare, clear_counts, create_counts
-from ..storage import is_postgres_url, open_store, start_check
-from ..storage.base import DEFAULT_POOL, Durability, PoolLimits, StoreUnreachable
+from ..storage import is_postgres_url, open_store
+from ..storage.base import DEFAULT_POOL, Durability, PoolLimits
 from .common import (
     DEFAULT_PORT,
     ENV_DB,
@@ -55,6 +50,20 @@ from .common import (
     logger,
     sas_secret,
     tag_logs,
+)
+from .serve_checks import (
+    DEFAULT_START_CHECK,
+    address,
+    check_db_file,
+    check_ports,
+    host_port,
+    listeners,
+    metrics_address,
+    migrated,
+    port_taken,
+    run_start_check,
+    tls_context,
+    waiting_for_db,
 )
 
 
@@ -316,7 +325,7 @@ async def _serve(args: argparse.Namespace) -> int:
         die_with_parent(place.supervisor)
         tag_logs(place.slot)
     workers = _workers(args.workers, args.db) if place is None else 1
-    tls = _tls_context(args.tls_cert, args.tls_key)
+    tls = tls_context(args.tls_cert, args.tls_key)
     for name in ("keep_events", "keep_seconds", "expire_consumers_after"):
         if getattr(args, name) is not None and getattr(args, name) < 0:
             raise BadSetting(f"--{name.replace('_', '-')} cannot be negative.")
@@ -358,7 +367,7 @@ async def _serve(args: argparse.Namespace) -> int:
                 f"{option} cannot be under {STREAM_FEEDS_PATH}: each stream's feed is."
             )
     amqp = _amqp_config(args, tls)
-    metrics = _metrics_address(args.metrics)
+    metrics = metrics_address(args.metrics)
     group = None  # the limits are the group's: its workers count their connections together
     if place is not None:
         group = GroupShare(place.channel_dir / COUNTS_FILE, place.slot, place.count)
@@ -410,27 +419,27 @@ async def _serve(args: argparse.Namespace) -> int:
         worker=place,
     )
     if place is None:  # once, before any worker starts and anything is made
-        _check_db_file(args.db)
-        _check_ports(_listeners(args, amqp, metrics))
+        check_db_file(args.db)
+        check_ports(listeners(args, amqp, metrics))
     if amqp is not None:
         amqp = dataclasses.replace(amqp, sas_secret=sas_secret(args.sas_secret, args.db))
         config = dataclasses.replace(config, amqp=amqp)
     if place is None and args.start_check:  # once, before any worker starts
-        await _start_check(args.db, args.start_check)
+        await run_start_check(args.db, args.start_check)
     if args.feed_users is not None and place is None:  # once, before any worker starts
         names = [name.strip() for name in args.feed_users.split(",") if name.strip()]
         if args.no_feed:
             logger.warning("--feed-users is deprecated, and has no effect with --no-feed")
         else:
-            await _waiting_for_db(lambda: _feed_users_as_grants(config, names), args.wait_for_db)
+            await waiting_for_db(lambda: _feed_users_as_grants(config, names), args.wait_for_db)
     if workers > 1:
         return await _supervise(args, config, workers)
     try:
-        server = await _waiting_for_db(lambda: EventServer.start(config), args.wait_for_db)
-    except OSError as exc:  # taken since _check_ports: the door's own words, or the port's
+        server = await waiting_for_db(lambda: EventServer.start(config), args.wait_for_db)
+    except OSError as exc:  # taken since check_ports: the door's own words, or the port's
         said = str(exc.strerror or exc)
         if not said.startswith(("AMQP on ", "metrics on ")):
-            said = f"{_address(args.host, args.port)} (--port): {said}"
+            said = f"{address(args.host, args.port)} (--port): {said}"
         raise BadSetting(f"cannot listen on {said.rstrip('.')}.") from None
     urls = " and ".join(
         url
@@ -543,41 +552,6 @@ async def _feed_users_as_grants(config: ServerConfig, names: list[str]) -> None:
     )
 
 
-#: Seconds SQLite's quick check of the file may take at start: about a GB (it read 1 GB in
-#: 1 s from the page cache, 30 s from a cold disk, on the test machine).
-DEFAULT_START_CHECK: Final = 2.0
-#: Seconds between attempts to reach the database with --wait-for-db.
-DB_RETRY_SECONDS: Final = 1.0
-
-
-_T = TypeVar("_T")
-
-
-async def _waiting_for_db(start: Callable[[], Awaitable[_T]], wait: float) -> _T:
-    """``start()``; while the database does not answer (StoreUnreachable), try again
-    every second, with a log line each time, until ``wait`` seconds have passed."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + wait
-    while True:
-        try:
-            return await start()
-        except StoreUnreachable as exc:
-            left = deadline - loop.time()
-            if left <= 0:
-                raise
-            delay = min(DB_RETRY_SECONDS, left)
-            logger.warning("%s; trying again in %.1f s (%.1f s left)", exc, delay, left)
-            await asyncio.sleep(delay)
-
-
-def _host_port(option: str, value: str) -> tuple[str, int]:
-    host, sep, port = value.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or re.fullmatch(r"[0-9]{1,5}", port) is None or int(port) > 65535:
-        raise BadSetting(f"{option} must be HOST:PORT, not {value!r}.")
-    return host, int(port)
-
-
 def _console_config(args: argparse.Namespace) -> ConsoleConfig | None:
     if not args.console:
         return None
@@ -590,25 +564,10 @@ def _console_config(args: argparse.Namespace) -> ConsoleConfig | None:
     return ConsoleConfig(max_sessions=args.console_sessions)
 
 
-def _metrics_address(value: str | None) -> tuple[str, int] | None:
-    if value is None:
-        return None
-    if re.fullmatch(r":?[0-9]{1,5}", value) is not None:  # PORT alone: this machine only
-        value = f"{METRICS_HOST}:{value.lstrip(':')}"
-    address = _host_port("--metrics", value)
-    try:
-        import prometheus_client  # noqa: F401
-    except ImportError:
-        raise BadSetting(
-            "--metrics needs prometheus-client: pip install 'futoin-evt[metrics]'"
-        ) from None
-    return address
-
-
 def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpConfig | None:
     if args.amqp is None:
         return None
-    host, port = _host_port("--amqp", args.amqp)
+    host, port = host_port("--amqp", args.amqp)
     if args.amqp_idle_timeout <= 0:
         raise BadSetting("--amqp-idle-timeout must be above 0.")
     try:
@@ -630,19 +589,6 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
         sas_secret=None,  # read (or made) once the ports are known to be free: _serve
         sas_max_lifetime=args.sas_max_lifetime,
     )
-
-
-def _tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
-    if cert is None and key is None:
-        return None
-    if cert is None or key is None:
-        raise BadSetting("--tls-cert and --tls-key go together.")
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    try:
-        context.load_cert_chain(cert, key)
-    except (OSError, ssl.SSLError) as exc:
-        raise BadSetting(f"cannot load the TLS certificate or key: {exc}") from None
-    return context
 
 
 def default_workers(db: str) -> int:
@@ -679,116 +625,6 @@ def _worker_place(value: str | None) -> WorkerPlace | None:
     return WorkerPlace(int(slot), int(count), Path(where), int(supervisor))
 
 
-async def _start_check(db: str, seconds: float) -> None:
-    """SQLite's quick check of the file, bounded in time; a damaged file is refused
-    (:class:`~futoin_evt.storage.base.StoreDamaged`: one line, exit 2)."""
-    started = time.monotonic()
-    if await start_check(db, seconds):
-        logger.debug("quick check of %s: ok in %.2f s", db, time.monotonic() - started)
-    else:
-        logger.info(
-            "quick check of %s stopped after %.1f s, before the end of the file (a large"
-            " file: --start-check sets the time; futoin-evt check --db checks it all)",
-            db,
-            seconds,
-        )
-
-
-async def _migrated(config: ServerConfig) -> tuple[bool, str]:
-    """Open the database once (migrating it), so the workers do not race to; whether it
-    has users, and its description (without a password)."""
-    store = await open_store(config.db, durability=config.durability, pool=config.pool)
-    try:
-        return bool(await store.list_users()), store.description
-    finally:
-        await store.close()
-
-
-def _address(host: str, port: int) -> str:
-    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-
-
-#: Where ``--metrics PORT`` listens: this machine only (/metrics names every stream and
-#: consumer; ``--metrics 0.0.0.0:PORT`` opens it wider, ``--metrics-user`` asks a password).
-METRICS_HOST: Final = "127.0.0.1"
-#: The first 16 bytes of every SQLite database file.
-SQLITE_HEADER: Final = b"SQLite format 3\x00"
-#: Tables every futoin-evt SQLite database has had since its first schema.
-OWN_TABLES: Final = frozenset({"events", "meta"})
-
-
-def _check_db_file(db: str) -> None:
-    """``--db`` as a SQLite file ``serve`` can use, checked before anything is made: a
-    directory, a file that cannot be read or written, a file that is not a SQLite database
-    and another program's database are each refused in a sentence of their own (exit 2),
-    and left as they are. A futoin-evt file whose pages fail their checks is the start
-    check's to call damaged (:func:`_start_check`)."""
-    if is_postgres_url(db):
-        return
-    path = Path(db)
-    if path.is_dir():
-        raise BadSetting(
-            f"--db {db} is a directory, not a database file: give a file's path (a new"
-            " database is made there when there is no file)."
-        )
-    if not path.exists():
-        if not path.parent.is_dir():
-            raise BadSetting(f"--db {db} cannot be made: there is no directory {path.parent}.")
-        return
-    if not path.is_file():
-        raise BadSetting(f"--db {db} is not a regular file, so it cannot be a database.")
-    try:
-        with path.open("rb") as file:
-            header = file.read(len(SQLITE_HEADER))
-    except OSError as exc:
-        raise BadSetting(f"cannot read --db {db}: {exc.strerror or exc}.") from None
-    if header and header != SQLITE_HEADER:
-        raise BadSetting(
-            f"--db {db} is not a SQLite database (it does not begin as one): give another"
-            " file; this one was left as it is."
-        )
-    tables = _sqlite_tables(path) if header else None
-    if tables and OWN_TABLES.isdisjoint(tables):
-        raise BadSetting(
-            f"--db {db} is another program's SQLite database (it has none of futoin-evt's"
-            " tables): give another file; this one was left as it is."
-        )
-    try:
-        with path.open("r+b"):
-            pass
-    except OSError as exc:
-        raise BadSetting(f"cannot write --db {db}: {exc.strerror or exc}.") from None
-
-
-def _sqlite_tables(path: Path) -> frozenset[str] | None:
-    """The tables of a SQLite file, read only; None when they cannot be read (a damaged
-    file, said by the start check, or one locked for long)."""
-    try:
-        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
-    except sqlite3.Error:
-        return None
-    try:
-        conn.execute("PRAGMA busy_timeout=5000")
-        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
-    except sqlite3.Error:
-        return None
-    finally:
-        conn.close()
-    return frozenset(str(row[0]) for row in rows)
-
-
-def _listeners(
-    args: argparse.Namespace, amqp: AmqpConfig | None, metrics: tuple[str, int] | None
-) -> list[tuple[str, str, int]]:
-    """(option, host, port) of every port ``serve`` listens on."""
-    found = [("--port", args.host, args.port)]
-    if amqp is not None:
-        found.append(("--amqp", amqp.host, amqp.port))
-    if metrics is not None:
-        found.append(("--metrics", *metrics))
-    return found
-
-
 def _group_doors(config: ServerConfig, line: str) -> list[tuple[str, str]]:
     """The doors of a group of workers, with the addresses worker 0's start-up line gives."""
 
@@ -798,34 +634,6 @@ def _group_doors(config: ServerConfig, line: str) -> list[tuple[str, str]]:
 
     url = found(r"wss?://\S+") or ""
     return door_addresses(config, url, found(r"amqps?://\S+"), found(r"http://\S+/metrics\b"))
-
-
-def _port_taken(option: str, host: str, port: int, exc: OSError) -> BadSetting:
-    said = str(exc.strerror or exc).rstrip(".")
-    return BadSetting(f"cannot listen on {_address(host, port)} ({option}): {said}.")
-
-
-def _check_ports(listeners: list[tuple[str, str, int]]) -> None:
-    """Each port is bound (and let go) before anything is made, so a port in use is
-    refused naming that port and its option, and leaves no database file behind. Port 0
-    (any free one) cannot be taken."""
-    seen: dict[tuple[str, int], str] = {}
-    for option, host, port in listeners:
-        if port and (host, port) in seen:
-            raise BadSetting(f"{seen[host, port]} and {option} name the same port, {port}.")
-        seen[host, port] = option
-        if not port:
-            continue
-        try:
-            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-            for family, _, _, _, address in infos:
-                with socket.socket(family, socket.SOCK_STREAM) as probe:
-                    probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as asyncio
-                    if family == socket.AF_INET6:
-                        probe.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-                    probe.bind(address[:2])
-        except OSError as exc:
-            raise _port_taken(option, host, port, exc) from None
 
 
 def _say_sharing(db: str) -> None:
@@ -847,15 +655,15 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
     held_fds: list[int] = []
     try:
         port_args = []
-        for option, host, port in _listeners(args, config.amqp, config.metrics):
+        for option, host, port in listeners(args, config.amqp, config.metrics):
             try:
                 port, sockets = reserve_port(host, port)
             except OSError as exc:
-                raise _port_taken(option, host, port, exc) from None
+                raise port_taken(option, host, port, exc) from None
             held += sockets
-            port_args += [option, str(port) if option == "--port" else _address(host, port)]
+            port_args += [option, str(port) if option == "--port" else address(host, port)]
         # the ports are the group's: only now is the database made (or migrated)
-        users, where = await _waiting_for_db(lambda: _migrated(config), args.wait_for_db)
+        users, where = await waiting_for_db(lambda: migrated(config), args.wait_for_db)
         workdir, owner = channel_dir()
         held_fds.append(owner)
         counts = workdir / COUNTS_FILE

@@ -28,7 +28,8 @@ from ..client.aio import Event
 from ..client.receiver import ReliableReceiver
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
 from ..ftn3.messages import encode_json
-from ..storage.base import DamagedEvent, Store
+from ..storage.base import Store
+from ..storage.errors import DamagedEvent
 from ..storage.head import HeadWatch
 from .consumers import PositionPastHead, check_given
 

@@ -16,7 +16,7 @@ from typing import Final
 from ..domain.dcb import AppendConditionFailed, EventIdConflict
 from ..domain.principal import NotAuthenticated
 from ..domain.stream import BadInput
-from ..storage.base import DamagedEvent, NotWritable, StoreClosed, StoreUnavailable
+from ..storage.errors import DamagedEvent, NotWritable, StoreClosed, StoreUnavailable
 from .access import Refused
 from .consumers import PositionPastHead
 

@@ -38,16 +38,9 @@ from ..domain.stream import (
     stored_form,
     utc_timestamp,
 )
-from ..storage.base import (
-    DamagedEvent,
-    DiscardLimits,
-    EventPage,
-    NotWritable,
-    PartitionLog,
-    StoreUnreachable,
-    StreamBounds,
-)
+from ..storage.base import DiscardLimits, EventPage, PartitionLog, StreamBounds
 from ..storage.dedup import WriterKey
+from ..storage.errors import DamagedEvent, NotWritable, StoreUnreachable
 from .access import OPEN_ACCESS, StreamGuard
 from .consumers import ConsumerLifecycle, PartitionConsumers
 from .schemas import TypeSchema

@@ -56,7 +56,8 @@ from ..domain.schemas import (
     top_properties,
 )
 from ..domain.stream import UserId
-from ..storage.base import SchemaChanged, Schemas
+from ..storage.base import Schemas
+from ..storage.errors import SchemaChanged
 from .access import Access
 
 logger = logging.getLogger(__name__)

@@ -7,7 +7,8 @@ from pathlib import Path
 from typing import Final
 
 from ..domain.stream import DEFAULT_DEDUP_WINDOW
-from .base import DEFAULT_POOL, Durability, PoolLimits, Store, StoreUnavailable
+from .base import DEFAULT_POOL, Durability, PoolLimits, Store
+from .errors import StoreUnavailable
 from .sql.scrub import CheckReport
 from .sqlite.check import quick_check_sqlite, scrub_sqlite
 
@@ -30,7 +31,7 @@ async def open_store(
     ``dedup_window``: seconds a producer's key of an event is remembered (0: keys are
     ignored; see :meth:`~.base.EventLog.submit_append`).
 
-    Raises :class:`~.base.StoreUnavailable` (one sentence) when it cannot be opened.
+    Raises :class:`~.errors.StoreUnavailable` (one sentence) when it cannot be opened.
     """
     if is_postgres_url(db):
         try:
@@ -49,8 +50,8 @@ async def open_store(
 
 async def check_database(db: str | Path) -> CheckReport:
     """Scrub the database ``db`` names (reads only; see :mod:`.sql.scrub`). Raises
-    :class:`~.base.StoreUnavailable` when it is not there or cannot be reached, and
-    :class:`~.base.StoreDamaged` for a SQLite file too damaged to read its schema."""
+    :class:`~.errors.StoreUnavailable` when it is not there or cannot be reached, and
+    :class:`~.errors.StoreDamaged` for a SQLite file too damaged to read its schema."""
     if is_postgres_url(db):
         try:
             from .postgres.check import scrub_postgres
@@ -65,7 +66,7 @@ async def check_database(db: str | Path) -> CheckReport:
 async def start_check(db: str | Path, seconds: float) -> bool:
     """What ``serve`` checks before it starts: on SQLite, ``PRAGMA quick_check`` of an
     existing file for at most ``seconds`` (True when it ran to its end); raises
-    :class:`~.base.StoreDamaged` for a malformed file. Nothing on PostgreSQL (True)."""
+    :class:`~.errors.StoreDamaged` for a malformed file. Nothing on PostgreSQL (True)."""
     if is_postgres_url(db):
         return True
     return await asyncio.to_thread(quick_check_sqlite, Path(db), seconds)

@@ -1,4 +1,4 @@
-"""The storage contract: value types, errors and the roles a store plays. No I/O here.
+"""The storage contract: value types and the roles a store plays. No I/O here.
 
 Every backend (``SqliteStore``, ``PostgresStore``) implements :class:`Store`; code above
 ``storage/`` depends on these Protocols only, each part on the narrowest role it needs, and
@@ -11,20 +11,8 @@ The ordering rule every backend keeps (the point of the contract):
     that commits after it asked, and a reliable consumer at position ``p`` never misses one.
 
 Ids are never reused, not even after the newest events are discarded. An ``append`` that
-returned is durable; acknowledgements only move a position forward.
-
-Errors::
-
-    StoreError
-    ├── StoreClosed        the store was closed before a write could commit
-    ├── NotWritable        events go into an aggregated stream only by its copying
-    ├── SchemaChanged      a subject's newest schema moved on during a registration
-    ├── DamagedEvent       an event read does not match its checksum (never served)
-    ├── StoreDamaged       SQLite's quick check found the database file malformed
-    ├── StoreUnavailable   the database cannot be opened (bad URL, unreachable, no driver)
-    │   └── StoreUnreachable   it does not answer now (refused, lost, no pooled connection
-    │                          in time): trying again later may succeed; raised by calls too
-    └── SchemaTooNew       the database was written by a newer futoin-evt
+returned is durable; acknowledgements only move a position forward. What the calls raise
+is in :mod:`futoin_evt.storage.errors`.
 
 Streams and partitions: every partition is a log of its own with the roles above
 (:meth:`Store.partition_log`); the :class:`Store` itself plays them as the view of
@@ -50,69 +38,11 @@ from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..domain.termini import KeptTerminus, TerminusKey
 from ..stats import DamageStats, WriteStats
 from .dedup import WriterKey
+from .errors import SchemaTooNew
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
 SCHEMA_VERSION: Final = 15
-
-
-class StoreError(Exception):
-    """Root of the storage errors."""
-
-
-class StoreClosed(StoreError, RuntimeError):
-    """The store was closed before the write could be committed."""
-
-
-class NotWritable(StoreError, ValueError):
-    """An append to a partition of an aggregated stream: only the copying from its source
-    adds events there (:meth:`Aggregates.copy_into_aggregate`)."""
-
-    def __init__(self, partition: Partition, source: str | None = None) -> None:
-        of = f" of {source}" if source else ""
-        super().__init__(
-            f"the stream {partition.stream} is an aggregate{of}: events go into its source"
-        )
-        self.partition = partition
-
-
-class DamagedEvent(StoreError):
-    """An event read from the database does not match its checksum: its type, data, time or
-    content type changed after it was stored (a damaged disk or file, a hand edit). The read
-    fails; the event is never served with changed content."""
-
-    def __init__(self, partition: Partition, event_id: int) -> None:
-        super().__init__(
-            f"event {event_id} in partition {partition} is damaged"
-            " (its stored content does not match its checksum)"
-        )
-        self.partition = partition
-        self.event_id = event_id
-
-
-class StoreDamaged(StoreError):
-    """The database file is malformed (SQLite's ``quick_check`` says so); one sentence."""
-
-
-class StoreUnavailable(StoreError):
-    """The database cannot be opened; the message is one sentence for the user."""
-
-
-class StoreUnreachable(StoreUnavailable):
-    """The database does not answer now: the connection is refused or was lost, or no
-    pooled connection came free within the bound. Trying again later may succeed."""
-
-
-class SchemaTooNew(StoreError):
-    """The database schema is newer than this futoin-evt knows."""
-
-    def __init__(self, found: int, known: int = SCHEMA_VERSION) -> None:
-        super().__init__(
-            f"the database has schema version {found}, newer than this futoin-evt knows "
-            f"({known}); upgrade futoin-evt"
-        )
-        self.found = found
-        self.known = known
 
 
 def migrations_to_run(current: int, known: int = SCHEMA_VERSION) -> range:
@@ -146,7 +76,7 @@ class Durability(Enum):
 class PoolLimits:
     """PostgreSQL: the pooled connections for reads and the other writes (the writer and
     the listener have their own), and how long a call waits for one before it fails with
-    :class:`StoreUnreachable`; and how long a connection may go without an answer from the
+    :class:`~.errors.StoreUnreachable`; and how long a connection may go without an answer from the
     database's host before it counts as broken (``link_timeout``: TCP keepalives and user
     timeout on both ends, and the server's ``idle_in_transaction_session_timeout``). SQLite
     has no pool and ignores them."""
@@ -633,11 +563,6 @@ class ConsoleSessionStore(Protocol):
         """Forget the notice, if it is still ``notice`` (shown once, not a newer one)."""
 
 
-class SchemaChanged(StoreError):
-    """A subject's newest live version moved on while a new one was being checked (another
-    registration came first): check against the new newest and try again."""
-
-
 class Schemas(Protocol):
     """The schema registry's subjects (``STREAM-TYPE``), versions, schemas and levels;
     the rules (names, rights, compatibility) are the caller's. A change of versions moves
@@ -657,7 +582,7 @@ class Schemas(Protocol):
     ) -> SchemaRow:
         """Add the next version of ``subject`` (of ``stream``), under the id the stream
         gives ``fingerprint`` (a new one for a new text). KeyError when there is no such
-        stream; :class:`SchemaChanged` when the subject's newest live version is no longer
+        stream; :class:`~.errors.SchemaChanged` when the subject's newest live version is no longer
         ``after`` (0 for none), or another registration of the same moment came first."""
 
     async def delete_schema_versions(
@@ -743,7 +668,7 @@ class Streams(Protocol):
         With ``aggregate_of``: one partition that aggregates that stream (ValueError when
         there is no such stream, or ``partitions`` is not 1); it is filled by
         :meth:`Aggregates.copy_into_aggregate`, and clients cannot append to it
-        (:class:`NotWritable`)."""
+        (:class:`~.errors.NotWritable`)."""
 
     async def grow_stream(self, name: str, partitions: int) -> StreamInfo:
         """Add partitions up to ``partitions`` (never fewer: ValueError); KeyError when there
@@ -838,7 +763,7 @@ class Store(
         (SQLite's one write lock)."""
 
     async def close(self) -> None:
-        """Commit what is queued, then close; later writes raise :class:`StoreClosed`."""
+        """Commit what is queued, then close; later writes raise :class:`~.errors.StoreClosed`."""
 
     async def __aenter__(self) -> Store: ...
 

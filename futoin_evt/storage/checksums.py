@@ -12,7 +12,7 @@ before checksums existed (:data:`CHECKSUMS_VERSION`): it is served unchecked.
 
 A row read whose content does not match raises :class:`ChecksumMismatch` (the id only: the
 readers of rows do not know their partition); the partition's log turns it into
-:class:`~.base.DamagedEvent` through :func:`damaged`, which logs each damaged event once per
+:class:`~.errors.DamagedEvent` through :func:`damaged`, which logs each damaged event once per
 process and counts it for the metrics.
 """
 
@@ -26,7 +26,7 @@ from google_crc32c import value as crc32c
 from ..domain.partition import Partition
 from ..domain.stream import encode_event_data, utc_timestamp
 from ..stats import DamageStats
-from .base import DamagedEvent
+from .errors import DamagedEvent
 
 logger = logging.getLogger(__name__)
 

@@ -135,7 +135,7 @@ class PagedReads:
     their checksums: they are what this process wrote, kept in its memory.
 
     Every read from the database runs inside :meth:`_checking`: an event that does not match
-    its checksum fails the read with :class:`~.base.DamagedEvent`, naming the partition.
+    its checksum fails the read with :class:`~.errors.DamagedEvent`, naming the partition.
     """
 
     read_dialect: ReadDialect
@@ -147,7 +147,7 @@ class PagedReads:
     @contextlib.contextmanager
     def _checking(self) -> Iterator[None]:
         """Around a read: a row it finds damaged (:class:`~.checksums.ChecksumMismatch`)
-        fails it with :class:`~.base.DamagedEvent`, naming this partition."""
+        fails it with :class:`~.errors.DamagedEvent`, naming this partition."""
         try:
             yield
         except ChecksumMismatch as exc:

@@ -19,7 +19,7 @@ _HAS_CHECKSUMS: Final = (
 
 
 async def scrub_postgres(url: str) -> CheckReport:
-    """Scrub the database (reads only). Raises :class:`~..base.StoreUnavailable` when it
+    """Scrub the database (reads only). Raises :class:`~..errors.StoreUnavailable` when it
     cannot be reached."""
     report = CheckReport(safe_url(url))
     conn = await connect(url, autocommit=True, link_timeout=DEFAULT_POOL.link_timeout)

@@ -9,7 +9,7 @@ from urllib.parse import urlsplit, urlunsplit
 import psycopg
 from psycopg.rows import TupleRow
 
-from ..base import StoreUnavailable, StoreUnreachable
+from ..errors import StoreUnavailable, StoreUnreachable
 
 Connection = psycopg.AsyncConnection[TupleRow]
 

@@ -13,7 +13,8 @@ from typing import Final
 import psycopg
 
 from ...domain.stream import UserId
-from ..base import PoolLimits, StoreUnavailable
+from ..base import PoolLimits
+from ..errors import StoreUnavailable
 from ..sql.access import ACCESS_PAYLOAD_PREFIX
 from ..sql.log import SqlPartitionLog
 from .connect import Connection, connect

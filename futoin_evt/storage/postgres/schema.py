@@ -500,7 +500,7 @@ NOTIFY_HEAD: Final = notify_head_sql(0)
 
 async def ensure_schema(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
     """Create or migrate the tables in one transaction, one process at a time; refuse a
-    newer schema with :class:`~futoin_evt.storage.base.SchemaTooNew`."""
+    newer schema with :class:`~futoin_evt.storage.errors.SchemaTooNew`."""
     async with conn.transaction():
         await conn.execute(f"SELECT pg_advisory_xact_lock({LOCK_NAMESPACE}, {MIGRATION_LOCK})")
         await conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")

@@ -63,7 +63,7 @@ So does a claim of an AMQP consumer group (``'group <user id> <claim> <epoch> <g
 Outages
 -------
 A call that finds the database gone, or no pooled connection free within the pool's bound,
-fails with :class:`~..base.StoreUnreachable`. Nothing waits for the database to come back:
+fails with :class:`~..errors.StoreUnreachable`. Nothing waits for the database to come back:
 the writer reconnects on its next batch, the pool replaces broken connections, the listener
 retries every second and then catches up with the newest id.
 """
@@ -84,17 +84,9 @@ from ...domain.dcb import Query, SequencedEvent
 from ...domain.groups import GroupClaim, GroupHold
 from ...domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ...domain.stream import DEFAULT_DEDUP_WINDOW, UserId, utc_timestamp
-from ..base import (
-    DEFAULT_POOL,
-    AggregateCopy,
-    Durability,
-    EventRow,
-    PeerNews,
-    PoolLimits,
-    SchemaChanged,
-    StoreUnreachable,
-)
+from ..base import DEFAULT_POOL, AggregateCopy, Durability, EventRow, PeerNews, PoolLimits
 from ..dedup import window_ms
+from ..errors import SchemaChanged, StoreUnreachable
 from ..head import SharedLook
 from ..page_rows import event_rows
 from ..pages import ReadDialect, read_dialect, rows_sql

@@ -23,9 +23,10 @@ from ...domain.partition import Partition
 from ...domain.stream import EventId, event_json, is_ftn18_type, utc_timestamp
 from ...ftn3.messages import encode_json
 from ...stats import DamageStats, WriteStats
-from ..base import PoolLimits, StoreClosed, StoreUnavailable, StoreUnreachable, joined_count
+from ..base import PoolLimits, joined_count
 from ..checksums import event_checksum
 from ..dedup import PendingKeys, Queued, WriterKey
+from ..errors import StoreClosed, StoreUnavailable, StoreUnreachable
 from ..recent import RecentEvent
 from ..sql.dcb import DcbAppend, condition_sql, judge_batch
 from ..sql.log import SqlPartitionLog

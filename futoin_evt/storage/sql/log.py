@@ -12,8 +12,8 @@ from ...domain.dcb import AppendCondition, NewEvent
 from ...domain.partition import Partition
 from ...domain.stream import EventId
 from ...stats import DamageStats
-from ..base import NotWritable, StoreClosed
 from ..dedup import PendingKeys, Queued, WriterKey, plan_appends
+from ..errors import NotWritable, StoreClosed
 from ..head import ClaimWatch, HeadWatch
 from ..pages import PagedReads, ReadDialect
 from ..recent import DEFAULT_CAPACITY, DEFAULT_MAX_BYTES, RecentEvents

@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Generator, Sequence
 from typing import Any, Final, TypeVar
 
 from ...domain.schemas import CompiledSchema, JsonSchema, SchemaRow, check_event, compile_schema
-from ..base import SchemaChanged
+from ..errors import SchemaChanged
 from ..tables import Step
 from .calls import SqlCalls
 

@@ -10,7 +10,7 @@ import threading
 from pathlib import Path
 from typing import Final
 
-from ..base import StoreDamaged, StoreUnavailable
+from ..errors import StoreDamaged, StoreUnavailable
 from ..sql.scrub import PARTITIONS_SQL, CheckReport, check_chunk, chunk_sql, partitions_of
 from ..tables import Tables
 

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from ..base import EventPage, StoreClosed
+from ..base import EventPage
+from ..errors import StoreClosed
 from ..page_rows import page_from_rows
 from ..thread import WorkerThread
 

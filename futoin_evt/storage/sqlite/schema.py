@@ -297,7 +297,7 @@ def drop_partition_tables_sql(key: int) -> list[str]:
 
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create or migrate the tables (in the caller's transaction); refuse a database written
-    by a newer futoin-evt with :class:`~futoin_evt.storage.base.SchemaTooNew`."""
+    by a newer futoin-evt with :class:`~futoin_evt.storage.errors.SchemaTooNew`."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
     row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
     current = row[0] if row[0] is not None else conn.execute("PRAGMA user_version").fetchone()[0]

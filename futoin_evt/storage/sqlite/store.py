@@ -37,8 +37,9 @@ from ...domain.dcb import Query, SequencedEvent
 from ...domain.groups import GroupClaim, GroupHold
 from ...domain.partition import DEFAULT_PARTITION, Partition, StreamInfo
 from ...domain.stream import DEFAULT_DEDUP_WINDOW, UserId, utc_timestamp
-from ..base import AggregateCopy, Durability, EventPage, EventRow, PeerNews, StoreUnavailable
+from ..base import AggregateCopy, Durability, EventPage, EventRow, PeerNews
 from ..dedup import window_ms
+from ..errors import StoreUnavailable
 from ..page_rows import event_rows
 from ..pages import ReadDialect, read_dialect, rows_sql
 from ..sql.access import BUMP_ACCESS, READ_ACCESS_VERSION, version_of

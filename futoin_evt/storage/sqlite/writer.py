@@ -20,8 +20,9 @@ from typing import Any, Final, Protocol
 from ...domain.dcb import AppendCondition, NewEvent
 from ...domain.stream import EventId, event_json, is_ftn18_type
 from ...stats import WriteStats
-from ..base import Durability, PeerNews, StoreClosed, joined_count
+from ..base import Durability, PeerNews, joined_count
 from ..dedup import Queued, WriterKey
+from ..errors import StoreClosed
 from ..recent import RecentEvent
 from ..sql.log import SqlPartitionLog
 from ..thread import WorkerThread
