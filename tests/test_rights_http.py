@@ -17,14 +17,13 @@ import re
 import stat
 import subprocess
 import sys
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 import httpx
 import pytest
-from playwright.async_api import Browser, Page, async_playwright, expect
+from playwright.async_api import Page, expect
 from prometheus_client.parser import text_string_to_metric_families
 
 from futoin_evt.console.config import ConsoleConfig
@@ -32,7 +31,7 @@ from futoin_evt.domain.rights import ALL_RIGHTS, Grant, Right, Rights, rights_te
 from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
 
-from .support.console import CHROMIUM, console_login, in_browser, log_in, needs_chromium
+from .support.console import console_login, in_browser, log_in, needs_chromium
 from .support.servers import USERS, ServerFactory, ServerProcess
 
 pytestmark = pytest.mark.functional
@@ -232,22 +231,6 @@ async def test_a_feed_request_that_ran_when_the_right_was_revoked_ends_short(
 
 
 # -- the console ---------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def browser() -> AsyncIterator[Browser]:
-    async with async_playwright() as playwright:
-        launched = await playwright.chromium.launch(executable_path=str(CHROMIUM))
-        yield launched
-        await launched.close()
-
-
-@pytest.fixture
-async def page(browser: Browser) -> AsyncIterator[Page]:
-    context = await browser.new_context(viewport={"width": 1280, "height": 720})
-    opened = await context.new_page()
-    yield opened
-    await context.close()
 
 
 @pytest.fixture
