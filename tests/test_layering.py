@@ -79,8 +79,6 @@ DOORS_TO_STORAGE: dict[tuple[str, str], str] = {
     " log/ and auth/ (never to a door: see test_the_composition_root_hands_no_door_a_store)",
     ("futoin_evt.server.peers", "futoin_evt.storage.base"): "the channel between the workers"
     " carries the store's own news (PeerNews), not a user's call",
-    ("futoin_evt.server.metrics", "futoin_evt.storage.base"): "/metrics reads the store's own"
-    " figures (group commit, pool, readiness) and every lag for the operator, not for a user",
     ("futoin_evt.ftn18.push", "futoin_evt.storage.head"): "a push stream's durable position is"
     " a HeadWatch, the generic wake-up that stands in storage/",
 }

@@ -31,6 +31,7 @@ from ..log.checkpoints import HubCheckpoints
 from ..log.connections import Connections
 from ..log.consumers import ConsumerLifecycle
 from ..log.deliveries import ConnectedDeliveries
+from ..log.figures import StoreFigures
 from ..log.retention import Discarder, RetentionConfig
 from ..log.schemas import SchemaRegistry
 from ..log.sessions import ConsoleSessions
@@ -302,6 +303,8 @@ class EventServer:
         schemas: SchemaRegistry,
     ) -> None:
         self.store = store
+        #: The store's own figures for the operator (what ``/metrics`` and ``/readyz`` read).
+        self.figures = StoreFigures(store)
         #: Every partition's event log: what every door calls.
         self.logs = logs
         #: The streams and partitions of the database, followed across processes.

@@ -4,10 +4,11 @@
 registry of the server's own (never the global one: several servers may share a process).
 The hot paths only bump plain counters (:mod:`futoin_evt.stats`); :class:`ServerCollector`
 reads them at scrape time. What needs the store (consumers, the oldest id kept) comes from one
-bounded read, shared by the scrapes of :attr:`MetricsListener.cache_seconds`: per partition
-of the registry (at most :data:`MAX_PARTITIONS`) its newest and oldest ids in one query, then
-one count of the consumers by partition, then the lags of the partitions that have consumers,
-in registry order, until ``--metrics-consumers`` are read.
+bounded read through :class:`~futoin_evt.log.figures.StoreFigures`, shared by the scrapes of
+:attr:`MetricsListener.cache_seconds`: per partition of the registry (at most
+:data:`MAX_PARTITIONS`) its newest and oldest ids in one query, then one count of the
+consumers by partition, then the lags of the partitions that have consumers, in registry
+order, until ``--metrics-consumers`` are read.
 
 ``GET /healthz`` is 200 while the process serves; ``GET /readyz`` is 200 when the store answers
 a trivial read within :data:`READY_TIMEOUT` seconds and every listener accepts connections,
@@ -58,7 +59,6 @@ from ..stats import (
     Calls,
     Histogram,
 )
-from ..storage.base import ConsumerRow
 
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
@@ -67,9 +67,9 @@ if TYPE_CHECKING:
     from ..ftn18.notify import NotifyService
     from ..ftn18.push import PushService
     from ..log.archive import InProcessArchiver
+    from ..log.figures import ConsumerRow, StoreFigures
     from ..log.retention import Discarder
     from ..log.streams import StreamRegistry
-    from ..storage.base import Store
     from .executor import Executor
     from .http import HttpEndpoint
     from .websocket import WebSocketTransport
@@ -100,7 +100,7 @@ CALL_LABELS: Final = ("door", "iface", "function", "outcome")
 class ServerFigures(Protocol):
     """What the metrics read of the server (:class:`futoin_evt.server.app.EventServer`)."""
 
-    store: Store
+    figures: StoreFigures
     streams: StreamRegistry
     push: PushService
     notify: NotifyService
@@ -152,20 +152,20 @@ class StoreSnapshot:
             logger.warning("metrics: the store could not be read: %s", exc or type(exc).__name__)
 
     async def _read_store(self) -> None:
-        store = self._server.store
+        figures = self._server.figures
         started = time.perf_counter()
         partitions = [p for info in self._server.streams for p in info.partitions]
         extents = {}
         for partition in partitions[:MAX_PARTITIONS]:
-            limits = await store.partition_log(partition).discard_limits(None)
+            limits = await figures.discard_limits(partition)
             extents[partition] = (limits.newest_id, limits.oldest_id)
-        counts = await store.consumer_counts()
+        counts = await figures.consumer_counts()
         rows: list[tuple[Partition, ConsumerRow]] = []
         for partition in partitions:
             if len(rows) >= self.limit:
                 break
             if counts.get(partition.key):
-                read = await store.partition_log(partition).consumer_lags(self.limit - len(rows))
+                read = await figures.consumer_lags(partition, self.limit - len(rows))
                 rows.extend((partition, row) for row in read)
         self.consumers, self.registered, self.extents = rows, sum(counts.values()), extents
         self.read_seconds = time.perf_counter() - started
@@ -188,7 +188,8 @@ class ServerCollector(Collector):
         yield from self._write_path()
 
     def _streams(self) -> Iterator[Metric]:
-        stats = self._server.store.write_stats
+        figures = self._server.figures
+        stats = figures.write_stats
         appended = CounterMetricFamily(
             "futoin_evt_events_appended",
             "Events appended since the process started (every door).",
@@ -207,13 +208,12 @@ class ServerCollector(Collector):
             "The oldest event id kept (0: the stream is empty).",
             labels=STREAM_LABELS,
         )
-        store = self._server.store
         for partition, (newest, oldest_id) in list(self._snapshot.extents.items()):
             key = (partition.stream, str(partition.number))
             labels = list(key)
             appended.add_metric(labels, stats.appended.get(key, 0))
             size.add_metric(labels, stats.appended_bytes.get(key, 0))
-            known = store.partition_log(partition).head.head  # newer than the read, maybe
+            known = figures.known_head(partition)  # newer than the read, maybe
             head.add_metric(labels, max(newest, known))
             oldest.add_metric(labels, oldest_id)
         yield from (appended, size, head, oldest)
@@ -316,7 +316,7 @@ class ServerCollector(Collector):
 
     def _write_path(self) -> Iterator[Metric]:
         server = self._server
-        stats = server.store.write_stats
+        stats = server.figures.write_stats
         yield _histogram(
             "futoin_evt_commit_batch_writes",
             "Writes (appends and others) committed together in one group commit.",
@@ -327,9 +327,9 @@ class ServerCollector(Collector):
             "Time of one group commit, from the writer's start to the commit's end.",
             stats.commit_seconds,
         )
-        pool_usage = getattr(server.store, "pool_usage", None)
-        if pool_usage is not None:
-            in_use, waiting = pool_usage()
+        pool = server.figures.pool_usage()
+        if pool is not None:
+            in_use, waiting = pool
             yield GaugeMetricFamily(
                 "futoin_evt_pg_pool_connections_in_use",
                 "PostgreSQL pooled connections in use (PostgreSQL only).",
@@ -368,7 +368,7 @@ class ServerCollector(Collector):
             " since the process started.",
             labels=STREAM_LABELS,
         )
-        for labels, count in {DEFAULT_STREAM: 0, **server.store.damage_stats.counts}.items():
+        for labels, count in {DEFAULT_STREAM: 0, **server.figures.damage_stats.counts}.items():
             damaged.add_metric(list(labels), count)
         yield from (discarded, archived, published, damaged)
 
@@ -491,7 +491,7 @@ class MetricsListener:
         if server.amqp is not None and not server.amqp.serving:
             return "the AMQP listener is not serving"
         try:
-            await asyncio.wait_for(server.store.newest_event_id(), READY_TIMEOUT)
+            await asyncio.wait_for(server.figures.probe(), READY_TIMEOUT)
         except TimeoutError:
             return f"the store did not answer within {READY_TIMEOUT:g} s"
         except Exception as exc:
