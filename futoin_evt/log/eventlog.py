@@ -119,7 +119,7 @@ class EventLog:
         who: Principal,
         events: Sequence[EventDraft],
         *,
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[object] | None = None,
     ) -> asyncio.Future[EventId]: ...
     @overload
     def append(
@@ -134,13 +134,14 @@ class EventLog:
         who: Principal,
         events: Sequence[EventDraft] | Sequence[NewEvent],
         *,
-        keys: Sequence[str | None] | None = None,
+        keys: Sequence[object] | None = None,
         condition: AppendCondition | None = None,
     ) -> Awaitable[int]:
         """The one way every door appends: the write right, each event's rules (its type,
         size and JSON: :func:`~futoin_evt.domain.stream.stored_form`; a DCB event's are
         checked where it is made, :func:`~futoin_evt.domain.dcb.new_event`), the producers'
-        ``keys`` (one per event, None for none), each typed event's schema, and a DCB
+        ``keys`` (one per event, None for none; as a producer sent them, so of any type), each
+        typed event's schema, and a DCB
         ``condition``. Nothing of the call is queued unless all of them pass; then the events
         are stored in one transaction, all or none. The awaitable gives the id of the last
         event once every one is durable.
