@@ -13,13 +13,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
-from futoin_evt.storage.sqlite.writer import CHECKPOINT_COMMITS
 
 from futoin_evt.domain.stream import EventRejected, UserId
 from futoin_evt.storage.base import SCHEMA_VERSION, Durability
 from futoin_evt.storage.sqlite import SqliteStore
 from futoin_evt.storage.sqlite.native import add_event, add_event_async
 from futoin_evt.storage.sqlite.schema import MIGRATIONS
+from futoin_evt.storage.sqlite.writer import CHECKPOINT_COMMITS
 
 pytestmark = pytest.mark.functional
 
