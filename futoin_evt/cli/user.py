@@ -8,7 +8,6 @@ import sys
 
 from ..auth.sas import is_policy, sas_key
 from ..auth.users import hash_password
-from . import grants
 from .common import (
     BadSetting,
     CliError,
@@ -19,6 +18,7 @@ from .common import (
     read_password,
     sas_secret,
 )
+from .grants import add_show
 
 
 def add_commands(commands: Commands) -> None:
@@ -62,7 +62,7 @@ def add_commands(commands: Commands) -> None:
     add_db(sas)
     add_sas_secret(sas)
     sas.set_defaults(run=_user_sas_key)
-    grants.add_show(user)
+    add_show(user)
 
 
 _NAME_HELP = "the user's name: 1 to 64 characters without ':'"

@@ -49,7 +49,6 @@ from ..sql.dialect import SQLITE
 from ..sql.store import SqlStore
 from ..tables import Step, Tables
 from ..thread import WorkerThread
-from . import keys as sqlite_keys
 from .commands import (
     add_stream_sync,
     claim_group_sync,
@@ -61,6 +60,7 @@ from .commands import (
     registry_change_sync,
     run_sync,
 )
+from .keys import OLDEST_SQL as OLDEST_KEY_SQL
 from .reads import SqliteReader
 from .transaction import forget_keys_sync, last_given_id_sql
 from .writer import GroupCommit, PartitionWriter, open_writer, pragma
@@ -400,7 +400,7 @@ class SqliteStore(SqlitePartitionLog, SqlStore[SqlitePartitionLog], GroupCommit)
         """One chunk, in the writer's queue (it holds the file's write lock briefly), when
         the reader finds a key to forget: most turns find none and write nothing."""
         cutoff_ms = int(time.time() * 1000) - self._dedup_ms
-        oldest = await self._reader.fetchall(sqlite_keys.OLDEST_SQL)
+        oldest = await self._reader.fetchall(OLDEST_KEY_SQL)
         if not oldest or oldest[0][0] >= cutoff_ms:
             return 0
         count: int = await self._submit(forget_keys_sync, cutoff_ms, limit)

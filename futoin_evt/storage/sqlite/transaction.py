@@ -22,7 +22,12 @@ from ..checksums import event_checksum
 from ..dedup import PendingKeys, WriterKey
 from ..sql.dcb import condition_sql, judge_batch, stored_retry
 from ..tables import DEFAULT_TABLES, Tables
-from . import keys as sqlite_keys
+from .keys import forget as forget_old_keys
+from .keys import insert_new as insert_new_keys
+from .keys import run_keys
+from .keys import stored as stored_keys
+from .keys import take_over as take_over_keys
+from .keys import undo_new as undo_new_keys
 
 logger = logging.getLogger(__name__)
 
@@ -225,20 +230,20 @@ def _insert_run(
         return placed, first_id
     now_ms = int(time.time() * 1000)
     key_list = [a.key for a in appends]
-    keys, count = sqlite_keys.run_keys(key_list), len(key_list) - key_list.count(None)
+    keys, count = run_keys(key_list), len(key_list) - key_list.count(None)
     first_id = _insert_events(
         conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
     )
-    if sqlite_keys.insert_new(conn, tables.key, first_id, now_ms, keys, count):
+    if insert_new_keys(conn, tables.key, first_id, now_ms, keys, count):
         _keep_content_types(conn, tables.events, first_id, appends)
         return placed, first_id
     # A key is stored: undo the run (its events are the newest ids, its keys those of
     # them), then look the keys up and insert the rest. Without a savepoint, whose two
     # statements every keyed commit would pay.
-    sqlite_keys.undo_new(conn, tables.key, keys, first_id)
+    undo_new_keys(conn, tables.key, keys, first_id)
     conn.execute(f"DELETE FROM {tables.events} WHERE id >= ?", (first_id,))
     conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (first_id - 1, tables.events))
-    known = sqlite_keys.stored(conn, tables.key, keys, now_ms - dedup_ms)
+    known = stored_keys(conn, tables.key, keys, now_ms - dedup_ms)
     for index, append in placed:
         if append.key in known:
             results[index] = EventId(known[append.key])
@@ -250,9 +255,7 @@ def _insert_run(
         conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
     )
     _keep_content_types(conn, tables.events, first_id, appends)
-    sqlite_keys.take_over(
-        conn, tables.key, first_id, now_ms, sqlite_keys.run_keys([a.key for a in appends])
-    )
+    take_over_keys(conn, tables.key, first_id, now_ms, run_keys([a.key for a in appends]))
     return placed, first_id
 
 
@@ -260,7 +263,7 @@ def forget_keys_sync(
     conn: sqlite3.Connection, _ts: str, cutoff_ms: int, limit: int
 ) -> tuple[int, Inserted]:
     """One chunk of :meth:`.store.SqliteStore.forget_keys`."""
-    return sqlite_keys.forget(conn, cutoff_ms, limit), []
+    return forget_old_keys(conn, cutoff_ms, limit), []
 
 
 def _insert_events(
