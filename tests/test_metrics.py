@@ -392,7 +392,8 @@ async def test_two_servers_in_one_process_count_apart(
 async def test_on_postgresql_the_pool_is_reported_too(pg_url: str, http: httpx.AsyncClient) -> None:
     config = ServerConfig(db=pg_url, transport=TransportConfig(port=0), metrics=("127.0.0.1", 0))
     async with await EventServer.start(config) as server:
-        user = await server.store.add_user("alice", hash_password(USERS["alice"]))
+        # with read on the stream, or the retention pass drops the consumer
+        user = await add_user(server.store, "alice", hash_password(USERS["alice"]))
         await server.store.register_consumer(user, "PG")
         for _ in range(3):
             await server.store.append("E", "{}")
