@@ -24,7 +24,7 @@ from futoin_evt.log.retention import RetentionConfig, discard_bound
 from futoin_evt.server.app import EventServer, ServerConfig
 from futoin_evt.server.websocket import TransportConfig
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import SCHEMA_VERSION, Store
+from futoin_evt.storage.base import SCHEMA_VERSION, EventRow, Store
 from futoin_evt.storage.errors import NotWritable
 
 from .support import waiting
@@ -54,12 +54,13 @@ async def fill(store: Store, info: StreamInfo, per_partition: int, tag: str) -> 
 
 
 def check_aggregate(
-    rows: list[tuple[int, str, str, str, str | None]],
-    sources: dict[int, list[tuple[int, str, str, str, str | None]]],
+    rows: list[EventRow],
+    sources: dict[int, list[EventRow]],
 ) -> None:
     """Every source event once, in increasing ids, each source partition's events in their
-    order, with type, data, time and content type as they were stored (every event here
-    differs). Ids may have gaps: on PostgreSQL a copy rolled back by a kill used some."""
+    order, with type, data, time, content type and attributes as they were stored (every
+    event here differs). Ids may have gaps: on PostgreSQL a copy rolled back by a kill used
+    some."""
     ids = [r[0] for r in rows]
     assert ids == sorted(set(ids))
     copied = [r[1:] for r in rows]
@@ -71,9 +72,7 @@ def check_aggregate(
         assert [r for r in copied if owner[r] == number] == [r[1:] for r in events]
 
 
-async def source_rows(
-    store: Store, info: StreamInfo
-) -> dict[int, list[tuple[int, str, str, str, str | None]]]:
+async def source_rows(store: Store, info: StreamInfo) -> dict[int, list[EventRow]]:
     return {
         p.number: await store.partition_log(p).read_rows(0, limit=10**9) for p in info.partitions
     }
@@ -102,27 +101,31 @@ async def test_an_aggregate_holds_every_event_of_every_partition_once_in_order(
         store = server.store
         source = await store.add_stream("orders", 4)
         await fill(store, source, 30, "before")
-        # one with a content type (an AMQP data section) keeps it
+        # one with a content type (an AMQP data section) keeps it, one with attributes them
         await store.partition_log(source.partitions[2]).submit_append("AMQP", '"x"', "text/plain")
+        await store.partition_log(source.partitions[1]).submit_append(
+            "KEYED", "1", None, None, '{"k":"order-7"}'
+        )
         info = await store.add_stream("all", 1, aggregate_of="orders")
         aggregate = store.partition_log(info.partitions[0])
         async with asyncio.timeout(DEADLINE):
-            await aggregate.head.wait_beyond(4 * 30 + 1 - 1)
+            await aggregate.head.wait_beyond(4 * 30 + 2 - 1)
         await fill(store, source, 20, "after")
         async with asyncio.timeout(DEADLINE):
-            await aggregate.head.wait_beyond(4 * 50 + 1 - 1)
+            await aggregate.head.wait_beyond(4 * 50 + 2 - 1)
         # a partition the source grows later is followed
         source = await store.grow_stream("orders", 5)
         await store.partition_log(source.partitions[4]).append("T", '{"p":4}')
         async with asyncio.timeout(DEADLINE):
-            await aggregate.head.wait_beyond(4 * 50 + 1)
+            await aggregate.head.wait_beyond(4 * 50 + 2)
         rows = await aggregate.read_rows(0, limit=10**9)
         check_aggregate(rows, await source_rows(store, source))
         assert ("AMQP", '"x"', "text/plain") in [(r[1], r[2], r[4]) for r in rows]
+        assert ("KEYED", "1", '{"k":"order-7"}') in [(r[1], r[2], r[5]) for r in rows]
         assert server.aggregator is not None
         assert server.aggregator.copying == [info.partitions[0]]
         positions = await store.aggregate_sources(info.partitions[0])
-        assert [pos for _, pos in positions] == [50, 50, 51, 50, 1]
+        assert [pos for _, pos in positions] == [50, 51, 51, 50, 1]
 
 
 async def test_clients_cannot_add_to_an_aggregate(store_db: str) -> None:

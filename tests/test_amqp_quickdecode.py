@@ -24,6 +24,7 @@ from proton import (
 
 from futoin_evt.amqp.codec import KEY_PROPERTY, BadMessage, IncomingEvent, message_to_event
 from futoin_evt.amqp.quickdecode import quick_event
+from futoin_evt.domain.attrs import EventAttrs
 
 ASCII = st.text(st.characters(max_codepoint=127))
 SCALARS = (
@@ -110,6 +111,37 @@ def test_typical_messages_take_the_quick_path() -> None:
     keyed = quick_event(typical[2].encode())
     assert keyed is not None
     assert keyed.key == "p:1"
+
+
+@given(
+    st.dictionaries(st.text(max_size=8), VALUES, max_size=4),
+    st.none() | st.text(max_size=8) | st.integers(0, 9),
+    st.booleans(),
+)
+def test_partition_keys_and_application_properties(
+    properties: dict[str, Any], key: Any, group_key: bool
+) -> None:
+    """The attributes the quick path reads are those proton's path reads."""
+    message = Message(subject="T", body=1, properties=properties)
+    if key is not None:
+        name = "event-streams-group-key" if group_key else "x-opt-partition-key"
+        message.annotations = {symbol("x-opt-before"): [1], symbol(name): key}
+    raw = message.encode()
+    quick = quick_event(raw)
+    if quick is not None:
+        proton = proton_path(raw)
+        assert quick == proton
+        assert repr(quick) == repr(proton)
+
+
+def test_messages_with_attributes_take_the_quick_path() -> None:
+    message = Message(subject="T", body={"n": 1}, properties={"tenant": "acme", "n": 7})
+    message.annotations = {symbol("x-opt-partition-key"): "order-7"}
+    raw = message.encode()
+    quick = quick_event(raw)
+    assert quick is not None
+    assert quick == proton_path(raw)
+    assert quick.attrs == EventAttrs("order-7", (("tenant", "acme"), ("n", 7)))
 
 
 @given(st.binary(max_size=80))

@@ -33,7 +33,7 @@ from futoin_evt.amqp.codec import format_offset
 from futoin_evt.client.aio import OPS, EventStreamClient, FTN3Client, RemoteError
 from futoin_evt.client.notify import Notifications
 from futoin_evt.client.receiver import PUSH, RECEIVER
-from futoin_evt.storage.checksums import CHECKSUMS_VERSION, event_checksum
+from futoin_evt.storage.checksums import ATTRS_VERSION, CHECKSUMS_VERSION, event_checksum
 from futoin_evt.storage.sqlite.schema import MIGRATIONS, partition_tables_sql
 
 from .support.amqp import annotations_filter
@@ -247,6 +247,26 @@ def test_check_finds_nothing_in_a_sound_file(db_path: Path) -> None:
     one_line(foreign.stderr, "holds no futoin-evt data")
 
 
+def test_check_reads_a_file_from_before_attributes_as_it_is(db_path: Path) -> None:
+    """``check`` reads a file as the release before attributes left it (it migrates nothing):
+    its events are checked, a changed one found."""
+    ts = "2026-01-01T00:00:00Z"
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+        for version in range(1, ATTRS_VERSION):
+            conn.executescript(MIGRATIONS[version])
+        conn.execute("INSERT INTO schema_version VALUES (?)", (ATTRS_VERSION - 1,))
+        conn.executemany(
+            "INSERT INTO events (type, data, ts, checksum) VALUES ('OLD', ?, ?, ?)",
+            [(str(n), ts, event_checksum("OLD", "1", ts)) for n in (1, 2)],
+        )
+        conn.commit()
+    checked = run("check", "--db", str(db_path))
+    assert checked.returncode == 1, checked.stdout + checked.stderr
+    assert "events matching their checksums: 1" in checked.stdout
+    assert "damaged: event 2 in partition events/0" in checked.stdout
+
+
 def test_a_file_cut_short_by_a_page_is_refused_at_start(db_path: Path) -> None:
     make_user(str(db_path))
     server = serve(str(db_path))
@@ -311,7 +331,8 @@ async def test_events_from_before_checksums_are_served_and_counted_unchecked(
         conn.execute("INSERT INTO partitions (key, stream, number) VALUES (1, 'orders', 0)")
         for statement in partition_tables_sql(1):
             conn.execute(statement)
-        conn.execute("ALTER TABLE events_1 DROP COLUMN checksum")  # as the versions before made it
+        for column in ("checksum", "attrs"):  # as the versions before made it
+            conn.execute(f"ALTER TABLE events_1 DROP COLUMN {column}")
         for table in ("events", "events_1"):
             conn.executemany(
                 f"INSERT INTO {table} (type, data, ts) VALUES ('OLD', ?, '2026-01-01T00:00:00Z')",
@@ -426,3 +447,9 @@ def test_checksum_covers_type_data_time_and_content_type() -> None:
     # CRC32C (the iSCSI check value of "123456789") of the bytes the module says
     assert value(b"123456789") == 0xE3069283
     assert event_checksum("T", "d", "ts") == value(b"T\0d\0ts")
+    # attributes after the rest, behind two NULs: never the sum of a content type
+    assert event_checksum("T", "d", "ts", None, '{"k":"a"}') == value(b'T\0d\0ts\0\0{"k":"a"}')
+    assert event_checksum("T", "d", "ts", "c", '{"k":"a"}') == value(b'T\0d\0ts\0c\0\0{"k":"a"}')
+    assert event_checksum("T", "d", "ts", '{"k":"a"}') != event_checksum(
+        "T", "d", "ts", None, '{"k":"a"}'
+    )

@@ -12,10 +12,12 @@ import time
 
 import pytest
 
-from futoin_evt.domain.stream import utc_timestamp
+from futoin_evt.domain.attrs import EventAttrs, attrs_json, parse_attrs
+from futoin_evt.domain.stream import UserId, utc_timestamp
 from futoin_evt.storage import open_store
 from futoin_evt.storage.base import SCHEMA_VERSION, Store, joined_count
-from futoin_evt.storage.errors import SchemaTooNew, StoreClosed
+from futoin_evt.storage.dedup import WriterKey
+from futoin_evt.storage.errors import DamagedEvent, SchemaTooNew, StoreClosed
 from futoin_evt.storage.head import SharedLook
 from futoin_evt.storage.pages import rows_sql
 from futoin_evt.storage.sqlite.writer import MAX_WRITES_PER_COMMIT
@@ -201,6 +203,41 @@ async def test_an_events_content_type_is_kept_with_it(store: Store) -> None:
     ]
     page = await store.read_events(0, max_bytes=BIG)
     assert [e["data"] for e in json.loads(page.json)] == [{"k": 0}, 1, {"$binary": "AP8="}]
+
+
+async def test_an_events_attrs_are_kept_with_it_and_covered_by_its_checksum(
+    store: Store, store_db: str
+) -> None:
+    """An event's partition key and properties come back with it, whether it came alone, with
+    a producer's key or in a batch with events that have none; a changed attribute fails the
+    read as any damaged event does."""
+    attrs = attrs_json(EventAttrs("order-7", (("raw", b"\x00\xff"), ("n", 1), ("n", None))))
+    other = attrs_json(EventAttrs(None, (("trace", "t1"),), verbatim=True))
+    alone = await store.submit_append("A", "1", None, None, attrs)
+    keyed = await store.submit_append("K", "2", "", WriterKey(UserId(1), "k1"), other)
+    batch = await store.submit_appends(
+        [("B", "3", None, other), ("C", "4", None), ("D", '{"$binary":"AP8="}', "", attrs)]
+    )
+    rows = await store.read_rows(0, limit=10)
+    assert [(r[0], r[2], r[4], r[5]) for r in rows] == [
+        (alone, "1", None, attrs),
+        (keyed, "2", "", other),
+        (batch[0], "3", None, other),
+        (batch[1], "4", None, None),
+        (batch[2], '{"$binary":"AP8="}', "", attrs),
+    ]
+    assert parse_attrs(rows[0][5]) == EventAttrs("order-7", (("raw", b"\x00\xff"), ("n", 1),
+                                                             ("n", None)))  # fmt: skip
+    assert other is not None
+    changed = other.replace("t1", "t2")
+    execute_sql(store_db, "UPDATE events SET attrs = ? WHERE id = ?", (changed, batch[0]))
+    with pytest.raises(DamagedEvent):
+        await store.read_rows(keyed, limit=10)
+    async with await open_store(store_db) as fresh:  # no recent events: the page is read
+        with pytest.raises(DamagedEvent):
+            await fresh.read_events(0, max_bytes=BIG)
+        page = await fresh.read_events(batch[0], max_bytes=BIG)
+        assert ids_of(page.json) == batch[1:]
 
 
 async def test_read_rows_of_given_types_in_id_order(store: Store) -> None:

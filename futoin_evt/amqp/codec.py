@@ -6,6 +6,20 @@ bytes are stored as ``{"$binary": "<base64>"}``. An event that came as a ``data`
 its content type (and JSON its text, when it is one line), and goes back out as it came. The
 application property :data:`KEY_PROPERTY` is the producer's key of the event (see
 :mod:`futoin_evt.storage.dedup`).
+
+The message annotation ``x-opt-partition-key`` (or the event streams draft's
+``event-streams-group-key``) and the other application properties are the event's attributes
+(:mod:`futoin_evt.domain.attrs`): its key and its properties, in the order sent, stored with
+it and sent back with it. A property keeps its value: text, a number, a boolean, null,
+binary (bytes). What JSON has no room for is kept as text: a symbol or a char as its string,
+a uuid in its canonical form, a timestamp in ISO 8601 UTC with milliseconds
+(``2026-01-02T03:04:05.678Z``). A decimal, a list, a map, an array or a described value is
+refused (``amqp:invalid-field``; AMQP gives application properties simple values only). On
+the way out, an event's key is the ``x-opt-partition-key`` annotation (bytes as binary) and
+its properties the application properties (bytes as binary; of a name that repeats, the last
+value; of verbatim Kafka headers, not ``ce_type`` and ``content-type``: the subject and the
+content type carry them). Event Hubs' SDK reads them as ``EventData.partition_key`` and
+``EventData.properties``.
 """
 
 from __future__ import annotations
@@ -18,15 +32,20 @@ import struct
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Final, NamedTuple, Protocol
 
+from ..domain.attrs import EventAttrs, parse_attrs
 from ..domain.stream import EventDraft, StoredEvent
 from ..ftn3.messages import decode_json
 from ..quoting import quote_input
 from .engine.message import Message, decode_message
 from .engine.types import (
     Array,
+    Decimal32,
+    Decimal64,
+    Decimal128,
     DecodeError,
     Described,
     EncodeError,
@@ -56,6 +75,12 @@ _DATA_SECTION: Final = 0x75
 #: Event Hubs' batch message format: each ``data`` section of the body is a whole message.
 BATCH_FORMAT: Final = 0x8001_3700
 
+#: Message annotations naming a partition key, the first found taken (Event Hubs', and the
+#: event streams draft's): it routes a message, and is the event's key.
+PARTITION_KEYS: Final = (Symbol("x-opt-partition-key"), Symbol("event-streams-group-key"))
+#: Of verbatim Kafka headers, those a message carries elsewhere (the subject, the content
+#: type): not sent as application properties.
+_CARRIED_HEADERS: Final = frozenset(("ce_type", "content-type"))
 OFFSET_ANNOTATION: Final = Symbol("event-streams-offset")
 TIMESTAMP_ANNOTATION: Final = Symbol("event-streams-timestamp")
 EH_OFFSET: Final = Symbol("x-opt-offset")
@@ -112,10 +137,12 @@ class IncomingEvent(NamedTuple):
     text: str | None = None
     #: The producer's key (:data:`KEY_PROPERTY`), not checked yet.
     key: Any = None
+    #: Its partition key and properties (see the module), not checked yet.
+    attrs: EventAttrs | None = None
 
     def draft(self) -> EventDraft:
         """The event for :meth:`~futoin_evt.log.eventlog.EventLog.append`, which checks it."""
-        return EventDraft(self.type, self.data, self.content_type, self.text)
+        return EventDraft(self.type, self.data, self.content_type, self.text, self.attrs)
 
 
 def is_json_content_type(content_type: str) -> bool:
@@ -166,6 +193,10 @@ class MessageLike(Protocol):
     def properties(self) -> Any:
         """The application properties (a map, or None)."""
 
+    @property
+    def annotations(self) -> Any:
+        """The message annotations (a map, or None)."""
+
 
 def message_to_event(message: MessageLike) -> IncomingEvent:
     """The event of a received message; raises :class:`BadMessage`."""
@@ -185,9 +216,77 @@ def message_to_event(message: MessageLike) -> IncomingEvent:
     else:
         event = IncomingEvent(event_type, to_json(body))
     properties = message.properties
-    if isinstance(properties, Mapping) and KEY_PROPERTY in properties:
-        return event._replace(key=properties[KEY_PROPERTY])
+    if not isinstance(properties, Mapping):
+        properties = {}
+    annotations = message.annotations
+    key = partition_key(annotations) if isinstance(annotations, Mapping) else None
+    attrs = incoming_attrs(key, properties)
+    if attrs is not None or KEY_PROPERTY in properties:
+        return event._replace(key=properties.get(KEY_PROPERTY), attrs=attrs)
     return event
+
+
+def partition_key(annotations: Mapping[Any, Any]) -> str | None:
+    """The partition key of a message's annotations (:data:`PARTITION_KEYS`); raises
+    :class:`BadMessage` for one that is not a string."""
+    for name in PARTITION_KEYS:
+        key = annotations.get(name)
+        if key is not None:
+            if not isinstance(key, str):
+                raise BadMessage("amqp:invalid-field", "a partition key must be a string")
+            return str(key)
+    return None
+
+
+def incoming_attrs(key: str | None, properties: Mapping[Any, Any]) -> EventAttrs | None:
+    """The attributes of a message: its partition key and its application properties but
+    :data:`KEY_PROPERTY`, each value as the module says; None when it has neither. Raises
+    :class:`BadMessage`."""
+    kept = tuple(
+        (_property_name(name), property_value(name, value))
+        for name, value in properties.items()
+        if name != KEY_PROPERTY
+    )
+    return None if key is None and not kept else EventAttrs(key, kept)
+
+
+def _property_name(name: Any) -> str:
+    if not isinstance(name, str):
+        raise BadMessage("amqp:invalid-field", "application property names must be strings")
+    return str(name)
+
+
+def property_value(name: Any, value: Any) -> Any:
+    """An application property's value as an event keeps it (see the module)."""
+    if value is None or isinstance(value, bool):
+        return value
+    if isinstance(value, Timestamp):
+        try:
+            moment = datetime.fromtimestamp(int(value) / 1000, UTC)
+        except (ValueError, OverflowError, OSError):
+            raise BadMessage(
+                "amqp:invalid-field",
+                f"the application property {quote_input(name, 40)} is a timestamp out of range",
+            ) from None
+        return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if isinstance(value, str):  # a symbol and a char too
+        return str(value)
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value)  # a non-finite one is refused with the event's other attributes
+    if isinstance(value, uuid.UUID):
+        return str(value)
+    if isinstance(value, bytes | memoryview) and not isinstance(
+        value, Decimal32 | Decimal64 | Decimal128
+    ):
+        return bytes(value)
+    raise BadMessage(
+        "amqp:invalid-field",
+        f"the application property {quote_input(name, 40)} holds a {type(value).__name__};"
+        " an event keeps text, numbers, booleans, null, binary, symbols, chars, uuids and"
+        " timestamps",
+    )
 
 
 def _content_type(message: MessageLike) -> str:
@@ -253,8 +352,9 @@ def to_json(value: Any, depth: int = 0) -> Any:
 # -- event -> message ---------------------------------------------------------------------------
 
 
-#: An encoded message kept, with what it was encoded from (data, ts, type, content type).
-_Kept = tuple[str, str, str, str | None, bytes]
+#: An encoded message kept, with what it was encoded from (data, ts, type, content type,
+#: attributes).
+_Kept = tuple[str, str, str, str | None, str | None, bytes]
 
 
 class EventEncoder:
@@ -273,8 +373,9 @@ class EventEncoder:
       ``amqp-value``, unless AMQP cannot hold it (an integer beyond 64 bits): then as JSON
       text too.
 
-    The recent events' messages are kept, so an event is encoded once for every consumer
-    link that sends it.
+    An event with attributes (see the module) has its annotations and application
+    properties encoded for it. The recent events' messages are kept, so an event is encoded
+    once for every consumer link that sends it.
     """
 
     _OFFSET = b"@" * OFFSET_WIDTH
@@ -330,8 +431,8 @@ class EventEncoder:
         self._pieces = tuple(pieces)
         self._properties: dict[tuple[str, str | None], bytes] = {}
         #: Event id (negated for the Event Hubs form) -> (data, ts, type, content type,
-        #: message): the recent events', in two generations (the older is dropped whole when
-        #: the newer is full).
+        #: attributes, message): the recent events', in two generations (the older is dropped
+        #: whole when the newer is full).
         self._recent: dict[int, _Kept] = {}
         self._older: dict[int, _Kept] = {}
         self._ms: dict[str, int] = {}
@@ -348,8 +449,9 @@ class EventEncoder:
             and kept[1] == event.ts
             and kept[2] == event.type
             and kept[3] == event.content_type
+            and kept[4] == event.attrs_json
         ):
-            return kept[4]
+            return kept[5]
         ms = self._ms.get(event.ts)
         if ms is None:
             if len(self._ms) >= _MAX_PROPERTIES_KEPT:
@@ -361,12 +463,22 @@ class EventEncoder:
         properties = self._properties.get((event.type, content_type))
         if properties is None:
             properties = self._properties_of(event.type, content_type)
-        head = self._head.pack(p0, offset, p1, ms, p2, offset, p3, event.id, p4, ms, p5)
-        message = b"".join((head, properties, body))
+        if event.attrs_json is None:
+            head = self._head.pack(p0, offset, p1, ms, p2, offset, p3, event.id, p4, ms, p5)
+            message = b"".join((head, properties, body))
+        else:
+            message = _with_attrs(event, ms, properties, body)
         if len(self._recent) >= _RECENT_EVENTS:
             self._older = self._recent
             self._recent = {}
-        self._recent[key] = (event.data_json, event.ts, event.type, event.content_type, message)
+        self._recent[key] = (
+            event.data_json,
+            event.ts,
+            event.type,
+            event.content_type,
+            event.attrs_json,
+            message,
+        )
         return message
 
     def _properties_of(self, event_type: str, content_type: str | None) -> bytes:
@@ -404,6 +516,47 @@ class EventEncoder:
             return _AMQP_VALUE + _json_value(decode_json(data_json.encode())), None
         except _TooBig:  # an integer beyond 64 bits
             return _AMQP_DATA + _binary_bytes(data_json.encode()), JSON_CONTENT_TYPE
+
+
+def _with_attrs(event: StoredEvent, ms: int, properties: bytes, body: bytes) -> bytes:
+    """The message of an event with attributes: the annotations of every message with its
+    key among them, the properties, its application properties and the body."""
+    attrs = parse_attrs(event.attrs_json)
+    assert attrs is not None
+    offset = format_offset(event.id)
+    annotations: dict[Any, Any] = {
+        EH_OFFSET: offset,
+        EH_SEQUENCE: event.id,
+        EH_ENQUEUED: Timestamp(ms),
+    }
+    if attrs.key is not None:
+        annotations[PARTITION_KEYS[0]] = attrs.key
+    application: dict[str, Any] = {}
+    for name, value in attrs.properties:
+        if not (attrs.verbatim and name in _CARRIED_HEADERS):
+            application[name] = _outgoing_value(value)
+    parts = [
+        encode(
+            Described(
+                ULong(0x71),
+                {OFFSET_ANNOTATION: Symbol(offset), TIMESTAMP_ANNOTATION: Timestamp(ms)},
+            )
+        ),
+        encode(Described(ULong(0x72), annotations)),
+        properties,
+    ]
+    if application:
+        parts.append(encode(Described(ULong(0x74), application)))
+    parts.append(body)
+    return b"".join(parts)
+
+
+def _outgoing_value(value: Any) -> Any:
+    """A stored property's value as AMQP encodes it: an integer beyond a long as a ulong,
+    beyond that as its text."""
+    if type(value) is int and not -(2**63) <= value < 2**63:
+        return ULong(value) if 0 <= value < 2**64 else str(value)
+    return value
 
 
 #: How stored opaque bytes begin (the stored JSON is compact): other data is not parsed

@@ -1,14 +1,14 @@
 """Received message bytes to events in one pass, for the common messages.
 
-Producers send messages whose sections hold plain values: a ``properties`` section with a
-subject and perhaps a content type, perhaps application properties (the producer's key of
-the event among them), and an ``amqp-value`` body of strings, numbers, booleans, nulls,
-lists and maps with string keys, or one ``data`` section. Decoding them into a
-:class:`~.engine.message.Message` builds an object for every section and value, which is most
-of a producer's cost. :func:`quick_event` reads such a message directly; for anything else
-(other value types, sequences, several data sections, a described descriptor of another
-form, a malformed message) it returns None, and the caller takes the general decoder's path,
-which also words every error.
+Producers send messages whose sections hold plain values: perhaps message annotations (a
+partition key among them), a ``properties`` section with a subject and perhaps a content
+type, perhaps application properties (the producer's key of the event among them), and an
+``amqp-value`` body of strings, numbers, booleans, nulls, lists and maps with string keys, or
+one ``data`` section. Decoding them into a :class:`~.engine.message.Message` builds an
+object for every section and value, which is most of a producer's cost. :func:`quick_event`
+reads such a message directly; for anything else (other value types, sequences, several data
+sections, a described descriptor of another form, a malformed message) it returns None, and
+the caller takes the general decoder's path, which also words every error.
 """
 
 from __future__ import annotations
@@ -17,14 +17,23 @@ import math
 import struct
 from typing import Any, Final
 
-from .codec import DEFAULT_EVENT_TYPE, KEY_PROPERTY, IncomingEvent, data_section_event
+from .codec import (
+    DEFAULT_EVENT_TYPE,
+    KEY_PROPERTY,
+    PARTITION_KEYS,
+    BadMessage,
+    IncomingEvent,
+    data_section_event,
+    incoming_attrs,
+)
 
+_MESSAGE_ANNOTATIONS: Final = 0x72
 _PROPERTIES: Final = 0x73
 _DATA: Final = 0x75
 _VALUE: Final = 0x77
 _APPLICATION_PROPERTIES: Final = 0x74
-#: Sections skipped unread: header, delivery and message annotations, footer.
-_SKIPPED: Final = frozenset((0x70, 0x71, 0x72, 0x78))
+#: Sections skipped unread: header, delivery annotations, footer.
+_SKIPPED: Final = frozenset((0x70, 0x71, 0x78))
 _MAX_DEPTH: Final = 64
 #: Width of the length (or size) field by the high nibble of a constructor, for skipping.
 _VARIABLE_WIDTH: Final = {0xA: 1, 0xB: 4, 0xC: 1, 0xD: 4, 0xE: 1, 0xF: 4}
@@ -69,6 +78,8 @@ def _event(raw: bytes) -> IncomingEvent:
     body: Any = None
     data: bytes | None = None
     key: Any = None
+    properties: dict[str, Any] = {}
+    partition_key: Any = None
     has_value = False
     position = 0
     while position < len(raw):
@@ -78,6 +89,8 @@ def _event(raw: bytes) -> IncomingEvent:
         position += 3
         if section in _SKIPPED:
             position = _skip(raw, position)
+        elif section == _MESSAGE_ANNOTATIONS:
+            partition_key, position = _partition_key(raw, position)
         elif section == _PROPERTIES:
             subject, content_type, position = _properties(raw, position)
         elif section == _APPLICATION_PROPERTIES:
@@ -104,15 +117,48 @@ def _event(raw: bytes) -> IncomingEvent:
     event_type = DEFAULT_EVENT_TYPE if subject is None else subject
     if not isinstance(event_type, str) or not event_type:
         raise _Unusual
+    attrs = None
+    if partition_key is not None or len(properties) > (KEY_PROPERTY in properties):
+        if any(isinstance(value, list | dict) for value in properties.values()):
+            raise _Unusual  # refused: proton's path words it
+        try:
+            attrs = incoming_attrs(partition_key, properties)
+        except BadMessage:
+            raise _Unusual from None
     if data is None:
-        return IncomingEvent(event_type, body, key=key)
+        return IncomingEvent(event_type, body, key=key, attrs=attrs)
     if content_type is not None and not isinstance(content_type, str):
         raise _Unusual
     try:
         event = data_section_event(event_type, data, content_type or "")
     except ValueError:  # BadMessage too
         raise _Unusual from None  # proton's path words the refusal
-    return event if key is None else event._replace(key=key)
+    return event if key is None and attrs is None else event._replace(key=key, attrs=attrs)
+
+
+def _partition_key(raw: bytes, position: int) -> tuple[str | None, int]:
+    """The partition key of the message annotations (the first of
+    :data:`~.codec.PARTITION_KEYS`), and their end; the other annotations are skipped."""
+    if raw[position] not in (0xC1, 0xD1):  # map8, map32
+        raise _Unusual
+    count, position, end = _compound(raw, position, 0)
+    if count % 2:
+        raise _Unusual
+    found: dict[str, Any] = {}
+    for _ in range(count // 2):
+        if raw[position] not in (0xA3, 0xB3):
+            raise _Unusual  # an annotation's key is a symbol (or a ulong, reserved)
+        name, position = _value(raw, position, 0)
+        if name in PARTITION_KEYS:
+            found[name], position = _value(raw, position, 0)
+        else:
+            position = _skip(raw, position)
+    if position != end:
+        raise _Unusual
+    key = next((found[name] for name in PARTITION_KEYS if found.get(name) is not None), None)
+    if key is not None and not isinstance(key, str):
+        raise _Unusual  # refused: proton's path words it
+    return key, end
 
 
 def _properties(raw: bytes, position: int) -> tuple[Any, Any, int]:

@@ -11,6 +11,9 @@ from typing import Any, Final, NamedTuple, NewType
 
 from ..ftn3.messages import DEFAULT_MESSAGE_LIMIT, encode_json
 from ..quoting import quote_input
+from .attrs import EventAttrs, attrs_json
+from .rejections import BadInput as BadInput
+from .rejections import EventRejected as EventRejected
 
 EventId = NewType("EventId", int)
 Component = NewType("Component", str)
@@ -48,16 +51,6 @@ _EVENT_ENVELOPE_BYTES: Final = 256
 MAX_EVENT_DATA_BYTES: Final = DEFAULT_MESSAGE_LIMIT - _EVENT_ENVELOPE_BYTES
 
 
-class BadInput(ValueError):
-    """A value that no rule allows, said in one sentence for the caller: every door answers it
-    as its wire's bad request (:mod:`futoin_evt.log.errors`)."""
-
-
-class EventRejected(BadInput):
-    """An event that cannot be stored as given (bad type, data too large, not JSON, a bad
-    key, or its type's schema refuses it)."""
-
-
 #: Event types seen valid, so that a stream's few types are matched once each (bounded).
 _valid_types: set[str] = set()
 _VALID_TYPES_KEPT: Final = 1024
@@ -90,19 +83,33 @@ class EventDraft(NamedTuple):
     #: The data's JSON text as the producer sent it (one line), stored as it is so the same
     #: bytes go back out; None: the data is encoded here.
     text: str | None = None
+    #: Its partition key and properties (:mod:`.attrs`), when it has them.
+    attrs: EventAttrs | None = None
 
 
-def stored_form(draft: EventDraft) -> tuple[str, str, str | None]:
-    """(type, data JSON, content type) to store, the rules checked; raises
+#: An event as it is stored: type, data JSON, content type, attributes' JSON (:mod:`.attrs`).
+StoredForm = tuple[str, str, str | None, str | None]
+
+
+def stored_form(draft: EventDraft) -> StoredForm:
+    """(type, data JSON, content type, attributes' JSON) to store, the rules checked; raises
     :class:`EventRejected`. The producer's own JSON text is kept when it fits, the data itself
-    checked as any event's is."""
+    checked as any event's is. The attributes count toward the event's size with its data:
+    both together fit :data:`MAX_EVENT_DATA_BYTES`."""
     data_json = encode_event_data(draft.type, draft.data)
     text = draft.text
     if text is not None and (
         len(text) <= MAX_EVENT_DATA_BYTES // 4 or len(text.encode()) <= MAX_EVENT_DATA_BYTES
     ):
         data_json = text
-    return draft.type, data_json, draft.content_type
+    attrs = None if draft.attrs is None else attrs_json(draft.attrs)
+    if attrs is not None and len(data_json) + len(attrs) > MAX_EVENT_DATA_BYTES // 4:
+        size = len(data_json.encode()) + len(attrs.encode())
+        if size > MAX_EVENT_DATA_BYTES:
+            raise EventRejected(
+                f"event data and attributes together exceed {MAX_EVENT_DATA_BYTES} bytes"
+            )
+    return draft.type, data_json, draft.content_type, attrs
 
 
 def check_event_type(event_type: Any) -> str:
@@ -188,6 +195,9 @@ class StoredEvent(NamedTuple):
     #: The content type of the AMQP ``data`` section the event came as (``""`` for none);
     #: None when it came otherwise.
     content_type: str | None = None
+    #: Its partition key and properties as stored (:func:`.attrs.parse_attrs` reads them);
+    #: None when it has none.
+    attrs_json: str | None = None
 
     @property
     def timestamp_ms(self) -> int:

@@ -55,7 +55,7 @@ __all__ = [
     "StreamBounds",
 ]
 
-#: A store row (id, type, data JSON, ts, content type) as a :class:`StoredEvent`.
+#: A store row (id, type, data JSON, ts, content type, attrs) as a :class:`StoredEvent`.
 _make_event: Final = StoredEvent._make
 
 #: The schema events of a type are checked against on a stream (``server.schemas.schema_of``).
@@ -176,7 +176,8 @@ class EventLog:
             ]
         if len(drafts) == 1:
             draft = drafts[0]
-            if draft.text is None and draft.content_type is None:  # FTN18's addEvent
+            if draft.text is None and draft.content_type is None and draft.attrs is None:
+                # FTN18's addEvent
                 data_json = encode_event_data(draft.type, draft.data)
                 schema = self._schema_of(self._stream, draft.type)
                 if schema is not None:
@@ -187,7 +188,10 @@ class EventLog:
         stored = [stored_form(draft) for draft in drafts]
         self._check_encoded([(event[0], event[1]) for event in stored])
         if len(stored) == 1:
-            return self._store.submit_append(*stored[0], writer_keys[0] if writer_keys else None)
+            event_type, data_json, content_type, attrs = stored[0]
+            return self._store.submit_append(
+                event_type, data_json, content_type, writer_keys[0] if writer_keys else None, attrs
+            )
         return _last_id(self._store.submit_appends(stored, writer_keys))
 
     def _check_encoded(self, events: Sequence[tuple[str, str]]) -> None:

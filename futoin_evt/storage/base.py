@@ -37,12 +37,12 @@ from ..domain.sessions import SessionLimits, SessionRow
 from ..domain.stream import MAX_EVENTS_PER_CALL, EventId, UserId
 from ..domain.termini import KeptTerminus, TerminusKey
 from ..stats import DamageStats, WriteStats
-from .dedup import WriterKey
+from .dedup import AppendedForm, WriterKey
 from .errors import SchemaTooNew
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 15
+SCHEMA_VERSION: Final = 16
 
 
 def migrations_to_run(current: int, known: int = SCHEMA_VERSION) -> range:
@@ -155,9 +155,10 @@ class User:
 
 
 #: A stored event as (id, type, data JSON, ts), for copying it elsewhere.
-#: (id, type, data JSON, ts, content type): the content type of the AMQP ``data`` section the
-#: event came as (``""`` for none), or None for an event that came otherwise.
-EventRow = tuple[int, str, str, str, str | None]
+#: (id, type, data JSON, ts, content type, attrs): the content type of the AMQP ``data``
+#: section the event came as (``""`` for none), or None for an event that came otherwise; its
+#: partition key and properties as stored (:mod:`futoin_evt.domain.attrs`), or None.
+EventRow = tuple[int, str, str, str, str | None, str | None]
 
 
 class EventLog(Protocol):
@@ -178,9 +179,11 @@ class EventLog(Protocol):
         data_json: str,
         content_type: str | None = None,
         key: WriterKey | None = None,
+        attrs: str | None = None,
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable. ``content_type``: the
-        event came as an AMQP ``data`` section with this content type (see :data:`EventRow`).
+        event came as an AMQP ``data`` section with this content type; ``attrs``: its
+        attributes' JSON (see :data:`EventRow`).
 
         ``key`` (checked already), with the user who writes it: within
         :attr:`Keys.dedup_window` of this partition, when an event with that key from that
@@ -190,11 +193,11 @@ class EventLog(Protocol):
 
     def submit_appends(
         self,
-        events: Sequence[tuple[str, str, str | None]],
+        events: Sequence[AppendedForm],
         keys: Sequence[WriterKey | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
-        """Queue events (type, data JSON, content type) that are stored together or not at
-        all: one transaction holds them all (a group commit never splits them). ``keys``:
+        """Queue events (type, data JSON, content type[, attrs JSON]) that are stored together
+        or not at all: one transaction holds them all (a group commit never splits them). ``keys``:
         one per event, as :meth:`submit_append` takes it (an event whose key is known is
         left out of the transaction and answered with the first event's id)."""
 

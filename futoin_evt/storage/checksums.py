@@ -2,8 +2,12 @@
 database, the same in every backend. No I/O here.
 
 Every event row holds the CRC32C (Castagnoli, as iSCSI, ext4 and Kafka's records use it) of
-its type, data and time, and of its content type when it has one, as UTF-8 joined by NUL:
-``type NUL data NUL ts [NUL content_type]``. The id is left out: an aggregate's copy of an
+its type, data and time, of its content type when it has one, and of its attributes when it
+has them (:mod:`futoin_evt.domain.attrs`), as UTF-8 joined by NUL:
+``type NUL data NUL ts [NUL content_type] [NUL NUL attrs]``. The attributes' part is added
+after the rest, so a row without them sums as it always did (rows stored before
+:data:`ATTRS_VERSION` verify unchanged); its two NULs keep an event with attributes from
+summing like one whose content type is that text. The id is left out: an aggregate's copy of an
 event keeps the checksum of its source. It is stored as it is, an unsigned 32-bit number
 (``bigint`` on PostgreSQL), so a read compares it with no conversion: the two reads that serve
 most events (:func:`~.pages.page_from_rows`, :func:`~.pages.event_rows`) spell the
@@ -32,15 +36,36 @@ logger = logging.getLogger(__name__)
 
 #: The schema version that adds the ``checksum`` column to every partition's events table.
 CHECKSUMS_VERSION: Final = 14
+#: The schema version that adds the ``attrs`` column (:mod:`futoin_evt.domain.attrs`) to every
+#: partition's events table.
+ATTRS_VERSION: Final = 16
 #: Its SQL type: 64 bits on PostgreSQL, for the unsigned 32-bit CRC (an INTEGER in SQLite).
 CHECKSUM_TYPE: Final = "BIGINT"
 
 
-def event_checksum(event_type: str, data: str, ts: str, content_type: str | None = None) -> int:
+def event_checksum(
+    event_type: str,
+    data: str,
+    ts: str,
+    content_type: str | None = None,
+    attrs: str | None = None,
+) -> int:
     """The stored checksum of an event (see the module)."""
+    if attrs is not None:
+        return int(crc32c(checksummed(event_type, data, ts, content_type, attrs).encode()))
     if content_type is None:
         return int(crc32c(f"{event_type}\0{data}\0{ts}".encode()))
     return int(crc32c(f"{event_type}\0{data}\0{ts}\0{content_type}".encode()))
+
+
+def checksummed(
+    event_type: str, data: str, ts: str, content_type: str | None, attrs: str | None
+) -> str:
+    """What the checksum of an event is of (see the module)."""
+    text = f"{event_type}\0{data}\0{ts}"
+    if content_type is not None:
+        text = f"{text}\0{content_type}"
+    return text if attrs is None else f"{text}\0\0{attrs}"
 
 
 def native_row(event_type: str, data: Any) -> tuple[str, str, str, int]:
@@ -66,16 +91,24 @@ def check_event(
     ts: str,
     content_type: str | None,
     checksum: int | None,
+    attrs: str | None = None,
 ) -> None:
     """Raise :class:`ChecksumMismatch` when the row does not match its checksum (a NULL
     checksum, of an event stored before checksums, is not checked)."""
-    if checksum is not None and event_checksum(event_type, data, ts, content_type) != checksum:
+    if checksum is not None and event_checksum(event_type, data, ts, content_type, attrs) != (
+        checksum
+    ):
         raise ChecksumMismatch(event_id)
 
 
 def add_column_sql(table: str) -> str:
     """The migration step of one events table (NULL in the rows it has)."""
     return f"ALTER TABLE {table} ADD COLUMN checksum {CHECKSUM_TYPE}"
+
+
+def add_attrs_sql(table: str) -> str:
+    """:data:`ATTRS_VERSION`'s step of one events table (NULL in the rows it has: none)."""
+    return f"ALTER TABLE {table} ADD COLUMN attrs TEXT"
 
 
 def damaged(stats: DamageStats, partition: Partition, event_id: int) -> DamagedEvent:

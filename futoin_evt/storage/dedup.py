@@ -27,7 +27,7 @@ import math
 from collections.abc import Sequence
 from typing import Final, NamedTuple
 
-from ..domain.stream import EventId, UserId
+from ..domain.stream import EventId, StoredForm, UserId
 
 #: The table of every partition's keys.
 TABLE: Final = "dedup_keys"
@@ -103,14 +103,24 @@ class PendingKeys:
         return len(self._followers)
 
 
-#: One event to queue: (type, data JSON, content type), its store future, its key (None:
-#: none, or ignored), and whether the next one is committed with it.
-Queued = tuple[tuple[str, str, str | None], "asyncio.Future[EventId]", WriterKey | None, bool]
+#: An event a store is asked to append: :data:`~futoin_evt.domain.stream.StoredForm`, or
+#: (type, data JSON, content type) for one without attributes.
+AppendedForm = StoredForm | tuple[str, str, str | None]
+
+
+def full_form(event: AppendedForm) -> StoredForm:
+    """``event`` with its attributes' JSON (None when it was left out)."""
+    return event if len(event) == 4 else (event[0], event[1], event[2], None)
+
+
+#: One event to queue: its :data:`AppendedForm`, its store future, its key (None: none, or
+#: ignored), and whether the next one is committed with it.
+Queued = tuple[AppendedForm, "asyncio.Future[EventId]", WriterKey | None, bool]
 
 
 def plan_appends(
     pending: PendingKeys | None,
-    events: Sequence[tuple[str, str, str | None]],
+    events: Sequence[AppendedForm],
     keys: Sequence[WriterKey | None] | None,
 ) -> tuple[list[Queued], list[asyncio.Future[EventId]]]:
     """What a store queues for ``events`` that are committed together, and the future of

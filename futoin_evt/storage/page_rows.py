@@ -12,7 +12,7 @@ from google_crc32c import value as crc32c
 
 from ..domain.stream import event_json
 from .base import EventPage, EventRow
-from .checksums import ChecksumMismatch
+from .checksums import ChecksumMismatch, checksummed
 from .recent import RecentEvents
 
 
@@ -50,7 +50,8 @@ def page_from_recent(
 def page_from_rows(
     rows: Iterable[Sequence[Any]], max_bytes: int, data_as_text: bool = False
 ) -> EventPage | None:
-    """A page from one read's rows: events as (id, type, data, ts, content type, checksum),
+    """A page from one read's rows: events as (id, type, data, ts, content type, attrs,
+    checksum),
     and marker rows with type NULL: (-1, .., start position or NULL when there is no such
     consumer) and, with a type filter, (0, .., newest id). None without a start position.
     Raises :class:`~.checksums.ChecksumMismatch` at an event that does not match its
@@ -61,7 +62,7 @@ def page_from_rows(
     size = 2  # the brackets
     last_id = 0
     truncated = False
-    for event_id, event_type, data, ts, content_type, checksum in rows:
+    for event_id, event_type, data, ts, content_type, attrs, checksum in rows:
         if event_type is None:  # a marker: its value where an event has its checksum
             if event_id == -1:
                 start = checksum
@@ -71,8 +72,8 @@ def page_from_rows(
         if checksum is not None and checksum != crc32c(  # event_checksum, inline
             (
                 f"{event_type}\0{data}\0{ts}"
-                if content_type is None
-                else f"{event_type}\0{data}\0{ts}\0{content_type}"
+                if content_type is None and attrs is None
+                else checksummed(event_type, data, ts, content_type, attrs)
             ).encode()
         ):
             raise ChecksumMismatch(event_id)
@@ -96,14 +97,14 @@ def event_rows(rows: Iterable[Sequence[Any]]) -> list[EventRow]:
     """Rows of :func:`rows_sql` as :data:`~.base.EventRow`, each checked against its
     checksum (:class:`~.checksums.ChecksumMismatch`)."""
     events: list[EventRow] = []
-    for event_id, event_type, data, ts, content_type, checksum in rows:
+    for event_id, event_type, data, ts, content_type, attrs, checksum in rows:
         if checksum is not None and checksum != crc32c(  # event_checksum, inline
             (
                 f"{event_type}\0{data}\0{ts}"
-                if content_type is None
-                else f"{event_type}\0{data}\0{ts}\0{content_type}"
+                if content_type is None and attrs is None
+                else checksummed(event_type, data, ts, content_type, attrs)
             ).encode()
         ):
             raise ChecksumMismatch(event_id)
-        events.append((int(event_id), str(event_type), str(data), str(ts), content_type))
+        events.append((int(event_id), str(event_type), str(data), str(ts), content_type, attrs))
     return events

@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from ..domain.partition import Partition
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
@@ -20,6 +20,12 @@ from .recent import RecentEvents
 from .sql.dialect import Dialect
 from .tables import Tables
 
+#: The columns of an event read, in the order :mod:`.page_rows` reads them: the checksum
+#: last (a marker row of a page has its value there).
+EVENT_COLUMNS: Final = "id, type, data, ts, content_type, attrs, checksum"
+#: The same of a table from before attributes (a database ``futoin-evt check`` reads as it is).
+EVENT_COLUMNS_BEFORE_ATTRS: Final = "id, type, data, ts, content_type, NULL, checksum"
+
 
 @dataclass(frozen=True, slots=True)
 class ReadDialect:
@@ -29,8 +35,8 @@ class ReadDialect:
     sql: Dialect
     #: The start marker row; ``{start}`` is the start position's SQL.
     start_row: str
-    #: The event rows: id, type, data, ts, content type, checksum; conditions follow with
-    #: AND.
+    #: The event rows: id, type, data, ts, content type, attrs, checksum; conditions follow
+    #: with AND.
     events: str
     #: Wraps ``{inner}`` into the page: ordered by id, ``LIMIT`` a parameter.
     page: str
@@ -56,7 +62,7 @@ def read_dialect(
     return ReadDialect(
         sql=sql,
         start_row=start_row,
-        events=f"SELECT id, type, data, ts, content_type, checksum FROM {tables.events} WHERE true",
+        events=f"SELECT {EVENT_COLUMNS} FROM {tables.events} WHERE true",
         page=page,
         head_row=head_row,
         ftn18_type=ftn18_type,
@@ -100,13 +106,18 @@ def page_sql(
 
 
 def rows_sql(
-    mark: str, after_id: int, limit: int, types: Sequence[str] | None, events: str = "events"
+    mark: str,
+    after_id: int,
+    limit: int,
+    types: Sequence[str] | None,
+    events: str = "events",
+    columns: str = EVENT_COLUMNS,
 ) -> tuple[str, list[Any]]:
-    """Events after ``after_id`` as (id, type, data, ts, content_type, checksum), in id order
+    """Events after ``after_id`` as :data:`EVENT_COLUMNS`, in id order
     (read them with :func:`event_rows`). With
     ``types``, one index range per type (on (type, id)) merged by id: events of other types
     are not read."""
-    select = f"SELECT id, type, data, ts, content_type, checksum FROM {events} WHERE "
+    select = f"SELECT {columns} FROM {events} WHERE "
     if types is None:
         return f"{select}id > {mark} ORDER BY id LIMIT {mark}", [after_id, limit]
     if not types:

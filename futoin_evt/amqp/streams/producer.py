@@ -15,7 +15,14 @@ from ...log.errors import fault_of
 from ...log.eventlog import EventLog
 from ...quoting import quote_input
 from ...stats import Calls
-from ..codec import BATCH_FORMAT, BadMessage, batch_messages, message_to_event
+from ..codec import (
+    BATCH_FORMAT,
+    PARTITION_KEYS,
+    BadMessage,
+    batch_messages,
+    message_to_event,
+    partition_key,
+)
 from ..config import NodeLimits
 from ..engine.conditions import (
     DECODE_ERROR,
@@ -36,8 +43,6 @@ logger = logging.getLogger(__name__)
 
 #: Delivery annotations: the partition a producer's message goes to, a consumer's came from.
 TARGET_PARTITION: Final = Symbol("event-streams-target-partition")
-#: Message annotations naming a partition key (Event Hubs', and the event streams draft's).
-PARTITION_KEYS: Final = (Symbol("x-opt-partition-key"), Symbol("event-streams-group-key"))
 
 _SECTION: Final = b"\x00\x53"
 #: Header, delivery annotations, message annotations: the sections before the rest.
@@ -82,26 +87,16 @@ def _routing(raw: bytes) -> tuple[str | None, str | None]:
             continue
         if value.descriptor == 0x71:
             target = value.value.get(TARGET_PARTITION, target)
-        elif value.descriptor == 0x72:
-            for name in PARTITION_KEYS:
-                key = value.value.get(name, key)
+        elif value.descriptor == 0x72 and any(name in value.value for name in PARTITION_KEYS):
+            key = partition_key(value.value)
     if target is not None and not isinstance(target, str):
         raise BadMessage(INVALID_FIELD, "event-streams-target-partition must be a symbol")
-    if key is not None and not isinstance(key, str):
-        raise BadMessage(INVALID_FIELD, "a partition key must be a string")
     return target, key
 
 
 def _message_key(message: Message) -> str | None:
     """The partition key of a batched message (when its batch has none of its own)."""
-    annotations: Mapping[Any, Any] = message.annotations or {}
-    for name in PARTITION_KEYS:
-        key = annotations.get(name)
-        if key is not None:
-            if not isinstance(key, str):
-                raise BadMessage(INVALID_FIELD, "a partition key must be a string")
-            return key
-    return None
+    return partition_key(message.annotations or {})
 
 
 class ProducerLink:

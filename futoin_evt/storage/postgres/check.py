@@ -12,9 +12,10 @@ from ..sql.scrub import PARTITIONS_SQL, CheckReport, check_chunk, chunk_sql, par
 from ..tables import Tables
 from .connect import connect, safe_url
 
-_HAS_CHECKSUMS: Final = (
+#: Whether a table has a column (parameters: table, column).
+_HAS_COLUMN: Final = (
     "SELECT 1 FROM information_schema.columns WHERE table_schema = current_schema()"
-    " AND table_name = %s AND column_name = 'checksum'"
+    " AND table_name = %s AND column_name = %s"
 )
 
 
@@ -36,14 +37,16 @@ async def scrub_postgres(url: str) -> CheckReport:
             table = Tables.of(partition.key).events
             after: int | None = 0
             try:
-                cursor = await conn.execute(_HAS_CHECKSUMS, (table,))
+                cursor = await conn.execute(_HAS_COLUMN, (table, "checksum"))
                 if await cursor.fetchone() is None:  # before checksums (an old schema)
                     cursor = await conn.execute(f"SELECT count(*) FROM {table}")
                     counted = await cursor.fetchone()
                     report.unchecked += int(counted[0]) if counted is not None else 0
                     continue
+                cursor = await conn.execute(_HAS_COLUMN, (table, "attrs"))
+                with_attrs = await cursor.fetchone() is not None
                 while after is not None:
-                    cursor = await conn.execute(*chunk_sql(partition, after, "%s"))
+                    cursor = await conn.execute(*chunk_sql(partition, after, "%s", with_attrs))
                     after = check_chunk(report, partition, await cursor.fetchall())
             except psycopg.Error as exc:
                 report.unreadable.append((partition, str(exc).strip().splitlines()[0]))

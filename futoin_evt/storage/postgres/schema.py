@@ -12,10 +12,10 @@ from typing import Final
 import psycopg
 
 from ..base import migrations_to_run
-from ..checksums import CHECKSUMS_VERSION, add_column_sql
+from ..checksums import add_attrs_sql, add_column_sql
 from ..dedup import TABLE as KEYS_TABLE
 from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
-from ..sql.migrations import events_table_sql, migrations
+from ..sql.migrations import EVERY_EVENTS_TABLE, events_table_sql, migrations
 from ..sql.schemas import tables_sql
 from ..tables import Tables
 
@@ -291,6 +291,7 @@ MIGRATIONS: Final = migrations(
     # events/0's column here, the other partitions' by ensure_schema
     checksums=(add_column_sql("events"),),
     writer_keys=_WRITER_KEYS,
+    attrs=(add_attrs_sql("events"),),
 )
 
 
@@ -352,16 +353,17 @@ def notify_head_sql(key: int) -> str:
     return f"SELECT pg_notify('{CHANNEL}', {prefix}{newest}::text)"
 
 
-def _append_parts(key: int, content_type: bool) -> tuple[str, str, str, str]:
-    """(table, columns, values, unnest of the arrays) of an append to partition ``key``."""
+def _append_parts(key: int, extras: bool) -> tuple[str, str, str, str]:
+    """(table, columns, values, unnest of the arrays) of an append to partition ``key``;
+    ``extras``: with the content types and attributes (only a batch with one of them pays)."""
     table = "events" if key == 0 else f"events_{key}"
     columns, values = "type, data, ts, checksum", "t, d, %s, s"
     arrays = "unnest(%s::text[], %s::text[], %s::bigint[]) WITH ORDINALITY AS u(t, d, s, ord)"
-    if content_type:
-        columns, values = columns + ", content_type", values + ", c"
+    if extras:
+        columns, values = columns + ", content_type, attrs", values + ", c, a"
         arrays = (
-            "unnest(%s::text[], %s::text[], %s::bigint[], %s::text[])"
-            " WITH ORDINALITY AS u(t, d, s, c, ord)"
+            "unnest(%s::text[], %s::text[], %s::bigint[], %s::text[], %s::text[])"
+            " WITH ORDINALITY AS u(t, d, s, c, a, ord)"
         )
     return table, columns, values, arrays
 
@@ -371,17 +373,18 @@ def _notify_newest(key: int, added: str) -> str:
     return f"pg_notify('{CHANNEL}', {prefix}MAX(id)::text) FROM {added}"
 
 
-def append_sql(key: int, *, content_type: bool) -> str:
+def append_sql(key: int, *, extras: bool) -> str:
     """A group commit to partition ``key`` as ONE statement, its own transaction on an
     autocommit connection (one message, one round trip; the server never waits for the
     client inside it): the partition's append lock first, then the rows in the order given
     (so the sequence numbers them in that order), then the notification with the newest id.
-    Parameters: ts, types, datas, checksums (and content types). Returns one row: the ids,
+    Parameters: ts, types, datas, checksums (and content types and attributes, with
+    ``extras``). Returns one row: the ids,
     ascending.
 
     The lock comes first: the rows reach the INSERT, whose column default draws the ids,
     only through the join with the lock's row, which holds once the lock is taken."""
-    table, columns, values, arrays = _append_parts(key, content_type)
+    table, columns, values, arrays = _append_parts(key, extras)
     return (
         f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
         f" added AS (INSERT INTO {table} ({columns}) SELECT {values}"
@@ -391,19 +394,19 @@ def append_sql(key: int, *, content_type: bool) -> str:
 
 
 def combined_append_sql(parts: Sequence[tuple[int, bool]]) -> str:
-    """Appends to several partitions ``(key, content_type)`` as ONE statement and commit,
+    """Appends to several partitions ``(key, extras)`` as ONE statement and commit,
     each under its partition's append lock, taken with a try: a partition whose lock another
     transaction holds gets no rows and draws no ids (its result is NULL; the caller commits
     it on its own), so this never waits for a commit to another partition. Parameters: per
     partition, those of :func:`append_sql`. Returns one row: per partition, its ids
     ascending (or NULL), then its notification."""
     locks = ", ".join(
-        f"{try_append_lock_sql(key)} AS g{n}" for n, (key, _content) in enumerate(parts)
+        f"{try_append_lock_sql(key)} AS g{n}" for n, (key, _extras) in enumerate(parts)
     )
     sql = [f"WITH locked AS MATERIALIZED (SELECT {locks})"]
     results = []
-    for n, (key, content_type) in enumerate(parts):
-        table, columns, values, arrays = _append_parts(key, content_type)
+    for n, (key, extras) in enumerate(parts):
+        table, columns, values, arrays = _append_parts(key, extras)
         sql.append(
             f", a{n} AS (INSERT INTO {table} ({columns}) SELECT {values}"
             f" FROM locked, {arrays} WHERE g{n} ORDER BY ord RETURNING id)"
@@ -439,28 +442,28 @@ def keyed_append_sql(key: int) -> str:
     waited for: a key another process committed meanwhile is not among those it looks up.
     Storing the keys sees it (the unique index reads the latest rows): the key is not
     stored, and :data:`KEYS_RACED` then fails the statement (nothing of it stays; the
-    caller tries again, and sees the key). Parameters: types, datas, content types, keys
-    (NULL for none), their writers' user ids, checksums, the window (ms), ts, the window
-    (ms) again. Returns one row: the new ids ascending, the ordinals (from 1) of the events
-    answered by a stored key and those events' ids, the notification (NULL when nothing was
-    inserted), the check (true).
+    caller tries again, and sees the key). Parameters: types, datas, content types,
+    attributes, keys (NULL for none), their writers' user ids, checksums, the window (ms),
+    ts, the window (ms) again. Returns one row: the new ids ascending, the ordinals (from 1)
+    of the events answered by a stored key and those events' ids, the notification (NULL
+    when nothing was inserted), the check (true).
     """
-    table, columns, _values, _arrays = _append_parts(key, content_type=True)
+    table, columns, _values, _arrays = _append_parts(key, extras=True)
     return (
         f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
-        " input AS (SELECT t, d, c, k, w, s, ord FROM locked, unnest(%s::text[], %s::text[],"
-        " %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
-        " WITH ORDINALITY AS u(t, d, c, k, w, s, ord)),"
+        " input AS (SELECT t, d, c, a, k, w, s, ord FROM locked, unnest(%s::text[],"
+        " %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
+        " WITH ORDINALITY AS u(t, d, c, a, k, w, s, ord)),"
         f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms FROM locked),"
         # one probe of the primary key per event, whatever the plan cached for the statement
         # (LIMIT keeps the lookup a subquery: joined, it may become a hash of every key)
         " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i, clock, LATERAL"
         f" (SELECT event_id, at FROM {KEYS_TABLE} WHERE partition_key = {key}"
         " AND user_id = i.w AND key = i.k LIMIT 1) s WHERE s.at >= clock.now_ms - %s),"
-        " fresh AS MATERIALIZED (SELECT t, d, c, k, w, s, ord,"
+        " fresh AS MATERIALIZED (SELECT t, d, c, a, k, w, s, ord,"
         " row_number() OVER (ORDER BY ord) AS n FROM input"
         " WHERE ord NOT IN (SELECT ord FROM known)),"
-        f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, s, c FROM fresh"
+        f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, s, c, a FROM fresh"
         " ORDER BY ord RETURNING id),"
         " numbered AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM added),"
         f" kept AS (INSERT INTO {KEYS_TABLE} AS s (partition_key, user_id, key, event_id, at)"
@@ -512,10 +515,11 @@ async def ensure_schema(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> No
         for version in steps:
             for statement in MIGRATIONS[version]:
                 await conn.execute(statement)
-            if version == CHECKSUMS_VERSION:
+            add_column = EVERY_EVENTS_TABLE.get(version)
+            if add_column is not None:
                 cursor = await conn.execute("SELECT key FROM partitions WHERE key > 0")
                 for (key,) in await cursor.fetchall():
-                    await conn.execute(add_column_sql(Tables.of(int(str(key))).events))
+                    await conn.execute(add_column(Tables.of(int(str(key))).events))
         if current and GRANTS_VERSION in steps:
             cursor = await conn.execute("SELECT count(*) FROM grants")
             counted = await cursor.fetchone()

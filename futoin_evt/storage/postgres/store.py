@@ -149,9 +149,9 @@ def _dialect(tables: Tables) -> ReadDialect:
         POSTGRES,
         tables,
         start_row="SELECT -1::bigint, NULL::text, NULL::text, NULL::text, NULL::text,"
-        " {start}::bigint",
+        " NULL::text, {start}::bigint",
         page="(SELECT * FROM ({inner} ORDER BY id LIMIT %s) AS page)",
-        head_row=f"SELECT 0, NULL, NULL, NULL, NULL, (SELECT MAX(id) FROM {tables.events})",
+        head_row=f"SELECT 0, NULL, NULL, NULL, NULL, NULL, (SELECT MAX(id) FROM {tables.events})",
         ftn18_type=PG_FTN18_TYPE,
     )
 

@@ -25,7 +25,7 @@ from ...ftn3.messages import encode_json
 from ...stats import DamageStats, WriteStats
 from ..base import PoolLimits, joined_count
 from ..checksums import event_checksum
-from ..dedup import PendingKeys, Queued, WriterKey
+from ..dedup import PendingKeys, Queued, WriterKey, full_form
 from ..errors import StoreClosed, StoreUnavailable, StoreUnreachable
 from ..recent import RecentEvent
 from ..sql.dcb import DcbAppend, condition_sql, judge_batch
@@ -128,6 +128,8 @@ class QueuedAppend:
     #: that follow it.
     key: WriterKey | None = None
     pending: PendingKeys | None = None
+    #: Its attributes' JSON (:mod:`futoin_evt.domain.attrs`), when it has them.
+    attrs: str | None = None
 
 
 @dataclass(slots=True)
@@ -150,28 +152,38 @@ _COMBINED_SQL_KEPT: Final = 256
 
 
 def planned(queued: list[Queued], pending: PendingKeys) -> list[QueuedAppend]:
-    return [
-        QueuedAppend(
-            event_type, data_json, future, content_type, joined, key, pending if key else None
+    appends = []
+    for event, future, key, joined in queued:
+        event_type, data_json, content_type, attrs = full_form(event)
+        appends.append(
+            QueuedAppend(
+                event_type,
+                data_json,
+                future,
+                content_type,
+                joined,
+                key,
+                pending if key else None,
+                attrs,
+            )
         )
-        for (event_type, data_json, content_type), future, key, joined in queued
-    ]
+    return appends
 
 
 def _append_params(batch: list[QueuedAppend], ts: str) -> tuple[bool, list[Any]]:
-    """Whether a batch has content types, and the parameters of its append
+    """Whether a batch has content types or attributes, and the parameters of its append
     (:func:`.schema.append_sql`): every event's checksum made here, once."""
-    content_types = [item.content_type for item in batch]
     params: list[Any] = [
         ts,
         [item.type for item in batch],
         [item.data for item in batch],
-        [event_checksum(item.type, item.data, ts, item.content_type) for item in batch],
+        [event_checksum(item.type, item.data, ts, item.content_type, item.attrs) for item in batch],
     ]
-    with_content = any(c is not None for c in content_types)
-    if with_content:
-        params.append(content_types)
-    return with_content, params
+    extras = any(item.content_type is not None or item.attrs is not None for item in batch)
+    if extras:
+        params.append([item.content_type for item in batch])
+        params.append([item.attrs for item in batch])
+    return extras, params
 
 
 class WriterStore(Protocol):
@@ -200,8 +212,8 @@ class PartitionWriter(SqlPartitionLog):
         self._lock_sql = append_lock_sql(partition.key)
         self._notify_sql = notify_head_sql(partition.key)
         self._append_sql = (
-            append_sql(partition.key, content_type=False),
-            append_sql(partition.key, content_type=True),
+            append_sql(partition.key, extras=False),
+            append_sql(partition.key, extras=True),
         )
         self._keyed_sql = keyed_append_sql(partition.key)
         self._queue = AppendQueue()
@@ -225,14 +237,19 @@ class PartitionWriter(SqlPartitionLog):
         data_json: str,
         content_type: str | None = None,
         key: WriterKey | None = None,
+        attrs: str | None = None,
     ) -> asyncio.Future[EventId]:
         self._check_writable()
         future: asyncio.Future[EventId] = asyncio.get_running_loop().create_future()
         if key is None or not self._dedup_ms:
-            self._enqueue([QueuedAppend(event_type, data_json, future, content_type)])
+            self._enqueue([QueuedAppend(event_type, data_json, future, content_type, attrs=attrs)])
         elif not self._keys.follows(key, future):
             self._enqueue(
-                [QueuedAppend(event_type, data_json, future, content_type, False, key, self._keys)]
+                [
+                    QueuedAppend(
+                        event_type, data_json, future, content_type, False, key, self._keys, attrs
+                    )
+                ]
             )
         return future
 
@@ -360,9 +377,13 @@ class PartitionWriter(SqlPartitionLog):
             [item.type for item in batch],
             [item.data for item in batch],
             [item.content_type for item in batch],
+            [item.attrs for item in batch],
             [None if item.key is None else item.key.key for item in batch],
             [None if item.key is None else item.key.writer for item in batch],
-            [event_checksum(item.type, item.data, ts, item.content_type) for item in batch],
+            [
+                event_checksum(item.type, item.data, ts, item.content_type, item.attrs)
+                for item in batch
+            ],
             window,
             ts,
             window,

@@ -163,10 +163,10 @@ def cut_sql(key: int, mark: str) -> str:
 
 
 def copy_sql(aggregate: Tables, ranges: Sequence[SourceRange], mark: str) -> tuple[str, list[int]]:
-    """Copy the ranges into the aggregate: type, data, time, content type and checksum as
-    they were stored (a damaged source event stays damaged in the copy, and is found there),
-    new ids in the order of the ranges and then of the source ids."""
-    columns = "type, data, ts, content_type, checksum"
+    """Copy the ranges into the aggregate: type, data, time, content type, attributes and
+    checksum as they were stored (a damaged source event stays damaged in the copy, and is
+    found there), new ids in the order of the ranges and then of the source ids."""
+    columns = "type, data, ts, content_type, attrs, checksum"
     terms = [
         f"SELECT {i} AS o, id, {columns} FROM {Tables.of(r.key).events}"
         f" WHERE id > {mark} AND id <= {mark}"

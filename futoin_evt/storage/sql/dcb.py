@@ -31,9 +31,11 @@ from ..checksums import check_event
 from ..tables import DEFAULT_TABLES, Tables
 
 #: Columns of a DCB read, in order: id, type, data, ts, client id, tags (JSON), is_bytes,
-#: and what checks the event: its content type and checksum.
+#: and what checks the event: its content type, attributes (a DCB event has none) and
+#: checksum.
 READ_COLUMNS: Final = (
-    "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes, e.content_type, e.checksum"
+    "e.id, e.type, e.data, e.ts, d.client_id, d.tags, d.is_bytes, e.content_type, e.attrs,"
+    " e.checksum"
 )
 #: How many they are.
 READ_WIDTH: Final = READ_COLUMNS.count(",") + 1
@@ -175,10 +177,10 @@ def condition_sql(
 def stored_event(row: Sequence[Any]) -> SequencedEvent:
     """A row of :func:`read_sql` (the columns of :data:`READ_COLUMNS`), checked against its
     checksum (:class:`~.checksums.ChecksumMismatch`)."""
-    position, event_type, data, ts, client_id, tags, is_bytes, content_type, checksum = row[
+    position, event_type, data, ts, client_id, tags, is_bytes, content_type, attrs, checksum = row[
         :READ_WIDTH
     ]
-    check_event(position, event_type, data, ts, content_type, checksum)
+    check_event(position, event_type, data, ts, content_type, checksum, attrs)
     return SequencedEvent(
         position=int(position),
         type=str(event_type),

@@ -12,7 +12,7 @@ from ...domain.dcb import AppendCondition, NewEvent
 from ...domain.partition import Partition
 from ...domain.stream import EventId
 from ...stats import DamageStats
-from ..dedup import PendingKeys, Queued, WriterKey, plan_appends
+from ..dedup import AppendedForm, PendingKeys, Queued, WriterKey, plan_appends
 from ..errors import NotWritable, StoreClosed
 from ..head import ClaimWatch, HeadWatch
 from ..pages import PagedReads, ReadDialect
@@ -60,8 +60,8 @@ class SqlPartitionLog(ConsumerCalls, GroupCalls, RetentionCalls, PagedReads):
 
     # -- the backend's writer -------------------------------------------------------------------
 
-    #: Queue one event (type, data JSON, content type, producer's key); the future gets its
-    #: id once it is durable (the first event's, for its writer's key known in the window).
+    #: Queue one event (type, data JSON, content type, producer's key, attrs JSON); the future
+    #: gets its id once it is durable (the first event's, for its writer's key known in the window).
     submit_append: Callable[..., asyncio.Future[EventId]]
 
     def _enqueue_planned(self, queued: list[Queued]) -> None:
@@ -85,7 +85,7 @@ class SqlPartitionLog(ConsumerCalls, GroupCalls, RetentionCalls, PagedReads):
 
     def submit_appends(
         self,
-        events: Sequence[tuple[str, str, str | None]],
+        events: Sequence[AppendedForm],
         keys: Sequence[WriterKey | None] | None = None,
     ) -> asyncio.Future[list[EventId]]:
         """Queue events that are committed together or not at all."""

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import TypeVar
+from collections.abc import Callable, Sequence
+from typing import Final, TypeVar
 
-from ..checksums import CHECKSUMS_VERSION
+from ..checksums import ATTRS_VERSION, CHECKSUMS_VERSION, add_attrs_sql, add_column_sql
 from ..dedup import KEYS_VERSION, WRITER_KEYS_VERSION
 from .schemas import SCHEMAS_VERSION
 from .sessions import SESSIONS_VERSION
@@ -24,6 +24,7 @@ def migrations(
     keys: _Step,
     checksums: _Step,
     writer_keys: _Step,
+    attrs: _Step,
 ) -> dict[int, _Step]:
     """The steps by the version each makes: ``first`` from version 1, then the others at
     their versions."""
@@ -35,7 +36,16 @@ def migrations(
         KEYS_VERSION: keys,
         CHECKSUMS_VERSION: checksums,
         WRITER_KEYS_VERSION: writer_keys,
+        ATTRS_VERSION: attrs,
     }
+
+
+#: The versions that add a column to every partition's events table, with that step for one
+#: table: a version's own step adds it to ``events``/0's, the backend's schema to the others'.
+EVERY_EVENTS_TABLE: Final[dict[int, Callable[[str], str]]] = {
+    CHECKSUMS_VERSION: add_column_sql,
+    ATTRS_VERSION: add_attrs_sql,
+}
 
 
 def events_table_sql(key: int, id_column: str) -> str:
@@ -43,5 +53,5 @@ def events_table_sql(key: int, id_column: str) -> str:
     ``events``/0, every column included; ``id_column``: the backend's identity column."""
     return (
         f"CREATE TABLE events_{key} (id {id_column}, type TEXT NOT NULL, data TEXT NOT NULL,"
-        " ts TEXT NOT NULL, content_type TEXT, checksum BIGINT)"
+        " ts TEXT NOT NULL, content_type TEXT, checksum BIGINT, attrs TEXT)"
     )

@@ -12,7 +12,7 @@ from typing import Any, Final
 
 from ...domain.partition import DEFAULT_PARTITION, Partition
 from ..checksums import ChecksumMismatch, check_event
-from ..pages import rows_sql
+from ..pages import EVENT_COLUMNS, EVENT_COLUMNS_BEFORE_ATTRS, rows_sql
 from ..tables import Tables
 
 #: Events read per statement of a scrub.
@@ -48,21 +48,25 @@ class CheckReport:
         )
 
 
-def chunk_sql(partition: Partition, after: int, mark: str) -> tuple[str, list[Any]]:
-    """The next chunk of a partition's events to check (:func:`check_chunk`)."""
-    return rows_sql(mark, after, SCRUB_CHUNK, None, Tables.of(partition.key).events)
+def chunk_sql(
+    partition: Partition, after: int, mark: str, with_attrs: bool = True
+) -> tuple[str, list[Any]]:
+    """The next chunk of a partition's events to check (:func:`check_chunk`); without
+    ``with_attrs``, of a table from before attributes."""
+    columns = EVENT_COLUMNS if with_attrs else EVENT_COLUMNS_BEFORE_ATTRS
+    return rows_sql(mark, after, SCRUB_CHUNK, None, Tables.of(partition.key).events, columns)
 
 
 def check_chunk(
     report: CheckReport, partition: Partition, rows: Sequence[Sequence[Any]]
 ) -> int | None:
     """Check the rows of :func:`chunk_sql`; the id to read after next, None at the end."""
-    for event_id, event_type, data, ts, content_type, checksum in rows:
+    for event_id, event_type, data, ts, content_type, attrs, checksum in rows:
         if checksum is None:
             report.unchecked += 1
             continue
         try:
-            check_event(event_id, event_type, data, ts, content_type, checksum)
+            check_event(event_id, event_type, data, ts, content_type, checksum, attrs)
         except ChecksumMismatch:
             report.damaged.append((partition, int(event_id)))
         else:

@@ -78,7 +78,8 @@ def scrub_sqlite(path: Path) -> CheckReport:
                 else:
                     after: int | None = 0
                     while after is not None:
-                        rows = conn.execute(*chunk_sql(partition, after, "?")).fetchall()
+                        chunk = chunk_sql(partition, after, "?", "attrs" in columns)
+                        rows = conn.execute(*chunk).fetchall()
                         after = check_chunk(report, partition, rows)
             except sqlite3.DatabaseError as exc:
                 report.unreadable.append((partition, str(exc)))

@@ -11,9 +11,9 @@ import sqlite3
 from typing import Final
 
 from ..base import migrations_to_run
-from ..checksums import CHECKSUMS_VERSION, add_column_sql
+from ..checksums import add_attrs_sql, add_column_sql
 from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
-from ..sql.migrations import events_table_sql, migrations
+from ..sql.migrations import EVERY_EVENTS_TABLE, events_table_sql, migrations
 from ..sql.schemas import tables_sql
 from ..tables import Tables
 
@@ -267,6 +267,7 @@ MIGRATIONS: Final = migrations(
     # events/0's column here, the other partitions' by ensure_schema
     checksums=add_column_sql("events"),
     writer_keys=_WRITER_KEYS,
+    attrs=add_attrs_sql("events"),
 )
 
 
@@ -307,9 +308,10 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         for statement in MIGRATIONS[version].split(";"):
             if statement.strip():
                 conn.execute(statement)
-        if version == CHECKSUMS_VERSION:
+        add_column = EVERY_EVENTS_TABLE.get(version)
+        if add_column is not None:
             for (key,) in conn.execute("SELECT key FROM partitions WHERE key > 0").fetchall():
-                conn.execute(add_column_sql(Tables.of(int(key)).events))
+                conn.execute(add_column(Tables.of(int(key)).events))
     if current and GRANTS_VERSION in steps:
         log_upgrade_grants(conn.execute("SELECT count(*) FROM grants").fetchone()[0])
     if steps or row[0] is None:

@@ -73,9 +73,9 @@ def _dialect(tables: Tables) -> ReadDialect:
     return read_dialect(
         SQLITE,
         tables,
-        start_row="SELECT -1, NULL, NULL, NULL, NULL, {start}",
+        start_row="SELECT -1, NULL, NULL, NULL, NULL, NULL, {start}",
         page="SELECT * FROM ({inner} ORDER BY id LIMIT ?)",
-        head_row="SELECT 0, NULL, NULL, NULL, NULL,"
+        head_row="SELECT 0, NULL, NULL, NULL, NULL, NULL,"
         f" (SELECT COALESCE(MAX(id), 0) FROM {tables.events})",
         ftn18_type=SQLITE_FTN18_TYPE,
     )
@@ -133,7 +133,7 @@ class SqlitePartitionLog(PartitionWriter):
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None
     ) -> list[EventRow]:
-        """Stored events as (id, type, data JSON, ts, content type)."""
+        """Stored events as (id, type, data JSON, ts, content type, attrs)."""
         sql, params = rows_sql(SQLITE.mark, after_id, limit, types, self._tables.events)
         with self._checking():
             return await self._reader.rows(event_rows, sql, params)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent
-from ...domain.stream import EventId, utc_timestamp
+from ...domain.stream import EventId, StoredForm, utc_timestamp
 from ...ftn3.messages import encode_json
 from ..checksums import event_checksum
 from ..dedup import PendingKeys, WriterKey
@@ -56,6 +56,8 @@ class QueuedAppend:
     #: that follow it.
     key: WriterKey | None = None
     pending: PendingKeys | None = None
+    #: Its attributes' JSON (:mod:`futoin_evt.domain.attrs`), when it has them.
+    attrs: str | None = None
 
 
 @dataclass(slots=True)
@@ -224,18 +226,18 @@ def _insert_run(
     appends = [append for _, append in placed]
     if all(a.key is None for a in appends):
         first_id = _insert_events(
-            conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
+            conn, tables.events, [(a.type, a.data, a.content_type, a.attrs) for a in appends], ts
         )
-        _keep_content_types(conn, tables.events, first_id, appends)
+        _keep_extras(conn, tables.events, first_id, appends)
         return placed, first_id
     now_ms = int(time.time() * 1000)
     key_list = [a.key for a in appends]
     keys, count = run_keys(key_list), len(key_list) - key_list.count(None)
     first_id = _insert_events(
-        conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
+        conn, tables.events, [(a.type, a.data, a.content_type, a.attrs) for a in appends], ts
     )
     if insert_new_keys(conn, tables.key, first_id, now_ms, keys, count):
-        _keep_content_types(conn, tables.events, first_id, appends)
+        _keep_extras(conn, tables.events, first_id, appends)
         return placed, first_id
     # A key is stored: undo the run (its events are the newest ids, its keys those of
     # them), then look the keys up and insert the rest. Without a savepoint, whose two
@@ -252,9 +254,9 @@ def _insert_run(
         return placed, 0
     appends = [append for _, append in placed]
     first_id = _insert_events(
-        conn, tables.events, [(a.type, a.data, a.content_type) for a in appends], ts
+        conn, tables.events, [(a.type, a.data, a.content_type, a.attrs) for a in appends], ts
     )
-    _keep_content_types(conn, tables.events, first_id, appends)
+    _keep_extras(conn, tables.events, first_id, appends)
     take_over_keys(conn, tables.key, first_id, now_ms, run_keys([a.key for a in appends]))
     return placed, first_id
 
@@ -267,11 +269,11 @@ def forget_keys_sync(
 
 
 def _insert_events(
-    conn: sqlite3.Connection, table: str, events: Sequence[tuple[str, str, str | None]], ts: str
+    conn: sqlite3.Connection, table: str, events: Sequence[StoredForm], ts: str
 ) -> int:
-    """Insert events (type, data, content type) in multi-row statements, each with its
-    checksum (the content type itself is set by :func:`_keep_content_types`); the first new
-    id (the rest follow it)."""
+    """Insert events (type, data, content type, attrs) in multi-row statements, each with its
+    checksum (the content type and attrs themselves are set by :func:`_keep_extras`); the
+    first new id (the rest follow it)."""
     first_id = 0
     for start in range(0, len(events), _ROWS_PER_INSERT):
         chunk = events[start : start + _ROWS_PER_INSERT]
@@ -279,7 +281,7 @@ def _insert_events(
             ["(?, ?, ?, ?)"] * len(chunk)
         )
         cursor = conn.execute(
-            sql, [v for t, d, c in chunk for v in (t, d, ts, event_checksum(t, d, ts, c))]
+            sql, [v for t, d, c, a in chunk for v in (t, d, ts, event_checksum(t, d, ts, c, a))]
         )
         assert cursor.lastrowid is not None
         if start == 0:
@@ -287,16 +289,19 @@ def _insert_events(
     return first_id
 
 
-def _keep_content_types(
+def _keep_extras(
     conn: sqlite3.Connection, table: str, first_id: int, appends: list[QueuedAppend]
 ) -> None:
-    """The content types of the events that came as AMQP ``data`` sections (few, and only
-    they pay for it: the inserts stay three columns wide)."""
+    """The content types of the events that came as AMQP ``data`` sections, and the
+    attributes of those that have them (few, and only they pay for it: the inserts stay
+    four columns wide)."""
     kept = [
-        (a.content_type, first_id + i) for i, a in enumerate(appends) if a.content_type is not None
+        (a.content_type, a.attrs, first_id + i)
+        for i, a in enumerate(appends)
+        if a.content_type is not None or a.attrs is not None
     ]
     if kept:
-        conn.executemany(f"UPDATE {table} SET content_type = ? WHERE id = ?", kept)
+        conn.executemany(f"UPDATE {table} SET content_type = ?, attrs = ? WHERE id = ?", kept)
 
 
 def _dcb_run(
@@ -322,7 +327,7 @@ def _dcb_run(
         accepted = _dcb_checked(conn, tables, placed, results)
         if accepted:
             first_id = _insert_events(
-                conn, tables.events, [(e.type, e.data_json, None) for _, e in accepted], ts
+                conn, tables.events, [(e.type, e.data_json, None, None) for _, e in accepted], ts
             )
             if first_id != accepted[0][0]:
                 raise sqlite3.OperationalError(f"ids from {first_id}, not {accepted[0][0]}")
@@ -443,7 +448,7 @@ def _dcb_append_sync(
         if row is not None:
             raise AppendConditionFailed(int(row[0]))
     first_id = _insert_events(
-        conn, tables.events, [(e.type, e.data_json, None) for e in events], ts
+        conn, tables.events, [(e.type, e.data_json, None, None) for e in events], ts
     )
     placed = [(first_id + offset, event) for offset, event in enumerate(events)]
     _insert_dcb_rows(conn, tables, placed)

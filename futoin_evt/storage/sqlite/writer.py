@@ -21,7 +21,7 @@ from ...domain.dcb import AppendCondition, NewEvent
 from ...domain.stream import EventId, event_json, is_ftn18_type
 from ...stats import WriteStats
 from ..base import Durability, PeerNews, joined_count
-from ..dedup import Queued, WriterKey
+from ..dedup import Queued, WriterKey, full_form
 from ..errors import StoreClosed
 from ..recent import RecentEvent
 from ..sql.log import SqlPartitionLog
@@ -165,6 +165,7 @@ class PartitionWriter(SqlPartitionLog):
         data_json: str,
         content_type: str | None = None,
         key: WriterKey | None = None,
+        attrs: str | None = None,
     ) -> asyncio.Future[EventId]:
         """Queue one event; the future gets its id once it is durable (the first event's,
         for its writer's key known within the window)."""
@@ -172,7 +173,7 @@ class PartitionWriter(SqlPartitionLog):
         future: asyncio.Future[EventId] = self._store.loop.create_future()
         if key is None or not self._dedup_ms:
             self._store._enqueue(
-                QueuedAppend(event_type, data_json, future, content_type, self._tables)
+                QueuedAppend(event_type, data_json, future, content_type, self._tables, attrs=attrs)
             )
         elif not self._keys.follows(key, future):
             self._store._enqueue(
@@ -185,16 +186,26 @@ class PartitionWriter(SqlPartitionLog):
                     False,
                     key,
                     self._keys,
+                    attrs,
                 )
             )
         return future
 
     def _enqueue_planned(self, queued: list[Queued]) -> None:
-        for (event_type, data_json, content_type), future, key, joined in queued:
+        for event, future, key, joined in queued:
+            event_type, data_json, content_type, attrs = full_form(event)
             pending = self._keys if key is not None else None
             self._store._enqueue(
                 QueuedAppend(
-                    event_type, data_json, future, content_type, self._tables, joined, key, pending
+                    event_type,
+                    data_json,
+                    future,
+                    content_type,
+                    self._tables,
+                    joined,
+                    key,
+                    pending,
+                    attrs,
                 )
             )
 
