@@ -18,8 +18,8 @@ from futoin_evt.amqp.sasl import (
     SaslInit,
     SaslServer,
     encode_sasl_frame,
-    parse_plain,
 )
+from futoin_evt.auth.plain import parse_plain
 
 
 def init_frame(mechanism: str, response: bytes | None) -> bytes:

@@ -24,6 +24,7 @@ from typing import Any, Final, Protocol, cast
 
 from .. import __version__
 from ..auth.login_log import log_failed_login
+from ..auth.plain import parse_plain
 from ..auth.sas import TokenClaims, host_name, path_covers, scope_path
 from ..auth.users import CREDENTIALS_CHANGED, Authenticator
 from ..domain.partition import STREAM_NAME_RE
@@ -48,7 +49,7 @@ from .engine.events import (
 from .engine.protocol import AmqpProtocol
 from .engine.session import Link
 from .engine.types import Symbol
-from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer, parse_plain
+from .sasl import AMQP_HEADER, Outcome, SaslError, SaslInit, SaslServer
 from .table import NO_USER, LinkHandler, LinkRefused, NodeTable
 
 logger = logging.getLogger(__name__)

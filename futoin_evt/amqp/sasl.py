@@ -185,20 +185,3 @@ def _decode_init(body: bytes, mechanisms: Sequence[str]) -> SaslInit:
     if not isinstance(response, bytes | memoryview):
         raise SaslError("the initial response is not binary")
     return SaslInit(str(mechanism), bytes(response))
-
-
-def parse_plain(response: bytes) -> tuple[str, str] | None:
-    """``authzid NUL authcid NUL passwd`` (RFC 4616) as (user, password); None if malformed.
-
-    An authorization identity other than the user's own is not supported.
-    """
-    parts = response.split(b"\0")
-    if len(parts) != 3:
-        return None
-    try:
-        authzid, user, password = (part.decode() for part in parts)
-    except UnicodeDecodeError:
-        return None
-    if not user or (authzid and authzid != user):
-        return None
-    return user, password
