@@ -47,6 +47,10 @@ COMPILED = [
     "futoin_evt/storage/recent.py",
     "futoin_evt/auth/users.py",
     "futoin_evt/slots.py",
+    # the Kafka door's record batches, per call against pure Python (timeit, best of 5):
+    # decoding a Produce batch of 100 records of 100 bytes 0.28x (36 against 127 us; with lz4
+    # 42 against 128 us), encoding a Fetch batch of 500 records 0.36x (74 against 207 us)
+    "futoin_evt/kafka/records.py",
 ]
 
 #: mypy as mypyc runs it: not the project's --strict configuration (mypy checks that), and the

@@ -128,6 +128,7 @@ COUNTS_FILE: Final = "connections"
 #: The cell of each door in a worker's line of that file.
 WEBSOCKET_CELL: Final = 0
 AMQP_CELL: Final = 1
+KAFKA_CELL: Final = 2
 #: A worker's line: 8 cells of 8 bytes, a cache line, so that no two workers write one line.
 _CELLS_PER_WORKER: Final = 8
 _LINE_BYTES: Final = _CELLS_PER_WORKER * 8

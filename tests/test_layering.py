@@ -70,7 +70,9 @@ def test_the_amqp_door_knows_no_other_door() -> None:
 
 
 #: The doors: their packages, and the server's modules that carry a door's wire.
-DOORS: tuple[str, ...] = ("ftn18", "feed", "dcb", "console", "notify", "amqp", "server")
+DOORS: tuple[str, ...] = (
+    "ftn18", "feed", "dcb", "console", "notify", "amqp", "kafka", "server"
+)  # fmt: skip
 #: Imports of storage/ by a door module, each for a reason: every other call of a door goes
 #: down through log/, where a right on a stream is checked.
 DOORS_TO_STORAGE: dict[tuple[str, str], str] = {
@@ -234,6 +236,7 @@ def _imported_names(module: str, tree: ast.Module) -> dict[str, str]:
 DOOR_OF: dict[str, str] = {
     "futoin_evt.ftn18": "FTN18",
     "futoin_evt.amqp": "AMQP",
+    "futoin_evt.kafka": "Kafka",
     "futoin_evt.console": "console",
     "futoin_evt.server.console_http": "console",
     "futoin_evt.server.websocket": "WebSocket",
@@ -303,8 +306,8 @@ LAYERS: dict[str, set[str]] = {
     "shared": {"log", "auth", "notify"},
     # services with no wire in them: the DCB store's, the HTTP feed's protocols
     "services": {"dcb", "feed"},
-    # the doors: FTN3 (FTN18, and the FTN3 adapters of DCB and notification), AMQP
-    "doors": {"ftn18", "amqp"},
+    # the doors: FTN3 (FTN18, and the FTN3 adapters of DCB and notification), AMQP, Kafka
+    "doors": {"ftn18", "amqp", "kafka"},
     # the web console: pages over the services and doors, no wire in it
     "console": {"console"},
     # the composition root with the WebSocket and HTTP listeners; the client

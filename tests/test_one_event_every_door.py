@@ -1,7 +1,8 @@
-"""One log behind every door: events added through FTN18, AMQP and DCB to one real
+"""One log behind every door: events added through FTN18, AMQP, DCB and Kafka to one real
 ``futoin-evt serve`` with every door on read back through each door (poll, push, AMQP by
-offset, the feed, DCB by position, notification, the console's event page, readEvents), on
-SQLite and on PostgreSQL. Each door must show the same id, type, data and time."""
+offset, the feed, DCB by position, notification, the console's event page, readEvents, Kafka
+by offset), on SQLite and on PostgreSQL. Each door must show the same id, type, data and
+time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,8 @@ from typing import Any
 
 import httpx
 import pytest
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as KafkaPartition
 from proton import Message, symbol
 
 from futoin_evt.client.aio import OPS, EventStreamClient
@@ -35,6 +38,7 @@ ADDED: list[tuple[str, str, Any]] = [
     ("ftn18", "ORDER_PLACED", {"order": 17, "total": "12.50", "note": 'Grüße ☃ "q" \\ /'}),
     ("amqp", "ORDER_PAID", {"z": 1, "a": [1, -2.5, None, True, False], "m": {"n": {}}}),
     ("dcb", "ORDER_SHIPPED", {"carrier": "DHL", "weight": 0.125, "parcels": [{"id": "p1"}]}),
+    ("kafka", "ORDER_BILLED", {"invoice": "I-9", "lines": [{"sum": 1e-3}], "paid": None}),
 ]
 WITHIN = 30.0
 
@@ -68,7 +72,9 @@ async def served(
     (on by default), AMQP and the console; alice may read and write."""
     async with await open_store(store_db) as store:
         await add_user(store, "alice", password_hashes["alice"])
-    processes.append(ServerProcess(store_db, 0, "--amqp", "127.0.0.1:0", "--console"))
+    processes.append(
+        ServerProcess(store_db, 0, "--amqp", "127.0.0.1:0", "--kafka", "127.0.0.1:0", "--console")
+    )
     return processes[-1]
 
 
@@ -85,7 +91,7 @@ def send_over_amqp(url: str, event_type: str, data: Any) -> None:
 async def add_through_each_door(server: ServerProcess) -> list[int]:
     """:data:`ADDED`, one door after the other; the ids the doors answered (AMQP answers
     none: its event comes between the two others)."""
-    (_, ftn18_type, ftn18_data), (_, amqp_type, amqp_data), (_, dcb_type, dcb_data) = ADDED
+    (_, ftn18_type, ftn18_data), (_, amqp_type, amqp_data), (_, dcb_type, dcb_data), kafka = ADDED
     async with await EventStreamClient.connect(server.url, credentials=ALICE) as client:
         first = await client.add_event(ftn18_type, ftn18_data)
     assert server.amqp_url is not None
@@ -96,9 +102,53 @@ async def add_through_each_door(server: ServerProcess) -> list[int]:
             json={"events": [{"type": dcb_type, "data": dcb_data, "tags": ["order:17"]}]},
         )
     assert reply.status_code == 200, reply.text
-    last = int(reply.json()["position"])
-    assert last == first + 2
-    return [first, first + 1, last]
+    dcb_id = int(reply.json()["position"])
+    assert dcb_id == first + 2
+    assert server.kafka_address is not None
+    kafka_id = await in_thread(produce_over_kafka, server.kafka_address, kafka[1], kafka[2])
+    assert kafka_id == dcb_id + 1
+    return [first, first + 1, dcb_id, kafka_id]
+
+
+def _kafka_conf(address: str) -> dict[str, Any]:
+    return {
+        "bootstrap_servers": address,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "PLAIN",
+        "sasl_plain_username": "alice",
+        "sasl_plain_password": USERS["alice"],
+    }
+
+
+def produce_over_kafka(address: str, event_type: str, data: Any) -> int:
+    """One JSON record with its type header; its offset (once stored)."""
+    producer = KafkaProducer(**_kafka_conf(address))
+    try:
+        headers = [("ce_type", event_type.encode()), ("content-type", b"application/json")]
+        sent = producer.send("events", value=compact(data).encode(), headers=headers)
+        return int(sent.get(WITHIN).offset)
+    finally:
+        producer.close()
+
+
+def consumed_over_kafka(address: str, ids: list[int]) -> list[Seen]:
+    """The records at the events' offsets, with their type header and log-append time."""
+    consumer = KafkaConsumer(**_kafka_conf(address), consumer_timeout_ms=int(WITHIN * 1000))
+    try:
+        where = KafkaPartition("events", 0)
+        consumer.assign([where])
+        consumer.seek(where, ids[0])
+        seen = []
+        for record in consumer:
+            headers = dict(record.headers)
+            moment = datetime.fromtimestamp(record.timestamp / 1000, UTC)
+            event_type = headers["ce_type"].decode()
+            seen.append(Seen(record.offset, event_type, compact(json.loads(record.value)), moment))
+            if record.offset == ids[-1]:
+                break
+        return seen
+    finally:
+        consumer.close()
 
 
 async def read_events(client: EventStreamClient) -> list[Seen]:
@@ -146,11 +196,15 @@ def received_by_offset(url: str, ids: list[int]) -> list[Seen]:
             added_ms = delivery["event-streams-timestamp"]
             assert annotations["x-opt-enqueued-time"] == added_ms
             assert added_ms % 1000 == 0  # whole seconds
+            body = message.body
+            if isinstance(body, memoryview | bytes):  # JSON that came as a payload goes so
+                assert message.content_type == "application/json"
+                body = json.loads(bytes(body))
             seen.append(
                 Seen(
                     event_id,
                     str(message.subject),
-                    compact(message.body),
+                    compact(body),
                     datetime.fromtimestamp(added_ms // 1000, UTC),
                 )
             )
@@ -251,5 +305,7 @@ async def test_an_event_added_at_any_door_reads_the_same_at_every_door(
         doors["feed"] = await from_feed(http, served)
         doors["dcb"] = await by_position(http, served, ids)
     doors["console"] = await on_console(served, ids)
+    assert served.kafka_address is not None
+    doors["kafka"] = await in_thread(consumed_over_kafka, served.kafka_address, ids)
     for door, seen in doors.items():
         assert seen == kept, door

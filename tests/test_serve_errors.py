@@ -151,13 +151,24 @@ def taken_port() -> Iterator[int]:
         ("--metrics", "127.0.0.1:{port}", ()),
         ("--metrics", "{port}", ()),  # PORT alone: 127.0.0.1
         ("--amqp", "127.0.0.1:{port}", ("--workers", "2")),
+        ("--kafka", "127.0.0.1:{port}", ()),
+        ("--kafka", "127.0.0.1:{port}", ("--workers", "2")),
     ],
-    ids=["port", "amqp", "metrics", "metrics-port-alone", "amqp-workers2"],
+    ids=[
+        "port",
+        "amqp",
+        "metrics",
+        "metrics-port-alone",
+        "amqp-workers2",
+        "kafka",
+        "kafka-workers2",
+    ],
 )
 def test_a_port_in_use_is_named_with_its_option_and_nothing_is_made(
     tmp_path: Path, taken_port: int, option: str, value: str, extra: tuple[str, ...]
 ) -> None:
     args = ["--db", "events.sqlite", "--amqp", "127.0.0.1:0", "--metrics", "127.0.0.1:0"]
+    args += ["--kafka", "127.0.0.1:0"]
     args += ["--port", "0", *extra, option, value.format(port=taken_port)]
     result = serve(*args, cwd=tmp_path)
     assert result.returncode == 2
@@ -189,6 +200,8 @@ def test_the_banner_lists_every_door_and_the_first_user(
         0,
         "--amqp",
         "127.0.0.1:0",
+        "--kafka",
+        "127.0.0.1:0",
         "--metrics",
         "0",
         "--console",
@@ -197,12 +210,12 @@ def test_the_banner_lists_every_door_and_the_first_user(
     )
     processes.append(server)
     assert server.proc.stdout is not None
-    lines = [server.proc.stdout.readline().rstrip("\n") for _ in range(11)]
+    lines = [server.proc.stdout.readline().rstrip("\n") for _ in range(12)]
     http = server.url.replace("ws://", "http://").rstrip("/")
-    doors = dict(re.findall(r"^  (\S.*?\S)  +(\S+)$", "\n".join(lines[:8]), re.M))
+    doors = dict(re.findall(r"^  (\S.*?\S)  +(\S+)$", "\n".join(lines[:9]), re.M))
     assert doors.keys() == {
         "FTN18 (WebSocket, /NAME/P)", "HTTP feed", "DCB", "schema registry", "AsyncAPI",
-        "console", "AMQP", "metrics",
+        "console", "AMQP", "Kafka", "metrics",
     }  # fmt: skip
     assert doors["FTN18 (WebSocket, /NAME/P)"] == server.url
     assert doors["HTTP feed"] == f"{http}/feed"
@@ -211,8 +224,9 @@ def test_the_banner_lists_every_door_and_the_first_user(
     assert doors["AsyncAPI"] == f"{http}/asyncapi.json"
     assert doors["console"] == f"{http}/console/"
     assert doors["AMQP"] == server.amqp_url
+    assert doors["Kafka"] == f"kafka://{server.kafka_address}"
     assert re.fullmatch(r"http://127\.0\.0\.1:[0-9]+/metrics", doors["metrics"])
-    assert lines[8:] == [
+    assert lines[9:] == [
         "  no users yet: add one, with rights on every stream, by",
         f"    futoin-evt user add NAME --db {db}",
         f"    futoin-evt grant NAME read,write '*' --db {db}",

@@ -22,6 +22,7 @@ from ..auth.sas import DEFAULT_MAX_LIFETIME
 from ..console.config import DEFAULT_MAX_SESSIONS, ConsoleConfig
 from ..domain.rights import ANY_STREAM, Right
 from ..domain.stream import DEFAULT_DEDUP_WINDOW
+from ..kafka.config import KafkaConfig, KafkaLimits
 from ..log.aggregate import DEFAULT_LEASE_SECONDS, AggregateConfig
 from ..log.retention import RetentionConfig
 from ..server.app import (
@@ -214,6 +215,27 @@ def add_commands(commands: Commands) -> None:
         help="refuse SAS tokens that expire more than SECONDS from now"
         f" (default: {DEFAULT_MAX_LIFETIME}, 7 days)",
     )
+    kafka = serve.add_argument_group(
+        "Kafka",
+        "The streams as topics for Kafka clients (SASL PLAIN with the same users; SASL_SSL "
+        "with --tls-cert/--tls-key).",
+    )
+    kafka.add_argument(
+        "--kafka", metavar="HOST:PORT", help="listen for Kafka here (port 0: any; default: off)"
+    )
+    kafka.add_argument(
+        "--kafka-advertise",
+        metavar="HOST:PORT",
+        help="the address Kafka clients are told to connect to (default: where it listens)",
+    )
+    kafka.add_argument(
+        "--kafka-max-request-bytes",
+        type=int,
+        default=KafkaLimits().max_request_bytes,
+        metavar="N",
+        help="close Kafka connections that send a larger request"
+        f" (default: {KafkaLimits().max_request_bytes})",
+    )
     feed = serve.add_argument_group(
         "HTTP feed",
         "FeedAPI v2 and ZeroEventHub v1 over plain HTTP GET on the same port (HTTP Basic "
@@ -367,12 +389,15 @@ async def _serve(args: argparse.Namespace) -> int:
                 f"{option} cannot be under {STREAM_FEEDS_PATH}: each stream's feed is."
             )
     amqp = _amqp_config(args, tls)
+    kafka = _kafka_config(args, tls)
     metrics = metrics_address(args.metrics)
     group = None  # the limits are the group's: its workers count their connections together
     if place is not None:
         group = GroupShare(place.channel_dir / COUNTS_FILE, place.slot, place.count)
     if group is not None and amqp is not None:
         amqp = dataclasses.replace(amqp, reuse_port=True, group=group)
+    if group is not None and kafka is not None:
+        kafka = dataclasses.replace(kafka, reuse_port=True, group=group)
     if args.metrics_consumers < 0:
         raise BadSetting("--metrics-consumers cannot be negative.")
     if args.metrics_user is not None and metrics is None:
@@ -402,6 +427,7 @@ async def _serve(args: argparse.Namespace) -> int:
         # one archiver and one metrics listener per group: those of worker 0
         archive_path=args.archive if place is None or place.slot == 0 else None,
         amqp=amqp,
+        kafka=kafka,
         metrics=metrics if place is None or place.slot == 0 else None,
         metrics_consumers=args.metrics_consumers,
         metrics_user=args.metrics_user,
@@ -420,7 +446,7 @@ async def _serve(args: argparse.Namespace) -> int:
     )
     if place is None:  # once, before any worker starts and anything is made
         check_db_file(args.db)
-        check_ports(listeners(args, amqp, metrics))
+        check_ports(listeners(args, amqp, metrics, kafka))
     if amqp is not None:
         amqp = dataclasses.replace(amqp, sas_secret=sas_secret(args.sas_secret, args.db))
         config = dataclasses.replace(config, amqp=amqp)
@@ -438,12 +464,18 @@ async def _serve(args: argparse.Namespace) -> int:
         server = await waiting_for_db(lambda: EventServer.start(config), args.wait_for_db)
     except OSError as exc:  # taken since check_ports: the door's own words, or the port's
         said = str(exc.strerror or exc)
-        if not said.startswith(("AMQP on ", "metrics on ")):
+        if not said.startswith(("AMQP on ", "Kafka on ", "metrics on ")):
             said = f"{address(args.host, args.port)} (--port): {said}"
         raise BadSetting(f"cannot listen on {said.rstrip('.')}.") from None
     urls = " and ".join(
         url
-        for url in (server.url, server.amqp_url, server.metrics_url, server.console_url)
+        for url in (
+            server.url,
+            server.amqp_url,
+            server.kafka_url,
+            server.metrics_url,
+            server.console_url,
+        )
         if url is not None
     )
     where = server.store.description
@@ -591,6 +623,32 @@ def _amqp_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> AmqpCo
     )
 
 
+def _kafka_config(args: argparse.Namespace, tls: ssl.SSLContext | None) -> KafkaConfig | None:
+    if args.kafka is None:
+        if args.kafka_advertise is not None:
+            raise BadSetting("--kafka-advertise needs --kafka.")
+        return None
+    host, port = host_port("--kafka", args.kafka)
+    advertise = None
+    if args.kafka_advertise is not None:
+        advertise = host_port("--kafka-advertise", args.kafka_advertise)
+        if not advertise[1]:
+            raise BadSetting("--kafka-advertise needs a port other than 0.")
+    if args.kafka_max_request_bytes < 1024:
+        raise BadSetting("--kafka-max-request-bytes must be at least 1024.")
+    try:
+        import cramjam  # noqa: F401
+        import kafka.protocol  # noqa: F401
+    except ImportError:
+        raise BadSetting("--kafka needs its extra: pip install 'futoin-evt[kafka]'") from None
+    limits = KafkaLimits(
+        max_connections=args.max_connections,
+        max_handshakes=args.max_handshakes,
+        max_request_bytes=args.kafka_max_request_bytes,
+    )
+    return KafkaConfig(host=host, port=port, advertise=advertise, tls=tls, limits=limits)
+
+
 def default_workers(db: str) -> int:
     """The workers ``serve`` runs on ``db`` unless told: what its backend gains from more,
     measured (``python -m bench.workers``; docs/operations.md, Workers). SQLite: one. Its
@@ -633,7 +691,13 @@ def _group_doors(config: ServerConfig, line: str) -> list[tuple[str, str]]:
         return match.group(0) if match else None
 
     url = found(r"wss?://\S+") or ""
-    return door_addresses(config, url, found(r"amqps?://\S+"), found(r"http://\S+/metrics\b"))
+    return door_addresses(
+        config,
+        url,
+        found(r"amqps?://\S+"),
+        found(r"http://\S+/metrics\b"),
+        found(r"kafka://\S+"),
+    )
 
 
 def _say_sharing(db: str) -> None:
@@ -655,7 +719,7 @@ async def _supervise(args: argparse.Namespace, config: ServerConfig, workers: in
     held_fds: list[int] = []
     try:
         port_args = []
-        for option, host, port in listeners(args, config.amqp, config.metrics):
+        for option, host, port in listeners(args, config.amqp, config.metrics, config.kafka):
             try:
                 port, sockets = reserve_port(host, port)
             except OSError as exc:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Final, TypeVar
 
 from ..amqp import AmqpConfig
+from ..kafka.config import KafkaConfig
 from ..server.app import ServerConfig
 from ..storage import is_postgres_url, open_store, start_check
 from ..storage.errors import StoreUnreachable
@@ -72,12 +73,17 @@ def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
 
 
 def listeners(
-    args: argparse.Namespace, amqp: AmqpConfig | None, metrics: tuple[str, int] | None
+    args: argparse.Namespace,
+    amqp: AmqpConfig | None,
+    metrics: tuple[str, int] | None,
+    kafka: KafkaConfig | None = None,
 ) -> list[tuple[str, str, int]]:
     """(option, host, port) of every port ``serve`` listens on."""
     found = [("--port", args.host, args.port)]
     if amqp is not None:
         found.append(("--amqp", amqp.host, amqp.port))
+    if kafka is not None:
+        found.append(("--kafka", kafka.host, kafka.port))
     if metrics is not None:
         found.append(("--metrics", *metrics))
     return found

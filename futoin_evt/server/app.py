@@ -24,6 +24,7 @@ from ..ftn18.doors import PartitionDoors
 from ..ftn18.grant_ops import GrantAdmin
 from ..ftn18.notify import NotifyService
 from ..ftn18.push import PushConfig, PushService
+from ..kafka.config import KafkaConfig
 from ..log.access import Access, AccessControl
 from ..log.aggregate import AggregateConfig, Aggregator
 from ..log.archive import InProcessArchiver
@@ -53,6 +54,7 @@ from .websocket import TransportConfig, WebSocketTransport
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
     from ..console.app import Console
+    from ..kafka.listener import KafkaListener
     from .console_http import ConsoleEndpoint
     from .metrics import MetricsListener
 
@@ -107,6 +109,9 @@ class ServerConfig:
     asyncapi_path: str | None = ASYNCAPI_PATH
     #: The AMQP 1.0 listener (off when None).
     amqp: AmqpConfig | None = None
+    #: The Kafka listener (off when None). Needs kafka-python and cramjam (the ``kafka``
+    #: extra).
+    kafka: KafkaConfig | None = None
     #: (host, port) of the metrics listener (``/metrics``, ``/healthz``, ``/readyz``); None:
     #: off. Needs prometheus-client (the ``metrics`` extra).
     metrics: tuple[str, int] | None = None
@@ -163,11 +168,15 @@ def _home_links(config: ServerConfig) -> list[tuple[str, str, str]]:
 
 
 def door_addresses(
-    config: ServerConfig, url: str, amqp_url: str | None, metrics_url: str | None
+    config: ServerConfig,
+    url: str,
+    amqp_url: str | None,
+    metrics_url: str | None,
+    kafka_url: str | None = None,
 ) -> list[tuple[str, str]]:
     """(door, address) of every door ``config`` turns on, in the order the start-up banner
     lists them: FTN18 on the WebSocket port ``url``, the HTTP doors on the same port, AMQP,
-    metrics."""
+    Kafka, metrics."""
     http = url.replace("ws", "http", 1).rstrip("/")
     found = [("FTN18 (WebSocket, /NAME/P)", url)]
     for name, path in (
@@ -181,6 +190,8 @@ def door_addresses(
             found.append((name, http + path))
     if amqp_url is not None:
         found.append(("AMQP", amqp_url))
+    if kafka_url is not None:
+        found.append(("Kafka", kafka_url))
     if metrics_url is not None:
         found.append(("metrics", metrics_url))
     return found
@@ -231,6 +242,26 @@ async def _start_amqp(
         await listener.start()
     except OSError as exc:  # say which of the listeners could not start
         where = f"AMQP on {config.host}:{config.port}"
+        raise OSError(exc.errno, f"{where}: {exc.strerror or exc}") from None
+    return listener
+
+
+async def _start_kafka(
+    logs: StreamLogs,
+    streams: StreamRegistry,
+    bus: ManagementBus,
+    authenticator: Authenticator,
+    config: KafkaConfig,
+) -> KafkaListener:
+    """The Kafka listener (imported here: kafka-python and cramjam are optional)."""
+    from ..kafka.listener import KafkaListener
+
+    listener = KafkaListener(logs, streams, authenticator, config)
+    listener.notices = bus
+    try:
+        await listener.start()
+    except OSError as exc:  # say which of the listeners could not start
+        where = f"Kafka on {config.host}:{config.port}"
         raise OSError(exc.errno, f"{where}: {exc.strerror or exc}") from None
     return listener
 
@@ -329,6 +360,7 @@ class EventServer:
         self.feed: FeedEndpoint | None = None
         self.http_endpoints: list[HttpEndpoint] = []
         self.amqp: AmqpListener | None = None
+        self.kafka: KafkaListener | None = None
         self.metrics: MetricsListener | None = None
         self.console: Console | None = None
         self.authenticator = authenticator
@@ -488,6 +520,15 @@ class EventServer:
                 if asyncapi is not None:
                     asyncapi.amqp_url = amqp.url
                 amqp.connections = transport.connections
+            kafka = None
+            if config.kafka is not None:
+                try:
+                    kafka = await _start_kafka(logs, streams, notices, authenticator, config.kafka)
+                except BaseException:
+                    if amqp is not None:
+                        await amqp.close()
+                    await transport.close()
+                    raise
         except BaseException:
             await schemas.close()
             await streams.close()
@@ -526,6 +567,7 @@ class EventServer:
         server.feed = feed
         server.http_endpoints = endpoints
         server.amqp = amqp
+        server.kafka = kafka
         server.console = console
         if config.amqp is not None:  # a SAS policy's key derives from its secret
             server.users = UserAdmin(store, access, config.amqp.sas_secret)
@@ -547,6 +589,8 @@ class EventServer:
             logger.info("console on %s", server.console_url)
         if amqp is not None:
             logger.info("AMQP on %s", amqp.url)
+        if kafka is not None:
+            logger.info("Kafka on %s", kafka.url)
         if server.metrics is not None:
             logger.info("metrics on %s", server.metrics.url)
         return server
@@ -595,13 +639,20 @@ class EventServer:
         return self.amqp.url if self.amqp is not None else None
 
     @property
+    def kafka_url(self) -> str | None:
+        """``kafka://host:port``, or None when the Kafka listener is off."""
+        return self.kafka.url if self.kafka is not None else None
+
+    @property
     def metrics_url(self) -> str | None:
         """``http://host:port/metrics``, or None when the metrics listener is off."""
         return self.metrics.url if self.metrics is not None else None
 
     def addresses(self) -> list[tuple[str, str]]:
         """(door, address) of every door that is on: :func:`door_addresses`."""
-        return door_addresses(self.config, self.url, self.amqp_url, self.metrics_url)
+        return door_addresses(
+            self.config, self.url, self.amqp_url, self.metrics_url, self.kafka_url
+        )
 
     @property
     def port(self) -> int:
@@ -618,6 +669,8 @@ class EventServer:
             await self.metrics.close()
         if self.amqp is not None:
             await self.amqp.close()
+        if self.kafka is not None:
+            await self.kafka.close()
         await self.discarder.close()
         if self.aggregator is not None:
             await self.aggregator.close()

@@ -102,6 +102,9 @@ class ServerProcess:
             raise
         amqp = re.search(r"amqps?://\S+", line)
         self.amqp_url = amqp.group(0) if amqp else None
+        kafka = re.search(r"kafka://(\S+)", line)
+        #: ``HOST:PORT`` of the Kafka door (None when it is off).
+        self.kafka_address = kafka.group(1) if kafka else None
 
     def logged(self) -> str:
         """What the server logged so far."""

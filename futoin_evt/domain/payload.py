@@ -1,0 +1,91 @@
+"""Opaque payloads as events and back: the rule for a message body that comes as bytes with a
+content type (an AMQP ``data`` section, a Kafka record's value). No I/O.
+
+A payload whose content type is JSON (``application/json``) is the event's data, its text kept
+as sent when it is one line of UTF-8 (a line break would split the HTTP feed's NDJSON line);
+any other payload is kept as opaque bytes, ``{"$binary": "<base64>"}``, and goes back out byte
+for byte. The content type is stored with the event (``""`` for none). A missing payload
+(Kafka's null value) is the data ``null`` with the content type ``""``, which no payload that
+was sent can be (bytes without a JSON content type are always opaque).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from typing import Any, Final
+
+from .stream import EventDraft, EventRejected
+
+BINARY_KEY: Final = "$binary"
+JSON_CONTENT_TYPE: Final = "application/json"
+#: The longest content type a payload may carry (it is stored with the event).
+MAX_CONTENT_TYPE_CHARS: Final = 256
+#: How stored opaque bytes begin (the stored JSON is compact).
+BINARY_START: Final = '{"$binary":'
+
+
+def is_json_content_type(content_type: str) -> bool:
+    return content_type.split(";")[0].strip().lower() == JSON_CONTENT_TYPE
+
+
+def payload_draft(event_type: str, raw: bytes | None, content_type: str) -> EventDraft:
+    """The event of a payload. Raises :class:`EventRejected` for a content type too long to
+    keep, or a JSON content type on a payload that is not JSON."""
+    if len(content_type) > MAX_CONTENT_TYPE_CHARS:
+        raise EventRejected(f"the content type exceeds {MAX_CONTENT_TYPE_CHARS} characters")
+    if raw is None:
+        return EventDraft(event_type, None, "")
+    if not is_json_content_type(content_type):
+        return EventDraft(
+            event_type, {BINARY_KEY: base64.b64encode(raw).decode("ascii")}, content_type
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return EventDraft(event_type, _parse_json(raw), content_type)  # UTF-16 or -32
+    if text.startswith("\ufeff"):
+        return EventDraft(event_type, _parse_json(text[1:]), content_type)
+    kept = text if "\n" not in text and "\r" not in text else None
+    return EventDraft(event_type, _parse_json(text), content_type, kept)
+
+
+def _parse_json(text: str | bytes) -> Any:
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise EventRejected("the JSON payload nests too deep") from None
+    except ValueError as exc:
+        raise EventRejected(f"the payload is not the JSON its content type says: {exc}") from None
+
+
+def stored_payload(data_json: str, content_type: str | None) -> bytes | None:
+    """An event's payload as its producer sent it (see the module): opaque bytes as they
+    were, a JSON payload as its stored text, a missing one as None; an event that did not come
+    as a payload (an FTN18 event, say) as its JSON text."""
+    if content_type is not None and not is_json_content_type(content_type):
+        if data_json.startswith(BINARY_START):
+            raw = opaque_bytes(data_json)
+            if raw is not None:
+                return raw
+        elif content_type == "" and data_json == "null":
+            return None
+    return data_json.encode()
+
+
+def opaque_bytes(data_json: str) -> bytes | None:
+    """The bytes of stored opaque data (``{"$binary": ...}``), None for any other data."""
+    try:
+        value = json.loads(data_json)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or len(value) != 1:
+        return None
+    encoded = value.get(BINARY_KEY)
+    if not isinstance(encoded, str):
+        return None
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except (binascii.Error, ValueError):
+        return None

@@ -1,0 +1,1 @@
+"""The Kafka door: Kafka's own clients produce and consume the log."""

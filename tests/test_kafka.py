@@ -1,0 +1,369 @@
+"""The Kafka door with Kafka's own clients (kafka-python, confluent-kafka, aiokafka): records
+produced and consumed, one log with the other doors, groups, rights, and what no client
+sends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from typing import Any
+
+import pytest
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.errors import KafkaError as AioKafkaError
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from kafka import KafkaConsumer, KafkaProducer
+from kafka import TopicPartition as PyTopicPartition
+
+from futoin_evt.auth.users import hash_password
+from futoin_evt.client.aio import EventStreamClient
+from futoin_evt.domain.rights import Right
+from futoin_evt.kafka.config import KafkaConfig
+from futoin_evt.server.app import EventServer
+
+from .support.kafka import RawKafka, confluent_conf, python_conf
+from .support.servers import USERS, ServerFactory
+
+pytestmark = pytest.mark.functional
+
+
+@pytest.fixture
+async def kafka_server(start_server: ServerFactory) -> EventServer:
+    """A server with the Kafka door on a free port; alice and bob may read and write."""
+    return await start_server(kafka=KafkaConfig(port=0))
+
+
+async def _ftn18(server: EventServer, user: str = "alice") -> EventStreamClient:
+    return await EventStreamClient.connect(server.url, credentials=f"{user}:{USERS[user]}")
+
+
+async def _add_reader(server: EventServer, name: str, rights: Right) -> None:
+    """A user ``name`` (password: ``USERS['bob']``) with ``rights`` on every stream."""
+    user = await server.store.add_user(name, hash_password(USERS["bob"]))
+    await server.store.grant(user, "*", int(rights))
+    await server.access.changed_here()
+
+
+def _consume_all(conf: dict[str, Any], topic: str, partition: int, count: int) -> list[Any]:
+    """``count`` records of the partition from its start, with kafka-python."""
+    consumer = KafkaConsumer(**conf, consumer_timeout_ms=10_000)
+    try:
+        where = PyTopicPartition(topic, partition)
+        consumer.assign([where])
+        consumer.seek_to_beginning(where)
+        found = []
+        for record in consumer:
+            found.append(record)
+            if len(found) == count:
+                break
+        return found
+    finally:
+        consumer.close()
+
+
+async def test_a_record_from_kafka_python_is_one_event_at_every_door(
+    kafka_server: EventServer,
+) -> None:
+    conf = python_conf(kafka_server)
+    headers = [("h", b"v"), ("h", b"\xff\x00"), ("trace", b"t-1")]
+
+    def produce() -> Any:
+        producer = KafkaProducer(**conf)
+        try:
+            return producer.send("events", key=b"k1", value=b"\x00hello", headers=headers).get(10)
+        finally:
+            producer.close()
+
+    sent = await asyncio.to_thread(produce)
+    (record,) = await asyncio.to_thread(_consume_all, conf, "events", 0, 1)
+    assert (record.offset, record.key, record.value) == (sent.offset, b"k1", b"\x00hello")
+    assert record.headers == headers
+    # the same event, by the same id, through FTN18: opaque bytes of type EVENT
+    async with await _ftn18(kafka_server) as client:
+        await client.register_consumer("C")
+        (event,) = await client.poll_events("C")
+    assert event.id == sent.offset
+    assert event.type == "EVENT"
+    assert event.data == {"$binary": "AGhlbGxv"}
+
+
+async def test_an_ftn18_event_is_a_record_with_its_type_and_json(
+    kafka_server: EventServer,
+) -> None:
+    async with await _ftn18(kafka_server) as client:
+        event_id = await client.add_event("ORDER_PLACED", {"order": 7, "items": ["a"]})
+    (record,) = await asyncio.to_thread(_consume_all, python_conf(kafka_server), "events", 0, 1)
+    assert record.offset == event_id
+    assert record.key is None
+    assert json.loads(record.value) == {"order": 7, "items": ["a"]}
+    assert record.headers == [("ce_type", b"ORDER_PLACED"), ("content-type", b"application/json")]
+
+
+async def test_a_json_record_with_its_type_header_is_an_ftn18_event(
+    kafka_server: EventServer,
+) -> None:
+    def produce() -> Any:
+        producer = KafkaProducer(**python_conf(kafka_server))
+        try:
+            headers = [("ce_type", b"PAID"), ("content-type", b"application/json")]
+            return producer.send("events", value=b'{"sum": 5}', headers=headers).get(10)
+        finally:
+            producer.close()
+
+    sent = await asyncio.to_thread(produce)
+    async with await _ftn18(kafka_server) as client:
+        await client.register_consumer("C")
+        (event,) = await client.poll_events("C")
+    assert (event.id, event.type, event.data) == (sent.offset, "PAID", {"sum": 5})
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+async def test_confluent_kafka_produces_in_each_codec_idempotently(
+    kafka_server: EventServer, codec: str
+) -> None:
+    conf = confluent_conf(kafka_server)
+
+    def produce() -> list[Any]:
+        producer = Producer(
+            {**conf, "enable.idempotence": True, "compression.type": codec, "linger.ms": 5}
+        )
+        failures: list[Any] = []
+        for number in range(50):
+            producer.produce(
+                "events",
+                key=f"k{number}",
+                value=f"value {number}".encode(),
+                on_delivery=lambda error, _msg: failures.append(error) if error else None,
+            )
+        assert producer.flush(10) == 0
+        return failures
+
+    assert await asyncio.to_thread(produce) == []
+    records = await asyncio.to_thread(_consume_all, python_conf(kafka_server), "events", 0, 50)
+    assert [(r.key, r.value) for r in records] == [
+        (f"k{n}".encode(), f"value {n}".encode()) for n in range(50)
+    ]
+    assert [r.offset for r in records] == list(range(records[0].offset, records[0].offset + 50))
+
+
+async def _manager(server: EventServer) -> dict[str, Any]:
+    """confluent-kafka settings of a user who may also manage every stream."""
+    await _add_reader(server, "mona", Right.READ | Right.WRITE | Right.MANAGE)
+    return confluent_conf(server, "mona", **{"sasl.password": USERS["bob"]})
+
+
+async def test_a_group_of_two_splits_the_partitions_and_a_new_member_resumes(
+    kafka_server: EventServer,
+) -> None:
+    conf = await _manager(kafka_server)
+
+    def run() -> tuple[list[int], list[str], list[str]]:
+        admin = AdminClient(conf)
+        admin.create_topics([NewTopic("orders", 4)])["orders"].result(10)
+        del admin
+        group = {**conf, "group.id": "billing", "auto.offset.reset": "earliest"}
+        members = [Consumer({**group, "enable.auto.commit": False}) for _ in range(2)]
+        for member in members:
+            member.subscribe(["orders"])
+        for _ in range(400):  # until the group has settled: two partitions each
+            for member in members:
+                member.poll(0.05)
+            if [len(member.assignment()) for member in members] == [2, 2]:
+                break
+        producer = Producer(conf)
+        for number in range(40):
+            producer.produce("orders", value=str(number).encode(), partition=number % 4)
+        assert producer.flush(10) == 0
+        counts = [0, 0]
+        seen: list[str] = []
+        for _ in range(400):
+            for at, member in enumerate(members):
+                message = member.poll(0.05)
+                if message is not None and message.error() is None:
+                    counts[at] += 1
+                    seen.append(bytes(message.value() or b"").decode())
+            if sum(counts) == 40:
+                break
+        for member in members:
+            member.commit(asynchronous=False)
+            member.close()
+        producer.produce("orders", value=b"later", partition=0)
+        assert producer.flush(10) == 0
+        newcomer = Consumer({**group, "enable.auto.commit": False})
+        newcomer.subscribe(["orders"])
+        resumed: list[str] = []
+        for _ in range(200):
+            message = newcomer.poll(0.1)
+            if message is not None and message.error() is None:
+                resumed.append(bytes(message.value() or b"").decode())
+                break
+        newcomer.close()
+        return counts, seen, resumed
+
+    counts, seen, resumed = await asyncio.to_thread(run)
+    assert sorted(seen, key=int) == [str(n) for n in range(40)]
+    assert all(counts), counts  # each member had partitions of its own
+    assert resumed == ["later"]  # from the committed offsets, not from the start
+    orders = kafka_server.streams.get("orders")
+    assert orders is not None
+    for partition in orders.partitions:  # the group is a consumer of each partition
+        rows = await kafka_server.store.partition_log(partition).consumers()
+        assert [row.component for row in rows] == ["kafka:billing"]
+
+
+async def test_aiokafka_produces_and_consumes(kafka_server: EventServer) -> None:
+    conf = python_conf(kafka_server)
+    producer = AIOKafkaProducer(**conf)
+    await producer.start()
+    try:
+        sent = await producer.send_and_wait("events", b"from aiokafka", key=b"a", headers=[])
+    finally:
+        await producer.stop()
+    consumer = AIOKafkaConsumer(**conf, auto_offset_reset="earliest")
+    await consumer.start()
+    try:
+        where = TopicPartition("events", 0)
+        consumer.assign([where])
+        await consumer.seek_to_beginning(where)
+        record = await asyncio.wait_for(consumer.getone(), 10)
+    finally:
+        await consumer.stop()
+    assert (record.offset, record.key, record.value) == (sent.offset, b"a", b"from aiokafka")
+
+
+async def test_a_reader_may_not_produce_nor_see_what_it_holds_no_right_on(
+    kafka_server: EventServer,
+) -> None:
+    await _add_reader(kafka_server, "carol", Right.READ)
+    conf = confluent_conf(kafka_server, "carol", **{"sasl.password": USERS["bob"]})
+
+    def produce() -> Any:
+        producer = Producer(conf)
+        errors: list[Any] = []
+        producer.produce("events", value=b"x", on_delivery=lambda e, _m: errors.append(e))
+        producer.flush(10)
+        return errors[0]
+
+    error = await asyncio.to_thread(produce)
+    assert error.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED
+
+    def topics() -> set[str]:
+        return set(AdminClient(conf).list_topics(timeout=10).topics)
+
+    assert await asyncio.to_thread(topics) == {"events"}
+
+
+async def test_a_wrong_password_is_refused(
+    kafka_server: EventServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    producer = AIOKafkaProducer(**python_conf(kafka_server, sasl_plain_password="not-it"))
+    try:
+        with pytest.raises(AioKafkaError):
+            await producer.start()
+    finally:
+        await producer.stop()
+    assert "kafka login failed for 'alice' from 127.0.0.1 (Invalid credentials)" in caplog.text
+
+
+async def test_metadata_for_an_unknown_topic_creates_none(kafka_server: EventServer) -> None:
+    conf = confluent_conf(kafka_server)
+
+    def ask() -> Any:
+        return AdminClient(conf).list_topics("nosuch", timeout=10).topics["nosuch"].error
+
+    error = await asyncio.to_thread(ask)
+    assert error is not None
+    assert error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART
+    assert kafka_server.streams.get("nosuch") is None
+
+
+async def test_creating_a_topic_that_exists_is_refused(kafka_server: EventServer) -> None:
+    conf = await _manager(kafka_server)
+
+    def create() -> None:
+        admin = AdminClient(conf)
+        admin.create_topics([NewTopic("events", 1)])["events"].result(10)
+
+    with pytest.raises(KafkaException) as refused:
+        await asyncio.to_thread(create)
+    assert refused.value.args[0].code() == KafkaError.TOPIC_ALREADY_EXISTS
+
+
+# -- what no client sends ------------------------------------------------------------------
+
+
+def _api_versions_error(frame: bytes) -> int:
+    (_correlation, error) = struct.unpack_from(">ih", frame)
+    return int(error)
+
+
+async def test_a_too_new_api_versions_request_is_answered_in_version_0(
+    kafka_server: EventServer,
+) -> None:
+    def ask() -> bytes:
+        raw = RawKafka(kafka_server)
+        try:
+            raw.request(18, 99, b"")
+            return raw.read_frame()
+        finally:
+            raw.close()
+
+    frame = await asyncio.to_thread(ask)
+    assert _api_versions_error(frame) == 35  # UNSUPPORTED_VERSION, with the versions served
+    (count,) = struct.unpack_from(">i", frame, 6)
+    assert count > 10
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        pytest.param(struct.pack(">i", 0x7FFF_FFFF), id="a 2 GiB size prefix"),
+        pytest.param(struct.pack(">i", -5), id="a negative size"),
+        pytest.param(struct.pack(">i", 3) + b"abc", id="a frame shorter than a header"),
+        pytest.param(None, id="a request before the login"),
+    ],
+)
+async def test_hostile_frames_close_the_connection_and_the_server_serves_on(
+    kafka_server: EventServer, payload: bytes | None
+) -> None:
+    def send() -> bool:
+        raw = RawKafka(kafka_server)
+        try:
+            if payload is None:
+                raw.request(3, 1, struct.pack(">i", -1))  # Metadata of every topic
+            else:
+                raw.sock.sendall(payload)
+            return raw.closed_by_server()
+        finally:
+            raw.close()
+
+    assert await asyncio.to_thread(send)
+
+    # and a client is served as before
+    def topics() -> set[str]:
+        return set(AdminClient(confluent_conf(kafka_server)).list_topics(timeout=10).topics)
+
+    assert "events" in await asyncio.to_thread(topics)
+
+
+async def test_an_api_not_served_gets_kafkas_error_in_its_own_answer(
+    kafka_server: EventServer,
+) -> None:
+    def ask() -> bytes:
+        raw = RawKafka(kafka_server)
+        try:
+            raw.request(17, 1, struct.pack(">h", 5) + b"PLAIN")  # SaslHandshake
+            raw.read_frame()
+            token = b"\0alice\0" + USERS["alice"].encode()
+            raw.request(36, 1, struct.pack(">i", len(token)) + token)  # SaslAuthenticate
+            raw.read_frame()
+            raw.request(26, 0, struct.pack(">h", 1) + b"t" + struct.pack(">qh?", 1, 0, True))
+            return raw.read_frame()  # EndTxn: transactions are not served
+        finally:
+            raw.close()
+
+    frame = await asyncio.to_thread(ask)
+    (_correlation, _throttle, error) = struct.unpack(">iih", frame)
+    assert error == 35
