@@ -15,8 +15,10 @@ from ..base import migrations_to_run
 from ..checksums import add_attrs_sql, add_column_sql
 from ..dedup import TABLE as KEYS_TABLE
 from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..sql.kafka import kafka_tables_sql
 from ..sql.migrations import EVERY_EVENTS_TABLE, events_table_sql, migrations
 from ..sql.schemas import tables_sql
+from ..sql.scram import scram_tables_sql
 from ..tables import Tables
 
 #: Advisory lock keys (one namespace for futoin-evt: the first key of the two-int form).
@@ -292,6 +294,8 @@ MIGRATIONS: Final = migrations(
     checksums=(add_column_sql("events"),),
     writer_keys=_WRITER_KEYS,
     attrs=(add_attrs_sql("events"),),
+    scram=scram_tables_sql(postgres=True),
+    kafka=kafka_tables_sql(postgres=True),
 )
 
 

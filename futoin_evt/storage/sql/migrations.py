@@ -8,7 +8,9 @@ from typing import Final, TypeVar
 
 from ..checksums import ATTRS_VERSION, CHECKSUMS_VERSION, add_attrs_sql, add_column_sql
 from ..dedup import KEYS_VERSION, WRITER_KEYS_VERSION
+from .kafka import KAFKA_VERSION
 from .schemas import SCHEMAS_VERSION
+from .scram import SCRAM_VERSION
 from .sessions import SESSIONS_VERSION
 from .termini import TERMINI_VERSION
 
@@ -25,6 +27,8 @@ def migrations(
     checksums: _Step,
     writer_keys: _Step,
     attrs: _Step,
+    scram: _Step,
+    kafka: _Step,
 ) -> dict[int, _Step]:
     """The steps by the version each makes: ``first`` from version 1, then the others at
     their versions."""
@@ -37,6 +41,8 @@ def migrations(
         CHECKSUMS_VERSION: checksums,
         WRITER_KEYS_VERSION: writer_keys,
         ATTRS_VERSION: attrs,
+        SCRAM_VERSION: scram,
+        KAFKA_VERSION: kafka,
     }
 
 

@@ -13,8 +13,10 @@ from typing import Final
 from ..base import migrations_to_run
 from ..checksums import add_attrs_sql, add_column_sql
 from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
+from ..sql.kafka import kafka_tables_sql
 from ..sql.migrations import EVERY_EVENTS_TABLE, events_table_sql, migrations
 from ..sql.schemas import tables_sql
+from ..sql.scram import scram_tables_sql
 from ..tables import Tables
 
 _VERSION_1: Final = """
@@ -268,6 +270,8 @@ MIGRATIONS: Final = migrations(
     checksums=add_column_sql("events"),
     writer_keys=_WRITER_KEYS,
     attrs=add_attrs_sql("events"),
+    scram=";\n".join(scram_tables_sql(postgres=False)),
+    kafka=";\n".join(kafka_tables_sql(postgres=False)),
 )
 
 
