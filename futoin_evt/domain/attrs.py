@@ -56,9 +56,10 @@ class EventAttrs(NamedTuple):
 
 def attrs_json(attrs: EventAttrs) -> str | None:
     """The stored form of ``attrs``, its limits checked; None when it has neither key nor
-    properties. Raises :class:`~.stream.EventRejected`."""
+    properties and is not verbatim (a Kafka record without headers is: it comes back without
+    any). Raises :class:`~.stream.EventRejected`."""
     key, properties, verbatim = attrs
-    if key is None and not properties:
+    if key is None and not properties and not verbatim:
         return None
     stored: dict[str, Any] = {}
     if key is not None:

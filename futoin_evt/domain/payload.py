@@ -3,6 +3,8 @@ content type (an AMQP ``data`` section, a Kafka record's value). No I/O.
 
 A payload whose content type is JSON (``application/json``) is the event's data, its text kept
 as sent when it is one line of UTF-8 (a line break would split the HTTP feed's NDJSON line);
+so is one in Confluent's wire format that names a schema of the stream (see
+:func:`schema_payload_draft`);
 any other payload is kept as opaque bytes, ``{"$binary": "<base64>"}``, and goes back out byte
 for byte. The content type is stored with the event (``""`` for none). A missing payload
 (Kafka's null value) is the data ``null`` with the content type ``""``, which no payload that
@@ -60,17 +62,51 @@ def _parse_json(text: str | bytes) -> Any:
         raise EventRejected(f"the payload is not the JSON its content type says: {exc}") from None
 
 
+#: Confluent's serializers' wire format: a zero byte and the schema id (4 bytes, big-endian)
+#: before the JSON. Such a payload is stored as its JSON, with the id as a parameter of the
+#: JSON content type, and goes back out with the same five bytes before it.
+SCHEMA_ID_PARAMETER: Final = "schema-id"
+_CONFLUENT_MAGIC: Final = 0
+
+
+def confluent_schema_id(raw: bytes | None) -> int | None:
+    """The schema id a payload in Confluent's wire format names; None for any other."""
+    if raw is None or len(raw) < 5 or raw[0] != _CONFLUENT_MAGIC:
+        return None
+    return int.from_bytes(raw[1:5], "big")
+
+
+def schema_payload_draft(event_type: str, raw: bytes, schema_id: int) -> EventDraft:
+    """The event of a payload in Confluent's wire format whose schema is ``schema_id``: its
+    JSON is the data (checked against the type's schema as any event's)."""
+    content_type = f"{JSON_CONTENT_TYPE}; {SCHEMA_ID_PARAMETER}={schema_id}"
+    return payload_draft(event_type, raw[5:], content_type)
+
+
+def _schema_prefix(content_type: str) -> bytes:
+    """The wire format's five bytes for a content type that names a schema id, else b""."""
+    _type, _semicolon, parameters = content_type.partition(";")
+    for parameter in parameters.split(";"):
+        name, _equals, value = parameter.strip().partition("=")
+        if name == SCHEMA_ID_PARAMETER and value.isdigit():
+            return bytes((_CONFLUENT_MAGIC,)) + int(value).to_bytes(4, "big")
+    return b""
+
+
 def stored_payload(data_json: str, content_type: str | None) -> bytes | None:
     """An event's payload as its producer sent it (see the module): opaque bytes as they
     were, a JSON payload as its stored text, a missing one as None; an event that did not come
     as a payload (an FTN18 event, say) as its JSON text."""
-    if content_type is not None and not is_json_content_type(content_type):
-        if data_json.startswith(BINARY_START):
-            raw = opaque_bytes(data_json)
-            if raw is not None:
-                return raw
-        elif content_type == "" and data_json == "null":
-            return None
+    if content_type is not None:
+        if not is_json_content_type(content_type):
+            if data_json.startswith(BINARY_START):
+                raw = opaque_bytes(data_json)
+                if raw is not None:
+                    return raw
+            elif content_type == "" and data_json == "null":
+                return None
+        elif ";" in content_type:
+            return _schema_prefix(content_type) + data_json.encode()
     return data_json.encode()
 
 

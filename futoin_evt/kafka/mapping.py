@@ -18,11 +18,17 @@ else bytes; either goes out as the same bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from ..domain.attrs import EventAttrs, parse_attrs
-from ..domain.payload import JSON_CONTENT_TYPE, payload_draft, stored_payload
+from ..domain.payload import (
+    JSON_CONTENT_TYPE,
+    confluent_schema_id,
+    payload_draft,
+    schema_payload_draft,
+    stored_payload,
+)
 from ..domain.stream import EventDraft, EventRejected, StoredEvent
 from .records import Record
 
@@ -43,10 +49,20 @@ def _text_or_bytes(raw: bytes) -> str | bytes:
         return raw
 
 
-def record_event(record: Record) -> tuple[EventDraft, str | None]:
+#: The event type of a stream whose newest schema has an id (None: no type has it).
+SchemaTypes = Callable[[int], str | None]
+
+
+def record_event(
+    record: Record, schema_types: SchemaTypes | None = None
+) -> tuple[EventDraft, str | None]:
     """The event of a produced record, and its producer's key (None for none); raises
-    :class:`~futoin_evt.domain.stream.EventRejected` (the batch is refused)."""
+    :class:`~futoin_evt.domain.stream.EventRejected` (the batch is refused). A value in
+    Confluent's wire format whose schema id is the newest schema of one of the stream's
+    types (``schema_types``) is an event of that type (unless a ``ce_type`` header says
+    another), its JSON the data."""
     event_type = DEFAULT_EVENT_TYPE
+    typed = False
     content_type = ""
     dedup_key: str | None = None
     for name, value in record.headers:
@@ -54,17 +70,26 @@ def record_event(record: Record) -> tuple[EventDraft, str | None]:
             continue
         if name == TYPE_HEADER:
             event_type = _header_text(name, value)
+            typed = True
         elif name == CONTENT_TYPE_HEADER:
             content_type = _header_text(name, value)
         elif name == KEY_HEADER:
             dedup_key = _header_text(name, value)
-    draft = payload_draft(event_type, record.value, content_type)
+    draft = None
+    if schema_types is not None and record.value is not None and not content_type:
+        schema_id = confluent_schema_id(record.value)
+        schema_type = None if schema_id is None else schema_types(schema_id)
+        if schema_id is not None and schema_type is not None:
+            chosen = event_type if typed else schema_type
+            draft = schema_payload_draft(chosen, record.value, schema_id)
+    if draft is None:
+        draft = payload_draft(event_type, record.value, content_type)
     key = None if record.key is None else _text_or_bytes(record.key)
     properties = tuple(
         (name, None if value is None else _text_or_bytes(value)) for name, value in record.headers
     )
-    if key is not None or properties:
-        draft = draft._replace(attrs=EventAttrs(key, properties, verbatim=True))
+    # always: a record without key or headers comes back without them too
+    draft = draft._replace(attrs=EventAttrs(key, properties, verbatim=True))
     return draft, dedup_key
 
 

@@ -178,6 +178,14 @@ class SchemaRegistry:
         the type has none (its events are not checked)."""
         return self._latest.get((stream, event_type))
 
+    def type_of_schema(self, stream: str, schema_id: int) -> str | None:
+        """The event type of ``stream`` whose newest schema is ``schema_id`` (what a value in
+        Confluent's wire format names); None when no type of the stream has it."""
+        for (name, event_type), schema in self._latest.items():
+            if name == stream and schema.schema_id == schema_id:
+                return event_type
+        return None
+
     def typed(self, stream: str) -> list[TypeSchema]:
         """The schemas of the types of ``stream`` that have one, by subject."""
         found = [s for (name, _t), s in self._latest.items() if name == stream]
