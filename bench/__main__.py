@@ -9,6 +9,9 @@ futoin-evt builds on at both durabilities. Two pairs are compared at equal durab
 (futoin-evt, JetStream's default file store, the raw limit without fsync). A second table
 gives the server's CPU time per operation, from ``/proc/PID/stat``. A third gives the rows
 of a stream with 4 partitions (``partitions``: :mod:`bench.partitions`), with their ratios.
+The Kafka door's rows (:mod:`bench.kafka`, when confluent-kafka and the kafka extra are
+installed) are in the ``normal`` column, from a server of their own, and their targets are
+printed after the floors (none is a floor).
 
 After the tables, each floor in :data:`FLOORS` is checked: a ratio to the raw limit measured
 in the same run (and those of ``bench.partitions.FLOORS``). The exit status is 1 when one is
@@ -255,13 +258,17 @@ class Sizes:
 
     #: Events per measurement of the 4-partition rows.
     partition_events: int = 20_000
+    #: Records the Kafka door produces and fetches; joins and leaves of its group timed.
+    kafka_records: int = 200_000
+    kafka_settle_repeats: int = 5
 
 
 FULL: Final = Sizes(3_000, 30_000, 100_000, 3_000, 1_000, 100)
 #: The reads of 30,000 events: with 10,000, a catch-up took some 50 ms, and one pause of the
 #: machine moved its ratio to the raw limit from 0.56x-2.48x down to 0.20x once.
 QUICK: Final = Sizes(300, 3_000, 30_000, 500, 1_000, 100, selector_events=30_000,
-                     fan_out_seconds=1.0, partition_events=4_000)  # fmt: skip
+                     fan_out_seconds=1.0, partition_events=4_000, kafka_records=20_000,
+                     kafka_settle_repeats=3)  # fmt: skip
 #: The stream the fan-out subscribers follow (events/s).
 FAN_OUT_RATE: Final = 10_000
 #: Fan-out runs at the least, quick or not: the ceiling judges their median, so that one
@@ -376,6 +383,43 @@ def _has_proton() -> bool:
     return importlib.util.find_spec("proton") is not None
 
 
+def _has_kafka() -> bool:
+    """The Kafka rows need confluent-kafka, and kafka-python (the kafka extra) for the door."""
+    return all(importlib.util.find_spec(name) is not None for name in ("confluent_kafka", "kafka"))
+
+
+async def _measure_kafka(results: Results, sizes: Sizes, runs: int, source: Path | None) -> None:
+    """The Kafka door's rows (:mod:`bench.kafka`), on a server of their own at ``normal``. A
+    failure is printed, not raised: the door's targets are no floors (yet)."""
+    from . import kafka
+
+    door = kafka.Sizes(sizes.kafka_records, 0, sizes.kafka_settle_repeats)
+    try:
+        results.update(await kafka.measure_door(door, runs, add_32=False, source=source))
+    except Exception as exc:  # any failure of the door: said, not fatal
+        print(f"# Kafka rows NOT MEASURED: {exc!r}", flush=True)
+
+
+def _kafka_targets(medians: dict[str, dict[str, float]]) -> list[str]:
+    """The Kafka door's targets from this run's rows: produce beside the ``normal`` server's
+    addEvent-32 and its raw limit, fetch beside the raw read limit (the ``raw limit``
+    column's push catch-up: reads do not depend on durability)."""
+    if not _has_kafka():
+        return []
+    from . import kafka
+
+    ours = medians.get("futoin-evt normal", {})
+    if kafka.PRODUCE not in ours:
+        return []
+    figures = {
+        **ours,
+        kafka.ADD_32: ours.get(ADD_32, math.nan),
+        kafka.RAW_ADD_32: medians.get("raw limit normal", {}).get(ADD_32, math.nan),
+        kafka.RAW_READ: medians.get("raw limit", {}).get(CATCH_UP, math.nan),
+    }
+    return kafka.target_lines(figures)
+
+
 async def _measure_amqp(timed: Timed, record: Record, system: System, sizes: Sizes) -> None:
     """The AMQP rows, with the server's CPU per message: the same clients as the raw
     limit's, against futoin-evt's listener; then the Event Hubs ``$management`` requests."""
@@ -432,7 +476,12 @@ async def measure(name: str, sizes: Sizes, runs: int, source: Path | None = None
         await _measure_notify(_recorder(results), sizes, runs)
         return results
     if name == "futoin-evt normal":
-        return await measure_ftn3(start, sizes, runs, durability="normal", memory=False, typed=True)
+        results = await measure_ftn3(
+            start, sizes, runs, durability="normal", memory=False, typed=True
+        )
+        if _has_kafka():
+            await _measure_kafka(results, sizes, runs, source)
+        return results
     if name == "futoin-evt pg":
         return await measure_ftn3(postgres.start_futoin_evt_pg, sizes, runs)
     if name == "reference":
@@ -506,6 +555,8 @@ async def main_async(args: argparse.Namespace) -> None:
         print()
         print(render(medians, cpu=True))
         missed = check_floors(medians)
+        for line in _kafka_targets(medians):
+            print(line)
     if partitioned:
         print()
         missed += partitions.report(partitioned)

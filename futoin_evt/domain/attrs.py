@@ -59,8 +59,8 @@ def attrs_json(attrs: EventAttrs) -> str | None:
     properties and is not verbatim (a Kafka record without headers is: it comes back without
     any). Raises :class:`~.stream.EventRejected`."""
     key, properties, verbatim = attrs
-    if key is None and not properties and not verbatim:
-        return None
+    if key is None and not properties:
+        return _VERBATIM_ONLY if verbatim else None
     stored: dict[str, Any] = {}
     if key is not None:
         stored["k"] = _key_value(key)
@@ -75,11 +75,18 @@ def attrs_json(attrs: EventAttrs) -> str | None:
     return encode_json(stored)
 
 
+#: The stored form of a Kafka record without key and headers (most records), and its value.
+_VERBATIM_ONLY: Final = '{"v":1}'
+_BARE_RECORD: Final = EventAttrs(None, (), verbatim=True)
+
+
 def parse_attrs(text: str | None) -> EventAttrs | None:
     """The attributes of a stored event (its ``attrs`` column; None for NULL). Raises
     ValueError for text that :func:`attrs_json` never writes."""
     if text is None:
         return None
+    if text == _VERBATIM_ONLY:
+        return _BARE_RECORD
     stored = decode_json(text)
     if not isinstance(stored, dict):
         raise ValueError("stored attrs are not a JSON object")

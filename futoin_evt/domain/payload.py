@@ -18,7 +18,8 @@ import binascii
 import json
 from typing import Any, Final
 
-from .stream import EventDraft, EventRejected
+from .attrs import EventAttrs
+from .stream import EventDraft, EventRejected, OpaqueData
 
 BINARY_KEY: Final = "$binary"
 JSON_CONTENT_TYPE: Final = "application/json"
@@ -26,31 +27,36 @@ JSON_CONTENT_TYPE: Final = "application/json"
 MAX_CONTENT_TYPE_CHARS: Final = 256
 #: How stored opaque bytes begin (the stored JSON is compact).
 BINARY_START: Final = '{"$binary":'
+#: Where their base64 text starts in that form.
+_BINARY_TEXT_AT: Final = len('{"$binary":"')
 
 
 def is_json_content_type(content_type: str) -> bool:
     return content_type.split(";")[0].strip().lower() == JSON_CONTENT_TYPE
 
 
-def payload_draft(event_type: str, raw: bytes | None, content_type: str) -> EventDraft:
-    """The event of a payload. Raises :class:`EventRejected` for a content type too long to
-    keep, or a JSON content type on a payload that is not JSON."""
+def payload_draft(
+    event_type: str, raw: bytes | None, content_type: str, attrs: EventAttrs | None = None
+) -> EventDraft:
+    """The event of a payload (with ``attrs``). Raises :class:`EventRejected` for a content
+    type too long to keep, or a JSON content type on a payload that is not JSON."""
     if len(content_type) > MAX_CONTENT_TYPE_CHARS:
         raise EventRejected(f"the content type exceeds {MAX_CONTENT_TYPE_CHARS} characters")
     if raw is None:
-        return EventDraft(event_type, None, "")
-    if not is_json_content_type(content_type):
-        return EventDraft(
-            event_type, {BINARY_KEY: base64.b64encode(raw).decode("ascii")}, content_type
-        )
+        return EventDraft(event_type, None, "", None, attrs)
+    if not content_type or not is_json_content_type(content_type):
+        encoded = binascii.b2a_base64(raw, newline=False).decode("ascii")
+        # the text as the data encodes (base64 needs no escape): stored without encoding again
+        text = f'{{"{BINARY_KEY}":"{encoded}"}}'
+        return EventDraft(event_type, OpaqueData({BINARY_KEY: encoded}), content_type, text, attrs)
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError:
-        return EventDraft(event_type, _parse_json(raw), content_type)  # UTF-16 or -32
+        return EventDraft(event_type, _parse_json(raw), content_type, None, attrs)  # UTF-16/32
     if text.startswith("\ufeff"):
-        return EventDraft(event_type, _parse_json(text[1:]), content_type)
+        return EventDraft(event_type, _parse_json(text[1:]), content_type, None, attrs)
     kept = text if "\n" not in text and "\r" not in text else None
-    return EventDraft(event_type, _parse_json(text), content_type, kept)
+    return EventDraft(event_type, _parse_json(text), content_type, kept, attrs)
 
 
 def _parse_json(text: str | bytes) -> Any:
@@ -112,6 +118,11 @@ def stored_payload(data_json: str, content_type: str | None) -> bytes | None:
 
 def opaque_bytes(data_json: str) -> bytes | None:
     """The bytes of stored opaque data (``{"$binary": ...}``), None for any other data."""
+    if data_json.endswith('"}') and data_json.find('"', _BINARY_TEXT_AT) == len(data_json) - 2:
+        try:  # the compact form stored: the base64 between its quotes
+            return binascii.a2b_base64(data_json[_BINARY_TEXT_AT:-2], strict_mode=True)
+        except binascii.Error:
+            return None
     try:
         value = json.loads(data_json)
     except ValueError:

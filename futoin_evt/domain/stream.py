@@ -56,12 +56,16 @@ _valid_types: set[str] = set()
 _VALID_TYPES_KEPT: Final = 1024
 
 
-def encode_event_data(event_type: str, data: Any) -> str:
-    """Check an event and return its data as the JSON text that is stored and sent as is."""
+def _check_type(event_type: str) -> None:
     if type(event_type) is not str or event_type not in _valid_types:
         check_event_type(event_type)
         if len(_valid_types) < _VALID_TYPES_KEPT:
             _valid_types.add(event_type)
+
+
+def encode_event_data(event_type: str, data: Any) -> str:
+    """Check an event and return its data as the JSON text that is stored and sent as is."""
+    _check_type(event_type)
     try:
         text = encode_json(data)
     except (TypeError, ValueError, RecursionError) as exc:
@@ -69,6 +73,11 @@ def encode_event_data(event_type: str, data: Any) -> str:
     if len(text) > MAX_EVENT_DATA_BYTES // 4 and len(text.encode()) > MAX_EVENT_DATA_BYTES:
         raise EventRejected(f"event data exceeds {MAX_EVENT_DATA_BYTES} bytes")
     return text
+
+
+class OpaqueData(dict[str, str]):
+    """Opaque bytes as data, ``{"$binary": "<base64>"}``, whose compact JSON text the door
+    built with it (the draft's ``text``): stored as that text, not encoded again."""
 
 
 class EventDraft(NamedTuple):
@@ -96,12 +105,18 @@ def stored_form(draft: EventDraft) -> StoredForm:
     :class:`EventRejected`. The producer's own JSON text is kept when it fits, the data itself
     checked as any event's is. The attributes count toward the event's size with its data:
     both together fit :data:`MAX_EVENT_DATA_BYTES`."""
-    data_json = encode_event_data(draft.type, draft.data)
     text = draft.text
-    if text is not None and (
-        len(text) <= MAX_EVENT_DATA_BYTES // 4 or len(text.encode()) <= MAX_EVENT_DATA_BYTES
-    ):
+    if text is not None and type(draft.data) is OpaqueData:
+        _check_type(draft.type)
+        if len(text) > MAX_EVENT_DATA_BYTES:  # ASCII: characters are bytes
+            raise EventRejected(f"event data exceeds {MAX_EVENT_DATA_BYTES} bytes")
         data_json = text
+    else:
+        data_json = encode_event_data(draft.type, draft.data)
+        if text is not None and (
+            len(text) <= MAX_EVENT_DATA_BYTES // 4 or len(text.encode()) <= MAX_EVENT_DATA_BYTES
+        ):
+            data_json = text
     attrs = None if draft.attrs is None else attrs_json(draft.attrs)
     if attrs is not None and len(data_json) + len(attrs) > MAX_EVENT_DATA_BYTES // 4:
         size = len(data_json.encode()) + len(attrs.encode())

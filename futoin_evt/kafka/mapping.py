@@ -82,15 +82,22 @@ def record_event(
         if schema_id is not None and schema_type is not None:
             chosen = event_type if typed else schema_type
             draft = schema_payload_draft(chosen, record.value, schema_id)
-    if draft is None:
-        draft = payload_draft(event_type, record.value, content_type)
     key = None if record.key is None else _text_or_bytes(record.key)
-    properties = tuple(
-        (name, None if value is None else _text_or_bytes(value)) for name, value in record.headers
-    )
     # always: a record without key or headers comes back without them too
-    draft = draft._replace(attrs=EventAttrs(key, properties, verbatim=True))
-    return draft, dedup_key
+    attrs = _BARE if key is None and not record.headers else _attrs(key, record.headers)
+    if draft is None:
+        return payload_draft(event_type, record.value, content_type, attrs), dedup_key
+    return draft._replace(attrs=attrs), dedup_key
+
+
+_BARE: Final = EventAttrs(None, (), verbatim=True)
+
+
+def _attrs(key: str | bytes | None, headers: Sequence[Header]) -> EventAttrs:
+    properties = tuple(
+        (name, None if value is None else _text_or_bytes(value)) for name, value in headers
+    )
+    return EventAttrs(key, properties, verbatim=True)
 
 
 def _header_text(name: str, value: bytes) -> str:
