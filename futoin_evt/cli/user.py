@@ -7,6 +7,7 @@ import getpass
 import sys
 
 from ..auth.sas import is_policy, sas_key
+from ..auth.scram import scram_credentials
 from ..auth.users import hash_password
 from .common import (
     BadSetting,
@@ -86,10 +87,11 @@ def _new_password(from_stdin: bool) -> str:
 async def _user_add(args: argparse.Namespace) -> int:
     if not args.name or len(args.name) > 64 or ":" in args.name:
         raise CliError("a user name is 1 to 64 characters without ':'.")
-    password_hash = hash_password(_new_password(args.password_stdin))
+    password = _new_password(args.password_stdin)
+    password_hash, scram = hash_password(password), scram_credentials(password)
     async with opened_store(args.db) as store:
         try:
-            await store.add_user(args.name, password_hash, is_admin=args.admin)
+            await store.add_user(args.name, password_hash, is_admin=args.admin, scram=scram)
         except KeyError:
             raise CliError(f"user {args.name} exists already.") from None
     print(f"added user {args.name}")
@@ -97,12 +99,13 @@ async def _user_add(args: argparse.Namespace) -> int:
 
 
 async def _user_passwd(args: argparse.Namespace) -> int:
-    password_hash = hash_password(read_password())
+    password = read_password()
+    password_hash, scram = hash_password(password), scram_credentials(password)
     async with opened_store(args.db) as store:
         user = await store.get_user(args.name)
         if user is not None and is_policy(user):
             raise BadSetting(f"{args.name} is a SAS policy: it has no password.")
-        if not await store.set_password(args.name, password_hash):
+        if not await store.set_password(args.name, password_hash, scram):
             raise CliError(f"no user {args.name}.")
     print(f"password of {args.name} changed")
     return 0

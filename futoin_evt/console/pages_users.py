@@ -9,6 +9,7 @@ from typing import Final
 from urllib.parse import quote
 
 from ..auth.sas import is_policy
+from ..auth.scram import scram_credentials
 from ..auth.users import hash_password
 from ..domain.rights import BadGrant, Right
 from ..log.access import UnknownUser
@@ -140,6 +141,7 @@ class UserPages:
                 name,
                 await asyncio.to_thread(hash_password, password),
                 is_admin=form.get("admin") == "1",
+                scram=await asyncio.to_thread(scram_credentials, password),
             )
         except ValueError as exc:
             raise PageError(400, said(exc)) from None

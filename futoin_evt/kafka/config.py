@@ -48,3 +48,6 @@ class KafkaConfig:
     reuse_port: bool = False
     #: This worker's place in the group whose limits these are (``serve --workers``).
     group: GroupShare | None = None
+    #: The server's SAS secret, which the keys of Event Hubs connection strings derive from
+    #: (the user ``$ConnectionString``); None: such logins fail.
+    sas_secret: bytes | None = None

@@ -7,13 +7,14 @@ gone)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from ..auth.sas import claims_text, is_policy, parse_claims, policy_hash, sas_key
 from ..domain.principal import Principal
 from ..domain.rights import Grant, Right, check_pattern
-from ..storage.base import User, UserStore
+from ..storage.base import ScramCredential, User, UserStore
 from . import access
 from .access import AccessControl, Refused
 
@@ -58,11 +59,20 @@ class UserAdmin:
             raise access.UnknownUser(name)
         return Principal(user.id, user.name, is_admin=user.is_admin)
 
-    async def add(self, who: Principal, name: str, password_hash: str, *, is_admin: bool) -> None:
-        """ValueError for a name the command line would refuse; KeyError when it is taken."""
+    async def add(
+        self,
+        who: Principal,
+        name: str,
+        password_hash: str,
+        *,
+        is_admin: bool,
+        scram: Sequence[ScramCredential] = (),
+    ) -> None:
+        """ValueError for a name the command line would refuse; KeyError when it is taken.
+        ``scram``: the SCRAM credentials of the same password, stored with its hash."""
         self._admin(who)
         _check_name(name, "user")
-        await self.store.add_user(name, password_hash, is_admin=is_admin)
+        await self.store.add_user(name, password_hash, is_admin=is_admin, scram=scram)
         await self.control.changed_here()
 
     async def remove(self, who: Principal, name: str) -> bool:
