@@ -9,7 +9,7 @@ from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..log.access import AccessDenied
 from . import wire
-from .topics import NODE_ID, Topics
+from .topics import Topics
 
 
 class AdminCalls:
@@ -127,13 +127,16 @@ class AdminCalls:
 
     async def describe_cluster(self, who: Principal, request: Any) -> Any:
         response = wire.APIS[wire.DESCRIBE_CLUSTER].response
-        host, port = self._topics.address()
+        live = self._topics.brokers.live()
         return response(
             version=request.version,
             error_code=wire.NONE,
             cluster_id=self._topics.cluster_id,
-            controller_id=NODE_ID,
-            brokers=[response.DescribeClusterBroker(broker_id=NODE_ID, host=host, port=port)],
+            controller_id=live[0][0],
+            brokers=[
+                response.DescribeClusterBroker(broker_id=node, host=host, port=port)
+                for node, host, port in live
+            ],
         )
 
 

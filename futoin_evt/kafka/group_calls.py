@@ -11,15 +11,15 @@ from ..domain.rights import Right
 from ..log.access import Refused
 from ..log.eventlog import EventLog
 from . import wire
-from .groups import GroupCoordinator
-from .topics import NODE_ID, Topics
+from .shared_groups import Coordinator
+from .topics import Topics
 
 #: What a consumer group's position is registered as, on each partition it commits.
 GROUP_CONSUMER_PREFIX: Final = "kafka:"
 
 
 class GroupCalls:
-    def __init__(self, topics: Topics, groups: GroupCoordinator) -> None:
+    def __init__(self, topics: Topics, groups: Coordinator) -> None:
         self._topics = topics
         self._groups = groups
         self.handlers = {
@@ -40,7 +40,7 @@ class GroupCalls:
         return response(
             version=request.version,
             error_code=wire.NONE,
-            node_id=NODE_ID,
+            node_id=self._topics.brokers.node_id,
             host=host,
             port=port,
         )
@@ -93,7 +93,7 @@ class GroupCalls:
 
     async def heartbeat(self, who: Principal, request: Any) -> Any:
         response = wire.APIS[wire.HEARTBEAT].response
-        error = self._groups.heartbeat(
+        error = await self._groups.heartbeat(
             request.group_id,
             request.generation_id,
             request.member_id,
@@ -107,7 +107,7 @@ class GroupCalls:
             members = [(m.member_id, m.group_instance_id) for m in request.members]
         else:
             members = [(request.member_id, None)]
-        error, errors = self._groups.leave(request.group_id, members)
+        error, errors = await self._groups.leave(request.group_id, members)
         if request.version < 3 and error == wire.NONE:
             error = errors[0]  # one member: its answer is the request's
         return response(
@@ -125,7 +125,7 @@ class GroupCalls:
         response = wire.APIS[wire.DESCRIBE_GROUPS].response
         described = []
         for group in request.groups:
-            found = self._groups.describe(group)
+            found = await self._groups.describe(group)
             described.append(
                 response.DescribedGroup(
                     error_code=wire.NONE,
@@ -155,7 +155,7 @@ class GroupCalls:
             error_code=wire.NONE,
             groups=[
                 response.ListedGroup(group_id=group, protocol_type=protocol_type)
-                for group, protocol_type in self._groups.list_groups()
+                for group, protocol_type in await self._groups.list_groups()
             ],
         )
 
@@ -166,7 +166,7 @@ class GroupCalls:
         topic_type = response.OffsetCommitResponseTopic
         member_error = wire.NONE
         if request.generation_id_or_member_epoch >= 0:
-            member_error = self._groups.generation_of(
+            member_error = await self._groups.generation_of(
                 request.group_id, request.member_id, request.generation_id_or_member_epoch
             )
         component = GROUP_CONSUMER_PREFIX + request.group_id

@@ -28,17 +28,8 @@ requests that wait (:class:`JoinReply`, :class:`SyncReply`). :class:`GroupCoordi
 the groups in this process, the requests that wait (futures by member id) and one asyncio
 timer per group that calls :meth:`Group.expire` at the next deadline.
 
-Keeping groups in the database, so that members connected to several ``serve`` processes on
-one PostgreSQL form one group, needs: the :class:`Group` value stored per group (a row with a
-version, each transition a read-modify-write under ``SELECT ... FOR UPDATE`` or a
-compare-and-set of the version); deadlines on a clock every process shares (the database's
-``clock_timestamp()`` or wall time, not the loop's monotonic time); the replies routed to the
-process that holds the waiting request (a ``NOTIFY`` per group naming the member ids, the
-join results and assignments kept in the row until fetched); each process arming a timer at
-the stored next deadline for groups where it has members, with :meth:`Group.expire`
-idempotent (already so: it acts only on deadlines that passed); heartbeats, which only move a
-deadline, batched or kept per process as a lease rather than a write each; and the limits
-counted in the database.
+:mod:`.shared_groups` keeps the same :class:`Group` in the database instead, so that members
+connected to several ``serve`` processes (or workers) on one database form one group.
 """
 
 from __future__ import annotations
@@ -295,7 +286,14 @@ class Group:
             return bool(protocol_type) and bool(protocols)
         if protocol_type != self.protocol_type:
             return False
-        return any(all(name in m.protocol_names() for m in others) for name in protocols)
+        # each member's names once, as a set: a join costs the sum of their counts, never a
+        # product (a member with thousands of protocols must not stall the server)
+        common = set(protocols)
+        for member in others:
+            common.intersection_update(member.protocol_names())
+            if not common:
+                return False
+        return True
 
     # -- transitions -----------------------------------------------------------------------
 

@@ -1,9 +1,8 @@
-"""What the Kafka calls share: the topics a user reaches, and the broker they are told of."""
+"""What the Kafka calls share: the topics a user reaches, and the brokers they are told of."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Final
 
 from ..domain.partition import StreamInfo
 from ..domain.principal import Principal
@@ -12,9 +11,7 @@ from ..log.access import AccessDenied
 from ..log.eventlog import EventLog
 from ..log.streams import StreamLogs, StreamRegistry
 from . import wire
-
-#: The one broker this process is, as Metadata names it.
-NODE_ID: Final = 0
+from .brokers import Brokers
 
 
 class Topics:
@@ -25,11 +22,14 @@ class Topics:
         logs: StreamLogs,
         streams: StreamRegistry,
         address: Callable[[], tuple[str, int]],
+        brokers: Brokers | None = None,
     ) -> None:
-        """``address``: the (host, port) clients are told to connect to."""
+        """``address``: the (host, port) clients are told to connect to; ``brokers``: the
+        live ones with this one's node id (this one alone when not given)."""
         self.logs = logs
         self.streams = streams
         self.address = address
+        self.brokers = brokers if brokers is not None else Brokers(address)
         self.cluster_id = "futoin-evt"
 
     def topic(self, who: Principal, name: str, right: Right) -> tuple[int, StreamInfo | None]:

@@ -154,6 +154,19 @@ class User:
     is_admin: bool
 
 
+@dataclass(frozen=True, slots=True)
+class ScramCredential:
+    """A user's SCRAM credential for one mechanism (RFC 5802): what checks a client's proof
+    and signs the server's answer, never the salted password."""
+
+    #: ``SCRAM-SHA-256`` or ``SCRAM-SHA-512``.
+    mechanism: str
+    salt: bytes
+    iterations: int
+    stored_key: bytes
+    server_key: bytes
+
+
 #: A stored event as (id, type, data JSON, ts), for copying it elsewhere.
 #: (id, type, data JSON, ts, content type, attrs): the content type of the AMQP ``data``
 #: section the event came as (``""`` for none), or None for an event that came otherwise; its
@@ -401,13 +414,32 @@ class UserSource(Protocol):
     async def get_user(self, name: str) -> User | None: ...
 
 
-class Users(UserSource, Protocol):
-    """Users and their password hashes (hashed by the caller)."""
+class ScramSource(Protocol):
+    """Users' SCRAM credentials: what a SCRAM login reads."""
 
-    async def add_user(self, name: str, password_hash: str, *, is_admin: bool = False) -> UserId:
+    async def scram_credential(self, user_id: UserId, mechanism: str) -> ScramCredential | None:
+        """None when the user has none for ``mechanism`` (their password was set before the
+        server kept SCRAM credentials, or they have no password)."""
+
+
+class Users(UserSource, Protocol):
+    """Users and their password hashes (hashed by the caller), with the SCRAM credentials
+    of the same password (derived by the caller) stored in the same transaction."""
+
+    async def add_user(
+        self,
+        name: str,
+        password_hash: str,
+        *,
+        is_admin: bool = False,
+        scram: Sequence[ScramCredential] = (),
+    ) -> UserId:
         """Raises KeyError when the name is taken."""
 
-    async def set_password(self, name: str, password_hash: str) -> bool: ...
+    async def set_password(
+        self, name: str, password_hash: str, scram: Sequence[ScramCredential] = ()
+    ) -> bool:
+        """The user's SCRAM credentials become ``scram`` (the old ones go)."""
 
     async def remove_user(self, name: str) -> bool:
         """Remove a user and their consumers."""
@@ -526,6 +558,51 @@ class KeptTermini(Protocol):
 
     async def count_termini(self, user_id: UserId | None = None) -> int:
         """The termini kept (of one user, or of all) that have not expired."""
+
+
+class KafkaState(Protocol):
+    """What the Kafka door keeps for every process on the database
+    (:mod:`futoin_evt.storage.sql.kafka`). Each call is one transaction."""
+
+    async def new_producer_id(self) -> int:
+        """A producer id never given before (by any process)."""
+
+    async def producer_batches(
+        self, producer_id: int, partition_key: int
+    ) -> tuple[int, list[tuple[int, int, int]]] | None:
+        """The epoch and last batches (first sequence, last sequence, base offset) kept of a
+        producer on a partition; None when none are."""
+
+    async def keep_producer_batches(
+        self, kept: Sequence[tuple[int, int, int, Sequence[tuple[int, int, int]]]]
+    ) -> None:
+        """Keep, for each (producer id, partition key, epoch, batches), its last batches
+        (those of a partition that is gone are not kept)."""
+
+    async def register_broker(self, host: str, port: int, lease: float) -> int:
+        """The node id of the broker at this address, with a lease of ``lease`` seconds: the
+        one it has while its row lasts, else a new one."""
+
+    async def renew_broker(
+        self, node_id: int, host: str, port: int, lease: float
+    ) -> list[tuple[int, str, int]] | None:
+        """Renew the lease; the brokers whose lease runs (node id, host, port), or None when
+        this broker's row is gone (register again)."""
+
+    async def drop_broker(self, node_id: int) -> None: ...
+
+    async def group_state(self, group_id: str) -> tuple[int, str] | None:
+        """A consumer group's state with its version; None when none is kept."""
+
+    async def put_group_state(self, group_id: str, version: int, state: str) -> bool:
+        """Replace the state kept at ``version`` (0: none kept yet); False when another
+        version is kept (another process changed it first)."""
+
+    async def group_ids(self) -> list[str]: ...
+
+    async def forget_idle_kafka_state(self, idle_seconds: float) -> int:
+        """Forget the producers' batches and the groups not changed for ``idle_seconds``;
+        how many rows went."""
 
 
 class RetentionLog(Retention, Consumers, Protocol):
@@ -740,7 +817,9 @@ class Store(
     Schemas,
     EventHubCheckpoints,
     KeptTermini,
+    KafkaState,
     ConsoleSessionStore,
+    ScramSource,
     Protocol,
 ):
     """A whole backend, opened by :func:`futoin_evt.storage.open_store`; as a log, the view

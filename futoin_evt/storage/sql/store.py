@@ -23,8 +23,10 @@ from ..dedup import window_ms
 from .aggregates import AggregateCalls, note_aggregates
 from .checkpoints import CheckpointTables
 from .grants import GrantCalls
+from .kafka import KafkaTables
 from .log import SqlPartitionLog
 from .schemas import SchemaCalls
+from .scram import ScramTables
 from .sessions import ConsoleSessionTables
 from .streams import StreamCalls
 from .termini import TerminiTables
@@ -43,7 +45,9 @@ class SqlStore(
     AggregateCalls,
     CheckpointTables,
     TerminiTables,
+    KafkaTables,
     ConsoleSessionTables,
+    ScramTables,
     Generic[_Log],
 ):
     """The shared calls of a store (see the module); ``_Log`` is the backend's partition
