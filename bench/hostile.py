@@ -5,11 +5,12 @@
 - SIGTERM to exit: on a quiet server, and with a push consumer and an HTTP feed client that
   both stopped reading (each far behind on a backlog of 60 KB events).
 - A siege of never-finishing handshakes (``python -m bench.hostile siege`` runs it alone): with
-  ``--max-connections 150``, 500 sockets opened at 100 per second from 50 addresses: 100 each
-  start a WebSocket handshake, a feed GET and a DCB read, 200 start AMQP SASL; each sends one
-  more byte every 0.5 s and never finishes. Meanwhile a logged-in FTN3 client calls ``ping``
-  one call after another, and a new client connects every 0.25 s (a WebSocket login and
-  call, a feed GET, a DCB read, an AMQP login in turn). The same two clients alone, in the
+  ``--max-connections 150``, 600 sockets opened at 100 per second from 50 addresses: 100 each
+  start a WebSocket handshake, a feed GET, a DCB read and a Kafka SaslHandshake request, 200
+  start AMQP SASL; each sends one more byte every 0.5 s and never finishes. Meanwhile a
+  logged-in FTN3 client calls ``ping`` one call after another, and a new client connects
+  every 0.25 s (a WebSocket login and call, a feed GET, a DCB read, an AMQP login, a Kafka
+  SASL login and Metadata call in turn). The same two clients alone, in the
   same run, are the comparison. The attacker and the new clients are processes of their
   own; ``--source DIR`` runs the server from another source tree (the code before a change).
 
@@ -26,11 +27,13 @@ import json
 import signal
 import sqlite3
 import statistics
+import struct
 import subprocess
 import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import httpx
 from websockets.asyncio.client import connect
@@ -40,7 +43,14 @@ from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.domain.stream import utc_timestamp
 
 from .spark import start_server
-from .systems import PASSWORD, USER, prepare_futoin_evt_db, print_figures, start_futoin_evt
+from .systems import (
+    PASSWORD,
+    USER,
+    free_port,
+    prepare_futoin_evt_db,
+    print_figures,
+    start_futoin_evt,
+)
 
 GEN = "futoin.evt.gen:1.1"
 OTHER_LOOPBACK = "127.0.0.2"
@@ -115,7 +125,7 @@ async def stall_readers(url: str) -> list[object]:
 
 # -- a siege of never-finishing handshakes ---------------------------------------------------------
 
-SIEGE_SOCKETS = 500
+SIEGE_SOCKETS = 600
 SIEGE_RATE = 100.0  # sockets opened per second
 SIEGE_HOLD = 5.0  # seconds they are held after the last one opened
 SIEGE_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 52)]
@@ -127,13 +137,17 @@ SIEGE_STARTS = {
     "dcb": b"POST /dcb/v1/read HTTP/1.1\r\nHost: x\r\nX-Slow: ",
     # a SASL header, then a sasl-init frame of 4000 bytes that never ends
     "amqp": b"AMQP\x03\x01\x00\x00" + (4000).to_bytes(4, "big") + b"\x02\x01\x00\x00",
+    # a request frame of 4000 bytes (a SaslHandshake v1, by its header) that never ends
+    "kafka": struct.pack(">ihhih", 4000, 17, 1, 1, 5) + b"siege",
 }
-SIEGE_MIX = ["ws", "amqp", "feed", "amqp", "dcb"]
+SIEGE_MIX = ["ws", "amqp", "feed", "kafka", "amqp", "dcb"]
 
 
-async def _besiege(ws_port: int, amqp_port: int) -> dict[str, float]:
+async def _besiege(ws_port: int, amqp_port: int, kafka_port: int) -> dict[str, float]:
     sockets: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
-    # 100 each of the kinds on the WebSocket port (300 there), 200 on the AMQP port
+    # 100 each of the kinds on the WebSocket port (300 there), 200 on the AMQP port, 100 on
+    # the Kafka port
+    ports = {"amqp": amqp_port, "kafka": kafka_port}
     kinds = itertools.cycle([(kind, SIEGE_STARTS[kind]) for kind in SIEGE_MIX])
     failed = 0
     start = time.perf_counter()
@@ -149,7 +163,7 @@ async def _besiege(ws_port: int, amqp_port: int) -> dict[str, float]:
     for i in range(SIEGE_SOCKETS):
         await asyncio.sleep(max(start + i / SIEGE_RATE - time.perf_counter(), 0))
         kind, opening = next(kinds)
-        port = amqp_port if kind == "amqp" else ws_port
+        port = ports.get(kind, ws_port)
         try:
             reader, writer = await asyncio.open_connection(
                 "127.0.0.1", port, local_addr=(SIEGE_ADDRESSES[i % len(SIEGE_ADDRESSES)], 0)
@@ -170,18 +184,46 @@ async def _besiege(ws_port: int, amqp_port: int) -> dict[str, float]:
     return {"opened": len(sockets), "failed to open": failed, "cut": cut}
 
 
-def besiege(ws_port: int, amqp_port: int) -> dict[str, float]:
+def besiege(ws_port: int, amqp_port: int, kafka_port: int) -> dict[str, float]:
     """The attacker, in a process of its own."""
-    return asyncio.run(_besiege(ws_port, amqp_port))
+    return asyncio.run(_besiege(ws_port, amqp_port, kafka_port))
 
 
-async def _newcomers(url: str, amqp_url: str, seconds: float) -> dict[str, list[float]]:
+async def kafka_login(port: int) -> None:
+    """A Kafka client's SASL PLAIN login on a socket of its own, then a Metadata call."""
+    from kafka.protocol import metadata, sasl
+
+    from futoin_evt.kafka.wire import KNOWN
+
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+
+    async def call(request: Any) -> Any:
+        request.with_header(correlation_id=request.API_KEY, client_id="bench")
+        writer.write(bytes(request.encode(header=True, framed=True)))
+        size = int.from_bytes(await reader.readexactly(4), "big")
+        frame = await reader.readexactly(size)
+        return KNOWN[request.API_KEY][1].decode(frame, version=request.version, header=True)
+
+    try:
+        await call(sasl.SaslHandshakeRequest(version=1, mechanism="PLAIN"))
+        token = f"\0{USER}\0{PASSWORD}".encode()
+        login = await call(sasl.SaslAuthenticateRequest(version=1, auth_bytes=token))
+        if login.error_code:
+            raise RuntimeError(f"Kafka login failed: {login.error_message}")
+        await call(metadata.MetadataRequest(version=1, topics=None))
+    finally:
+        writer.close()
+
+
+async def _newcomers(
+    url: str, amqp_url: str, kafka_port: int, seconds: float
+) -> dict[str, list[float]]:
     """A new client every 0.25 s, each kind in turn: the seconds each took, or -1 failed."""
     from proton.utils import BlockingConnection
 
     credentials = f"{USER}:{PASSWORD}"
     base = url.replace("ws", "http", 1)
-    results: dict[str, list[float]] = {"ws": [], "feed": [], "dcb": [], "amqp": []}
+    results: dict[str, list[float]] = {"ws": [], "feed": [], "dcb": [], "amqp": [], "kafka": []}
 
     def amqp_login() -> None:
         conn = BlockingConnection(
@@ -195,6 +237,8 @@ async def _newcomers(url: str, amqp_url: str, seconds: float) -> dict[str, list[
                 await client.ping(1)
         elif kind == "amqp":
             await asyncio.to_thread(amqp_login)
+        elif kind == "kafka":
+            await kafka_login(kafka_port)
         else:
             async with httpx.AsyncClient(auth=(USER, PASSWORD)) as http:
                 if kind == "feed":
@@ -218,9 +262,9 @@ async def _newcomers(url: str, amqp_url: str, seconds: float) -> dict[str, list[
     return results
 
 
-def newcomers(url: str, amqp_url: str, seconds: float) -> dict[str, list[float]]:
+def newcomers(url: str, amqp_url: str, kafka_port: int, seconds: float) -> dict[str, list[float]]:
     """New clients, in a process of their own."""
-    return asyncio.run(_newcomers(url, amqp_url, seconds))
+    return asyncio.run(_newcomers(url, amqp_url, kafka_port, seconds))
 
 
 async def caller(url: str, seconds: float) -> tuple[list[float], int]:
@@ -249,14 +293,18 @@ def _percentile(values: list[float], n: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[n - 1] if values else 0.0
 
 
-async def siege_phase(url: str, amqp_url: str, attacked: bool) -> dict[str, float]:
+async def siege_phase(url: str, amqp_url: str, kafka_port: int, attacked: bool) -> dict[str, float]:
     loop = asyncio.get_running_loop()
     seconds = SIEGE_SOCKETS / SIEGE_RATE + SIEGE_HOLD
     host_port = int(url.rstrip("/").rsplit(":", 1)[1])
     amqp_port = int(amqp_url.rsplit(":", 1)[1])
     with ProcessPoolExecutor(2) as pool:
-        arrivals = loop.run_in_executor(pool, newcomers, url, amqp_url, seconds)
-        attack = loop.run_in_executor(pool, besiege, host_port, amqp_port) if attacked else None
+        arrivals = loop.run_in_executor(pool, newcomers, url, amqp_url, kafka_port, seconds)
+        attack = (
+            loop.run_in_executor(pool, besiege, host_port, amqp_port, kafka_port)
+            if attacked
+            else None
+        )
         latencies, errors = await caller(url, seconds)
         fresh = await arrivals
         siege = await attack if attack is not None else {}
@@ -280,13 +328,17 @@ async def siege_phase(url: str, amqp_url: str, attacked: bool) -> dict[str, floa
 
 async def siege(source: Path | None) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
+        kafka_port = free_port()
         system = await start_futoin_evt(
-            Path(tmp), "--max-connections", "150", "--amqp", "127.0.0.1:0", source=source
+            Path(tmp),
+            *("--max-connections", "150", "--amqp", "127.0.0.1:0"),
+            *("--kafka", f"127.0.0.1:{kafka_port}"),
+            source=source,
         )
         try:
             assert system.amqp_url is not None
-            figures = await siege_phase(system.url, system.amqp_url, attacked=False)
-            figures |= await siege_phase(system.url, system.amqp_url, attacked=True)
+            figures = await siege_phase(system.url, system.amqp_url, kafka_port, attacked=False)
+            figures |= await siege_phase(system.url, system.amqp_url, kafka_port, attacked=True)
         finally:
             await system.stop()
     return figures

@@ -23,7 +23,7 @@ DEFAULT_STREAM: Final = STREAMS[0]
 #: The doors, as the ``door`` label. A connection counts under one: a WebSocket connection
 #: holding notification subscriptions under ``notify``, an HTTP connection under the door its
 #: last request went to. Calls of event notification carry its iface, whatever the door.
-DOORS: Final = ("websocket", "feed", "dcb", "amqp", "notify", "console")
+DOORS: Final = ("websocket", "feed", "dcb", "amqp", "kafka", "notify", "console")
 #: A function, iface or outcome that is not one the server defines.
 UNKNOWN: Final = "unknown"
 

@@ -6,14 +6,27 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import struct
 from typing import Any
 
+import httpx
 import pytest
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError as AioKafkaError
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import (  # type: ignore[attr-defined]
+    AdminClient,
+    ConfigResource,
+    NewPartitions,
+    NewTopic,
+)
+from confluent_kafka.schema_registry import (
+    SchemaRegistryClient,
+    topic_record_subject_name_strategy,
+)
+from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+from confluent_kafka.serialization import MessageField, SerializationContext
 from kafka import KafkaConsumer, KafkaProducer
 from kafka import TopicPartition as PyTopicPartition
 
@@ -21,9 +34,11 @@ from futoin_evt.auth.users import hash_password
 from futoin_evt.client.aio import EventStreamClient
 from futoin_evt.domain.rights import Right
 from futoin_evt.kafka.config import KafkaConfig
+from futoin_evt.log.schemas import OPERATOR
 from futoin_evt.server.app import EventServer
 
 from .support.kafka import RawKafka, confluent_conf, python_conf
+from .support.schemas import V1
 from .support.servers import USERS, ServerFactory
 
 pytestmark = pytest.mark.functional
@@ -367,3 +382,155 @@ async def test_an_api_not_served_gets_kafkas_error_in_its_own_answer(
     frame = await asyncio.to_thread(ask)
     (_correlation, _throttle, error) = struct.unpack(">iih", frame)
     assert error == 35
+
+
+# -- the schema registry ---------------------------------------------------------------------
+
+
+async def test_confluents_json_serializer_works_end_to_end(kafka_server: EventServer) -> None:
+    """A value the serializer made (its schema's id before the JSON) is an event of the
+    schema's type, checked against it; it reads back byte for byte, and as JSON at FTN18."""
+    await kafka_server.streams.add(OPERATOR, "orders", 1)
+    alice = await kafka_server.store.get_user("alice")
+    assert alice is not None
+    await kafka_server.store.grant(alice.id, "orders", int(Right.MANAGE))
+    await kafka_server.access.changed_here()
+    assert kafka_server.schemas_url is not None
+    registry = SchemaRegistryClient(
+        {"url": kafka_server.schemas_url, "basic.auth.user.info": f"alice:{USERS['alice']}"}
+    )
+    conf = confluent_conf(kafka_server)
+    context = SerializationContext("orders", MessageField.VALUE)
+
+    def produce() -> tuple[bytes, list[Any]]:
+        serializer = JSONSerializer(
+            json.dumps(V1),
+            registry,
+            conf={"subject.name.strategy": topic_record_subject_name_strategy},
+        )
+        value = serializer({"order": 17, "total": "12.50"}, context)
+        assert value is not None
+        producer = Producer(conf)
+        errors: list[Any] = []
+        producer.produce("orders", value=value)
+        assert producer.flush(10) == 0  # a batch of its own: a batch is stored whole or not
+        # the same schema's id before data that breaks it (the serializer would not make it)
+        broken = value[:5] + b'{"order": "seventeen"}'
+        producer.produce("orders", value=broken, on_delivery=lambda e, _m: errors.append(e))
+        assert producer.flush(10) == 0
+        return value, errors
+
+    value, errors = await asyncio.to_thread(produce)
+    assert [error.code() for error in errors] == [KafkaError.INVALID_RECORD]
+    (record,) = await asyncio.to_thread(_consume_all, python_conf(kafka_server), "orders", 0, 1)
+    assert record.value == value
+    deserializer = JSONDeserializer(None, schema_registry_client=registry)
+    try:
+        read = await asyncio.to_thread(deserializer, record.value, context)  # asks the registry
+    finally:
+        registry.close()
+    assert read == {"order": 17, "total": "12.50"}
+    async with await EventStreamClient.connect(
+        f"{kafka_server.url}orders/0", credentials=f"alice:{USERS['alice']}"
+    ) as client:
+        await client.register_consumer("C")
+        (event,) = await client.poll_events("C")
+    assert (event.id, event.type, event.data) == (
+        record.offset,
+        "ORDER_PLACED",
+        {"order": 17, "total": "12.50"},
+    )
+
+
+# -- administration and rights over time ---------------------------------------------------
+
+
+async def test_topics_are_made_grown_described_and_dropped_with_the_manage_right(
+    kafka_server: EventServer,
+) -> None:
+    conf = await _manager(kafka_server)
+
+    def administer() -> tuple[int, dict[str, str], set[str]]:
+        admin = AdminClient(conf)
+        try:
+            admin.create_topics([NewTopic("ledger", 2)])["ledger"].result(10)
+            admin.create_partitions([NewPartitions("ledger", 3)])["ledger"].result(10)
+            partitions = len(admin.list_topics("ledger", timeout=10).topics["ledger"].partitions)
+            resource = ConfigResource(ConfigResource.Type.TOPIC, "ledger")
+            configs = admin.describe_configs([resource])[resource].result(10)
+            settings = {name: entry.value for name, entry in configs.items()}
+            admin.delete_topics(["ledger"])["ledger"].result(10)
+            return partitions, settings, set(admin.list_topics(timeout=10).topics)
+        finally:
+            del admin
+
+    partitions, settings, left = await asyncio.to_thread(administer)
+    assert partitions == 3
+    assert settings["message.timestamp.type"] == "LogAppendTime"
+    assert "ledger" not in left
+    assert kafka_server.streams.get("ledger") is None
+
+
+async def test_a_revoked_right_refuses_the_next_fetch(kafka_server: EventServer) -> None:
+    await _add_reader(kafka_server, "carol", Right.READ)
+    consumer = AIOKafkaConsumer(
+        **python_conf(kafka_server, "carol", sasl_plain_password=USERS["bob"]),
+        auto_offset_reset="earliest",
+    )
+    await consumer.start()
+    try:
+        where = TopicPartition("events", 0)
+        consumer.assign([where])
+        async with await _ftn18(kafka_server) as client:
+            await client.add_event("ORDER_PLACED", {"n": 1})
+        assert (await asyncio.wait_for(consumer.getone(), 10)).offset == 1
+        carol = await kafka_server.store.get_user("carol")
+        assert carol is not None
+        await kafka_server.store.revoke(carol.id, "*", int(Right.READ))
+        await kafka_server.access.changed_here()
+        async with await _ftn18(kafka_server) as client:
+            await client.add_event("ORDER_PLACED", {"n": 2})
+        with pytest.raises(AioKafkaError):
+            await asyncio.wait_for(consumer.getone(), 10)
+    finally:
+        await consumer.stop()
+
+
+async def test_list_offsets_finds_the_first_event_at_a_time(kafka_server: EventServer) -> None:
+    async with await _ftn18(kafka_server) as client:
+        first = await client.add_event("ORDER_PLACED", {"n": 1})
+        await client.add_event("ORDER_PLACED", {"n": 2})
+    consumer = AIOKafkaConsumer(**python_conf(kafka_server))
+    await consumer.start()
+    try:
+        where = TopicPartition("events", 0)
+        earliest = await consumer.beginning_offsets([where])
+        latest = await consumer.end_offsets([where])
+        found = await consumer.offsets_for_times({where: 0})
+        future = await consumer.offsets_for_times({where: 2**50})
+    finally:
+        await consumer.stop()
+    assert earliest[where] == first
+    assert latest[where] == first + 2
+    assert found[where] is not None
+    assert found[where].offset == first
+    assert future[where] is None
+
+
+async def test_metrics_count_the_kafka_connections(
+    start_server: ServerFactory,
+) -> None:
+    server = await start_server(kafka=KafkaConfig(port=0), metrics=("127.0.0.1", 0))
+    producer = AIOKafkaProducer(**python_conf(server))
+    await producer.start()
+    try:
+        await producer.send_and_wait("events", b"x")
+        assert server.metrics_url is not None
+        async with httpx.AsyncClient(timeout=30) as http:
+            text = (await http.get(server.metrics_url)).text
+    finally:
+        await producer.stop()
+    counted = re.search(r'futoin_evt_door_connections\{door="kafka"\} ([0-9.]+)', text)
+    assert counted is not None
+    assert float(counted.group(1)) >= 1  # the producer's (and its bootstrap's, if still open)
+    assert 'futoin_evt_door_handshakes{door="kafka"} 0.0' in text

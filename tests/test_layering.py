@@ -250,6 +250,8 @@ DOOR_OF: dict[str, str] = {
 DOOR_TO_DOOR: dict[tuple[str, str], str] = {
     ("futoin_evt.server.console_http", "futoin_evt.amqp.listener"): "the console's overview"
     " counts each door's connections off the running server (a type only)",
+    ("futoin_evt.server.console_http", "futoin_evt.kafka.listener"): "and the Kafka door's"
+    " (a type only)",
     ("futoin_evt.server.console_http", "futoin_evt.ftn18.notify"): "and those of event"
     " notification (a type only)",
     ("futoin_evt.server.console_http", "futoin_evt.server.websocket"): "the console's tails"

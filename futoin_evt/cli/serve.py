@@ -447,9 +447,14 @@ async def _serve(args: argparse.Namespace) -> int:
     if place is None:  # once, before any worker starts and anything is made
         check_db_file(args.db)
         check_ports(listeners(args, amqp, metrics, kafka))
-    if amqp is not None:
-        amqp = dataclasses.replace(amqp, sas_secret=sas_secret(args.sas_secret, args.db))
-        config = dataclasses.replace(config, amqp=amqp)
+    if amqp is not None or kafka is not None:  # SAS tokens, and Kafka's connection strings
+        secret = sas_secret(args.sas_secret, args.db)
+        if amqp is not None:
+            config = dataclasses.replace(config, amqp=dataclasses.replace(amqp, sas_secret=secret))
+        if kafka is not None:
+            config = dataclasses.replace(
+                config, kafka=dataclasses.replace(kafka, sas_secret=secret)
+            )
     if place is None and args.start_check:  # once, before any worker starts
         await run_start_check(args.db, args.start_check)
     if args.feed_users is not None and place is None:  # once, before any worker starts

@@ -12,6 +12,7 @@ on answers TOPIC_AUTHORIZATION_FAILED whether a stream has it or not (names cann
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final
@@ -20,18 +21,20 @@ from ..domain.partition import StreamInfo
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..domain.stream import EventDraft, EventRejected, StoredEvent, utc_timestamp
-from ..log.access import Refused
 from ..log.eventlog import EventLog
+from ..log.kafka import KafkaShared
 from ..log.streams import StreamLogs, StreamRegistry
 from . import wire
 from .admin_calls import AdminCalls
+from .brokers import Brokers
 from .config import KafkaConfig
+from .faults import kafka_error
 from .group_calls import GroupCalls
-from .groups import GroupCoordinator
 from .mapping import event_records, record_event
 from .producers import ProducerStates, Sequenced
 from .records import CorruptBatch, UnsupportedMagic, decode_batches, encode_batch
-from .topics import NODE_ID, Topics
+from .shared_groups import Coordinator
+from .topics import Topics
 
 logger = logging.getLogger(__name__)
 
@@ -41,9 +44,10 @@ LATEST: Final = -1
 MAX_EVENTS_PER_FETCH: Final = 2000
 #: An event's record is about this much larger than its data (headers, varints).
 RECORD_OVERHEAD: Final = 64
-INVALID_RECORD: Final = 87
 
 Handler = Callable[[Principal, Any], Awaitable[Any]]
+#: The event type of a stream (by name) whose newest schema has an id.
+SchemaTypeOf = Callable[[str, int], str | None]
 
 
 class Broker:
@@ -54,14 +58,21 @@ class Broker:
         self,
         logs: StreamLogs,
         streams: StreamRegistry,
-        groups: GroupCoordinator,
+        groups: Coordinator,
         config: KafkaConfig,
         address: Callable[[], tuple[str, int]],
+        schemas: SchemaTypeOf | None = None,
+        shared: KafkaShared | None = None,
     ) -> None:
-        """``address``: the (host, port) clients are told to connect to."""
-        self._topics = topics = Topics(logs, streams, address)
+        """``address``: the (host, port) clients are told to connect to; ``schemas``: the
+        event type of a stream's newest schema by its id (values in Confluent's wire format
+        name one); ``shared``: what the processes on the database share (producer ids and
+        sequence numbers)."""
+        self._schemas = schemas
+        brokers = Brokers(address, shared, keep_row=config.group is not None)
+        self._topics = topics = Topics(logs, streams, address, brokers)
         self._config = config
-        self._producers = ProducerStates()
+        self._producers = ProducerStates(shared)
         self._groups = GroupCalls(topics, groups)
         self.handlers: dict[int, Handler] = {
             wire.METADATA: self.metadata,
@@ -73,12 +84,18 @@ class Broker:
             **AdminCalls(topics).handlers,
         }
 
+    async def start(self) -> None:
+        """Once listening: register as a broker on the shared database."""
+        await self._topics.brokers.start()
+
     async def close(self) -> None:
         await self._groups.close()
+        await self._topics.brokers.close()
 
     async def metadata(self, who: Principal, request: Any) -> Any:
         response = wire.APIS[wire.METADATA].response
-        host, port = self._topics.address()
+        brokers = self._topics.brokers
+        live = brokers.live()
         if request.topics is None:
             infos: list[tuple[str, int, StreamInfo | None]] = [
                 (info.name, wire.NONE, info)
@@ -106,10 +123,10 @@ class Broker:
                     response.MetadataResponseTopic.MetadataResponsePartition(
                         error_code=wire.NONE,
                         partition_index=number,
-                        leader_id=NODE_ID,
+                        leader_id=(leader := brokers.leader(name, number)),
                         leader_epoch=0,
-                        replica_nodes=[NODE_ID],
-                        isr_nodes=[NODE_ID],
+                        replica_nodes=[leader],
+                        isr_nodes=[leader],
                         offline_replicas=[],
                     )
                     for number in range(len(info.partitions))
@@ -119,9 +136,12 @@ class Broker:
         ]
         return response(
             version=request.version,
-            brokers=[response.MetadataResponseBroker(node_id=NODE_ID, host=host, port=port)],
+            brokers=[
+                response.MetadataResponseBroker(node_id=node, host=host, port=port)
+                for node, host, port in live
+            ],
             cluster_id=self._topics.cluster_id,
-            controller_id=NODE_ID,
+            controller_id=live[0][0],
             topics=topics,
         )
 
@@ -200,6 +220,9 @@ class Broker:
         if not records:
             return _settled((wire.CORRUPT_MESSAGE, -1, "no record batch"))
         limits = self._config.limits
+        schema_types = None
+        if self._schemas is not None:
+            schema_types = functools.partial(self._schemas, log.partition.stream)
         try:
             batches = decode_batches(
                 records, max_records=limits.max_records, max_bytes=limits.max_batch_bytes
@@ -215,27 +238,29 @@ class Broker:
                 return _settled((wire.INVALID_TXN_STATE, -1, "transactions are not served"))
             for record in batch.records:
                 try:
-                    draft, key = record_event(record)
+                    draft, key = record_event(record, schema_types)
                 except EventRejected as exc:
-                    return _settled((INVALID_RECORD, -1, str(exc)))
+                    return _settled((wire.INVALID_RECORD, -1, str(exc)))
                 drafts.append(draft)
                 keys.append(key)
         if not drafts:
             return _settled((wire.CORRUPT_MESSAGE, -1, "a batch without records"))
-        sequenced = self._producers.check(log.partition.key, batches, len(drafts))
-        if sequenced.answer is not None:
-            return sequenced.answer
-        try:
-            appended = log.append(
-                who, drafts, keys=keys if any(key is not None for key in keys) else None
-            )
-        except Refused:
-            sequenced.failed()
-            return _settled((wire.TOPIC_AUTHORIZATION_FAILED, -1, None))
-        except EventRejected as exc:
-            sequenced.failed()
-            return _settled((INVALID_RECORD, -1, str(exc)))
-        return _appended(appended, len(drafts), sequenced)
+        given_keys = keys if any(key is not None for key in keys) else None
+
+        def append(sequenced: Sequenced) -> Awaitable[tuple[int, int, str | None]]:
+            if sequenced.answer is not None:
+                return sequenced.answer
+            try:
+                appended = log.append(who, drafts, keys=given_keys)
+            except Exception as exc:
+                sequenced.failed()
+                code = kafka_error(exc)
+                if code is None:
+                    raise
+                return _settled((code, -1, str(exc)))
+            return _appended(appended, len(drafts), sequenced)
+
+        return self._producers.sequence(log.partition.key, batches, len(drafts), append)
 
     async def init_producer_id(self, who: Principal, request: Any) -> Any:
         response = wire.APIS[wire.INIT_PRODUCER_ID].response
@@ -246,7 +271,16 @@ class Broker:
                 producer_id=-1,
                 producer_epoch=-1,
             )
-        producer_id = self._producers.new_producer_id()
+        try:
+            producer_id = await self._producers.new_producer_id()
+        except Exception as exc:
+            logger.warning("no Kafka producer id could be given: %s", exc)
+            return response(
+                version=request.version,
+                error_code=wire.COORDINATOR_NOT_AVAILABLE,
+                producer_id=-1,
+                producer_epoch=-1,
+            )
         return response(
             version=request.version, error_code=wire.NONE, producer_id=producer_id, producer_epoch=0
         )
@@ -342,8 +376,11 @@ class Broker:
             count = max(1, min(MAX_EVENTS_PER_FETCH, room // RECORD_OVERHEAD))
             try:
                 events = await log.read_after(who, offset - 1, count)
-            except Refused:
-                answers.append((wire.TOPIC_AUTHORIZATION_FAILED, -1, b""))
+            except Exception as exc:
+                failed = kafka_error(exc)
+                if failed is None:
+                    raise
+                answers.append((failed, -1, b""))
                 continue
             records = _encode_within(events, room, first=left == limit)
             left -= len(records)
@@ -383,8 +420,11 @@ class Broker:
         start for EARLIEST, else the first event stored at or after ``timestamp``."""
         try:
             bounds = await log.bounds(who)
-        except Refused:
-            return wire.TOPIC_AUTHORIZATION_FAILED, -1, -1
+        except Exception as exc:
+            code = kafka_error(exc)
+            if code is None:
+                raise
+            return code, -1, -1
         high = (bounds.last_id or await log.last_given_id(who)) + 1
         if timestamp == LATEST:
             return wire.NONE, high, -1
@@ -429,8 +469,11 @@ async def _appended(
         last_id = await appended
     except Exception as exc:
         sequenced.failed()
+        code = kafka_error(exc)
+        if code is None:
+            raise
         logger.warning("a Kafka produce was not stored: %s", exc)
-        return wire.UNKNOWN_SERVER_ERROR, -1, "the records could not be stored"
+        return code, -1, str(exc)
     base = last_id - count + 1
-    sequenced.stored(base)
+    await sequenced.stored(base)
     return wire.NONE, base, None

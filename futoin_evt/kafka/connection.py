@@ -2,12 +2,16 @@
 came (Kafka's clients match them by order as well as correlation id).
 
 A connection holds a handshake slot until it logs in with SASL (SaslHandshake, then
-SaslAuthenticate, or after SaslHandshake v0 the bare SASL token); before that only ApiVersions
-and the SASL requests are served, as on a Kafka listener with SASL, and anything else closes it.
+SaslAuthenticate, or after SaslHandshake v0 the bare SASL tokens, each answered with a
+size-prefixed one): PLAIN with a password or, as ``$ConnectionString``, an Event Hubs
+connection string, in one step; SCRAM-SHA-256 and SCRAM-SHA-512 in two. Before that only
+ApiVersions and the SASL requests are served, as on a Kafka listener with SASL, and anything
+else closes it.
 Requests run concurrently (a Fetch waiting for records does not hold the answers before it
 back from being computed), at most ``max_in_flight`` at once; a client that leaves more than
 ``max_unread_bytes`` of answers unread is not read from until it catches up. A frame larger
-than ``max_request_bytes``, or one that is not a request, closes the connection, as Kafka does.
+than ``max_request_bytes`` (before a login: :data:`MAX_BEFORE_LOGIN`), or one that is not a
+request, closes the connection, as Kafka does.
 """
 
 from __future__ import annotations
@@ -18,8 +22,11 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final, Protocol, cast
 
+from ..auth.connection_string import CONNECTION_STRING_USER
 from ..auth.login_log import log_failed_login
 from ..auth.plain import parse_plain
+from ..auth.sasl_logins import ConnectionStringLogins, ScramLogin, ScramLogins
+from ..auth.scram import MECHANISMS as SCRAM_MECHANISMS
 from ..auth.users import Authenticator
 from ..domain.principal import NotAuthenticated, Principal
 from ..slots import TOO_MANY_CONNECTIONS, Slots
@@ -30,11 +37,19 @@ from .config import KafkaConfig
 
 logger = logging.getLogger(__name__)
 
-MECHANISMS: Final = ["PLAIN"]
+PLAIN: Final = "PLAIN"
+#: The SASL mechanisms, when the listener has SCRAM logins (else PLAIN only).
+MECHANISMS: Final = [PLAIN, *SCRAM_MECHANISMS]
 #: The requests served before a login.
 _BEFORE_LOGIN: Final = frozenset({wire.API_VERSIONS, wire.SASL_HANDSHAKE, wire.SASL_AUTHENTICATE})
 _SIZE: Final = 4
-_EMPTY_FRAME: Final = b"\0\0\0\0"
+#: The largest request before a login, as Kafka's ``sasl.server.max.receive.size``: a peer
+#: without a user makes the door hold no more (max_request_bytes, when smaller).
+MAX_BEFORE_LOGIN: Final = 512 * 1024
+#: The largest request other than a Produce (max_request_bytes, when smaller): what no
+#: client needs (a Metadata of every topic, a JoinGroup's protocols) is refused before it is
+#: read, as decoding it would hold the loop and memory in proportion.
+MAX_OTHER_REQUEST: Final = 8 * 1024 * 1024
 
 
 class Door(Protocol):
@@ -46,6 +61,10 @@ class Door(Protocol):
     def broker(self) -> Broker: ...
     @property
     def authenticator(self) -> Authenticator: ...
+    @property
+    def scram(self) -> ScramLogins | None: ...
+    @property
+    def connection_strings(self) -> ConnectionStringLogins | None: ...
     @property
     def slots(self) -> Slots[KafkaConnection]: ...
 
@@ -68,6 +87,12 @@ class KafkaConnection(asyncio.Protocol):
         self._mechanism: str | None = None
         #: After SaslHandshake v0: the next frame is the bare SASL token.
         self._bare_token = False
+        #: A SCRAM login whose server-first message was sent.
+        self._scram: ScramLogin | None = None
+        #: A login under way (a SaslAuthenticate pipelined behind it is refused).
+        self._logging_in = False
+        #: The answer after which the connection closes (a failed login's).
+        self._last_word: asyncio.Future[bytes | None] | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._stop_watching: Callable[[], None] | None = None
         self.peer = ""
@@ -164,10 +189,18 @@ class KafkaConnection(asyncio.Protocol):
         buffer = self._buffer
         while not self._closing and self._reading and len(buffer) >= _SIZE:
             size = int.from_bytes(buffer[:_SIZE], "big", signed=True)
-            if size < 0 or size > self._limits.max_request_bytes:
+            most = self._limits.max_request_bytes
+            if self.principal is None:
+                most = min(most, MAX_BEFORE_LOGIN)
+            elif size > MAX_OTHER_REQUEST and most > MAX_OTHER_REQUEST:
+                if len(buffer) < _SIZE + 2:
+                    return  # its API key first: only Produce carries records
+                if int.from_bytes(buffer[_SIZE : _SIZE + 2], "big") != wire.PRODUCE:
+                    most = MAX_OTHER_REQUEST
+            if size < 0 or size > most:
                 logger.warning(
                     "Kafka: %s sent a request of %d bytes (at most %d): closed",
-                    self.peer, size, self._limits.max_request_bytes,
+                    self.peer, size, most,
                 )  # fmt: skip
                 self.close()
                 return
@@ -195,7 +228,7 @@ class KafkaConnection(asyncio.Protocol):
             return
         api = wire.APIS.get(key)
         if key == wire.API_VERSIONS:
-            served = api is not None and version <= api.max_version
+            served = api is not None and api.min_version <= version <= api.max_version
             body = wire.api_versions_body(
                 version if served else 0, wire.NONE if served else wire.UNSUPPORTED_VERSION
             )
@@ -252,6 +285,9 @@ class KafkaConnection(asyncio.Protocol):
             framed = answer.result()
             if framed is not None and transport is not None and not self._closing:
                 transport.write(framed)
+            if answer is self._last_word:
+                self.close()
+                return
         self._resume()
 
     async def _answer(self, answer: Any, correlation_id: int, silent: bool) -> bytes | None:
@@ -265,53 +301,87 @@ class KafkaConnection(asyncio.Protocol):
 
     # -- SASL ---------------------------------------------------------------------------------
 
+    def _mechanisms(self) -> list[str]:
+        return MECHANISMS if self._listener.scram is not None else [PLAIN]
+
     def _handshake(self, request: Any) -> Any:
         response = wire.APIS[wire.SASL_HANDSHAKE].response
-        if request.mechanism not in MECHANISMS:
+        mechanisms = self._mechanisms()
+        if request.mechanism not in mechanisms:
             return response(
                 version=request.version,
                 error_code=wire.UNSUPPORTED_SASL_MECHANISM,
-                mechanisms=MECHANISMS,
+                mechanisms=mechanisms,
             )
         self._mechanism = request.mechanism
+        self._scram = None
         self._bare_token = request.version == 0
-        return response(version=request.version, error_code=wire.NONE, mechanisms=MECHANISMS)
+        return response(version=request.version, error_code=wire.NONE, mechanisms=mechanisms)
 
-    async def _login(self, token: bytes) -> str | None:
-        """Log in with a PLAIN token; None, or why not (one sentence)."""
+    async def _login(self, token: bytes) -> tuple[str | None, bytes]:
+        """One step of the login: (None, what to answer), or (why not, b"") in one sentence.
+        The connection is logged in once :attr:`principal` is set; SCRAM's first step answers
+        the server-first message and leaves it unset."""
         if self.principal is not None:
-            return "already logged in"
+            return "already logged in", b""
         if self._mechanism is None:
-            return "a SaslHandshake must come first"
-        credentials = parse_plain(token)
-        if credentials is None:
-            log_failed_login("kafka", "", self.host, "not a SASL PLAIN response")
-            return "Invalid credentials"
-        name, password = credentials
+            return "a SaslHandshake must come first", b""
+        if self._logging_in:
+            return "a login is under way", b""
         context = CONNECTION.set(("kafka", self.peer, None))
+        self._logging_in = True
+        principal: Principal | None
         try:
-            principal = await self._listener.authenticator.authenticate(
-                f"{name}:{password}", self.host
-            )
+            if self._mechanism == PLAIN:
+                principal, answer = await self._plain(token), b""
+            else:
+                principal, answer = await self._scram_step(self._mechanism, token)
         except NotAuthenticated as exc:
-            return str(exc)
+            return str(exc), b""
         finally:
+            self._logging_in = False
             CONNECTION.reset(context)
+        if principal is None:
+            return None, answer
         if self._closing:
-            return "closed"
+            return "closed", b""
         if not self._listener.slots.establish(self):
-            return TOO_MANY_CONNECTIONS
+            return TOO_MANY_CONNECTIONS, b""
         self.principal = principal
         self._stop_watching = self._listener.authenticator.watch_user(principal, self.close)
         self._listener.logged_in(self)
         self._arm(self._limits.idle_timeout)
-        return None
+        return None, answer
+
+    async def _plain(self, token: bytes) -> Principal:
+        """A PLAIN token's user: a password, or (as ``$ConnectionString``) an Event Hubs
+        connection string."""
+        credentials = parse_plain(token)
+        if credentials is None:
+            log_failed_login("kafka", "", self.host, "not a SASL PLAIN response")
+            raise NotAuthenticated("Invalid credentials")
+        name, password = credentials
+        strings = self._listener.connection_strings
+        if name == CONNECTION_STRING_USER and strings is not None:
+            return await strings.authenticate(password, self.host)
+        return await self._listener.authenticator.authenticate(f"{name}:{password}", self.host)
+
+    async def _scram_step(self, mechanism: str, token: bytes) -> tuple[Principal | None, bytes]:
+        """The client-first message: (None, the server-first); then the client-final one:
+        (the user, the server-final)."""
+        login, self._scram = self._scram, None
+        if login is not None:
+            return login.finish(token, self.host)
+        logins = self._listener.scram
+        assert logins is not None  # the handshake offers SCRAM only with them
+        self._scram = await logins.begin(mechanism, token, self.host)
+        return None, self._scram.server_first
 
     async def _authenticate(self, request: Any, correlation_id: int) -> bytes:
         response = wire.APIS[wire.SASL_AUTHENTICATE].response
-        failure = await self._login(bytes(request.auth_bytes))
+        failure, answer = await self._login(bytes(request.auth_bytes))
         if failure is not None:
-            asyncio.get_running_loop().call_soon(self.close)
+            self._last_word = asyncio.current_task()  # closed once this answer is written
             body = response(
                 version=request.version,
                 error_code=wire.SASL_AUTHENTICATION_FAILED,
@@ -322,16 +392,18 @@ class KafkaConnection(asyncio.Protocol):
             body = response(
                 version=request.version,
                 error_code=wire.NONE,
-                auth_bytes=b"",
+                auth_bytes=answer,
                 session_lifetime_ms=0,
             )
         return wire.encode_response(body, correlation_id)
 
     async def _bare_login(self, token: bytes) -> bytes | None:
-        """SaslHandshake v0's login: the bare token, answered with an empty frame, or the
-        connection closed."""
-        failure = await self._login(token)
+        """SaslHandshake v0's login: each bare token answered with a size-prefixed one (empty
+        for PLAIN), or the connection closed."""
+        failure, answer = await self._login(token)
         if failure is not None:
             asyncio.get_running_loop().call_soon(self.close)
             return None
-        return _EMPTY_FRAME
+        if self.principal is None:
+            self._bare_token = True  # SCRAM's client-final message comes bare too
+        return len(answer).to_bytes(_SIZE, "big") + answer

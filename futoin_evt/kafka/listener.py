@@ -5,14 +5,17 @@ from __future__ import annotations
 import asyncio
 import logging
 
+from ..auth.sasl_logins import ConnectionStringLogins, ScramLogins
 from ..auth.users import Authenticator
 from ..domain.management import CONNECTION_CLOSED, CONNECTION_OPENED, ManagementBus
+from ..log.kafka import KafkaShared
 from ..log.streams import StreamLogs, StreamRegistry
 from ..slots import KAFKA_CELL, SharedCount, Slots
-from .broker import Broker
+from .broker import Broker, SchemaTypeOf
 from .config import KafkaConfig
 from .connection import KafkaConnection
 from .groups import GroupCoordinator
+from .shared_groups import LocalGroups, SharedGroups
 
 logger = logging.getLogger(__name__)
 
@@ -26,10 +29,26 @@ class KafkaListener:
         streams: StreamRegistry,
         authenticator: Authenticator,
         config: KafkaConfig,
+        schemas: SchemaTypeOf | None = None,
+        shared: KafkaShared | None = None,
     ) -> None:
+        """``shared``: what the processes on the database share (without it: this process
+        keeps the door's state on its own)."""
         self.config = config
         self.authenticator = authenticator
-        self.broker = Broker(logs, streams, GroupCoordinator(), config, self.advertised)
+        #: SCRAM logins and Event Hubs connection strings (None: not taken), as the server
+        #: sets them.
+        self.scram: ScramLogins | None = None
+        self.connection_strings: ConnectionStringLogins | None = None
+        self.broker = Broker(
+            logs,
+            streams,
+            SharedGroups(shared) if shared is not None else LocalGroups(GroupCoordinator()),
+            config,
+            self.advertised,
+            schemas=schemas,
+            shared=shared,
+        )
         self._server: asyncio.Server | None = None
         limits = config.limits
         group = config.group
@@ -52,6 +71,16 @@ class KafkaListener:
             ssl=self.config.tls,
             reuse_port=self.config.reuse_port or None,
         )
+        try:
+            await self.broker.start()
+        except BaseException:
+            self._server.close()
+            raise
+
+    @property
+    def serving(self) -> bool:
+        """The port accepts connections."""
+        return self._server is not None and self._server.is_serving()
 
     @property
     def port(self) -> int:

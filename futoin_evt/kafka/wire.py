@@ -50,6 +50,8 @@ TRANSACTIONAL_ID_AUTHORIZATION_FAILED: Final = 53
 SECURITY_DISABLED: Final = 54
 UNKNOWN_PRODUCER_ID: Final = 59
 SASL_AUTHENTICATION_FAILED: Final = 58
+KAFKA_STORAGE_ERROR: Final = 56
+INVALID_RECORD: Final = 87
 INVALID_CONFIG: Final = 40
 UNKNOWN_SERVER_ERROR: Final = -1
 
@@ -211,11 +213,44 @@ def _skip_tagged_fields(frame: bytes, at: int) -> int:
 
 
 def decode_body(api: Message, frame: bytes, header: RequestHeader) -> Any:
-    """The request's body as kafka-python's type; raises BadRequest."""
+    """The request's body as kafka-python's type; raises BadRequest, also for a body whose
+    last string or bytes ends past the frame (kafka-python's ``decode`` takes what there is)."""
+    version = header.api_version
+    flexible = api.flexible_version_q(version)
     try:
-        return api.decode(memoryview(frame)[header.body_at :], version=header.api_version)
+        decode = api._struct.compiled_decode_from(
+            version, compact=flexible, tagged=flexible, data_class=api[None]
+        )
+        request, end = decode(memoryview(frame), header.body_at)
     except Exception as exc:  # kafka-python raises what its decoders meet
-        raise BadRequest(f"a {api.name} v{header.api_version} body that does not decode") from exc
+        raise BadRequest(f"a {api.name} v{version} body that does not decode") from exc
+    if end > len(frame):
+        raise BadRequest(f"a {api.name} v{version} body that ends early")
+    if not _nulls_where_allowed(api._struct, request, version):
+        raise BadRequest(f"a {api.name} v{version} body with a null where none is allowed")
+    return request
+
+
+def _nulls_where_allowed(struct: Any, value: Any, version: int) -> bool:
+    """Whether ``value`` (of kafka-python's ``struct``) is null only in fields nullable in
+    ``version``: kafka-python decodes a null string, bytes or array wherever one is sent,
+    and the handlers take a name or a group id for a string."""
+    for name, field in struct.fields.items():
+        if not field.for_version_q(version) or field.tagged_field_q(version):
+            continue
+        item = getattr(value, name)
+        if item is None:
+            if not field.nullable_for_version_q(version):
+                return False
+        elif field.is_struct_array():
+            if not all(_nulls_where_allowed(field.array_of, one, version) for one in item):
+                return False
+        elif field.is_struct():
+            if not _nulls_where_allowed(field, item, version):
+                return False
+        elif field.is_array() and None in item:
+            return False
+    return True
 
 
 def encode_response(response: Any, correlation_id: int) -> bytes:
@@ -244,7 +279,6 @@ def unsupported_body(api_key: int, version: int) -> Any | None:
     if types is None or not 0 <= version <= types[1].max_version:
         return None
     response_type = types[1]
-    fields = set(response_type._struct.fields)
-    if "error_code" in fields:
-        return response_type(version=version, error_code=UNSUPPORTED_VERSION)
-    return response_type(version=version)
+    if "error_code" not in set(response_type._struct.fields):
+        return None  # no error it could say: Kafka closes such a connection too
+    return response_type(version=version, error_code=UNSUPPORTED_VERSION)

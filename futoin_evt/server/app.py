@@ -13,6 +13,7 @@ from websockets.http11 import Request
 
 from ..amqp import AmqpConfig
 from ..auth.sas import SasVerifier
+from ..auth.sasl_logins import ConnectionStringLogins, ScramLogins
 from ..auth.users import Authenticator
 from ..console.config import ConsoleConfig
 from ..dcb.service import DcbService, stream_dcb_log
@@ -33,6 +34,7 @@ from ..log.connections import Connections
 from ..log.consumers import ConsumerLifecycle
 from ..log.deliveries import ConnectedDeliveries
 from ..log.figures import StoreFigures
+from ..log.kafka import KafkaShared
 from ..log.retention import Discarder, RetentionConfig
 from ..log.schemas import SchemaRegistry
 from ..log.sessions import ConsoleSessions
@@ -247,17 +249,26 @@ async def _start_amqp(
 
 
 async def _start_kafka(
+    store: Store,
     logs: StreamLogs,
     streams: StreamRegistry,
     bus: ManagementBus,
     authenticator: Authenticator,
     config: KafkaConfig,
+    schemas: SchemaRegistry,
+    shared: KafkaShared,
 ) -> KafkaListener:
-    """The Kafka listener (imported here: kafka-python and cramjam are optional)."""
+    """The Kafka listener (imported here: kafka-python and cramjam are optional), with SCRAM
+    logins and Event Hubs connection strings."""
     from ..kafka.listener import KafkaListener
 
-    listener = KafkaListener(logs, streams, authenticator, config)
+    listener = KafkaListener(
+        logs, streams, authenticator, config, schemas=schemas.type_of_schema, shared=shared
+    )
     listener.notices = bus
+    listener.scram = ScramLogins(store, store, authenticator)
+    sas = SasVerifier(store, config.sas_secret) if config.sas_secret is not None else None
+    listener.connection_strings = ConnectionStringLogins(sas, authenticator)
     try:
         await listener.start()
     except OSError as exc:  # say which of the listeners could not start
@@ -523,7 +534,16 @@ class EventServer:
             kafka = None
             if config.kafka is not None:
                 try:
-                    kafka = await _start_kafka(logs, streams, notices, authenticator, config.kafka)
+                    kafka = await _start_kafka(
+                        store,
+                        logs,
+                        streams,
+                        notices,
+                        authenticator,
+                        config.kafka,
+                        schemas,
+                        KafkaShared(store),
+                    )
                 except BaseException:
                     if amqp is not None:
                         await amqp.close()

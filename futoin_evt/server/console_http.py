@@ -25,6 +25,7 @@ from .http import Exchange, HttpEndpoint, HttpError
 if TYPE_CHECKING:
     from ..amqp.listener import AmqpListener
     from ..ftn18.notify import NotifyService
+    from ..kafka.listener import KafkaListener
     from .metrics import MetricsListener
     from .peers import PeerChannel
     from .websocket import WebSocketTransport
@@ -55,6 +56,7 @@ class Server(Protocol):
     http_endpoints: list[HttpEndpoint]
     notify: NotifyService
     amqp: AmqpListener | None
+    kafka: KafkaListener | None
     metrics: MetricsListener | None
     channel: PeerChannel | None
 
@@ -91,6 +93,8 @@ class ServerFacts:
             doors.append(Door(name, base + endpoint.path, counts[endpoint.door]))
         if server.amqp is not None:
             doors.append(Door("AMQP 1.0", server.amqp.url, server.amqp.slots.established))
+        if server.kafka is not None:
+            doors.append(Door("Kafka", server.kafka.url, server.kafka.slots.established))
         if server.metrics is not None:
             doors.append(Door("Metrics", server.metrics.url, None))
         return doors

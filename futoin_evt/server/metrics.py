@@ -66,6 +66,7 @@ if TYPE_CHECKING:
     from ..domain.management import ManagementBus
     from ..ftn18.notify import NotifyService
     from ..ftn18.push import PushService
+    from ..kafka.listener import KafkaListener
     from ..log.archive import InProcessArchiver
     from ..log.figures import ConsumerRow, StoreFigures
     from ..log.retention import Discarder
@@ -110,6 +111,7 @@ class ServerFigures(Protocol):
     executor: Executor
     http_endpoints: list[HttpEndpoint]
     amqp: AmqpListener | None
+    kafka: KafkaListener | None
     notices: ManagementBus
 
     @property
@@ -295,6 +297,8 @@ class ServerCollector(Collector):
         ports: list[tuple[str, Slots[Any]]] = [("websocket", server.transport.slots)]
         if server.amqp is not None:
             ports.append(("amqp", server.amqp.slots))
+        if server.kafka is not None:
+            ports.append(("kafka", server.kafka.slots))
         for door, count in _connections_by_door(server).items():
             connections.add_metric([door], count)
         for door, slots in ports:
@@ -382,6 +386,7 @@ def _connections_by_door(server: ServerFigures) -> dict[str, int]:
     counts["websocket"] -= notify
     counts["notify"] += notify
     counts["amqp"] = server.amqp.slots.established if server.amqp is not None else 0
+    counts["kafka"] = server.kafka.slots.established if server.kafka is not None else 0
     return counts
 
 
@@ -490,6 +495,8 @@ class MetricsListener:
             return "the WebSocket port is not serving"
         if server.amqp is not None and not server.amqp.serving:
             return "the AMQP listener is not serving"
+        if server.kafka is not None and not server.kafka.serving:
+            return "the Kafka listener is not serving"
         try:
             await asyncio.wait_for(server.figures.probe(), READY_TIMEOUT)
         except TimeoutError:
