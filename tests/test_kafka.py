@@ -7,11 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import ssl
 import struct
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import trustme
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError as AioKafkaError
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
@@ -534,3 +537,76 @@ async def test_metrics_count_the_kafka_connections(
     assert counted is not None
     assert float(counted.group(1)) >= 1  # the producer's (and its bootstrap's, if still open)
     assert 'futoin_evt_door_handshakes{door="kafka"} 0.0' in text
+
+
+# -- TLS, acks and producers' keys -------------------------------------------------------------
+
+
+async def test_sasl_ssl_with_the_servers_certificate(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    authority = trustme.CA()
+    authority.issue_cert("127.0.0.1").configure_cert(
+        context := ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    )
+    server = await start_server(kafka=KafkaConfig(port=0, tls=context))
+    ca_file = tmp_path / "ca.pem"
+    authority.cert_pem.write_to_path(str(ca_file))
+    conf = confluent_conf(
+        server, **{"security.protocol": "SASL_SSL", "ssl.ca.location": str(ca_file)}
+    )
+
+    def produce() -> list[Any]:
+        producer = Producer(conf)
+        delivered: list[Any] = []
+        producer.produce(
+            "events", value=b"over TLS", on_delivery=lambda e, m: delivered.append((e, m.offset()))
+        )
+        assert producer.flush(10) == 0
+        return delivered
+
+    ((error, offset),) = await asyncio.to_thread(produce)
+    assert error is None
+    python_tls = python_conf(server, security_protocol="SASL_SSL", ssl_cafile=str(ca_file))
+    (record,) = await asyncio.to_thread(_consume_all, python_tls, "events", 0, 1)
+    assert (record.offset, record.value) == (offset, b"over TLS")
+
+
+async def test_acks_0_stores_without_an_answer(kafka_server: EventServer) -> None:
+    def produce() -> None:
+        producer = KafkaProducer(**python_conf(kafka_server), acks=0, enable_idempotence=False)
+        try:
+            for number in range(3):
+                producer.send("events", value=str(number).encode())
+            producer.flush(10)
+        finally:
+            producer.close()
+
+    await asyncio.to_thread(produce)
+    records = await asyncio.to_thread(_consume_all, python_conf(kafka_server), "events", 0, 3)
+    assert [record.value for record in records] == [b"0", b"1", b"2"]
+
+
+async def test_a_producers_key_header_stores_a_record_once(kafka_server: EventServer) -> None:
+    """The other doors' dedup key: a record sent again (by a producer that restarted, say)
+    with the same ``futoin-evt-key`` within the dedup window stores nothing and answers the
+    first one's offset."""
+
+    def produce_twice() -> list[int]:
+        offsets = []
+        for _ in range(2):  # two producers: Kafka's idempotence cannot tell the copies apart
+            producer = KafkaProducer(**python_conf(kafka_server))
+            try:
+                sent = producer.send(
+                    "events", value=b"pay 5", headers=[("futoin-evt-key", b"pay-1")]
+                )
+                offsets.append(sent.get(10).offset)
+            finally:
+                producer.close()
+        return offsets
+
+    first, second = await asyncio.to_thread(produce_twice)
+    assert second == first
+    async with await _ftn18(kafka_server) as client:
+        event_id = await client.add_event("ORDER_PLACED", {"n": 1})
+    assert event_id == first + 1  # nothing stored between
