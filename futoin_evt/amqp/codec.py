@@ -37,6 +37,14 @@ from decimal import Decimal
 from typing import Any, Final, NamedTuple, Protocol
 
 from ..domain.attrs import EventAttrs, parse_attrs
+from ..domain.payload import (
+    BINARY_KEY,
+    JSON_CONTENT_TYPE,
+    MAX_CONTENT_TYPE_CHARS,
+    PayloadNotJson,
+    is_json_content_type,
+    payload_draft,
+)
 from ..domain.stream import EventDraft, StoredEvent
 from ..ftn3.messages import decode_json
 from ..quoting import quote_input
@@ -60,10 +68,6 @@ from .engine.types import (
 OFFSET_WIDTH: Final = 20
 EARLIEST: Final = "@earliest"
 LATEST: Final = "@latest"
-BINARY_KEY: Final = "$binary"
-JSON_CONTENT_TYPE: Final = "application/json"
-#: The longest content type a ``data`` section may carry (it is stored with the event).
-MAX_CONTENT_TYPE_CHARS: Final = 256
 #: The type of an event from a message without a subject (Event Hubs clients send none).
 DEFAULT_EVENT_TYPE: Final = "EVENT"
 #: The application property that carries the producer's key of an event: within the dedup
@@ -145,36 +149,19 @@ class IncomingEvent(NamedTuple):
         return EventDraft(self.type, self.data, self.content_type, self.text, self.attrs)
 
 
-def is_json_content_type(content_type: str) -> bool:
-    return content_type.split(";")[0].strip().lower() == JSON_CONTENT_TYPE
-
-
 def data_section_event(event_type: str, raw: bytes, content_type: str) -> IncomingEvent:
-    """The event of a ``data`` section. Raises :class:`BadMessage` for a content type too
-    long to keep, and ValueError (UnicodeDecodeError too) for JSON that is not JSON."""
+    """The event of a ``data`` section (the rule of :mod:`~futoin_evt.domain.payload`).
+    Raises :class:`BadMessage` for a content type too long to keep, and ValueError for JSON
+    that is not JSON (its reason)."""
     if len(content_type) > MAX_CONTENT_TYPE_CHARS:
         raise BadMessage(
             "amqp:invalid-field", f"the content-type exceeds {MAX_CONTENT_TYPE_CHARS} characters"
         )
-    if not is_json_content_type(content_type):
-        binary = {BINARY_KEY: base64.b64encode(raw).decode("ascii")}
-        return IncomingEvent(event_type, binary, content_type)
     try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        return IncomingEvent(event_type, _parse_json(raw), content_type)  # UTF-16 or -32
-    if text.startswith("\ufeff"):
-        return IncomingEvent(event_type, _parse_json(text[1:]), content_type)
-    # A line break would split the event's line in the HTTP feed's NDJSON.
-    kept = text if "\n" not in text and "\r" not in text else None
-    return IncomingEvent(event_type, _parse_json(text), content_type, kept)
-
-
-def _parse_json(text: str | bytes) -> Any:
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ValueError("it nests too deep") from None
+        draft = payload_draft(event_type, raw, content_type)
+    except PayloadNotJson as exc:
+        raise ValueError(exc.reason) from None
+    return IncomingEvent(draft.type, draft.data, content_type, draft.text)
 
 
 class MessageLike(Protocol):

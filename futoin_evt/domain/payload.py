@@ -59,13 +59,21 @@ def payload_draft(
     return EventDraft(event_type, _parse_json(text), content_type, kept, attrs)
 
 
+class PayloadNotJson(EventRejected):
+    """A payload whose content type says JSON, and which is not; ``reason`` says why."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(f"the payload is not the JSON its content type says: {reason}")
+        self.reason = reason
+
+
 def _parse_json(text: str | bytes) -> Any:
     try:
         return json.loads(text)
     except RecursionError:
-        raise EventRejected("the JSON payload nests too deep") from None
+        raise PayloadNotJson("it nests too deep") from None
     except ValueError as exc:
-        raise EventRejected(f"the payload is not the JSON its content type says: {exc}") from None
+        raise PayloadNotJson(str(exc)) from None
 
 
 #: Confluent's serializers' wire format: a zero byte and the schema id (4 bytes, big-endian)
