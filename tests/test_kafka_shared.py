@@ -256,7 +256,14 @@ def _split_commit_resume(
     of ``orders`` (4 partitions), commit and leave; a newcomer then reads what came after.
     The partitions each member was given, how many records each read, the records read,
     and those the newcomer read."""
-    group = {"group.id": "billing", "auto.offset.reset": "earliest", "enable.auto.commit": False}
+    group = {
+        "group.id": "billing",
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        # a member whose leave went astray is gone within this (the newcomer waits 30 s)
+        "session.timeout.ms": 6000,
+        "heartbeat.interval.ms": 500,
+    }
     members = [Consumer(_confluent(address, **group)) for address in (one, other)]
     for member in members:
         member.subscribe(["orders"])

@@ -364,11 +364,14 @@ class Broker:
                 answers.append((code, -1, b""))
                 continue
             head = log.head
+            if offset > head:
+                # nothing this process knows of: what another process added may not have
+                # reached it yet (its notice lost, or this log made after it came)
+                await log.catch_up()
+                head = log.head
             if offset > head + 1 or offset < 0:
-                head = await log.newest_id()
-                if offset > head + 1 or offset < 0:
-                    answers.append((wire.OFFSET_OUT_OF_RANGE, head + 1, b""))
-                    continue
+                answers.append((wire.OFFSET_OUT_OF_RANGE, head + 1, b""))
+                continue
             room = min(partition_max, left)
             if room <= 0 or offset > head:
                 answers.append((wire.NONE, head + 1, b""))
