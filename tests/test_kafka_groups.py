@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from futoin_evt.kafka import groups as g
+from futoin_evt.kafka.coordinator import GroupCoordinator
 from futoin_evt.kafka.groups import (
     Group,
-    GroupCoordinator,
     GroupLimits,
     JoinReply,
     JoinResult,

@@ -14,7 +14,7 @@ from ..slots import KAFKA_CELL, SharedCount, Slots
 from .broker import Broker, SchemaTypeOf
 from .config import KafkaConfig
 from .connection import KafkaConnection
-from .groups import GroupCoordinator
+from .coordinator import GroupCoordinator
 from .shared_groups import LocalGroups, SharedGroups
 
 logger = logging.getLogger(__name__)

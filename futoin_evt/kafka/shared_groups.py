@@ -12,7 +12,7 @@ reads the row every :data:`POLL_SECONDS` (sooner when this process changed the g
 poll, without the database's notifications. A newer request of the same member makes the
 older one answer REBALANCE_IN_PROGRESS, as Kafka's coordinator does.
 
-Not kept here, unlike :class:`~.groups.GroupCoordinator`: the bound on the number of groups
+Not kept here, unlike :class:`~.coordinator.GroupCoordinator`: the bound on the number of groups
 (rows stay, a few hundred bytes each, and Empty groups are listed as Kafka lists those with
 offsets).
 """
@@ -30,6 +30,7 @@ from collections.abc import Callable
 from typing import Any, Final, Protocol, TypeVar
 
 from ..log.kafka import KafkaShared
+from .coordinator import GroupCoordinator
 from .groups import (
     COORDINATOR_NOT_AVAILABLE,
     ILLEGAL_GENERATION,
@@ -40,7 +41,6 @@ from .groups import (
     UNKNOWN_MEMBER,
     UNKNOWN_MEMBER_ID,
     Group,
-    GroupCoordinator,
     GroupDescription,
     GroupLimits,
     GroupState,
@@ -108,7 +108,7 @@ class Coordinator(Protocol):
 
 
 class LocalGroups:
-    """The groups of this process alone (:class:`~.groups.GroupCoordinator`), as a
+    """The groups of this process alone (:class:`~.coordinator.GroupCoordinator`), as a
     :class:`Coordinator`."""
 
     def __init__(self, coordinator: GroupCoordinator) -> None:
