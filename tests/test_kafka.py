@@ -18,6 +18,7 @@ import trustme
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
 from aiokafka.errors import KafkaError as AioKafkaError
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as ConfluentPartition
 from confluent_kafka.admin import (  # type: ignore[attr-defined]
     AdminClient,
     ConfigResource,
@@ -497,6 +498,35 @@ async def test_a_revoked_right_refuses_the_next_fetch(kafka_server: EventServer)
             await asyncio.wait_for(consumer.getone(), 10)
     finally:
         await consumer.stop()
+
+
+async def test_an_offset_past_the_log_end_is_not_committed(kafka_server: EventServer) -> None:
+    """A group may commit only offsets of what it could have read: one past the log's end is
+    refused as out of range (not as a rights failure), and the group's offset stays."""
+    async with await _ftn18(kafka_server) as client:
+        first = await client.add_event("ORDER_PLACED", {"n": 1})
+    conf = {**confluent_conf(kafka_server), "group.id": "audit", "enable.auto.commit": False}
+
+    def run() -> tuple[list[int], int]:
+        consumer = Consumer(conf)
+        try:
+            at = ConfluentPartition("events", 0, first + 1)
+            consumer.commit(offsets=[at], asynchronous=False)
+            codes = []
+            try:
+                consumer.commit(
+                    offsets=[ConfluentPartition("events", 0, first + 1000)], asynchronous=False
+                )
+            except KafkaException as exc:
+                codes.append(exc.args[0].code())
+            (kept,) = consumer.committed([ConfluentPartition("events", 0)], timeout=10)
+            return codes, kept.offset
+        finally:
+            consumer.close()
+
+    codes, kept = await asyncio.to_thread(run)
+    assert codes == [KafkaError.OFFSET_OUT_OF_RANGE]
+    assert kept == first + 1
 
 
 async def test_list_offsets_finds_the_first_event_at_a_time(kafka_server: EventServer) -> None:

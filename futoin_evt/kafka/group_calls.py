@@ -9,6 +9,7 @@ from typing import Any, Final
 from ..domain.principal import Principal
 from ..domain.rights import Right
 from ..log.access import Refused
+from ..log.consumers import PositionPastHead
 from ..log.eventlog import EventLog
 from . import wire
 from .shared_groups import Coordinator
@@ -194,6 +195,8 @@ class GroupCalls:
         try:
             await consumers.register(who, component, transport="kafka")
             moved = await consumers.seek(who, who.user_id, component, max(offset - 1, 0))
+        except PositionPastHead:  # nothing there was read: no position may say so
+            return wire.OFFSET_OUT_OF_RANGE
         except Refused:
             return wire.TOPIC_AUTHORIZATION_FAILED
         except ValueError:
