@@ -206,19 +206,10 @@ def add_commands(commands: Commands) -> None:
         metavar="T",
         help="disconnect AMQP peers silent for T seconds",
     )
-    add_sas_secret(amqp)
-    amqp.add_argument(
-        "--sas-max-lifetime",
-        type=float,
-        default=DEFAULT_MAX_LIFETIME,
-        metavar="SECONDS",
-        help="refuse SAS tokens that expire more than SECONDS from now"
-        f" (default: {DEFAULT_MAX_LIFETIME}, 7 days)",
-    )
     kafka = serve.add_argument_group(
         "Kafka",
-        "The streams as topics for Kafka clients (SASL PLAIN with the same users; SASL_SSL "
-        "with --tls-cert/--tls-key).",
+        "The streams as topics for Kafka clients (SASL PLAIN or SCRAM with the same users; "
+        "SASL_SSL with --tls-cert/--tls-key).",
     )
     kafka.add_argument(
         "--kafka", metavar="HOST:PORT", help="listen for Kafka here (port 0: any; default: off)"
@@ -235,6 +226,20 @@ def add_commands(commands: Commands) -> None:
         metavar="N",
         help="close Kafka connections that send a larger request"
         f" (default: {KafkaLimits().max_request_bytes})",
+    )
+    sas = serve.add_argument_group(
+        "shared access signatures",
+        "Event Hubs' SAS keys and tokens, taken by the AMQP door and by the Kafka door's "
+        "$ConnectionString login.",
+    )
+    add_sas_secret(sas)
+    sas.add_argument(
+        "--sas-max-lifetime",
+        type=float,
+        default=DEFAULT_MAX_LIFETIME,
+        metavar="SECONDS",
+        help="refuse SAS tokens that expire more than SECONDS from now"
+        f" (default: {DEFAULT_MAX_LIFETIME}, 7 days)",
     )
     feed = serve.add_argument_group(
         "HTTP feed",
