@@ -1,5 +1,5 @@
 """``python -m bench.compare --before DIR [--installed] [--rounds N] [--durability full normal]
-[--workers N] [--reads EVENTS] [--pg URL]``
+[--workers N] [--reads EVENTS] [--pg URL] [--keys]``
 
 The write workloads (with ``--reads``: the read workloads instead) against two futoin-evt
 servers side by side: one run from the source tree
@@ -12,7 +12,9 @@ machine; the table gives the medians of calls/s and of the server's CPU time per
 (p50 and p99, medians of the rounds). With ``--reads``, both servers start with that many
 events stored, and each round measures the raw read limit too (:func:`.others.read_groups`):
 each server's ratio to it is printed below the table. With ``--pg``, each server runs on a
-new database of its own on that PostgreSQL server (the write workloads only).
+new database of its own on that PostgreSQL server (the write workloads only). With ``--keys``,
+the write workloads also run with a producer's key on each event (1 at a time and 32 in
+flight), and each tree's ratio of keyed to unkeyed calls/s is printed below the table.
 """
 
 from __future__ import annotations
@@ -20,7 +22,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
+import os
 import statistics
+import sys
 import tempfile
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -35,6 +40,19 @@ WORKLOADS: Final[dict[str, tuple[Callable[[systems.System, int], Awaitable[float
     "addEvent, 32 in flight": (workloads.add_in_flight, 20_000),
     "addEvent, 8 connections x 4": (workloads.add_from_connections, 20_000),
 }
+#: The write workloads with a producer's key on each event (``--keys``), and the workload
+#: without keys each is compared with.
+KEYED: Final[dict[str, tuple[Callable[[systems.System, int], Awaitable[float]], int]]] = {
+    "addEvent with keys, 1 at a time": (functools.partial(workloads.add_serial, keyed=True), 2_000),
+    "addEvent with keys, 32 in flight": (
+        functools.partial(workloads.add_in_flight, keyed=True),
+        20_000,
+    ),
+}
+UNKEYED: Final = {
+    "addEvent with keys, 1 at a time": "addEvent, 1 at a time",
+    "addEvent with keys, 32 in flight": "addEvent, 32 in flight",
+}
 #: The read workloads (``--reads``), and how the raw limit reads for each (page size).
 READS: Final = {
     "poll drain": (workloads.poll_drain, others.POLL_PAGE_BYTES, others.POLL_WINDOW),
@@ -46,7 +64,7 @@ LATENCY_EVENTS: Final = 5_000
 
 async def measure(system: systems.System, workload: str, reads: int) -> tuple[float, float]:
     """Calls/s (events/s) and the server's CPU µs per call (event)."""
-    run, calls = (READS[workload][0], reads) if reads else WORKLOADS[workload]
+    run, calls = (READS[workload][0], reads) if reads else {**WORKLOADS, **KEYED}[workload]
     before = system.cpu_seconds()
     rate = await run(system, calls)
     return rate, (system.cpu_seconds() - before) / calls * 1e6
@@ -69,10 +87,36 @@ async def start(
     from . import postgres  # psycopg only when asked for
 
     url = await stack.enter_async_context(postgres.database(args.pg))
-    await postgres.prepare(url, 0)
+    await prepare_pg(url, tree)
     return await systems.serve(
         url, "--workers", str(args.workers), "--durability", durability, source=tree
     )
+
+
+#: Makes a PostgreSQL database ready for the benchmarks with the code of the tree it runs in.
+_PREPARE_PG: Final = (
+    "import asyncio, sys; from bench.postgres import prepare; asyncio.run(prepare(sys.argv[1], 0))"
+)
+
+
+async def prepare_pg(url: str, tree: Path | None) -> None:
+    """The users of the benchmarks in the new database ``url``, by ``tree``'s code (None:
+    this one's), so the schema is that tree's own (an older tree refuses a newer one)."""
+    if tree is None:
+        from . import postgres
+
+        await postgres.prepare(url, 0)
+        return
+    made = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _PREPARE_PG,
+        url,
+        cwd=tree,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
+    if await made.wait():
+        raise RuntimeError(f"could not make the database of {tree}")
 
 
 async def compare(args: argparse.Namespace, durability: str) -> None:
@@ -80,7 +124,7 @@ async def compare(args: argparse.Namespace, durability: str) -> None:
     figures: dict[tuple[str, str], list[tuple[float, float]]] = {}
     latencies: dict[str, list[dict[str, float]]] = {}
     limits: dict[str, list[float]] = {}
-    names = list(READS if reads else WORKLOADS)
+    names = list(READS if reads else WORKLOADS) + (list(KEYED) if args.keys and not reads else [])
     raw_db = Path(tempfile.mkdtemp(prefix="bench-raw-")) / "raw.sqlite"
     raw_reads = None
     if reads:
@@ -132,6 +176,20 @@ async def compare(args: argparse.Namespace, durability: str) -> None:
             f" {cpu['after']:>9.1f} {cpu['after'] / cpu['before']:>5.2f}x",
             flush=True,
         )
+    for workload in names:
+        if workload not in KEYED:
+            continue
+        plain = UNKEYED[workload]
+        rates = {
+            n: statistics.median(r for r, _ in figures[workload, n])
+            / statistics.median(r for r, _ in figures[plain, n])
+            for n in trees
+        }
+        print(
+            f"{workload}: keyed/unkeyed calls/s before {rates['before']:.2f}x,"
+            f" after {rates['after']:.2f}x",
+            flush=True,
+        )
     for workload, seen in limits.items():
         limit = statistics.median(seen)
         ratios = {n: statistics.median(r for r, _ in figures[workload, n]) / limit for n in trees}
@@ -170,6 +228,9 @@ def main() -> None:
         "--reads", type=int, default=0, help="the read workloads, on this many stored events"
     )
     parser.add_argument("--pg", metavar="URL", help="run both servers on PostgreSQL there")
+    parser.add_argument(
+        "--keys", action="store_true", help="the write workloads with a key on each event too"
+    )
     parser.add_argument(
         "--installed",
         action="store_true",

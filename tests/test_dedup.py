@@ -22,11 +22,11 @@ from futoin_evt.client.aio import EventStreamClient, RemoteError
 from futoin_evt.domain.stream import UserId
 from futoin_evt.server.app import EventServer
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import Store
-from futoin_evt.storage.dedup import WriterKey
+from futoin_evt.storage.base import SCHEMA_VERSION, Store
+from futoin_evt.storage.dedup import KEYED_ROWS_VERSION, WriterKey
 
 from .support.servers import USERS, ClientFactory, ServerFactory, ServerProcess, add_user
-from .support.sql import execute_sql, stored
+from .support.sql import execute_sql, pg_schema_at, stored
 from .support.waiting import until
 
 pytestmark = pytest.mark.functional
@@ -50,7 +50,14 @@ def mine(key: str) -> WriterKey:
 
 
 def key_count(db: str) -> int:
-    return int(execute_sql(db, "SELECT count(*) FROM dedup_keys")[0][0])
+    """The keys stored in ``events``/0 (each in its event's row)."""
+    return int(execute_sql(db, "SELECT count(*) FROM events WHERE key IS NOT NULL")[0][0])
+
+
+def keys_of(db: str) -> list[tuple[int, int, str]]:
+    """(event id, user id, key) of each keyed event of ``events``/0."""
+    rows = execute_sql(db, "SELECT id, key_user_id, key FROM events WHERE key IS NOT NULL")
+    return sorted((int(event_id), int(user_id), key) for event_id, user_id, key in rows)
 
 
 async def wait_past(instant: float) -> None:
@@ -148,13 +155,12 @@ async def test_keys_survive_a_restart(store_db: str) -> None:
 
 
 async def test_a_key_is_forgotten_after_the_window(store_db: str) -> None:
-    """Past the window an event with the key is stored again (and takes the key over);
-    the discarder's turns delete old keys only."""
+    """Past the window an event with the key is stored again and takes the key over (the
+    old event keeps no key); there is nothing else to forget."""
     async with await open_store(store_db, dedup_window=1) as store:
         await store.submit_append("T", "1", None, mine("old"))
         await store.submit_append("T", "2", None, mine("again"))
         stored_by = time.time()
-        assert await store.forget_keys(100) == 0
         await wait_past(stored_by + 1)
         theirs = WriterKey(UserId(2), "again")  # with another writer's, in one batch
         assert await store.submit_appends([("T", "3", None)] * 2, [mine("again"), theirs]) == [
@@ -162,17 +168,20 @@ async def test_a_key_is_forgotten_after_the_window(store_db: str) -> None:
             4,
         ]
         assert await store.submit_append("T", "4", None, mine("again")) == 3
-        assert key_count(store_db) == 3
-        assert await store.forget_keys(100) == 1  # "old"; "again" is new again
-        kept = execute_sql(store_db, "SELECT user_id, key FROM dedup_keys ORDER BY 1")
-        assert [tuple(row) for row in kept] == [(1, "again"), (2, "again")]
+        assert keys_of(store_db) == [(1, 1, "old"), (3, 1, "again"), (4, 2, "again")]
+        assert await store.forget_keys(100) == 0
 
 
-async def test_forgetting_goes_in_bounded_chunks(store_db: str) -> None:
-    async with await open_store(store_db, dedup_window=0.001) as store:
-        await store.submit_appends([("T", "1", None)] * 25, [mine(f"k{n}") for n in range(25)])
-        await wait_past(time.time() + 0.01)
-        assert [await store.forget_keys(10) for _ in range(4)] == [10, 10, 5, 0]
+async def test_a_key_goes_with_its_discarded_event(store_db: str) -> None:
+    """Discarding an event drops its key: the key names a new event then, though it is
+    within the window; the keys of the events kept still answer."""
+    async with await open_store(store_db, dedup_window=60) as store:
+        keys = [mine(f"k{n}") for n in range(25)]
+        assert await store.submit_appends([("T", "1", None)] * 25, keys) == list(range(1, 26))
+        assert await store.delete_events(10, 100) == 10
+        assert key_count(store_db) == 15
+        assert await store.submit_appends([("T", "2", None)] * 2, [keys[0], keys[10]]) == [26, 11]
+        assert keys_of(store_db)[-1] == (26, 1, "k0")
 
 
 async def test_with_no_window_keys_are_ignored(store_db: str) -> None:
@@ -183,6 +192,58 @@ async def test_with_no_window_keys_are_ignored(store_db: str) -> None:
     assert key_count(store_db) == 0
     with pytest.raises(ValueError, match="0 or more seconds"):
         await open_store(store_db, dedup_window=-1)
+
+
+def schema_with_a_partition_at(db: str, version: int) -> None:
+    """Make the empty database ``db`` as a release at schema ``version`` (before
+    :data:`KEYED_ROWS_VERSION`) left it, with a stream ``orders`` of one partition (key 1)."""
+    if db.startswith("postgresql://"):
+        from futoin_evt.storage.postgres.schema import partition_tables_sql
+
+        pg_schema_at(db, version)
+    else:
+        from futoin_evt.storage.sqlite.schema import MIGRATIONS, partition_tables_sql
+
+        statements = ["CREATE TABLE schema_version (version INTEGER NOT NULL)"]
+        for step in range(1, version + 1):
+            statements += [s for s in MIGRATIONS[step].split(";") if s.strip()]
+        statements.append(f"INSERT INTO schema_version VALUES ({version})")
+        for statement in statements:
+            execute_sql(db, statement)
+    execute_sql(db, "INSERT INTO streams (name, created_at) VALUES ('orders', 'x')")
+    execute_sql(db, "INSERT INTO partitions (key, stream, number) VALUES (1, 'orders', 0)")
+    for statement in partition_tables_sql(1):  # as they are now, less the keys
+        execute_sql(db, statement)
+    execute_sql(db, "DROP INDEX events_1_by_key")
+    for column in ("key_user_id", "key", "key_at"):
+        execute_sql(db, f"ALTER TABLE events_1 DROP COLUMN {column}")
+
+
+async def test_the_keys_move_into_their_events_rows(store_db: str) -> None:
+    """The schema step that moves the keys into their events' rows: the keys of stored
+    events still answer, in every partition; a key whose event was discarded goes."""
+    schema_with_a_partition_at(store_db, KEYED_ROWS_VERSION - 1)
+    now_ms = int(time.time() * 1000)
+    for table in ("events", "events", "events_1"):
+        execute_sql(store_db, f"INSERT INTO {table} (type, data, ts) VALUES ('T', '0', 'x')")
+    for partition, key, event_id in [(0, "a", 2), (0, "gone", 9), (1, "b", 1)]:
+        execute_sql(
+            store_db,
+            "INSERT INTO dedup_keys VALUES (?, 1, ?, ?, ?)",
+            (partition, key, event_id, now_ms),
+        )
+    async with await open_store(store_db, dedup_window=60) as store:
+        assert await store.submit_append("T", "1", None, mine("a")) == 2
+        assert await store.submit_append("T", "1", None, mine("gone")) == 3
+        info = await store.stream("orders")
+        assert info is not None
+        orders = store.partition_log(info.partitions[0])
+        assert await orders.submit_append("T", "1", None, mine("b")) == 1
+        assert await orders.submit_append("T", "1", None, mine("a")) == 2
+    assert execute_sql(store_db, "SELECT version FROM schema_version") == [(SCHEMA_VERSION,)]
+    assert keys_of(store_db) == [(2, 1, "a"), (3, 1, "gone")]
+    with pytest.raises(Exception, match="dedup_keys"):
+        execute_sql(store_db, "SELECT count(*) FROM dedup_keys")
 
 
 # -- the server ---------------------------------------------------------------------------------
@@ -267,8 +328,8 @@ async def test_a_restart_inside_the_window_keeps_the_keys(
 async def test_a_key_is_forgotten_after_the_window_of_the_server(
     start_server: ServerFactory, store_db: str
 ) -> None:
-    """Past the window the key's event is stored again; the discarder's next turn deletes
-    the keys older than the window (a key stored again is new)."""
+    """Past the window the key's event is stored again, and holds the key from then on;
+    the discarder's turns find no key to forget (keys go with their events)."""
     server = await start_server(db=store_db, dedup_window=1.0)
     async with await EventStreamClient.connect(server.url, credentials=SEC) as client:
         first = await add(client, 1, "order-17")
@@ -280,8 +341,9 @@ async def test_a_key_is_forgotten_after_the_window_of_the_server(
     assert second > first
     assert stored(store_db) == [(first, 1), (first + 1, 2), (second, 1)]
     await server.discarder.turn()
-    assert server.discarder.keys_forgotten == 1
-    assert execute_sql(store_db, "SELECT key, event_id FROM dedup_keys") == [("order-17", second)]
+    assert server.discarder.keys_forgotten == 0
+    keys = execute_sql(store_db, "SELECT key, id FROM events WHERE key IS NOT NULL ORDER BY 2")
+    assert [tuple(row) for row in keys] == [("order-18", first + 1), ("order-17", second)]
 
 
 async def test_with_no_window_the_server_accepts_keys_and_stores_each_event(
@@ -407,15 +469,12 @@ async def test_a_key_committed_while_the_batch_waited_for_the_lock_is_found(pg_u
         try:
             await other.execute(append_lock_sql(0))  # its transaction holds the lock
             cursor = await other.execute(
-                "INSERT INTO events (type, data, ts) VALUES ('T', '1', 'x') RETURNING id"
+                "INSERT INTO events (type, data, ts, key_user_id, key, key_at)"
+                " VALUES ('T', '1', 'x', 1, 'raced', (extract(epoch FROM now()) * 1000)::bigint)"
+                " RETURNING id"
             )
             row = await cursor.fetchone()
             assert row is not None
-            await other.execute(
-                "INSERT INTO dedup_keys VALUES (0, 1, 'raced', %s,"
-                " (extract(epoch FROM now()) * 1000)::bigint)",
-                (row[0],),
-            )
             appended = store.submit_append("T", "2", None, mine("raced"))
             waiting = "SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND NOT granted"
             await until(

@@ -42,7 +42,7 @@ from .errors import SchemaTooNew
 from .head import ClaimWatch, HeadWatch
 
 #: The schema version this futoin-evt writes; both backends number their migrations alike.
-SCHEMA_VERSION: Final = 18
+SCHEMA_VERSION: Final = 19
 
 
 def migrations_to_run(current: int, known: int = SCHEMA_VERSION) -> range:

@@ -4,16 +4,17 @@ An append may carry a key (:data:`~futoin_evt.domain.stream.EVENT_KEY_RE`). A ke
 to the user who writes it (a :class:`WriterKey`): the same key from another user is another
 key, so no writer can take a key before another, nor learn which keys others used. Within
 the dedup window of its partition, an append whose writer's key is already stored stores
-nothing and answers the first event's id. The check is part of the commit: one table,
-``dedup_keys``, holds a row per (partition key, user id, key) with the first event's id and
-when it was stored (ms since the epoch); its unique index (the user id in it, so one lookup
-still decides) decides between processes and workers. A batch's keys
-are read and written in the batch's own transaction, after the partition's write lock is
-held (SQLite's one writer, :mod:`.sqlite.keys`; PostgreSQL's append lock,
+nothing and answers the first event's id. The check is part of the commit. A keyed event's
+own row holds its key (:data:`KEY_COLUMNS`: the user id, the key, and when it was stored,
+ms since the epoch), under one unique partial index of each partition's events table
+(:func:`key_index_sql`), which decides between processes and workers; an event without a
+key pays nothing for it. A batch is inserted with its keys after the partition's write lock
+is held (SQLite's one writer, :mod:`.sqlite.keys`; PostgreSQL's append lock,
 :func:`.postgres.schema.keyed_append_sql`), so nothing committed before can be missed. A
-key older than the window counts as unknown (the append stores a new event and takes the
-key over), and the discarder's turns delete such rows in bounded chunks
-(:meth:`~.base.Keys.forget_keys`), so they stop costing space.
+key older than the window counts as unknown: the append stores a new event, which takes
+the key over (the old event's row loses it). A key lives as long as its event: discarding
+the event, or dropping its stream, drops the key; there is nothing else to forget
+(:meth:`~.base.Keys.forget_keys` finds nothing).
 
 Within one process, :class:`PendingKeys` answers an append whose key is still being
 committed (a retry that arrives while the first is in flight, or two copies in one batch)
@@ -29,7 +30,7 @@ from typing import Final, NamedTuple
 
 from ..domain.stream import EventId, StoredForm, UserId
 
-#: The table of every partition's keys.
+#: The table of every partition's keys before :data:`KEYED_ROWS_VERSION`.
 TABLE: Final = "dedup_keys"
 #: The schema version that adds the keys table.
 KEYS_VERSION: Final = 13
@@ -37,6 +38,34 @@ KEYS_VERSION: Final = 13
 #: events do not record who wrote them, and a key given to no one or to anyone would let
 #: one writer answer for another for a window more).
 WRITER_KEYS_VERSION: Final = 15
+#: The schema version that moves the keys into their events' rows (:func:`keyed_rows_sql`)
+#: and drops :data:`TABLE`.
+KEYED_ROWS_VERSION: Final = 19
+#: The columns of an events table that hold a keyed event's key: its writer's user id, the
+#: key, and when it was stored (ms since the epoch). NULL in an event without a key.
+KEY_COLUMNS: Final = ("key_user_id", "key", "key_at")
+
+
+def key_index_sql(table: str) -> str:
+    """The unique index of ``table``'s keys (its rows with one only)."""
+    return f"CREATE UNIQUE INDEX {table}_by_key ON {table} (key_user_id, key) WHERE key IS NOT NULL"
+
+
+def keyed_rows_sql(table: str, partition_key: int, *, postgres: bool) -> list[str]:
+    """The step of :data:`KEYED_ROWS_VERSION` for one events table (of partition
+    ``partition_key``): its key columns and their index, then the keys of :data:`TABLE` of
+    its events still stored (a key whose event was discarded goes: keys live as long as their
+    events from now on)."""
+    integer, text = "BIGINT", 'TEXT COLLATE "C"' if postgres else "TEXT"
+    columns = zip(KEY_COLUMNS, (integer, text, integer), strict=True)
+    added = [f"ALTER TABLE {table} ADD COLUMN {name} {kind}" for name, kind in columns]
+    if postgres:  # one rewrite of the catalog rather than three
+        added = [f"ALTER TABLE {table} " + ", ".join(a.split(f"{table} ", 1)[1] for a in added)]
+    copied = (
+        f"UPDATE {table} SET key_user_id = d.user_id, key = d.key, key_at = d.at"
+        f" FROM {TABLE} d WHERE d.partition_key = {partition_key} AND d.event_id = {table}.id"
+    )
+    return [*added, key_index_sql(table), copied]
 
 
 class WriterKey(NamedTuple):

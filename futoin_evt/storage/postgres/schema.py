@@ -13,6 +13,7 @@ import psycopg
 
 from ..base import migrations_to_run
 from ..checksums import add_attrs_sql, add_column_sql
+from ..dedup import KEYED_ROWS_VERSION, key_index_sql, keyed_rows_sql
 from ..dedup import TABLE as KEYS_TABLE
 from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..sql.kafka import kafka_tables_sql
@@ -254,7 +255,8 @@ _KEYS: Final = (
         PRIMARY KEY (partition_key, key)
     )""",
     "CREATE INDEX IF NOT EXISTS dedup_keys_by_at ON dedup_keys (at)",
-    # Fails a keyed append that found a key stored meanwhile (see keyed_append_sql).
+    # Failed a keyed append that found a key stored meanwhile (dropped by the step of
+    # ..dedup.KEYED_ROWS_VERSION, whose statement fails on the key index instead).
     """CREATE OR REPLACE FUNCTION futoin_evt_keys_checked(ok boolean) RETURNS boolean
         LANGUAGE plpgsql VOLATILE AS $$
         BEGIN
@@ -296,6 +298,8 @@ MIGRATIONS: Final = migrations(
     attrs=(add_attrs_sql("events"),),
     scram=scram_tables_sql(postgres=True),
     kafka=kafka_tables_sql(postgres=True),
+    # every partition's events table by ensure_schema (_keys_into_rows)
+    keyed_rows=(),
 )
 
 
@@ -304,9 +308,12 @@ def partition_tables_sql(key: int) -> list[str]:
     as the migrations left them, every column and index included, with a sequence of its
     own."""
     return [
-        events_table_sql(key, "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
+        events_table_sql(
+            key, "BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY", key_type='TEXT COLLATE "C"'
+        ),
         f"CREATE INDEX events_{key}_ts ON events_{key} (ts)",
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
+        key_index_sql(f"events_{key}"),
         f"""CREATE TABLE dcb_events_{key} (
             event_id BIGINT PRIMARY KEY,
             client_id TEXT UNIQUE,
@@ -427,71 +434,63 @@ def combined_append_sql(parts: Sequence[tuple[int, bool]]) -> str:
 NOW_MS: Final = "(extract(epoch FROM now()) * 1000)::bigint"
 
 
-#: SQLSTATE of :data:`KEYS_RACED`'s error (serialization_failure: a concurrent commit).
-KEYS_RACED_STATE: Final = "40001"
-#: Raises when its argument is false: a batch's keys found stored by a commit the
-#: statement's snapshot did not see (the statement is undone, and tried again).
-KEYS_RACED: Final = "futoin_evt_keys_checked"
+#: SQLSTATE of a keyed append that found a key stored (unique_violation): another
+#: process's commit stored it meanwhile, or it is past the window (see
+#: :func:`keyed_append_sql`).
+KEY_STORED_STATE: Final = "23505"
 
 
-def keyed_append_sql(key: int) -> str:
+def keyed_append_sql(key: int, *, take_over: bool = False) -> str:
     """A batch of appends with producers' keys to partition ``key`` (see :mod:`..dedup`)
     as ONE statement, its own transaction on an autocommit connection, as
     :func:`append_sql`: the partition's append lock first; the events whose writer's key is
     stored since the window's start are answered with the stored ids; the others are
-    inserted in the order given, and their keys stored (a key older than the window taken
-    over).
+    inserted in the order given, with their keys.
 
-    The statement's snapshot is taken when it starts, before the lock may have to be
-    waited for: a key another process committed meanwhile is not among those it looks up.
-    Storing the keys sees it (the unique index reads the latest rows): the key is not
-    stored, and :data:`KEYS_RACED` then fails the statement (nothing of it stays; the
-    caller tries again, and sees the key). Parameters: types, datas, content types,
-    attributes, keys (NULL for none), their writers' user ids, checksums, the window (ms),
-    ts, the window (ms) again. Returns one row: the new ids ascending, the ordinals (from 1)
-    of the events answered by a stored key and those events' ids, the notification (NULL
-    when nothing was inserted), the check (true).
+    A key older than the window is still in the unique index: found so, nothing is
+    inserted (no id is drawn), and the caller runs the statement again ``take_over``, which
+    clears such keys from their old events' rows before the first row goes in (a step
+    every statement would pay for, though a key is seldom used again). A key another
+    process committed while the statement waited for the lock is not found (the snapshot
+    is taken as the statement starts), but the index reads the latest rows: the insert
+    fails (:data:`KEY_STORED_STATE`), nothing of the statement stays, and the caller runs it
+    again, which finds the key. Parameters: types, datas, content types, attributes, keys
+    (NULL for none), their writers' user ids, checksums, the window (ms), ts. Returns one
+    row: the new ids ascending, the ordinals (from 1) of the events answered by a stored
+    key and those events' ids, the notification (NULL when nothing was inserted), and how
+    many keys past the window were found (none inserted when some were, unless
+    ``take_over``).
     """
-    table, columns, _values, _arrays = _append_parts(key, extras=True)
+    table = "events" if key == 0 else f"events_{key}"
+    cleared, after_clearing = "", " AND NOT EXISTS (SELECT FROM found WHERE NOT live)"
+    if take_over:
+        cleared = (
+            f" cleared AS (UPDATE {table} SET key_user_id = NULL, key = NULL, key_at = NULL"
+            " WHERE id IN (SELECT id FROM found WHERE NOT live) RETURNING 1),"
+        )
+        after_clearing = " AND (SELECT COUNT(*) FROM cleared) >= 0"  # to its end, first
     return (
         f"WITH locked AS MATERIALIZED ({append_lock_sql(key)} AS held),"
         " input AS (SELECT t, d, c, a, k, w, s, ord FROM locked, unnest(%s::text[],"
         " %s::text[], %s::text[], %s::text[], %s::text[], %s::bigint[], %s::bigint[])"
         " WITH ORDINALITY AS u(t, d, c, a, k, w, s, ord)),"
-        f" clock AS MATERIALIZED (SELECT {NOW_MS} AS now_ms FROM locked),"
-        # one probe of the primary key per event, whatever the plan cached for the statement
+        # one probe of the key index per event, whatever the plan cached for the statement
         # (LIMIT keeps the lookup a subquery: joined, it may become a hash of every key)
-        " known AS MATERIALIZED (SELECT i.ord, s.event_id FROM input i, clock, LATERAL"
-        f" (SELECT event_id, at FROM {KEYS_TABLE} WHERE partition_key = {key}"
-        " AND user_id = i.w AND key = i.k LIMIT 1) s WHERE s.at >= clock.now_ms - %s),"
-        " fresh AS MATERIALIZED (SELECT t, d, c, a, k, w, s, ord,"
-        " row_number() OVER (ORDER BY ord) AS n FROM input"
-        " WHERE ord NOT IN (SELECT ord FROM known)),"
-        f" added AS (INSERT INTO {table} ({columns}) SELECT t, d, %s, s, c, a FROM fresh"
-        " ORDER BY ord RETURNING id),"
-        " numbered AS (SELECT id, row_number() OVER (ORDER BY id) AS n FROM added),"
-        f" kept AS (INSERT INTO {KEYS_TABLE} AS s (partition_key, user_id, key, event_id, at)"
-        f" SELECT {key}, f.w, f.k, a.id, clock.now_ms FROM fresh f JOIN numbered a USING (n),"
-        " clock WHERE f.k IS NOT NULL ON CONFLICT (partition_key, user_id, key)"
-        " DO UPDATE SET event_id = excluded.event_id, at = excluded.at"
-        " WHERE s.at < excluded.at - %s RETURNING 1)"
+        f" found AS MATERIALIZED (SELECT i.ord, e.id, e.key_at >= {NOW_MS} - %s AS live"
+        f" FROM input i, LATERAL (SELECT id, key_at FROM {table}"
+        " WHERE key_user_id = i.w AND key = i.k LIMIT 1) e),"
+        f"{cleared}"
+        f" added AS (INSERT INTO {table} (type, data, ts, checksum, content_type, attrs,"
+        " key_user_id, key, key_at) SELECT t, d, %s, s, c, a, w, k,"
+        f" CASE WHEN k IS NOT NULL THEN {NOW_MS} END FROM input"
+        f" WHERE ord NOT IN (SELECT ord FROM found WHERE live){after_clearing}"
+        " ORDER BY ord RETURNING id)"
         " SELECT (SELECT array_agg(id ORDER BY id) FROM added),"
-        " (SELECT array_agg(ord ORDER BY ord) FROM known),"
-        " (SELECT array_agg(event_id ORDER BY ord) FROM known),"
+        " (SELECT array_agg(ord ORDER BY ord) FROM found WHERE live),"
+        " (SELECT array_agg(id ORDER BY ord) FROM found WHERE live),"
         f" (SELECT {_notify_newest(key, 'added')} HAVING COUNT(*) > 0),"
-        f" {KEYS_RACED}((SELECT COUNT(*) FROM kept)"
-        " = (SELECT COUNT(*) FROM fresh WHERE k IS NOT NULL))"
+        " (SELECT COUNT(*) FROM found WHERE NOT live)"
     )
-
-
-#: Delete the oldest keys stored before the window (params: the window in ms, twice, and a
-#: limit). The outer condition is checked again on a row another transaction took over
-#: meanwhile (the DELETE reads it anew), so a key stored again is not forgotten.
-FORGET_KEYS_SQL: Final = (
-    f"DELETE FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s AND (partition_key, user_id, key) IN"
-    f" (SELECT partition_key, user_id, key FROM {KEYS_TABLE} WHERE at < {NOW_MS} - %s"
-    " ORDER BY at LIMIT %s)"
-)
 
 
 #: The payload a change of the streams registry sends on :data:`CHANNEL` (then the version).
@@ -503,6 +502,18 @@ INSERT_EVENT: Final = (
 TAKE_APPEND_LOCK: Final = append_lock_sql(0)
 #: After an insert: tell every process the newest id this transaction drew (sent on commit).
 NOTIFY_HEAD: Final = notify_head_sql(0)
+
+
+async def _keys_into_rows(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
+    """The step of :data:`..dedup.KEYED_ROWS_VERSION`: each partition's events table gets its
+    keys (those of ``dedup_keys`` whose events are stored), then ``dedup_keys`` goes."""
+    cursor = await conn.execute("SELECT key FROM partitions WHERE key > 0")
+    partitions = [int(str(key)) for (key,) in await cursor.fetchall()]
+    for key in [0, *partitions]:
+        for statement in keyed_rows_sql(Tables.of(key).events, key, postgres=True):
+            await conn.execute(statement)
+    await conn.execute(f"DROP TABLE {KEYS_TABLE}")
+    await conn.execute("DROP FUNCTION futoin_evt_keys_checked(boolean)")
 
 
 async def ensure_schema(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> None:
@@ -524,6 +535,8 @@ async def ensure_schema(conn: psycopg.AsyncConnection[tuple[object, ...]]) -> No
                 cursor = await conn.execute("SELECT key FROM partitions WHERE key > 0")
                 for (key,) in await cursor.fetchall():
                     await conn.execute(add_column(Tables.of(int(str(key))).events))
+            if version == KEYED_ROWS_VERSION:
+                await _keys_into_rows(conn)
         if current and GRANTS_VERSION in steps:
             cursor = await conn.execute("SELECT count(*) FROM grants")
             counted = await cursor.fetchone()

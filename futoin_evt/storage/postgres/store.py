@@ -120,7 +120,6 @@ from .listener import NotificationListener
 from .schema import (
     CHANNEL,
     CLAIM_PAYLOAD,
-    FORGET_KEYS_SQL,
     GROUP_CLAIM_PAYLOAD,
     STREAMS_PAYLOAD_PREFIX,
     append_lock_sql,
@@ -140,6 +139,11 @@ _T = TypeVar("_T")
 WRITE_POOL_MAX: Final = 8
 #: The writers' connection options at each durability.
 WRITE_OPTIONS: Final = {Durability.FULL: "", Durability.NORMAL: "-c synchronous_commit=off"}
+#: The write pool's too. Its statements (:func:`.schema.keyed_append_sql`,
+#: :func:`.schema.append_sql`) are made to run one way whatever their parameters; left to
+#: choose, PostgreSQL plans the keyed append anew at each run (its plan for the arrays given
+#: looks cheaper than the generic one), which costs more than the rest of it.
+WRITE_POOL_OPTIONS: Final = "-c plan_cache_mode=force_generic_plan"
 #: The ring of recent events of a partition other than ``events``/0: a server may hold many.
 _PARTITION_RING_DIVISOR: Final = 32
 
@@ -430,7 +434,8 @@ class PostgresStore(
             pools.append(connections)
             await connections.open(wait=True, timeout=CONNECT_TIMEOUT)
             write_options = WRITE_OPTIONS[durability]
-            write_kwargs = {"autocommit": True, **link_settings(link, write_options)}
+            pool_options = f"{write_options} {WRITE_POOL_OPTIONS}"
+            write_kwargs = {"autocommit": True, **link_settings(link, pool_options)}
             write_pool = AsyncConnectionPool(
                 url,
                 min_size=0,
@@ -504,11 +509,8 @@ class PostgresStore(
     # -- producers' keys -------------------------------------------------------------------
 
     async def forget_keys(self, limit: int) -> int:
-        """One chunk; any process may run it (a row another one deletes first is skipped)."""
-        async with self._transaction() as conn:
-            params = (self._dedup_ms, self._dedup_ms, limit)
-            cursor = await conn.execute(FORGET_KEYS_SQL, params)
-            return cursor.rowcount
+        """None: a key lives in its event's row, and goes with it (see :mod:`..dedup`)."""
+        return 0
 
     # -- streams --------------------------------------------------------------------------
 

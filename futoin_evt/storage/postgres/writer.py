@@ -33,7 +33,7 @@ from ..sql.log import SqlPartitionLog
 from ..tables import Tables
 from .connect import LINK_LOST, Connection, connect, first_line, lost
 from .schema import (
-    KEYS_RACED_STATE,
+    KEY_STORED_STATE,
     append_lock_sql,
     append_sql,
     combined_append_sql,
@@ -43,8 +43,8 @@ from .schema import (
 
 logger = logging.getLogger(__name__)
 
-#: Tries of a keyed batch that finds its keys stored by another process meanwhile (each
-#: try after the first sees what raced it, so a second rarely fails).
+#: Tries of a keyed batch that finds a key stored by another process meanwhile or past the
+#: window (each try after the first sees what raced it, so a third rarely comes).
 _KEYED_ATTEMPTS: Final = 5
 #: Largest number of queued appends committed in one transaction.
 MAX_APPENDS_PER_COMMIT: Final = 4096
@@ -215,7 +215,10 @@ class PartitionWriter(SqlPartitionLog):
             append_sql(partition.key, extras=False),
             append_sql(partition.key, extras=True),
         )
-        self._keyed_sql = keyed_append_sql(partition.key)
+        self._keyed_sql = (
+            keyed_append_sql(partition.key),
+            keyed_append_sql(partition.key, take_over=True),
+        )
         self._queue = AppendQueue()
         #: The writer; it ends once its queue is empty when the stream is dropped.
         self._task: asyncio.Task[None] | None = None
@@ -369,8 +372,9 @@ class PartitionWriter(SqlPartitionLog):
         self, batch: list[QueuedAppend]
     ) -> tuple[list[int], str, dict[int, int] | None]:
         """A batch with keys: one statement (:func:`.schema.keyed_append_sql`) on a pooled
-        writer connection, the partition's lock waited for; tried again when another
-        process stored one of its keys meanwhile (it is found then)."""
+        writer connection, the partition's lock waited for; tried again, taking keys over,
+        when one of its keys was stored by another process meanwhile (it is found then) or
+        is past the window."""
         ts = utc_timestamp()
         window = self._dedup_ms
         params = (
@@ -386,22 +390,25 @@ class PartitionWriter(SqlPartitionLog):
             ],
             window,
             ts,
-            window,
         )
         for attempt in itertools.count(1):
+            take_over = attempt > 1
             try:
                 async with self._store._write_pool.connection() as conn:
-                    cursor = await conn.execute(self._keyed_sql, params)
+                    cursor = await conn.execute(self._keyed_sql[take_over], params)
                     row = await cursor.fetchone()
-                break
             except PoolTimeout:
                 raise self._store._no_connection() from None
             except psycopg.Error as exc:
-                if exc.sqlstate != KEYS_RACED_STATE or attempt >= _KEYED_ATTEMPTS:
+                if exc.sqlstate != KEY_STORED_STATE or attempt >= _KEYED_ATTEMPTS:
                     raise
                 logger.debug("%s: a key was stored meanwhile; trying again", self.partition)
+                continue
+            assert row is not None
+            if take_over or not row[4]:  # else keys past the window: nothing was inserted
+                break
         assert row is not None
-        added, known_ords, known_ids, _notified, _checked = row
+        added, known_ords, known_ids, _notified, _past_window = row
         known = {int(o) - 1: int(i) for o, i in zip(known_ords or (), known_ids or (), strict=True)}
         new_ids = iter(added or ())
         ids = [known[i] if i in known else int(next(new_ids)) for i in range(len(batch))]

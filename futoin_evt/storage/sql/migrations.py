@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from typing import Final, TypeVar
 
 from ..checksums import ATTRS_VERSION, CHECKSUMS_VERSION, add_attrs_sql, add_column_sql
-from ..dedup import KEYS_VERSION, WRITER_KEYS_VERSION
+from ..dedup import KEYED_ROWS_VERSION, KEYS_VERSION, WRITER_KEYS_VERSION
 from .kafka import KAFKA_VERSION
 from .schemas import SCHEMAS_VERSION
 from .scram import SCRAM_VERSION
@@ -29,6 +29,7 @@ def migrations(
     attrs: _Step,
     scram: _Step,
     kafka: _Step,
+    keyed_rows: _Step,
 ) -> dict[int, _Step]:
     """The steps by the version each makes: ``first`` from version 1, then the others at
     their versions."""
@@ -43,6 +44,7 @@ def migrations(
         ATTRS_VERSION: attrs,
         SCRAM_VERSION: scram,
         KAFKA_VERSION: kafka,
+        KEYED_ROWS_VERSION: keyed_rows,
     }
 
 
@@ -54,10 +56,12 @@ EVERY_EVENTS_TABLE: Final[dict[int, Callable[[str], str]]] = {
 }
 
 
-def events_table_sql(key: int, id_column: str) -> str:
+def events_table_sql(key: int, id_column: str, key_type: str = "TEXT") -> str:
     """Creates the events table of partition ``key`` (> 0) as the migrations left that of
-    ``events``/0, every column included; ``id_column``: the backend's identity column."""
+    ``events``/0, every column included; ``id_column``: the backend's identity column,
+    ``key_type``: its type of a producer's key (see :data:`..dedup.KEY_COLUMNS`)."""
     return (
         f"CREATE TABLE events_{key} (id {id_column}, type TEXT NOT NULL, data TEXT NOT NULL,"
-        " ts TEXT NOT NULL, content_type TEXT, checksum BIGINT, attrs TEXT)"
+        " ts TEXT NOT NULL, content_type TEXT, checksum BIGINT, attrs TEXT,"
+        f" key_user_id BIGINT, key {key_type}, key_at BIGINT)"
     )

@@ -1,54 +1,42 @@
 """Producers' keys of events in the SQLite file (see :mod:`..dedup`), on the writer's
 connection inside its transaction.
 
-The rows of ``dedup_keys`` are kept in the order they were stored (their rowid; a key taken
-over after the window is deleted and stored anew), so the oldest are the first ones: the
-keys past the window are forgotten from the start of the table, a bounded chunk at a time,
-without an index on the time (which would cost every keyed append a second index entry).
-A batch's keys are inserted with its events, as new; only when one of them is stored
-already (a retry, or a key past the window) is the batch undone and done again with a
-lookup.
+A keyed event's row holds its key (:data:`..dedup.KEY_COLUMNS`), under the unique partial
+index of its partition's events table. A run's events are inserted with their keys, as new:
+only when the index refuses one (a retry, or a key past the window) is the statement undone
+(SQLite undoes a failed statement alone) and the run's keys looked up (:func:`stored`); an
+event whose key is stored since the window's start is answered with the stored id, a key
+stored before is cleared from its old row (:func:`take_over`), and the rest inserted again.
 
-A run's keys go to SQLite as one JSON array (``null`` for an event without a key, so an
-element's index is its event's offset in the run), read by ``json_each``: one parameter
-rather than five per key, so the writer thread spends less time holding the GIL, which the
-event loop needs meanwhile. When one user writes every key of the run (the usual run: one
-producer's batch, or one at a time) the elements are the keys and the writer is one more
-parameter; else each element is ``[user id, key]``, read by ``json_extract``.
+The lookup reads a run's keys as one JSON array (``null`` for an event without a key, so an
+element's index is its event's offset in the run), by ``json_each``. When one user writes
+every key of the run (the usual run: one producer's batch, or one at a time) the elements
+are the keys and the writer is one more parameter; else each element is ``[user id, key]``,
+read by ``json_extract``.
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Final, NamedTuple
 
-from ..dedup import TABLE, WriterKey
+from ..dedup import WriterKey
 
-#: The time the oldest key was stored (ms), for a reader to see whether any is past the window.
-OLDEST_SQL: Final = f"SELECT at FROM {TABLE} ORDER BY rowid LIMIT 1"
+#: Keyed rows per INSERT statement (seven parameters each; SQLite takes at most 32,766).
+_ROWS_PER_INSERT: Final = 500
+#: A keyed event's row: type, data, ts, checksum, then its key's user id, key and time
+#: stored (ms); the last three None for an event without a key.
+KeyedRow = tuple[str, str, str, int, int | None, str | None, int | None]
+
 #: Each key of a run with its writer (params :keys, :writer; see :class:`RunKeys`).
 _WRITER: Final = "COALESCE(:writer, json_extract(value, '$[0]'))"
 _KEY: Final = "CASE WHEN :writer IS NULL THEN json_extract(value, '$[1]') ELSE value END"
-_ELEMENTS: Final = "json_each(:keys) WHERE value IS NOT NULL"
-#: The keys of a run as rows (params also :partition, :first, the first event id, :at, ms).
-_ROWS: Final = (
-    f"SELECT :partition, {_WRITER}, {_KEY}, :first + key, :at FROM {_ELEMENTS} ORDER BY key"
-)
-_COLUMNS: Final = "(partition_key, user_id, key, event_id, at)"
-_INSERT_NEW: Final = f"INSERT INTO {TABLE} {_COLUMNS} {_ROWS} ON CONFLICT DO NOTHING"
-_TAKE_OVER: Final = f"REPLACE INTO {TABLE} {_COLUMNS} {_ROWS}"
-#: The stored rows of a run's keys: one probe of the unique index per key (CROSS JOIN keeps
-#: the run outside; ``(user_id, key) IN (...)`` would search by the user id alone).
-_STORED: Final = (
-    f"FROM json_each(:keys) CROSS JOIN {TABLE} d ON d.partition_key = :partition"
-    f" AND d.user_id = {_WRITER} AND d.key = {_KEY} WHERE value IS NOT NULL"
-)
 
 
 class RunKeys(NamedTuple):
-    """A run's keys as the statements here take them."""
+    """A run's keys as the lookup takes them."""
 
     #: The one user who writes every key of the run; None when there are several (then each
     #: element of ``keys`` is ``[user id, key]``).
@@ -65,58 +53,50 @@ def run_keys(keys: Sequence[WriterKey | None]) -> RunKeys:
     return RunKeys(None, json.dumps(keys))
 
 
-def insert_new(
-    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: RunKeys, count: int
-) -> bool:
-    """Store the ``count`` keys of a run whose events have ids from ``first_id`` on, as
-    stored at ``at`` (ms); False when one of them was stored already (that one is left as it
-    was: the caller undoes the others, :func:`undo_new`)."""
-    params = _params(partition_key, keys, first=first_id, at=at)
-    return bool(conn.execute(_INSERT_NEW, params).rowcount == count)
-
-
-def undo_new(conn: sqlite3.Connection, partition_key: int, keys: RunKeys, first_id: int) -> None:
-    """Delete what :func:`insert_new` stored of ``keys``: their rows for events from
-    ``first_id`` on."""
-    conn.execute(
-        f"DELETE FROM {TABLE} WHERE rowid IN (SELECT d.rowid {_STORED} AND d.event_id >= :first)",
-        _params(partition_key, keys, first=first_id),
-    )
-
-
-def take_over(
-    conn: sqlite3.Connection, partition_key: int, first_id: int, at: int, keys: RunKeys
-) -> None:
-    """:func:`insert_new`, where a key stored already is past the window (the lookup said
-    so): it is replaced, at the end of the table."""
-    conn.execute(_TAKE_OVER, _params(partition_key, keys, first=first_id, at=at))
+def insert(conn: sqlite3.Connection, table: str, rows: Sequence[KeyedRow]) -> int | None:
+    """Insert a run's rows with their keys in multi-row statements; the first new id (the
+    rest follow it), or None when the key index refused one of them (then nothing of the
+    run stays: its ids are drawn again)."""
+    first_id = 0
+    try:
+        for start in range(0, len(rows), _ROWS_PER_INSERT):
+            chunk = rows[start : start + _ROWS_PER_INSERT]
+            cursor = conn.execute(
+                f"INSERT INTO {table} (type, data, ts, checksum, key_user_id, key, key_at)"
+                " VALUES " + ",".join(["(?, ?, ?, ?, ?, ?, ?)"] * len(chunk)),
+                [value for row in chunk for value in row],
+            )
+            assert cursor.lastrowid is not None
+            if start == 0:
+                first_id = cursor.lastrowid - len(chunk) + 1
+    except sqlite3.IntegrityError as exc:
+        if "UNIQUE" not in str(exc):
+            raise
+        if first_id:  # the statements before the refused one stay: theirs are the newest ids
+            conn.execute(f"DELETE FROM {table} WHERE id >= ?", (first_id,))
+            conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (first_id - 1, table))
+        return None
+    return first_id
 
 
 def stored(
-    conn: sqlite3.Connection, partition_key: int, keys: RunKeys, cutoff_ms: int
-) -> dict[tuple[int, str], int]:
-    """The event id of each of ``keys`` (by writer and key: a :class:`WriterKey` finds its
-    own) stored in the partition since ``cutoff_ms``."""
+    conn: sqlite3.Connection, table: str, keys: RunKeys
+) -> dict[tuple[int, str], tuple[int, int]]:
+    """The event id and time stored (ms) of each of ``keys`` stored in ``table`` (by writer
+    and key: a :class:`WriterKey` finds its own), whatever its age: one probe of the key
+    index per key (CROSS JOIN keeps the run outside)."""
     rows = conn.execute(
-        f"SELECT d.user_id, d.key, d.event_id {_STORED} AND d.at >= :cutoff",
-        _params(partition_key, keys, cutoff=cutoff_ms),
+        f"SELECT e.key_user_id, e.key, e.id, e.key_at FROM json_each(:keys)"
+        f" CROSS JOIN {table} e ON e.key_user_id = {_WRITER} AND e.key = {_KEY}"
+        " WHERE value IS NOT NULL",
+        {"writer": keys.writer, "keys": keys.keys},
     )
-    return {(writer, key): event_id for writer, key, event_id in rows.fetchall()}
+    return {(writer, key): (event_id, at) for writer, key, event_id, at in rows.fetchall()}
 
 
-def _params(partition_key: int, keys: RunKeys, **more: int) -> dict[str, object]:
-    return {"partition": partition_key, "writer": keys.writer, "keys": keys.keys, **more}
-
-
-def forget(conn: sqlite3.Connection, cutoff_ms: int, limit: int) -> int:
-    """Delete the first keys of the table stored before ``cutoff_ms``, up to the first one
-    that is not (or ``limit`` of them); how many went."""
-    last = None
-    oldest = conn.execute(f"SELECT rowid, at FROM {TABLE} ORDER BY rowid LIMIT ?", (limit,))
-    for rowid, at in oldest.fetchall():
-        if at >= cutoff_ms:
-            break
-        last = rowid
-    if last is None:
-        return 0
-    return conn.execute(f"DELETE FROM {TABLE} WHERE rowid <= ?", (last,)).rowcount
+def take_over(conn: sqlite3.Connection, table: str, event_ids: Iterable[int]) -> None:
+    """Clear the keys of these events of ``table`` (past the window: new events take them)."""
+    conn.executemany(
+        f"UPDATE {table} SET key_user_id = NULL, key = NULL, key_at = NULL WHERE id = ?",
+        [(event_id,) for event_id in event_ids],
+    )

@@ -12,6 +12,7 @@ from typing import Final
 
 from ..base import migrations_to_run
 from ..checksums import add_attrs_sql, add_column_sql
+from ..dedup import KEYED_ROWS_VERSION, TABLE, key_index_sql, keyed_rows_sql
 from ..sql.grants import GRANTS_VERSION, UPGRADE_GRANTS, log_upgrade_grants
 from ..sql.kafka import kafka_tables_sql
 from ..sql.migrations import EVERY_EVENTS_TABLE, events_table_sql, migrations
@@ -272,6 +273,8 @@ MIGRATIONS: Final = migrations(
     attrs=add_attrs_sql("events"),
     scram=";\n".join(scram_tables_sql(postgres=False)),
     kafka=";\n".join(kafka_tables_sql(postgres=False)),
+    # every partition's events table by ensure_schema (_keys_into_rows)
+    keyed_rows="",
 )
 
 
@@ -281,6 +284,7 @@ def partition_tables_sql(key: int) -> list[str]:
     return [
         events_table_sql(key, "INTEGER PRIMARY KEY AUTOINCREMENT"),
         f"CREATE INDEX events_{key}_by_type ON events_{key} (type, id)",
+        key_index_sql(f"events_{key}"),
         f"""CREATE TABLE dcb_events_{key} (
             event_id INTEGER PRIMARY KEY,
             client_id TEXT UNIQUE,
@@ -300,6 +304,16 @@ def drop_partition_tables_sql(key: int) -> list[str]:
     return [f"DROP TABLE IF EXISTS {t}_{key}" for t in ("events", "dcb_events", "event_tags")]
 
 
+def _keys_into_rows(conn: sqlite3.Connection) -> None:
+    """The step of :data:`..dedup.KEYED_ROWS_VERSION`: each partition's events table gets its
+    keys (those of ``dedup_keys`` whose events are stored), then ``dedup_keys`` goes."""
+    partitions = conn.execute("SELECT key FROM partitions WHERE key > 0").fetchall()
+    for key in [0, *(int(k) for (k,) in partitions)]:
+        for statement in keyed_rows_sql(Tables.of(key).events, key, postgres=False):
+            conn.execute(statement)
+    conn.execute(f"DROP TABLE {TABLE}")
+
+
 def ensure_schema(conn: sqlite3.Connection) -> None:
     """Create or migrate the tables (in the caller's transaction); refuse a database written
     by a newer futoin-evt with :class:`~futoin_evt.storage.errors.SchemaTooNew`."""
@@ -316,6 +330,8 @@ def ensure_schema(conn: sqlite3.Connection) -> None:
         if add_column is not None:
             for (key,) in conn.execute("SELECT key FROM partitions WHERE key > 0").fetchall():
                 conn.execute(add_column(Tables.of(int(key)).events))
+        if version == KEYED_ROWS_VERSION:
+            _keys_into_rows(conn)
     if current and GRANTS_VERSION in steps:
         log_upgrade_grants(conn.execute("SELECT count(*) FROM grants").fetchone()[0])
     if steps or row[0] is None:

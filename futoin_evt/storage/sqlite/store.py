@@ -28,7 +28,6 @@ import contextlib
 import logging
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
@@ -60,9 +59,8 @@ from .commands import (
     registry_change_sync,
     run_sync,
 )
-from .keys import OLDEST_SQL as OLDEST_KEY_SQL
 from .reads import SqliteReader
-from .transaction import forget_keys_sync, last_given_id_sql
+from .transaction import last_given_id_sql
 from .writer import GroupCommit, PartitionWriter, open_writer, pragma
 
 logger = logging.getLogger(__name__)
@@ -397,14 +395,8 @@ class SqliteStore(SqlitePartitionLog, SqlStore[SqlitePartitionLog], GroupCommit)
     # -- producers' keys ------------------------------------------------------------------------
 
     async def forget_keys(self, limit: int) -> int:
-        """One chunk, in the writer's queue (it holds the file's write lock briefly), when
-        the reader finds a key to forget: most turns find none and write nothing."""
-        cutoff_ms = int(time.time() * 1000) - self._dedup_ms
-        oldest = await self._reader.fetchall(OLDEST_KEY_SQL)
-        if not oldest or oldest[0][0] >= cutoff_ms:
-            return 0
-        count: int = await self._submit(forget_keys_sync, cutoff_ms, limit)
-        return count
+        """None: a key lives in its event's row, and goes with it (see :mod:`..dedup`)."""
+        return 0
 
     # -- the access version (see :mod:`..sql.access`) --------------------------------------
 

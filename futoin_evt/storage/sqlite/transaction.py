@@ -22,12 +22,10 @@ from ..checksums import event_checksum
 from ..dedup import PendingKeys, WriterKey
 from ..sql.dcb import condition_sql, judge_batch, stored_retry
 from ..tables import DEFAULT_TABLES, Tables
-from .keys import forget as forget_old_keys
-from .keys import insert_new as insert_new_keys
-from .keys import run_keys
+from .keys import KeyedRow, run_keys
+from .keys import insert as insert_keyed
 from .keys import stored as stored_keys
 from .keys import take_over as take_over_keys
-from .keys import undo_new as undo_new_keys
 
 logger = logging.getLogger(__name__)
 
@@ -231,41 +229,42 @@ def _insert_run(
         _keep_extras(conn, tables.events, first_id, appends)
         return placed, first_id
     now_ms = int(time.time() * 1000)
-    key_list = [a.key for a in appends]
-    keys, count = run_keys(key_list), len(key_list) - key_list.count(None)
-    first_id = _insert_events(
-        conn, tables.events, [(a.type, a.data, a.content_type, a.attrs) for a in appends], ts
-    )
-    if insert_new_keys(conn, tables.key, first_id, now_ms, keys, count):
-        _keep_extras(conn, tables.events, first_id, appends)
-        return placed, first_id
-    # A key is stored: undo the run (its events are the newest ids, its keys those of
-    # them), then look the keys up and insert the rest. Without a savepoint, whose two
-    # statements every keyed commit would pay.
-    undo_new_keys(conn, tables.key, keys, first_id)
-    conn.execute(f"DELETE FROM {tables.events} WHERE id >= ?", (first_id,))
-    conn.execute("UPDATE sqlite_sequence SET seq = ? WHERE name = ?", (first_id - 1, tables.events))
-    known = stored_keys(conn, tables.key, keys, now_ms - dedup_ms)
-    for index, append in placed:
-        if append.key in known:
-            results[index] = EventId(known[append.key])
-    placed = [(index, a) for index, a in placed if a.key not in known]
-    if not placed:
-        return placed, 0
-    appends = [append for _, append in placed]
-    first_id = _insert_events(
-        conn, tables.events, [(a.type, a.data, a.content_type, a.attrs) for a in appends], ts
-    )
-    _keep_extras(conn, tables.events, first_id, appends)
-    take_over_keys(conn, tables.key, first_id, now_ms, run_keys([a.key for a in appends]))
-    return placed, first_id
+    inserted_first = insert_keyed(conn, tables.events, _keyed_rows(appends, ts, now_ms))
+    if inserted_first is None:
+        # A key is stored: those stored since the window's start answer their events, the
+        # others are taken over; the rest go in.
+        found = stored_keys(conn, tables.events, run_keys([a.key for a in appends]))
+        cutoff_ms = now_ms - dedup_ms
+        known = {key: event_id for key, (event_id, at) in found.items() if at >= cutoff_ms}
+        take_over_keys(conn, tables.events, [e for e, at in found.values() if at < cutoff_ms])
+        for index, append in placed:
+            if append.key in known:
+                results[index] = EventId(known[append.key])
+        placed = [(index, a) for index, a in placed if a.key not in known]
+        if not placed:
+            return placed, 0
+        appends = [append for _, append in placed]
+        inserted_first = insert_keyed(conn, tables.events, _keyed_rows(appends, ts, now_ms))
+        if inserted_first is None:  # the writer holds the lock: no other commit came between
+            raise sqlite3.IntegrityError("a key of the run was stored meanwhile")
+    _keep_extras(conn, tables.events, inserted_first, appends)
+    return placed, inserted_first
 
 
-def forget_keys_sync(
-    conn: sqlite3.Connection, _ts: str, cutoff_ms: int, limit: int
-) -> tuple[int, Inserted]:
-    """One chunk of :meth:`.store.SqliteStore.forget_keys`."""
-    return forget_old_keys(conn, cutoff_ms, limit), []
+def _keyed_rows(appends: list[QueuedAppend], ts: str, now_ms: int) -> list[KeyedRow]:
+    """The rows of a run of appends, some with keys (:func:`.keys.insert`)."""
+    return [
+        (
+            a.type,
+            a.data,
+            ts,
+            event_checksum(a.type, a.data, ts, a.content_type, a.attrs),
+            None if a.key is None else a.key.writer,
+            None if a.key is None else a.key.key,
+            None if a.key is None else now_ms,
+        )
+        for a in appends
+    ]
 
 
 def _insert_events(
