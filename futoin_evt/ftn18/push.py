@@ -175,6 +175,8 @@ class PushStream:
     _confirming: bool = False
     #: When the claim was last found fresh (:meth:`_claim_fresh`), before a send.
     _checked_at: float = 0.0
+    #: The task waits for news (the head, a reply, room to write): a commit may send at once.
+    _waiting: bool = False
 
     @property
     def config(self) -> PushConfig:
@@ -203,6 +205,10 @@ class PushStream:
                 group.retry.cancel()
 
     @property
+    def _group_bytes(self) -> int:
+        return min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
+
+    @property
     def in_flight(self) -> int:
         return len(self._in_flight)
 
@@ -226,7 +232,7 @@ class PushStream:
     async def _deliver(self) -> None:
         events = self.log
         closed = self.link.closed
-        stop_listening = events.listen(self._wake.set)
+        stop_listening = events.listen(self._head_moved)
         stop_waiting = self.link.on_writable(self._wake.set)
         closed.add_done_callback(lambda _closed: self._wake.set())
         failures = 0
@@ -253,7 +259,11 @@ class PushStream:
                 self._wake.clear()
                 if self._room_for_more() and events.head > self.next_id:
                     continue  # more came while this turn ran
-                await self._wake.wait()
+                self._waiting = True
+                try:
+                    await self._wake.wait()
+                finally:
+                    self._waiting = False
                 if self.config.batch_delay and events.head > self.next_id:
                     await asyncio.sleep(self.config.batch_delay)
         finally:
@@ -261,6 +271,36 @@ class PushStream:
             stop_waiting()
             if self._ahead is not None:
                 self._ahead[1].cancel()
+
+    def _head_moved(self) -> None:
+        """New events: sent at once, in the loop turn of the commit that made them, when the
+        stream waits with nothing queued and the recent events hold them; else the stream's
+        task wakes to read them."""
+        if self._waiting and not self.config.batch_delay:
+            try:
+                if self._send_recent():
+                    return
+            except Exception:  # the task reads again, meets it and handles it
+                pass
+        self._wake.set()
+
+    def _send_recent(self) -> bool:
+        """Send what the recent events hold after :attr:`next_id`; True when that was all
+        up to the head and went out."""
+        if self._queued or not (self._room_for_more() and self.link.writable):
+            return False
+        page = self.log.read_recent_page(
+            self.who,
+            self.next_id,
+            types=self.want,
+            max_bytes=self._group_bytes,
+            ftn18_only=True,
+        )
+        if page is None or not page.count:
+            return False
+        self._enqueue(page)
+        self._send_queued()
+        return not self._queued and self.log.head <= self.next_id
 
     async def _wait_for_store(self, exc: StoreUnreachable, failures: int) -> None:
         delay = min(self.config.retry_initial * 2 ** (failures - 1), _STORE_RETRY_MAX)
@@ -297,13 +337,12 @@ class PushStream:
             self._ahead = (page.last_id, ahead)
 
     async def _read(self, after_id: int) -> EventPage:
-        max_bytes = min(self.config.max_group_bytes, _RECEIVER_MAX_GROUP_BYTES)
         # up to the head this process knows: the stream reads on when it moves
         return await self.log.read_page(
             self.who,
             after_id,
             types=self.want,
-            max_bytes=max_bytes,
+            max_bytes=self._group_bytes,
             ftn18_only=True,
             up_to_head=True,
         )

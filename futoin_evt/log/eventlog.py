@@ -232,6 +232,22 @@ class EventLog:
             up_to_head=up_to_head,
         )
 
+    def read_recent_page(
+        self,
+        who: Principal,
+        after_id: int,
+        *,
+        types: Sequence[str] | None = None,
+        max_bytes: int,
+        ftn18_only: bool = False,
+    ) -> EventPage | None:
+        """:meth:`read_page` with ``up_to_head`` when the recent events answer it, at once
+        (a push stream sends from the commit's loop turn); None when the store must be read."""
+        self.guard.read(who)
+        return self._store.read_recent(
+            after_id, types=types, max_bytes=max_bytes, ftn18_only=ftn18_only
+        )
+
     async def read_after(self, who: Principal, after_id: int, limit: int) -> list[StoredEvent]:
         self.guard.read(who)
         rows = await self._store.read_rows(after_id, limit=limit)

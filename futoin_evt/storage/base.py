@@ -236,6 +236,19 @@ class EventLog(Protocol):
         reads on when the head moves.
         """
 
+    def read_recent(
+        self,
+        after_id: int,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+        ftn18_only: bool = False,
+    ) -> EventPage | None:
+        """:meth:`read_events` with ``up_to_head`` when the recent events held in memory
+        answer it, without waiting (in the loop turn of the commit that moved the head);
+        None when the store must be read."""
+
     async def read_rows(
         self, after_id: int, *, limit: int, types: Sequence[str] | None = None
     ) -> list[EventRow]:

@@ -210,6 +210,23 @@ class PagedReads:
         assert read is not None
         return read
 
+    def read_recent(
+        self,
+        after_id: int,
+        *,
+        types: Sequence[str] | None = None,
+        limit: int = MAX_EVENTS_PER_CALL,
+        max_bytes: int,
+        ftn18_only: bool = False,
+    ) -> EventPage | None:
+        recent = self.recent
+        if not recent.covers(after_id):
+            return None
+        page = page_from_recent(recent, after_id, types, limit, max_bytes, ftn18_only)
+        if page.count == limit or page.truncated or self.head.head <= recent.last_id:
+            return page
+        return None
+
     async def _newest_is(self, last_id: int, up_to_head: bool) -> bool:
         """Whether ``last_id`` is the newest event committed: as far as :attr:`head` knows
         (``up_to_head``), else as the database says now (the head learns it too)."""
