@@ -20,7 +20,7 @@ TS_RE = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ\Z")
 
 @pytest.fixture(params=[Durability.FULL, Durability.NORMAL], ids=["full", "normal"])
 async def store(store_db: str, request: pytest.FixtureRequest) -> AsyncIterator[Store]:
-    """At NORMAL durability a lone SQLite write commits inline, on the event loop."""
+    """At NORMAL durability SQLite commits inline, on the event loop."""
     async with await open_store(store_db, durability=request.param) as opened:
         yield opened
 

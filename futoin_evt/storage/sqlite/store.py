@@ -14,8 +14,8 @@ the event loop: four hops per commit cost ten times the commit itself. Reads run
 connection on a thread of their own (:mod:`.reads`), one job per read with its rows
 converted there, and never wait for the writer (WAL).
 
-At ``NORMAL`` durability a commit writes the WAL without an fsync, so a write that is alone
-in the queue commits inline, on the event loop, without the two thread hops (see
+At ``NORMAL`` durability a commit writes the WAL without an fsync, so what is queued commits
+inline, on the event loop, without the two thread hops (see
 :meth:`.writer.GroupCommit._commit_inline`); the WAL's checkpoints (which fsync) stay on the
 thread. The writer and its transaction are :mod:`.writer` and :mod:`.transaction`; what
 every backend shares is :mod:`..sql`.
