@@ -193,8 +193,6 @@ class Discarder:
         self._next_key = 0
         #: When the expired termini were purged last (monotonic clock).
         self._purged_at: float | None = None
-        #: Producers' keys forgotten by this process's turns since it started.
-        self.keys_forgotten = 0
         self._task: asyncio.Task[None] | None = None
 
     def with_config(self, config: RetentionConfig) -> Discarder:
@@ -287,8 +285,6 @@ class Discarder:
             chunks -= used
             if chunks <= 0:
                 break
-        if self._discarding and chunks > 0:
-            self.keys_forgotten += await self.forget_keys(chunks)
         return deleted
 
     async def _purge_termini(self) -> None:
@@ -302,11 +298,6 @@ class Discarder:
         purged = await self._store.purge_termini()
         if purged:
             logger.debug("purged %d expired AMQP link termini", purged)
-
-    async def forget_keys(self, max_chunks: int | None = None) -> int:
-        """Delete keys older than the dedup window, in at most ``max_chunks`` chunks."""
-        forgotten, _chunks = await self._in_chunks(self._store.forget_keys, max_chunks)
-        return forgotten
 
     def _forget_dropped(self, partitions: list[Partition]) -> None:
         if self.discarded.keys() - set(partitions):

@@ -416,10 +416,6 @@ class Keys(Protocol):
     def dedup_window(self) -> float:
         """Seconds a key is remembered in each partition (0: keys are ignored)."""
 
-    async def forget_keys(self, limit: int) -> int:
-        """Delete at most ``limit`` of the oldest keys older than the window (of every
-        partition, dropped ones included); how many went."""
-
 
 class UserSource(Protocol):
     """Who a name is: what checks a password or a SAS token reads."""

@@ -13,8 +13,7 @@ is held (SQLite's one writer, :mod:`.sqlite.keys`; PostgreSQL's append lock,
 :func:`.postgres.schema.keyed_append_sql`), so nothing committed before can be missed. A
 key older than the window counts as unknown: the append stores a new event, which takes
 the key over (the old event's row loses it). A key lives as long as its event: discarding
-the event, or dropping its stream, drops the key; there is nothing else to forget
-(:meth:`~.base.Keys.forget_keys` finds nothing).
+the event, or dropping its stream, drops the key; there is nothing else to forget.
 
 Within one process, :class:`PendingKeys` answers an append whose key is still being
 committed (a retry that arrives while the first is in flight, or two copies in one batch)

@@ -506,12 +506,6 @@ class PostgresStore(
         await self._write_pool.close()
         await self._pool.close()
 
-    # -- producers' keys -------------------------------------------------------------------
-
-    async def forget_keys(self, limit: int) -> int:
-        """None: a key lives in its event's row, and goes with it (see :mod:`..dedup`)."""
-        return 0
-
     # -- streams --------------------------------------------------------------------------
 
     def _open_log(self, partition: Partition) -> PostgresPartitionLog:

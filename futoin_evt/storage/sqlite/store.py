@@ -392,12 +392,6 @@ class SqliteStore(SqlitePartitionLog, SqlStore[SqlitePartitionLog], GroupCommit)
         )
         return done
 
-    # -- producers' keys ------------------------------------------------------------------------
-
-    async def forget_keys(self, limit: int) -> int:
-        """None: a key lives in its event's row, and goes with it (see :mod:`..dedup`)."""
-        return 0
-
     # -- the access version (see :mod:`..sql.access`) --------------------------------------
 
     async def _access_write(self, sql: str, params: Sequence[Any], *more: Statement) -> Rows:
