@@ -53,7 +53,7 @@ from proton.reactor import Container, Filter
 
 from futoin_evt.auth.sas import load_secret, sas_key
 from futoin_evt.domain.stream import UserId
-from futoin_evt.storage.base import User
+from futoin_evt.storage.user_roles import User
 
 from . import workloads
 from .profile import OUT, summary

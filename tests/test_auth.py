@@ -7,7 +7,7 @@ import pytest
 from futoin_evt.auth.users import Authenticator, hash_password, verify_password
 from futoin_evt.domain.principal import NotAuthenticated
 from futoin_evt.domain.stream import UserId
-from futoin_evt.storage.base import User
+from futoin_evt.storage.user_roles import User
 
 
 def test_hashes_are_salted_and_verify() -> None:

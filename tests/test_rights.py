@@ -25,7 +25,7 @@ from futoin_evt.domain.rights import (
 from futoin_evt.domain.stream import UserId
 from futoin_evt.log.access import AccessControl, AccessDenied
 from futoin_evt.storage import open_store
-from futoin_evt.storage.base import GrantRow
+from futoin_evt.storage.user_roles import GrantRow
 
 from .support.sql import execute_sql, pg_schema_at
 

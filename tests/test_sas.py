@@ -21,7 +21,7 @@ from futoin_evt.auth.sas import (
     sign,
 )
 from futoin_evt.domain.stream import UserId
-from futoin_evt.storage.base import User
+from futoin_evt.storage.user_roles import User
 
 SECRET = b"x" * 40
 ALICE = User(UserId(1), "alice", "scrypt$16384$8$1$c2FsdA==$aGFzaA==", False)

@@ -38,7 +38,7 @@ from urllib.parse import parse_qsl, quote_plus, unquote_plus
 from ..domain.principal import Principal
 from ..domain.rights import Right, names_text, parse_names
 from ..domain.stream import UserId
-from ..storage.base import User, UserSource
+from ..storage.user_roles import User, UserSource
 
 #: Seconds from now a token's expiry (``se``) may be at most, unless configured otherwise.
 DEFAULT_MAX_LIFETIME: Final = 7 * 24 * 3600

@@ -28,7 +28,7 @@ from ..domain.principal import NotAuthenticated, Principal
 from ..domain.stream import UserId
 from ..quoting import quote_input
 from ..stats import BAD_CREDENTIALS, current_door
-from ..storage.base import ScramSource, User, UserSource
+from ..storage.user_roles import ScramSource, User, UserSource
 from .connection_string import CONNECTION_STRING_USER, ConnectionString
 from .login_log import log_failed_login
 from .sas import InvalidToken, SasVerifier, sign

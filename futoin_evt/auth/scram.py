@@ -30,7 +30,7 @@ import secrets
 from dataclasses import dataclass
 from typing import Final
 
-from ..storage.base import ScramCredential
+from ..storage.user_roles import ScramCredential
 
 #: PBKDF2 iterations of new credentials: twice Kafka's minimum (4096), well under its
 #: maximum (16384), so that every Kafka client takes them.

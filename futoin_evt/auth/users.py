@@ -32,7 +32,7 @@ from ..domain.management import AUTH_FAILED
 from ..domain.principal import NotAuthenticated, Principal
 from ..domain.stream import UserId
 from ..stats import BAD_CREDENTIALS, TOO_MANY_CHECKS, Refusals, current_door
-from ..storage.base import UserSource
+from ..storage.user_roles import UserSource
 from .login_log import log_failed_login
 
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ from typing import Any, Protocol
 
 from ..domain.rights import BadGrant, check_pattern, parse_rights
 from ..log import access
-from ..storage.base import GrantStore
+from ..storage.user_roles import GrantStore
 from .common import BadSetting, Commands, OnServer, acting_where, add_where, print_json
 
 #: The ops iface's errors for a bad grant and an unknown user (exit 2, as here).

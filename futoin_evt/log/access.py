@@ -45,7 +45,7 @@ from ..domain.rights import (
     rights_text,
 )
 from ..domain.stream import UserId
-from ..storage.base import ChangeSource, GrantRow, GrantSource, GrantStore, User
+from ..storage.user_roles import ChangeSource, GrantRow, GrantSource, GrantStore, User
 
 logger = logging.getLogger(__name__)
 

@@ -24,8 +24,9 @@ from ..domain.notification import Value
 from ..domain.partition import Partition
 from ..domain.principal import Principal
 from ..domain.stream import MAX_EVENTS_PER_CALL, UserId
-from ..storage.base import ConsumerRow, EventPage, PartitionLog, Users
+from ..storage.base import ConsumerRow, EventPage, PartitionLog
 from ..storage.head import ClaimWatch, HeadWatch
+from ..storage.user_roles import Users
 from .access import OPEN_ACCESS, Refused, StreamGuard
 
 __all__ = [

@@ -14,7 +14,7 @@ from typing import Any, Final
 from ..auth.sas import claims_text, is_policy, parse_claims, policy_hash, sas_key
 from ..domain.principal import Principal
 from ..domain.rights import Grant, Right, check_pattern
-from ..storage.base import ScramCredential, User, UserStore
+from ..storage.user_roles import ScramCredential, User, UserStore
 from . import access
 from .access import AccessControl, Refused
 

@@ -8,7 +8,7 @@ import logging
 from typing import Final
 
 from ...domain.stream import UserId
-from ..base import GrantRow
+from ..user_roles import GrantRow
 from .access import AccessCalls
 
 logger = logging.getLogger("futoin_evt.storage")

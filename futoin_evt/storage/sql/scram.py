@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from ...domain.stream import UserId
-from ..base import ScramCredential
+from ..user_roles import ScramCredential
 from .calls import SqlCalls, Statement
 
 #: The schema version that adds ``user_scram`` (its number is kept here only).

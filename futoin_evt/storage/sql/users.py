@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ...domain.stream import UserId, utc_timestamp
-from ..base import ScramCredential, User
+from ..user_roles import ScramCredential, User
 from .access import AccessCalls, end_sessions_sql
 from .scram import store_scram_sql
 
