@@ -13,7 +13,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from ...domain.dcb import AppendCondition, AppendConditionFailed, NewEvent
 from ...domain.stream import EventId, StoredForm, utc_timestamp
@@ -92,6 +92,8 @@ class QueuedDcbAppend:
 
 
 QueuedWrite = QueuedAppend | QueuedStatement | QueuedCommand | QueuedDcbAppend
+#: A write that goes in with the others of its run and partition.
+_Run = TypeVar("_Run", QueuedAppend, QueuedDcbAppend)
 
 
 def commit_sync(
@@ -132,24 +134,12 @@ def commit_in_turn(
         while index < len(batch):
             item = batch[index]
             if isinstance(item, QueuedAppend):
-                by_partition: dict[int, list[tuple[int, QueuedAppend]]] = {}
-                while index < len(batch):
-                    append = batch[index]
-                    if not isinstance(append, QueuedAppend):
-                        break
-                    by_partition.setdefault(append.tables.key, []).append((index, append))
-                    index += 1
+                by_partition, index = _run_by_partition(batch, index, QueuedAppend)
                 for placed in by_partition.values():
                     _append_run(conn, ts, placed, inserted, results, dedup_ms)
                 continue
             if isinstance(item, QueuedDcbAppend):
-                dcb_by_partition: dict[int, list[tuple[int, QueuedDcbAppend]]] = {}
-                while index < len(batch):
-                    dcb = batch[index]
-                    if not isinstance(dcb, QueuedDcbAppend):
-                        break
-                    dcb_by_partition.setdefault(dcb.tables.key, []).append((index, dcb))
-                    index += 1
+                dcb_by_partition, index = _run_by_partition(batch, index, QueuedDcbAppend)
                 for dcb_placed in dcb_by_partition.values():
                     _dcb_run(conn, ts, dcb_placed, inserted, results)
                 continue
@@ -176,6 +166,22 @@ def commit_in_turn(
             conn.execute("ROLLBACK")
         raise
     return ts, inserted, results
+
+
+def _run_by_partition(
+    batch: list[QueuedWrite], index: int, kind: type[_Run]
+) -> tuple[dict[int, list[tuple[int, _Run]]], int]:
+    """The run of writes of ``kind`` that starts at ``index``, by partition key with each
+    write's index (partitions are independent: each one's run goes in as one), and the
+    index after the run."""
+    by_partition: dict[int, list[tuple[int, _Run]]] = {}
+    while index < len(batch):
+        write = batch[index]
+        if not isinstance(write, kind):
+            break
+        by_partition.setdefault(write.tables.key, []).append((index, write))
+        index += 1
+    return by_partition, index
 
 
 def _append_run(
