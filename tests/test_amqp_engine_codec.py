@@ -314,3 +314,16 @@ def test_uuid_and_char_and_timestamp_keep_their_types() -> None:
     value = [uuid.UUID(int=7), t.Char("€"), t.Timestamp(-5)]
     assert [type(v) for v in t.decode(t.encode(value))] == [uuid.UUID, t.Char, t.Timestamp]
     assert struct.unpack(">q", t.encode(t.Timestamp(-5))[1:])[0] == -5
+
+
+def test_bytearrays_and_memoryviews_are_read_and_written_as_bytes() -> None:
+    """What a buffer holds decodes as the same bytes do, and a bytearray or memoryview is
+    written as binary (the compiled codec takes every buffer its types name)."""
+    value = t.Described(t.ULong(0x75), [b"\x00\x01", "text", t.Symbol("s"), {"k": 1}])
+    raw = t.encode(value)
+    for buffer in (bytearray(raw), memoryview(raw)):
+        assert t.decode(buffer) == value
+        assert t.skip_value(buffer, 0) == len(raw)
+    assert (
+        t.encode(bytearray(b"\x00\x01")) == t.encode(memoryview(b"\x00\x01")) == b"\xa0\x02\x00\x01"
+    )

@@ -149,7 +149,7 @@ class IncomingEvent(NamedTuple):
         return EventDraft(self.type, self.data, self.content_type, self.text, self.attrs)
 
 
-def data_section_event(event_type: str, raw: bytes, content_type: str) -> IncomingEvent:
+def data_section_event(event_type: str, raw: bytes | bytearray, content_type: str) -> IncomingEvent:
     """The event of a ``data`` section (the rule of :mod:`~futoin_evt.domain.payload`).
     Raises :class:`BadMessage` for a content type too long to keep, and ValueError for JSON
     that is not JSON (its reason)."""
@@ -158,7 +158,7 @@ def data_section_event(event_type: str, raw: bytes, content_type: str) -> Incomi
             "amqp:invalid-field", f"the content-type exceeds {MAX_CONTENT_TYPE_CHARS} characters"
         )
     try:
-        draft = payload_draft(event_type, raw, content_type)
+        draft = payload_draft(event_type, bytes(raw), content_type)
     except PayloadNotJson as exc:
         raise ValueError(exc.reason) from None
     return IncomingEvent(draft.type, draft.data, content_type, draft.text)

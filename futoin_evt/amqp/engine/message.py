@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from .types import (
+    Buffer,
     DecodeError,
     Described,
     Symbol,
@@ -133,7 +134,7 @@ def _section(out: bytearray, code: int, value: Any) -> None:
     encode_into(value, out)
 
 
-def decode_message(raw: bytes | memoryview) -> Message:
+def decode_message(raw: Buffer) -> Message:
     """The message of a delivery's bytes; raises :class:`DecodeError`."""
     message = Message()
     position = 0

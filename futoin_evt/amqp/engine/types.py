@@ -24,6 +24,7 @@ array                  :class:`Array`
 described              :class:`Described`
 =====================  ==========================================================
 
+The marker classes are defined in :mod:`.markers` (this module is compiled with mypyc).
 Encoding picks the narrowest form (``uint0``, ``smalluint``, ``str8``, ``list0``, ``list8``...);
 decoding reads every form. Decoding untrusted bytes raises :class:`DecodeError` and nothing else
 (nesting is bounded).
@@ -36,7 +37,54 @@ import uuid
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+from .markers import (
+    Byte,
+    Char,
+    Decimal32,
+    Decimal64,
+    Decimal128,
+    Float,
+    Int,
+    Short,
+    Symbol,
+    Timestamp,
+    UByte,
+    UInt,
+    ULong,
+    UShort,
+)
+
+__all__ = [
+    "Array",
+    "Buffer",
+    "Byte",
+    "Char",
+    "Decimal32",
+    "Decimal64",
+    "Decimal128",
+    "DecodeError",
+    "Described",
+    "EncodeError",
+    "Float",
+    "Int",
+    "Short",
+    "Symbol",
+    "Timestamp",
+    "UByte",
+    "UInt",
+    "ULong",
+    "UShort",
+    "decode",
+    "decode_value",
+    "encode",
+    "encode_into",
+    "skip_value",
+    "symbols",
+]
+
 MAX_DEPTH: Final = 64
+#: What values are decoded from, and binaries encoded from.
+Buffer = bytes | bytearray | memoryview
 
 
 class DecodeError(ValueError):
@@ -45,68 +93,6 @@ class DecodeError(ValueError):
 
 class EncodeError(ValueError):
     """A value that no AMQP type holds (an integer out of range, say)."""
-
-
-class UByte(int):
-    __slots__ = ()
-
-
-class UShort(int):
-    __slots__ = ()
-
-
-class UInt(int):
-    __slots__ = ()
-
-
-class ULong(int):
-    __slots__ = ()
-
-
-class Byte(int):
-    __slots__ = ()
-
-
-class Short(int):
-    __slots__ = ()
-
-
-class Int(int):
-    __slots__ = ()
-
-
-class Timestamp(int):
-    """Milliseconds since the Unix epoch."""
-
-    __slots__ = ()
-
-
-class Float(float):
-    """A 32-bit float (a plain ``float`` is a double)."""
-
-    __slots__ = ()
-
-
-class Char(str):
-    """One UTF-32 character."""
-
-    __slots__ = ()
-
-
-class Symbol(str):
-    __slots__ = ()
-
-
-class Decimal32(bytes):
-    """4 raw bytes of IEEE 754 decimal32."""
-
-
-class Decimal64(bytes):
-    """8 raw bytes of IEEE 754 decimal64."""
-
-
-class Decimal128(bytes):
-    """16 raw bytes of IEEE 754 decimal128."""
 
 
 class Described:
@@ -346,7 +332,7 @@ def _put_uuid(value: uuid.UUID, out: bytearray) -> None:
     out += value.bytes
 
 
-def _put_variable(short: int, long: int, raw: bytes | memoryview, out: bytearray) -> None:
+def _put_variable(short: int, long: int, raw: Buffer, out: bytearray) -> None:
     size = len(raw)
     if size < 256:
         out += bytes((short, size))
@@ -357,7 +343,7 @@ def _put_variable(short: int, long: int, raw: bytes | memoryview, out: bytearray
     out += raw
 
 
-def _put_binary(value: bytes | memoryview, out: bytearray) -> None:
+def _put_binary(value: Buffer, out: bytearray) -> None:
     _put_variable(VBIN8, VBIN32, value, out)
 
 
@@ -542,7 +528,7 @@ _ENCODERS: Final[dict[type, Callable[[Any, bytearray], None]]] = {
 # -- decoding -----------------------------------------------------------------------------------
 
 
-def decode(data: bytes | memoryview) -> Any:
+def decode(data: Buffer) -> Any:
     """The one value that ``data`` holds (nothing may follow it)."""
     value, end = decode_value(data, 0)
     if end != len(data):
@@ -550,7 +536,7 @@ def decode(data: bytes | memoryview) -> Any:
     return value
 
 
-def decode_value(data: bytes | memoryview, position: int, depth: int = 0) -> tuple[Any, int]:
+def decode_value(data: Buffer, position: int, depth: int = 0) -> tuple[Any, int]:
     """The value at ``position`` and where the next begins; raises :class:`DecodeError`."""
     try:
         code = data[position]
@@ -573,11 +559,11 @@ def decode_value(data: bytes | memoryview, position: int, depth: int = 0) -> tup
         raise DecodeError("the value is cut short") from None
 
 
-Reader = Callable[[bytes | memoryview, int, int], tuple[Any, int]]
+Reader = Callable[[Buffer, int, int], tuple[Any, int]]
 
 
 def _constant(value: Any) -> Reader:
-    def read(_data: bytes | memoryview, position: int, _depth: int) -> tuple[Any, int]:
+    def read(_data: Buffer, position: int, _depth: int) -> tuple[Any, int]:
         return value, position
 
     return read
@@ -586,20 +572,20 @@ def _constant(value: Any) -> Reader:
 def _fixed(fmt: struct.Struct, wrap: Callable[[Any], Any]) -> Reader:
     size, unpack = fmt.size, fmt.unpack_from
 
-    def read(data: bytes | memoryview, position: int, _depth: int) -> tuple[Any, int]:
+    def read(data: Buffer, position: int, _depth: int) -> tuple[Any, int]:
         return wrap(unpack(data, position)[0]), position + size
 
     return read
 
 
-def _end(data: bytes | memoryview, end: int) -> int:
+def _end(data: Buffer, end: int) -> int:
     if end > len(data):
         raise DecodeError("the value is cut short")
     return end
 
 
 def _raw(width: int, wrap: Callable[[bytes], Any]) -> Reader:
-    def read(data: bytes | memoryview, position: int, _depth: int) -> tuple[Any, int]:
+    def read(data: Buffer, position: int, _depth: int) -> tuple[Any, int]:
         end = _end(data, position + width)
         return wrap(bytes(data[position:end])), end
 
@@ -609,7 +595,7 @@ def _raw(width: int, wrap: Callable[[bytes], Any]) -> Reader:
 def _variable(width: int, kind: int) -> Reader:
     fmt = struct.Struct(">B" if width == 1 else ">I")
 
-    def read(data: bytes | memoryview, position: int, _depth: int) -> tuple[Any, int]:
+    def read(data: Buffer, position: int, _depth: int) -> tuple[Any, int]:
         start = position + width
         end = _end(data, start + fmt.unpack_from(data, position)[0])
         raw = bytes(data[start:end])
@@ -624,7 +610,7 @@ def _variable(width: int, kind: int) -> Reader:
     return read
 
 
-def _char(data: bytes | memoryview, position: int, _depth: int) -> tuple[Any, int]:
+def _char(data: Buffer, position: int, _depth: int) -> tuple[Any, int]:
     point = _I.unpack_from(data, position)[0]
     try:
         return Char(chr(point)), position + 4
@@ -632,14 +618,14 @@ def _char(data: bytes | memoryview, position: int, _depth: int) -> tuple[Any, in
         raise DecodeError(f"not a character: {point}") from None
 
 
-def _bool(data: bytes | memoryview, position: int, _depth: int) -> tuple[Any, int]:
+def _bool(data: Buffer, position: int, _depth: int) -> tuple[Any, int]:
     byte = data[position]
     if byte > 1:
         raise DecodeError(f"a boolean of {byte}")
     return byte == 1, position + 1
 
 
-def _compound_head(width: int, data: bytes | memoryview, position: int) -> tuple[int, int, int]:
+def _compound_head(width: int, data: Buffer, position: int) -> tuple[int, int, int]:
     """(count, first item, end) of a list, map or array after its constructor."""
     if width == 1:
         size, count = _BB.unpack_from(data, position)
@@ -652,7 +638,7 @@ def _compound_head(width: int, data: bytes | memoryview, position: int) -> tuple
 
 
 def _list(width: int) -> Reader:
-    def read(data: bytes | memoryview, position: int, depth: int) -> tuple[Any, int]:
+    def read(data: Buffer, position: int, depth: int) -> tuple[Any, int]:
         if depth >= MAX_DEPTH:
             raise DecodeError("the value nests too deep")
         count, position, end = _compound_head(width, data, position)
@@ -670,7 +656,7 @@ def _list(width: int) -> Reader:
 
 
 def _map(width: int) -> Reader:
-    def read(data: bytes | memoryview, position: int, depth: int) -> tuple[Any, int]:
+    def read(data: Buffer, position: int, depth: int) -> tuple[Any, int]:
         if depth >= MAX_DEPTH:
             raise DecodeError("the value nests too deep")
         count, position, end = _compound_head(width, data, position)
@@ -694,7 +680,7 @@ def _map(width: int) -> Reader:
 
 
 def _array(width: int) -> Reader:
-    def read(data: bytes | memoryview, position: int, depth: int) -> tuple[Any, int]:
+    def read(data: Buffer, position: int, depth: int) -> tuple[Any, int]:
         if depth >= MAX_DEPTH:
             raise DecodeError("the value nests too deep")
         count, position, end = _compound_head(width, data, position)
@@ -777,7 +763,7 @@ _READERS: Final[dict[int, Reader]] = {
 }
 
 
-def skip_value(data: bytes | memoryview, position: int) -> int:
+def skip_value(data: Buffer, position: int) -> int:
     """Where the value at ``position`` ends, without decoding it; raises :class:`DecodeError`."""
     try:
         code = data[position]
