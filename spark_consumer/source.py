@@ -366,17 +366,29 @@ def _data_column(events: Sequence[dict[str, Any]], data_type: DataType | None) -
     return pa.array(values, to_arrow_type(data_type, timezone="UTC"))
 
 
+#: About how many events an Arrow batch holds: replies (up to 1000 events each) converted
+#: and handed to Spark together cost less per event than one by one.
+BATCH_EVENTS: Final = 10_000
+
+
 def read_range(options: SourceOptions, events: InputPartition) -> Iterator[pa.RecordBatch]:
-    """Every event of the range, one Arrow batch per reply (runs on a Spark worker)."""
+    """Every event of the range, in Arrow batches of whole replies, each the first to reach
+    :data:`BATCH_EVENTS` events (runs on a Spark worker)."""
     if not isinstance(events, EventRange):
         return  # Spark reads one placeholder partition when there are none
     with options.connect(events.partition) as client:
         after_id = events.after_id
+        batch: list[dict[str, Any]] = []
         while page := client.read_events(
             options.component, after_id, events.upto_id, options.want, data_as_text=True
         ):
-            yield record_batch(page, options.stream, events.partition, options.data_type)
+            batch += page
             after_id = int(page[-1]["id"])
+            if len(batch) >= BATCH_EVENTS:
+                yield record_batch(batch, options.stream, events.partition, options.data_type)
+                batch = []
+        if batch:
+            yield record_batch(batch, options.stream, events.partition, options.data_type)
 
 
 class _Consumer:
