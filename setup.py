@@ -21,7 +21,7 @@ from setuptools.command.build_ext import build_ext
 
 #: Compiled with mypyc; what each group paid in server CPU per call, both servers in one run
 #: (``python -m bench.compare --installed``, see the commits). Left pure: the AMQP engine's
-#: connection, sessions and performatives (decorated), storage/sqlite/ and
+#: connection, sessions and performatives (decorated), storage/sqlite/ but its commit, and
 #: pages.py (classes that interpreted backends and mixins inherit).
 COMPILED = [
     # FTN3 envelope and iface checks, the executor; with the next group, addEvent against
@@ -51,6 +51,10 @@ COMPILED = [
     # decoding a Produce batch of 100 records of 100 bytes 0.28x (36 against 127 us; with lz4
     # 42 against 128 us), encoding a Fetch batch of 500 records 0.36x (74 against 207 us)
     "futoin_evt/kafka/records.py",
+    # SQLite's commit (the writes of a group commit, their runs and keys; the writer's class
+    # stays interpreted): CPU per event of 32 appends a commit in one process, against this
+    # module pure, three turns each: 6.66-7.92 against 7.63-8.47 us
+    "futoin_evt/storage/sqlite/transaction.py",
     # the AMQP door's codec (the marker types stay interpreted in amqp/engine/markers.py):
     # encoding a new event's message per call against pure Python (timeit, best of 5, one
     # sitting), body as amqp-value 0.69x (2.6 against 3.75 us), as a data section 0.65x
