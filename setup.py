@@ -64,6 +64,10 @@ COMPILED = [
     "futoin_evt/amqp/engine/types.py",
     "futoin_evt/amqp/engine/message.py",
     "futoin_evt/amqp/engine/transfers.py",
+    # the DCB request model's parsing and checks, per call against pure Python (process CPU,
+    # best of 7 x 20,000): an append's event and condition 0.78x (4.3 against 5.5 us), a
+    # read's query 0.74x (1.6 against 2.1 us); the checks of domain/dcb.py stay interpreted
+    "futoin_evt/dcb/model.py",
 ]
 
 #: mypy as mypyc runs it: not the project's --strict configuration (mypy checks that), and the

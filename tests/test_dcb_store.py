@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -113,3 +114,43 @@ async def test_a_read_on_the_event_loop_that_runs_long_is_left_to_the_read_threa
         parse_query({"items": [{"tags": ["rare"]}]}), after=None, before=None, limit=50
     )
     assert [event.position for event in first] == sorted(row[0] for row in tagged)
+
+
+async def test_a_read_answers_with_the_stored_tags_as_they_are(tmp_path: Path) -> None:
+    """Tags stored as the store writes them (compact JSON, tags by the tag rule) go into the
+    answer as stored; tags written otherwise (spaces, escapes) are decoded and encoded again;
+    an event without DCB tags has none."""
+    path = tmp_path / "tags.sqlite"
+    stored = [
+        '["course:c1","student:s-1"]',
+        '["course:c1", "student:s\\u002d2"]',
+        '["course:c1"]',
+        "[]",
+    ]
+    with sqlite3.connect(path) as conn:
+        ensure_schema(conn)
+        conn.executemany(
+            "INSERT INTO events (id, type, data, ts) VALUES (?, 'Enrolled', '{}', '2026-01-01')",
+            ((i,) for i in range(1, 6)),
+        )
+        conn.executemany(
+            "INSERT INTO dcb_events (event_id, tags) VALUES (?, ?)", enumerate(stored, 1)
+        )
+        conn.executemany(
+            "INSERT INTO event_tags (tag, event_id) VALUES ('course:c1', ?)",
+            ((i,) for i in (1, 2, 3)),
+        )
+    async with await SqliteStore.open(path) as store:
+        everything = parse_query(None)
+        events, _head = await store.dcb_read(everything, after=None, before=None, limit=10)
+    assert [e.tags for e in events] == [
+        ("course:c1", "student:s-1"),
+        ("course:c1", "student:s-2"),
+        ("course:c1",),
+        (),
+        (),
+    ]
+    answers = [e.to_json() for e in events]
+    assert [json.loads(text)["tags"] for text in answers] == [list(e.tags) for e in events]
+    assert '"tags":["course:c1","student:s-1"]' in answers[0]
+    assert '"tags":["course:c1","student:s-2"]' in answers[1]  # encoded again, compact

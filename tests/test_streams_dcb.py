@@ -211,7 +211,7 @@ async def test_the_ftn3_calls_of_a_stream(streams_server: EventServer) -> None:
     calls = DcbCalls.of_stream("ledger", streams.get, logs.partition)
     context = CallContext(Principal(UserId(1), "alice", is_admin=False), 65536)
     params = {"events": [course("c1")], "condition": None}
-    assert await calls.append(context, params) == 1
+    assert await calls.append(context, params).future == 1  # answered from the commit's future
     for name, says in [
         ("orders", "4 partitions: a DCB condition needs one order of events"),
         ("nowhere", "There is no stream nowhere"),

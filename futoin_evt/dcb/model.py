@@ -38,6 +38,8 @@ DRAFT_VERSION: Final = "1.0"
 _EVENT_FIELDS: Final = frozenset({"type", "data", "tags", "id", "bytes"})
 _QUERY_FIELDS: Final = frozenset({"items"})
 _ITEM_FIELDS: Final = frozenset({"types", "tags"})
+_CONDITION_FIELDS: Final = frozenset({"failIfEventsMatch", "after"})
+_NONE: Final[frozenset[str]] = frozenset()
 # -- parsing requests ---------------------------------------------------------------------------
 
 
@@ -106,11 +108,11 @@ def parse_query(value: Any, field: str = "query") -> Query:
             if not raw.keys() <= _ITEM_FIELDS:
                 unknown = raw.keys() - _ITEM_FIELDS
                 raise DcbInputError(sorted(unknown)[0], "unknown field")
-            types = _types(raw.get("types", []), "types")
+            types = frozenset(_types(raw["types"], "types")) if "types" in raw else _NONE
             tags = check_tags(raw.get("tags", []), "tags", allow_empty=True)
         except DcbInputError as exc:
             raise _inside(f"{field}.items[{index}]", exc) from None
-        parsed.append(QueryItem(types=frozenset(types), tags=frozenset(tags)))
+        parsed.append(QueryItem(types, frozenset(tags) if tags else _NONE))
     return Query(tuple(parsed))
 
 
@@ -165,8 +167,8 @@ def parse_condition(value: Any, field: str = "condition") -> AppendCondition | N
         if expected == "NONE":
             return AppendCondition(query, None)
         return AppendCondition(query, position(expected, f"{field}.expectedHighestSequenceNumber"))
-    unknown = value.keys() - {"failIfEventsMatch", "after"}
-    if unknown:
+    if not value.keys() <= _CONDITION_FIELDS:
+        unknown = value.keys() - _CONDITION_FIELDS
         raise DcbInputError(f"{field}.{sorted(unknown)[0]}", "unknown field")
     if "failIfEventsMatch" not in value:
         raise DcbInputError(f"{field}.failIfEventsMatch", "missing")

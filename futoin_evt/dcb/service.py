@@ -136,10 +136,12 @@ class DcbService:
     def __init__(self, events: EventLog) -> None:
         self._log = events
 
-    async def append(
+    def append(
         self, who: Principal, events: Sequence[NewEvent], condition: AppendCondition | None
-    ) -> int:
-        """The position of the last event; AppendConditionFailed, EventIdConflict.
+    ) -> asyncio.Future[int]:
+        """The future of the last event's position, or of AppendConditionFailed,
+        EventIdConflict; a refusal is raised at once. The store's own future, so a door can
+        answer from its callback without a task per call.
 
         A writer without the read right is answered as if nothing stored were known to it:
         a condition is :class:`ConditionNeedsRead`, and an id stored before is
@@ -153,8 +155,8 @@ class DcbService:
             guard.write(who)  # without write either: refused for that
             if condition is not None:
                 raise ConditionNeedsRead(guard.stream) from None
-            return await self._log.append(who, BlindAppend(events))
-        return await self._log.append(who, events, condition=condition)
+            return asyncio.ensure_future(self._log.append(who, BlindAppend(events)))
+        return asyncio.ensure_future(self._log.append(who, events, condition=condition))
 
     async def read(self, who: Principal, request: ReadRequest) -> DcbReadResult:
         result = await self._first_page(who, request)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from ..ftn3.messages import encode_json
@@ -245,6 +245,9 @@ class SequencedEvent:
     ts: str
     id: str | None = None
     is_bytes: bool = False
+    #: ``tags`` as a JSON array, when the store read them in that form (spliced into
+    #: :meth:`to_json` as they are); None: encoded from ``tags``.
+    tags_json: str | None = field(default=None, compare=False, repr=False)
 
     def to_json(self) -> str:
         """The wire form: ``{"position", "type", "data", "tags", "id"?, "bytes"?, "ts"}``, the
@@ -252,8 +255,10 @@ class SequencedEvent:
         extra = f',"id":{encode_json(self.id)}' if self.id is not None else ""
         if self.is_bytes:
             extra += ',"bytes":true'
+        tags = self.tags_json
+        if tags is None:
+            tags = encode_json(list(self.tags))
         return (
             f'{{"position":{self.position},"type":{encode_json(self.type)},'
-            f'"data":{self.data_json},"tags":{encode_json(list(self.tags))}{extra},'
-            f'"ts":"{self.ts}"}}'
+            f'"data":{self.data_json},"tags":{tags}{extra},"ts":"{self.ts}"}}'
         )

@@ -15,7 +15,7 @@ from ..dcb.model import parse_condition, parse_events, parse_query
 from ..dcb.service import DcbService, DcbStreamRefused, ReadRequest, stream_dcb_log
 from ..domain.partition import Partition, StreamInfo
 from ..domain.principal import Principal
-from ..ftn3.calls import CallContext
+from ..ftn3.calls import CallContext, Pending
 from ..ftn3.errors import INVALID_REQUEST, FTN3Error
 from ..ftn3.messages import EncodedJson
 from ..log.eventlog import EventLog
@@ -43,10 +43,11 @@ class DcbCalls:
         except DcbStreamRefused as exc:
             raise FTN3Error(INVALID_REQUEST, exc.message) from None
 
-    async def append(self, ctx: CallContext[Principal], params: dict[str, Any]) -> int:
+    def append(self, ctx: CallContext[Principal], params: dict[str, Any]) -> Pending:
+        """Answered from the commit's future (no task per call)."""
         events = parse_events(params["events"])
         condition = parse_condition(params["condition"])
-        return await self._service.append(ctx.principal, events, condition)
+        return Pending(self._service.append(ctx.principal, events, condition))
 
     async def read(self, ctx: CallContext[Principal], params: dict[str, Any]) -> EncodedJson:
         return await self._read(ctx, params, params["after"], False)

@@ -578,14 +578,15 @@ class ConsumerLog(EventLog, Consumers, Protocol):
 class DcbLog(EventLog, Protocol):
     """The log as a DCB event store: events with tags, queries, conditional appends."""
 
-    async def dcb_append(
+    def dcb_append(
         self, events: Sequence[NewEvent], condition: AppendCondition | None
-    ) -> int:
-        """Append atomically; the position of the last event. The condition is checked in
-        the write transaction, against every event committed before (those of earlier appends
-        in the same group commit included). Raises AppendConditionFailed or EventIdConflict;
-        a retry of a stored batch (same ids, same content) stores nothing and returns the
-        stored position."""
+    ) -> asyncio.Future[int]:
+        """Append atomically; the future gets the position of the last event (a future, not
+        a coroutine: a door answers from its callback, without a task per call). The
+        condition is checked in the write transaction, against every event committed before
+        (those of earlier appends in the same group commit included). Fails with
+        AppendConditionFailed or EventIdConflict; a retry of a stored batch (same ids, same
+        content) stores nothing and gets the stored position."""
 
     async def dcb_read(
         self, query: Query, *, after: int | None, before: int | None, limit: int

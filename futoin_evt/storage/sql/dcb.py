@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Sequence
 from typing import Any, Final
 
@@ -42,6 +43,9 @@ READ_WIDTH: Final = READ_COLUMNS.count(",") + 1
 #: FTN18 EventType (``^[A-Z_]{1,16}$``) in SQLite: its consumers see only such events.
 SQLITE_FTN18_TYPE: Final = "(length(type) BETWEEN 1 AND 16 AND type NOT GLOB '*[^A-Z_]*')"
 PG_FTN18_TYPE: Final = """(type COLLATE "C" ~ '^[A-Z_]{1,16}$')"""
+#: A row's tags as the store writes them (compact JSON, each tag by the tag rule, so without
+#: a quote, comma or escape): read by splitting, and spliced into an answer as they are.
+_PLAIN_TAGS: Final = re.compile(r'\[(?:"[\w:\-]+"(?:,"[\w:\-]+")*)?\]', re.ASCII)
 
 
 def _key_range(key: str) -> list[Any]:
@@ -181,15 +185,18 @@ def stored_event(row: Sequence[Any]) -> SequencedEvent:
         :READ_WIDTH
     ]
     check_event(position, event_type, data, ts, content_type, checksum, attrs)
+    if tags is None:  # an event not appended through DCB
+        tag_values: tuple[str, ...] = ()
+        tags = "[]"
+    elif _PLAIN_TAGS.fullmatch(tags) is not None:
+        tag_values = tuple(tags[2:-2].split('","')) if len(tags) > 2 else ()
+    else:  # not as this store writes tags: decoded, and encoded again when answered
+        tag_values = tuple(json.loads(tags))
+        tags = None
     return SequencedEvent(
-        position=int(position),
-        type=str(event_type),
-        data_json=str(data),
-        tags=tuple(json.loads(tags)) if tags is not None else (),
-        ts=str(ts),
-        id=client_id,
-        is_bytes=bool(is_bytes),
-    )
+        int(position), str(event_type), str(data), tag_values, str(ts), client_id,
+        bool(is_bytes), tags,
+    )  # fmt: skip
 
 
 def stored_retry(events: Sequence[NewEvent], rows: Sequence[Sequence[Any]]) -> int:

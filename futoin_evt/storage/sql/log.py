@@ -104,13 +104,11 @@ class SqlPartitionLog(ConsumerCalls, GroupCalls, RetentionCalls, PagedReads):
         if self._aggregate_of is not None:
             raise NotWritable(self.partition, self._aggregate_of)
 
-    async def dcb_append(
+    def dcb_append(
         self, events: Sequence[NewEvent], condition: AppendCondition | None
-    ) -> int:
-        if self._aggregate_of is not None:
-            raise NotWritable(self.partition, self._aggregate_of)
+    ) -> asyncio.Future[int]:
         self._check_writable()
-        return await self._queue_dcb(events, condition)
+        return self._queue_dcb(events, condition)
 
     # -- how the backend spells its tables' reads --------------------------------------------
 
