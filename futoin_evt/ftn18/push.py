@@ -39,6 +39,7 @@ that right is revoked, the stream stops and its connection is closed with WebSoc
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import itertools
 import logging
@@ -177,6 +178,9 @@ class PushStream:
     _checked_at: float = 0.0
     #: The task waits for news (the head, a reply, room to write): a commit may send at once.
     _waiting: bool = False
+    #: The context the stream's task runs in (the connection's, for its log lines), for what
+    #: a commit sends at once.
+    _context: contextvars.Context = field(default_factory=contextvars.Context)
 
     @property
     def config(self) -> PushConfig:
@@ -192,6 +196,7 @@ class PushStream:
 
     def start(self) -> None:
         self._acked_to = self.next_id
+        self._context = contextvars.copy_context()
         self._task = asyncio.create_task(self._run(), name=f"push {self.component}")
 
     def stop(self) -> None:
@@ -277,8 +282,8 @@ class PushStream:
         stream waits with nothing queued and the recent events hold them; else the stream's
         task wakes to read them."""
         if self._waiting and not self.config.batch_delay:
-            try:
-                if self._send_recent():
+            try:  # as the task would: its log lines and replies in the connection's context
+                if self._context.run(self._send_recent):
                     return
             except Exception:  # the task reads again, meets it and handles it
                 pass
